@@ -1,0 +1,295 @@
+//! The device contract: the one trait through which the runtime — and nothing else — talks
+//! to a NeuronCore device.
+//!
+//! It mirrors what the public driver exposes through ioctls and mmaps (see
+//! `docs/ARCHITECTURE.md` for the ioctl each method stands for): device memory with physical
+//! addresses, copies in and out, mappings of device buffers, DMA queues, exec-request queues,
+//! the semaphore doorbell, notification rings, and each core's interrupt-cause word.
+//!
+//! Only [`Device::semaphore_increment`] is called on the submit path of an execution (the
+//! doorbell); everything else the runtime calls at init and at model load, or it writes
+//! through a [`DeviceMapping`] / ring half it obtained there.
+
+use crate::ring::{Consumer, Producer};
+use crate::wire::{DevAddr, NqKind, NqRecord, TriggerPair};
+use core::fmt;
+use core::ptr::NonNull;
+
+/// Semaphore index the doorbell increments (`INFERENCE_START`): one increment per core per
+/// execution makes the core consume what staging published.
+pub const SEMAPHORE_INFERENCE_START: u32 = 0;
+/// Semaphore indices below this are reserved for the runtime/device protocol; instructions
+/// may only wait on and signal the ones from here up.
+pub const FIRST_ENGINE_SEMAPHORE: u32 = 4;
+/// Semaphores per core.
+pub const SEMAPHORES_PER_CORE: u32 = 256;
+
+/// Static facts about a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Architecture name reported by `nrt_get_instance_info` (≤ 15 bytes).
+    pub arch_name: &'static str,
+    /// Device revision (≤ 7 bytes).
+    pub revision: &'static str,
+    /// Physical NeuronCores on the device.
+    pub num_cores: u32,
+    /// Size of the device's physical address space in bytes.
+    pub memory_bytes: u64,
+}
+
+/// Device memory in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MemUsage {
+    /// Bytes allocated.
+    pub bytes_used: u64,
+    /// Bytes that can be allocated at most.
+    pub bytes_limit: u64,
+}
+
+/// Where a model's exec-request ring lives, registered with the device at model load.
+///
+/// The ring, its tail word and its event word are in device memory allocated by the runtime.
+/// The DMA engine writes them when it runs staging's trigger pairs; the device's sequencer
+/// reads the slots in order and advances its own head (device-internal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecQueueDesc {
+    /// PA of slot 0; slots are [`crate::wire::EXEC_RING_SLOT_SIZE`] bytes apart.
+    pub ring_addr: DevAddr,
+    /// Number of slots (a power of two).
+    pub slots: u32,
+    /// PA of the 4-byte tail word the tail-increment trigger writes.
+    pub tail_addr: DevAddr,
+    /// PA of the 4-byte event word the event-poke trigger writes.
+    pub event_addr: DevAddr,
+}
+
+/// A device error, naming what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HalError {
+    /// Not enough free device memory.
+    OutOfMemory {
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes free (possibly fragmented).
+        free: u64,
+    },
+    /// An address range outside device memory or outside any allocation.
+    BadAddress {
+        /// Start of the range.
+        addr: DevAddr,
+        /// Length of the range.
+        len: u64,
+    },
+    /// `mem_free` of an address that is not the start of a live allocation (double free).
+    NotAllocated(DevAddr),
+    /// An alignment that is not a power of two.
+    BadAlignment(u64),
+    /// A core index the device does not have.
+    BadCore(u32),
+    /// A semaphore index out of range or reserved.
+    BadSemaphore(u32),
+    /// A queue id that is not registered, or a resource that was already set up.
+    BadQueue(u32),
+    /// A queue or ring parameter out of range (capacity not a power of two, …).
+    BadParameter(&'static str),
+    /// The device cannot do this.
+    Unsupported(&'static str),
+}
+
+impl fmt::Display for HalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HalError::OutOfMemory { requested, free } => {
+                write!(f, "device memory exhausted: {requested} bytes requested, {free} free")
+            }
+            HalError::BadAddress { addr, len } => {
+                write!(f, "device address range {addr:#x}+{len:#x} is not mapped")
+            }
+            HalError::NotAllocated(a) => write!(f, "{a:#x} is not a live device allocation"),
+            HalError::BadAlignment(a) => write!(f, "alignment {a} is not a power of two"),
+            HalError::BadCore(c) => write!(f, "no NeuronCore {c} on this device"),
+            HalError::BadSemaphore(s) => write!(f, "semaphore index {s} is out of range"),
+            HalError::BadQueue(q) => write!(f, "queue {q} is not registered"),
+            HalError::BadParameter(p) => write!(f, "bad parameter: {p}"),
+            HalError::Unsupported(w) => write!(f, "unsupported by this device: {w}"),
+        }
+    }
+}
+
+impl std::error::Error for HalError {}
+
+/// A host view of a range of device memory (the driver's mmap of a memory chunk).
+///
+/// The mapping stays valid until the range is freed with [`Device::mem_free`]; the holder
+/// must not use it afterwards. Accesses are plain loads and stores: the protocols that order
+/// them against the device (ring publication, the doorbell) are the holder's business.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    addr: DevAddr,
+}
+
+// SAFETY: a mapping is an address range in device memory that is valid for the lifetime of
+// the device allocation; any thread may hold it. Races on the bytes are governed by the
+// runtime/device protocols, as on hardware.
+unsafe impl Send for DeviceMapping {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceMapping {}
+
+impl DeviceMapping {
+    /// Wraps a host pointer to `len` bytes backing device range `addr..addr+len`.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes for as long as the device
+    /// allocation that contains the range is live.
+    pub unsafe fn new(ptr: NonNull<u8>, len: usize, addr: DevAddr) -> Self {
+        DeviceMapping { ptr, len, addr }
+    }
+
+    /// Host pointer to the first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device address of the first byte.
+    pub fn device_addr(&self) -> DevAddr {
+        self.addr
+    }
+
+    /// Writes `bytes` at `offset`.
+    ///
+    /// # Panics
+    /// If the range is outside the mapping.
+    #[inline]
+    pub fn write(&self, offset: usize, bytes: &[u8]) {
+        assert!(
+            offset.checked_add(bytes.len()).is_some_and(|e| e <= self.len),
+            "write of {} bytes at {offset} past a {}-byte mapping",
+            bytes.len(),
+            self.len
+        );
+        // SAFETY: the range is inside the mapping (checked above), which is valid for writes
+        // while the allocation is live (constructor contract); `bytes` cannot overlap device
+        // memory that is only reachable through this mapping's pointer.
+        unsafe {
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len())
+        };
+    }
+
+    /// Reads `out.len()` bytes at `offset`.
+    ///
+    /// # Panics
+    /// If the range is outside the mapping.
+    #[inline]
+    pub fn read(&self, offset: usize, out: &mut [u8]) {
+        assert!(
+            offset.checked_add(out.len()).is_some_and(|e| e <= self.len),
+            "read of {} bytes at {offset} past a {}-byte mapping",
+            out.len(),
+            self.len
+        );
+        // SAFETY: as in `write`, for reads.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len())
+        };
+    }
+}
+
+impl fmt::Debug for DeviceMapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceMapping({:#x}+{:#x})", self.addr, self.len)
+    }
+}
+
+/// The device contract. Implemented by the software NeuronCore (`nrt-sim`); a hardware
+/// backend would implement it over the driver's ioctls.
+///
+/// Every method validates its arguments and returns a [`HalError`] naming the bad one; none
+/// panics on bad input.
+pub trait Device: Send + Sync + fmt::Debug {
+    /// Static facts about the device.
+    fn info(&self) -> DeviceInfo;
+
+    /// Allocates `size` bytes of device memory aligned to `align` (a power of two) and
+    /// returns its physical address. (`MEM_ALLOC_V2`)
+    fn mem_alloc(&self, size: u64, align: u64) -> Result<DevAddr, HalError>;
+
+    /// Frees an allocation made by [`Device::mem_free`]'s sibling; `addr` must be the address
+    /// it returned. (`MEM_FREE`)
+    fn mem_free(&self, addr: DevAddr) -> Result<(), HalError>;
+
+    /// Bytes in use and the limit.
+    fn mem_usage(&self) -> MemUsage;
+
+    /// Copies host bytes into device memory. (`MEM_BUF_COPY`, to device)
+    fn copy_in(&self, dst: DevAddr, src: &[u8]) -> Result<(), HalError>;
+
+    /// Copies device memory out to the host. (`MEM_BUF_COPY`, from device)
+    fn copy_out(&self, src: DevAddr, dst: &mut [u8]) -> Result<(), HalError>;
+
+    /// Copies within device memory (ranges may overlap). (`MEM_COPY`)
+    fn copy_device(&self, src: DevAddr, dst: DevAddr, len: u64) -> Result<(), HalError>;
+
+    /// Fills device memory with a byte. (`MEMSET`)
+    fn memset(&self, dst: DevAddr, value: u8, len: u64) -> Result<(), HalError>;
+
+    /// Maps an allocated range into the host address space (the driver's mmap, whose offset
+    /// is the physical address).
+    fn map(&self, addr: DevAddr, len: u64) -> Result<DeviceMapping, HalError>;
+
+    /// Sets up core `nc`'s DMA trigger queue and returns its producer half; the device
+    /// consumes it when the doorbell rings. One per core. (`DMA_QUEUE_INIT`)
+    fn dma_queue_init(&self, nc: u32, capacity: u32) -> Result<Producer<TriggerPair>, HalError>;
+
+    /// Releases core `nc`'s DMA trigger queue (after which it may be set up again).
+    /// (`DMA_QUEUE_RELEASE`)
+    fn dma_queue_release(&self, nc: u32) -> Result<(), HalError>;
+
+    /// Registers an exec-request ring on core `nc`; returns the queue id that tail-increment
+    /// triggers name.
+    fn exec_queue_register(&self, nc: u32, desc: ExecQueueDesc) -> Result<u16, HalError>;
+
+    /// Unregisters an exec-request ring (at model unload).
+    fn exec_queue_release(&self, nc: u32, queue: u16) -> Result<(), HalError>;
+
+    /// Sets up a notification ring of `capacity` records on core `nc` and returns its
+    /// consumer half, which the host polls. (`NOTIFICATIONS_INIT_V2` + mmap)
+    fn notification_init(
+        &self,
+        nc: u32,
+        kind: NqKind,
+        capacity: u32,
+    ) -> Result<Consumer<NqRecord>, HalError>;
+
+    /// Releases a notification ring. (`NOTIFICATIONS_DESTROY`)
+    fn notification_release(&self, nc: u32, kind: NqKind) -> Result<(), HalError>;
+
+    /// Adds `value` to semaphore `semaphore` of core `nc` — with
+    /// [`SEMAPHORE_INFERENCE_START`], the doorbell. (`SEMAPHORE_INCREMENT`, ioctl #41, whose
+    /// argument is `{nc_id, semaphore_index, value}`)
+    fn semaphore_increment(&self, nc: u32, semaphore: u32, value: u32) -> Result<(), HalError>;
+
+    /// Reads a semaphore. (`SEMAPHORE_READ`)
+    fn semaphore_read(&self, nc: u32, semaphore: u32) -> Result<u32, HalError>;
+
+    /// Reads core `nc`'s interrupt-cause word ([`crate::wire::cause`] bits).
+    fn interrupt_cause(&self, nc: u32) -> Result<u32, HalError>;
+
+    /// Clears the given cause bits of core `nc`.
+    fn interrupt_cause_clear(&self, nc: u32, bits: u32) -> Result<(), HalError>;
+
+    /// Resets core `nc`: drops whatever it was executing, clears its semaphores and cause
+    /// word, and makes a wedged core take requests again. (`NC_RESET`)
+    fn nc_reset(&self, nc: u32) -> Result<(), HalError>;
+}

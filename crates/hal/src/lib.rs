@@ -1,0 +1,38 @@
+//! # nrt-hal — the device contract
+//!
+//! The bottom layer of nrt-rs. It defines what a NeuronCore device is to the runtime, and
+//! nothing about models or executions:
+//!
+//! - [`Device`]: the one trait through which the runtime talks to a device (memory, DMA
+//!   queues, exec-request queues, the semaphore doorbell, notification rings, cause words);
+//! - the wire formats both sides share ([`ExecRequest`] 52 B, [`NqRecord`] 16 B,
+//!   [`DmaDescriptor`] / [`TriggerPair`]), little-endian, sizes asserted at compile time;
+//! - [`NrtStatus`] with the public values and names, [`DType`] in the hardware encoding,
+//!   [`SeqId`] packing;
+//! - the two lock-free protocols the runtime and device share: the SPSC [`ring`] and the
+//!   [`IdleGate`] park handshake, both model-checked with loom;
+//! - [`tuning`]: every knob of the project with its reason.
+
+pub mod device;
+pub mod dtype;
+pub mod gate;
+pub mod ring;
+pub mod seq;
+pub mod status;
+pub mod sync;
+pub mod tuning;
+pub mod wire;
+
+pub use device::{
+    Device, DeviceInfo, DeviceMapping, ExecQueueDesc, FIRST_ENGINE_SEMAPHORE, HalError, MemUsage,
+    SEMAPHORE_INFERENCE_START, SEMAPHORES_PER_CORE,
+};
+pub use dtype::DType;
+pub use gate::IdleGate;
+pub use ring::{Consumer, Producer, ring};
+pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
+pub use status::NrtStatus;
+pub use wire::{
+    DevAddr, DmaDescriptor, DmaKind, Engine, ErrorSubtype, ExecRequest, NUM_ENGINES, NqKind,
+    NqRecord, RecordKind, TriggerPair,
+};

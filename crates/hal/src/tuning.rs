@@ -1,0 +1,92 @@
+//! Every tunable of the project, each with the reason for its value.
+//!
+//! The figures come from `reference/machine-limits.md` (2 vCPUs, AMD Zen 4 under KVM): a
+//! spinning cross-thread round trip is 0.1–0.4 µs, a park/unpark or eventfd wake 20–60 µs
+//! (p99 up to 1.7 ms), `usleep(1)` sleeps 70–78 µs. One spinning thread is half the machine,
+//! so every spin here is bounded and every idle thread ends up parked.
+
+use core::time::Duration;
+
+//===--- device (software NeuronCore) ---------------------------------------------------===//
+
+/// How long a device thread keeps polling for doorbells after its last work before it parks.
+/// Back-to-back executions (a caller looping on `execute`) arrive well within it and never
+/// pay the 20–60 µs wake; an idle device stops burning its vCPU 200 µs after the last
+/// execution, so an idle process sits at ~0% CPU.
+pub const DEVICE_SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
+
+/// How long an execution may sit with no engine able to make progress on a device core
+/// before the core's watchdog declares a hang (sets cause bit 29), abandons the execution and
+/// moves on. A local deadlock is detected immediately; this bound covers waits on the other
+/// core of a lockstep pair, which may legitimately be busy. It must stay well below the
+/// smallest `NEURON_RT_EXEC_TIMEOUT` the runtime accepts ([`MIN_EXEC_TIMEOUT`]) so the
+/// runtime's sweep timeout finds the bit set.
+pub const DEVICE_HANG_WATCHDOG: Duration = Duration::from_millis(20);
+
+/// Instructions a core's scheduler runs on one engine before it looks at the other engines
+/// and cores again (fairness between cores sharing one device thread; a semaphore wait
+/// switches engines regardless).
+pub const DEVICE_ENGINE_QUANTUM: u32 = 64;
+
+//===--- rings and queues ----------------------------------------------------------------===//
+
+/// Records per notification ring. One execution writes 2 records per engine (START, END)
+/// plus one per streamed output; at the 63-request in-flight cap that is < 1,024 per ring
+/// even if the host stops reading for the whole queue.
+pub const NQ_RING_CAPACITY: u32 = 1024;
+
+/// Slots of each model's exec-request ring per core. One more than the public in-flight cap
+/// (63), rounded to a power of two, so a full async queue never waits for a ring slot.
+pub const EXEC_RING_SLOTS: u32 = 64;
+
+/// Trigger pairs in each core's DMA queue: 3 per staged request, for every ring slot of up to
+/// 4 models staging at once — enough that staging never finds it full in practice; if it
+/// does, staging waits (bounded) for the device to drain it.
+pub const DMA_QUEUE_CAPACITY: u32 = 1024;
+
+/// Largest `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS` (the public runtime's hard limit).
+pub const MAX_INFLIGHT_REQUESTS: u32 = 63;
+
+//===--- runtime harvest (the sync caller's wait) ----------------------------------------===//
+
+/// How long a caller harvesting its own execution spins on the notification rings before it
+/// starts yielding. A near-null execution completes in ~1 µs and a small model in tens of
+/// µs; spinning this long keeps them on the 0.2 µs path, and the bound keeps a long
+/// execution from taking the vCPU its device thread needs.
+pub const HARVEST_SPIN: Duration = Duration::from_micros(50);
+
+/// After [`HARVEST_SPIN`], how long the caller keeps polling with `sched_yield` between
+/// checks before it sleeps. A yield costs ~1 µs when the other vCPU is idle and hands the
+/// CPU to the device thread when they share one.
+pub const HARVEST_YIELD: Duration = Duration::from_micros(500);
+
+/// The sleep between checks once spinning and yielding are over. The seed polls with
+/// `usleep(1)`, which sleeps 70–78 µs here under the default 50 µs timer slack; asking for
+/// 50 µs says what it costs. Only executions longer than ~0.5 ms get here, where a ≤ 10%
+/// completion delay is the price of not burning a vCPU.
+pub const HARVEST_SLEEP: Duration = Duration::from_micros(50);
+
+/// Default `NEURON_RT_EXEC_TIMEOUT` (the public configuration guide's table says 30 s).
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Smallest accepted `NEURON_RT_EXEC_TIMEOUT` (we accept fractional seconds as an
+/// extension, so tests of hangs do not wait 30 s): 5 × the device watchdog, so a hang is
+/// always decoded as a timeout (cause bit 29) and never mistaken for dropped notifications.
+pub const MIN_EXEC_TIMEOUT: Duration = Duration::from_millis(100);
+
+//===--- async surfaces ------------------------------------------------------------------===//
+
+/// How long an XU worker keeps polling after its last completion before it parks. A client
+/// that keeps its queue fed (the public guidance is 2–3 requests per XU) never waits for the
+/// worker to wake; an idle runtime parks 200 µs after its last completion.
+pub const XU_SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
+
+/// Work items per explicit-async XU (executions scheduled and not yet reported). Equal to
+/// the exec ring: schedule returns `NRT_QUEUE_FULL` beyond it instead of queuing unboundedly.
+pub const XU_QUEUE_DEPTH: u32 = EXEC_RING_SLOTS;
+
+//===--- tracing -------------------------------------------------------------------------===//
+
+/// Spans kept by the per-runtime trace ring (oldest overwritten). 64 Ki spans × 32 bytes =
+/// 2 MiB, allocated when tracing is enabled, never on the hot path.
+pub const TRACE_RING_CAPACITY: usize = 1 << 16;

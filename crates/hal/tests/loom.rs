@@ -1,0 +1,124 @@
+//! Loom models of the two lock-free protocols the runtime and the device share.
+//!
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
+//! (`.ci/run` does, with `LOOM_MAX_PREEMPTIONS=3`).
+#![cfg(loom)]
+
+use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU32, Ordering};
+use nrt_hal::{IdleGate, ring};
+
+/// Producer and consumer on a 2-slot ring: every value arrives once, in order, across a wrap.
+#[test]
+fn spsc_ring_preserves_order_across_wrap() {
+    loom::model(|| {
+        let (mut p, mut c) = ring::<u32>(2);
+        let t = loom::thread::spawn(move || {
+            let mut next = 0;
+            while next < 3 {
+                if p.try_push(next).is_ok() {
+                    next += 1;
+                } else {
+                    loom::thread::yield_now();
+                }
+            }
+        });
+        let mut expect = 0;
+        while expect < 3 {
+            match c.pop() {
+                Some(v) => {
+                    assert_eq!(v, expect);
+                    expect += 1;
+                }
+                None => loom::thread::yield_now(),
+            }
+        }
+        t.join().unwrap();
+    });
+}
+
+/// A batch push is published with one store; a drain sees all of it or none of it.
+#[test]
+fn spsc_ring_batches_are_atomic() {
+    loom::model(|| {
+        let (mut p, mut c) = ring::<u32>(4);
+        let t = loom::thread::spawn(move || {
+            assert!(p.push_slice(&[1, 2, 3]));
+        });
+        let mut got = Vec::new();
+        c.drain(|v| got.push(v));
+        assert!(got.is_empty() || got == [1, 2, 3], "{got:?}");
+        t.join().unwrap();
+    });
+}
+
+/// A full notification ring drops and counts; the consumer sees exactly the kept records.
+#[test]
+fn spsc_ring_overflow_counts_drops() {
+    loom::model(|| {
+        let (mut p, mut c) = ring::<u32>(2);
+        let t = loom::thread::spawn(move || {
+            let mut kept = 0;
+            for v in 0..3 {
+                if p.push_or_drop(v) {
+                    kept += 1;
+                }
+            }
+            kept
+        });
+        let mut seen = 0;
+        while c.pop().is_some() {
+            seen += 1;
+        }
+        let kept = t.join().unwrap();
+        while c.pop().is_some() {
+            seen += 1;
+        }
+        assert_eq!(seen, kept);
+        assert_eq!(kept + c.dropped(), 3);
+    });
+}
+
+/// The doorbell vs park handshake: a device thread that goes to sleep and a host that
+/// publishes work then notifies. The model fails (deadlock) if a wake-up can be lost.
+#[test]
+fn park_handshake_never_loses_a_wakeup() {
+    loom::model(|| {
+        let gate = Arc::new(IdleGate::new());
+        let doorbell = Arc::new(AtomicU32::new(0));
+        let (g, d) = (gate.clone(), doorbell.clone());
+        let device = loom::thread::spawn(move || {
+            g.register_sleeper();
+            g.sleep_until(|| d.load(Ordering::Acquire) != 0);
+            assert_eq!(d.load(Ordering::Acquire), 1);
+        });
+        doorbell.fetch_add(1, Ordering::Release);
+        gate.notify();
+        device.join().unwrap();
+    });
+}
+
+/// Two doorbells rung back to back (merged or not) both reach a device that sleeps between
+/// them.
+#[test]
+fn park_handshake_two_doorbells() {
+    loom::model(|| {
+        let gate = Arc::new(IdleGate::new());
+        let doorbell = Arc::new(AtomicU32::new(0));
+        let (g, d) = (gate.clone(), doorbell.clone());
+        let device = loom::thread::spawn(move || {
+            g.register_sleeper();
+            let mut seen = 0;
+            while seen < 2 {
+                g.sleep_until(|| d.load(Ordering::Acquire) > seen);
+                seen = d.load(Ordering::Acquire);
+            }
+        });
+        for _ in 0..2 {
+            doorbell.fetch_add(1, Ordering::Release);
+            gate.notify();
+        }
+        device.join().unwrap();
+    });
+}
+
