@@ -1,0 +1,1497 @@
+//! Instructions: the header every instruction carries, the operations, and their encoding.
+
+use crate::ap::{AP_SIZE, AccessPattern};
+use crate::error::{DecodeError, Reason};
+use nrt_hal::{DType, DevAddr, Engine, FIRST_ENGINE_SEMAPHORE, SEMAPHORES_PER_CORE};
+
+/// Size of the instruction header.
+pub const HEADER_SIZE: usize = 16;
+
+/// Bit 15 of a semaphore index selects the device-wide (cross-core) semaphore file, used by
+/// lockstep cores to synchronize; the low bits index it.
+pub const GLOBAL_SEMAPHORE_BIT: u16 = 1 << 15;
+/// Device-wide semaphores.
+pub const GLOBAL_SEMAPHORES: u16 = 64;
+
+/// A semaphore an instruction waits on or signals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SemRef(pub u16);
+
+impl SemRef {
+    /// A core-local semaphore (index ≥ [`FIRST_ENGINE_SEMAPHORE`]).
+    pub const fn local(index: u16) -> SemRef {
+        SemRef(index)
+    }
+
+    /// A device-wide semaphore shared by the cores of a lockstep execution.
+    pub const fn global(index: u16) -> SemRef {
+        SemRef(index | GLOBAL_SEMAPHORE_BIT)
+    }
+
+    /// Whether it is device-wide.
+    pub const fn is_global(self) -> bool {
+        self.0 & GLOBAL_SEMAPHORE_BIT != 0
+    }
+
+    /// Index within its file.
+    pub const fn index(self) -> u16 {
+        self.0 & !GLOBAL_SEMAPHORE_BIT
+    }
+
+    fn validate(self, field: &'static str) -> Result<(), DecodeError> {
+        let ok = if self.is_global() {
+            self.index() < GLOBAL_SEMAPHORES
+        } else {
+            (FIRST_ENGINE_SEMAPHORE..SEMAPHORES_PER_CORE).contains(&(self.0 as u32))
+        };
+        if ok { Ok(()) } else { Err(DecodeError::field(field, Reason::BadSemaphore(self.0))) }
+    }
+}
+
+/// The synchronization every instruction may carry: wait until a semaphore reaches a value
+/// before starting, and add to a semaphore when done. Semaphore values count within one
+/// execution (the device resets core-local semaphores when an execution starts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Sync {
+    /// Wait until `sem >= value` before starting.
+    pub wait: Option<(SemRef, u32)>,
+    /// Add `value` to `sem` when finished.
+    pub signal: Option<(SemRef, u32)>,
+}
+
+macro_rules! wire_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $n:expr),+ $(,)? }) => {
+        $(#[$m])*
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $v = $n),+ }
+        impl $name {
+            /// Every value.
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+            /// Decodes the wire byte.
+            pub const fn from_u8(v: u8) -> Option<$name> {
+                match v { $($n => Some($name::$v),)+ _ => None }
+            }
+        }
+    };
+}
+
+wire_enum!(
+    /// Activation functions of the ACT engine: `y = f(x·scale + bias)`.
+    ActFunc {
+        /// `y = x`.
+        Identity = 0,
+        /// `max(x, 0)`.
+        Relu = 1,
+        /// `x < 0 ? alpha·x : x`.
+        LeakyRelu = 2,
+        /// `1 / (1 + e^-x)`.
+        Sigmoid = 3,
+        /// `clamp(alpha·x + beta, 0, 1)`.
+        HardSigmoid = 4,
+        /// `tanh(x)`.
+        Tanh = 5,
+        /// `x/2 · (1 + erf(x/√2))`.
+        GeluErf = 6,
+        /// `x/2 · (1 + tanh(√(2/π)·(x + 0.044715x³)))`.
+        GeluTanh = 7,
+        /// `erf(x)`.
+        Erf = 8,
+        /// `e^x`.
+        Exp = 9,
+        /// `ln x`.
+        Log = 10,
+        /// `√x`.
+        Sqrt = 11,
+        /// `1/√x`.
+        Rsqrt = 12,
+        /// `1/x`.
+        Reciprocal = 13,
+        /// `clamp(x, alpha, beta)`.
+        Clip = 14,
+        /// `|x|`.
+        Abs = 15,
+        /// `-x`.
+        Neg = 16,
+        /// `x < 0 ? alpha·(e^x − 1) : x`.
+        Elu = 17,
+        /// `ln(1 + e^x)`.
+        Softplus = 18,
+        /// `floor(x)`.
+        Floor = 19,
+        /// `ceil(x)`.
+        Ceil = 20,
+        /// `x²`.
+        Square = 21,
+    }
+);
+
+wire_enum!(
+    /// Elementwise binary operations of the DVE engine.
+    BinaryOp {
+        /// `a + b`.
+        Add = 0,
+        /// `a − b`.
+        Sub = 1,
+        /// `a · b`.
+        Mul = 2,
+        /// `a / b` (integers: truncating).
+        Div = 3,
+        /// `max(a, b)`.
+        Max = 4,
+        /// `min(a, b)`.
+        Min = 5,
+        /// `a^b`.
+        Pow = 6,
+        /// `a == b` (bool output).
+        Equal = 7,
+        /// `a < b` (bool output).
+        Less = 8,
+        /// `a > b` (bool output).
+        Greater = 9,
+        /// `a && b` (bool operands).
+        And = 10,
+        /// `a || b` (bool operands).
+        Or = 11,
+    }
+);
+
+impl BinaryOp {
+    /// Whether the output is boolean.
+    pub const fn is_comparison(self) -> bool {
+        matches!(self, BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater)
+    }
+
+    /// Whether the operands are boolean.
+    pub const fn is_logical(self) -> bool {
+        matches!(self, BinaryOp::And | BinaryOp::Or)
+    }
+}
+
+wire_enum!(
+    /// Reductions of the POOL engine.
+    ReduceOp {
+        /// Sum.
+        Sum = 0,
+        /// Arithmetic mean.
+        Mean = 1,
+        /// Maximum.
+        Max = 2,
+        /// Minimum.
+        Min = 3,
+    }
+);
+
+wire_enum!(
+    /// Pooling-window operations.
+    PoolOp {
+        /// Maximum over the window.
+        Max = 0,
+        /// Average over the window.
+        Avg = 1,
+    }
+);
+
+wire_enum!(
+    /// Resize interpolation.
+    ResizeMode {
+        /// Nearest neighbour.
+        Nearest = 0,
+        /// (Multi-)linear.
+        Linear = 1,
+    }
+);
+
+wire_enum!(
+    /// How an output coordinate maps to an input coordinate (ONNX
+    /// `coordinate_transformation_mode`).
+    CoordMode {
+        /// `(x + 0.5) / scale − 0.5`.
+        HalfPixel = 0,
+        /// `x / scale`.
+        Asymmetric = 1,
+        /// `x · (in − 1) / (out − 1)`.
+        AlignCorners = 2,
+        /// Like half-pixel, but 0 when the output size is 1.
+        PytorchHalfPixel = 3,
+        /// `(x + 0.5) / scale` (nearest only).
+        TfHalfPixelForNearest = 4,
+        /// `(x + 0.5) / scale − 0.5`, using the output/input size ratio.
+        HalfPixelSymmetric = 5,
+    }
+);
+
+wire_enum!(
+    /// How a fractional input coordinate rounds for nearest-neighbour resize.
+    NearestMode {
+        /// Round half down.
+        RoundPreferFloor = 0,
+        /// Round half up.
+        RoundPreferCeil = 1,
+        /// Floor.
+        Floor = 2,
+        /// Ceil.
+        Ceil = 3,
+    }
+);
+
+/// Flags of [`Op::MatMul`].
+pub mod matmul_flags {
+    /// `C += …` instead of `C = …`.
+    pub const ACCUMULATE: u32 = 1;
+    /// A is stored transposed: its AP is `[b1, b2, K, M]`.
+    pub const TRANSPOSE_A: u32 = 2;
+    /// B is stored transposed: its AP is `[b1, b2, N, K]`.
+    pub const TRANSPOSE_B: u32 = 4;
+    /// Every defined bit.
+    pub const ALL: u32 = ACCUMULATE | TRANSPOSE_A | TRANSPOSE_B;
+}
+
+/// A 2-D window geometry (convolution and pooling), in `(height, width)` order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Window {
+    /// Kernel size (pooling only; convolution takes it from the weight shape).
+    pub kernel: [u32; 2],
+    /// Stride.
+    pub stride: [u32; 2],
+    /// Padding: top, left, bottom, right.
+    pub pad: [u32; 4],
+    /// Dilation.
+    pub dilation: [u32; 2],
+}
+
+impl Window {
+    /// Output size of one spatial dimension, `None` if the window does not fit.
+    pub fn out_dim(&self, dim: usize, input: u32, kernel: u32) -> Option<u32> {
+        let padded = input as i64 + self.pad[dim] as i64 + self.pad[dim + 2] as i64;
+        let span = self.dilation[dim] as i64 * (kernel as i64 - 1) + 1;
+        if padded < span || self.stride[dim] == 0 {
+            return None;
+        }
+        Some(((padded - span) / self.stride[dim] as i64 + 1) as u32)
+    }
+}
+
+/// An operation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// End of block: the engine is done with this execution (writes its END record).
+    End,
+    /// Does nothing (carries only synchronization).
+    Nop,
+    /// SP: strided copy by the DMA engine (same shape and element type).
+    DmaCopy {
+        /// Source.
+        src: AccessPattern,
+        /// Destination.
+        dst: AccessPattern,
+    },
+    /// SP: run `count` DMA transfers ([`nrt_hal::TriggerPair`]s) stored at `table` — how a
+    /// model moves its inputs and outputs through the descriptors bind patched.
+    DmaDescriptors {
+        /// Address of the first descriptor pair.
+        table: DevAddr,
+        /// Number of pairs.
+        count: u32,
+    },
+    /// SP: set a semaphore.
+    SemSet {
+        /// Semaphore.
+        sem: SemRef,
+        /// Value.
+        value: u32,
+    },
+    /// SP: write a custom notification record on this engine's ring.
+    Notify {
+        /// Custom subtype (6 = tensor).
+        subtype: u8,
+        /// Custom sub-id (7 = output done).
+        sub_id: u16,
+        /// Payload (the output's var_id).
+        payload: u32,
+    },
+    /// SP: cross-core barrier: add 1 to a device-wide semaphore, then wait until it reaches
+    /// `count` (the number of cores of the execution).
+    Barrier {
+        /// Device-wide semaphore.
+        sem: SemRef,
+        /// Cores to wait for.
+        count: u32,
+    },
+    /// PE: `C (+)= alpha · op(A) · op(B)`, batched over the two leading dimensions.
+    MatMul {
+        /// `[b1, b2, M, K]` (or `[b1, b2, K, M]` with `TRANSPOSE_A`).
+        a: AccessPattern,
+        /// `[b1, b2, K, N]` (or `[b1, b2, N, K]` with `TRANSPOSE_B`).
+        b: AccessPattern,
+        /// `[b1, b2, M, N]`.
+        c: AccessPattern,
+        /// Scale applied to the product.
+        alpha: f32,
+        /// [`matmul_flags`].
+        flags: u32,
+    },
+    /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
+    Conv {
+        /// `[N, C, H, W]`.
+        input: AccessPattern,
+        /// `[O, C/groups, KH, KW]`.
+        weight: AccessPattern,
+        /// `[N, O, OH, OW]`.
+        output: AccessPattern,
+        /// `[1, 1, 1, O]`, if any.
+        bias: Option<AccessPattern>,
+        /// Scratch for the im2col lowering: `(C/groups)·KH·KW·OH·OW` fp32 elements, if any
+        /// (without it the engine convolves directly).
+        workspace: Option<AccessPattern>,
+        /// Stride, padding, dilation (kernel unused).
+        window: Window,
+        /// Groups.
+        groups: u32,
+    },
+    /// ACT: `y = f(x · scale + bias)`.
+    Activation {
+        /// Input.
+        input: AccessPattern,
+        /// Output (same shape).
+        output: AccessPattern,
+        /// Added before `f` (same shape, usually broadcast), if any.
+        bias: Option<AccessPattern>,
+        /// The function.
+        func: ActFunc,
+        /// Multiplies `x` before the bias.
+        scale: f32,
+        /// Function parameter (LeakyRelu, HardSigmoid, Elu slope; Clip minimum).
+        alpha: f32,
+        /// Function parameter (HardSigmoid offset; Clip maximum).
+        beta: f32,
+    },
+    /// DVE: `out = a ∘ b` elementwise (broadcast by stride 0).
+    Binary {
+        /// Left operand.
+        a: AccessPattern,
+        /// Right operand.
+        b: AccessPattern,
+        /// Output.
+        out: AccessPattern,
+        /// The operation.
+        op: BinaryOp,
+    },
+    /// DVE: `out = a ∘ scalar` (or `scalar ∘ a` when `reverse`).
+    TensorScalar {
+        /// Tensor operand.
+        a: AccessPattern,
+        /// Output.
+        out: AccessPattern,
+        /// The operation (arithmetic only).
+        op: BinaryOp,
+        /// The scalar.
+        scalar: f32,
+        /// Scalar on the left.
+        reverse: bool,
+    },
+    /// DVE/POOL: strided copy, converting the element type if the two differ (transpose,
+    /// slice, concat, pad, expand, cast).
+    Copy {
+        /// Source.
+        input: AccessPattern,
+        /// Destination (same shape).
+        output: AccessPattern,
+    },
+    /// DVE: `out = cond ? a : b`.
+    Select {
+        /// Boolean condition.
+        cond: AccessPattern,
+        /// Taken where true.
+        a: AccessPattern,
+        /// Taken where false.
+        b: AccessPattern,
+        /// Output.
+        out: AccessPattern,
+    },
+    /// DVE/POOL: fill with one element value (its little-endian bits, zero-extended).
+    Fill {
+        /// Destination.
+        out: AccessPattern,
+        /// Element bits.
+        bits: u64,
+    },
+    /// POOL: reduce over the dimensions set in `axes` (bit i = dimension i); the output has
+    /// size 1 there.
+    Reduce {
+        /// Input.
+        input: AccessPattern,
+        /// Output.
+        output: AccessPattern,
+        /// The reduction.
+        op: ReduceOp,
+        /// Dimension mask.
+        axes: u8,
+    },
+    /// POOL: max or average pooling windows over `[N, C, H, W]`.
+    Pool {
+        /// `[N, C, H, W]`.
+        input: AccessPattern,
+        /// `[N, C, OH, OW]`.
+        output: AccessPattern,
+        /// Kernel, stride, padding, dilation.
+        window: Window,
+        /// Max or average.
+        op: PoolOp,
+        /// Average pooling counts padding cells in the divisor.
+        count_include_pad: bool,
+    },
+    /// POOL: softmax (or log-softmax) over dimension 3, max-subtracted, fp32 accumulation.
+    Softmax {
+        /// Input.
+        input: AccessPattern,
+        /// Output.
+        output: AccessPattern,
+        /// Log-softmax.
+        log: bool,
+    },
+    /// POOL: layer normalization over dimension 3: `(x − mean)/√(var + eps) · gamma + beta`.
+    LayerNorm {
+        /// Input.
+        input: AccessPattern,
+        /// Scale (same shape as input, broadcast).
+        gamma: AccessPattern,
+        /// Shift, if any.
+        beta: Option<AccessPattern>,
+        /// Output.
+        output: AccessPattern,
+        /// Epsilon.
+        eps: f32,
+    },
+    /// POOL: resize every dimension whose sizes differ.
+    Resize {
+        /// Input.
+        input: AccessPattern,
+        /// Output.
+        output: AccessPattern,
+        /// Interpolation.
+        mode: ResizeMode,
+        /// Coordinate transformation.
+        coord: CoordMode,
+        /// Rounding for nearest.
+        nearest: NearestMode,
+        /// Per-dimension scale (output/input); 0 = use the size ratio.
+        scales: [f32; 4],
+    },
+    /// POOL: indexed copy along dimension 2: `out[a,b,i,d] = data[a,b,idx[i],d]`. An index
+    /// out of range is a device error (`NRT_EXEC_OOB`).
+    Gather {
+        /// `[d0, d1, A, d3]`.
+        data: AccessPattern,
+        /// `[1, 1, 1, N]` of i32 or i64 (negative counts from the end).
+        indices: AccessPattern,
+        /// `[d0, d1, N, d3]`.
+        output: AccessPattern,
+    },
+}
+
+/// Opcode bytes.
+pub mod opcode {
+    /// [`super::Op::End`].
+    pub const END: u8 = 0x01;
+    /// [`super::Op::Nop`].
+    pub const NOP: u8 = 0x02;
+    /// [`super::Op::DmaCopy`].
+    pub const DMA_COPY: u8 = 0x10;
+    /// [`super::Op::DmaDescriptors`].
+    pub const DMA_DESCRIPTORS: u8 = 0x11;
+    /// [`super::Op::SemSet`].
+    pub const SEM_SET: u8 = 0x12;
+    /// [`super::Op::Notify`].
+    pub const NOTIFY: u8 = 0x13;
+    /// [`super::Op::Barrier`].
+    pub const BARRIER: u8 = 0x14;
+    /// [`super::Op::MatMul`].
+    pub const MATMUL: u8 = 0x20;
+    /// [`super::Op::Conv`].
+    pub const CONV: u8 = 0x21;
+    /// [`super::Op::Activation`].
+    pub const ACTIVATION: u8 = 0x30;
+    /// [`super::Op::Binary`].
+    pub const BINARY: u8 = 0x40;
+    /// [`super::Op::TensorScalar`].
+    pub const TENSOR_SCALAR: u8 = 0x41;
+    /// [`super::Op::Copy`].
+    pub const COPY: u8 = 0x42;
+    /// [`super::Op::Select`].
+    pub const SELECT: u8 = 0x43;
+    /// [`super::Op::Fill`].
+    pub const FILL: u8 = 0x44;
+    /// [`super::Op::Reduce`].
+    pub const REDUCE: u8 = 0x50;
+    /// [`super::Op::Pool`].
+    pub const POOL: u8 = 0x51;
+    /// [`super::Op::Softmax`].
+    pub const SOFTMAX: u8 = 0x52;
+    /// [`super::Op::LayerNorm`].
+    pub const LAYER_NORM: u8 = 0x53;
+    /// [`super::Op::Resize`].
+    pub const RESIZE: u8 = 0x54;
+    /// [`super::Op::Gather`].
+    pub const GATHER: u8 = 0x55;
+}
+
+/// Mnemonic and encoded size of an opcode, `None` if unknown.
+pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
+    use opcode::*;
+    Some(match op {
+        END => ("End", HEADER_SIZE),
+        NOP => ("Nop", HEADER_SIZE),
+        DMA_COPY => ("DmaCopy", HEADER_SIZE + 2 * AP_SIZE),
+        DMA_DESCRIPTORS => ("DmaDescriptors", HEADER_SIZE + 16),
+        SEM_SET => ("SemSet", HEADER_SIZE + 8),
+        NOTIFY => ("Notify", HEADER_SIZE + 8),
+        BARRIER => ("Barrier", HEADER_SIZE + 8),
+        MATMUL => ("MatMul", HEADER_SIZE + 3 * AP_SIZE + 8),
+        CONV => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 48),
+        ACTIVATION => ("Activation", HEADER_SIZE + 3 * AP_SIZE + 24),
+        BINARY => ("Binary", HEADER_SIZE + 3 * AP_SIZE + 8),
+        TENSOR_SCALAR => ("TensorScalar", HEADER_SIZE + 2 * AP_SIZE + 16),
+        COPY => ("Copy", HEADER_SIZE + 2 * AP_SIZE),
+        SELECT => ("Select", HEADER_SIZE + 4 * AP_SIZE),
+        FILL => ("Fill", HEADER_SIZE + AP_SIZE + 8),
+        REDUCE => ("Reduce", HEADER_SIZE + 2 * AP_SIZE + 8),
+        POOL => ("Pool", HEADER_SIZE + 2 * AP_SIZE + 48),
+        SOFTMAX => ("Softmax", HEADER_SIZE + 2 * AP_SIZE + 8),
+        LAYER_NORM => ("LayerNorm", HEADER_SIZE + 4 * AP_SIZE + 8),
+        RESIZE => ("Resize", HEADER_SIZE + 2 * AP_SIZE + 24),
+        GATHER => ("Gather", HEADER_SIZE + 3 * AP_SIZE),
+        _ => return None,
+    })
+}
+
+impl Op {
+    /// The opcode byte.
+    pub const fn opcode(&self) -> u8 {
+        use opcode::*;
+        match self {
+            Op::End => END,
+            Op::Nop => NOP,
+            Op::DmaCopy { .. } => DMA_COPY,
+            Op::DmaDescriptors { .. } => DMA_DESCRIPTORS,
+            Op::SemSet { .. } => SEM_SET,
+            Op::Notify { .. } => NOTIFY,
+            Op::Barrier { .. } => BARRIER,
+            Op::MatMul { .. } => MATMUL,
+            Op::Conv { .. } => CONV,
+            Op::Activation { .. } => ACTIVATION,
+            Op::Binary { .. } => BINARY,
+            Op::TensorScalar { .. } => TENSOR_SCALAR,
+            Op::Copy { .. } => COPY,
+            Op::Select { .. } => SELECT,
+            Op::Fill { .. } => FILL,
+            Op::Reduce { .. } => REDUCE,
+            Op::Pool { .. } => POOL,
+            Op::Softmax { .. } => SOFTMAX,
+            Op::LayerNorm { .. } => LAYER_NORM,
+            Op::Resize { .. } => RESIZE,
+            Op::Gather { .. } => GATHER,
+        }
+    }
+
+    /// Mnemonic.
+    pub fn name(&self) -> &'static str {
+        opcode_info(self.opcode()).expect("every Op has an opcode").0
+    }
+
+    /// Whether the opcode may run on `engine`.
+    pub const fn runs_on(&self, engine: Engine) -> bool {
+        match self {
+            Op::End | Op::Nop => true,
+            Op::DmaCopy { .. }
+            | Op::DmaDescriptors { .. }
+            | Op::SemSet { .. }
+            | Op::Notify { .. }
+            | Op::Barrier { .. } => matches!(engine, Engine::Sp),
+            Op::MatMul { .. } | Op::Conv { .. } => matches!(engine, Engine::Pe),
+            Op::Activation { .. } => matches!(engine, Engine::Act),
+            Op::Binary { .. } | Op::TensorScalar { .. } | Op::Select { .. } => {
+                matches!(engine, Engine::Dve)
+            }
+            Op::Copy { .. } | Op::Fill { .. } => matches!(engine, Engine::Dve | Engine::Pool),
+            Op::Reduce { .. }
+            | Op::Pool { .. }
+            | Op::Softmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::Resize { .. }
+            | Op::Gather { .. } => matches!(engine, Engine::Pool),
+        }
+    }
+}
+
+/// One instruction: synchronization plus an operation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Instruction {
+    /// Semaphore wait before / signal after.
+    pub sync: Sync,
+    /// What it does.
+    pub op: Op,
+}
+
+/// An address field of an encoded instruction: what relocations patch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressField {
+    /// Byte offset of the 8-byte little-endian address inside the instruction.
+    pub offset: usize,
+    /// Operand name (`"a"`, `"table"`, …).
+    pub name: &'static str,
+    /// Bytes the instruction touches relative to the address: `[lo, hi)`.
+    pub extent: (i64, i64),
+}
+
+//===------------------------------------------------------------------------------------===//
+// Encoding
+//===------------------------------------------------------------------------------------===//
+
+struct W<'a>(&'a mut Vec<u8>);
+
+impl W<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn f32(&mut self, v: f32) {
+        self.u32(v.to_bits());
+    }
+    fn ap(&mut self, ap: &AccessPattern) {
+        ap.encode(self.0);
+    }
+    fn opt_ap(&mut self, ap: &Option<AccessPattern>) {
+        match ap {
+            Some(ap) => ap.encode(self.0),
+            None => self.0.extend_from_slice(&[0u8; AP_SIZE]),
+        }
+    }
+    fn zeros(&mut self, n: usize) {
+        self.0.resize(self.0.len() + n, 0);
+    }
+    fn window(&mut self, w: &Window) {
+        for v in w.kernel.iter().chain(&w.stride).chain(&w.pad).chain(&w.dilation) {
+            self.u32(*v);
+        }
+    }
+}
+
+impl Instruction {
+    /// An instruction without synchronization.
+    pub const fn new(op: Op) -> Instruction {
+        Instruction { sync: Sync { wait: None, signal: None }, op }
+    }
+
+    /// Adds a wait.
+    pub const fn wait(mut self, sem: SemRef, value: u32) -> Instruction {
+        self.sync.wait = Some((sem, value));
+        self
+    }
+
+    /// Adds a signal.
+    pub const fn signal(mut self, sem: SemRef, value: u32) -> Instruction {
+        self.sync.signal = Some((sem, value));
+        self
+    }
+
+    /// Encoded size in bytes.
+    pub fn encoded_len(&self) -> usize {
+        opcode_info(self.op.opcode()).expect("known opcode").1
+    }
+
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        let len = self.encoded_len();
+        let mut w = W(out);
+        w.u8(self.op.opcode());
+        w.u8(self.sync.wait.is_some() as u8 | (self.sync.signal.is_some() as u8) << 1);
+        w.u16(len as u16);
+        w.u16(self.sync.wait.map_or(0, |(s, _)| s.0));
+        w.u16(self.sync.signal.map_or(0, |(s, _)| s.0));
+        w.u32(self.sync.wait.map_or(0, |(_, v)| v));
+        w.u32(self.sync.signal.map_or(0, |(_, v)| v));
+        match &self.op {
+            Op::End | Op::Nop => {}
+            Op::DmaCopy { src, dst } => {
+                w.ap(src);
+                w.ap(dst);
+            }
+            Op::DmaDescriptors { table, count } => {
+                w.u64(*table);
+                w.u32(*count);
+                w.u32(0);
+            }
+            Op::SemSet { sem, value } => {
+                w.u16(sem.0);
+                w.u16(0);
+                w.u32(*value);
+            }
+            Op::Notify { subtype, sub_id, payload } => {
+                w.u8(*subtype);
+                w.u8(0);
+                w.u16(*sub_id);
+                w.u32(*payload);
+            }
+            Op::Barrier { sem, count } => {
+                w.u16(sem.0);
+                w.u16(0);
+                w.u32(*count);
+            }
+            Op::MatMul { a, b, c, alpha, flags } => {
+                w.ap(a);
+                w.ap(b);
+                w.ap(c);
+                w.f32(*alpha);
+                w.u32(*flags);
+            }
+            Op::Conv { input, weight, output, bias, workspace, window, groups } => {
+                w.ap(input);
+                w.ap(weight);
+                w.ap(output);
+                w.opt_ap(bias);
+                w.opt_ap(workspace);
+                w.window(window);
+                w.u32(*groups);
+                w.u32(bias.is_some() as u32 | (workspace.is_some() as u32) << 1);
+            }
+            Op::Activation { input, output, bias, func, scale, alpha, beta } => {
+                w.ap(input);
+                w.ap(output);
+                w.opt_ap(bias);
+                w.u8(*func as u8);
+                w.zeros(3);
+                w.u32(bias.is_some() as u32);
+                w.f32(*scale);
+                w.f32(*alpha);
+                w.f32(*beta);
+                w.u32(0);
+            }
+            Op::Binary { a, b, out, op } => {
+                w.ap(a);
+                w.ap(b);
+                w.ap(out);
+                w.u8(*op as u8);
+                w.zeros(7);
+            }
+            Op::TensorScalar { a, out, op, scalar, reverse } => {
+                w.ap(a);
+                w.ap(out);
+                w.u8(*op as u8);
+                w.zeros(3);
+                w.u32(*reverse as u32);
+                w.f32(*scalar);
+                w.u32(0);
+            }
+            Op::Copy { input, output } => {
+                w.ap(input);
+                w.ap(output);
+            }
+            Op::Select { cond, a, b, out } => {
+                w.ap(cond);
+                w.ap(a);
+                w.ap(b);
+                w.ap(out);
+            }
+            Op::Fill { out, bits } => {
+                w.ap(out);
+                w.u64(*bits);
+            }
+            Op::Reduce { input, output, op, axes } => {
+                w.ap(input);
+                w.ap(output);
+                w.u8(*op as u8);
+                w.u8(*axes);
+                w.zeros(6);
+            }
+            Op::Pool { input, output, window, op, count_include_pad } => {
+                w.ap(input);
+                w.ap(output);
+                w.window(window);
+                w.u8(*op as u8);
+                w.zeros(3);
+                w.u32(*count_include_pad as u32);
+            }
+            Op::Softmax { input, output, log } => {
+                w.ap(input);
+                w.ap(output);
+                w.u32(*log as u32);
+                w.u32(0);
+            }
+            Op::LayerNorm { input, gamma, beta, output, eps } => {
+                w.ap(input);
+                w.ap(gamma);
+                w.opt_ap(beta);
+                w.ap(output);
+                w.f32(*eps);
+                w.u32(beta.is_some() as u32);
+            }
+            Op::Resize { input, output, mode, coord, nearest, scales } => {
+                w.ap(input);
+                w.ap(output);
+                w.u8(*mode as u8);
+                w.u8(*coord as u8);
+                w.u8(*nearest as u8);
+                w.zeros(5);
+                for s in scales {
+                    w.f32(*s);
+                }
+            }
+            Op::Gather { data, indices, output } => {
+                w.ap(data);
+                w.ap(indices);
+                w.ap(output);
+            }
+        }
+        debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
+    }
+}
+
+//===------------------------------------------------------------------------------------===//
+// Decoding and validation
+//===------------------------------------------------------------------------------------===//
+
+struct R<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> R<'a> {
+    fn u8(&mut self) -> u8 {
+        let v = self.b[self.pos];
+        self.pos += 1;
+        v
+    }
+    fn u16(&mut self) -> u16 {
+        let v = u16::from_le_bytes([self.b[self.pos], self.b[self.pos + 1]]);
+        self.pos += 2;
+        v
+    }
+    fn u32(&mut self) -> u32 {
+        let v = u32::from_le_bytes(self.b[self.pos..self.pos + 4].try_into().expect("4 bytes"));
+        self.pos += 4;
+        v
+    }
+    fn u64(&mut self) -> u64 {
+        let v = u64::from_le_bytes(self.b[self.pos..self.pos + 8].try_into().expect("8 bytes"));
+        self.pos += 8;
+        v
+    }
+    fn f32(&mut self, field: &'static str) -> Result<f32, DecodeError> {
+        let at = self.pos;
+        let v = f32::from_bits(self.u32());
+        if v.is_nan() {
+            return Err(DecodeError::field(field, Reason::OutOfRange(v.to_bits() as u64)).at(at));
+        }
+        Ok(v)
+    }
+    fn ap(&mut self, field: &'static str) -> Result<AccessPattern, DecodeError> {
+        let at = self.pos;
+        let ap = AccessPattern::decode(&self.b[at..at + AP_SIZE], field).map_err(|e| {
+            let off = e.field_offset;
+            e.at(at + off)
+        })?;
+        self.pos += AP_SIZE;
+        Ok(ap)
+    }
+    /// An optional operand: present iff `present`; absent ones must be all zero.
+    fn opt_ap(&mut self, field: &'static str, present: bool) -> Result<Option<AccessPattern>, DecodeError> {
+        if present {
+            return self.ap(field).map(Some);
+        }
+        self.zeros(AP_SIZE, field)?;
+        Ok(None)
+    }
+    fn zeros(&mut self, n: usize, field: &'static str) -> Result<(), DecodeError> {
+        let at = self.pos;
+        if self.b[at..at + n].iter().any(|&x| x != 0) {
+            return Err(DecodeError::field(field, Reason::ReservedNonZero).at(at));
+        }
+        self.pos += n;
+        Ok(())
+    }
+    fn flags(&mut self, field: &'static str, allowed: u32) -> Result<u32, DecodeError> {
+        let at = self.pos;
+        let v = self.u32();
+        if v & !allowed != 0 {
+            return Err(DecodeError::field(field, Reason::UnknownFlags(v & !allowed)).at(at));
+        }
+        Ok(v)
+    }
+    fn bool32(&mut self, field: &'static str) -> Result<bool, DecodeError> {
+        Ok(self.flags(field, 1)? != 0)
+    }
+    fn enum_u8<T>(&mut self, field: &'static str, f: fn(u8) -> Option<T>) -> Result<T, DecodeError> {
+        let at = self.pos;
+        let v = self.u8();
+        f(v).ok_or(DecodeError::field(field, Reason::BadEnum(v as u32)).at(at))
+    }
+    fn window(&mut self, pooling: bool) -> Result<Window, DecodeError> {
+        let at = self.pos;
+        let mut v = [0u32; 10];
+        for x in &mut v {
+            *x = self.u32();
+        }
+        let w = Window {
+            kernel: [v[0], v[1]],
+            stride: [v[2], v[3]],
+            pad: [v[4], v[5], v[6], v[7]],
+            dilation: [v[8], v[9]],
+        };
+        let check = |ok: bool, field: &'static str, value: u32, off: usize| {
+            if ok { Ok(()) } else { Err(DecodeError::field(field, Reason::OutOfRange(value as u64)).at(at + off)) }
+        };
+        for i in 0..2 {
+            if pooling {
+                check(w.kernel[i] >= 1, "window.kernel", w.kernel[i], 4 * i)?;
+            } else {
+                check(w.kernel[i] == 0, "window.kernel", w.kernel[i], 4 * i)?;
+            }
+            check(w.stride[i] >= 1, "window.stride", w.stride[i], 8 + 4 * i)?;
+            check(w.dilation[i] >= 1, "window.dilation", w.dilation[i], 32 + 4 * i)?;
+        }
+        for i in 0..4 {
+            check(w.pad[i] < 1 << 20, "window.pad", w.pad[i], 16 + 4 * i)?;
+        }
+        Ok(w)
+    }
+}
+
+fn require_dtype(ap: &AccessPattern, field: &'static str, ok: &[DType]) -> Result<(), DecodeError> {
+    if ok.contains(&ap.dtype) {
+        Ok(())
+    } else {
+        Err(DecodeError::field(field, Reason::UnsupportedDType(ap.dtype)).at(8))
+    }
+}
+
+fn same_shape(field: &'static str, want: &[u32; 4], got: &AccessPattern) -> Result<(), DecodeError> {
+    for d in 0..4 {
+        if want[d] != got.shape[d] {
+            return Err(DecodeError::field(
+                field,
+                Reason::ShapeMismatch { dim: d, expected: want[d], found: got.shape[d] },
+            )
+            .at(16 + 4 * d));
+        }
+    }
+    Ok(())
+}
+
+fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<(), DecodeError> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(DecodeError::field(field, Reason::ShapeMismatch { dim, expected, found }).at(16 + 4 * dim))
+    }
+}
+
+const F32: &[DType] = &[DType::F32];
+const NUMERIC: &[DType] = &[DType::F32, DType::I32, DType::I64];
+
+impl Instruction {
+    /// Decodes and validates one instruction from the start of `bytes`, returning it and its
+    /// length. `index`/`block_offset` of an error are left 0 (see [`crate::BlockDecoder`]).
+    pub fn decode(bytes: &[u8]) -> Result<(Instruction, usize), DecodeError> {
+        if bytes.len() < HEADER_SIZE {
+            return Err(DecodeError::field(
+                "header",
+                Reason::Truncated { needed: HEADER_SIZE, available: bytes.len() },
+            ));
+        }
+        let opc = bytes[0];
+        let (name, size) = opcode_info(opc)
+            .ok_or(DecodeError::field("header.opcode", Reason::UnknownOpcode(opc)))?;
+        let len = u16::from_le_bytes([bytes[2], bytes[3]]) as usize;
+        if len != size {
+            return Err(DecodeError::field("header.length", Reason::BadLength { expected: size, found: len })
+                .at(2)
+                .in_op(name, 0));
+        }
+        if bytes.len() < size {
+            return Err(DecodeError::field(
+                "header.length",
+                Reason::Truncated { needed: size, available: bytes.len() },
+            )
+            .at(2)
+            .in_op(name, 0));
+        }
+        let b = &bytes[..size];
+        Self::decode_exact(b).map(|i| (i, size)).map_err(|e| e.in_op(name, 0))
+    }
+
+    fn decode_exact(b: &[u8]) -> Result<Instruction, DecodeError> {
+        let mut r = R { b, pos: 1 };
+        let sync_flags = r.u8();
+        if sync_flags & !3 != 0 {
+            return Err(DecodeError::field("header.sync", Reason::UnknownFlags(sync_flags as u32)).at(1));
+        }
+        r.pos = 4;
+        let (ws, ss) = (SemRef(r.u16()), SemRef(r.u16()));
+        let (wv, sv) = (r.u32(), r.u32());
+        let wait = if sync_flags & 1 != 0 {
+            ws.validate("header.wait_sem").map_err(|e| e.at(4))?;
+            Some((ws, wv))
+        } else if ws.0 != 0 || wv != 0 {
+            return Err(DecodeError::field("header.wait_sem", Reason::ReservedNonZero).at(4));
+        } else {
+            None
+        };
+        let signal = if sync_flags & 2 != 0 {
+            ss.validate("header.signal_sem").map_err(|e| e.at(6))?;
+            Some((ss, sv))
+        } else if ss.0 != 0 || sv != 0 {
+            return Err(DecodeError::field("header.signal_sem", Reason::ReservedNonZero).at(6));
+        } else {
+            None
+        };
+        let sync = Sync { wait, signal };
+        let op = match b[0] {
+            opcode::END => Op::End,
+            opcode::NOP => Op::Nop,
+            opcode::DMA_COPY => {
+                let src = r.ap("src")?;
+                let dst = r.ap("dst")?;
+                if src.dtype != dst.dtype {
+                    return Err(DecodeError::field("dst.dtype", Reason::UnsupportedDType(dst.dtype))
+                        .at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                same_shape("dst.shape", &src.shape, &dst).map_err(|e| {
+                    let o = e.field_offset;
+                    e.at(HEADER_SIZE + AP_SIZE + o)
+                })?;
+                Op::DmaCopy { src, dst }
+            }
+            opcode::DMA_DESCRIPTORS => {
+                let table = r.u64();
+                let at = r.pos;
+                let count = r.u32();
+                if count == 0 || count > 1 << 16 {
+                    return Err(DecodeError::field("count", Reason::OutOfRange(count as u64)).at(at));
+                }
+                r.zeros(4, "reserved")?;
+                Op::DmaDescriptors { table, count }
+            }
+            opcode::SEM_SET => {
+                let sem = SemRef(r.u16());
+                sem.validate("sem").map_err(|e| e.at(HEADER_SIZE))?;
+                r.zeros(2, "reserved")?;
+                Op::SemSet { sem, value: r.u32() }
+            }
+            opcode::NOTIFY => {
+                let subtype = r.u8();
+                r.zeros(1, "reserved")?;
+                let sub_id = r.u16();
+                Op::Notify { subtype, sub_id, payload: r.u32() }
+            }
+            opcode::BARRIER => {
+                let sem = SemRef(r.u16());
+                if !sem.is_global() {
+                    return Err(DecodeError::field("sem", Reason::BadSemaphore(sem.0)).at(HEADER_SIZE));
+                }
+                sem.validate("sem").map_err(|e| e.at(HEADER_SIZE))?;
+                r.zeros(2, "reserved")?;
+                let at = r.pos;
+                let count = r.u32();
+                if !(1..=8).contains(&count) {
+                    return Err(DecodeError::field("count", Reason::OutOfRange(count as u64)).at(at));
+                }
+                Op::Barrier { sem, count }
+            }
+            opcode::MATMUL => {
+                let a = r.ap("a")?;
+                let b_ = r.ap("b")?;
+                let c = r.ap("c")?;
+                let alpha = r.f32("alpha")?;
+                let flags = r.flags("flags", matmul_flags::ALL)?;
+                let base = HEADER_SIZE;
+                require_dtype(&a, "a.dtype", F32).map_err(|e| e.shifted(base))?;
+                require_dtype(&b_, "b.dtype", F32).map_err(|e| e.shifted(base + AP_SIZE))?;
+                require_dtype(&c, "c.dtype", F32).map_err(|e| e.shifted(base + 2 * AP_SIZE))?;
+                let (m, k) = if flags & matmul_flags::TRANSPOSE_A != 0 {
+                    (a.shape[3], a.shape[2])
+                } else {
+                    (a.shape[2], a.shape[3])
+                };
+                let (kb, n) = if flags & matmul_flags::TRANSPOSE_B != 0 {
+                    (b_.shape[3], b_.shape[2])
+                } else {
+                    (b_.shape[2], b_.shape[3])
+                };
+                let bo = base + AP_SIZE;
+                let co = base + 2 * AP_SIZE;
+                if kb != k {
+                    return Err(DecodeError::field("b.shape", Reason::ShapeMismatch { dim: 2, expected: k, found: kb })
+                        .at(bo + 16 + 8));
+                }
+                for d in 0..2 {
+                    dim_eq("b.shape", d, c.shape[d], b_.shape[d]).map_err(|e| e.shifted(bo))?;
+                    dim_eq("a.shape", d, c.shape[d], a.shape[d]).map_err(|e| e.shifted(base))?;
+                }
+                dim_eq("c.shape", 2, m, c.shape[2]).map_err(|e| e.shifted(co))?;
+                dim_eq("c.shape", 3, n, c.shape[3]).map_err(|e| e.shifted(co))?;
+                Op::MatMul { a, b: b_, c, alpha, flags }
+            }
+            opcode::CONV => {
+                let input = r.ap("input")?;
+                let weight = r.ap("weight")?;
+                let output = r.ap("output")?;
+                let flags_at = HEADER_SIZE + 5 * AP_SIZE + 40 + 4;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !3 != 0 {
+                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at));
+                }
+                let bias = r.opt_ap("bias", flags & 1 != 0)?;
+                let workspace = r.opt_ap("workspace", flags & 2 != 0)?;
+                let window = r.window(false)?;
+                let at = r.pos;
+                let groups = r.u32();
+                let base = HEADER_SIZE;
+                for (ap, f, i) in [(&input, "input.dtype", 0), (&weight, "weight.dtype", 1), (&output, "output.dtype", 2)] {
+                    require_dtype(ap, f, F32).map_err(|e| e.shifted(base + i * AP_SIZE))?;
+                }
+                let (c, o) = (input.shape[1], weight.shape[0]);
+                if groups == 0 || c % groups != 0 || o % groups != 0 {
+                    return Err(DecodeError::field("groups", Reason::OutOfRange(groups as u64)).at(at));
+                }
+                let wo = base + AP_SIZE;
+                let oo = base + 2 * AP_SIZE;
+                dim_eq("weight.shape", 1, c / groups, weight.shape[1]).map_err(|e| e.shifted(wo))?;
+                dim_eq("output.shape", 0, input.shape[0], output.shape[0]).map_err(|e| e.shifted(oo))?;
+                dim_eq("output.shape", 1, o, output.shape[1]).map_err(|e| e.shifted(oo))?;
+                for d in 0..2 {
+                    let want = window.out_dim(d, input.shape[2 + d], weight.shape[2 + d]).ok_or(
+                        DecodeError::field("window", Reason::OutOfRange(weight.shape[2 + d] as u64))
+                            .at(HEADER_SIZE + 5 * AP_SIZE),
+                    )?;
+                    dim_eq("output.shape", 2 + d, want, output.shape[2 + d]).map_err(|e| e.shifted(oo))?;
+                }
+                if let Some(bias) = &bias {
+                    require_dtype(bias, "bias.dtype", F32).map_err(|e| e.shifted(base + 3 * AP_SIZE))?;
+                    same_shape("bias.shape", &[1, 1, 1, o], bias).map_err(|e| e.shifted(base + 3 * AP_SIZE))?;
+                }
+                if let Some(ws) = &workspace {
+                    let need = (c / groups) as u64
+                        * weight.shape[2] as u64
+                        * weight.shape[3] as u64
+                        * output.shape[2] as u64
+                        * output.shape[3] as u64;
+                    require_dtype(ws, "workspace.dtype", F32).map_err(|e| e.shifted(base + 4 * AP_SIZE))?;
+                    if ws.elements() < need || !ws.is_dense() {
+                        return Err(DecodeError::field("workspace.shape", Reason::OutOfRange(ws.elements()))
+                            .at(base + 4 * AP_SIZE + 16));
+                    }
+                }
+                Op::Conv { input, weight, output, bias, workspace, window, groups }
+            }
+            opcode::ACTIVATION => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let flags_at = HEADER_SIZE + 3 * AP_SIZE + 4;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !1 != 0 {
+                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at));
+                }
+                let bias = r.opt_ap("bias", flags & 1 != 0)?;
+                let func = r.enum_u8("func", ActFunc::from_u8)?;
+                r.zeros(3, "reserved")?;
+                r.pos += 4;
+                let scale = r.f32("scale")?;
+                let alpha = r.f32("alpha")?;
+                let beta = r.f32("beta")?;
+                r.zeros(4, "reserved")?;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("output.shape", &input.shape, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                if let Some(bias) = &bias {
+                    require_dtype(bias, "bias.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                    same_shape("bias.shape", &input.shape, bias).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                }
+                Op::Activation { input, output, bias, func, scale, alpha, beta }
+            }
+            opcode::BINARY => {
+                let a = r.ap("a")?;
+                let b_ = r.ap("b")?;
+                let out = r.ap("out")?;
+                let op = r.enum_u8("op", BinaryOp::from_u8)?;
+                r.zeros(7, "reserved")?;
+                let ops = if op.is_logical() { &[DType::Bool][..] } else { NUMERIC };
+                require_dtype(&a, "a.dtype", ops).map_err(|e| e.shifted(HEADER_SIZE))?;
+                if b_.dtype != a.dtype {
+                    return Err(DecodeError::field("b.dtype", Reason::UnsupportedDType(b_.dtype))
+                        .at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                let want_out = if op.is_comparison() { DType::Bool } else { a.dtype };
+                if out.dtype != want_out {
+                    return Err(DecodeError::field("out.dtype", Reason::UnsupportedDType(out.dtype))
+                        .at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                }
+                same_shape("a.shape", &out.shape, &a).map_err(|e| e.shifted(HEADER_SIZE))?;
+                same_shape("b.shape", &out.shape, &b_).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::Binary { a, b: b_, out, op }
+            }
+            opcode::TENSOR_SCALAR => {
+                let a = r.ap("a")?;
+                let out = r.ap("out")?;
+                let op = r.enum_u8("op", BinaryOp::from_u8)?;
+                if op.is_comparison() || op.is_logical() {
+                    return Err(DecodeError::field("op", Reason::BadEnum(op as u32)).at(HEADER_SIZE + 2 * AP_SIZE));
+                }
+                r.zeros(3, "reserved")?;
+                let reverse = r.bool32("reverse")?;
+                let scalar = r.f32("scalar")?;
+                r.zeros(4, "reserved")?;
+                require_dtype(&a, "a.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&out, "out.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("out.shape", &a.shape, &out).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::TensorScalar { a, out, op, scalar, reverse }
+            }
+            opcode::COPY => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                same_shape("output.shape", &input.shape, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::Copy { input, output }
+            }
+            opcode::SELECT => {
+                let cond = r.ap("cond")?;
+                let a = r.ap("a")?;
+                let b_ = r.ap("b")?;
+                let out = r.ap("out")?;
+                require_dtype(&cond, "cond.dtype", &[DType::Bool]).map_err(|e| e.shifted(HEADER_SIZE))?;
+                if a.dtype != out.dtype {
+                    return Err(DecodeError::field("a.dtype", Reason::UnsupportedDType(a.dtype)).at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                if b_.dtype != out.dtype {
+                    return Err(DecodeError::field("b.dtype", Reason::UnsupportedDType(b_.dtype)).at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                }
+                same_shape("cond.shape", &out.shape, &cond).map_err(|e| e.shifted(HEADER_SIZE))?;
+                same_shape("a.shape", &out.shape, &a).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("b.shape", &out.shape, &b_).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::Select { cond, a, b: b_, out }
+            }
+            opcode::FILL => {
+                let out = r.ap("out")?;
+                let at = r.pos;
+                let bits = r.u64();
+                let width = out.dtype.size() * 8;
+                if width < 64 && bits >> width != 0 {
+                    return Err(DecodeError::field("bits", Reason::OutOfRange(bits)).at(at));
+                }
+                Op::Fill { out, bits }
+            }
+            opcode::REDUCE => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let op = r.enum_u8("op", ReduceOp::from_u8)?;
+                let at = r.pos;
+                let axes = r.u8();
+                if axes & !0xF != 0 {
+                    return Err(DecodeError::field("axes", Reason::OutOfRange(axes as u64)).at(at));
+                }
+                r.zeros(6, "reserved")?;
+                let ok = if op == ReduceOp::Mean { F32 } else { NUMERIC };
+                require_dtype(&input, "input.dtype", ok).map_err(|e| e.shifted(HEADER_SIZE))?;
+                if output.dtype != input.dtype {
+                    return Err(DecodeError::field("output.dtype", Reason::UnsupportedDType(output.dtype))
+                        .at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                let mut want = input.shape;
+                for (d, w) in want.iter_mut().enumerate() {
+                    if axes & (1 << d) != 0 {
+                        *w = 1;
+                    }
+                }
+                same_shape("output.shape", &want, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::Reduce { input, output, op, axes }
+            }
+            opcode::POOL => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let window = r.window(true)?;
+                let op = r.enum_u8("op", PoolOp::from_u8)?;
+                r.zeros(3, "reserved")?;
+                let count_include_pad = r.bool32("count_include_pad")?;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let oo = HEADER_SIZE + AP_SIZE;
+                for d in 0..2 {
+                    dim_eq("output.shape", d, input.shape[d], output.shape[d]).map_err(|e| e.shifted(oo))?;
+                    let want = window.out_dim(d, input.shape[2 + d], window.kernel[d]).ok_or(
+                        DecodeError::field("window.kernel", Reason::OutOfRange(window.kernel[d] as u64))
+                            .at(HEADER_SIZE + 2 * AP_SIZE + 4 * d),
+                    )?;
+                    dim_eq("output.shape", 2 + d, want, output.shape[2 + d]).map_err(|e| e.shifted(oo))?;
+                }
+                Op::Pool { input, output, window, op, count_include_pad }
+            }
+            opcode::SOFTMAX => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let log = r.bool32("log")?;
+                r.zeros(4, "reserved")?;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("output.shape", &input.shape, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::Softmax { input, output, log }
+            }
+            opcode::LAYER_NORM => {
+                let input = r.ap("input")?;
+                let gamma = r.ap("gamma")?;
+                let flags_at = HEADER_SIZE + 4 * AP_SIZE + 4;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !1 != 0 {
+                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at));
+                }
+                let beta = r.opt_ap("beta", flags & 1 != 0)?;
+                let output = r.ap("output")?;
+                let eps = r.f32("eps")?;
+                if !(eps >= 0.0) {
+                    return Err(DecodeError::field("eps", Reason::OutOfRange(eps.to_bits() as u64)).at(flags_at - 4));
+                }
+                let aps = [Some(&input), Some(&gamma), beta.as_ref(), Some(&output)];
+                let names = ["input.dtype", "gamma.dtype", "beta.dtype", "output.dtype"];
+                let shapes = ["input.shape", "gamma.shape", "beta.shape", "output.shape"];
+                for (i, ap) in aps.iter().enumerate() {
+                    if let Some(ap) = ap {
+                        require_dtype(ap, names[i], F32).map_err(|e| e.shifted(HEADER_SIZE + i * AP_SIZE))?;
+                        same_shape(shapes[i], &input.shape, ap).map_err(|e| e.shifted(HEADER_SIZE + i * AP_SIZE))?;
+                    }
+                }
+                Op::LayerNorm { input, gamma, beta, output, eps }
+            }
+            opcode::RESIZE => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let mode = r.enum_u8("mode", ResizeMode::from_u8)?;
+                let coord = r.enum_u8("coord", CoordMode::from_u8)?;
+                let nearest = r.enum_u8("nearest", NearestMode::from_u8)?;
+                r.zeros(5, "reserved")?;
+                let mut scales = [0f32; 4];
+                for s in &mut scales {
+                    let at = r.pos;
+                    *s = r.f32("scales")?;
+                    if !(*s >= 0.0) || !s.is_finite() {
+                        return Err(DecodeError::field("scales", Reason::OutOfRange(s.to_bits() as u64)).at(at));
+                    }
+                }
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::Resize { input, output, mode, coord, nearest, scales }
+            }
+            opcode::GATHER => {
+                let data = r.ap("data")?;
+                let indices = r.ap("indices")?;
+                let output = r.ap("output")?;
+                require_dtype(&indices, "indices.dtype", &[DType::I32, DType::I64])
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                if output.dtype != data.dtype {
+                    return Err(DecodeError::field("output.dtype", Reason::UnsupportedDType(output.dtype))
+                        .at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                }
+                let n = indices.shape[3];
+                same_shape("indices.shape", &[1, 1, 1, n], &indices).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let want = [data.shape[0], data.shape[1], n, data.shape[3]];
+                same_shape("output.shape", &want, &output).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::Gather { data, indices, output }
+            }
+            other => unreachable!("opcode {other:#x} passed opcode_info"),
+        };
+        Ok(Instruction { sync, op })
+    }
+
+    /// The address fields of the instruction, in encoding order, with the byte extent each
+    /// operand touches: what relocations may patch and what the loader bounds-checks.
+    pub fn address_fields(&self, mut f: impl FnMut(AddressField)) {
+        let h = HEADER_SIZE;
+        let mut ap = |i: usize, name: &'static str, ap: &AccessPattern| {
+            f(AddressField { offset: h + i * AP_SIZE, name, extent: ap.byte_extent() })
+        };
+        match &self.op {
+            Op::End | Op::Nop | Op::SemSet { .. } | Op::Notify { .. } | Op::Barrier { .. } => {}
+            Op::DmaDescriptors { count, .. } => {
+                drop(ap);
+                f(AddressField {
+                    offset: h,
+                    name: "table",
+                    extent: (0, *count as i64 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i64),
+                });
+            }
+            Op::DmaCopy { src, dst } => {
+                ap(0, "src", src);
+                ap(1, "dst", dst);
+            }
+            Op::MatMul { a, b, c, .. } => {
+                ap(0, "a", a);
+                ap(1, "b", b);
+                ap(2, "c", c);
+            }
+            Op::Conv { input, weight, output, bias, workspace, .. } => {
+                ap(0, "input", input);
+                ap(1, "weight", weight);
+                ap(2, "output", output);
+                if let Some(x) = bias {
+                    ap(3, "bias", x);
+                }
+                if let Some(x) = workspace {
+                    ap(4, "workspace", x);
+                }
+            }
+            Op::Activation { input, output, bias, .. } => {
+                ap(0, "input", input);
+                ap(1, "output", output);
+                if let Some(x) = bias {
+                    ap(2, "bias", x);
+                }
+            }
+            Op::Binary { a, b, out, .. } => {
+                ap(0, "a", a);
+                ap(1, "b", b);
+                ap(2, "out", out);
+            }
+            Op::TensorScalar { a, out, .. } => {
+                ap(0, "a", a);
+                ap(1, "out", out);
+            }
+            Op::Copy { input, output } => {
+                ap(0, "input", input);
+                ap(1, "output", output);
+            }
+            Op::Select { cond, a, b, out } => {
+                ap(0, "cond", cond);
+                ap(1, "a", a);
+                ap(2, "b", b);
+                ap(3, "out", out);
+            }
+            Op::Fill { out, .. } => ap(0, "out", out),
+            Op::Reduce { input, output, .. }
+            | Op::Pool { input, output, .. }
+            | Op::Softmax { input, output, .. }
+            | Op::Resize { input, output, .. } => {
+                ap(0, "input", input);
+                ap(1, "output", output);
+            }
+            Op::LayerNorm { input, gamma, beta, output, .. } => {
+                ap(0, "input", input);
+                ap(1, "gamma", gamma);
+                if let Some(x) = beta {
+                    ap(2, "beta", x);
+                }
+                ap(3, "output", output);
+            }
+            Op::Gather { data, indices, output } => {
+                ap(0, "data", data);
+                ap(1, "indices", indices);
+                ap(2, "output", output);
+            }
+        }
+    }
+}
