@@ -100,7 +100,10 @@ impl fmt::Display for HalError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HalError::OutOfMemory { requested, free } => {
-                write!(f, "device memory exhausted: {requested} bytes requested, {free} free")
+                write!(
+                    f,
+                    "device memory exhausted: {requested} bytes requested, {free} free"
+                )
             }
             HalError::BadAddress { addr, len } => {
                 write!(f, "device address range {addr:#x}+{len:#x} is not mapped")
@@ -174,7 +177,9 @@ impl DeviceMapping {
     #[inline]
     pub fn write(&self, offset: usize, bytes: &[u8]) {
         assert!(
-            offset.checked_add(bytes.len()).is_some_and(|e| e <= self.len),
+            offset
+                .checked_add(bytes.len())
+                .is_some_and(|e| e <= self.len),
             "write of {} bytes at {offset} past a {}-byte mapping",
             bytes.len(),
             self.len
@@ -183,7 +188,11 @@ impl DeviceMapping {
         // while the allocation is live (constructor contract); `bytes` cannot overlap device
         // memory that is only reachable through this mapping's pointer.
         unsafe {
-            core::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len())
+            core::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                self.ptr.as_ptr().add(offset),
+                bytes.len(),
+            )
         };
     }
 
@@ -201,7 +210,11 @@ impl DeviceMapping {
         );
         // SAFETY: as in `write`, for reads.
         unsafe {
-            core::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len())
+            core::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                out.as_mut_ptr(),
+                out.len(),
+            )
         };
     }
 }

@@ -53,7 +53,10 @@ impl Default for IdleGate {
 impl IdleGate {
     /// A gate with no sleeper yet.
     pub fn new() -> Self {
-        IdleGate { needs_wakeup: AtomicBool::new(false), sleeper: OnceLock::new() }
+        IdleGate {
+            needs_wakeup: AtomicBool::new(false),
+            sleeper: OnceLock::new(),
+        }
     }
 
     /// Registers the calling thread as the gate's sleeper. The sleeping thread calls it once,
@@ -64,7 +67,11 @@ impl IdleGate {
     pub fn register_sleeper(&self) {
         let me = current_thread();
         let registered = self.sleeper.get_or_init(|| me.clone());
-        assert_eq!(registered.id(), me.id(), "an IdleGate has exactly one sleeping thread");
+        assert_eq!(
+            registered.id(),
+            me.id(),
+            "an IdleGate has exactly one sleeping thread"
+        );
     }
 
     /// Called by the registered sleeping thread: returns once `has_work()` is true, parking
@@ -99,14 +106,12 @@ impl IdleGate {
     /// clear that precedes each unpark.
     #[cold]
     fn wake_sleeper(&self) {
-        if self
+        let cleared = self
             .needs_wakeup
             .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
-        {
-            if let Some(t) = self.sleeper.get() {
-                t.unpark();
-            }
+            .is_ok();
+        if let (true, Some(t)) = (cleared, self.sleeper.get()) {
+            t.unpark();
         }
     }
 
@@ -118,7 +123,9 @@ impl IdleGate {
 
 impl fmt::Debug for IdleGate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IdleGate").field("needs_wakeup", &self.is_sleeping()).finish()
+        f.debug_struct("IdleGate")
+            .field("needs_wakeup", &self.is_sleeping())
+            .finish()
     }
 }
 
@@ -144,7 +151,7 @@ mod tests {
         for _ in 0..2000 {
             work.fetch_add(1, Ordering::Release);
             gate.notify();
-            if work.load(Ordering::Relaxed) % 64 == 0 {
+            if work.load(Ordering::Relaxed).is_multiple_of(64) {
                 std::thread::yield_now();
             }
         }

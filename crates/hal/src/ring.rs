@@ -84,8 +84,16 @@ pub fn ring<T: Copy + Send>(capacity: u32) -> (Producer<T>, Consumer<T>) {
         slots,
     });
     (
-        Producer { shared: shared.clone(), tail: 0, head_cache: 0 },
-        Consumer { shared, head: 0, tail_cache: 0 },
+        Producer {
+            shared: shared.clone(),
+            tail: 0,
+            head_cache: 0,
+        },
+        Consumer {
+            shared,
+            head: 0,
+            tail_cache: 0,
+        },
     )
 }
 
@@ -164,7 +172,8 @@ impl<T: Copy + Send> Producer<T> {
 
     /// Number of values pushed and not yet popped, as far as the producer knows.
     pub fn len_hint(&self) -> u32 {
-        self.tail.wrapping_sub(self.shared.head.load(Ordering::Acquire))
+        self.tail
+            .wrapping_sub(self.shared.head.load(Ordering::Acquire))
     }
 }
 

@@ -265,7 +265,21 @@ mod tests {
 
     #[test]
     fn holes_and_unknown_values_are_rejected() {
-        for v in [-1, 8, 12, 16, 100, 102, 1001, 1007, 1099, 1101, 1199, 1207, i32::MAX] {
+        for v in [
+            -1,
+            8,
+            12,
+            16,
+            100,
+            102,
+            1001,
+            1007,
+            1099,
+            1101,
+            1199,
+            1207,
+            i32::MAX,
+        ] {
             assert_eq!(NrtStatus::try_from(v), Err(UnknownStatus(v)));
         }
     }

@@ -37,8 +37,13 @@ pub const NUM_ENGINES: usize = 5;
 
 impl Engine {
     /// All engines in index order.
-    pub const ALL: [Engine; NUM_ENGINES] =
-        [Engine::Pe, Engine::Act, Engine::Pool, Engine::Dve, Engine::Sp];
+    pub const ALL: [Engine; NUM_ENGINES] = [
+        Engine::Pe,
+        Engine::Act,
+        Engine::Pool,
+        Engine::Dve,
+        Engine::Sp,
+    ];
 
     /// The engine's index (0..5).
     pub const fn index(self) -> usize {
@@ -319,7 +324,12 @@ const _: () = assert!(core::mem::size_of::<NqRecord>() == NQ_RECORD_SIZE);
 
 impl NqRecord {
     /// A START or END record.
-    pub const fn engine_event(kind: RecordKind, engine: Engine, core: u8, compute_idx: u32) -> Self {
+    pub const fn engine_event(
+        kind: RecordKind,
+        engine: Engine,
+        core: u8,
+        compute_idx: u32,
+    ) -> Self {
         NqRecord {
             kind: kind as u8,
             engine: engine as u8,
@@ -556,8 +566,20 @@ impl TriggerPair {
     /// A transfer of `len` bytes from `src` to `dst`.
     pub const fn new(kind: DmaKind, src: DevAddr, dst: DevAddr, len: u32, queue: u16) -> Self {
         TriggerPair {
-            tx: DmaDescriptor { addr: src, len, kind: kind as u8, flags: 0, queue },
-            rx: DmaDescriptor { addr: dst, len, kind: kind as u8, flags: 0, queue },
+            tx: DmaDescriptor {
+                addr: src,
+                len,
+                kind: kind as u8,
+                flags: 0,
+                queue,
+            },
+            rx: DmaDescriptor {
+                addr: dst,
+                len,
+                kind: kind as u8,
+                flags: 0,
+                queue,
+            },
         }
     }
 
@@ -601,10 +623,24 @@ mod tests {
     use proptest::prelude::*;
 
     fn arb_request() -> impl Strategy<Value = ExecRequest> {
-        (any::<[u64; 5]>(), any::<u32>(), any::<u16>(), any::<u8>(), any::<u8>(), any::<u32>())
-            .prop_map(|(engine_block, compute_idx, flags, sg_index, sg_count, model_tag)| {
-                ExecRequest { engine_block, compute_idx, flags, sg_index, sg_count, model_tag }
-            })
+        (
+            any::<[u64; 5]>(),
+            any::<u32>(),
+            any::<u16>(),
+            any::<u8>(),
+            any::<u8>(),
+            any::<u32>(),
+        )
+            .prop_map(
+                |(engine_block, compute_idx, flags, sg_index, sg_count, model_tag)| ExecRequest {
+                    engine_block,
+                    compute_idx,
+                    flags,
+                    sg_index,
+                    sg_count,
+                    model_tag,
+                },
+            )
     }
 
     proptest! {
@@ -669,7 +705,14 @@ mod tests {
         // padding (asserted above), so viewing it as bytes reads only initialized memory.
         let mem: [u8; 52] = unsafe { core::mem::transmute(r) };
         assert_eq!(mem, r.to_bytes());
-        let n = NqRecord::custom(CUSTOM_SUBTYPE_TENSOR, CUSTOM_SUB_ID_OUTPUT_DONE, Engine::Sp, 1, 9, 3);
+        let n = NqRecord::custom(
+            CUSTOM_SUBTYPE_TENSOR,
+            CUSTOM_SUB_ID_OUTPUT_DONE,
+            Engine::Sp,
+            1,
+            9,
+            3,
+        );
         // SAFETY: NqRecord is repr(C), 16 bytes, fields laid out without padding.
         let mem: [u8; 16] = unsafe { core::mem::transmute(n) };
         assert_eq!(mem, n.to_bytes());
@@ -677,7 +720,14 @@ mod tests {
 
     #[test]
     fn custom_record_carries_the_seed_ids() {
-        let n = NqRecord::custom(CUSTOM_SUBTYPE_TENSOR, CUSTOM_SUB_ID_OUTPUT_DONE, Engine::Sp, 0, 5, 42);
+        let n = NqRecord::custom(
+            CUSTOM_SUBTYPE_TENSOR,
+            CUSTOM_SUB_ID_OUTPUT_DONE,
+            Engine::Sp,
+            0,
+            5,
+            42,
+        );
         let b = n.to_bytes();
         assert_eq!(b[0], RecordKind::Custom as u8);
         assert_eq!(b[3], 6);

@@ -121,4 +121,3 @@ fn park_handshake_two_doorbells() {
         device.join().unwrap();
     });
 }
-

@@ -41,7 +41,12 @@ impl AccessPattern {
         assert!(shape.len() <= MAX_DIMS, "rank {} > {MAX_DIMS}", shape.len());
         let mut s = [1u32; MAX_DIMS];
         s[MAX_DIMS - shape.len()..].copy_from_slice(shape);
-        AccessPattern { addr, dtype, shape: s, stride: dense_strides(&s) }
+        AccessPattern {
+            addr,
+            dtype,
+            shape: s,
+            stride: dense_strides(&s),
+        }
     }
 
     /// Number of elements.
@@ -100,9 +105,16 @@ impl AccessPattern {
             shape[i] = u32::from_le_bytes(b[16 + 4 * i..20 + 4 * i].try_into().expect("4 bytes"));
             stride[i] = i32::from_le_bytes(b[32 + 4 * i..36 + 4 * i].try_into().expect("4 bytes"));
         }
-        let ap = AccessPattern { addr, dtype, shape, stride };
+        let ap = AccessPattern {
+            addr,
+            dtype,
+            shape,
+            stride,
+        };
         // The extent must be representable: |span| ≤ 2^31 elements per dim keeps i64 math exact.
-        let elements = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        let elements = shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         if elements.is_none_or(|e| e > MAX_ELEMENTS) {
             return Err(DecodeError::field(field, Reason::TooManyElements).at(16));
         }

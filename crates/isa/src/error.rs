@@ -72,9 +72,15 @@ impl fmt::Display for Reason {
             Reason::BadDType(c) => write!(f, "{c:#x} is not an element type"),
             Reason::UnsupportedDType(d) => write!(f, "element type {d} is not supported here"),
             Reason::BadEnum(v) => write!(f, "value {v} is out of range"),
-            Reason::BadSemaphore(s) => write!(f, "semaphore {s:#x} may not be used by instructions"),
+            Reason::BadSemaphore(s) => {
+                write!(f, "semaphore {s:#x} may not be used by instructions")
+            }
             Reason::WrongEngine(e) => write!(f, "opcode cannot run on the {e} engine"),
-            Reason::ShapeMismatch { dim, expected, found } => {
+            Reason::ShapeMismatch {
+                dim,
+                expected,
+                found,
+            } => {
                 write!(f, "dimension {dim} is {found}, expected {expected}")
             }
             Reason::OutOfRange(v) => write!(f, "value {v} is out of range"),
@@ -110,7 +116,14 @@ impl DecodeError {
     }
 
     pub(crate) fn field(field: &'static str, reason: Reason) -> DecodeError {
-        DecodeError { index: 0, block_offset: 0, field_offset: 0, opcode: None, field, reason }
+        DecodeError {
+            index: 0,
+            block_offset: 0,
+            field_offset: 0,
+            opcode: None,
+            field,
+            reason,
+        }
     }
 
     pub(crate) fn at(mut self, field_offset: usize) -> DecodeError {

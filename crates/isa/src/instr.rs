@@ -44,7 +44,11 @@ impl SemRef {
         } else {
             (FIRST_ENGINE_SEMAPHORE..SEMAPHORES_PER_CORE).contains(&(self.0 as u32))
         };
-        if ok { Ok(()) } else { Err(DecodeError::field(field, Reason::BadSemaphore(self.0))) }
+        if ok {
+            Ok(())
+        } else {
+            Err(DecodeError::field(field, Reason::BadSemaphore(self.0)))
+        }
     }
 }
 
@@ -596,7 +600,9 @@ impl Op {
 
     /// Mnemonic.
     pub fn name(&self) -> &'static str {
-        opcode_info(self.opcode()).expect("every Op has an opcode").0
+        opcode_info(self.opcode())
+            .expect("every Op has an opcode")
+            .0
     }
 
     /// Whether the opcode may run on `engine`.
@@ -679,7 +685,13 @@ impl W<'_> {
         self.0.resize(self.0.len() + n, 0);
     }
     fn window(&mut self, w: &Window) {
-        for v in w.kernel.iter().chain(&w.stride).chain(&w.pad).chain(&w.dilation) {
+        for v in w
+            .kernel
+            .iter()
+            .chain(&w.stride)
+            .chain(&w.pad)
+            .chain(&w.dilation)
+        {
             self.u32(*v);
         }
     }
@@ -688,7 +700,13 @@ impl W<'_> {
 impl Instruction {
     /// An instruction without synchronization.
     pub const fn new(op: Op) -> Instruction {
-        Instruction { sync: Sync { wait: None, signal: None }, op }
+        Instruction {
+            sync: Sync {
+                wait: None,
+                signal: None,
+            },
+            op,
+        }
     }
 
     /// Adds a wait.
@@ -736,7 +754,11 @@ impl Instruction {
                 w.u16(0);
                 w.u32(*value);
             }
-            Op::Notify { subtype, sub_id, payload } => {
+            Op::Notify {
+                subtype,
+                sub_id,
+                payload,
+            } => {
                 w.u8(*subtype);
                 w.u8(0);
                 w.u16(*sub_id);
@@ -747,14 +769,28 @@ impl Instruction {
                 w.u16(0);
                 w.u32(*count);
             }
-            Op::MatMul { a, b, c, alpha, flags } => {
+            Op::MatMul {
+                a,
+                b,
+                c,
+                alpha,
+                flags,
+            } => {
                 w.ap(a);
                 w.ap(b);
                 w.ap(c);
                 w.f32(*alpha);
                 w.u32(*flags);
             }
-            Op::Conv { input, weight, output, bias, workspace, window, groups } => {
+            Op::Conv {
+                input,
+                weight,
+                output,
+                bias,
+                workspace,
+                window,
+                groups,
+            } => {
                 w.ap(input);
                 w.ap(weight);
                 w.ap(output);
@@ -764,7 +800,15 @@ impl Instruction {
                 w.u32(*groups);
                 w.u32(bias.is_some() as u32 | (workspace.is_some() as u32) << 1);
             }
-            Op::Activation { input, output, bias, func, scale, alpha, beta } => {
+            Op::Activation {
+                input,
+                output,
+                bias,
+                func,
+                scale,
+                alpha,
+                beta,
+            } => {
                 w.ap(input);
                 w.ap(output);
                 w.opt_ap(bias);
@@ -783,7 +827,13 @@ impl Instruction {
                 w.u8(*op as u8);
                 w.zeros(7);
             }
-            Op::TensorScalar { a, out, op, scalar, reverse } => {
+            Op::TensorScalar {
+                a,
+                out,
+                op,
+                scalar,
+                reverse,
+            } => {
                 w.ap(a);
                 w.ap(out);
                 w.u8(*op as u8);
@@ -806,14 +856,25 @@ impl Instruction {
                 w.ap(out);
                 w.u64(*bits);
             }
-            Op::Reduce { input, output, op, axes } => {
+            Op::Reduce {
+                input,
+                output,
+                op,
+                axes,
+            } => {
                 w.ap(input);
                 w.ap(output);
                 w.u8(*op as u8);
                 w.u8(*axes);
                 w.zeros(6);
             }
-            Op::Pool { input, output, window, op, count_include_pad } => {
+            Op::Pool {
+                input,
+                output,
+                window,
+                op,
+                count_include_pad,
+            } => {
                 w.ap(input);
                 w.ap(output);
                 w.window(window);
@@ -827,7 +888,13 @@ impl Instruction {
                 w.u32(*log as u32);
                 w.u32(0);
             }
-            Op::LayerNorm { input, gamma, beta, output, eps } => {
+            Op::LayerNorm {
+                input,
+                gamma,
+                beta,
+                output,
+                eps,
+            } => {
                 w.ap(input);
                 w.ap(gamma);
                 w.opt_ap(beta);
@@ -835,7 +902,14 @@ impl Instruction {
                 w.f32(*eps);
                 w.u32(beta.is_some() as u32);
             }
-            Op::Resize { input, output, mode, coord, nearest, scales } => {
+            Op::Resize {
+                input,
+                output,
+                mode,
+                coord,
+                nearest,
+                scales,
+            } => {
                 w.ap(input);
                 w.ap(output);
                 w.u8(*mode as u8);
@@ -846,7 +920,11 @@ impl Instruction {
                     w.f32(*s);
                 }
             }
-            Op::Gather { data, indices, output } => {
+            Op::Gather {
+                data,
+                indices,
+                output,
+            } => {
                 w.ap(data);
                 w.ap(indices);
                 w.ap(output);
@@ -904,7 +982,11 @@ impl<'a> R<'a> {
         Ok(ap)
     }
     /// An optional operand: present iff `present`; absent ones must be all zero.
-    fn opt_ap(&mut self, field: &'static str, present: bool) -> Result<Option<AccessPattern>, DecodeError> {
+    fn opt_ap(
+        &mut self,
+        field: &'static str,
+        present: bool,
+    ) -> Result<Option<AccessPattern>, DecodeError> {
         if present {
             return self.ap(field).map(Some);
         }
@@ -930,7 +1012,11 @@ impl<'a> R<'a> {
     fn bool32(&mut self, field: &'static str) -> Result<bool, DecodeError> {
         Ok(self.flags(field, 1)? != 0)
     }
-    fn enum_u8<T>(&mut self, field: &'static str, f: fn(u8) -> Option<T>) -> Result<T, DecodeError> {
+    fn enum_u8<T>(
+        &mut self,
+        field: &'static str,
+        f: fn(u8) -> Option<T>,
+    ) -> Result<T, DecodeError> {
         let at = self.pos;
         let v = self.u8();
         f(v).ok_or(DecodeError::field(field, Reason::BadEnum(v as u32)).at(at))
@@ -948,7 +1034,11 @@ impl<'a> R<'a> {
             dilation: [v[8], v[9]],
         };
         let check = |ok: bool, field: &'static str, value: u32, off: usize| {
-            if ok { Ok(()) } else { Err(DecodeError::field(field, Reason::OutOfRange(value as u64)).at(at + off)) }
+            if ok {
+                Ok(())
+            } else {
+                Err(DecodeError::field(field, Reason::OutOfRange(value as u64)).at(at + off))
+            }
         };
         for i in 0..2 {
             if pooling {
@@ -957,7 +1047,12 @@ impl<'a> R<'a> {
                 check(w.kernel[i] == 0, "window.kernel", w.kernel[i], 4 * i)?;
             }
             check(w.stride[i] >= 1, "window.stride", w.stride[i], 8 + 4 * i)?;
-            check(w.dilation[i] >= 1, "window.dilation", w.dilation[i], 32 + 4 * i)?;
+            check(
+                w.dilation[i] >= 1,
+                "window.dilation",
+                w.dilation[i],
+                32 + 4 * i,
+            )?;
         }
         for i in 0..4 {
             check(w.pad[i] < 1 << 20, "window.pad", w.pad[i], 16 + 4 * i)?;
@@ -974,12 +1069,20 @@ fn require_dtype(ap: &AccessPattern, field: &'static str, ok: &[DType]) -> Resul
     }
 }
 
-fn same_shape(field: &'static str, want: &[u32; 4], got: &AccessPattern) -> Result<(), DecodeError> {
-    for d in 0..4 {
-        if want[d] != got.shape[d] {
+fn same_shape(
+    field: &'static str,
+    want: &[u32; 4],
+    got: &AccessPattern,
+) -> Result<(), DecodeError> {
+    for (d, (&w, &g)) in want.iter().zip(&got.shape).enumerate() {
+        if w != g {
             return Err(DecodeError::field(
                 field,
-                Reason::ShapeMismatch { dim: d, expected: want[d], found: got.shape[d] },
+                Reason::ShapeMismatch {
+                    dim: d,
+                    expected: w,
+                    found: g,
+                },
             )
             .at(16 + 4 * d));
         }
@@ -991,7 +1094,15 @@ fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<
     if expected == found {
         Ok(())
     } else {
-        Err(DecodeError::field(field, Reason::ShapeMismatch { dim, expected, found }).at(16 + 4 * dim))
+        Err(DecodeError::field(
+            field,
+            Reason::ShapeMismatch {
+                dim,
+                expected,
+                found,
+            },
+        )
+        .at(16 + 4 * dim))
     }
 }
 
@@ -1005,35 +1116,53 @@ impl Instruction {
         if bytes.len() < HEADER_SIZE {
             return Err(DecodeError::field(
                 "header",
-                Reason::Truncated { needed: HEADER_SIZE, available: bytes.len() },
+                Reason::Truncated {
+                    needed: HEADER_SIZE,
+                    available: bytes.len(),
+                },
             ));
         }
         let opc = bytes[0];
-        let (name, size) = opcode_info(opc)
-            .ok_or(DecodeError::field("header.opcode", Reason::UnknownOpcode(opc)))?;
+        let (name, size) = opcode_info(opc).ok_or(DecodeError::field(
+            "header.opcode",
+            Reason::UnknownOpcode(opc),
+        ))?;
         let len = u16::from_le_bytes([bytes[2], bytes[3]]) as usize;
         if len != size {
-            return Err(DecodeError::field("header.length", Reason::BadLength { expected: size, found: len })
-                .at(2)
-                .in_op(name, 0));
+            return Err(DecodeError::field(
+                "header.length",
+                Reason::BadLength {
+                    expected: size,
+                    found: len,
+                },
+            )
+            .at(2)
+            .in_op(name, 0));
         }
         if bytes.len() < size {
             return Err(DecodeError::field(
                 "header.length",
-                Reason::Truncated { needed: size, available: bytes.len() },
+                Reason::Truncated {
+                    needed: size,
+                    available: bytes.len(),
+                },
             )
             .at(2)
             .in_op(name, 0));
         }
         let b = &bytes[..size];
-        Self::decode_exact(b).map(|i| (i, size)).map_err(|e| e.in_op(name, 0))
+        Self::decode_exact(b)
+            .map(|i| (i, size))
+            .map_err(|e| e.in_op(name, 0))
     }
 
     fn decode_exact(b: &[u8]) -> Result<Instruction, DecodeError> {
         let mut r = R { b, pos: 1 };
         let sync_flags = r.u8();
         if sync_flags & !3 != 0 {
-            return Err(DecodeError::field("header.sync", Reason::UnknownFlags(sync_flags as u32)).at(1));
+            return Err(
+                DecodeError::field("header.sync", Reason::UnknownFlags(sync_flags as u32)).at(1),
+            );
         }
         r.pos = 4;
         let (ws, ss) = (SemRef(r.u16()), SemRef(r.u16()));
@@ -1062,8 +1191,11 @@ impl Instruction {
                 let src = r.ap("src")?;
                 let dst = r.ap("dst")?;
                 if src.dtype != dst.dtype {
-                    return Err(DecodeError::field("dst.dtype", Reason::UnsupportedDType(dst.dtype))
-                        .at(HEADER_SIZE + AP_SIZE + 8));
+                    return Err(DecodeError::field(
+                        "dst.dtype",
+                        Reason::UnsupportedDType(dst.dtype),
+                    )
+                    .at(HEADER_SIZE + AP_SIZE + 8));
                 }
                 same_shape("dst.shape", &src.shape, &dst).map_err(|e| {
                     let o = e.field_offset;
@@ -1076,7 +1208,9 @@ impl Instruction {
                 let at = r.pos;
                 let count = r.u32();
                 if count == 0 || count > 1 << 16 {
-                    return Err(DecodeError::field("count", Reason::OutOfRange(count as u64)).at(at));
+                    return Err(
+                        DecodeError::field("count", Reason::OutOfRange(count as u64)).at(at),
+                    );
                 }
                 r.zeros(4, "reserved")?;
                 Op::DmaDescriptors { table, count }
@@ -1085,25 +1219,36 @@ impl Instruction {
                 let sem = SemRef(r.u16());
                 sem.validate("sem").map_err(|e| e.at(HEADER_SIZE))?;
                 r.zeros(2, "reserved")?;
-                Op::SemSet { sem, value: r.u32() }
+                Op::SemSet {
+                    sem,
+                    value: r.u32(),
+                }
             }
             opcode::NOTIFY => {
                 let subtype = r.u8();
                 r.zeros(1, "reserved")?;
                 let sub_id = r.u16();
-                Op::Notify { subtype, sub_id, payload: r.u32() }
+                Op::Notify {
+                    subtype,
+                    sub_id,
+                    payload: r.u32(),
+                }
             }
             opcode::BARRIER => {
                 let sem = SemRef(r.u16());
                 if !sem.is_global() {
-                    return Err(DecodeError::field("sem", Reason::BadSemaphore(sem.0)).at(HEADER_SIZE));
+                    return Err(
+                        DecodeError::field("sem", Reason::BadSemaphore(sem.0)).at(HEADER_SIZE)
+                    );
                 }
                 sem.validate("sem").map_err(|e| e.at(HEADER_SIZE))?;
                 r.zeros(2, "reserved")?;
                 let at = r.pos;
                 let count = r.u32();
                 if !(1..=8).contains(&count) {
-                    return Err(DecodeError::field("count", Reason::OutOfRange(count as u64)).at(at));
+                    return Err(
+                        DecodeError::field("count", Reason::OutOfRange(count as u64)).at(at),
+                    );
                 }
                 Op::Barrier { sem, count }
             }
@@ -1130,8 +1275,15 @@ impl Instruction {
                 let bo = base + AP_SIZE;
                 let co = base + 2 * AP_SIZE;
                 if kb != k {
-                    return Err(DecodeError::field("b.shape", Reason::ShapeMismatch { dim: 2, expected: k, found: kb })
-                        .at(bo + 16 + 8));
+                    return Err(DecodeError::field(
+                        "b.shape",
+                        Reason::ShapeMismatch {
+                            dim: 2,
+                            expected: k,
+                            found: kb,
+                        },
+                    )
+                    .at(bo + 16 + 8));
                 }
                 for d in 0..2 {
                     dim_eq("b.shape", d, c.shape[d], b_.shape[d]).map_err(|e| e.shifted(bo))?;
@@ -1139,7 +1291,13 @@ impl Instruction {
                 }
                 dim_eq("c.shape", 2, m, c.shape[2]).map_err(|e| e.shifted(co))?;
                 dim_eq("c.shape", 3, n, c.shape[3]).map_err(|e| e.shifted(co))?;
-                Op::MatMul { a, b: b_, c, alpha, flags }
+                Op::MatMul {
+                    a,
+                    b: b_,
+                    c,
+                    alpha,
+                    flags,
+                }
             }
             opcode::CONV => {
                 let input = r.ap("input")?;
@@ -1148,7 +1306,9 @@ impl Instruction {
                 let flags_at = HEADER_SIZE + 5 * AP_SIZE + 40 + 4;
                 let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
                 if flags & !3 != 0 {
-                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at));
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at)
+                    );
                 }
                 let bias = r.opt_ap("bias", flags & 1 != 0)?;
                 let workspace = r.opt_ap("workspace", flags & 2 != 0)?;
@@ -1156,28 +1316,44 @@ impl Instruction {
                 let at = r.pos;
                 let groups = r.u32();
                 let base = HEADER_SIZE;
-                for (ap, f, i) in [(&input, "input.dtype", 0), (&weight, "weight.dtype", 1), (&output, "output.dtype", 2)] {
+                for (ap, f, i) in [
+                    (&input, "input.dtype", 0),
+                    (&weight, "weight.dtype", 1),
+                    (&output, "output.dtype", 2),
+                ] {
                     require_dtype(ap, f, F32).map_err(|e| e.shifted(base + i * AP_SIZE))?;
                 }
                 let (c, o) = (input.shape[1], weight.shape[0]);
                 if groups == 0 || c % groups != 0 || o % groups != 0 {
-                    return Err(DecodeError::field("groups", Reason::OutOfRange(groups as u64)).at(at));
+                    return Err(
+                        DecodeError::field("groups", Reason::OutOfRange(groups as u64)).at(at),
+                    );
                 }
                 let wo = base + AP_SIZE;
                 let oo = base + 2 * AP_SIZE;
-                dim_eq("weight.shape", 1, c / groups, weight.shape[1]).map_err(|e| e.shifted(wo))?;
-                dim_eq("output.shape", 0, input.shape[0], output.shape[0]).map_err(|e| e.shifted(oo))?;
+                dim_eq("weight.shape", 1, c / groups, weight.shape[1])
+                    .map_err(|e| e.shifted(wo))?;
+                dim_eq("output.shape", 0, input.shape[0], output.shape[0])
+                    .map_err(|e| e.shifted(oo))?;
                 dim_eq("output.shape", 1, o, output.shape[1]).map_err(|e| e.shifted(oo))?;
                 for d in 0..2 {
-                    let want = window.out_dim(d, input.shape[2 + d], weight.shape[2 + d]).ok_or(
-                        DecodeError::field("window", Reason::OutOfRange(weight.shape[2 + d] as u64))
+                    let want = window
+                        .out_dim(d, input.shape[2 + d], weight.shape[2 + d])
+                        .ok_or(
+                            DecodeError::field(
+                                "window",
+                                Reason::OutOfRange(weight.shape[2 + d] as u64),
+                            )
                             .at(HEADER_SIZE + 5 * AP_SIZE),
-                    )?;
-                    dim_eq("output.shape", 2 + d, want, output.shape[2 + d]).map_err(|e| e.shifted(oo))?;
+                        )?;
+                    dim_eq("output.shape", 2 + d, want, output.shape[2 + d])
+                        .map_err(|e| e.shifted(oo))?;
                 }
                 if let Some(bias) = &bias {
-                    require_dtype(bias, "bias.dtype", F32).map_err(|e| e.shifted(base + 3 * AP_SIZE))?;
-                    same_shape("bias.shape", &[1, 1, 1, o], bias).map_err(|e| e.shifted(base + 3 * AP_SIZE))?;
+                    require_dtype(bias, "bias.dtype", F32)
+                        .map_err(|e| e.shifted(base + 3 * AP_SIZE))?;
+                    same_shape("bias.shape", &[1, 1, 1, o], bias)
+                        .map_err(|e| e.shifted(base + 3 * AP_SIZE))?;
                 }
                 if let Some(ws) = &workspace {
                     let need = (c / groups) as u64
@@ -1185,13 +1361,25 @@ impl Instruction {
                         * weight.shape[3] as u64
                         * output.shape[2] as u64
                         * output.shape[3] as u64;
-                    require_dtype(ws, "workspace.dtype", F32).map_err(|e| e.shifted(base + 4 * AP_SIZE))?;
+                    require_dtype(ws, "workspace.dtype", F32)
+                        .map_err(|e| e.shifted(base + 4 * AP_SIZE))?;
                     if ws.elements() < need || !ws.is_dense() {
-                        return Err(DecodeError::field("workspace.shape", Reason::OutOfRange(ws.elements()))
-                            .at(base + 4 * AP_SIZE + 16));
+                        return Err(DecodeError::field(
+                            "workspace.shape",
+                            Reason::OutOfRange(ws.elements()),
+                        )
+                        .at(base + 4 * AP_SIZE + 16));
                     }
                 }
-                Op::Conv { input, weight, output, bias, workspace, window, groups }
+                Op::Conv {
+                    input,
+                    weight,
+                    output,
+                    bias,
+                    workspace,
+                    window,
+                    groups,
+                }
             }
             opcode::ACTIVATION => {
                 let input = r.ap("input")?;
@@ -1199,7 +1387,9 @@ impl Instruction {
                 let flags_at = HEADER_SIZE + 3 * AP_SIZE + 4;
                 let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
                 if flags & !1 != 0 {
-                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at));
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at)
+                    );
                 }
                 let bias = r.opt_ap("bias", flags & 1 != 0)?;
                 let func = r.enum_u8("func", ActFunc::from_u8)?;
@@ -1210,13 +1400,25 @@ impl Instruction {
                 let beta = r.f32("beta")?;
                 r.zeros(4, "reserved")?;
                 require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
-                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                same_shape("output.shape", &input.shape, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                require_dtype(&output, "output.dtype", F32)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("output.shape", &input.shape, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 if let Some(bias) = &bias {
-                    require_dtype(bias, "bias.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
-                    same_shape("bias.shape", &input.shape, bias).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                    require_dtype(bias, "bias.dtype", F32)
+                        .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                    same_shape("bias.shape", &input.shape, bias)
+                        .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
                 }
-                Op::Activation { input, output, bias, func, scale, alpha, beta }
+                Op::Activation {
+                    input,
+                    output,
+                    bias,
+                    func,
+                    scale,
+                    alpha,
+                    beta,
+                }
             }
             opcode::BINARY => {
                 let a = r.ap("a")?;
@@ -1224,19 +1426,33 @@ impl Instruction {
                 let out = r.ap("out")?;
                 let op = r.enum_u8("op", BinaryOp::from_u8)?;
                 r.zeros(7, "reserved")?;
-                let ops = if op.is_logical() { &[DType::Bool][..] } else { NUMERIC };
+                let ops = if op.is_logical() {
+                    &[DType::Bool][..]
+                } else {
+                    NUMERIC
+                };
                 require_dtype(&a, "a.dtype", ops).map_err(|e| e.shifted(HEADER_SIZE))?;
                 if b_.dtype != a.dtype {
-                    return Err(DecodeError::field("b.dtype", Reason::UnsupportedDType(b_.dtype))
-                        .at(HEADER_SIZE + AP_SIZE + 8));
+                    return Err(
+                        DecodeError::field("b.dtype", Reason::UnsupportedDType(b_.dtype))
+                            .at(HEADER_SIZE + AP_SIZE + 8),
+                    );
                 }
-                let want_out = if op.is_comparison() { DType::Bool } else { a.dtype };
+                let want_out = if op.is_comparison() {
+                    DType::Bool
+                } else {
+                    a.dtype
+                };
                 if out.dtype != want_out {
-                    return Err(DecodeError::field("out.dtype", Reason::UnsupportedDType(out.dtype))
-                        .at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                    return Err(DecodeError::field(
+                        "out.dtype",
+                        Reason::UnsupportedDType(out.dtype),
+                    )
+                    .at(HEADER_SIZE + 2 * AP_SIZE + 8));
                 }
                 same_shape("a.shape", &out.shape, &a).map_err(|e| e.shifted(HEADER_SIZE))?;
-                same_shape("b.shape", &out.shape, &b_).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("b.shape", &out.shape, &b_)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 Op::Binary { a, b: b_, out, op }
             }
             opcode::TENSOR_SCALAR => {
@@ -1244,21 +1460,31 @@ impl Instruction {
                 let out = r.ap("out")?;
                 let op = r.enum_u8("op", BinaryOp::from_u8)?;
                 if op.is_comparison() || op.is_logical() {
-                    return Err(DecodeError::field("op", Reason::BadEnum(op as u32)).at(HEADER_SIZE + 2 * AP_SIZE));
+                    return Err(DecodeError::field("op", Reason::BadEnum(op as u32))
+                        .at(HEADER_SIZE + 2 * AP_SIZE));
                 }
                 r.zeros(3, "reserved")?;
                 let reverse = r.bool32("reverse")?;
                 let scalar = r.f32("scalar")?;
                 r.zeros(4, "reserved")?;
                 require_dtype(&a, "a.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
-                require_dtype(&out, "out.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                same_shape("out.shape", &a.shape, &out).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                Op::TensorScalar { a, out, op, scalar, reverse }
+                require_dtype(&out, "out.dtype", F32)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("out.shape", &a.shape, &out)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::TensorScalar {
+                    a,
+                    out,
+                    op,
+                    scalar,
+                    reverse,
+                }
             }
             opcode::COPY => {
                 let input = r.ap("input")?;
                 let output = r.ap("output")?;
-                same_shape("output.shape", &input.shape, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("output.shape", &input.shape, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 Op::Copy { input, output }
             }
             opcode::SELECT => {
@@ -1266,17 +1492,31 @@ impl Instruction {
                 let a = r.ap("a")?;
                 let b_ = r.ap("b")?;
                 let out = r.ap("out")?;
-                require_dtype(&cond, "cond.dtype", &[DType::Bool]).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&cond, "cond.dtype", &[DType::Bool])
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
                 if a.dtype != out.dtype {
-                    return Err(DecodeError::field("a.dtype", Reason::UnsupportedDType(a.dtype)).at(HEADER_SIZE + AP_SIZE + 8));
+                    return Err(
+                        DecodeError::field("a.dtype", Reason::UnsupportedDType(a.dtype))
+                            .at(HEADER_SIZE + AP_SIZE + 8),
+                    );
                 }
                 if b_.dtype != out.dtype {
-                    return Err(DecodeError::field("b.dtype", Reason::UnsupportedDType(b_.dtype)).at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                    return Err(
+                        DecodeError::field("b.dtype", Reason::UnsupportedDType(b_.dtype))
+                            .at(HEADER_SIZE + 2 * AP_SIZE + 8),
+                    );
                 }
                 same_shape("cond.shape", &out.shape, &cond).map_err(|e| e.shifted(HEADER_SIZE))?;
-                same_shape("a.shape", &out.shape, &a).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                same_shape("b.shape", &out.shape, &b_).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
-                Op::Select { cond, a, b: b_, out }
+                same_shape("a.shape", &out.shape, &a)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("b.shape", &out.shape, &b_)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::Select {
+                    cond,
+                    a,
+                    b: b_,
+                    out,
+                }
             }
             opcode::FILL => {
                 let out = r.ap("out")?;
@@ -1301,8 +1541,11 @@ impl Instruction {
                 let ok = if op == ReduceOp::Mean { F32 } else { NUMERIC };
                 require_dtype(&input, "input.dtype", ok).map_err(|e| e.shifted(HEADER_SIZE))?;
                 if output.dtype != input.dtype {
-                    return Err(DecodeError::field("output.dtype", Reason::UnsupportedDType(output.dtype))
-                        .at(HEADER_SIZE + AP_SIZE + 8));
+                    return Err(DecodeError::field(
+                        "output.dtype",
+                        Reason::UnsupportedDType(output.dtype),
+                    )
+                    .at(HEADER_SIZE + AP_SIZE + 8));
                 }
                 let mut want = input.shape;
                 for (d, w) in want.iter_mut().enumerate() {
@@ -1310,8 +1553,14 @@ impl Instruction {
                         *w = 1;
                     }
                 }
-                same_shape("output.shape", &want, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                Op::Reduce { input, output, op, axes }
+                same_shape("output.shape", &want, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::Reduce {
+                    input,
+                    output,
+                    op,
+                    axes,
+                }
             }
             opcode::POOL => {
                 let input = r.ap("input")?;
@@ -1321,17 +1570,31 @@ impl Instruction {
                 r.zeros(3, "reserved")?;
                 let count_include_pad = r.bool32("count_include_pad")?;
                 require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
-                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                require_dtype(&output, "output.dtype", F32)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 let oo = HEADER_SIZE + AP_SIZE;
                 for d in 0..2 {
-                    dim_eq("output.shape", d, input.shape[d], output.shape[d]).map_err(|e| e.shifted(oo))?;
-                    let want = window.out_dim(d, input.shape[2 + d], window.kernel[d]).ok_or(
-                        DecodeError::field("window.kernel", Reason::OutOfRange(window.kernel[d] as u64))
+                    dim_eq("output.shape", d, input.shape[d], output.shape[d])
+                        .map_err(|e| e.shifted(oo))?;
+                    let want = window
+                        .out_dim(d, input.shape[2 + d], window.kernel[d])
+                        .ok_or(
+                            DecodeError::field(
+                                "window.kernel",
+                                Reason::OutOfRange(window.kernel[d] as u64),
+                            )
                             .at(HEADER_SIZE + 2 * AP_SIZE + 4 * d),
-                    )?;
-                    dim_eq("output.shape", 2 + d, want, output.shape[2 + d]).map_err(|e| e.shifted(oo))?;
+                        )?;
+                    dim_eq("output.shape", 2 + d, want, output.shape[2 + d])
+                        .map_err(|e| e.shifted(oo))?;
                 }
-                Op::Pool { input, output, window, op, count_include_pad }
+                Op::Pool {
+                    input,
+                    output,
+                    window,
+                    op,
+                    count_include_pad,
+                }
             }
             opcode::SOFTMAX => {
                 let input = r.ap("input")?;
@@ -1339,8 +1602,10 @@ impl Instruction {
                 let log = r.bool32("log")?;
                 r.zeros(4, "reserved")?;
                 require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
-                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                same_shape("output.shape", &input.shape, &output).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                require_dtype(&output, "output.dtype", F32)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("output.shape", &input.shape, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 Op::Softmax { input, output, log }
             }
             opcode::LAYER_NORM => {
@@ -1349,24 +1614,38 @@ impl Instruction {
                 let flags_at = HEADER_SIZE + 4 * AP_SIZE + 4;
                 let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
                 if flags & !1 != 0 {
-                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at));
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at)
+                    );
                 }
                 let beta = r.opt_ap("beta", flags & 1 != 0)?;
                 let output = r.ap("output")?;
                 let eps = r.f32("eps")?;
-                if !(eps >= 0.0) {
-                    return Err(DecodeError::field("eps", Reason::OutOfRange(eps.to_bits() as u64)).at(flags_at - 4));
+                if eps.is_nan() || eps < 0.0 {
+                    return Err(DecodeError::field(
+                        "eps",
+                        Reason::OutOfRange(eps.to_bits() as u64),
+                    )
+                    .at(flags_at - 4));
                 }
                 let aps = [Some(&input), Some(&gamma), beta.as_ref(), Some(&output)];
                 let names = ["input.dtype", "gamma.dtype", "beta.dtype", "output.dtype"];
                 let shapes = ["input.shape", "gamma.shape", "beta.shape", "output.shape"];
                 for (i, ap) in aps.iter().enumerate() {
                     if let Some(ap) = ap {
-                        require_dtype(ap, names[i], F32).map_err(|e| e.shifted(HEADER_SIZE + i * AP_SIZE))?;
-                        same_shape(shapes[i], &input.shape, ap).map_err(|e| e.shifted(HEADER_SIZE + i * AP_SIZE))?;
+                        require_dtype(ap, names[i], F32)
+                            .map_err(|e| e.shifted(HEADER_SIZE + i * AP_SIZE))?;
+                        same_shape(shapes[i], &input.shape, ap)
+                            .map_err(|e| e.shifted(HEADER_SIZE + i * AP_SIZE))?;
                     }
                 }
-                Op::LayerNorm { input, gamma, beta, output, eps }
+                Op::LayerNorm {
+                    input,
+                    gamma,
+                    beta,
+                    output,
+                    eps,
+                }
             }
             opcode::RESIZE => {
                 let input = r.ap("input")?;
@@ -1379,13 +1658,25 @@ impl Instruction {
                 for s in &mut scales {
                     let at = r.pos;
                     *s = r.f32("scales")?;
-                    if !(*s >= 0.0) || !s.is_finite() {
-                        return Err(DecodeError::field("scales", Reason::OutOfRange(s.to_bits() as u64)).at(at));
+                    if *s < 0.0 || !s.is_finite() {
+                        return Err(DecodeError::field(
+                            "scales",
+                            Reason::OutOfRange(s.to_bits() as u64),
+                        )
+                        .at(at));
                     }
                 }
                 require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
-                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                Op::Resize { input, output, mode, coord, nearest, scales }
+                require_dtype(&output, "output.dtype", F32)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                Op::Resize {
+                    input,
+                    output,
+                    mode,
+                    coord,
+                    nearest,
+                    scales,
+                }
             }
             opcode::GATHER => {
                 let data = r.ap("data")?;
@@ -1394,14 +1685,23 @@ impl Instruction {
                 require_dtype(&indices, "indices.dtype", &[DType::I32, DType::I64])
                     .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 if output.dtype != data.dtype {
-                    return Err(DecodeError::field("output.dtype", Reason::UnsupportedDType(output.dtype))
-                        .at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                    return Err(DecodeError::field(
+                        "output.dtype",
+                        Reason::UnsupportedDType(output.dtype),
+                    )
+                    .at(HEADER_SIZE + 2 * AP_SIZE + 8));
                 }
                 let n = indices.shape[3];
-                same_shape("indices.shape", &[1, 1, 1, n], &indices).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("indices.shape", &[1, 1, 1, n], &indices)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 let want = [data.shape[0], data.shape[1], n, data.shape[3]];
-                same_shape("output.shape", &want, &output).map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
-                Op::Gather { data, indices, output }
+                same_shape("output.shape", &want, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::Gather {
+                    data,
+                    indices,
+                    output,
+                }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),
         };
@@ -1412,19 +1712,28 @@ impl Instruction {
     /// operand touches: what relocations may patch and what the loader bounds-checks.
     pub fn address_fields(&self, mut f: impl FnMut(AddressField)) {
         let h = HEADER_SIZE;
+        if let Op::DmaDescriptors { count, .. } = &self.op {
+            f(AddressField {
+                offset: h,
+                name: "table",
+                extent: (0, *count as i64 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i64),
+            });
+            return;
+        }
         let mut ap = |i: usize, name: &'static str, ap: &AccessPattern| {
-            f(AddressField { offset: h + i * AP_SIZE, name, extent: ap.byte_extent() })
+            f(AddressField {
+                offset: h + i * AP_SIZE,
+                name,
+                extent: ap.byte_extent(),
+            })
         };
         match &self.op {
-            Op::End | Op::Nop | Op::SemSet { .. } | Op::Notify { .. } | Op::Barrier { .. } => {}
-            Op::DmaDescriptors { count, .. } => {
-                drop(ap);
-                f(AddressField {
-                    offset: h,
-                    name: "table",
-                    extent: (0, *count as i64 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i64),
-                });
-            }
+            Op::End
+            | Op::Nop
+            | Op::SemSet { .. }
+            | Op::Notify { .. }
+            | Op::Barrier { .. }
+            | Op::DmaDescriptors { .. } => {}
             Op::DmaCopy { src, dst } => {
                 ap(0, "src", src);
                 ap(1, "dst", dst);
@@ -1434,7 +1743,14 @@ impl Instruction {
                 ap(1, "b", b);
                 ap(2, "c", c);
             }
-            Op::Conv { input, weight, output, bias, workspace, .. } => {
+            Op::Conv {
+                input,
+                weight,
+                output,
+                bias,
+                workspace,
+                ..
+            } => {
                 ap(0, "input", input);
                 ap(1, "weight", weight);
                 ap(2, "output", output);
@@ -1445,7 +1761,12 @@ impl Instruction {
                     ap(4, "workspace", x);
                 }
             }
-            Op::Activation { input, output, bias, .. } => {
+            Op::Activation {
+                input,
+                output,
+                bias,
+                ..
+            } => {
                 ap(0, "input", input);
                 ap(1, "output", output);
                 if let Some(x) = bias {
@@ -1479,7 +1800,13 @@ impl Instruction {
                 ap(0, "input", input);
                 ap(1, "output", output);
             }
-            Op::LayerNorm { input, gamma, beta, output, .. } => {
+            Op::LayerNorm {
+                input,
+                gamma,
+                beta,
+                output,
+                ..
+            } => {
                 ap(0, "input", input);
                 ap(1, "gamma", gamma);
                 if let Some(x) = beta {
@@ -1487,7 +1814,11 @@ impl Instruction {
                 }
                 ap(3, "output", output);
             }
-            Op::Gather { data, indices, output } => {
+            Op::Gather {
+                data,
+                indices,
+                output,
+            } => {
                 ap(0, "data", data);
                 ap(1, "indices", indices);
                 ap(2, "output", output);

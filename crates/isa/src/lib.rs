@@ -32,9 +32,9 @@ pub mod instr;
 pub use ap::{AP_SIZE, AccessPattern, MAX_DIMS, dense_strides};
 pub use error::{DecodeError, Reason};
 pub use instr::{
-    ActFunc, AddressField, BinaryOp, CoordMode, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES, HEADER_SIZE,
-    Instruction, NearestMode, Op, PoolOp, ReduceOp, ResizeMode, SemRef, Sync, Window, matmul_flags,
-    opcode, opcode_info,
+    ActFunc, AddressField, BinaryOp, CoordMode, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,
+    HEADER_SIZE, Instruction, NearestMode, Op, PoolOp, ReduceOp, ResizeMode, SemRef, Sync, Window,
+    matmul_flags, opcode, opcode_info,
 };
 
 use nrt_hal::Engine;
@@ -56,7 +56,13 @@ pub struct BlockDecoder<'a> {
 impl<'a> BlockDecoder<'a> {
     /// A decoder for `bytes`, the block of `engine`.
     pub fn new(bytes: &'a [u8], engine: Engine) -> Self {
-        BlockDecoder { bytes, engine, pos: 0, index: 0, done: false }
+        BlockDecoder {
+            bytes,
+            engine,
+            pos: 0,
+            index: 0,
+            done: false,
+        }
     }
 }
 
@@ -80,7 +86,10 @@ impl Iterator for BlockDecoder<'_> {
             Err(e) => fail(self, e),
             Ok((ins, len)) => {
                 if !ins.op.runs_on(self.engine) {
-                    let mut e = DecodeError::field_public("header.opcode", Reason::WrongEngine(self.engine));
+                    let mut e = DecodeError::field_public(
+                        "header.opcode",
+                        Reason::WrongEngine(self.engine),
+                    );
                     e.opcode = Some(ins.op.name());
                     return fail(self, e);
                 }
@@ -118,6 +127,9 @@ pub fn encode_block(instructions: &[Instruction]) -> Vec<u8> {
 }
 
 /// Decodes a whole block into a vector (tools and the device's configuration reload).
-pub fn decode_block(bytes: &[u8], engine: Engine) -> Result<Vec<(usize, Instruction)>, DecodeError> {
+pub fn decode_block(
+    bytes: &[u8],
+    engine: Engine,
+) -> Result<Vec<(usize, Instruction)>, DecodeError> {
     BlockDecoder::new(bytes, engine).collect()
 }

@@ -10,11 +10,19 @@ fn arb_dims() -> impl Strategy<Value = [u32; 4]> {
 }
 
 fn ap_of(dtype: DType, shape: [u32; 4], addr: u64) -> AccessPattern {
-    AccessPattern { addr, dtype, shape, stride: dense_strides(&shape) }
+    AccessPattern {
+        addr,
+        dtype,
+        shape,
+        stride: dense_strides(&shape),
+    }
 }
 
 fn arb_ap(dtype: DType, shape: [u32; 4]) -> impl Strategy<Value = AccessPattern> {
-    (0u64..1 << 30, prop::array::uniform4(prop_oneof![Just(None), (0i32..4).prop_map(Some)]))
+    (
+        0u64..1 << 30,
+        prop::array::uniform4(prop_oneof![Just(None), (0i32..4).prop_map(Some)]),
+    )
         .prop_map(move |(addr, strides)| {
             let mut ap = ap_of(dtype, shape, addr * 4 + (1 << 20));
             for (d, s) in strides.iter().enumerate() {
@@ -26,16 +34,29 @@ fn arb_ap(dtype: DType, shape: [u32; 4]) -> impl Strategy<Value = AccessPattern>
         })
 }
 
-fn opt(present: bool, s: impl Strategy<Value = AccessPattern> + 'static) -> BoxedStrategy<Option<AccessPattern>> {
-    if present { s.prop_map(Some).boxed() } else { Just(None).boxed() }
+fn opt(
+    present: bool,
+    s: impl Strategy<Value = AccessPattern> + 'static,
+) -> BoxedStrategy<Option<AccessPattern>> {
+    if present {
+        s.prop_map(Some).boxed()
+    } else {
+        Just(None).boxed()
+    }
 }
 
 fn arb_sem() -> impl Strategy<Value = SemRef> {
-    prop_oneof![(4u16..256).prop_map(SemRef::local), (0u16..GLOBAL_SEMAPHORES).prop_map(SemRef::global)]
+    prop_oneof![
+        (4u16..256).prop_map(SemRef::local),
+        (0u16..GLOBAL_SEMAPHORES).prop_map(SemRef::global)
+    ]
 }
 
 fn arb_sync() -> impl Strategy<Value = Sync> {
-    (prop::option::of((arb_sem(), any::<u32>())), prop::option::of((arb_sem(), any::<u32>())))
+    (
+        prop::option::of((arb_sem(), any::<u32>())),
+        prop::option::of((arb_sem(), any::<u32>())),
+    )
         .prop_map(|(wait, signal)| Sync { wait, signal })
 }
 
@@ -48,31 +69,68 @@ fn arb_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         Just(Op::End),
         Just(Op::Nop),
-        arb_dims().prop_flat_map(move |s| (arb_ap(f, s), arb_ap(f, s)))
+        arb_dims()
+            .prop_flat_map(move |s| (arb_ap(f, s), arb_ap(f, s)))
             .prop_map(|(src, dst)| Op::DmaCopy { src, dst }),
         (any::<u64>(), 1u32..100).prop_map(|(table, count)| Op::DmaDescriptors { table, count }),
         (arb_sem(), any::<u32>()).prop_map(|(sem, value)| Op::SemSet { sem, value }),
-        (any::<u8>(), any::<u16>(), any::<u32>())
-            .prop_map(|(subtype, sub_id, payload)| Op::Notify { subtype, sub_id, payload }),
-        ((0u16..GLOBAL_SEMAPHORES), 1u32..=8)
-            .prop_map(|(s, count)| Op::Barrier { sem: SemRef::global(s), count }),
-        (1u32..4, 1u32..4, 1u32..9, 1u32..9, 1u32..9, 0u32..8, finite()).prop_flat_map(
-            move |(b1, b2, m, k, n, flags, alpha)| {
+        (any::<u8>(), any::<u16>(), any::<u32>()).prop_map(|(subtype, sub_id, payload)| {
+            Op::Notify {
+                subtype,
+                sub_id,
+                payload,
+            }
+        }),
+        ((0u16..GLOBAL_SEMAPHORES), 1u32..=8).prop_map(|(s, count)| Op::Barrier {
+            sem: SemRef::global(s),
+            count
+        }),
+        (
+            1u32..4,
+            1u32..4,
+            1u32..9,
+            1u32..9,
+            1u32..9,
+            0u32..8,
+            finite()
+        )
+            .prop_flat_map(move |(b1, b2, m, k, n, flags, alpha)| {
                 let ta = flags & 2 != 0;
                 let tb = flags & 4 != 0;
                 let a = if ta { [b1, b2, k, m] } else { [b1, b2, m, k] };
                 let b = if tb { [b1, b2, n, k] } else { [b1, b2, k, n] };
-                (arb_ap(f, a), arb_ap(f, b), arb_ap(f, [b1, b2, m, n]))
-                    .prop_map(move |(a, b, c)| Op::MatMul { a, b, c, alpha, flags })
-            }
-        ),
-        (1u32..3, 1u32..3, 1u32..3, 1u32..4, 1u32..4, 3u32..9, 0u32..2, 1u32..3, any::<bool>())
+                (arb_ap(f, a), arb_ap(f, b), arb_ap(f, [b1, b2, m, n])).prop_map(
+                    move |(a, b, c)| Op::MatMul {
+                        a,
+                        b,
+                        c,
+                        alpha,
+                        flags,
+                    },
+                )
+            }),
+        (
+            1u32..3,
+            1u32..3,
+            1u32..3,
+            1u32..4,
+            1u32..4,
+            3u32..9,
+            0u32..2,
+            1u32..3,
+            any::<bool>()
+        )
             .prop_flat_map(move |(n, g, cg, og, k, hw, pad, stride, has_bias)| {
                 let c = g * cg;
                 let o = g * og;
-                let window = Window { kernel: [0, 0], stride: [stride; 2], pad: [pad; 4], dilation: [1, 1] };
+                let window = Window {
+                    kernel: [0, 0],
+                    stride: [stride; 2],
+                    pad: [pad; 4],
+                    dilation: [1, 1],
+                };
                 let oh = window.out_dim(0, hw, k).unwrap();
-                let ws = (cg * k * k * oh * oh) as u32;
+                let ws = cg * k * k * oh * oh;
                 (
                     arb_ap(f, [n, c, hw, hw]),
                     arb_ap(f, [o, cg, k, k]),
@@ -80,20 +138,29 @@ fn arb_op() -> impl Strategy<Value = Op> {
                     opt(has_bias, arb_ap(f, [1, 1, 1, o])),
                     prop::option::of(Just(ap_of(f, [1, 1, 1, ws], 1 << 24))),
                 )
-                    .prop_map(move |(input, weight, output, bias, workspace)| Op::Conv {
-                        input,
-                        weight,
-                        output,
-                        bias,
-                        workspace,
-                        window,
-                        groups: g,
+                    .prop_map(move |(input, weight, output, bias, workspace)| {
+                        Op::Conv {
+                            input,
+                            weight,
+                            output,
+                            bias,
+                            workspace,
+                            window,
+                            groups: g,
+                        }
                     })
             }),
-        (arb_dims(), 0usize..ActFunc::ALL.len(), finite(), finite(), finite(), any::<bool>())
+        (
+            arb_dims(),
+            0usize..ActFunc::ALL.len(),
+            finite(),
+            finite(),
+            finite(),
+            any::<bool>()
+        )
             .prop_flat_map(move |(s, fi, scale, alpha, beta, hb)| {
-                (arb_ap(f, s), arb_ap(f, s), opt(hb, arb_ap(f, s)))
-                    .prop_map(move |(input, output, bias)| Op::Activation {
+                (arb_ap(f, s), arb_ap(f, s), opt(hb, arb_ap(f, s))).prop_map(
+                    move |(input, output, bias)| Op::Activation {
                         input,
                         output,
                         bias,
@@ -101,29 +168,53 @@ fn arb_op() -> impl Strategy<Value = Op> {
                         scale,
                         alpha,
                         beta,
-                    })
+                    },
+                )
             }),
-        (arb_dims(), 0usize..BinaryOp::ALL.len(), prop::sample::select(vec![DType::F32, DType::I64, DType::I32]))
+        (
+            arb_dims(),
+            0usize..BinaryOp::ALL.len(),
+            prop::sample::select(vec![DType::F32, DType::I64, DType::I32])
+        )
             .prop_flat_map(move |(s, oi, dt)| {
                 let op = BinaryOp::ALL[oi];
                 let dt = if op.is_logical() { DType::Bool } else { dt };
                 let od = if op.is_comparison() { DType::Bool } else { dt };
-                (arb_ap(dt, s), arb_ap(dt, s), arb_ap(od, s)).prop_map(move |(a, b, out)| Op::Binary { a, b, out, op })
+                (arb_ap(dt, s), arb_ap(dt, s), arb_ap(od, s))
+                    .prop_map(move |(a, b, out)| Op::Binary { a, b, out, op })
             }),
-        (arb_dims(), 0usize..7, finite(), any::<bool>()).prop_flat_map(move |(s, oi, scalar, reverse)| {
-            (arb_ap(f, s), arb_ap(f, s)).prop_map(move |(a, out)| Op::TensorScalar {
-                a,
-                out,
-                op: BinaryOp::ALL[oi],
-                scalar,
-                reverse,
-            })
-        }),
-        (arb_dims(), prop::sample::select(DType::ALL.to_vec()), prop::sample::select(DType::ALL.to_vec()))
-            .prop_flat_map(|(s, a, b)| (arb_ap(a, s), arb_ap(b, s)).prop_map(|(input, output)| Op::Copy { input, output })),
-        arb_dims().prop_flat_map(move |s| (arb_ap(DType::Bool, s), arb_ap(f, s), arb_ap(f, s), arb_ap(f, s)))
+        (arb_dims(), 0usize..7, finite(), any::<bool>()).prop_flat_map(
+            move |(s, oi, scalar, reverse)| {
+                (arb_ap(f, s), arb_ap(f, s)).prop_map(move |(a, out)| Op::TensorScalar {
+                    a,
+                    out,
+                    op: BinaryOp::ALL[oi],
+                    scalar,
+                    reverse,
+                })
+            }
+        ),
+        (
+            arb_dims(),
+            prop::sample::select(DType::ALL.to_vec()),
+            prop::sample::select(DType::ALL.to_vec())
+        )
+            .prop_flat_map(|(s, a, b)| (arb_ap(a, s), arb_ap(b, s))
+                .prop_map(|(input, output)| Op::Copy { input, output })),
+        arb_dims()
+            .prop_flat_map(move |s| (
+                arb_ap(DType::Bool, s),
+                arb_ap(f, s),
+                arb_ap(f, s),
+                arb_ap(f, s)
+            ))
             .prop_map(|(cond, a, b, out)| Op::Select { cond, a, b, out }),
-        (arb_dims(), any::<u32>()).prop_flat_map(move |(s, v)| arb_ap(f, s).prop_map(move |out| Op::Fill { out, bits: v as u64 })),
+        (arb_dims(), any::<u32>()).prop_flat_map(move |(s, v)| arb_ap(f, s).prop_map(move |out| {
+            Op::Fill {
+                out,
+                bits: v as u64,
+            }
+        })),
         (arb_dims(), 0u8..16, 0usize..4).prop_flat_map(move |(s, axes, oi)| {
             let mut o = s;
             for (d, x) in o.iter_mut().enumerate() {
@@ -138,26 +229,59 @@ fn arb_op() -> impl Strategy<Value = Op> {
                 axes,
             })
         }),
-        (1u32..3, 1u32..3, 4u32..9, 1u32..4, 1u32..3, 0u32..2, any::<bool>(), any::<bool>()).prop_flat_map(
-            move |(n, c, hw, k, st, pad, max, cip)| {
-                let window = Window { kernel: [k, k], stride: [st, st], pad: [pad; 4], dilation: [1, 1] };
+        (
+            1u32..3,
+            1u32..3,
+            4u32..9,
+            1u32..4,
+            1u32..3,
+            0u32..2,
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_flat_map(move |(n, c, hw, k, st, pad, max, cip)| {
+                let window = Window {
+                    kernel: [k, k],
+                    stride: [st, st],
+                    pad: [pad; 4],
+                    dilation: [1, 1],
+                };
                 let oh = window.out_dim(0, hw, k).unwrap();
-                (arb_ap(f, [n, c, hw, hw]), arb_ap(f, [n, c, oh, oh])).prop_map(move |(input, output)| Op::Pool {
-                    input,
-                    output,
-                    window,
-                    op: if max { PoolOp::Max } else { PoolOp::Avg },
-                    count_include_pad: cip,
-                })
-            }
-        ),
+                (arb_ap(f, [n, c, hw, hw]), arb_ap(f, [n, c, oh, oh])).prop_map(
+                    move |(input, output)| Op::Pool {
+                        input,
+                        output,
+                        window,
+                        op: if max { PoolOp::Max } else { PoolOp::Avg },
+                        count_include_pad: cip,
+                    },
+                )
+            }),
         (arb_dims(), any::<bool>()).prop_flat_map(move |(s, log)| (arb_ap(f, s), arb_ap(f, s))
             .prop_map(move |(input, output)| Op::Softmax { input, output, log })),
         (arb_dims(), 0f32..1e-2, any::<bool>()).prop_flat_map(move |(s, eps, hb)| {
-            (arb_ap(f, s), arb_ap(f, s), opt(hb, arb_ap(f, s)), arb_ap(f, s))
-                .prop_map(move |(input, gamma, beta, output)| Op::LayerNorm { input, gamma, beta, output, eps })
+            (
+                arb_ap(f, s),
+                arb_ap(f, s),
+                opt(hb, arb_ap(f, s)),
+                arb_ap(f, s),
+            )
+                .prop_map(move |(input, gamma, beta, output)| Op::LayerNorm {
+                    input,
+                    gamma,
+                    beta,
+                    output,
+                    eps,
+                })
         }),
-        (arb_dims(), arb_dims(), 0usize..2, 0usize..6, 0usize..4, prop::array::uniform4(0f32..4.0))
+        (
+            arb_dims(),
+            arb_dims(),
+            0usize..2,
+            0usize..6,
+            0usize..4,
+            prop::array::uniform4(0f32..4.0)
+        )
             .prop_flat_map(move |(si, so, m, c, n, scales)| {
                 (arb_ap(f, si), arb_ap(f, so)).prop_map(move |(input, output)| Op::Resize {
                     input,
@@ -170,8 +294,16 @@ fn arb_op() -> impl Strategy<Value = Op> {
             }),
         (arb_dims(), 1u32..6, any::<bool>()).prop_flat_map(move |(s, n, i64_)| {
             let it = if i64_ { DType::I64 } else { DType::I32 };
-            (arb_ap(f, s), arb_ap(it, [1, 1, 1, n]), arb_ap(f, [s[0], s[1], n, s[3]]))
-                .prop_map(|(data, indices, output)| Op::Gather { data, indices, output })
+            (
+                arb_ap(f, s),
+                arb_ap(it, [1, 1, 1, n]),
+                arb_ap(f, [s[0], s[1], n, s[3]]),
+            )
+                .prop_map(|(data, indices, output)| Op::Gather {
+                    data,
+                    indices,
+                    output,
+                })
         }),
     ]
 }
@@ -232,7 +364,13 @@ fn errors_name_index_offset_and_field() {
     let b = AccessPattern::dense(0x2000, DType::F32, &[4, 5]); // K mismatch: 3 vs 4
     let c = AccessPattern::dense(0x3000, DType::F32, &[2, 5]);
     let ok = Instruction::new(Op::Nop);
-    let bad = Instruction::new(Op::MatMul { a, b, c, alpha: 1.0, flags: 0 });
+    let bad = Instruction::new(Op::MatMul {
+        a,
+        b,
+        c,
+        alpha: 1.0,
+        flags: 0,
+    });
     let mut block = Vec::new();
     ok.encode(&mut block);
     let mut mm = Vec::new();
@@ -245,7 +383,10 @@ fn errors_name_index_offset_and_field() {
     assert_eq!(e.field, "b.shape");
     assert_eq!(e.opcode, Some("MatMul"));
     let msg = e.to_string();
-    assert!(msg.contains("instruction 1") && msg.contains("MatMul") && msg.contains("b.shape"), "{msg}");
+    assert!(
+        msg.contains("instruction 1") && msg.contains("MatMul") && msg.contains("b.shape"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -262,17 +403,25 @@ fn engine_mismatch_missing_end_and_trailing_bytes() {
 
     let mut no_end = Vec::new();
     Instruction::new(Op::Nop).encode(&mut no_end);
-    assert_eq!(decode_block(&no_end, Engine::Sp).unwrap_err().reason, Reason::MissingEnd);
+    assert_eq!(
+        decode_block(&no_end, Engine::Sp).unwrap_err().reason,
+        Reason::MissingEnd
+    );
 
     let mut trailing = encode_block(&[]);
     trailing.extend_from_slice(&[0; 8]);
-    assert_eq!(decode_block(&trailing, Engine::Sp).unwrap_err().reason, Reason::TrailingBytes(8));
+    assert_eq!(
+        decode_block(&trailing, Engine::Sp).unwrap_err().reason,
+        Reason::TrailingBytes(8)
+    );
 }
 
 #[test]
 fn reserved_semaphores_and_bad_fields_are_rejected() {
     let mut b = Vec::new();
-    Instruction::new(Op::Nop).wait(SemRef::local(0), 1).encode(&mut b);
+    Instruction::new(Op::Nop)
+        .wait(SemRef::local(0), 1)
+        .encode(&mut b);
     let e = Instruction::decode(&b).unwrap_err();
     assert_eq!(e.field, "header.wait_sem");
     assert_eq!(e.reason, Reason::BadSemaphore(0));
@@ -280,7 +429,10 @@ fn reserved_semaphores_and_bad_fields_are_rejected() {
     let mut b = Vec::new();
     Instruction::new(Op::Nop).encode(&mut b);
     b[0] = 0xEE;
-    assert_eq!(Instruction::decode(&b).unwrap_err().reason, Reason::UnknownOpcode(0xEE));
+    assert_eq!(
+        Instruction::decode(&b).unwrap_err().reason,
+        Reason::UnknownOpcode(0xEE)
+    );
 
     let mut b = Vec::new();
     Instruction::new(Op::Nop).encode(&mut b);
@@ -300,7 +452,10 @@ fn reserved_semaphores_and_bad_fields_are_rejected() {
     ins.encode(&mut b);
     b[HEADER_SIZE + 3 * AP_SIZE] = 200; // func
     let e = Instruction::decode(&b).unwrap_err();
-    assert_eq!((e.field, e.reason, e.field_offset), ("func", Reason::BadEnum(200), HEADER_SIZE + 3 * AP_SIZE));
+    assert_eq!(
+        (e.field, e.reason, e.field_offset),
+        ("func", Reason::BadEnum(200), HEADER_SIZE + 3 * AP_SIZE)
+    );
     b[HEADER_SIZE + 3 * AP_SIZE] = ActFunc::Relu as u8;
     b[HEADER_SIZE + 8] = 0x0B; // input.dtype: not a dtype
     assert_eq!(Instruction::decode(&b).unwrap_err().field, "input");
@@ -312,6 +467,16 @@ fn address_fields_cover_every_operand() {
     let b = AccessPattern::dense(0, DType::F32, &[3, 4]);
     let c = AccessPattern::dense(0, DType::F32, &[2, 4]);
     let mut seen = Vec::new();
-    Instruction::new(Op::MatMul { a, b, c, alpha: 1.0, flags: 0 }).address_fields(|f| seen.push((f.name, f.offset, f.extent)));
-    assert_eq!(seen, vec![("a", 16, (0, 24)), ("b", 64, (0, 48)), ("c", 112, (0, 32))]);
+    Instruction::new(Op::MatMul {
+        a,
+        b,
+        c,
+        alpha: 1.0,
+        flags: 0,
+    })
+    .address_fields(|f| seen.push((f.name, f.offset, f.extent)));
+    assert_eq!(
+        seen,
+        vec![("a", 16, (0, 24)), ("b", 64, (0, 48)), ("c", 112, (0, 32))]
+    );
 }

@@ -1,0 +1,353 @@
+//! Round trips and every decoder error class of the NCM container.
+
+use nrt_hal::{DType, Engine};
+use nrt_isa::{AccessPattern, ActFunc, Instruction, Op, SemRef};
+use nrt_model::*;
+use proptest::prelude::*;
+
+/// A small but complete model: y = relu(x + w), with an output DMA and a streaming notify.
+fn sample(sg_count: u32, n: u32, name_len: usize) -> CompiledModel {
+    let mut b = ModelBuilder::new("sample", sg_count);
+    let x = b.input(&"x".repeat(name_len.max(1)), DType::F32, &[n]);
+    let y = b.output("y", DType::F32, &[n]);
+    let w = b.constant(&vec![1u8; n as usize * 4], 64);
+    let tmp = b.scratch(0, n as u64 * 4, 64);
+    let (xr, yr) = (b.io_mem_ref(x), b.io_mem_ref(y));
+    for core in 0..sg_count as u8 {
+        let dx = b.io_descriptor(x);
+        b.push(
+            core,
+            Engine::Sp,
+            Instruction::new(Op::DmaDescriptors {
+                table: dx,
+                count: 1,
+            })
+            .signal(SemRef::local(4), 1),
+        );
+        b.push(
+            core,
+            Engine::Dve,
+            Instruction::new(Op::Binary {
+                a: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[n]),
+                b: AccessPattern::dense(vaddr(w, 0), DType::F32, &[n]),
+                out: AccessPattern::dense(vaddr(tmp, 0), DType::F32, &[n]),
+                op: nrt_isa::BinaryOp::Add,
+            })
+            .wait(SemRef::local(4), 1)
+            .signal(SemRef::local(5), 1),
+        );
+        b.push(
+            core,
+            Engine::Act,
+            Instruction::new(Op::Activation {
+                input: AccessPattern::dense(vaddr(tmp, 0), DType::F32, &[n]),
+                output: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[n]),
+                bias: None,
+                func: ActFunc::Relu,
+                scale: 1.0,
+                alpha: 0.0,
+                beta: 0.0,
+            })
+            .wait(SemRef::local(5), 1),
+        );
+    }
+    b.build()
+}
+
+fn fix_crc(bytes: &mut [u8]) {
+    bytes[32..36].fill(0);
+    let crc = crc32fast::hash(bytes);
+    bytes[32..36].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn section_offset(bytes: &[u8], kind: u32) -> usize {
+    let count = u32::from_le_bytes(bytes[24..28].try_into().unwrap()) as usize;
+    for i in 0..count {
+        let e = &bytes[64 + 24 * i..64 + 24 * (i + 1)];
+        if u32::from_le_bytes(e[0..4].try_into().unwrap()) == kind {
+            return u64::from_le_bytes(e[8..16].try_into().unwrap()) as usize;
+        }
+    }
+    panic!("no section {kind}");
+}
+
+fn err(bytes: &[u8]) -> ModelError {
+    CompiledModel::decode(bytes).unwrap_err()
+}
+
+#[test]
+fn sample_round_trips() {
+    for sg in [1, 2] {
+        let m = sample(sg, 16, 3);
+        let bytes = m.encode();
+        let back = CompiledModel::decode(&bytes).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.encode(), bytes);
+        assert_eq!(back.scratch_bytes(), 64);
+        assert_eq!(back.inputs().count(), 1);
+    }
+}
+
+proptest! {
+    #[test]
+    fn models_round_trip(sg in 1u32..3, n in 1u32..64, name_len in 1usize..=255) {
+        let m = sample(sg, n, name_len);
+        let back = CompiledModel::decode(&m.encode()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(back, m);
+    }
+
+    #[test]
+    fn corrupted_files_never_panic(at in any::<prop::sample::Index>(), v in any::<u8>(), recrc in any::<bool>()) {
+        let mut bytes = sample(2, 8, 4).encode();
+        let i = at.index(bytes.len());
+        bytes[i] = v;
+        if recrc { fix_crc(&mut bytes); }
+        let _ = CompiledModel::decode(&bytes);
+    }
+
+    #[test]
+    fn truncated_files_are_errors(cut in any::<prop::sample::Index>()) {
+        let bytes = sample(1, 8, 4).encode();
+        let n = cut.index(bytes.len());
+        prop_assert!(CompiledModel::decode(&bytes[..n]).is_err());
+    }
+}
+
+#[test]
+fn truncated() {
+    let e = err(&sample(1, 4, 1).encode()[..10]);
+    assert!(matches!(e.kind, ModelErrorKind::Truncated { .. }), "{e}");
+    assert!(e.field.starts_with("header"), "{e}");
+}
+
+#[test]
+fn bad_magic_and_version() {
+    let mut b = sample(1, 4, 1).encode();
+    b[0] = b'X';
+    let e = err(&b);
+    assert!(
+        matches!(e.kind, ModelErrorKind::BadMagic(_)) && e.offset == 0,
+        "{e}"
+    );
+
+    let mut b = sample(1, 4, 1).encode();
+    b[4] = 2; // major 2
+    fix_crc(&mut b);
+    let e = err(&b);
+    assert!(e.is_unsupported_version(), "{e}");
+    assert_eq!(e.field, "header.version");
+}
+
+#[test]
+fn checksum_and_size() {
+    let mut b = sample(1, 4, 1).encode();
+    let n = b.len();
+    b[n - 1] ^= 0xFF;
+    let e = err(&b);
+    assert!(
+        matches!(e.kind, ModelErrorKind::ChecksumMismatch { .. }) && e.field == "header.checksum",
+        "{e}"
+    );
+
+    let mut b = sample(1, 4, 1).encode();
+    b.push(0);
+    let e = err(&b);
+    assert!(matches!(e.kind, ModelErrorKind::SizeMismatch { .. }), "{e}");
+}
+
+#[test]
+fn out_of_range_mem_ref_in_relocation() {
+    let mut m = sample(1, 4, 1);
+    let blk = m
+        .blocks
+        .iter_mut()
+        .find(|b| !b.relocations.is_empty())
+        .unwrap();
+    blk.relocations[0].mem_ref = 99;
+    let e = err(&m.encode());
+    assert!(
+        matches!(e.kind, ModelErrorKind::OutOfRangeId { id: 99, .. }),
+        "{e}"
+    );
+    assert!(e.field.contains("relocs[0].mem_ref"), "{e}");
+}
+
+#[test]
+fn relocation_past_block() {
+    let mut m = sample(1, 4, 1);
+    let blk = m
+        .blocks
+        .iter_mut()
+        .find(|b| !b.relocations.is_empty())
+        .unwrap();
+    blk.relocations[0].patch_offset = blk.code.len() as u32 - 4;
+    let e = err(&m.encode());
+    assert!(
+        matches!(e.kind, ModelErrorKind::RelocationPastBlock { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn relocation_not_on_an_address_field() {
+    let mut m = sample(1, 4, 1);
+    let blk = m
+        .blocks
+        .iter_mut()
+        .find(|b| !b.relocations.is_empty())
+        .unwrap();
+    blk.relocations[0].patch_offset = 0;
+    let e = err(&m.encode());
+    assert!(
+        matches!(e.kind, ModelErrorKind::RelocationMismatch(0)),
+        "{e}"
+    );
+}
+
+#[test]
+fn operand_outside_its_plan_entry() {
+    let mut m = sample(1, 4, 1);
+    let blk = m
+        .blocks
+        .iter_mut()
+        .find(|b| b.engine == Engine::Dve)
+        .unwrap();
+    blk.relocations[0].offset = 8; // 16-byte operand at offset 8 of a 16-byte entry
+    let e = err(&m.encode());
+    assert!(
+        matches!(
+            e.kind,
+            ModelErrorKind::OperandOutOfBounds {
+                lo: 8,
+                hi: 24,
+                size: 16
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn overlapping_and_misaligned_plan_entries() {
+    let mut m = sample(1, 4, 1);
+    m.mem_refs.push(MemRef {
+        kind: MemRefKind::VirtualTmpBuf,
+        align: 8,
+        size: 32,
+        offset: 8,
+    });
+    let e = err(&m.encode());
+    assert!(matches!(e.kind, ModelErrorKind::Overlap { .. }), "{e}");
+    assert!(e.field.starts_with("plan["), "{e}");
+
+    let mut m = sample(1, 4, 1);
+    m.mem_refs.push(MemRef {
+        kind: MemRefKind::VirtualTmpBuf,
+        align: 64,
+        size: 32,
+        offset: 96,
+    });
+    let e = err(&m.encode());
+    assert!(
+        matches!(
+            e.kind,
+            ModelErrorKind::Misaligned {
+                offset: 96,
+                align: 64
+            }
+        ),
+        "{e}"
+    );
+
+    let mut m = sample(1, 4, 1);
+    m.mem_refs.push(MemRef {
+        kind: MemRefKind::VirtualTmpBuf,
+        align: 48,
+        size: 32,
+        offset: 96,
+    });
+    assert!(matches!(
+        err(&m.encode()).kind,
+        ModelErrorKind::BadAlignment(48)
+    ));
+}
+
+#[test]
+fn oversize_and_bad_names() {
+    let mut b = sample(1, 4, 1).encode();
+    let io = section_offset(&b, section::IO);
+    b[io + 4..io + 6].copy_from_slice(&300u16.to_le_bytes());
+    fix_crc(&mut b);
+    let e = err(&b);
+    assert!(
+        matches!(e.kind, ModelErrorKind::NameTooLong(300)) && e.field == "io[0].name",
+        "{e}"
+    );
+
+    let mut m = sample(1, 4, 1);
+    m.io[1].name = m.io[0].name.clone();
+    assert!(matches!(
+        err(&m.encode()).kind,
+        ModelErrorKind::DuplicateName(_)
+    ));
+
+    let mut m = sample(1, 4, 1);
+    m.io[0].name = "a\0b".into();
+    assert!(matches!(err(&m.encode()).kind, ModelErrorKind::BadName));
+}
+
+#[test]
+fn huge_counts_do_not_allocate() {
+    let mut b = sample(1, 4, 1).encode();
+    let plan = section_offset(&b, section::PLAN);
+    b[plan..plan + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    fix_crc(&mut b);
+    let e = err(&b);
+    assert!(
+        matches!(e.kind, ModelErrorKind::Truncated { .. }) && e.field == "plan.count",
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_instruction_is_named() {
+    let mut m = sample(1, 4, 1);
+    let blk = m
+        .blocks
+        .iter_mut()
+        .find(|b| b.engine == Engine::Act)
+        .unwrap();
+    blk.code[nrt_isa::HEADER_SIZE + 3 * nrt_isa::AP_SIZE] = 99; // activation function
+    let e = err(&m.encode());
+    match &e.kind {
+        ModelErrorKind::Instruction(d) => assert_eq!(d.field, "func"),
+        k => panic!("{k:?}"),
+    }
+    assert!(e.to_string().contains("Activation"), "{e}");
+}
+
+#[test]
+fn missing_blocks_and_bad_core() {
+    let mut m = sample(2, 4, 1);
+    m.blocks.pop();
+    assert!(matches!(
+        err(&m.encode()).kind,
+        ModelErrorKind::Inconsistent(_)
+    ));
+    let mut m = sample(1, 4, 1);
+    m.blocks[0].core = 3;
+    assert!(matches!(
+        err(&m.encode()).kind,
+        ModelErrorKind::OutOfRangeId { id: 3, limit: 1 }
+    ));
+}
+
+#[test]
+fn io_entry_must_match_tensor() {
+    let mut m = sample(1, 4, 1);
+    m.io[0].shape = vec![5];
+    assert!(matches!(
+        err(&m.encode()).kind,
+        ModelErrorKind::Inconsistent(_)
+    ));
+}
