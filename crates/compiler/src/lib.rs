@@ -1,0 +1,3 @@
+//! # nrt-compiler — ONNX to NCM
+//!
+//! (Work in progress.)
