@@ -234,11 +234,14 @@ pub enum ErrorSubtype {
     HbmUncorrectable = 6,
     /// The core is wedged: it stops taking requests until reset.
     Fatal = 7,
+    /// An instruction block or request the device cannot execute (corrupt code memory, an
+    /// operand outside device memory): the core aborts the execution.
+    InvalidInstruction = 8,
 }
 
 impl ErrorSubtype {
     /// Every subtype.
-    pub const ALL: [ErrorSubtype; 7] = [
+    pub const ALL: [ErrorSubtype; 8] = [
         Self::Transient,
         Self::Numerical,
         Self::Uncorrectable,
@@ -246,6 +249,7 @@ impl ErrorSubtype {
         Self::OutOfBounds,
         Self::HbmUncorrectable,
         Self::Fatal,
+        Self::InvalidInstruction,
     ];
 
     /// Decodes the subtype byte.
@@ -258,6 +262,7 @@ impl ErrorSubtype {
             5 => Some(Self::OutOfBounds),
             6 => Some(Self::HbmUncorrectable),
             7 => Some(Self::Fatal),
+            8 => Some(Self::InvalidInstruction),
             _ => None,
         }
     }
@@ -278,6 +283,7 @@ impl ErrorSubtype {
             Self::OutOfBounds => "out-of-bounds",
             Self::HbmUncorrectable => "hbm-uncorrectable",
             Self::Fatal => "fatal",
+            Self::InvalidInstruction => "invalid-instruction",
         }
     }
 }

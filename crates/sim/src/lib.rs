@@ -1,0 +1,551 @@
+//! # nrt-sim — the software NeuronCore
+//!
+//! A device that implements the [`nrt_hal::Device`] contract in software, faithful where the
+//! seed pins bytes and mechanisms:
+//!
+//! - **device memory**: one physical address space per device, lazily committed
+//!   ([`memory`]); out-of-range accesses by instructions or DMA descriptors are device errors,
+//!   never host crashes;
+//! - **NeuronCores** ([`neuron_core`]) with engines PE, ACT, POOL, DVE, SP, a semaphore file, exec
+//!   request rings, a DMA trigger queue, one INFER_STATUS notification ring per engine and an
+//!   ERROR ring, and an interrupt-cause word;
+//! - **the doorbell**: `semaphore_increment(nc, INFERENCE_START, 1)` makes the core run the
+//!   staged trigger pairs (request copy, event poke, tail increment) and then every request
+//!   they published, in order; merged and spurious doorbells are harmless;
+//! - **scheduling fit for 2 vCPUs**: one device thread serves the cores (configurable), runs
+//!   a core's engines cooperatively, spins a bounded time after work and then parks on an
+//!   [`nrt_hal::IdleGate`] that the doorbell opens;
+//! - **real kernels** from [`nrt_kernels`];
+//! - **fault injection** ([`fault`]): hang, dropped notifications, NaN, parity, transient,
+//!   DMA abort, HBM UE, fatal — each writing what hardware would.
+
+pub mod fault;
+pub mod memory;
+pub mod neuron_core;
+pub mod testkit;
+
+pub use fault::{FaultKind, FaultParseError, FaultSpec, parse_faults};
+
+use crate::memory::Memory;
+use crate::neuron_core::{CoreShared, ERROR_RING, ExecFaults, ExecQueue, Poll};
+use nrt_hal::{
+    Consumer, DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError,
+    IdleGate, MemUsage, NUM_ENGINES, NqKind, NqRecord, Producer, SEMAPHORE_INFERENCE_START,
+    SEMAPHORES_PER_CORE, TriggerPair, ring, tuning,
+};
+use nrt_isa::GLOBAL_SEMAPHORES;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How to build a software device.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Physical NeuronCores (default 2, so two-core models can run).
+    pub cores: u32,
+    /// Size of the device's physical address space (reserved lazily; default 16 GiB).
+    pub memory_bytes: u64,
+    /// Device threads; core `c` is served by thread `c % threads` (default 1: on a 2-vCPU
+    /// machine one device thread plus the caller's thread is what fits).
+    pub threads: u32,
+    /// How long a device thread polls after its last work before parking.
+    pub spin_after_work: Duration,
+    /// How long an execution may make no progress before the core declares a hang.
+    pub hang_watchdog: Duration,
+    /// Faults to inject.
+    pub faults: Vec<FaultSpec>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            cores: 2,
+            memory_bytes: 16 << 30,
+            threads: 1,
+            spin_after_work: tuning::DEVICE_SPIN_AFTER_WORK,
+            hang_watchdog: tuning::DEVICE_HANG_WATCHDOG,
+            faults: Vec::new(),
+        }
+    }
+}
+
+impl SimConfig {
+    /// The default configuration, with `NRT_SIM_FAULTS` parsed into `faults`.
+    pub fn from_env() -> Result<SimConfig, FaultParseError> {
+        let mut c = SimConfig::default();
+        if let Ok(s) = std::env::var("NRT_SIM_FAULTS") {
+            c.faults = parse_faults(&s)?;
+        }
+        Ok(c)
+    }
+}
+
+/// State shared by the device's threads and the host-facing handle.
+pub(crate) struct DeviceShared {
+    pub(crate) config: SimConfig,
+    pub(crate) mem: Memory,
+    pub(crate) cores: Box<[CoreShared]>,
+    /// Device-wide semaphores, `GLOBAL_SEMAPHORES` per lockstep group (keyed by the group's
+    /// first core): `epoch << 32 | count`, where epoch is the execution's compute index.
+    global: Box<[AtomicU64]>,
+    /// Per lockstep group: `compute_idx + 1` of an execution one core aborted.
+    group_abort: Box<[AtomicU64]>,
+    gates: Box<[IdleGate]>,
+    stop: AtomicBool,
+    faults: Mutex<Vec<FaultSpec>>,
+    has_faults: AtomicBool,
+}
+
+impl DeviceShared {
+    pub(crate) fn kernel_memory(&self) -> nrt_kernels::DeviceMemory {
+        // SAFETY: the mapping lives as long as `self`, which outlives every kernel call.
+        unsafe { nrt_kernels::DeviceMemory::new(self.mem.base(), self.mem.len()) }
+    }
+
+    fn global(&self, group: u32, index: u16) -> &AtomicU64 {
+        &self.global[group as usize * GLOBAL_SEMAPHORES as usize + index as usize]
+    }
+
+    pub(crate) fn global_reached(&self, group: u32, index: u16, idx: u32, v: u32) -> bool {
+        let x = self.global(group, index).load(Ordering::Acquire);
+        let (epoch, count) = ((x >> 32) as u32, x as u32);
+        (epoch == idx && count >= v) || (epoch.wrapping_sub(idx) as i32) > 0
+    }
+
+    pub(crate) fn global_add(&self, group: u32, index: u16, idx: u32, v: u32) {
+        let g = self.global(group, index);
+        let mut cur = g.load(Ordering::Relaxed);
+        loop {
+            let (epoch, count) = ((cur >> 32) as u32, cur as u32);
+            let next = if epoch == idx {
+                count.wrapping_add(v)
+            } else {
+                v
+            };
+            match g.compare_exchange_weak(
+                cur,
+                (idx as u64) << 32 | next as u64,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(x) => cur = x,
+            }
+        }
+    }
+
+    pub(crate) fn global_set(&self, group: u32, index: u16, idx: u32, v: u32) {
+        self.global(group, index)
+            .store((idx as u64) << 32 | v as u64, Ordering::Release);
+    }
+
+    pub(crate) fn abort_group(&self, group: u32, idx: u32) {
+        self.group_abort[group as usize].store(idx as u64 + 1, Ordering::Release);
+    }
+
+    pub(crate) fn group_aborted(&self, group: u32, idx: u32) -> bool {
+        self.group_abort[group as usize].load(Ordering::Acquire) == idx as u64 + 1
+    }
+
+    /// The faults that fire on execution `n` of core `core`.
+    pub(crate) fn faults_for(&self, core: u32, n: u64) -> ExecFaults {
+        let mut f = ExecFaults::default();
+        if !self.has_faults.load(Ordering::Relaxed) {
+            return f;
+        }
+        let plan = self.faults.lock().unwrap_or_else(|e| e.into_inner());
+        for s in plan.iter().filter(|s| s.fires_on(core, n)) {
+            let e = s.target_engine();
+            match s.kind {
+                FaultKind::Hang => f.hang = e,
+                FaultKind::DropNotifications => {
+                    f.drop_mask |= e.map_or(0x1F, |e| 1 << e.index());
+                }
+                FaultKind::Nan => f.nan = e,
+                k => f.error = Some((k, e.unwrap_or(k.default_engine()))),
+            }
+        }
+        f
+    }
+
+    fn core(&self, nc: u32) -> Result<&CoreShared, HalError> {
+        self.cores.get(nc as usize).ok_or(HalError::BadCore(nc))
+    }
+}
+
+/// Runs a device thread: polls its cores while they have work, spins a bounded time after
+/// the last of it, then parks until a doorbell.
+fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
+    let gate = &dev.gates[worker];
+    gate.register_sleeper();
+    let threads = dev.config.threads as usize;
+    let mine: Vec<usize> = (0..dev.cores.len())
+        .filter(|c| c % threads == worker)
+        .collect();
+    let mut last_work = Instant::now();
+    let mut idle_polls = 0u32;
+    while !dev.stop.load(Ordering::Acquire) {
+        let mut progressed = false;
+        let mut stalled = false;
+        for &c in &mine {
+            match dev.cores[c].poll(&dev) {
+                Poll::Progressed => progressed = true,
+                Poll::Stalled => stalled = true,
+                Poll::Idle => {}
+            }
+        }
+        if progressed {
+            idle_polls = 0;
+            last_work = Instant::now();
+            continue;
+        }
+        std::hint::spin_loop();
+        if stalled {
+            continue; // an execution is in flight: keep polling (its watchdog bounds this)
+        }
+        idle_polls += 1;
+        // Reading the clock costs ~20 ns; look at it every 64 idle polls.
+        if idle_polls.is_multiple_of(64) && last_work.elapsed() >= dev.config.spin_after_work {
+            gate.sleep_until(|| {
+                dev.stop.load(Ordering::Acquire) || mine.iter().any(|&c| dev.cores[c].has_work())
+            });
+            last_work = Instant::now();
+        }
+    }
+}
+
+/// The software NeuronCore device. Cheap to share (`Arc`); dropping the last handle stops
+/// its threads.
+pub struct SoftDevice {
+    shared: Arc<DeviceShared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for SoftDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SoftDevice")
+            .field("cores", &self.shared.config.cores)
+            .field("memory_bytes", &self.shared.config.memory_bytes)
+            .field("threads", &self.shared.config.threads)
+            .finish()
+    }
+}
+
+impl SoftDevice {
+    /// Builds a device and starts its threads.
+    pub fn new(config: SimConfig) -> Result<SoftDevice, HalError> {
+        if config.cores == 0 || config.cores > 64 {
+            return Err(HalError::BadParameter("cores must be in 1..=64"));
+        }
+        if config.threads == 0 || config.threads > config.cores {
+            return Err(HalError::BadParameter("threads must be in 1..=cores"));
+        }
+        let n = config.cores as usize;
+        let mem = Memory::new(config.memory_bytes)?;
+        let faults = config.faults.clone();
+        let shared = Arc::new(DeviceShared {
+            mem,
+            cores: (0..n as u32).map(CoreShared::new).collect(),
+            global: (0..n * GLOBAL_SEMAPHORES as usize)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            group_abort: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            gates: (0..config.threads).map(|_| IdleGate::new()).collect(),
+            stop: AtomicBool::new(false),
+            has_faults: AtomicBool::new(!faults.is_empty()),
+            faults: Mutex::new(faults),
+            config,
+        });
+        let threads = (0..shared.config.threads as usize)
+            .map(|w| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("nrt-sim-{w}"))
+                    .spawn(move || device_thread(s, w))
+                    .map_err(|_| HalError::BadParameter("cannot spawn a device thread"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SoftDevice { shared, threads })
+    }
+
+    /// The configuration the device runs with.
+    pub fn config(&self) -> &SimConfig {
+        &self.shared.config
+    }
+
+    /// Adds a fault to the plan. A spec with `execution == 0` fires on the next execution
+    /// of its core.
+    pub fn inject(&self, mut spec: FaultSpec) -> Result<(), HalError> {
+        let core = self.shared.core(spec.core)?;
+        if spec.execution == 0 {
+            spec.execution = core.lock().exec_count + 1;
+        }
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(spec);
+        self.shared.has_faults.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Removes every planned fault.
+    pub fn clear_faults(&self) {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.shared.has_faults.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether every device thread is parked (idle past its spin window).
+    pub fn is_parked(&self) -> bool {
+        self.shared.gates.iter().all(IdleGate::is_sleeping)
+    }
+
+    /// Requests the device has taken off core `nc`'s exec rings since it started.
+    pub fn executions(&self, nc: u32) -> Result<u64, HalError> {
+        Ok(self.shared.core(nc)?.lock().exec_count)
+    }
+
+    fn mapping_ok(&self, addr: DevAddr, len: u64) -> Result<(), HalError> {
+        if len == 0 && self.shared.mem.in_bounds(addr, 0) {
+            return Ok(());
+        }
+        if self.shared.mem.is_allocated(addr, len) {
+            Ok(())
+        } else {
+            Err(HalError::BadAddress { addr, len })
+        }
+    }
+}
+
+impl Drop for SoftDevice {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for g in self.shared.gates.iter() {
+            g.notify();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn ring_slot(kind: NqKind) -> usize {
+    match kind {
+        NqKind::InferStatus(e) => e.index(),
+        NqKind::Error => ERROR_RING,
+    }
+}
+
+impl Device for SoftDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            arch_name: "nrt-sim",
+            revision: "1.0",
+            num_cores: self.shared.config.cores,
+            memory_bytes: self.shared.mem.len(),
+        }
+    }
+
+    fn mem_alloc(&self, size: u64, align: u64) -> Result<DevAddr, HalError> {
+        self.shared.mem.alloc(size, align)
+    }
+
+    fn mem_free(&self, addr: DevAddr) -> Result<(), HalError> {
+        self.shared.mem.free(addr)
+    }
+
+    fn mem_usage(&self) -> MemUsage {
+        self.shared.mem.usage()
+    }
+
+    fn copy_in(&self, dst: DevAddr, src: &[u8]) -> Result<(), HalError> {
+        self.mapping_ok(dst, src.len() as u64)?;
+        // SAFETY: dst..dst+len is inside a live allocation (checked above); src is a host
+        // slice, which cannot overlap the device mapping we own.
+        unsafe {
+            core::ptr::copy_nonoverlapping(src.as_ptr(), self.shared.mem.ptr(dst), src.len())
+        };
+        Ok(())
+    }
+
+    fn copy_out(&self, src: DevAddr, dst: &mut [u8]) -> Result<(), HalError> {
+        self.mapping_ok(src, dst.len() as u64)?;
+        // SAFETY: as in copy_in, in the other direction.
+        unsafe {
+            core::ptr::copy_nonoverlapping(self.shared.mem.ptr(src), dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+
+    fn copy_device(&self, src: DevAddr, dst: DevAddr, len: u64) -> Result<(), HalError> {
+        self.mapping_ok(src, len)?;
+        self.mapping_ok(dst, len)?;
+        // SAFETY: both ranges are inside live allocations (checked above).
+        unsafe { self.shared.mem.copy_within(src, dst, len) };
+        Ok(())
+    }
+
+    fn memset(&self, dst: DevAddr, value: u8, len: u64) -> Result<(), HalError> {
+        self.mapping_ok(dst, len)?;
+        // SAFETY: dst..dst+len is inside a live allocation (checked above).
+        unsafe { core::ptr::write_bytes(self.shared.mem.ptr(dst), value, len as usize) };
+        Ok(())
+    }
+
+    fn map(&self, addr: DevAddr, len: u64) -> Result<DeviceMapping, HalError> {
+        self.mapping_ok(addr, len)?;
+        let ptr = core::ptr::NonNull::new(self.shared.mem.ptr(addr))
+            .ok_or(HalError::BadAddress { addr, len })?;
+        // SAFETY: the range is inside a live allocation of our mapping, valid until freed.
+        Ok(unsafe { DeviceMapping::new(ptr, len as usize, addr) })
+    }
+
+    fn dma_queue_init(&self, nc: u32, capacity: u32) -> Result<Producer<TriggerPair>, HalError> {
+        if !capacity.is_power_of_two() || capacity > 1 << 20 {
+            return Err(HalError::BadParameter(
+                "DMA queue capacity must be a power of two <= 2^20",
+            ));
+        }
+        let core = self.shared.core(nc)?;
+        let mut inner = core.lock();
+        if inner.dma.is_some() {
+            return Err(HalError::BadQueue(nc));
+        }
+        let (p, c) = ring(capacity);
+        inner.dma = Some(c);
+        Ok(p)
+    }
+
+    fn dma_queue_release(&self, nc: u32) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        core.lock()
+            .dma
+            .take()
+            .map(|_| ())
+            .ok_or(HalError::BadQueue(nc))
+    }
+
+    fn exec_queue_register(&self, nc: u32, desc: ExecQueueDesc) -> Result<u16, HalError> {
+        let core = self.shared.core(nc)?;
+        if !desc.slots.is_power_of_two() || desc.slots > 1 << 16 {
+            return Err(HalError::BadParameter(
+                "exec ring slots must be a power of two <= 65536",
+            ));
+        }
+        let ring_len = desc.slots as u64 * nrt_hal::wire::EXEC_RING_SLOT_SIZE;
+        self.mapping_ok(desc.ring_addr, ring_len)?;
+        for a in [desc.tail_addr, desc.event_addr] {
+            if a % 4 != 0 {
+                return Err(HalError::BadAddress { addr: a, len: 4 });
+            }
+            self.mapping_ok(a, 4)?;
+        }
+        let mut inner = core.lock();
+        // SAFETY: the tail word is inside a live allocation and 4-aligned (checked above).
+        let head = unsafe { (self.shared.mem.ptr(desc.tail_addr) as *const u32).read_volatile() };
+        let q = ExecQueue { desc, head };
+        let id = match inner.queues.iter().position(Option::is_none) {
+            Some(i) => {
+                inner.queues[i] = Some(q);
+                i
+            }
+            None => {
+                inner.queues.push(Some(q));
+                inner.queues.len() - 1
+            }
+        };
+        u16::try_from(id).map_err(|_| HalError::BadParameter("too many exec queues"))
+    }
+
+    fn exec_queue_release(&self, nc: u32, queue: u16) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        let mut inner = core.lock();
+        match inner.queues.get_mut(queue as usize) {
+            Some(q @ Some(_)) => {
+                *q = None;
+                Ok(())
+            }
+            _ => Err(HalError::BadQueue(queue as u32)),
+        }
+    }
+
+    fn notification_init(
+        &self,
+        nc: u32,
+        kind: NqKind,
+        capacity: u32,
+    ) -> Result<Consumer<NqRecord>, HalError> {
+        if !capacity.is_power_of_two() || capacity > 1 << 20 {
+            return Err(HalError::BadParameter(
+                "notification ring capacity must be a power of two <= 2^20",
+            ));
+        }
+        let core = self.shared.core(nc)?;
+        let mut inner = core.lock();
+        let slot = ring_slot(kind);
+        if inner.rings[slot].is_some() {
+            return Err(HalError::BadQueue(slot as u32));
+        }
+        let (p, c) = ring(capacity);
+        inner.rings[slot] = Some(p);
+        Ok(c)
+    }
+
+    fn notification_release(&self, nc: u32, kind: NqKind) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        let slot = ring_slot(kind);
+        core.lock().rings[slot]
+            .take()
+            .map(|_| ())
+            .ok_or(HalError::BadQueue(slot as u32))
+    }
+
+    #[inline]
+    fn semaphore_increment(&self, nc: u32, semaphore: u32, value: u32) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        let s = core
+            .semaphores
+            .get(semaphore as usize)
+            .ok_or(HalError::BadSemaphore(semaphore))?;
+        s.fetch_add(value, Ordering::Release);
+        if semaphore == SEMAPHORE_INFERENCE_START {
+            self.shared.gates[nc as usize % self.shared.gates.len()].notify();
+        }
+        Ok(())
+    }
+
+    fn semaphore_read(&self, nc: u32, semaphore: u32) -> Result<u32, HalError> {
+        if semaphore >= SEMAPHORES_PER_CORE {
+            return Err(HalError::BadSemaphore(semaphore));
+        }
+        Ok(self.shared.core(nc)?.semaphores[semaphore as usize].load(Ordering::Acquire))
+    }
+
+    fn interrupt_cause(&self, nc: u32) -> Result<u32, HalError> {
+        Ok(self.shared.core(nc)?.cause.load(Ordering::Acquire))
+    }
+
+    fn interrupt_cause_clear(&self, nc: u32, bits: u32) -> Result<(), HalError> {
+        self.shared
+            .core(nc)?
+            .cause
+            .fetch_and(!bits, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn nc_reset(&self, nc: u32) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        core.lock().reset(core, &self.shared);
+        self.shared.group_abort[nc as usize].store(0, Ordering::Release);
+        Ok(())
+    }
+}
+
+// Compile-time facts the device relies on.
+const _: () = assert!(NUM_ENGINES == Engine::ALL.len());

@@ -1,0 +1,828 @@
+//! One NeuronCore (TPB): its semaphore file, cause word, DMA trigger queue, exec-request
+//! queues, notification rings, decoded-block cache, and the cooperative scheduler that runs
+//! its five engines.
+//!
+//! # Who touches what
+//!
+//! | state | written by | how |
+//! |---|---|---|
+//! | `semaphores[0]` (`INFERENCE_START`) | host (doorbell) | `fetch_add(Release)`, then the worker's [`nrt_hal::IdleGate`] |
+//! | `semaphores[4..]` (engine semaphores) | this core's engines (device thread) | `Relaxed`: only the device thread reads them |
+//! | `cause` | device sets bits (`fetch_or(Release)`); host clears (`fetch_and`) | atomics |
+//! | `doorbell_seen`, `active` | device thread only | `Relaxed` mirrors of `inner`, read lock-free by the idle check |
+//! | `inner` | device thread while it runs requests; host at setup (queue/ring registration, reset) | `Mutex` — never taken on the runtime's submit or harvest path |
+//!
+//! The host publishes work through the DMA trigger queue ([`nrt_hal::ring`]: tail `Release`,
+//! head `Acquire`) and rings the doorbell; the device learns about completed work only by
+//! reading the notification rings the device writes here.
+//!
+//! # Scheduling
+//!
+//! A request runs all five engines of the core cooperatively on the device thread: each engine
+//! runs instructions until it blocks on a semaphore wait, ends its block, or used its quantum
+//! ([`nrt_hal::tuning::DEVICE_ENGINE_QUANTUM`]); then the next engine runs. No instruction is
+//! ever handed to another thread. When no engine can progress the execution is *stalled*: the
+//! worker goes on serving its other cores (the partner core of a lockstep pair may be the one
+//! that unblocks it) and the core's watchdog ([`nrt_hal::tuning::DEVICE_HANG_WATCHDOG`]) turns
+//! a stall that lasts into a hang: cause bit 29, and the execution is abandoned.
+
+use crate::DeviceShared;
+use crate::fault::FaultKind;
+use nrt_hal::wire::{
+    CUSTOM_SUB_ID_OUTPUT_DONE, EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, TRIGGER_PAIR_SIZE, cause,
+    exec_flags,
+};
+use nrt_hal::{
+    Consumer, DType, DevAddr, DmaKind, Engine, ErrorSubtype, ExecQueueDesc, ExecRequest,
+    FIRST_ENGINE_SEMAPHORE, NUM_ENGINES, NqRecord, Producer, RecordKind, SEMAPHORE_INFERENCE_START,
+    SEMAPHORES_PER_CORE, TriggerPair, tuning,
+};
+use nrt_isa::{AccessPattern, GLOBAL_SEMAPHORES, Instruction, Op, SemRef};
+use nrt_kernels::{KernelError, Workspace};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Index of the ERROR ring among a core's notification rings (after the five engines').
+pub(crate) const ERROR_RING: usize = NUM_ENGINES;
+
+/// Largest instruction block the device decodes (instructions).
+const MAX_BLOCK_INSTRUCTIONS: usize = 1 << 20;
+
+/// The state of one core shared between the device thread and the host.
+#[derive(Debug)]
+pub(crate) struct CoreShared {
+    pub(crate) index: u32,
+    pub(crate) semaphores: Box<[AtomicU32]>,
+    pub(crate) cause: AtomicU32,
+    /// Mirror of the last `INFERENCE_START` value the device acted on.
+    pub(crate) doorbell_seen: AtomicU32,
+    /// Mirror of "a request is running or queued" (the device thread keeps polling).
+    pub(crate) active: AtomicBool,
+    pub(crate) inner: Mutex<CoreInner>,
+}
+
+/// One registered exec-request ring.
+#[derive(Debug)]
+pub(crate) struct ExecQueue {
+    pub(crate) desc: ExecQueueDesc,
+    /// Next slot the sequencer reads (device-internal).
+    pub(crate) head: u32,
+}
+
+/// Device-thread state of a core.
+#[derive(Debug)]
+pub(crate) struct CoreInner {
+    pub(crate) dma: Option<Consumer<TriggerPair>>,
+    /// INFER_STATUS rings of the five engines, then the ERROR ring.
+    pub(crate) rings: [Option<Producer<NqRecord>>; NUM_ENGINES + 1],
+    ring_seq: [u16; NUM_ENGINES + 1],
+    pub(crate) queues: Vec<Option<ExecQueue>>,
+    /// Queue ids whose tail the DMA engine bumped, in staging order.
+    ready: VecDeque<u16>,
+    current: Option<Execution>,
+    cache: Vec<(DevAddr, Engine, Arc<[Instruction]>)>,
+    pub(crate) exec_count: u64,
+    pub(crate) wedged: bool,
+    ws: Workspace,
+    /// Engine semaphores touched by the current execution (bit per index).
+    dirty: [u64; 4],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    NotStarted,
+    Running,
+    Done,
+    Hung,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct EngineState {
+    pc: usize,
+    phase: Phase,
+    /// The current Barrier instruction already added its arrival.
+    barrier_armed: bool,
+    /// Output of the engine's last compute instruction (where an injected NaN goes).
+    last_output: Option<AccessPattern>,
+}
+
+/// Faults that fire on the current execution.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ExecFaults {
+    pub(crate) hang: Option<Engine>,
+    /// Engines whose records are dropped (bit per engine).
+    pub(crate) drop_mask: u8,
+    pub(crate) nan: Option<Engine>,
+    /// An error posted when the engine starts.
+    pub(crate) error: Option<(FaultKind, Engine)>,
+}
+
+#[derive(Debug)]
+struct Execution {
+    req: ExecRequest,
+    idx: u32,
+    /// First physical core of the lockstep group (keys the group's global semaphores).
+    group: u32,
+    blocks: [Arc<[Instruction]>; NUM_ENGINES],
+    engines: [EngineState; NUM_ENGINES],
+    faults: ExecFaults,
+    stalled_since: Option<Instant>,
+}
+
+/// What a poll of a core did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Poll {
+    /// Nothing to do.
+    Idle,
+    /// Some work was done.
+    Progressed,
+    /// An execution is in flight but blocked (waiting for the partner core).
+    Stalled,
+}
+
+enum Step {
+    /// The engine advanced.
+    Progress,
+    /// The engine cannot advance now.
+    Blocked,
+    /// The engine raised an error that aborts the execution.
+    Abort,
+}
+
+impl CoreShared {
+    pub(crate) fn new(index: u32) -> CoreShared {
+        CoreShared {
+            index,
+            semaphores: (0..SEMAPHORES_PER_CORE)
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            cause: AtomicU32::new(0),
+            doorbell_seen: AtomicU32::new(0),
+            active: AtomicBool::new(false),
+            inner: Mutex::new(CoreInner {
+                dma: None,
+                rings: Default::default(),
+                ring_seq: [0; NUM_ENGINES + 1],
+                queues: Vec::new(),
+                ready: VecDeque::with_capacity(tuning::DMA_QUEUE_CAPACITY as usize),
+                current: None,
+                cache: Vec::new(),
+                exec_count: 0,
+                wedged: false,
+                ws: Workspace::default(),
+                dirty: [0; 4],
+            }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, CoreInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a doorbell rang that the device has not acted on, or work is in flight.
+    #[inline]
+    pub(crate) fn has_work(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+            || self.semaphores[SEMAPHORE_INFERENCE_START as usize].load(Ordering::Acquire)
+                != self.doorbell_seen.load(Ordering::Relaxed)
+    }
+
+    /// Does what the core has to do now: consume staged triggers if the doorbell rang, start
+    /// the next request, run the current one until it finishes or stalls.
+    pub(crate) fn poll(&self, dev: &DeviceShared) -> Poll {
+        if !self.has_work() {
+            return Poll::Idle;
+        }
+        let mut inner = self.lock();
+        let mut progressed = false;
+        let bell = self.semaphores[SEMAPHORE_INFERENCE_START as usize].load(Ordering::Acquire);
+        if bell != self.doorbell_seen.load(Ordering::Relaxed) {
+            self.doorbell_seen.store(bell, Ordering::Relaxed);
+            progressed |= inner.drain_dma(self, dev);
+        }
+        if inner.current.is_none() {
+            progressed |= inner.start_next(self, dev);
+        }
+        let result = if inner.current.is_some() {
+            match inner.run(self, dev) {
+                Poll::Idle => Poll::Progressed,
+                Poll::Stalled if progressed => Poll::Progressed,
+                p => p,
+            }
+        } else if progressed {
+            Poll::Progressed
+        } else {
+            Poll::Idle
+        };
+        self.active.store(
+            inner.current.is_some() || !inner.ready.is_empty(),
+            Ordering::Relaxed,
+        );
+        result
+    }
+
+    fn set_cause(&self, bits: u32) {
+        self.cause.fetch_or(bits, Ordering::Release);
+    }
+}
+
+impl CoreInner {
+    /// Writes a record on ring `ring` (or drops it, counting the drop).
+    fn post(&mut self, core: &CoreShared, ring: usize, mut rec: NqRecord, drop: bool) {
+        rec.seq = self.ring_seq[ring];
+        self.ring_seq[ring] = self.ring_seq[ring].wrapping_add(1);
+        if let Some(p) = self.rings[ring].as_mut() {
+            let kept = if drop {
+                p.record_drop(1);
+                false
+            } else {
+                p.push_or_drop(rec)
+            };
+            if !kept {
+                core.set_cause(cause::NQ_OVERFLOW);
+            }
+        }
+    }
+
+    fn post_error(
+        &mut self,
+        core: &CoreShared,
+        subtype: ErrorSubtype,
+        engine: Engine,
+        idx: u32,
+        at: u32,
+    ) {
+        self.post(
+            core,
+            ERROR_RING,
+            NqRecord::error(subtype, engine, core.index as u8, idx, at),
+            false,
+        );
+        let mut bits = cause::ERROR_NOTIFICATION;
+        if subtype == ErrorSubtype::Fatal {
+            bits |= cause::FATAL;
+        }
+        core.set_cause(bits);
+    }
+
+    /// Runs the staged trigger pairs: request copies, event pokes, tail increments.
+    fn drain_dma(&mut self, core: &CoreShared, dev: &DeviceShared) -> bool {
+        let Some(mut dma) = self.dma.take() else {
+            return false;
+        };
+        let mut bad = 0u32;
+        let mem = &dev.mem;
+        let ready = &mut self.ready;
+        let n = dma.drain(|p| {
+            let len = p.tx.len as u64;
+            if p.rx.len != p.tx.len
+                || !mem.in_bounds(p.tx.addr, len)
+                || !mem.in_bounds(p.rx.addr, len)
+            {
+                bad += 1;
+                return;
+            }
+            // SAFETY: both ranges are inside device memory (checked just above).
+            unsafe { mem.copy_within(p.tx.addr, p.rx.addr, len) };
+            if p.rx.kind == DmaKind::TailIncrement as u8 {
+                ready.push_back(p.rx.queue);
+            }
+        });
+        self.dma = Some(dma);
+        for _ in 0..bad {
+            // A trigger pointing outside device memory belongs to no execution we can name.
+            self.post_error(core, ErrorSubtype::DmaAbort, Engine::Sp, u32::MAX, 0);
+        }
+        n != 0
+    }
+
+    /// Takes the next request off the exec rings and sets it up as the current execution.
+    fn start_next(&mut self, core: &CoreShared, dev: &DeviceShared) -> bool {
+        let mut progressed = false;
+        while let Some(qid) = self.ready.pop_front() {
+            progressed = true;
+            let Some(Some(q)) = self.queues.get_mut(qid as usize) else {
+                continue;
+            };
+            let mem = &dev.mem;
+            // SAFETY: the tail word was validated in bounds and 4-aligned at registration.
+            let tail = unsafe { (mem.ptr(q.desc.tail_addr) as *const u32).read_volatile() };
+            if q.head == tail {
+                continue; // spurious: a request we already ran
+            }
+            let slot = q.desc.ring_addr + (q.head % q.desc.slots) as u64 * EXEC_RING_SLOT_SIZE;
+            q.head = q.head.wrapping_add(1);
+            let mut bytes = [0u8; EXEC_REQUEST_SIZE];
+            // SAFETY: the ring was validated in bounds at registration; slot < ring end.
+            unsafe {
+                core::ptr::copy_nonoverlapping(mem.ptr(slot), bytes.as_mut_ptr(), EXEC_REQUEST_SIZE)
+            };
+            let req = ExecRequest::from_bytes(&bytes);
+            self.exec_count += 1;
+            if self.wedged {
+                continue; // a wedged core takes no requests until reset
+            }
+            if let Some(exec) = self.prepare(core, dev, req) {
+                self.current = Some(exec);
+                return true;
+            }
+        }
+        progressed
+    }
+
+    fn prepare(
+        &mut self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        req: ExecRequest,
+    ) -> Option<Execution> {
+        let idx = req.compute_idx;
+        if req.flags & !exec_flags::ALL != 0 || req.sg_count == 0 || req.sg_index >= req.sg_count {
+            self.post_error(core, ErrorSubtype::InvalidInstruction, Engine::Sp, idx, 0);
+            return None;
+        }
+        if req.flags & exec_flags::RELOAD_CONFIG != 0 {
+            // Model switch: forget everything decoded for the previous model.
+            self.cache.clear();
+        }
+        let blocks_addr = req.engine_block;
+        let mut blocks: [Option<Arc<[Instruction]>>; NUM_ENGINES] = Default::default();
+        for e in Engine::ALL {
+            match self.block(dev, blocks_addr[e.index()], e) {
+                Ok(b) => blocks[e.index()] = Some(b),
+                Err(at) => {
+                    self.post_error(core, ErrorSubtype::InvalidInstruction, e, idx, at);
+                    return None;
+                }
+            }
+        }
+        // Engine semaphores count within one execution.
+        for (w, word) in self.dirty.iter_mut().enumerate() {
+            let mut bits = core::mem::take(word);
+            while bits != 0 {
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                core.semaphores[w * 64 + b].store(0, Ordering::Relaxed);
+            }
+        }
+        let faults = dev.faults_for(core.index, self.exec_count);
+        let idle = EngineState {
+            pc: 0,
+            phase: Phase::NotStarted,
+            barrier_armed: false,
+            last_output: None,
+        };
+        Some(Execution {
+            req,
+            idx,
+            group: core.index - req.sg_index as u32,
+            blocks: blocks.map(|b| b.expect("every engine has a block")),
+            engines: [idle; NUM_ENGINES],
+            faults,
+            stalled_since: None,
+        })
+    }
+
+    /// The decoded block at `addr` for `engine`, decoding (and validating) it on a miss.
+    /// Returns the failing instruction index on error.
+    fn block(
+        &mut self,
+        dev: &DeviceShared,
+        addr: DevAddr,
+        engine: Engine,
+    ) -> Result<Arc<[Instruction]>, u32> {
+        if let Some((_, _, b)) = self
+            .cache
+            .iter()
+            .find(|(a, e, _)| *a == addr && *e == engine)
+        {
+            return Ok(b.clone());
+        }
+        let mem = &dev.mem;
+        let mut out = Vec::new();
+        let mut at = addr;
+        loop {
+            if out.len() >= MAX_BLOCK_INSTRUCTIONS || !mem.in_bounds(at, 1) {
+                return Err(out.len() as u32);
+            }
+            let avail = (mem.len() - at).min(4096) as usize;
+            // SAFETY: at..at+avail is inside device memory (checked above).
+            let bytes = unsafe { core::slice::from_raw_parts(mem.ptr(at), avail) };
+            let (ins, len) = Instruction::decode(bytes).map_err(|_| out.len() as u32)?;
+            if !ins.op.runs_on(engine) || !operands_valid(&ins, mem.len()) {
+                return Err(out.len() as u32);
+            }
+            out.push(ins);
+            at += len as u64;
+            if matches!(ins.op, Op::End) {
+                break;
+            }
+        }
+        let b: Arc<[Instruction]> = out.into();
+        self.cache.push((addr, engine, b.clone()));
+        Ok(b)
+    }
+
+    /// Runs the current execution until it finishes or stalls.
+    fn run(&mut self, core: &CoreShared, dev: &DeviceShared) -> Poll {
+        let mut exec = self.current.take().expect("run with a current execution");
+        loop {
+            let mut progressed = false;
+            let mut done = true;
+            for e in Engine::ALL {
+                if exec.engines[e.index()].phase == Phase::Done {
+                    continue;
+                }
+                match self.step(core, dev, &mut exec, e) {
+                    Step::Progress => progressed = true,
+                    Step::Blocked => {}
+                    Step::Abort => {
+                        if exec.req.sg_count > 1 {
+                            dev.abort_group(exec.group, exec.idx);
+                        }
+                        return Poll::Progressed;
+                    }
+                }
+                done &= exec.engines[e.index()].phase == Phase::Done;
+            }
+            if done {
+                return Poll::Progressed;
+            }
+            if progressed {
+                exec.stalled_since = None;
+                continue;
+            }
+            // Stalled.
+            if exec.req.sg_count > 1 && dev.group_aborted(exec.group, exec.idx) {
+                return Poll::Progressed; // the partner core failed this execution
+            }
+            let since = *exec.stalled_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= dev.config.hang_watchdog {
+                core.set_cause(cause::EXEC_TIMEOUT);
+                if exec.req.sg_count > 1 {
+                    dev.abort_group(exec.group, exec.idx);
+                }
+                return Poll::Progressed;
+            }
+            self.current = Some(exec);
+            return Poll::Stalled;
+        }
+    }
+
+    fn record(&mut self, core: &CoreShared, exec: &Execution, kind: RecordKind, e: Engine) {
+        let drop = exec.faults.drop_mask & (1 << e.index()) != 0;
+        let rec = NqRecord::engine_event(kind, e, core.index as u8, exec.idx);
+        self.post(core, e.index(), rec, drop);
+    }
+
+    /// Runs up to a quantum of instructions on engine `e`.
+    fn step(
+        &mut self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        exec: &mut Execution,
+        e: Engine,
+    ) -> Step {
+        let ei = e.index();
+        if exec.engines[ei].phase == Phase::NotStarted {
+            exec.engines[ei].phase = Phase::Running;
+            self.record(core, exec, RecordKind::Start, e);
+            if let Some((kind, fe)) = exec.faults.error
+                && fe == e
+            {
+                let sub = kind.error_subtype().expect("error faults have a subtype");
+                self.post_error(core, sub, e, exec.idx, 0);
+                if kind == FaultKind::Fatal {
+                    self.wedged = true;
+                }
+                if sub.aborts_execution() {
+                    return Step::Abort;
+                }
+            }
+            if exec.faults.hang == Some(e) {
+                exec.engines[ei].phase = Phase::Hung;
+            }
+            return Step::Progress;
+        }
+        if exec.engines[ei].phase == Phase::Hung {
+            return Step::Blocked;
+        }
+        let block = exec.blocks[ei].clone();
+        let mut progressed = false;
+        for _ in 0..tuning::DEVICE_ENGINE_QUANTUM {
+            let pc = exec.engines[ei].pc;
+            let ins = &block[pc];
+            if let Some((sem, v)) = ins.sync.wait
+                && !self.sem_reached(core, dev, exec, sem, v)
+            {
+                break;
+            }
+            let mem = &dev.mem;
+            match &ins.op {
+                Op::End => {
+                    if exec.faults.nan == Some(e) {
+                        if let Some(ap) = exec.engines[ei].last_output
+                            && ap.dtype == DType::F32
+                            && ap.elements() > 0
+                        {
+                            // SAFETY: the operand was validated in bounds and aligned when the
+                            // block was decoded.
+                            unsafe { (mem.ptr(ap.addr) as *mut f32).write(f32::NAN) };
+                        }
+                        self.post_error(core, ErrorSubtype::Numerical, e, exec.idx, pc as u32);
+                    }
+                    self.record(core, exec, RecordKind::End, e);
+                    exec.engines[ei].phase = Phase::Done;
+                    return Step::Progress;
+                }
+                Op::Nop => {}
+                Op::SemSet { sem, value } => self.sem_set(core, dev, exec, *sem, *value),
+                Op::Notify {
+                    subtype,
+                    sub_id,
+                    payload,
+                } => {
+                    let drop = exec.faults.drop_mask & (1 << ei) != 0;
+                    let rec = NqRecord::custom(
+                        *subtype,
+                        *sub_id,
+                        e,
+                        core.index as u8,
+                        exec.idx,
+                        *payload,
+                    );
+                    self.post(core, ei, rec, drop);
+                    let _ = CUSTOM_SUB_ID_OUTPUT_DONE;
+                }
+                Op::Barrier { sem, count } => {
+                    if !exec.engines[ei].barrier_armed {
+                        self.sem_add(core, dev, exec, *sem, 1);
+                        exec.engines[ei].barrier_armed = true;
+                        progressed = true;
+                    }
+                    if !self.sem_reached(core, dev, exec, *sem, *count) {
+                        break;
+                    }
+                    exec.engines[ei].barrier_armed = false;
+                }
+                Op::DmaDescriptors { table, count } => {
+                    if run_descriptors(mem, *table, *count).is_err() {
+                        self.post_error(core, ErrorSubtype::DmaAbort, e, exec.idx, pc as u32);
+                        return Step::Abort;
+                    }
+                }
+                op => {
+                    // SAFETY: every operand was validated in bounds and aligned when the block
+                    // was decoded (`operands_valid`).
+                    let r = unsafe { nrt_kernels::execute(op, dev.kernel_memory(), &mut self.ws) };
+                    match r {
+                        Ok(()) => exec.engines[ei].last_output = output_operand(op),
+                        Err(KernelError::IndexOutOfRange { .. }) => {
+                            self.post_error(
+                                core,
+                                ErrorSubtype::OutOfBounds,
+                                e,
+                                exec.idx,
+                                pc as u32,
+                            );
+                            return Step::Abort;
+                        }
+                        Err(KernelError::Unsupported(_)) => {
+                            self.post_error(
+                                core,
+                                ErrorSubtype::InvalidInstruction,
+                                e,
+                                exec.idx,
+                                pc as u32,
+                            );
+                            return Step::Abort;
+                        }
+                    }
+                }
+            }
+            if let Some((sem, v)) = ins.sync.signal {
+                self.sem_add(core, dev, exec, sem, v);
+            }
+            exec.engines[ei].pc += 1;
+            progressed = true;
+        }
+        if progressed {
+            Step::Progress
+        } else {
+            Step::Blocked
+        }
+    }
+
+    fn sem_reached(
+        &self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        exec: &Execution,
+        sem: SemRef,
+        v: u32,
+    ) -> bool {
+        if sem.is_global() {
+            dev.global_reached(exec.group, sem.index(), exec.idx, v)
+        } else {
+            core.semaphores[sem.index() as usize].load(Ordering::Relaxed) >= v
+        }
+    }
+
+    fn sem_add(
+        &mut self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        exec: &Execution,
+        sem: SemRef,
+        v: u32,
+    ) {
+        if sem.is_global() {
+            dev.global_add(exec.group, sem.index(), exec.idx, v);
+        } else {
+            let i = sem.index() as usize;
+            self.dirty[i / 64] |= 1 << (i % 64);
+            core.semaphores[i].fetch_add(v, Ordering::Relaxed);
+        }
+    }
+
+    fn sem_set(
+        &mut self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        exec: &Execution,
+        sem: SemRef,
+        v: u32,
+    ) {
+        if sem.is_global() {
+            dev.global_set(exec.group, sem.index(), exec.idx, v);
+        } else {
+            let i = sem.index() as usize;
+            self.dirty[i / 64] |= 1 << (i % 64);
+            core.semaphores[i].store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops whatever the core was doing (`nc_reset`).
+    pub(crate) fn reset(&mut self, core: &CoreShared, dev: &DeviceShared) {
+        self.current = None;
+        self.ready.clear();
+        self.cache.clear();
+        self.wedged = false;
+        if let Some(d) = self.dma.as_mut() {
+            d.drain(|_| {});
+        }
+        for q in self.queues.iter_mut().flatten() {
+            // SAFETY: validated at registration.
+            q.head = unsafe { (dev.mem.ptr(q.desc.tail_addr) as *const u32).read_volatile() };
+        }
+        for (i, s) in core.semaphores.iter().enumerate() {
+            if i as u32 >= FIRST_ENGINE_SEMAPHORE {
+                s.store(0, Ordering::Relaxed);
+            }
+        }
+        self.dirty = [0; 4];
+        core.doorbell_seen.store(
+            core.semaphores[SEMAPHORE_INFERENCE_START as usize].load(Ordering::Acquire),
+            Ordering::Relaxed,
+        );
+        core.cause.store(0, Ordering::Release);
+        core.active.store(false, Ordering::Relaxed);
+        let _ = GLOBAL_SEMAPHORES;
+    }
+}
+
+/// Runs `count` descriptor pairs stored at `table`.
+fn run_descriptors(mem: &crate::memory::Memory, table: DevAddr, count: u32) -> Result<(), ()> {
+    let size = TRIGGER_PAIR_SIZE as u64;
+    if !mem.in_bounds(table, count as u64 * size) {
+        return Err(());
+    }
+    for i in 0..count as u64 {
+        let mut b = [0u8; TRIGGER_PAIR_SIZE];
+        // SAFETY: the table range was checked in bounds above.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                mem.ptr(table + i * size),
+                b.as_mut_ptr(),
+                TRIGGER_PAIR_SIZE,
+            )
+        };
+        let p = TriggerPair::from_bytes(&b);
+        let len = p.tx.len as u64;
+        if p.rx.len != p.tx.len || !mem.in_bounds(p.tx.addr, len) || !mem.in_bounds(p.rx.addr, len)
+        {
+            return Err(());
+        }
+        // SAFETY: both ranges checked in bounds just above.
+        unsafe { mem.copy_within(p.tx.addr, p.rx.addr, len) };
+    }
+    Ok(())
+}
+
+/// Whether every operand of `ins` lies inside a device memory of `mem_len` bytes and is
+/// aligned to its element size.
+fn operands_valid(ins: &Instruction, mem_len: u64) -> bool {
+    let addrs = operand_addresses(ins);
+    let mut i = 0;
+    let mut ok = true;
+    ins.address_fields(|f| {
+        let Some(&(addr, align)) = addrs.get(i) else {
+            ok = false;
+            return;
+        };
+        i += 1;
+        let (lo, hi) = f.extent;
+        if lo == hi {
+            return; // empty operand: touches nothing
+        }
+        let start = addr as i128 + lo as i128;
+        let end = addr as i128 + hi as i128;
+        if start < 0 || end > mem_len as i128 || addr % align != 0 {
+            ok = false;
+        }
+    });
+    ok && i == addrs.len()
+}
+
+/// The address and required alignment of each operand, in `address_fields` order.
+fn operand_addresses(ins: &Instruction) -> Vec<(u64, u64)> {
+    let ap = |a: &AccessPattern| (a.addr, a.dtype.size() as u64);
+    let mut v = Vec::with_capacity(5);
+    match &ins.op {
+        Op::End | Op::Nop | Op::SemSet { .. } | Op::Notify { .. } | Op::Barrier { .. } => {}
+        Op::DmaDescriptors { table, .. } => v.push((*table, 8)),
+        Op::DmaCopy { src, dst } => v.extend([ap(src), ap(dst)]),
+        Op::MatMul { a, b, c, .. } => v.extend([ap(a), ap(b), ap(c)]),
+        Op::Conv {
+            input,
+            weight,
+            output,
+            bias,
+            workspace,
+            ..
+        } => {
+            v.extend([ap(input), ap(weight), ap(output)]);
+            v.extend(bias.as_ref().map(ap));
+            v.extend(workspace.as_ref().map(ap));
+        }
+        Op::Activation {
+            input,
+            output,
+            bias,
+            ..
+        } => {
+            v.extend([ap(input), ap(output)]);
+            v.extend(bias.as_ref().map(ap));
+        }
+        Op::Binary { a, b, out, .. } => v.extend([ap(a), ap(b), ap(out)]),
+        Op::TensorScalar { a, out, .. } => v.extend([ap(a), ap(out)]),
+        Op::Copy { input, output } => v.extend([ap(input), ap(output)]),
+        Op::Select { cond, a, b, out } => v.extend([ap(cond), ap(a), ap(b), ap(out)]),
+        Op::Fill { out, .. } => v.push(ap(out)),
+        Op::Reduce { input, output, .. }
+        | Op::Pool { input, output, .. }
+        | Op::Softmax { input, output, .. }
+        | Op::Resize { input, output, .. } => v.extend([ap(input), ap(output)]),
+        Op::LayerNorm {
+            input,
+            gamma,
+            beta,
+            output,
+            ..
+        } => {
+            v.extend([ap(input), ap(gamma)]);
+            v.extend(beta.as_ref().map(ap));
+            v.push(ap(output));
+        }
+        Op::Gather {
+            data,
+            indices,
+            output,
+        } => v.extend([ap(data), ap(indices), ap(output)]),
+    }
+    v
+}
+
+/// The operand an op writes (where an injected NaN lands).
+fn output_operand(op: &Op) -> Option<AccessPattern> {
+    match op {
+        Op::MatMul { c, .. } => Some(*c),
+        Op::Conv { output, .. }
+        | Op::Activation { output, .. }
+        | Op::Copy { output, .. }
+        | Op::Reduce { output, .. }
+        | Op::Pool { output, .. }
+        | Op::Softmax { output, .. }
+        | Op::LayerNorm { output, .. }
+        | Op::Resize { output, .. }
+        | Op::Gather { output, .. } => Some(*output),
+        Op::Binary { out, .. }
+        | Op::TensorScalar { out, .. }
+        | Op::Select { out, .. }
+        | Op::Fill { out, .. } => Some(*out),
+        Op::DmaCopy { dst, .. } => Some(*dst),
+        _ => None,
+    }
+}

@@ -1,0 +1,392 @@
+//! The software NeuronCore seen through the device contract only.
+
+use nrt_hal::wire::cause;
+use nrt_hal::{Device, Engine, ErrorSubtype, HalError, NqRecord, RecordKind};
+use nrt_isa::{Instruction, Op, SemRef};
+use nrt_sim::testkit::DirectDriver;
+use nrt_sim::{FaultKind, FaultSpec, SimConfig, SoftDevice};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+
+fn device() -> SoftDevice {
+    SoftDevice::new(SimConfig {
+        memory_bytes: 1 << 30,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
+fn kinds(recs: &[NqRecord], kind: RecordKind) -> Vec<(u32, u8)> {
+    recs.iter()
+        .filter(|r| r.record_kind() == Some(kind))
+        .map(|r| (r.compute_idx, r.engine))
+        .collect()
+}
+
+/// Per engine: the (kind, compute_idx) sequence seen on its ring.
+fn per_engine(recs: &[NqRecord], e: Engine) -> Vec<(u8, u32)> {
+    recs.iter()
+        .filter(|r| r.engine == e as u8 && r.kind != RecordKind::Error as u8)
+        .map(|r| (r.kind, r.compute_idx))
+        .collect()
+}
+
+#[test]
+fn two_requests_staged_back_to_back_one_doorbell() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    assert!(d.stage(blocks, 7, 0, 0, 1));
+    assert!(d.stage(blocks, 8, 0, 0, 1));
+    // Nothing runs before the doorbell.
+    std::thread::sleep(Duration::from_millis(20));
+    let mut early = Vec::new();
+    d.drain(&mut early);
+    assert!(
+        early.is_empty(),
+        "device ran before the doorbell: {early:?}"
+    );
+    d.doorbell().unwrap();
+    let recs = d.wait_for_ends(10, T);
+    for e in Engine::ALL {
+        let s = RecordKind::Start as u8;
+        let n = RecordKind::End as u8;
+        assert_eq!(
+            per_engine(&recs, e),
+            vec![(s, 7), (n, 7), (s, 8), (n, 8)],
+            "engine {e}"
+        );
+    }
+    assert_eq!(dev.executions(0).unwrap(), 2);
+}
+
+#[test]
+fn spurious_and_merged_doorbells_are_harmless() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    d.doorbell().unwrap(); // nothing staged
+    d.doorbell().unwrap();
+    for i in 0..3 {
+        d.stage(blocks, i, 0, 0, 1);
+    }
+    d.doorbell().unwrap();
+    d.doorbell().unwrap(); // merged with the previous one
+    let recs = d.wait_for_ends(15, T);
+    assert_eq!(kinds(&recs, RecordKind::End).len(), 15);
+    std::thread::sleep(Duration::from_millis(10));
+    let mut more = Vec::new();
+    d.drain(&mut more);
+    assert!(
+        more.is_empty(),
+        "extra records after a spurious doorbell: {more:?}"
+    );
+    assert_eq!(dev.executions(0).unwrap(), 3);
+}
+
+#[test]
+fn engines_synchronize_through_semaphores_and_notify() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let sem = SemRef::local(10);
+    // SP waits for PE's signal, then emits a custom record naming var_id 3.
+    let pe = d
+        .load_block(&[Instruction::new(Op::Nop).signal(sem, 1)])
+        .unwrap();
+    let sp = d
+        .load_block(&[Instruction::new(Op::Notify {
+            subtype: 6,
+            sub_id: 7,
+            payload: 3,
+        })
+        .wait(sem, 1)])
+        .unwrap();
+    let end = d.load_block(&[]).unwrap();
+    for i in 0..3 {
+        d.stage([pe, end, end, end, sp], i, 0, 0, 1);
+        d.doorbell().unwrap();
+        let recs = d.wait_for_ends(5, T);
+        let custom: Vec<_> = recs
+            .iter()
+            .filter(|r| r.record_kind() == Some(RecordKind::Custom))
+            .collect();
+        assert_eq!(custom.len(), 1, "{recs:?}");
+        assert_eq!(
+            (
+                custom[0].subtype,
+                custom[0].sub_id,
+                custom[0].payload,
+                custom[0].compute_idx
+            ),
+            (6, 7, 3, i)
+        );
+        // Semaphores count per execution: the wait for value 1 must not pass from the previous
+        // execution's signal, and must not deadlock either.
+        assert_eq!(kinds(&recs, RecordKind::End).len(), 5);
+    }
+}
+
+fn run_with_fault(
+    kind: FaultKind,
+    engine: Option<Engine>,
+) -> (Vec<NqRecord>, u32, u32, Vec<NqRecord>) {
+    let dev = SoftDevice::new(SimConfig {
+        memory_bytes: 1 << 30,
+        hang_watchdog: Duration::from_millis(20),
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    let mut spec = FaultSpec::new(kind);
+    if let Some(e) = engine {
+        spec = spec.on_engine(e);
+    }
+    dev.inject(spec).unwrap();
+    d.stage(blocks, 1, 0, 0, 1);
+    d.doorbell().unwrap();
+    // Give the device time to finish, fail, or time out.
+    let t0 = Instant::now();
+    let mut recs = Vec::new();
+    while t0.elapsed() < Duration::from_millis(300) {
+        d.drain(&mut recs);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let c = d.cause();
+    let dropped: u32 = Engine::ALL.iter().map(|&e| d.dropped(e)).sum();
+    dev.interrupt_cause_clear(0, c).unwrap();
+    if kind == FaultKind::Fatal {
+        // A wedged core takes nothing until reset.
+        d.stage(blocks, 2, 0, 0, 1);
+        d.doorbell().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let mut none = Vec::new();
+        d.drain(&mut none);
+        assert!(
+            none.iter().all(|r| r.compute_idx != 2),
+            "wedged core ran a request: {none:?}"
+        );
+        dev.nc_reset(0).unwrap();
+    }
+    // The next execution on the same core succeeds.
+    d.stage(blocks, 3, 0, 0, 1);
+    d.doorbell().unwrap();
+    let next = d.wait_for_ends(5, T);
+    (recs, c, dropped, next)
+}
+
+fn assert_clean(next: &[NqRecord]) {
+    let ends: Vec<_> = kinds(next, RecordKind::End)
+        .into_iter()
+        .filter(|(i, _)| *i == 3)
+        .collect();
+    assert_eq!(ends.len(), 5, "next execution did not complete: {next:?}");
+    assert!(
+        next.iter()
+            .all(|r| r.record_kind() != Some(RecordKind::Error)),
+        "{next:?}"
+    );
+}
+
+fn errors(recs: &[NqRecord]) -> Vec<(u8, u8)> {
+    recs.iter()
+        .filter(|r| r.record_kind() == Some(RecordKind::Error))
+        .map(|r| (r.subtype, r.engine))
+        .collect()
+}
+
+#[test]
+fn fault_hang_sets_cause_bit_29_and_recovers() {
+    let (recs, c, _, next) = run_with_fault(FaultKind::Hang, Some(Engine::Act));
+    assert!(c & cause::EXEC_TIMEOUT != 0, "cause {c:#x}");
+    assert!(c & cause::NQ_OVERFLOW == 0, "cause {c:#x}");
+    let ends = kinds(&recs, RecordKind::End);
+    assert_eq!(
+        ends.len(),
+        4,
+        "every engine but the hung one ends: {ends:?}"
+    );
+    assert!(!ends.iter().any(|(_, e)| *e == Engine::Act as u8));
+    assert!(errors(&recs).is_empty());
+    assert_clean(&next);
+}
+
+#[test]
+fn fault_dropped_notifications_count_overflow_and_recover() {
+    let (recs, c, dropped, next) = run_with_fault(FaultKind::DropNotifications, Some(Engine::Pool));
+    assert!(
+        c & cause::NQ_OVERFLOW != 0 && c & cause::EXEC_TIMEOUT == 0,
+        "cause {c:#x}"
+    );
+    assert_eq!(dropped, 2, "START and END of POOL were dropped");
+    assert_eq!(kinds(&recs, RecordKind::End).len(), 4);
+    assert_clean(&next);
+}
+
+#[test]
+fn fault_records_for_each_error_kind() {
+    let cases = [
+        (FaultKind::Nan, ErrorSubtype::Numerical, false),
+        (FaultKind::Transient, ErrorSubtype::Transient, false),
+        (FaultKind::Parity, ErrorSubtype::Uncorrectable, true),
+        (FaultKind::DmaAbort, ErrorSubtype::DmaAbort, true),
+        (
+            FaultKind::HbmUncorrectable,
+            ErrorSubtype::HbmUncorrectable,
+            true,
+        ),
+        (FaultKind::Fatal, ErrorSubtype::Fatal, true),
+    ];
+    for (kind, sub, aborts) in cases {
+        let (recs, c, _, next) = run_with_fault(kind, None);
+        let errs = errors(&recs);
+        assert_eq!(
+            errs,
+            vec![(sub as u8, kind.default_engine() as u8)],
+            "{kind:?}: {recs:?}"
+        );
+        assert!(c & cause::ERROR_NOTIFICATION != 0, "{kind:?} cause {c:#x}");
+        assert_eq!(
+            c & cause::FATAL != 0,
+            kind == FaultKind::Fatal,
+            "{kind:?} cause {c:#x}"
+        );
+        assert_eq!(c & cause::EXEC_TIMEOUT, 0, "{kind:?} cause {c:#x}");
+        let ends = kinds(&recs, RecordKind::End).len();
+        if aborts {
+            assert!(ends < 5, "{kind:?} aborted but all engines ended");
+        } else {
+            assert_eq!(ends, 5, "{kind:?} completes");
+        }
+        assert_clean(&next);
+    }
+}
+
+#[test]
+fn bad_dma_trigger_is_a_dma_abort_not_a_crash() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    // A descriptor table pointing far outside device memory.
+    let table = d.load_block(&[]).unwrap(); // any allocated address
+    let bogus = nrt_hal::TriggerPair::new(nrt_hal::DmaKind::Data, 1 << 50, table, 64, 0);
+    dev.copy_in(table, &bogus.to_bytes()).unwrap();
+    let sp = d
+        .load_block(&[Instruction::new(Op::DmaDescriptors { table, count: 1 })])
+        .unwrap();
+    let mut b = blocks;
+    b[Engine::Sp.index()] = sp;
+    d.stage(b, 1, 0, 0, 1);
+    d.doorbell().unwrap();
+    let t0 = Instant::now();
+    let mut recs = Vec::new();
+    while errors(&recs).is_empty() && t0.elapsed() < T {
+        d.drain(&mut recs);
+    }
+    assert_eq!(
+        errors(&recs),
+        vec![(ErrorSubtype::DmaAbort as u8, Engine::Sp as u8)]
+    );
+}
+
+#[test]
+fn instruction_operand_outside_memory_is_rejected_by_the_device() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    let fill = Instruction::new(Op::Fill {
+        out: nrt_isa::AccessPattern::dense(1 << 40, nrt_hal::DType::F32, &[4]),
+        bits: 0,
+    });
+    let dve = d.load_block(&[fill]).unwrap();
+    let mut b = blocks;
+    b[Engine::Dve.index()] = dve;
+    d.stage(b, 1, 0, 0, 1);
+    d.doorbell().unwrap();
+    let t0 = Instant::now();
+    let mut recs = Vec::new();
+    while errors(&recs).is_empty() && t0.elapsed() < T {
+        d.drain(&mut recs);
+    }
+    assert_eq!(
+        errors(&recs),
+        vec![(ErrorSubtype::InvalidInstruction as u8, Engine::Dve as u8)]
+    );
+}
+
+#[test]
+fn host_side_bad_arguments_name_the_culprit() {
+    let dev = device();
+    assert_eq!(
+        dev.copy_in(1 << 20, &[0; 4]),
+        Err(HalError::BadAddress {
+            addr: 1 << 20,
+            len: 4
+        })
+    );
+    assert_eq!(dev.semaphore_increment(9, 0, 1), Err(HalError::BadCore(9)));
+    assert_eq!(
+        dev.semaphore_increment(0, 999, 1),
+        Err(HalError::BadSemaphore(999))
+    );
+    let a = dev.mem_alloc(64, 64).unwrap();
+    dev.mem_free(a).unwrap();
+    assert_eq!(dev.mem_free(a), Err(HalError::NotAllocated(a)));
+    let _d = DirectDriver::new(&dev, 1).unwrap();
+    assert!(
+        matches!(DirectDriver::new(&dev, 1), Err(HalError::BadQueue(_))),
+        "double setup of core 1"
+    );
+}
+
+#[test]
+fn lockstep_pair_synchronizes_through_a_barrier() {
+    let dev = device();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let g = SemRef::global(0);
+    let sp0 = d0
+        .load_block(&[Instruction::new(Op::Barrier { sem: g, count: 2 })])
+        .unwrap();
+    let sp1 = d1
+        .load_block(&[Instruction::new(Op::Barrier { sem: g, count: 2 })])
+        .unwrap();
+    let e0 = d0.empty_blocks().unwrap();
+    let e1 = d1.empty_blocks().unwrap();
+    for idx in 0..20 {
+        let mut b0 = e0;
+        b0[4] = sp0;
+        let mut b1 = e1;
+        b1[4] = sp1;
+        d0.stage(b0, idx, 0, 0, 2);
+        d1.stage(b1, idx, 0, 1, 2);
+        d0.doorbell().unwrap();
+        d1.doorbell().unwrap();
+        assert_eq!(kinds(&d0.wait_for_ends(5, T), RecordKind::End).len(), 5);
+        assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
+    }
+    assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
+}
+
+#[test]
+fn idle_device_parks() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    d.stage(blocks, 0, 0, 0, 1);
+    d.doorbell().unwrap();
+    d.wait_for_ends(5, T);
+    let t0 = Instant::now();
+    while !dev.is_parked() && t0.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        dev.is_parked(),
+        "device thread still spinning after the spin window"
+    );
+    // And a doorbell wakes it.
+    d.stage(blocks, 1, 0, 0, 1);
+    d.doorbell().unwrap();
+    assert_eq!(kinds(&d.wait_for_ends(5, T), RecordKind::End).len(), 5);
+}
