@@ -61,6 +61,10 @@ pub struct ExecQueueDesc {
     pub tail_addr: DevAddr,
     /// PA of the 4-byte event word the event-poke trigger writes.
     pub event_addr: DevAddr,
+    /// Bytes between consecutive I/O descriptor sets of the model: a request with
+    /// `io_set = s` runs `DmaDescriptors { table }` on `table + s × io_set_stride`. 0 when the
+    /// model has no I/O descriptor table.
+    pub io_set_stride: u64,
 }
 
 /// A device error, naming what was wrong.

@@ -108,7 +108,7 @@ pub mod exec_flags {
 /// | 44 | 2 | `flags` | runtime, at stage: [`exec_flags`] |
 /// | 46 | 1 | `sg_index` | runtime, at load: which core of the model's vcore this request drives |
 /// | 47 | 1 | `sg_count` | runtime, at load: how many cores execute the request in lockstep |
-/// | 48 | 4 | `model_tag` | runtime, at load: the model id, echoed in traces and error logs |
+/// | 48 | 4 | `io_set` | runtime, at bind: which of the model's I/O descriptor sets this execution uses; the device adds `io_set × io_set_stride` (from the exec queue's registration) to every `DmaDescriptors` table address |
 #[repr(C, packed(4))]
 #[derive(Clone, Copy, PartialEq, Eq, Default)]
 pub struct ExecRequest {
@@ -122,8 +122,9 @@ pub struct ExecRequest {
     pub sg_index: u8,
     /// Number of cores executing this request in lockstep.
     pub sg_count: u8,
-    /// The model id.
-    pub model_tag: u32,
+    /// The I/O descriptor set of this execution (several executions of one model can be in
+    /// flight with different tensors bound).
+    pub io_set: u32,
 }
 
 /// Size of [`ExecRequest`] on the wire.
@@ -143,7 +144,7 @@ impl ExecRequest {
         b[44..46].copy_from_slice(&{ self.flags }.to_le_bytes());
         b[46] = self.sg_index;
         b[47] = self.sg_count;
-        b[48..52].copy_from_slice(&{ self.model_tag }.to_le_bytes());
+        b[48..52].copy_from_slice(&{ self.io_set }.to_le_bytes());
         b
     }
 
@@ -160,7 +161,7 @@ impl ExecRequest {
             flags: u16::from_le_bytes([b[44], b[45]]),
             sg_index: b[46],
             sg_count: b[47],
-            model_tag: u32::from_le_bytes([b[48], b[49], b[50], b[51]]),
+            io_set: u32::from_le_bytes([b[48], b[49], b[50], b[51]]),
         }
     }
 }
@@ -174,7 +175,7 @@ impl fmt::Debug for ExecRequest {
             .field("flags", &{ self.flags })
             .field("sg_index", &self.sg_index)
             .field("sg_count", &self.sg_count)
-            .field("model_tag", &{ self.model_tag })
+            .field("io_set", &{ self.io_set })
             .finish()
     }
 }
@@ -638,13 +639,13 @@ mod tests {
             any::<u32>(),
         )
             .prop_map(
-                |(engine_block, compute_idx, flags, sg_index, sg_count, model_tag)| ExecRequest {
+                |(engine_block, compute_idx, flags, sg_index, sg_count, io_set)| ExecRequest {
                     engine_block,
                     compute_idx,
                     flags,
                     sg_index,
                     sg_count,
-                    model_tag,
+                    io_set,
                 },
             )
     }
@@ -684,7 +685,7 @@ mod tests {
             flags: exec_flags::RELOAD_CONFIG,
             sg_index: 1,
             sg_count: 2,
-            model_tag: 0x0102_0304,
+            io_set: 0x0102_0304,
         };
         let b = r.to_bytes();
         assert_eq!(&b[0..2], &[0x11, 0x11]);
@@ -705,7 +706,7 @@ mod tests {
             flags: 7,
             sg_index: 8,
             sg_count: 9,
-            model_tag: 10,
+            io_set: 10,
         };
         // SAFETY: ExecRequest is repr(C, packed(4)) plain-old-data of exactly 52 bytes with no
         // padding (asserted above), so viewing it as bytes reads only initialized memory.

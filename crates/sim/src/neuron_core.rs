@@ -122,6 +122,8 @@ pub(crate) struct ExecFaults {
 #[derive(Debug)]
 struct Execution {
     req: ExecRequest,
+    /// Added to every `DmaDescriptors` table address: `io_set × io_set_stride`.
+    io_offset: u64,
     idx: u32,
     /// First physical core of the lockstep group (keys the group's global semaphores).
     group: u32,
@@ -324,7 +326,9 @@ impl CoreInner {
             if self.wedged {
                 continue; // a wedged core takes no requests until reset
             }
-            if let Some(exec) = self.prepare(core, dev, req) {
+            let io_offset = req.io_set as u64 * q.desc.io_set_stride;
+            if let Some(mut exec) = self.prepare(core, dev, req) {
+                exec.io_offset = io_offset;
                 self.current = Some(exec);
                 return true;
             }
@@ -376,6 +380,7 @@ impl CoreInner {
         };
         Some(Execution {
             req,
+            io_offset: 0,
             idx,
             group: core.index - req.sg_index as u32,
             blocks: blocks.map(|b| b.expect("every engine has a block")),
@@ -568,7 +573,7 @@ impl CoreInner {
                     exec.engines[ei].barrier_armed = false;
                 }
                 Op::DmaDescriptors { table, count } => {
-                    if run_descriptors(mem, *table, *count).is_err() {
+                    if run_descriptors(mem, table.wrapping_add(exec.io_offset), *count).is_err() {
                         self.post_error(core, ErrorSubtype::DmaAbort, e, exec.idx, pc as u32);
                         return Step::Abort;
                     }

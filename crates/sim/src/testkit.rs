@@ -115,7 +115,7 @@ impl<'d> DirectDriver<'d> {
             flags,
             sg_index,
             sg_count,
-            model_tag: 0,
+            io_set: 0,
         };
         let off = slot as u64 * REQUEST_SLOT_SIZE;
         self.req_buf.write(off as usize, &req.to_bytes());
