@@ -1,3 +1,191 @@
 //! # nrt-compiler — ONNX to NCM
 //!
-//! (Work in progress.)
+//! Compiles an ONNX model into a [`nrt_model::CompiledModel`] for the software NeuronCore:
+//!
+//! 1. **import** ([`graph`]): the protobuf is read with hand-transcribed `prost` messages
+//!    ([`onnx`]), external data included; symbolic input dimensions are bound from
+//!    [`CompileOptions::input_shapes`]; inputs named in [`CompileOptions::input_values`]
+//!    become constants (specialization);
+//! 2. **shape inference and constant folding** ([`infer`], [`eval`]);
+//! 3. **lowering** ([`lower`]): every node becomes engine instructions — MatMul/Conv on PE,
+//!    activations on ACT, elementwise/copies on DVE, reductions/pooling/softmax/layer-norm/
+//!    resize/gather on POOL, I/O DMA and notifications on SP;
+//! 4. **memory planning** ([`plan`]): one scratch arena, offsets by liveness, best fit;
+//! 5. **scheduling** ([`schedule`]): per-engine progress semaphores, waits inserted from
+//!    every read-after-write, write-after-read and write-after-write on overlapping bytes;
+//!    cross-core dependencies through device-wide semaphores;
+//! 6. **emission** with [`nrt_model::ModelBuilder`] and a decode round trip.
+//!
+//! [`check::check_ordering`] independently verifies a compiled model's synchronization (the
+//! tests run it on every model they compile).
+//!
+//! ```no_run
+//! let opts = nrt_compiler::CompileOptions::default();
+//! let c = nrt_compiler::compile_file(std::path::Path::new("model.onnx"), &opts).unwrap();
+//! std::fs::write("model.ncm", c.model.encode()).unwrap();
+//! println!("{}", c.report);
+//! ```
+
+pub mod check;
+pub mod error;
+pub mod eval;
+pub mod graph;
+pub mod infer;
+pub mod lower;
+pub mod onnx;
+pub mod plan;
+pub mod schedule;
+pub mod tensor;
+
+pub use error::{CompileError, ErrorKind, NodeRef};
+pub use infer::{FOLD_ONLY_OPS, SUPPORTED_OPS};
+pub use tensor::{HostTensor, decode_tensor_pb, encode_tensor_pb, read_tensor_pb, write_tensor_pb};
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+/// How to compile.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// Shapes of inputs, by name: binds symbolic dimensions (and must agree with fixed ones).
+    pub input_shapes: BTreeMap<String, Vec<usize>>,
+    /// Values of inputs, by name: those inputs become compile-time constants (and are no
+    /// longer inputs of the compiled model). Use it for inputs that decide shapes.
+    pub input_values: BTreeMap<String, HostTensor>,
+    /// Cores the model runs on in lockstep (1 or 2).
+    pub cores: u32,
+    /// Model name written into the container (default: the graph's name).
+    pub name: Option<String>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            input_shapes: BTreeMap::new(),
+            input_values: BTreeMap::new(),
+            cores: 1,
+            name: None,
+        }
+    }
+}
+
+/// What the compiler produced and how it planned memory.
+#[derive(Clone, Debug)]
+pub struct PlanReport {
+    /// Entries of the static memory plan.
+    pub mem_refs: usize,
+    /// Bytes of the scratch arena.
+    pub arena_bytes: u64,
+    /// Lower bound of the arena: the largest total of intermediates live at one time.
+    pub live_bytes_lower_bound: u64,
+    /// Bytes of constant data.
+    pub constant_bytes: u64,
+    /// Instructions per core per engine (index: [`nrt_hal::Engine::index`]), `End` excluded.
+    pub instructions: Vec<[usize; nrt_hal::NUM_ENGINES]>,
+    /// Inputs turned into constants by [`CompileOptions::input_values`].
+    pub specialized_inputs: Vec<String>,
+    /// Nodes in the model / nodes folded at compile time / nodes lowered to the device.
+    pub nodes: (usize, usize, usize),
+}
+
+impl PlanReport {
+    /// `arena_bytes / live_bytes_lower_bound` (1.0 when nothing is live).
+    pub fn arena_ratio(&self) -> f64 {
+        if self.live_bytes_lower_bound == 0 {
+            1.0
+        } else {
+            self.arena_bytes as f64 / self.live_bytes_lower_bound as f64
+        }
+    }
+}
+
+impl fmt::Display for PlanReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "nodes: {} ({} folded, {} lowered)",
+            self.nodes.0, self.nodes.1, self.nodes.2
+        )?;
+        writeln!(
+            f,
+            "arena: {} bytes (live lower bound {}, ratio {:.3}); constants: {} bytes; plan entries: {}",
+            self.arena_bytes,
+            self.live_bytes_lower_bound,
+            self.arena_ratio(),
+            self.constant_bytes,
+            self.mem_refs
+        )?;
+        for (c, e) in self.instructions.iter().enumerate() {
+            writeln!(
+                f,
+                "core {c}: PE {} ACT {} POOL {} DVE {} SP {}",
+                e[0], e[1], e[2], e[3], e[4]
+            )?;
+        }
+        if !self.specialized_inputs.is_empty() {
+            writeln!(
+                f,
+                "specialized inputs: {}",
+                self.specialized_inputs.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A compiled model and its report.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The model (already validated by a decode round trip).
+    pub model: nrt_model::CompiledModel,
+    /// How memory was planned.
+    pub report: PlanReport,
+}
+
+/// Compiles ONNX model bytes. `model_dir` is where external data files are looked up.
+pub fn compile(
+    onnx_bytes: &[u8],
+    model_dir: Option<&Path>,
+    opts: &CompileOptions,
+) -> Result<Compiled, CompileError> {
+    if !(1..=2).contains(&opts.cores) {
+        return Err(CompileError::new(
+            ErrorKind::BadOption,
+            format!("cores = {} (1 or 2 are supported)", opts.cores),
+        ));
+    }
+    let mut g = graph::import(onnx_bytes, model_dir, opts)?;
+    infer::infer(&mut g)?;
+    lower::compile_graph(&g, opts)
+}
+
+/// Compiles an ONNX file (external data relative to its directory).
+pub fn compile_file(path: &Path, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        CompileError::new(ErrorKind::Io, format!("reading {}: {e}", path.display()))
+    })?;
+    compile(&bytes, path.parent(), opts)
+}
+
+/// The operator types a model uses (sorted, deduplicated), e.g. to decide whether a test
+/// is in scope before compiling it.
+pub fn model_op_types(onnx_bytes: &[u8]) -> Result<Vec<String>, CompileError> {
+    let m = onnx::decode_model(onnx_bytes).map_err(|e| {
+        CompileError::new(ErrorKind::Decode, format!("not a valid ONNX model: {e}"))
+    })?;
+    let mut ops: Vec<String> = m
+        .graph
+        .map(|g| g.node.into_iter().map(|n| n.op_type).collect())
+        .unwrap_or_default();
+    ops.sort();
+    ops.dedup();
+    Ok(ops)
+}
+
+/// The first operator of `ops` that the compiler does not support, if any.
+pub fn first_unsupported_op<'a>(ops: &'a [String]) -> Option<&'a str> {
+    ops.iter()
+        .map(|s| s.as_str())
+        .find(|o| !SUPPORTED_OPS.contains(o))
+}

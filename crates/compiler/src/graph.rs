@@ -1,0 +1,495 @@
+//! The compiler's graph: values with static shapes (and constant contents where known) and
+//! nodes in topological order, built from an ONNX `ModelProto`.
+//!
+//! Import binds symbolic input dimensions from the caller's `input_shapes`, turns inputs
+//! named in `input_values` into constants, sorts the nodes, and rejects dangling edges. Shape
+//! inference and constant folding ([`crate::infer`]) then fill in every value.
+
+use crate::CompileOptions;
+use crate::error::{CompileError, ErrorKind, Result, err};
+use crate::onnx::{AttributeProto, ModelProto, attribute_type as at};
+use crate::tensor::{HostTensor, dtype_from_onnx, onnx_type_name};
+use nrt_hal::DType;
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+
+/// Index of a value in [`Graph::values`].
+pub type ValueId = usize;
+
+/// A tensor-valued edge of the graph.
+#[derive(Clone, Debug)]
+pub struct Value {
+    /// ONNX name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Static shape.
+    pub shape: Vec<usize>,
+    /// Contents, when known at compile time (initializers, folded values, specialized inputs).
+    pub konst: Option<Rc<HostTensor>>,
+}
+
+impl Value {
+    /// Number of elements.
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.elements() * self.dtype.size()
+    }
+}
+
+/// An operator application.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// Name (the first output's name when the model leaves it empty).
+    pub name: String,
+    /// Operator type.
+    pub op: String,
+    /// Inputs (`None`: an omitted optional input).
+    pub inputs: Vec<Option<ValueId>>,
+    /// Outputs (`None`: an omitted optional output).
+    pub outputs: Vec<Option<ValueId>>,
+    /// Attributes.
+    pub attrs: Vec<AttributeProto>,
+}
+
+/// A whole model.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    /// Graph name.
+    pub name: String,
+    /// Every value.
+    pub values: Vec<Value>,
+    /// Nodes in topological order.
+    pub nodes: Vec<Node>,
+    /// Runtime inputs (not specialized, not initializers), in model order.
+    pub inputs: Vec<ValueId>,
+    /// Outputs, in model order.
+    pub outputs: Vec<ValueId>,
+    /// Version of the default-domain operator set.
+    pub opset: i64,
+    /// Inputs the caller's `input_values` turned into constants.
+    pub specialized: Vec<String>,
+}
+
+/// Lowest and highest default-domain opset accepted. Opsets 23–25 only extend the types of
+/// the operators we support, so their semantics are those of 22.
+pub const OPSET_RANGE: (i64, i64) = (7, 25);
+
+impl Node {
+    fn attr(&self, name: &str) -> Option<&AttributeProto> {
+        self.attrs.iter().find(|a| a.name == name)
+    }
+
+    fn bad(&self, msg: String) -> CompileError {
+        CompileError::new(ErrorKind::BadAttribute, msg).at_node(&self.name, &self.op)
+    }
+
+    fn typed(&self, name: &str, want: i32) -> Result<Option<&AttributeProto>> {
+        match self.attr(name) {
+            None => Ok(None),
+            Some(a) if a.r#type == want || a.r#type == at::UNDEFINED => Ok(Some(a)),
+            Some(a) => Err(self.bad(format!(
+                "attribute '{name}' has type {} where {} is expected",
+                a.r#type, want
+            ))),
+        }
+    }
+
+    /// Integer attribute.
+    pub fn attr_i(&self, name: &str, default: i64) -> Result<i64> {
+        Ok(self.typed(name, at::INT)?.map_or(default, |a| a.i))
+    }
+
+    /// Whether an attribute is present.
+    pub fn has_attr(&self, name: &str) -> bool {
+        self.attr(name).is_some()
+    }
+
+    /// Float attribute.
+    pub fn attr_f(&self, name: &str, default: f32) -> Result<f32> {
+        Ok(self.typed(name, at::FLOAT)?.map_or(default, |a| a.f))
+    }
+
+    /// Integer-list attribute.
+    pub fn attr_ints(&self, name: &str) -> Result<Option<Vec<i64>>> {
+        Ok(self.typed(name, at::INTS)?.map(|a| a.ints.clone()))
+    }
+
+    /// Float-list attribute.
+    pub fn attr_floats(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        Ok(self.typed(name, at::FLOATS)?.map(|a| a.floats.clone()))
+    }
+
+    /// String attribute.
+    pub fn attr_s(&self, name: &str, default: &str) -> Result<String> {
+        match self.typed(name, at::STRING)? {
+            None => Ok(default.to_owned()),
+            Some(a) => String::from_utf8(a.s.clone())
+                .map_err(|_| self.bad(format!("attribute '{name}' is not UTF-8"))),
+        }
+    }
+
+    /// Tensor attribute.
+    pub fn attr_t(&self, name: &str) -> Result<Option<HostTensor>> {
+        match self.typed(name, at::TENSOR)? {
+            None => Ok(None),
+            Some(a) => match &a.t {
+                None => Err(self.bad(format!("attribute '{name}' holds no tensor"))),
+                Some(t) => HostTensor::from_proto(t, None)
+                    .map(Some)
+                    .map_err(|e| e.at_node(&self.name, &self.op)),
+            },
+        }
+    }
+
+    /// An error of `kind` about this node.
+    pub fn error(&self, kind: ErrorKind, msg: impl Into<String>) -> CompileError {
+        CompileError::new(kind, msg).at_node(&self.name, &self.op)
+    }
+}
+
+fn decode_error(e: impl core::fmt::Display) -> CompileError {
+    CompileError::new(
+        ErrorKind::Decode,
+        format!("not a valid ONNX model (truncated or corrupt?): {e}"),
+    )
+}
+
+/// Reads an ONNX model into a graph (shapes of inputs bound; node outputs not yet inferred).
+pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> Result<Graph> {
+    let model: ModelProto = crate::onnx::decode_model(bytes).map_err(decode_error)?;
+    let Some(gp) = model.graph else {
+        return Err(decode_error("the model has no graph"));
+    };
+    let mut opset = None;
+    for o in &model.opset_import {
+        if o.domain.is_empty() || o.domain == "ai.onnx" {
+            opset = Some(o.version);
+        }
+    }
+    let opset = match opset {
+        Some(v) => v,
+        None if model.opset_import.is_empty() && model.ir_version < 3 => 1,
+        None => {
+            return err(
+                ErrorKind::UnsupportedOp,
+                "the model imports no version of the default ONNX operator set",
+            );
+        }
+    };
+    if opset < OPSET_RANGE.0 || opset > OPSET_RANGE.1 {
+        return err(
+            ErrorKind::UnsupportedOp,
+            format!(
+                "opset {opset} of the default domain is outside the supported range {}..={}",
+                OPSET_RANGE.0, OPSET_RANGE.1
+            ),
+        );
+    }
+    if !gp.sparse_initializer.is_empty() {
+        return err(
+            ErrorKind::UnsupportedOp,
+            "sparse initializers are not supported",
+        );
+    }
+    let mut g = Graph {
+        name: gp.name.clone(),
+        opset,
+        ..Default::default()
+    };
+    let mut by_name: HashMap<String, ValueId> = HashMap::new();
+    for t in &gp.initializer {
+        let h = HostTensor::from_proto(t, model_dir).map_err(|mut e| {
+            e.message = format!("initializer: {}", e.message);
+            e
+        })?;
+        let id = g.values.len();
+        g.values.push(Value {
+            name: t.name.clone(),
+            dtype: h.dtype,
+            shape: h.shape.clone(),
+            konst: Some(Rc::new(h)),
+        });
+        by_name.insert(t.name.clone(), id);
+    }
+    for name in opts.input_shapes.keys().chain(opts.input_values.keys()) {
+        if !gp.input.iter().any(|i| &i.name == name) {
+            return err(
+                ErrorKind::BadOption,
+                format!("the model has no input named '{name}'"),
+            );
+        }
+    }
+    for vi in &gp.input {
+        if by_name.contains_key(&vi.name) {
+            continue; // an initializer listed as an input (IR < 4): a constant
+        }
+        let name = &vi.name;
+        let tt = vi
+            .r#type
+            .as_ref()
+            .and_then(|t| t.tensor_type.as_ref())
+            .ok_or_else(|| {
+                CompileError::new(
+                    ErrorKind::UnsupportedDType,
+                    format!("input '{name}' is not a tensor"),
+                )
+            })?;
+        let dtype = dtype_from_onnx(tt.elem_type).ok_or_else(|| {
+            CompileError::new(
+                ErrorKind::UnsupportedDType,
+                format!(
+                    "input '{name}' has element type {}",
+                    onnx_type_name(tt.elem_type)
+                ),
+            )
+        })?;
+        let declared = tt.shape.as_ref().map(|s| &s.dim);
+        let user = opts.input_shapes.get(name);
+        let given = opts.input_values.get(name);
+        let mut shape = Vec::new();
+        if let Some(dims) = declared {
+            if let Some(u) = user
+                .map(|u| u.as_slice())
+                .or(given.map(|t| t.shape.as_slice()))
+                && u.len() != dims.len()
+            {
+                return err(
+                    ErrorKind::ShapeMismatch,
+                    format!(
+                        "input '{name}' has rank {} but the given shape {u:?} has rank {}",
+                        dims.len(),
+                        u.len()
+                    ),
+                );
+            }
+            for (i, d) in dims.iter().enumerate() {
+                let from_user = user.map(|u| u[i]).or(given.map(|t| t.shape[i]));
+                match (d.dim_value, from_user) {
+                    (Some(v), _) if v < 0 => {
+                        return err(
+                            ErrorKind::BadShape,
+                            format!("input '{name}' declares negative dimension {v} at axis {i}"),
+                        );
+                    }
+                    (Some(v), Some(u)) if v as usize != u => {
+                        return err(
+                            ErrorKind::ShapeMismatch,
+                            format!(
+                                "input '{name}' declares size {v} at axis {i}; the given shape has {u}"
+                            ),
+                        );
+                    }
+                    (Some(v), _) => shape.push(v as usize),
+                    (None, Some(u)) => shape.push(u),
+                    (None, None) => {
+                        let p = d.dim_param.clone().unwrap_or_default();
+                        return err(
+                            ErrorKind::BadShape,
+                            format!(
+                                "input '{name}' has symbolic dimension '{p}' at axis {i}: give its shape with input_shapes"
+                            ),
+                        );
+                    }
+                }
+            }
+        } else if let Some(u) = user.or(given.map(|t| &t.shape)) {
+            shape = u.clone();
+        } else {
+            return err(
+                ErrorKind::BadShape,
+                format!("input '{name}' has no declared shape: give it with input_shapes"),
+            );
+        }
+        let id = g.values.len();
+        let konst = match given {
+            Some(t) => {
+                if t.shape != shape {
+                    return err(
+                        ErrorKind::ShapeMismatch,
+                        format!(
+                            "the value given for input '{name}' has shape {:?}, expected {shape:?}",
+                            t.shape
+                        ),
+                    );
+                }
+                g.specialized.push(name.clone());
+                Some(Rc::new(t.cast(dtype)))
+            }
+            None => None,
+        };
+        if konst.is_none() {
+            g.inputs.push(id);
+        }
+        g.values.push(Value {
+            name: name.clone(),
+            dtype,
+            shape,
+            konst,
+        });
+        by_name.insert(name.clone(), id);
+    }
+
+    // Topological order (Kahn), keeping the model's order among ready nodes.
+    let nodes = &gp.node;
+    let mut producer: HashMap<&str, usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        for o in &n.output {
+            if !o.is_empty() {
+                producer.insert(o.as_str(), i);
+            }
+        }
+    }
+    let node_name = |i: usize| {
+        let n = &nodes[i];
+        if !n.name.is_empty() {
+            n.name.clone()
+        } else {
+            n.output.first().cloned().unwrap_or_else(|| format!("#{i}"))
+        }
+    };
+    let mut deps: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    let mut pending = vec![0usize; nodes.len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for inp in n.input.iter().filter(|s| !s.is_empty()) {
+            if by_name.contains_key(inp) {
+                continue;
+            }
+            match producer.get(inp.as_str()) {
+                Some(&p) => {
+                    deps[p].push(i);
+                    pending[i] += 1;
+                }
+                None => {
+                    return Err(CompileError::new(
+                        ErrorKind::DanglingEdge,
+                        format!("input '{inp}' is produced by no node, initializer or graph input"),
+                    )
+                    .at_node(&node_name(i), &n.op_type));
+                }
+            }
+        }
+    }
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut ready: std::collections::BTreeSet<usize> =
+        (0..nodes.len()).filter(|&i| pending[i] == 0).collect();
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &d in &deps[i] {
+            pending[d] -= 1;
+            if pending[d] == 0 {
+                ready.insert(d);
+            }
+        }
+    }
+    if order.len() != nodes.len() {
+        let i = (0..nodes.len()).find(|&i| pending[i] > 0).unwrap_or(0);
+        return Err(CompileError::new(
+            ErrorKind::DanglingEdge,
+            "the graph has a cycle through this node",
+        )
+        .at_node(&node_name(i), &nodes[i].op_type));
+    }
+    for i in order {
+        let n = &nodes[i];
+        let name = node_name(i);
+        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+            return Err(CompileError::new(
+                ErrorKind::UnsupportedOp,
+                format!("operator domain '{}' is not supported", n.domain),
+            )
+            .at_node(&name, &n.op_type));
+        }
+        for a in &n.attribute {
+            if !a.ref_attr_name.is_empty() || a.g.is_some() {
+                return Err(CompileError::new(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "attribute '{}' holds a subgraph or function reference",
+                        a.name
+                    ),
+                )
+                .at_node(&name, &n.op_type));
+            }
+        }
+        let inputs = n
+            .input
+            .iter()
+            .map(|s| {
+                if s.is_empty() {
+                    None
+                } else {
+                    by_name.get(s).copied()
+                }
+            })
+            .collect();
+        let mut outputs = Vec::new();
+        for o in &n.output {
+            if o.is_empty() {
+                outputs.push(None);
+                continue;
+            }
+            if by_name.contains_key(o) {
+                return Err(CompileError::new(
+                    ErrorKind::DanglingEdge,
+                    format!("value '{o}' is produced twice"),
+                )
+                .at_node(&name, &n.op_type));
+            }
+            let id = g.values.len();
+            g.values.push(Value {
+                name: o.clone(),
+                dtype: DType::F32,
+                shape: Vec::new(),
+                konst: None,
+            });
+            by_name.insert(o.clone(), id);
+            outputs.push(Some(id));
+        }
+        g.nodes.push(Node {
+            name,
+            op: n.op_type.clone(),
+            inputs,
+            outputs,
+            attrs: n.attribute.clone(),
+        });
+    }
+    for vi in &gp.output {
+        let id = *by_name.get(&vi.name).ok_or_else(|| {
+            CompileError::new(
+                ErrorKind::DanglingEdge,
+                format!("graph output '{}' is produced by nothing", vi.name),
+            )
+        })?;
+        g.outputs.push(id);
+    }
+    if g.outputs.is_empty() {
+        return err(ErrorKind::BadShape, "the graph has no outputs");
+    }
+    Ok(g)
+}
+
+/// Declared output types of the model, for checking inference: `(name, elem_type, dims)`
+/// where a dim is `None` when symbolic.
+pub fn declared_outputs(bytes: &[u8]) -> Result<Vec<(String, i32, Option<Vec<Option<i64>>>)>> {
+    let model: ModelProto = crate::onnx::decode_model(bytes).map_err(decode_error)?;
+    let gp = model.graph.unwrap_or_default();
+    Ok(gp
+        .output
+        .iter()
+        .map(|vi| {
+            let tt = vi.r#type.as_ref().and_then(|t| t.tensor_type.as_ref());
+            (
+                vi.name.clone(),
+                tt.map_or(0, |t| t.elem_type),
+                tt.and_then(|t| t.shape.as_ref())
+                    .map(|s| s.dim.iter().map(|d| d.dim_value).collect()),
+            )
+        })
+        .collect())
+}

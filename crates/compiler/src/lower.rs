@@ -1,0 +1,1802 @@
+//! Lowering: every node of the inferred graph becomes engine instructions, then memory is
+//! planned, synchronization scheduled, and the model emitted.
+//!
+//! Values live densely (row-major) in one of: their input's `MR_IO` buffer, an output's
+//! `MR_IO` buffer (the final producer writes there directly), a constant (`MR_BUFFER`), or a
+//! temporary that the planner later places in the scratch arena. Layout-only operators
+//! (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) alias their input. Operands are
+//! strided views; views of any rank are merged to ≤ 4 dimensions where contiguous and
+//! looped over (several instructions) where not.
+//!
+//! Engines: MatMul/Gemm/Conv/ConvTranspose on PE; activations (and bias-adds, fused with a
+//! following activation) on ACT; elementwise, select and casts on DVE; reductions, pooling,
+//! softmax, layer-norm, resize, gather and layout copies on POOL; I/O DMA on SP. With
+//! `cores: 2`, MatMul and Conv split their N / output channels between the two cores.
+
+use crate::error::{CompileError, ErrorKind, Result};
+use crate::eval::{broadcast_strides, dense_strides};
+use crate::graph::{Graph, ValueId};
+use crate::infer::{self, Ctx};
+use crate::plan::{Interval, plan};
+use crate::schedule::{IoInfo, for_each_ap_mut, schedule};
+use crate::tensor::{HostTensor, f32_to_f16};
+use crate::{CompileOptions, Compiled, PlanReport};
+use nrt_hal::{DType, Engine};
+use nrt_isa::{
+    AccessPattern, ActFunc, BinaryOp, Instruction, Op, PoolOp, ReduceOp, Window, matmul_flags,
+};
+use nrt_model::{CompiledModel, ModelBuilder, split_vaddr, vaddr};
+use std::collections::HashMap;
+
+/// Plan-entry ids from here up name temporaries until the planner places them.
+const TEMP_BASE: u32 = 1 << 20;
+
+/// A strided view of a tensor: virtual address of element 0, element strides.
+#[derive(Clone, Debug)]
+struct View {
+    addr: u64,
+    dtype: DType,
+    shape: Vec<usize>,
+    strides: Vec<i64>,
+}
+
+impl View {
+    fn dense(addr: u64, dtype: DType, shape: &[usize]) -> View {
+        View {
+            addr,
+            dtype,
+            shape: shape.to_vec(),
+            strides: dense_strides(shape),
+        }
+    }
+
+    fn elems(&self, n: i64) -> u64 {
+        (self.addr as i64 + n * self.dtype.size() as i64) as u64
+    }
+
+    /// Right-aligned broadcast to `shape`.
+    fn broadcast(&self, shape: &[usize]) -> View {
+        let off = shape.len() - self.shape.len();
+        let strides = (0..shape.len())
+            .map(|i| {
+                if i < off || self.shape[i - off] == 1 {
+                    0
+                } else {
+                    self.strides[i - off]
+                }
+            })
+            .collect();
+        View {
+            addr: self.addr,
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            strides,
+        }
+    }
+
+    fn permute(&self, perm: &[usize]) -> View {
+        View {
+            addr: self.addr,
+            dtype: self.dtype,
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+        }
+    }
+
+    /// Elements `start, start+step, …` (`len` of them) along `axis`.
+    fn slice(&self, axis: usize, start: i64, len: usize, step: i64) -> View {
+        let mut v = self.clone();
+        v.addr = self.elems(start * self.strides[axis]);
+        v.shape[axis] = len;
+        v.strides[axis] = self.strides[axis] * step;
+        v
+    }
+}
+
+fn too_large(what: &str) -> CompileError {
+    CompileError::new(
+        ErrorKind::TooLarge,
+        format!("{what} exceeds what an access pattern can address"),
+    )
+}
+
+/// An access pattern from up to 4 dims (right-aligned).
+fn mk_ap(addr: u64, dtype: DType, shape: &[usize], strides: &[i64]) -> Result<AccessPattern> {
+    if shape.len() > 4 {
+        return Err(CompileError::new(
+            ErrorKind::Internal,
+            "access pattern of rank > 4",
+        ));
+    }
+    let mut s = [1u32; 4];
+    let mut st = [0i32; 4];
+    let off = 4 - shape.len();
+    for i in 0..shape.len() {
+        s[off + i] = u32::try_from(shape[i]).map_err(|_| too_large("a dimension"))?;
+        st[off + i] = i32::try_from(strides[i]).map_err(|_| too_large("a stride"))?;
+    }
+    Ok(AccessPattern {
+        addr,
+        dtype,
+        shape: s,
+        stride: st,
+    })
+}
+
+/// Merges and drops the dimensions of an iteration shared by several views (same shape,
+/// own strides). Returns at most `max` dims (their size and each view's strides) and, for
+/// the leading dims beyond `max`, each iteration's element offset per view.
+type Simplified = (Vec<usize>, Vec<Vec<i64>>, Vec<Vec<i64>>);
+
+fn simplify(shape: &[usize], strides: &[Vec<i64>], max: usize) -> Simplified {
+    let nv = strides.len();
+    if shape.contains(&0) {
+        return (Vec::new(), vec![Vec::new(); nv], Vec::new());
+    }
+    let mut dims: Vec<(usize, Vec<i64>)> = Vec::new();
+    for i in 0..shape.len() {
+        if shape[i] == 1 {
+            continue;
+        }
+        let st: Vec<i64> = strides.iter().map(|s| s[i]).collect();
+        if let Some(last) = dims.last_mut()
+            && (0..nv).all(|v| last.1[v] == st[v] * shape[i] as i64)
+        {
+            last.0 *= shape[i];
+            last.1 = st;
+            continue;
+        }
+        dims.push((shape[i], st));
+    }
+    let split = dims.len().saturating_sub(max);
+    let (outer, inner) = dims.split_at(split);
+    let mut offsets = vec![vec![0i64; nv]];
+    for (size, st) in outer {
+        let mut next = Vec::with_capacity(offsets.len() * size);
+        for o in &offsets {
+            for k in 0..*size as i64 {
+                next.push((0..nv).map(|v| o[v] + k * st[v]).collect());
+            }
+        }
+        offsets = next;
+    }
+    let shape_out = inner.iter().map(|d| d.0).collect();
+    let strides_out = (0..nv)
+        .map(|v| inner.iter().map(|d| d.1[v]).collect())
+        .collect();
+    (shape_out, strides_out, offsets)
+}
+
+fn fill_bits(dtype: DType, value: f64) -> u64 {
+    let t = HostTensor::from_f64s(dtype, vec![1], std::iter::once(value));
+    let b = t.to_bytes();
+    let mut w = [0u8; 8];
+    w[..b.len()].copy_from_slice(&b);
+    if dtype == DType::F16 {
+        return f32_to_f16(value as f32) as u64;
+    }
+    u64::from_le_bytes(w)
+}
+
+/// The activation a node computes on ACT: `(function, alpha, beta)`.
+fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
+    let n = c.n;
+    Ok(Some(match n.op.as_str() {
+        "Relu" => (ActFunc::Relu, 0.0, 0.0),
+        "LeakyRelu" => (ActFunc::LeakyRelu, n.attr_f("alpha", 0.01)?, 0.0),
+        "Sigmoid" => (ActFunc::Sigmoid, 0.0, 0.0),
+        "HardSigmoid" => (
+            ActFunc::HardSigmoid,
+            n.attr_f("alpha", 0.2)?,
+            n.attr_f("beta", 0.5)?,
+        ),
+        "Tanh" => (ActFunc::Tanh, 0.0, 0.0),
+        "Gelu" => {
+            if n.attr_s("approximate", "none")? == "tanh" {
+                (ActFunc::GeluTanh, 0.0, 0.0)
+            } else {
+                (ActFunc::GeluErf, 0.0, 0.0)
+            }
+        }
+        "Erf" => (ActFunc::Erf, 0.0, 0.0),
+        "Exp" => (ActFunc::Exp, 0.0, 0.0),
+        "Log" => (ActFunc::Log, 0.0, 0.0),
+        "Sqrt" => (ActFunc::Sqrt, 0.0, 0.0),
+        "Reciprocal" => (ActFunc::Reciprocal, 0.0, 0.0),
+        "Abs" => (ActFunc::Abs, 0.0, 0.0),
+        "Neg" => (ActFunc::Neg, 0.0, 0.0),
+        "Floor" => (ActFunc::Floor, 0.0, 0.0),
+        "Ceil" => (ActFunc::Ceil, 0.0, 0.0),
+        "Softplus" => (ActFunc::Softplus, 0.0, 0.0),
+        "Elu" => (ActFunc::Elu, n.attr_f("alpha", 1.0)?, 0.0),
+        "Clip" => {
+            let (lo, hi) = if c.opset() >= 11 {
+                (
+                    c.konst(1)
+                        .map_or(f32::NEG_INFINITY, |t| t.get_f64(0) as f32),
+                    c.konst(2).map_or(f32::INFINITY, |t| t.get_f64(0) as f32),
+                )
+            } else {
+                (
+                    n.attr_f("min", f32::NEG_INFINITY)?,
+                    n.attr_f("max", f32::INFINITY)?,
+                )
+            };
+            (ActFunc::Clip, lo, hi)
+        }
+        _ => return Ok(None),
+    }))
+}
+
+struct Lowerer<'a> {
+    g: &'a Graph,
+    b: ModelBuilder,
+    cores: u8,
+    prog: Vec<(u8, Engine, Instruction)>,
+    loc: Vec<Option<u64>>,
+    temps: Vec<u64>,
+    const_addr: HashMap<ValueId, u64>,
+    io: Vec<IoInfo>,
+    /// Output var_ids of each value.
+    out_vars: HashMap<ValueId, Vec<u32>>,
+    /// Live consumers of each value (nodes).
+    consumers: Vec<Vec<usize>>,
+    skip: Vec<bool>,
+    lowered_nodes: usize,
+}
+
+impl<'a> Lowerer<'a> {
+    fn emit(&mut self, core: u8, engine: Engine, op: Op) {
+        self.prog.push((core, engine, Instruction::new(op)));
+    }
+
+    fn temp(&mut self, bytes: usize) -> u64 {
+        let id = self.temps.len() as u32;
+        self.temps.push(bytes as u64);
+        vaddr(TEMP_BASE + id, 0)
+    }
+
+    fn add_const(&mut self, t: &HostTensor) -> u64 {
+        let mr = self.b.constant(&t.to_bytes(), 64);
+        vaddr(mr, 0)
+    }
+
+    /// Where value `v` lives (constants are materialized on first use).
+    fn addr(&mut self, v: ValueId) -> Result<u64> {
+        let val = &self.g.values[v];
+        if let Some(k) = &val.konst {
+            if let Some(&a) = self.const_addr.get(&v) {
+                return Ok(a);
+            }
+            let k = k.clone();
+            let a = self.add_const(&k);
+            self.const_addr.insert(v, a);
+            return Ok(a);
+        }
+        self.loc[v].ok_or_else(|| {
+            CompileError::new(
+                ErrorKind::Internal,
+                format!("value '{}' used before it was computed", val.name),
+            )
+        })
+    }
+
+    fn view(&mut self, v: ValueId) -> Result<View> {
+        let a = self.addr(v)?;
+        let val = &self.g.values[v];
+        Ok(View::dense(a, val.dtype, &val.shape))
+    }
+
+    /// Storage for a value a node produces: an output buffer if the value is a graph
+    /// output, else a temporary.
+    fn alloc(&mut self, v: ValueId) -> View {
+        let val = &self.g.values[v];
+        let addr = match self.out_vars.get(&v) {
+            Some(vars) => vaddr(self.b.io_mem_ref(vars[0]), 0),
+            None => self.temp(val.bytes()),
+        };
+        self.loc[v] = Some(addr);
+        View::dense(addr, val.dtype, &val.shape)
+    }
+
+    /// After `v` is final: copies it into any output buffer it is not already in, then
+    /// stores and notifies those outputs.
+    fn finish_value(&mut self, v: ValueId) -> Result<()> {
+        let Some(vars) = self.out_vars.get(&v).cloned() else {
+            return Ok(());
+        };
+        let src = self.view(v)?;
+        for j in vars {
+            let dst_addr = vaddr(self.b.io_mem_ref(j), 0);
+            if src.addr != dst_addr {
+                let dst = View::dense(dst_addr, src.dtype, &src.shape);
+                self.copy(Engine::Dve, &src, &dst)?;
+            }
+            let table = self.b.io_descriptor(j);
+            self.emit(0, Engine::Sp, Op::DmaDescriptors { table, count: 1 });
+            self.emit(
+                0,
+                Engine::Sp,
+                Op::Notify {
+                    subtype: 6,
+                    sub_id: 7,
+                    payload: j,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Emits `f` over views of one shared shape, merging and looping dimensions.
+    fn emit_nd(
+        &mut self,
+        core: u8,
+        engine: Engine,
+        views: &[&View],
+        f: impl Fn(&[AccessPattern]) -> Op,
+    ) -> Result<()> {
+        let shape = &views[0].shape;
+        let strides: Vec<Vec<i64>> = views.iter().map(|v| v.strides.clone()).collect();
+        let (s, st, offs) = simplify(shape, &strides, 4);
+        for o in offs {
+            let aps = views
+                .iter()
+                .enumerate()
+                .map(|(i, v)| mk_ap(v.elems(o[i]), v.dtype, &s, &st[i]))
+                .collect::<Result<Vec<_>>>()?;
+            self.emit(core, engine, f(&aps));
+        }
+        Ok(())
+    }
+
+    fn copy(&mut self, engine: Engine, src: &View, dst: &View) -> Result<()> {
+        self.emit_nd(0, engine, &[src, dst], |a| Op::Copy {
+            input: a[0],
+            output: a[1],
+        })
+    }
+
+    fn fill(&mut self, engine: Engine, dst: &View, value: f64) -> Result<()> {
+        let bits = fill_bits(dst.dtype, value);
+        self.emit_nd(0, engine, &[dst], |a| Op::Fill { out: a[0], bits })
+    }
+
+    fn activation(
+        &mut self,
+        x: &View,
+        y: &View,
+        bias: Option<&View>,
+        (func, alpha, beta): (ActFunc, f32, f32),
+        scale: f32,
+    ) -> Result<()> {
+        let mut views = vec![x, y];
+        if let Some(b) = bias {
+            views.push(b);
+        }
+        self.emit_nd(0, Engine::Act, &views, |a| Op::Activation {
+            input: a[0],
+            output: a[1],
+            bias: a.get(2).copied(),
+            func,
+            scale,
+            alpha,
+            beta,
+        })
+    }
+
+    /// The single live consumer of `v`, if `v` has exactly one and is not a graph output.
+    fn sole_consumer(&self, v: ValueId) -> Option<usize> {
+        if self.out_vars.contains_key(&v) || self.consumers[v].len() != 1 {
+            return None;
+        }
+        Some(self.consumers[v][0])
+    }
+
+    fn out(&self, ni: usize, k: usize) -> Result<ValueId> {
+        self.g.nodes[ni]
+            .outputs
+            .get(k)
+            .copied()
+            .flatten()
+            .ok_or_else(|| CompileError::new(ErrorKind::Internal, "missing output"))
+    }
+
+    fn lower_node(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let op = n.op.as_str();
+        let o0 = self.out(ni, 0)?;
+        let oshape = g.values[o0].shape.clone();
+        let odt = g.values[o0].dtype;
+        match op {
+            "Identity" | "Dropout" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
+                let x = c.input(0)?;
+                let xi = n.inputs[0].expect("present");
+                if self.out_vars.contains_key(&o0) {
+                    let src = self.view(xi)?;
+                    let dst = self.alloc(o0);
+                    self.copy(Engine::Pool, &View::dense(src.addr, x.dtype, &oshape), &dst)?;
+                } else {
+                    let a = self.addr(xi)?;
+                    self.loc[o0] = Some(a);
+                }
+            }
+            "Cast" => {
+                let src = self.view(n.inputs[0].expect("present"))?;
+                let dst = self.alloc(o0);
+                self.copy(Engine::Dve, &src, &dst)?;
+            }
+            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Equal" | "Less"
+            | "Greater" | "And" | "Or" => self.lower_binary(ni)?,
+            "Where" => {
+                let cond = self.view(n.inputs[0].expect("p"))?.broadcast(&oshape);
+                let a = self.view(n.inputs[1].expect("p"))?.broadcast(&oshape);
+                let b = self.view(n.inputs[2].expect("p"))?.broadcast(&oshape);
+                let y = self.alloc(o0);
+                self.emit_nd(0, Engine::Dve, &[&cond, &a, &b, &y], |x| Op::Select {
+                    cond: x[0],
+                    a: x[1],
+                    b: x[2],
+                    out: x[3],
+                })?;
+            }
+            "MatMul" => self.lower_matmul(ni)?,
+            "Gemm" => self.lower_gemm(ni)?,
+            "Softmax" | "LogSoftmax" => {
+                let xv = c.input(0)?;
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let y = self.alloc(o0);
+                let r = xv.shape.len();
+                let axis =
+                    c.norm_axis(n.attr_i("axis", if c.opset() >= 13 { -1 } else { 1 })?, r)?;
+                let outer: usize = xv.shape[..axis].iter().product();
+                let (a, inner) = if c.opset() >= 13 {
+                    (
+                        xv.shape[axis],
+                        xv.shape[axis + 1..].iter().product::<usize>(),
+                    )
+                } else {
+                    (xv.shape[axis..].iter().product(), 1)
+                };
+                let sh = [outer, inner, a];
+                let st = [(a * inner) as i64, 1, inner as i64];
+                let log = op == "LogSoftmax";
+                let xa = View {
+                    shape: sh.to_vec(),
+                    strides: st.to_vec(),
+                    ..x
+                };
+                let ya = View {
+                    shape: sh.to_vec(),
+                    strides: st.to_vec(),
+                    ..y
+                };
+                self.row_op(&xa, &ya, |i, o| Op::Softmax {
+                    input: i,
+                    output: o,
+                    log,
+                })?;
+            }
+            "LayerNormalization" => {
+                let xv = c.input(0)?;
+                let r = xv.shape.len();
+                let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
+                let eps = n.attr_f("epsilon", 1e-5)?;
+                let outer: usize = xv.shape[..axis].iter().product();
+                let d: usize = xv.shape[axis..].iter().product();
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let gamma = self.view(n.inputs[1].expect("p"))?;
+                let beta = match n.inputs.get(2).copied().flatten() {
+                    Some(b) => Some(self.view(b)?),
+                    None => None,
+                };
+                let y = self.alloc(o0);
+                let sh = [outer, d];
+                let row = |v: &View, bcast: bool| View {
+                    shape: sh.to_vec(),
+                    strides: if bcast { vec![0, 1] } else { vec![d as i64, 1] },
+                    ..v.clone()
+                };
+                let (xa, ya, ga) = (row(&x, false), row(&y, false), row(&gamma, true));
+                let ba = beta.as_ref().map(|b| row(b, true));
+                let mut views = vec![&xa, &ya, &ga];
+                if let Some(b) = &ba {
+                    views.push(b);
+                }
+                self.emit_nd(0, Engine::Pool, &views, |a| Op::LayerNorm {
+                    input: a[0],
+                    gamma: a[2],
+                    beta: a.get(3).copied(),
+                    output: a[1],
+                    eps,
+                })?;
+            }
+            "BatchNormalization" => {
+                let xv = c.input(0)?;
+                let eps = n.attr_f("epsilon", 1e-5)?;
+                let mut p = Vec::new();
+                for i in 1..5 {
+                    p.push(
+                        c.konst(i)
+                            .ok_or_else(|| {
+                                c.e(
+                                    ErrorKind::UnsupportedOp,
+                                    "BatchNormalization needs constant scale, bias, mean and variance",
+                                )
+                            })?
+                            .to_f32s(),
+                    );
+                }
+                let ch = xv.shape[1];
+                let scale: Vec<f32> = (0..ch).map(|i| p[0][i] / (p[3][i] + eps).sqrt()).collect();
+                let shift: Vec<f32> = (0..ch).map(|i| p[1][i] - p[2][i] * scale[i]).collect();
+                let sa = self.add_const(&HostTensor::f32(vec![ch], scale));
+                let sb = self.add_const(&HostTensor::f32(vec![ch], shift));
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let y = self.alloc(o0);
+                let mut cs = vec![0i64; oshape.len()];
+                cs[1] = 1;
+                let av = View {
+                    addr: sa,
+                    dtype: DType::F32,
+                    shape: oshape.clone(),
+                    strides: cs.clone(),
+                };
+                let bv = View {
+                    addr: sb,
+                    dtype: DType::F32,
+                    shape: oshape.clone(),
+                    strides: cs,
+                };
+                self.emit_nd(0, Engine::Dve, &[&x, &av, &y], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: BinaryOp::Mul,
+                })?;
+                self.activation(&y, &y, Some(&bv), (ActFunc::Identity, 0.0, 0.0), 1.0)?;
+            }
+            "Conv" => self.lower_conv(ni)?,
+            "ConvTranspose" => self.lower_conv_transpose(ni)?,
+            "MaxPool" | "AveragePool" => self.lower_pool(ni)?,
+            "GlobalAveragePool" | "GlobalMaxPool" => {
+                let xv = c.input(0)?;
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let y = self.alloc(o0);
+                let (nn, ch) = (xv.shape[0], xv.shape[1]);
+                let s: usize = xv.shape[2..].iter().product();
+                let rop = if op == "GlobalMaxPool" {
+                    ReduceOp::Max
+                } else {
+                    ReduceOp::Mean
+                };
+                let xa = mk_ap(
+                    x.addr,
+                    x.dtype,
+                    &[nn, ch, s],
+                    &[(ch * s) as i64, s as i64, 1],
+                )?;
+                let ya = mk_ap(y.addr, y.dtype, &[nn, ch, 1], &[ch as i64, 1, 1])?;
+                if nn * ch * s > 0 {
+                    self.emit(
+                        0,
+                        Engine::Pool,
+                        Op::Reduce {
+                            input: xa,
+                            output: ya,
+                            op: rop,
+                            axes: 0b1000,
+                        },
+                    );
+                }
+            }
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.lower_reduce(ni)?,
+            "Transpose" => {
+                let xv = c.input(0)?;
+                let perm = infer::transpose_perm(&c, xv.shape.len())?;
+                let x = self.view(n.inputs[0].expect("p"))?.permute(&perm);
+                let y = self.alloc(o0);
+                self.copy(Engine::Pool, &x, &y)?;
+            }
+            "Concat" => {
+                let axis = c.norm_axis(n.attr_i("axis", 1)?, oshape.len())?;
+                let y = self.alloc(o0);
+                let mut at = 0usize;
+                for i in 0..n.inputs.len() {
+                    let Some(v) = n.inputs[i] else { continue };
+                    let x = self.view(v)?;
+                    let len = x.shape[axis];
+                    let dst = y.slice(axis, at as i64, len, 1);
+                    self.copy(Engine::Pool, &x, &dst)?;
+                    at += len;
+                }
+            }
+            "Split" => {
+                let xv = c.input(0)?;
+                let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+                let sizes = infer::split_sizes(&c, xv.shape[axis])?;
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let mut at = 0usize;
+                for (k, &len) in sizes.iter().enumerate() {
+                    if let Some(Some(ov)) = n.outputs.get(k).copied() {
+                        let y = self.alloc(ov);
+                        self.copy(Engine::Pool, &x.slice(axis, at as i64, len, 1), &y)?;
+                    }
+                    at += len;
+                }
+            }
+            "Slice" => {
+                let xv = c.input(0)?;
+                let p = infer::slice_params(&c, &xv.shape)?;
+                let mut x = self.view(n.inputs[0].expect("p"))?;
+                for (axis, &(start, len, step)) in p.iter().enumerate() {
+                    x = x.slice(axis, start, len, step);
+                }
+                let y = self.alloc(o0);
+                self.copy(Engine::Pool, &x, &y)?;
+            }
+            "Gather" => {
+                let xv = c.input(0)?;
+                let iv = c.input(1)?;
+                let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let idx = self.view(n.inputs[1].expect("p"))?;
+                let y = self.alloc(o0);
+                let outer: usize = xv.shape[..axis].iter().product();
+                let a = xv.shape[axis];
+                let inner: usize = xv.shape[axis + 1..].iter().product();
+                let ni_ = iv.elements();
+                if outer * inner * ni_ > 0 {
+                    let data = mk_ap(
+                        x.addr,
+                        x.dtype,
+                        &[outer, a, inner],
+                        &[(a * inner) as i64, inner as i64, 1],
+                    )?;
+                    let ind = mk_ap(idx.addr, idx.dtype, &[ni_], &[1])?;
+                    let out = mk_ap(
+                        y.addr,
+                        y.dtype,
+                        &[outer, ni_, inner],
+                        &[(ni_ * inner) as i64, inner as i64, 1],
+                    )?;
+                    self.emit(
+                        0,
+                        Engine::Pool,
+                        Op::Gather {
+                            data,
+                            indices: ind,
+                            output: out,
+                        },
+                    );
+                }
+            }
+            "Expand" => {
+                let x = self.view(n.inputs[0].expect("p"))?.broadcast(&oshape);
+                let y = self.alloc(o0);
+                self.copy(Engine::Pool, &x, &y)?;
+            }
+            "Pad" => self.lower_pad(ni)?,
+            "Resize" => {
+                let xv = c.input(0)?;
+                if xv.shape.len() > 4 {
+                    return Err(c.e(ErrorKind::UnsupportedOp, "Resize of rank > 4"));
+                }
+                let p = infer::resize_params(&c, &xv.shape)?;
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let y = self.alloc(o0);
+                let mut scales = [0f32; 4];
+                let off = 4 - xv.shape.len();
+                for (i, &s) in p.scales.iter().enumerate() {
+                    scales[off + i] = s;
+                }
+                let xa = mk_ap(x.addr, x.dtype, &x.shape, &x.strides)?;
+                let ya = mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?;
+                self.emit(
+                    0,
+                    Engine::Pool,
+                    Op::Resize {
+                        input: xa,
+                        output: ya,
+                        mode: p.mode,
+                        coord: p.coord,
+                        nearest: p.nearest,
+                        scales,
+                    },
+                );
+            }
+            _ => {
+                if let Some(f) = act_of(&c)? {
+                    let x = self.view(n.inputs[0].expect("p"))?;
+                    let y = self.alloc(o0);
+                    self.activation(&x, &y, None, f, 1.0)?;
+                } else {
+                    return Err(c.e(
+                        ErrorKind::UnsupportedOp,
+                        format!(
+                            "operator '{op}' cannot be computed on the device here (dtype {odt})"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A row operation (softmax) over `[outer, inner, axis]` views: dim 3 is the axis.
+    fn row_op(
+        &mut self,
+        x: &View,
+        y: &View,
+        f: impl Fn(AccessPattern, AccessPattern) -> Op,
+    ) -> Result<()> {
+        // Loop the outer dims beyond what fits in AP dims 0..3.
+        let (s, st, offs) = simplify(
+            &x.shape[..2],
+            &[x.strides[..2].to_vec(), y.strides[..2].to_vec()],
+            2,
+        );
+        if x.shape.contains(&0) {
+            return Ok(());
+        }
+        let a = x.shape[2];
+        for o in offs {
+            let mut sh = s.clone();
+            sh.push(a);
+            let mut sx = st[0].clone();
+            sx.push(x.strides[2]);
+            let mut sy = st[1].clone();
+            sy.push(y.strides[2]);
+            let xa = mk_ap(x.elems(o[0]), x.dtype, &sh, &sx)?;
+            let ya = mk_ap(y.elems(o[1]), y.dtype, &sh, &sy)?;
+            self.emit(0, Engine::Pool, f(xa, ya));
+        }
+        Ok(())
+    }
+
+    fn lower_binary(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let op = n.op.as_str();
+        let o0 = self.out(ni, 0)?;
+        let oshape = g.values[o0].shape.clone();
+        let bop = match op {
+            "Add" | "Sum" => BinaryOp::Add,
+            "Sub" => BinaryOp::Sub,
+            "Mul" => BinaryOp::Mul,
+            "Div" => BinaryOp::Div,
+            "Pow" => BinaryOp::Pow,
+            "Max" => BinaryOp::Max,
+            "Min" => BinaryOp::Min,
+            "Equal" => BinaryOp::Equal,
+            "Less" => BinaryOp::Less,
+            "Greater" => BinaryOp::Greater,
+            "And" => BinaryOp::And,
+            _ => BinaryOp::Or,
+        };
+        let ins: Vec<ValueId> = n.inputs.iter().flatten().copied().collect();
+        if ins.len() == 1 {
+            let x = self.view(ins[0])?;
+            let y = self.alloc(o0);
+            return self.copy(Engine::Dve, &x.broadcast(&oshape), &y);
+        }
+        if ins.len() == 2
+            && g.values[ins[0]].dtype == DType::F32
+            && g.values[o0].dtype == DType::F32
+        {
+            // One side a compile-time scalar: TensorScalar (or an activation).
+            for (k, other) in [(1usize, 0usize), (0, 1)] {
+                let kv = &g.values[ins[k]];
+                let Some(t) = kv.konst.as_deref() else {
+                    continue;
+                };
+                if t.len() != 1 || g.values[ins[other]].shape != oshape {
+                    continue;
+                }
+                let s = t.get_f64(0) as f32;
+                let x = self.view(ins[other])?;
+                if bop == BinaryOp::Pow && k == 1 && (s == 2.0 || s == 0.5 || s == 1.0) {
+                    let y = self.alloc(o0);
+                    let f = match s {
+                        2.0 => ActFunc::Square,
+                        0.5 => ActFunc::Sqrt,
+                        _ => ActFunc::Identity,
+                    };
+                    return self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0);
+                }
+                if matches!(bop, BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater) {
+                    break;
+                }
+                let y = self.alloc(o0);
+                return self.emit_nd(0, Engine::Dve, &[&x, &y], |a| Op::TensorScalar {
+                    a: a[0],
+                    out: a[1],
+                    op: bop,
+                    scalar: s,
+                    reverse: k == 0,
+                });
+            }
+            // Bias add on ACT, fused with a following activation when possible.
+            if bop == BinaryOp::Add {
+                for (k, other) in [(1usize, 0usize), (0, 1)] {
+                    if g.values[ins[k]].konst.is_none() || g.values[ins[other]].shape != oshape {
+                        continue;
+                    }
+                    let x = self.view(ins[other])?;
+                    let bias = self.view(ins[k])?.broadcast(&oshape);
+                    let fused = self.sole_consumer(o0).and_then(|j| {
+                        let cj = Ctx { g, n: &g.nodes[j] };
+                        act_of(&cj).ok().flatten().map(|f| (j, f))
+                    });
+                    if let Some((j, f)) = fused {
+                        let oj = self.out(j, 0)?;
+                        let y = self.alloc(oj);
+                        self.activation(&x, &y, Some(&bias), f, 1.0)?;
+                        self.skip[j] = true;
+                        return self.finish_value(oj);
+                    }
+                    let y = self.alloc(o0);
+                    return self.activation(
+                        &x,
+                        &y,
+                        Some(&bias),
+                        (ActFunc::Identity, 0.0, 0.0),
+                        1.0,
+                    );
+                }
+            }
+        }
+        let _ = c;
+        let y = self.alloc(o0);
+        let first = self.view(ins[0])?.broadcast(&oshape);
+        let second = self.view(ins[1])?.broadcast(&oshape);
+        self.emit_nd(0, Engine::Dve, &[&first, &second, &y], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: bop,
+        })?;
+        for &v in &ins[2..] {
+            let x = self.view(v)?.broadcast(&oshape);
+            self.emit_nd(0, Engine::Dve, &[&y, &x, &y], |a| Op::Binary {
+                a: a[0],
+                b: a[1],
+                out: a[2],
+                op: bop,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Emits one MatMul, split between the cores (N, else M) when there are two.
+    fn matmul_aps(
+        &mut self,
+        a: AccessPattern,
+        b: AccessPattern,
+        c: AccessPattern,
+        alpha: f32,
+        flags: u32,
+    ) {
+        let es = 4i64;
+        let (m, n) = (c.shape[2] as i64, c.shape[3] as i64);
+        let ta = flags & matmul_flags::TRANSPOSE_A != 0;
+        let tb = flags & matmul_flags::TRANSPOSE_B != 0;
+        if self.cores < 2 || (m < 2 && n < 2) {
+            self.emit(
+                0,
+                Engine::Pe,
+                Op::MatMul {
+                    a,
+                    b,
+                    c,
+                    alpha,
+                    flags,
+                },
+            );
+            return;
+        }
+        let split_n = n >= 2;
+        let total = if split_n { n } else { m };
+        let half = total / 2;
+        for (core, start, len) in [(0u8, 0i64, half), (1u8, half, total - half)] {
+            let (mut a2, mut b2, mut c2) = (a, b, c);
+            let adv = |ap: &mut AccessPattern, dim: usize| {
+                ap.shape[dim] = len as u32;
+                ap.addr = (ap.addr as i64 + start * ap.stride[dim] as i64 * es) as u64;
+            };
+            if split_n {
+                adv(&mut c2, 3);
+                adv(&mut b2, if tb { 2 } else { 3 });
+            } else {
+                adv(&mut c2, 2);
+                adv(&mut a2, if ta { 3 } else { 2 });
+            }
+            self.emit(
+                core,
+                Engine::Pe,
+                Op::MatMul {
+                    a: a2,
+                    b: b2,
+                    c: c2,
+                    alpha,
+                    flags,
+                },
+            );
+        }
+    }
+
+    fn lower_matmul(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let o0 = self.out(ni, 0)?;
+        let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
+        let ash = g.values[av].shape.clone();
+        let bsh = g.values[bv].shape.clone();
+        // Fuse a following multiplication by a compile-time scalar into alpha.
+        let mut alpha = 1.0f32;
+        let mut target = o0;
+        if let Some(j) = self.sole_consumer(o0) {
+            let nj = &g.nodes[j];
+            if nj.op == "Mul" {
+                let other = nj.inputs.iter().flatten().find(|&&v| v != o0).copied();
+                if let Some(ov) = other
+                    && let Some(t) = g.values[ov].konst.as_deref()
+                    && t.len() == 1
+                    && nj.inputs.iter().flatten().filter(|&&v| v == o0).count() == 1
+                {
+                    let oj = self.out(j, 0)?;
+                    if g.values[oj].shape == g.values[o0].shape {
+                        alpha = t.get_f64(0) as f32;
+                        target = oj;
+                        self.skip[j] = true;
+                    }
+                }
+            }
+        }
+        let a = self.view(av)?;
+        let b = self.view(bv)?;
+        let y = self.alloc(target);
+        let a2: Vec<usize> = if ash.len() == 1 {
+            vec![1, ash[0]]
+        } else {
+            ash.clone()
+        };
+        let b2: Vec<usize> = if bsh.len() == 1 {
+            vec![bsh[0], 1]
+        } else {
+            bsh.clone()
+        };
+        let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+        let nn = b2[b2.len() - 1];
+        let ab = &a2[..a2.len() - 2];
+        let bb = &b2[..b2.len() - 2];
+        let batch = infer::broadcast_shapes(ab, bb).expect("inferred");
+        if m * k * nn == 0 && m * nn > 0 {
+            self.fill(Engine::Dve, &y, 0.0)?;
+        } else if m * nn > 0 {
+            if bb.iter().product::<usize>() == 1 && ab.len() == batch.len() {
+                let rows: usize = ab.iter().product::<usize>() * m;
+                let a_ap = mk_ap(a.addr, a.dtype, &[rows, k], &[k as i64, 1])?;
+                let b_ap = mk_ap(b.addr, b.dtype, &[k, nn], &[nn as i64, 1])?;
+                let c_ap = mk_ap(y.addr, y.dtype, &[rows, nn], &[nn as i64, 1])?;
+                self.matmul_aps(a_ap, b_ap, c_ap, alpha, 0);
+            } else {
+                let sa: Vec<i64> = broadcast_strides(ab, &batch)
+                    .iter()
+                    .map(|s| s * (m * k) as i64)
+                    .collect();
+                let sb: Vec<i64> = broadcast_strides(bb, &batch)
+                    .iter()
+                    .map(|s| s * (k * nn) as i64)
+                    .collect();
+                let sc: Vec<i64> = dense_strides(&batch)
+                    .iter()
+                    .map(|s| s * (m * nn) as i64)
+                    .collect();
+                let (bs, bst, offs) = simplify(&batch, &[sa, sb, sc], 2);
+                let offs = if batch.contains(&0) { Vec::new() } else { offs };
+                for o in offs {
+                    let mut sh = bs.clone();
+                    let mut s_a = bst[0].clone();
+                    let mut s_b = bst[1].clone();
+                    let mut s_c = bst[2].clone();
+                    let (mut sha, mut shb, mut shc) =
+                        (sh.clone(), sh.clone(), std::mem::take(&mut sh));
+                    sha.extend([m, k]);
+                    s_a.extend([k as i64, 1]);
+                    shb.extend([k, nn]);
+                    s_b.extend([nn as i64, 1]);
+                    shc.extend([m, nn]);
+                    s_c.extend([nn as i64, 1]);
+                    let a_ap = mk_ap(a.elems(o[0]), a.dtype, &sha, &s_a)?;
+                    let b_ap = mk_ap(b.elems(o[1]), b.dtype, &shb, &s_b)?;
+                    let c_ap = mk_ap(y.elems(o[2]), y.dtype, &shc, &s_c)?;
+                    self.matmul_aps(a_ap, b_ap, c_ap, alpha, 0);
+                }
+            }
+        }
+        if target != o0 {
+            self.finish_value(target)?;
+        }
+        Ok(())
+    }
+
+    fn lower_gemm(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let o0 = self.out(ni, 0)?;
+        let alpha = n.attr_f("alpha", 1.0)?;
+        let beta = n.attr_f("beta", 1.0)?;
+        let ta = n.attr_i("transA", 0)? != 0;
+        let tb = n.attr_i("transB", 0)? != 0;
+        let a = self.view(n.inputs[0].expect("p"))?;
+        let b = self.view(n.inputs[1].expect("p"))?;
+        let y = self.alloc(o0);
+        let (m, nn) = (y.shape[0], y.shape[1]);
+        let k = if ta { a.shape[0] } else { a.shape[1] };
+        let mut flags = 0;
+        if let Some(cv) = n.inputs.get(2).copied().flatten()
+            && beta != 0.0
+        {
+            let cview = self.view(cv)?.broadcast(&y.shape);
+            if beta == 1.0 {
+                self.copy(Engine::Dve, &cview, &y)?;
+            } else {
+                self.emit_nd(0, Engine::Dve, &[&cview, &y], |x| Op::TensorScalar {
+                    a: x[0],
+                    out: x[1],
+                    op: BinaryOp::Mul,
+                    scalar: beta,
+                    reverse: false,
+                })?;
+            }
+            flags |= matmul_flags::ACCUMULATE;
+        }
+        if m * nn == 0 {
+            return Ok(());
+        }
+        if k == 0 {
+            if flags == 0 {
+                self.fill(Engine::Dve, &y, 0.0)?;
+            }
+            return Ok(());
+        }
+        let a_ap = mk_ap(a.addr, a.dtype, &a.shape, &a.strides)?;
+        let b_ap = mk_ap(b.addr, b.dtype, &b.shape, &b.strides)?;
+        let c_ap = mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?;
+        if ta {
+            flags |= matmul_flags::TRANSPOSE_A;
+        }
+        if tb {
+            flags |= matmul_flags::TRANSPOSE_B;
+        }
+        self.matmul_aps(a_ap, b_ap, c_ap, alpha, flags);
+        Ok(())
+    }
+
+    /// Emits a Conv over `[N, C, H, W]` views, split by output channels (or groups) on 2 cores.
+    #[allow(clippy::too_many_arguments)]
+    fn conv_op(
+        &mut self,
+        x: AccessPattern,
+        w: AccessPattern,
+        y: AccessPattern,
+        bias: Option<AccessPattern>,
+        window: Window,
+        groups: u32,
+    ) {
+        let o = w.shape[0];
+        let split_groups = groups > 1 && groups % 2 == 0;
+        if self.cores < 2 || (groups == 1 && o < 2) || (groups > 1 && !split_groups) {
+            self.emit(
+                0,
+                Engine::Pe,
+                Op::Conv {
+                    input: x,
+                    weight: w,
+                    output: y,
+                    bias,
+                    workspace: None,
+                    window,
+                    groups,
+                },
+            );
+            return;
+        }
+        let adv = |ap: &AccessPattern, dim: usize, start: u32, len: u32| {
+            let mut a = *ap;
+            a.shape[dim] = len;
+            a.addr = (a.addr as i64 + start as i64 * a.stride[dim] as i64 * 4) as u64;
+            a
+        };
+        let (o0, g0) = if split_groups {
+            (o / 2, groups / 2)
+        } else {
+            (o / 2, 1)
+        };
+        let c0 = x.shape[1] / 2;
+        for (core, first) in [(0u8, true), (1u8, false)] {
+            let (os, ol) = if first { (0, o0) } else { (o0, o - o0) };
+            let w2 = adv(&w, 0, os, ol);
+            let y2 = adv(&y, 1, os, ol);
+            let b2 = bias.map(|b| adv(&b, 3, os, ol));
+            let (x2, g2) = if split_groups {
+                let (cs, cl) = if first {
+                    (0, c0)
+                } else {
+                    (c0, x.shape[1] - c0)
+                };
+                (adv(&x, 1, cs, cl), if first { g0 } else { groups - g0 })
+            } else {
+                (x, 1)
+            };
+            self.emit(
+                core,
+                Engine::Pe,
+                Op::Conv {
+                    input: x2,
+                    weight: w2,
+                    output: y2,
+                    bias: b2,
+                    workspace: None,
+                    window,
+                    groups: g2,
+                },
+            );
+        }
+    }
+
+    fn lower_conv(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let wv = c.input(1)?;
+        let group = n.attr_i("group", 1)? as u32;
+        let p = infer::window_params(&c, &xv.shape[2..], wv.shape[2..].to_vec(), false)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let w = self.view(n.inputs[1].expect("p"))?;
+        let bias = match n.inputs.get(2).copied().flatten() {
+            Some(b) => Some(self.view(b)?),
+            None => None,
+        };
+        let y = self.alloc(o0);
+        if y.shape.contains(&0) {
+            return Ok(());
+        }
+        let to4 = |s: &[usize]| -> Vec<usize> {
+            if s.len() == 3 {
+                vec![s[0], s[1], 1, s[2]]
+            } else {
+                s.to_vec()
+            }
+        };
+        let two = |v: &[usize], d: usize| -> [u32; 2] {
+            if v.len() == 1 {
+                [d as u32, v[0] as u32]
+            } else {
+                [v[0] as u32, v[1] as u32]
+            }
+        };
+        let (xs, ws, ys) = (to4(&x.shape), to4(&w.shape), to4(&y.shape));
+        let xa = mk_ap(x.addr, x.dtype, &xs, &dense_strides(&xs))?;
+        let wa = mk_ap(w.addr, w.dtype, &ws, &dense_strides(&ws))?;
+        let ya = mk_ap(y.addr, y.dtype, &ys, &dense_strides(&ys))?;
+        let ba = match &bias {
+            Some(b) => Some(mk_ap(b.addr, b.dtype, &[b.shape.iter().product()], &[1])?),
+            None => None,
+        };
+        let pb = two(&p.pad_begin, 0);
+        let pe = two(&p.pad_end, 0);
+        let window = Window {
+            kernel: [0, 0],
+            stride: two(&p.strides, 1),
+            pad: [pb[0], pb[1], pe[0], pe[1]],
+            dilation: two(&p.dilations, 1),
+        };
+        self.conv_op(xa, wa, ya, ba, window, group);
+        Ok(())
+    }
+
+    fn lower_conv_transpose(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let wv = c.input(1)?;
+        let group = n.attr_i("group", 1)? as usize;
+        let p = infer::conv_transpose_params(&c, &xv.shape[2..], wv.shape[2..].to_vec())?;
+        if p.conv_pad_begin
+            .iter()
+            .chain(&p.conv_pad_end)
+            .any(|&v| v < 0)
+        {
+            return Err(c.e(
+                ErrorKind::UnsupportedOp,
+                "ConvTranspose whose pads exceed the kernel extent (negative equivalent padding)",
+            ));
+        }
+        let to4 = |s: &[usize]| -> Vec<usize> {
+            if s.len() == 3 {
+                vec![s[0], s[1], 1, s[2]]
+            } else {
+                s.to_vec()
+            }
+        };
+        let xs = to4(&xv.shape);
+        let ws = to4(&wv.shape); // [C, O/g, kh, kw]
+        let sp = if p.strides.len() == 1 {
+            vec![1, p.strides[0]]
+        } else {
+            p.strides.clone()
+        };
+        let dl = if p.dilations.len() == 1 {
+            vec![1, p.dilations[0]]
+        } else {
+            p.dilations.clone()
+        };
+        let (pb, pe): (Vec<i64>, Vec<i64>) = if p.conv_pad_begin.len() == 1 {
+            (vec![0, p.conv_pad_begin[0]], vec![0, p.conv_pad_end[0]])
+        } else {
+            (p.conv_pad_begin.clone(), p.conv_pad_end.clone())
+        };
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let x4 = View::dense(x.addr, x.dtype, &xs);
+        // 1. Zero-insert the input when strided.
+        let xz = if sp.iter().all(|&s| s == 1) {
+            x4
+        } else {
+            let zs = vec![
+                xs[0],
+                xs[1],
+                (xs[2] - 1) * sp[0] + 1,
+                (xs[3] - 1) * sp[1] + 1,
+            ];
+            let bytes = zs.iter().product::<usize>() * 4;
+            let t = View::dense(self.temp(bytes), DType::F32, &zs);
+            self.fill(Engine::Pool, &t, 0.0)?;
+            let mut dst = t.clone();
+            dst.shape = xs.clone();
+            dst.strides[2] *= sp[0] as i64;
+            dst.strides[3] *= sp[1] as i64;
+            self.copy(Engine::Pool, &x4, &dst)?;
+            t
+        };
+        // 2. Weights [C, O/g, kh, kw] → [O, C/g, kh, kw], flipped spatially.
+        let (cin, og, kh, kw) = (ws[0], ws[1], ws[2], ws[3]);
+        let cg = cin / group;
+        let o = og * group;
+        let wshape = vec![o, cg, kh, kw];
+        let waddr = if let Some(t) = c.konst(1) {
+            let src = t.to_f32s();
+            let mut dst = vec![0f32; o * cg * kh * kw];
+            for gi in 0..group {
+                for oo in 0..og {
+                    for cc in 0..cg {
+                        for i in 0..kh {
+                            for j in 0..kw {
+                                let s = (((gi * cg + cc) * og + oo) * kh + (kh - 1 - i)) * kw
+                                    + (kw - 1 - j);
+                                let d = (((gi * og + oo) * cg + cc) * kh + i) * kw + j;
+                                dst[d] = src[s];
+                            }
+                        }
+                    }
+                }
+            }
+            self.add_const(&HostTensor::f32(wshape.clone(), dst))
+        } else {
+            let w = self.view(n.inputs[1].expect("p"))?;
+            let t = View::dense(self.temp(o * cg * kh * kw * 4), DType::F32, &wshape);
+            for gi in 0..group {
+                // src[o', c', i, j] = W[gi*cg + c', o', kh-1-i, kw-1-j]
+                let base = ((gi * cg * og) * kh * kw + (kh - 1) * kw + (kw - 1)) as i64;
+                let src = View {
+                    addr: w.elems(base),
+                    dtype: w.dtype,
+                    shape: vec![og, cg, kh, kw],
+                    strides: vec![(kh * kw) as i64, (og * kh * kw) as i64, -(kw as i64), -1],
+                };
+                let dst = View::dense(
+                    t.elems((gi * og * cg * kh * kw) as i64),
+                    DType::F32,
+                    &[og, cg, kh, kw],
+                );
+                self.copy(Engine::Pool, &src, &dst)?;
+            }
+            t.addr
+        };
+        let bias = match n.inputs.get(2).copied().flatten() {
+            Some(b) => Some(self.view(b)?),
+            None => None,
+        };
+        let y = self.alloc(o0);
+        let ys = to4(&y.shape);
+        if ys.contains(&0) {
+            return Ok(());
+        }
+        let xa = mk_ap(xz.addr, xz.dtype, &xz.shape, &xz.strides)?;
+        let wa = mk_ap(waddr, DType::F32, &wshape, &dense_strides(&wshape))?;
+        let ya = mk_ap(y.addr, y.dtype, &ys, &dense_strides(&ys))?;
+        let ba = match &bias {
+            Some(b) => Some(mk_ap(b.addr, b.dtype, &[o], &[1])?),
+            None => None,
+        };
+        let window = Window {
+            kernel: [0, 0],
+            stride: [1, 1],
+            pad: [pb[0] as u32, pb[1] as u32, pe[0] as u32, pe[1] as u32],
+            dilation: [dl[0] as u32, dl[1] as u32],
+        };
+        self.conv_op(xa, wa, ya, ba, window, group as u32);
+        Ok(())
+    }
+
+    fn lower_pool(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let ks: Vec<usize> = n
+            .attr_ints("kernel_shape")?
+            .unwrap_or_default()
+            .iter()
+            .map(|&k| k as usize)
+            .collect();
+        let ceil = n.attr_i("ceil_mode", 0)? != 0;
+        let p = infer::window_params(&c, &xv.shape[2..], ks, ceil)?;
+        let is_max = n.op == "MaxPool";
+        let include_pad = !is_max && n.attr_i("count_include_pad", 0)? != 0;
+        let one_d = xv.shape.len() == 3;
+        let two = |v: &[usize], d: usize| -> [usize; 2] {
+            if v.len() == 1 {
+                [d, v[0]]
+            } else {
+                [v[0], v[1]]
+            }
+        };
+        let xs: Vec<usize> = if one_d {
+            vec![xv.shape[0], xv.shape[1], 1, xv.shape[2]]
+        } else {
+            xv.shape.clone()
+        };
+        let mut x = View::dense(self.addr(n.inputs[0].expect("p"))?, xv.dtype, &xs);
+        let y = self.alloc(o0);
+        let ys: Vec<usize> = if one_d {
+            vec![y.shape[0], y.shape[1], 1, y.shape[2]]
+        } else {
+            y.shape.clone()
+        };
+        if ys.contains(&0) {
+            return Ok(());
+        }
+        let (mut pb, mut pe) = (two(&p.pad_begin, 0), two(&p.pad_end, 0));
+        let extra = two(&p.ceil_extra, 0);
+        if include_pad && (pb != [0, 0] || pe != [0, 0]) && extra != [0, 0] {
+            // Counted padding but uncounted ceil-mode overhang: materialize the padding.
+            let ps = vec![xs[0], xs[1], xs[2] + pb[0] + pe[0], xs[3] + pb[1] + pe[1]];
+            let t = View::dense(self.temp(ps.iter().product::<usize>() * 4), DType::F32, &ps);
+            self.fill(Engine::Pool, &t, 0.0)?;
+            let inner = t
+                .slice(2, pb[0] as i64, xs[2], 1)
+                .slice(3, pb[1] as i64, xs[3], 1);
+            self.copy(Engine::Pool, &x, &inner)?;
+            x = t;
+            pb = [0, 0];
+            pe = [0, 0];
+        }
+        let window = Window {
+            kernel: two(&p.kernel, 1).map(|v| v as u32),
+            stride: two(&p.strides, 1).map(|v| v as u32),
+            pad: [
+                pb[0] as u32,
+                pb[1] as u32,
+                (pe[0] + extra[0]) as u32,
+                (pe[1] + extra[1]) as u32,
+            ],
+            dilation: two(&p.dilations, 1).map(|v| v as u32),
+        };
+        let xa = mk_ap(x.addr, x.dtype, &x.shape, &x.strides)?;
+        let ya = mk_ap(y.addr, y.dtype, &ys, &dense_strides(&ys))?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::Pool {
+                input: xa,
+                output: ya,
+                window,
+                op: if is_max { PoolOp::Max } else { PoolOp::Avg },
+                count_include_pad: include_pad,
+            },
+        );
+        Ok(())
+    }
+
+    fn lower_reduce(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let Some(axes) = infer::reduce_axes(&c, xv.shape.len())? else {
+            return self.copy(Engine::Pool, &x, &View::dense(y.addr, y.dtype, &xv.shape));
+        };
+        let rop = match n.op.as_str() {
+            "ReduceMean" => ReduceOp::Mean,
+            "ReduceSum" => ReduceOp::Sum,
+            "ReduceMax" => ReduceOp::Max,
+            _ => ReduceOp::Min,
+        };
+        if xv.elements() == 0 {
+            if y.shape.iter().product::<usize>() > 0 {
+                let v = match rop {
+                    ReduceOp::Max => f64::NEG_INFINITY,
+                    ReduceOp::Min => f64::INFINITY,
+                    ReduceOp::Mean => f64::NAN,
+                    ReduceOp::Sum => 0.0,
+                };
+                self.fill(Engine::Pool, &y, v)?;
+            }
+            return Ok(());
+        }
+        // Groups of consecutive dims, reduced or kept (size-1 dims dropped).
+        let mut groups: Vec<(usize, bool)> = Vec::new();
+        for (i, &d) in xv.shape.iter().enumerate() {
+            if d == 1 {
+                continue;
+            }
+            let red = axes.contains(&i);
+            match groups.last_mut() {
+                Some(l) if l.1 == red => l.0 *= d,
+                _ => groups.push((d, red)),
+            }
+        }
+        if !groups.iter().any(|g| g.1) {
+            return self.copy(Engine::Pool, &x, &View::dense(y.addr, y.dtype, &xv.shape));
+        }
+        // Loop over a leading kept group when there are more than four.
+        let (loops, groups) = if groups.len() > 4 {
+            if groups[0].1 || groups.len() > 5 {
+                return Err(c.e(
+                    ErrorKind::UnsupportedOp,
+                    "reduction over more than four alternating axis groups",
+                ));
+            }
+            (groups[0].0, groups[1..].to_vec())
+        } else {
+            (1, groups)
+        };
+        let ishape: Vec<usize> = groups.iter().map(|g| g.0).collect();
+        let oshape: Vec<usize> = groups.iter().map(|g| if g.1 { 1 } else { g.0 }).collect();
+        let ist = dense_strides(&ishape);
+        let ost = dense_strides(&oshape);
+        let mut mask = 0u8;
+        for (i, gr) in groups.iter().enumerate() {
+            if gr.1 {
+                mask |= 1 << (4 - groups.len() + i);
+            }
+        }
+        let in_chunk: usize = ishape.iter().product();
+        let out_chunk: usize = oshape.iter().product();
+        for l in 0..loops {
+            let xa = mk_ap(x.elems((l * in_chunk) as i64), x.dtype, &ishape, &ist)?;
+            let ya = mk_ap(y.elems((l * out_chunk) as i64), y.dtype, &oshape, &ost)?;
+            self.emit(
+                0,
+                Engine::Pool,
+                Op::Reduce {
+                    input: xa,
+                    output: ya,
+                    op: rop,
+                    axes: mask,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn lower_pad(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let (pads, mode, value) = infer::pad_params(&c, xv.shape.len())?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        if y.shape.contains(&0) {
+            return Ok(());
+        }
+        let r = xv.shape.len();
+        // Interior: the input (cropped where pads are negative) at its place in the output.
+        let mut src = x.clone();
+        let mut dst = y.clone();
+        let mut inner = vec![0usize; r];
+        for (i, &(b, e)) in pads.iter().enumerate() {
+            let crop_b = (-b).max(0);
+            let len = (xv.shape[i] as i64 - crop_b - (-e).max(0)).max(0) as usize;
+            inner[i] = len;
+            src = src.slice(i, crop_b, len, 1);
+            dst = dst.slice(i, b.max(0), len, 1);
+        }
+        let any_pad = pads.iter().any(|&(b, e)| b > 0 || e > 0);
+        if mode == "constant" && any_pad {
+            self.fill(Engine::Pool, &y, value)?;
+        }
+        self.copy(Engine::Pool, &src, &dst)?;
+        if mode == "constant" {
+            return Ok(());
+        }
+        // Axis by axis (like numpy): earlier axes full, later axes interior only.
+        for d in 0..r {
+            let (b, e) = (pads[d].0.max(0), pads[d].1.max(0));
+            if b == 0 && e == 0 {
+                continue;
+            }
+            let mut base = y.clone();
+            for k in d + 1..r {
+                base = base.slice(k, pads[k].0.max(0), inner[k], 1);
+            }
+            let nlen = inner[d] as i64;
+            let (lsrc, lstep, rsrc, rstep) = match mode.as_str() {
+                "edge" => (b, 0, b + nlen - 1, 0),
+                "reflect" => (2 * b, -1, b + nlen - 2, -1),
+                _ => (nlen, 1, b, 1), // wrap
+            };
+            if b > 0 {
+                let s = base.slice(d, lsrc, b as usize, lstep);
+                let t = base.slice(d, 0, b as usize, 1);
+                self.copy(Engine::Pool, &s, &t)?;
+            }
+            if e > 0 {
+                let s = base.slice(d, rsrc, e as usize, rstep);
+                let t = base.slice(d, b + nlen, e as usize, 1);
+                self.copy(Engine::Pool, &s, &t)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Lowers an inferred graph, plans memory, schedules and emits the model.
+pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled> {
+    let name = opts.name.clone().unwrap_or_else(|| {
+        if g.name.is_empty() {
+            "model".to_owned()
+        } else {
+            g.name.clone()
+        }
+    });
+    let mut b = ModelBuilder::new(&name, opts.cores);
+    b.producer(concat!("nrt-rs compiler ", env!("CARGO_PKG_VERSION")));
+    let dims = |v: ValueId| -> Result<Vec<u32>> {
+        let val = &g.values[v];
+        if val.shape.len() > nrt_model::MAX_RANK {
+            return Err(CompileError::new(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "I/O tensor '{}' has rank {} > {}",
+                    val.name,
+                    val.shape.len(),
+                    nrt_model::MAX_RANK
+                ),
+            ));
+        }
+        val.shape
+            .iter()
+            .map(|&d| u32::try_from(d).map_err(|_| too_large("an I/O dimension")))
+            .collect()
+    };
+    let mut io = Vec::new();
+    let mut names = std::collections::HashSet::new();
+    for &v in &g.inputs {
+        let val = &g.values[v];
+        names.insert(val.name.clone());
+        let var = b.input(&val.name, val.dtype, &dims(v)?);
+        io.push(IoInfo {
+            mem_ref: b.io_mem_ref(var),
+            bytes: val.bytes() as u64,
+            input: true,
+        });
+    }
+    let mut out_vars: HashMap<ValueId, Vec<u32>> = HashMap::new();
+    for &v in &g.outputs {
+        let val = &g.values[v];
+        if !names.insert(val.name.clone()) {
+            return Err(CompileError::new(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "'{}' is listed twice among the model's inputs and outputs",
+                    val.name
+                ),
+            ));
+        }
+        let var = b.output(&val.name, val.dtype, &dims(v)?);
+        io.push(IoInfo {
+            mem_ref: b.io_mem_ref(var),
+            bytes: val.bytes() as u64,
+            input: false,
+        });
+        out_vars.entry(v).or_default().push(var);
+    }
+    // Live nodes: those an output needs (constants need nothing).
+    let mut needed = vec![false; g.values.len()];
+    for &v in &g.outputs {
+        needed[v] = true;
+    }
+    let mut live = vec![false; g.nodes.len()];
+    for (ni, n) in g.nodes.iter().enumerate().rev() {
+        let wanted = n
+            .outputs
+            .iter()
+            .flatten()
+            .any(|&o| needed[o] && g.values[o].konst.is_none());
+        if wanted {
+            live[ni] = true;
+            for &i in n.inputs.iter().flatten() {
+                if g.values[i].konst.is_none() {
+                    needed[i] = true;
+                }
+            }
+        }
+    }
+    let mut consumers = vec![Vec::new(); g.values.len()];
+    for (ni, n) in g.nodes.iter().enumerate() {
+        if live[ni] {
+            for &i in n.inputs.iter().flatten() {
+                if !consumers[i].contains(&ni) {
+                    consumers[i].push(ni);
+                }
+            }
+        }
+    }
+    let mut l = Lowerer {
+        g,
+        b,
+        cores: opts.cores as u8,
+        prog: Vec::new(),
+        loc: vec![None; g.values.len()],
+        temps: Vec::new(),
+        const_addr: HashMap::new(),
+        io: io.clone(),
+        out_vars,
+        consumers,
+        skip: vec![false; g.nodes.len()],
+        lowered_nodes: 0,
+    };
+    if !g.inputs.is_empty() {
+        let table = l.b.io_descriptor(0);
+        l.emit(
+            0,
+            Engine::Sp,
+            Op::DmaDescriptors {
+                table,
+                count: g.inputs.len() as u32,
+            },
+        );
+    }
+    for (k, &v) in g.inputs.iter().enumerate() {
+        l.loc[v] = Some(vaddr(l.b.io_mem_ref(k as u32), 0));
+    }
+    // Outputs that are inputs or constants.
+    let mut early: Vec<ValueId> = g
+        .outputs
+        .iter()
+        .copied()
+        .filter(|&v| g.values[v].konst.is_some() || g.inputs.contains(&v))
+        .collect();
+    early.dedup();
+    for v in early {
+        l.finish_value(v)?;
+    }
+    for ni in 0..g.nodes.len() {
+        if !live[ni] || l.skip[ni] {
+            continue;
+        }
+        l.lowered_nodes += 1;
+        let n = &g.nodes[ni];
+        l.lower_node(ni).map_err(|e| e.at_node(&n.name, &n.op))?;
+        for &o in n.outputs.iter().flatten() {
+            if l.loc[o].is_some() {
+                l.finish_value(o).map_err(|e| e.at_node(&n.name, &n.op))?;
+            }
+        }
+    }
+    let Lowerer {
+        b: mut builder,
+        prog: mut program,
+        temps,
+        io,
+        lowered_nodes,
+        ..
+    } = l;
+
+    // Liveness of the temporaries, then placement.
+    let mut iv: Vec<Interval> = temps
+        .iter()
+        .map(|&s| Interval {
+            size: s,
+            first: usize::MAX,
+            last: 0,
+        })
+        .collect();
+    for (i, (_, _, ins)) in program.iter_mut().enumerate() {
+        for_each_ap_mut(&mut ins.op, |ap, _| {
+            if let Some((mr, _)) = split_vaddr(ap.addr)
+                && mr >= TEMP_BASE
+            {
+                let t = &mut iv[(mr - TEMP_BASE) as usize];
+                t.first = t.first.min(i);
+                t.last = t.last.max(i);
+            }
+        });
+    }
+    for t in &mut iv {
+        if t.first == usize::MAX {
+            t.size = 0;
+            t.first = 0;
+        }
+    }
+    let p = plan(&iv, 64);
+    if p.arena_bytes > 0 {
+        let arena = builder.scratch(0, p.arena_bytes, 64);
+        for (_, _, ins) in program.iter_mut() {
+            for_each_ap_mut(&mut ins.op, |ap, _| {
+                if let Some((mr, off)) = split_vaddr(ap.addr)
+                    && mr >= TEMP_BASE
+                {
+                    ap.addr = vaddr(arena, p.offsets[(mr - TEMP_BASE) as usize] + off);
+                }
+            });
+        }
+    }
+    let desc = if io.is_empty() {
+        None
+    } else {
+        Some(split_vaddr(builder.io_descriptor(0)).expect("vaddr").0)
+    };
+    let streams = schedule(&program, opts.cores as usize, &io, desc);
+    let mut counts = vec![[0usize; nrt_hal::NUM_ENGINES]; opts.cores as usize];
+    for (s, instrs) in streams.into_iter().enumerate() {
+        let core = (s / nrt_hal::NUM_ENGINES) as u8;
+        let engine = Engine::ALL[s % nrt_hal::NUM_ENGINES];
+        counts[core as usize][engine.index()] = instrs.len();
+        for ins in instrs {
+            builder.push(core, engine, ins);
+        }
+    }
+    let model = builder.build();
+    let model = CompiledModel::decode(&model.encode()).map_err(|e| {
+        CompileError::new(
+            ErrorKind::Internal,
+            format!("the emitted model does not validate: {e:?}"),
+        )
+    })?;
+    let folded = g
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.outputs
+                .iter()
+                .flatten()
+                .all(|&o| g.values[o].konst.is_some())
+        })
+        .count();
+    let report = PlanReport {
+        mem_refs: model.mem_refs.len(),
+        arena_bytes: p.arena_bytes,
+        live_bytes_lower_bound: p.lower_bound,
+        constant_bytes: model.constants.len() as u64,
+        instructions: counts,
+        specialized_inputs: g.specialized.clone(),
+        nodes: (g.nodes.len(), folded, lowered_nodes),
+    };
+    Ok(Compiled { model, report })
+}
