@@ -44,10 +44,22 @@ pub const EXEC_RING_SLOTS: u32 = 64;
 /// does, staging waits (bounded) for the device to drain it.
 pub const DMA_QUEUE_CAPACITY: u32 = 1024;
 
+/// I/O descriptor sets per model that have host-clone buffers: each synchronous caller that
+/// binds host tensors holds one for the length of its execution. Four concurrent
+/// synchronous host-tensor callers per model is plenty on a 2-vCPU machine; a fifth waits for
+/// a set. Device-tensor executions use any of the model's 64 sets and never wait here. The
+/// buffers are device memory, committed only when touched.
+pub const HOST_CLONE_SETS: u32 = 4;
+
 /// Largest `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS` (the public runtime's hard limit).
 pub const MAX_INFLIGHT_REQUESTS: u32 = 63;
 
 //===--- runtime harvest (the sync caller's wait) ----------------------------------------===//
+
+/// How often a harvest that found nothing new looks at the clock for executions past their
+/// deadline. Deadlines are seconds; a millisecond of lateness is invisible, and it keeps the
+/// idle step at a few loads.
+pub const HARVEST_DEADLINE_SWEEP: Duration = Duration::from_millis(1);
 
 /// How long a caller harvesting its own execution spins on the notification rings before it
 /// starts yielding. A near-null execution completes in ~1 µs and a small model in tens of
@@ -90,3 +102,11 @@ pub const XU_QUEUE_DEPTH: u32 = EXEC_RING_SLOTS;
 /// Spans kept by the per-runtime trace ring (oldest overwritten). 64 Ki spans × 32 bytes =
 /// 2 MiB, allocated when tracing is enabled, never on the hot path.
 pub const TRACE_RING_CAPACITY: usize = 1 << 16;
+
+//===--- kernels (the software NeuronCore's math) ----------------------------------------===//
+
+/// Largest number of rows of A (M) for which `MatMul` runs one hand-written GEMV per row
+/// instead of the GEMM crate. Packing costs the GEMM crate as much as the product at M = 1
+/// (1×512×512: GEMV ~9 µs, GEMM ~25–40 µs); each extra row streams B once more, and the
+/// packed GEMM wins from a few rows on (measured in `nrt-kernels`' matmul bench).
+pub const GEMV_MAX_ROWS: usize = 1;

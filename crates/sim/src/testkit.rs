@@ -50,6 +50,7 @@ impl<'d> DirectDriver<'d> {
                 slots,
                 tail_addr: words,
                 event_addr: words + 4,
+                io_set_stride: 0,
             },
         )?;
         let dma = dev.dma_queue_init(core, tuning::DMA_QUEUE_CAPACITY)?;

@@ -1,0 +1,219 @@
+//! Runtime configuration, from code or from the public environment variables.
+//!
+//! | variable | read at | meaning |
+//! |---|---|---|
+//! | `NEURON_RT_VISIBLE_CORES` | init | exact cores: `3`, `3-6`, `3,4,5`, `3-5,6`; contiguous, increasing; renumbered from 0 |
+//! | `NEURON_RT_NUM_CORES` | init | how many cores to reserve (0 or unset = all); ignored when VISIBLE_CORES is set |
+//! | `NEURON_LOGICAL_NC_CONFIG` | init | physical cores per logical core (vcore): 1 (default) or 2 |
+//! | `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS` | init | 0 = synchronous; N in 1..=63 = implicit async with N in flight |
+//! | `NEURON_RT_EXEC_TIMEOUT` | load | seconds an execution may take (fractional seconds accepted; default 30) |
+//! | `NEURON_RT_LOG_LEVEL[_NRT/_NMGR/_TDRV]` | init | see [`crate::log`] |
+
+use crate::error::{NrtError, Result};
+use nrt_hal::{NrtStatus, tuning};
+use std::time::Duration;
+
+/// How a runtime starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Exact physical cores to reserve (`NEURON_RT_VISIBLE_CORES`); `None` = by count.
+    pub visible_cores: Option<Vec<u32>>,
+    /// How many cores to reserve when `visible_cores` is `None` (`0` = all).
+    pub num_cores: u32,
+    /// Physical cores per logical core (`NEURON_LOGICAL_NC_CONFIG`, 1 or 2; `0` means 1).
+    pub logical_nc: u32,
+    /// Implicit async in-flight cap (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`); 0 = sync.
+    pub async_inflight: u32,
+}
+
+impl RuntimeConfig {
+    /// The configuration the public environment variables describe.
+    pub fn from_env() -> Result<RuntimeConfig> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let mut c = RuntimeConfig::default();
+        if let Some(v) = var("NEURON_RT_VISIBLE_CORES") {
+            c.visible_cores = Some(parse_core_list(&v)?);
+        }
+        if let Some(v) = var("NEURON_RT_NUM_CORES") {
+            c.num_cores = parse_u32("NEURON_RT_NUM_CORES", &v)?;
+        }
+        if let Some(v) = var("NEURON_LOGICAL_NC_CONFIG") {
+            c.logical_nc = parse_u32("NEURON_LOGICAL_NC_CONFIG", &v)?;
+        }
+        if let Some(v) = var("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS") {
+            c.async_inflight = parse_u32("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS", &v)?;
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks ranges, naming the offending setting.
+    pub fn validate(&self) -> Result<()> {
+        if self.async_inflight > tuning::MAX_INFLIGHT_REQUESTS {
+            return Err(NrtError::invalid(format!(
+                "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS={} exceeds the limit of {}",
+                self.async_inflight,
+                tuning::MAX_INFLIGHT_REQUESTS
+            )));
+        }
+        if self.logical_nc > 2 {
+            return Err(NrtError::invalid(format!(
+                "NEURON_LOGICAL_NC_CONFIG={} is not supported (1 or 2)",
+                self.logical_nc
+            )));
+        }
+        Ok(())
+    }
+
+    /// Physical cores per vcore.
+    pub fn lnc(&self) -> u32 {
+        self.logical_nc.max(1)
+    }
+}
+
+fn parse_u32(name: &str, v: &str) -> Result<u32> {
+    v.trim()
+        .parse::<u32>()
+        .map_err(|_| NrtError::invalid(format!("{name}={v:?} is not a non-negative integer")))
+}
+
+/// Parses `NEURON_RT_VISIBLE_CORES`: `3`, `3-6`, `3,4,5,6`, `3-5,6`. Must be contiguous and
+/// increasing.
+pub fn parse_core_list(v: &str) -> Result<Vec<u32>> {
+    let bad = |why: &str| NrtError::invalid(format!("NEURON_RT_VISIBLE_CORES={v:?}: {why}"));
+    let mut out: Vec<u32> = Vec::new();
+    for part in v.split(',').map(str::trim) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let lo: u32 = lo
+            .parse()
+            .map_err(|_| bad(&format!("{part:?} is not a core index or range")))?;
+        let hi: u32 = hi
+            .parse()
+            .map_err(|_| bad(&format!("{part:?} is not a core index or range")))?;
+        if hi < lo {
+            return Err(bad(&format!("range {part:?} is decreasing")));
+        }
+        for c in lo..=hi {
+            if let Some(&last) = out.last()
+                && c != last + 1
+            {
+                return Err(bad("cores must be contiguous and increasing"));
+            }
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// `NEURON_RT_EXEC_TIMEOUT`, read at model load: seconds (fractions accepted), at least
+/// [`tuning::MIN_EXEC_TIMEOUT`]; the default when unset.
+pub fn exec_timeout_from_env() -> Result<Duration> {
+    match std::env::var("NEURON_RT_EXEC_TIMEOUT") {
+        Ok(v) if !v.trim().is_empty() => parse_exec_timeout(&v),
+        _ => Ok(tuning::DEFAULT_EXEC_TIMEOUT),
+    }
+}
+
+/// Parses an exec timeout in seconds.
+pub fn parse_exec_timeout(v: &str) -> Result<Duration> {
+    let secs: f64 = v.trim().parse().map_err(|_| {
+        NrtError::invalid(format!(
+            "NEURON_RT_EXEC_TIMEOUT={v:?} is not a number of seconds"
+        ))
+    })?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e7 {
+        return Err(NrtError::invalid(format!(
+            "NEURON_RT_EXEC_TIMEOUT={v:?} is out of range"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs).max(tuning::MIN_EXEC_TIMEOUT))
+}
+
+/// Maps visible cores onto the device: returns the physical cores to reserve.
+pub(crate) fn select_cores(cfg: &RuntimeConfig, device_cores: u32) -> Result<Vec<u32>> {
+    let cores = match &cfg.visible_cores {
+        Some(v) => v.clone(),
+        None if cfg.num_cores == 0 => (0..device_cores).collect(),
+        None => (0..cfg.num_cores).collect(),
+    };
+    if cores.is_empty() {
+        return Err(NrtError::invalid("no NeuronCore selected"));
+    }
+    if let Some(&c) = cores.iter().find(|&&c| c >= device_cores) {
+        return Err(NrtError::new(
+            NrtStatus::Resource,
+            format!(
+                "NeuronCore(s) not available - Requested:{} (core {c}) Available:{device_cores}",
+                cores.len()
+            ),
+        ));
+    }
+    if !(cores.len() as u32).is_multiple_of(cfg.lnc()) {
+        return Err(NrtError::invalid(format!(
+            "{} visible cores cannot form logical cores of {} (NEURON_LOGICAL_NC_CONFIG)",
+            cores.len(),
+            cfg.lnc()
+        )));
+    }
+    Ok(cores)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_lists() {
+        assert_eq!(parse_core_list("3").unwrap(), vec![3]);
+        assert_eq!(parse_core_list("3-6").unwrap(), vec![3, 4, 5, 6]);
+        assert_eq!(parse_core_list("3,4, 5,6").unwrap(), vec![3, 4, 5, 6]);
+        assert_eq!(parse_core_list("3-5,6").unwrap(), vec![3, 4, 5, 6]);
+        assert!(
+            parse_core_list("3,5")
+                .unwrap_err()
+                .message
+                .contains("contiguous")
+        );
+        assert!(
+            parse_core_list("6-3")
+                .unwrap_err()
+                .message
+                .contains("decreasing")
+        );
+        assert!(parse_core_list("x").unwrap_err().message.contains("\"x\""));
+    }
+
+    #[test]
+    fn limits_name_the_setting() {
+        let c = RuntimeConfig {
+            async_inflight: 64,
+            ..Default::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.message
+                .contains("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS=64")
+                && e.message.contains("63")
+        );
+        assert_eq!(
+            parse_exec_timeout("0.5").unwrap(),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            parse_exec_timeout("0.001").unwrap(),
+            tuning::MIN_EXEC_TIMEOUT
+        );
+        assert!(parse_exec_timeout("-1").is_err() && parse_exec_timeout("abc").is_err());
+        let sel = select_cores(
+            &RuntimeConfig {
+                visible_cores: Some(vec![2]),
+                ..Default::default()
+            },
+            2,
+        );
+        assert_eq!(sel.unwrap_err().status, NrtStatus::Resource);
+    }
+}

@@ -1,0 +1,499 @@
+//! The pipeline of one execution, stage by stage (DESIGN §3; the seed's symbol for each stage
+//! is in `docs/ARCHITECTURE.md`):
+//!
+//! 1. **validate** — runtime open, model loaded, repeat ≤ 1, every model input/output present
+//!    in its set with the right size ([`validate`]);
+//! 2. **resolve + fork** — the process-wide async-workers pointer decides the surface; the
+//!    exec mode is *inverted* as in the seed: `workers == None ? ExecMode::ExplicitAsync (1)
+//!    : ExecMode::ImplicitAsync (0)` — so the synchronous path carries mode 1;
+//! 3. **bind** — take an I/O descriptor set, clone host tensors into its buffers (mode 1) or
+//!    reject them (mode 0), patch the descriptor of every I/O whose tensor changed ([`bind`]);
+//! 4. **stage** — under ONE lock on the vcore's first core: for each core of the model write
+//!    the 52-byte request and push the three trigger pairs, then one `compute_idx_tail++`
+//!    ([`stage`]);
+//! 5. **doorbell** — one `semaphore_increment(nc, INFERENCE_START, 1)` per core ([`doorbell`]);
+//! 6. **publish** — the execution's seq id on the vcore's compute XU (assigned under the
+//!    staging lock, packed `(seq & 0xFFFF_FFFF_FFFF) | (xu_id << 48)`);
+//! 7. **harvest** — [`crate::harvest`]; 8. **error decode** — ditto; 9. copy host outputs back.
+//!
+//! Nothing here allocates: the slot table, the I/O sets, the rings and request buffers were
+//! all made at load.
+
+use crate::error::{NrtError, Result};
+use crate::harvest::{self, Backoff, Step};
+use crate::model::{IoSets, ModelShared, STATE_LOADED};
+use crate::tensor::{Storage, Tensor, TensorSet};
+use crate::trace::{ClockStamps, NoStamps, Stamps};
+use crate::{InflightSlot, RuntimeInner, SlotInfo, Surface, VCore};
+use nrt_hal::wire::{
+    EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE,
+    REQUEST_SLOT_TAIL_OFFSET, exec_flags,
+};
+use nrt_hal::{DmaKind, ExecRequest, NrtStatus, SEMAPHORE_INFERENCE_START, TriggerPair, tuning};
+use nrt_model::Usage;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// The exec mode the fork computes, with the seed's discriminants: `workers == NULL ? 1 : 0`.
+/// Mode 1 is shared by the synchronous path and the explicit (NRT 3.0) async surface — the
+/// enum label says "explicit async" for both, exactly as the seed stores it; mode 0 is the
+/// implicit async worker pool. Read it as a fork-internal discriminator, not as intent.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecMode {
+    /// Implicit async (`async_exec_workers != NULL`): host tensors are rejected.
+    ImplicitAsync = 0,
+    /// Synchronous or explicit async (`async_exec_workers == NULL`): host tensors are cloned
+    /// (synchronous) or rejected (explicit async, which checks before binding).
+    ExplicitAsync = 1,
+}
+
+/// The fork on the process-wide async-workers pointer.
+#[inline]
+pub(crate) fn exec_mode(rt: &RuntimeInner) -> ExecMode {
+    if rt.implicit_async.is_none() {
+        ExecMode::ExplicitAsync
+    } else {
+        ExecMode::ImplicitAsync
+    }
+}
+
+/// Stage 1: checks everything that can be checked without touching state.
+pub(crate) fn validate(
+    rt: &RuntimeInner,
+    model: &ModelShared,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+    repeat: i32,
+    allow_host: bool,
+) -> Result<bool> {
+    crate::ensure_open(rt)?;
+    if model.state.load(Ordering::Acquire) != STATE_LOADED {
+        return Err(NrtError::invalid(format!(
+            "model '{}' (id {}) is unloaded",
+            model.name, model.id
+        )));
+    }
+    if repeat > 1 {
+        return Err(NrtError::invalid(format!(
+            "repeat_count {repeat} > 1: model '{}' was not compiled for repeated execution",
+            model.name
+        )));
+    }
+    let mut any_host = false;
+    for b in &model.io {
+        let (set, what) = match b.info.usage {
+            Usage::Input => (inputs, "input"),
+            Usage::Output => (outputs, "output"),
+        };
+        let t = set.get(&b.info.name).ok_or_else(|| {
+            NrtError::invalid(format!(
+                "{what} tensor '{}' of model '{}' is missing from the {what} set",
+                b.info.name, model.name
+            ))
+        })?;
+        if t.size() != b.info.size {
+            return Err(NrtError::invalid(format!(
+                "tensor '{}' bound to {what} '{}' of model '{}' is {} bytes; the model expects {}",
+                t.name(),
+                b.info.name,
+                model.name,
+                t.size(),
+                b.info.size
+            )));
+        }
+        if !t.placement().is_device() {
+            if !allow_host {
+                return Err(NrtError::invalid(format!(
+                    "Async exec mode only supports device allocated tensors ({what} '{}' is bound to host tensor '{}')",
+                    b.info.name,
+                    t.name()
+                )));
+            }
+            if t.host_ptr().is_null() {
+                return Err(NrtError::invalid(format!(
+                    "host tensor '{}' has no buffer attached",
+                    t.name()
+                )));
+            }
+            any_host = true;
+        }
+    }
+    Ok(any_host)
+}
+
+/// Stage 3: takes an I/O set and wires every tensor into it. Returns the set, or `None` if
+/// none is free (the caller waits or reports `NRT_QUEUE_FULL`).
+pub(crate) fn bind(
+    model: &ModelShared,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+    any_host: bool,
+) -> Option<u32> {
+    let sets: &IoSets = &model.io_sets;
+    let limit = if any_host {
+        tuning::HOST_CLONE_SETS
+    } else {
+        tuning::EXEC_RING_SLOTS
+    };
+    let s = sets.acquire(limit)?;
+    let set = &sets.sets[s as usize];
+    // SAFETY: set `s` is ours from `acquire` until `release`; no execution using it is in
+    // flight, so nobody reads `tensors` concurrently.
+    let bound = unsafe { &mut *set.tensors.get() };
+    for (i, b) in model.io.iter().enumerate() {
+        let input = b.info.usage == Usage::Input;
+        let t = if input {
+            inputs.get(&b.info.name)
+        } else {
+            outputs.get(&b.info.name)
+        };
+        let t = t.expect("validated");
+        let (addr, id) = match &t.0.storage {
+            Storage::Device { addr, .. } => (*addr, t.0.id),
+            Storage::Host { .. } => {
+                let (clone_addr, clone_map) = sets.clone[s as usize][i];
+                if input {
+                    // The synchronous clone of a host input into device memory.
+                    // SAFETY: the host buffer holds `size` bytes (validated) and the clone
+                    // mapping was allocated with the same size at load.
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(
+                            t.host_ptr(),
+                            clone_map.as_ptr(),
+                            b.info.size as usize,
+                        )
+                    };
+                }
+                (clone_addr, u64::MAX - i as u64) // the clone buffer is fixed per set and I/O
+            }
+        };
+        if set.bound_ids[i].load(Ordering::Relaxed) != id {
+            sets.patch(s, i, input, addr);
+            set.bound_ids[i].store(id, Ordering::Relaxed);
+        }
+        bound[i] = Some(t.clone());
+    }
+    Some(s)
+}
+
+/// Undoes a bind on a failure path.
+pub(crate) fn unbind(model: &ModelShared, s: u32) {
+    let set = &model.io_sets.sets[s as usize];
+    // SAFETY: the set is still ours (no execution was staged with it).
+    let bound = unsafe { &mut *set.tensors.get() };
+    bound.iter_mut().for_each(|t| *t = None);
+    model.io_sets.release(s);
+}
+
+/// Stage 4: under the vcore's one staging lock, write the request for every core of the
+/// model, push the trigger pairs, and take the next compute index. Returns the seq, or
+/// `Err(NRT_QUEUE_FULL)` if the in-flight slot for the next compute index is still taken.
+pub(crate) fn stage(
+    rt: &RuntimeInner,
+    vc: &VCore,
+    model: &Arc<ModelShared>,
+    io_set: u32,
+    surface: Surface,
+) -> Result<u64> {
+    let mut st = vc.staging.lock().unwrap_or_else(|e| e.into_inner());
+    vc.counters.staging_locks.fetch_add(1, Ordering::Relaxed);
+    if vc.unrecoverable.load(Ordering::Acquire) {
+        return Err(NrtError::new(
+            NrtStatus::ExecUnitUnrecoverable,
+            format!(
+                "logical NeuronCore {} is in a fatal state; reset it before submitting",
+                vc.index
+            ),
+        ));
+    }
+    let seq = st.submitted + 1;
+    let idx = st.submitted as u32;
+    let slot: &InflightSlot = vc.slot(seq);
+    if slot.ticket.load(Ordering::Acquire) != 0 {
+        return Err(NrtError::new(
+            NrtStatus::QueueFull,
+            format!(
+                "{} executions in flight on logical NeuronCore {}",
+                tuning::EXEC_RING_SLOTS,
+                vc.index
+            ),
+        ));
+    }
+    let now = Instant::now();
+    // SAFETY: the slot is free (ticket 0) and we hold the staging lock, so no one else
+    // reads or writes `info` until the ticket below publishes it.
+    let info = unsafe { &mut *slot.info.get() };
+    *info = SlotInfo {
+        model: Some(model.clone()),
+        io_set,
+        sg_count: model.sg_count as u8,
+        deadline: now + model.exec_timeout,
+        timeout: model.exec_timeout,
+        surface,
+    };
+    slot.done.store(0, Ordering::Relaxed);
+    model.inflight.fetch_add(1, Ordering::AcqRel);
+    // Publish before the device can possibly see the request: records for this compute index
+    // must find the ticket.
+    slot.ticket.store(seq, Ordering::Release);
+    for (c, cr) in model.cores.iter().enumerate() {
+        let pos = vc.core_pos(cr.phys);
+        let mut flags = 0;
+        if st.last_model[pos] != model.id {
+            st.last_model[pos] = model.id;
+            flags |= exec_flags::RELOAD_CONFIG;
+            rt.counters.model_switches.fetch_add(1, Ordering::Relaxed);
+        } else {
+            rt.counters
+                .steady_executions
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if rt.trace.engine_timeline() {
+            flags |= exec_flags::TRACE;
+        }
+        let tail = cr.tail.load(Ordering::Relaxed);
+        let ring_slot = tail % tuning::EXEC_RING_SLOTS;
+        let req = ExecRequest {
+            engine_block: cr.blocks,
+            compute_idx: idx,
+            flags,
+            sg_index: c as u8,
+            sg_count: model.sg_count as u8,
+            io_set,
+        };
+        let off = ring_slot as usize * REQUEST_SLOT_SIZE as usize;
+        let new_tail = tail.wrapping_add(1);
+        cr.req_buf.write(off, &req.to_bytes());
+        cr.req_buf
+            .write(off + REQUEST_SLOT_EVENT_OFFSET as usize, &idx.to_le_bytes());
+        cr.req_buf.write(
+            off + REQUEST_SLOT_TAIL_OFFSET as usize,
+            &new_tail.to_le_bytes(),
+        );
+        let src = cr.req_buf.device_addr() + off as u64;
+        let pairs = [
+            TriggerPair::new(
+                DmaKind::RequestCopy,
+                src,
+                cr.ring + ring_slot as u64 * EXEC_RING_SLOT_SIZE,
+                EXEC_REQUEST_SIZE as u32,
+                0,
+            ),
+            TriggerPair::new(
+                DmaKind::EventPoke,
+                src + REQUEST_SLOT_EVENT_OFFSET,
+                cr.event_addr,
+                4,
+                0,
+            ),
+            TriggerPair::new(
+                DmaKind::TailIncrement,
+                src + REQUEST_SLOT_TAIL_OFFSET,
+                cr.tail_addr,
+                4,
+                cr.queue,
+            ),
+        ];
+        // Capacity: ≤ 64 executions in flight per vcore × 3 pairs < the queue's 1024 slots.
+        let pushed = st.dma[pos].push_slice(&pairs);
+        debug_assert!(pushed, "DMA trigger queue full");
+        cr.tail.store(new_tail, Ordering::Relaxed);
+    }
+    st.submitted += 1; // compute_idx_tail++
+    vc.submitted.store(st.submitted, Ordering::Release);
+    vc.counters.publishes.fetch_add(1, Ordering::Relaxed);
+    Ok(seq)
+}
+
+/// Stage 5: one doorbell per core of the model — the only device call of submit.
+#[inline]
+pub(crate) fn doorbell(rt: &RuntimeInner, vc: &VCore, model: &ModelShared) {
+    for cr in &model.cores {
+        // The core index was validated at init; an error here is a device bug.
+        let _ = rt
+            .device
+            .semaphore_increment(cr.phys, SEMAPHORE_INFERENCE_START, 1);
+        vc.counters.doorbells.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// After DONE: copy host outputs back (on success), free the set and the slot.
+pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
+    let slot = vc.slot(seq);
+    // SAFETY: the completion word is written, so the harvest no longer reads `info`; we are
+    // the execution's owner.
+    let info = unsafe { &mut *slot.info.get() };
+    if let Some(model) = info.model.take() {
+        let s = info.io_set;
+        let set = &model.io_sets.sets[s as usize];
+        // SAFETY: the set is owned by this execution until the release below.
+        let bound = unsafe { &mut *set.tensors.get() };
+        for (i, t) in bound.iter_mut().enumerate() {
+            if let Some(t) = t.take() {
+                t.0.pending.fetch_sub(1, Ordering::Release);
+                if status.is_success()
+                    && !t.placement().is_device()
+                    && model.io[i].info.usage == Usage::Output
+                {
+                    let (_, map) = model.io_sets.clone[s as usize][i];
+                    // SAFETY: the host buffer holds the output's size (validated at bind);
+                    // the clone mapping has the same size.
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(
+                            map.as_ptr(),
+                            t.host_ptr(),
+                            model.io[i].info.size as usize,
+                        )
+                    };
+                    harvest::host_output_final(&t);
+                }
+            }
+        }
+        model.io_sets.release(s);
+        model.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+    slot.ticket.store(0, Ordering::Release);
+}
+
+/// Marks every bound tensor pending (implicit async: tensor reads/writes wait for it).
+fn mark_pending(model: &ModelShared, s: u32) {
+    let set = &model.io_sets.sets[s as usize];
+    // SAFETY: the set is ours (bound, not yet staged).
+    for t in unsafe { &*set.tensors.get() }.iter().flatten() {
+        t.0.pending.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// Binds with waiting: a synchronous caller waits for an I/O set (driving the harvest so the
+/// executions holding them can finish).
+fn bind_waiting(
+    rt: &RuntimeInner,
+    vc: &VCore,
+    model: &ModelShared,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+    any_host: bool,
+) -> u32 {
+    let mut backoff = Backoff::new();
+    loop {
+        if let Some(s) = bind(model, inputs, outputs, any_host) {
+            return s;
+        }
+        if harvest::progress_one_step(rt, vc, 0) == Step::Idle {
+            backoff.snooze();
+        }
+    }
+}
+
+/// The synchronous surface: the whole pipeline on the caller's thread. Tracing costs one
+/// branch here: the pipeline is instantiated with or without timestamps.
+pub(crate) fn execute_sync(
+    rt: &RuntimeInner,
+    model: &Arc<ModelShared>,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+    repeat: i32,
+) -> Result<()> {
+    if rt.trace.enabled() {
+        traced(rt, model, inputs, outputs, repeat)
+    } else {
+        run_sync(rt, model, inputs, outputs, repeat, &mut NoStamps)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn traced(
+    rt: &RuntimeInner,
+    model: &Arc<ModelShared>,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+    repeat: i32,
+) -> Result<()> {
+    run_sync(rt, model, inputs, outputs, repeat, &mut ClockStamps::new())
+}
+
+#[inline(always)]
+fn run_sync<S: Stamps>(
+    rt: &RuntimeInner,
+    model: &Arc<ModelShared>,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+    repeat: i32,
+    stamps: &mut S,
+) -> Result<()> {
+    stamps.mark();
+    let any_host = validate(rt, model, inputs, outputs, repeat, true)?;
+    let vc = &rt.vcores[model.vnc as usize];
+    stamps.mark();
+    let s = bind_waiting(rt, vc, model, inputs, outputs, any_host);
+    mark_pending(model, s);
+    stamps.mark();
+    let seq = loop {
+        match stage(rt, vc, model, s, Surface::Sync) {
+            Ok(seq) => break seq,
+            Err(e) if e.status == NrtStatus::QueueFull => {
+                // Every slot is taken: help the harvest until one frees.
+                if harvest::progress_one_step(rt, vc, 0) == Step::Idle {
+                    std::thread::yield_now();
+                }
+            }
+            Err(e) => {
+                release_pending(model, s);
+                unbind(model, s);
+                return Err(e);
+            }
+        }
+    };
+    stamps.mark();
+    doorbell(rt, vc, model);
+    stamps.mark();
+    let status = harvest::wait_for(rt, vc, seq);
+    stamps.mark();
+    retire(vc, seq, status);
+    if let Some(t) = stamps.boundaries() {
+        rt.trace.record(seq, model.id, t);
+    }
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(exec_error(model, seq, status))
+    }
+}
+
+/// The error an execution that finished with `status` returns.
+#[cold]
+pub(crate) fn exec_error(model: &ModelShared, seq: u64, status: NrtStatus) -> NrtError {
+    NrtError::new(
+        status,
+        format!(
+            "execution {seq} of model '{}' failed: {}",
+            model.name,
+            status.description()
+        ),
+    )
+}
+
+fn release_pending(model: &ModelShared, s: u32) {
+    let set = &model.io_sets.sets[s as usize];
+    // SAFETY: the set is ours.
+    for t in unsafe { &*set.tensors.get() }.iter().flatten() {
+        t.0.pending.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Implicit async: a tensor read or write waits while an execution using it is pending.
+pub(crate) fn wait_tensor_idle(rt: &RuntimeInner, t: &Tensor) {
+    let mut backoff = Backoff::new();
+    while t.0.pending.load(Ordering::Acquire) != 0 {
+        let mut progressed = false;
+        for vc in rt.vcores.iter() {
+            progressed |= harvest::progress_one_step(rt, vc, 0) != Step::Idle;
+        }
+        if !progressed {
+            backoff.snooze();
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The harvest: ONE re-entrant step function, [`progress_one_step`], and the waiting
+//! strategy of the threads that spin it.
+//!
+//! Completion is learned only by reading the notification rings the device writes — never
+//! from an interrupt or a callback. Every execution in flight on a vcore advances through
+//!
+//! ```text
+//! INIT ──► WAIT_BARRIER_PROXY (lockstep executions: until every core has started)
+//!     └──► WAIT_CORE (sweep cores × 5 engines: START_PENDING → END_PENDING → COMPLETE)
+//!                   └──► DONE   (all engines COMPLETE, an aborting ERROR record, or the
+//!                                 deadline: cause bit 29 → NRT_TIMEOUT, else NQ overflow)
+//! ```
+//!
+//! Any thread may call the step: the synchronous caller for its own execution (the seed's
+//! `exec_wait_round_robin`), the XU worker for async ones (`tpb_xu_step`). One step takes the
+//! vcore's harvest token with a `try_lock` (never blocking: a thread that finds it taken
+//! simply checks its completion word), drains every ring of every core of the vcore,
+//! advances whichever executions the records belong to, and writes each finished
+//! execution's completion word. The token is what makes the rings single-consumer.
+//!
+//! # Who writes what (per in-flight slot)
+//!
+//! | field | written by | ordering |
+//! |---|---|---|
+//! | `ticket` | the stager, under the staging lock, *before* the triggers are pushed; the retirer clears it | `Release` / read `Acquire` |
+//! | `info` | the stager before `ticket`; read by the harvest and the owner while the ticket is set | ordered by `ticket` |
+//! | `done` | the harvest (under the token), once | `Release` / read `Acquire` |
+//! | harvest progress | the harvest (under the token) | token |
+
+use crate::tensor::Tensor;
+use crate::{InflightSlot, RuntimeInner, VCore};
+use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR, cause};
+use nrt_hal::{Consumer, ErrorSubtype, NUM_ENGINES, NqRecord, NrtStatus, RecordKind, tuning};
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// A state of the harvest machine for one execution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Published, nothing seen yet.
+    Init,
+    /// Lockstep execution: waiting until every core of the vcore has started.
+    WaitBarrierProxy,
+    /// Sweeping the engines of every core.
+    WaitCore,
+    /// Finished (its completion word is written).
+    Done,
+}
+
+/// Per-engine sub-state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineState {
+    /// No START yet.
+    StartPending,
+    /// Started, no END yet.
+    EndPending,
+    /// Ended.
+    Complete,
+}
+
+/// Harvest-side progress of the execution occupying one in-flight slot.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Progress {
+    seq: u64,
+    phase: Phase,
+    sg_count: u8,
+    engines: [[EngineState; NUM_ENGINES]; 2],
+    complete: u8,
+    error: Option<ErrorSubtype>,
+}
+
+impl Progress {
+    pub(crate) const EMPTY: Progress = Progress {
+        seq: 0,
+        phase: Phase::Init,
+        sg_count: 1,
+        engines: [[EngineState::StartPending; NUM_ENGINES]; 2],
+        complete: 0,
+        error: None,
+    };
+}
+
+/// The harvest token's state: the consumer halves of every ring of the vcore and the
+/// progress of every in-flight slot.
+pub(crate) struct Harvest {
+    /// Per core of the vcore: the five INFER_STATUS rings, then the ERROR ring.
+    pub(crate) rings: Vec<Vec<Consumer<NqRecord>>>,
+    pub(crate) progress: Box<[Progress]>,
+    pub(crate) last_sweep: Instant,
+}
+
+/// Slots whose engines all ended during the current step: finished only after the ERROR rings
+/// were read once more. The device posts an error before the END records of the same
+/// execution, so once an END is seen, a second read of the ERROR ring sees every error that
+/// preceded it — reading rings one after the other could otherwise see the END first.
+type Ready = u64;
+const _: () = assert!(
+    tuning::EXEC_RING_SLOTS <= Ready::BITS,
+    "the ready set is one bit per slot"
+);
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The target execution is done.
+    Done,
+    /// Records were consumed (maybe for other executions).
+    Progress,
+    /// Nothing new (or another thread holds the token).
+    Idle,
+}
+
+/// The status an ERROR-ring subtype decodes to (the seed's `exec_request_process_errors`).
+pub fn error_status(sub: ErrorSubtype) -> NrtStatus {
+    match sub {
+        ErrorSubtype::Transient => NrtStatus::ExecCompletedWithErr,
+        ErrorSubtype::Numerical => NrtStatus::ExecCompletedWithNumErr,
+        ErrorSubtype::Uncorrectable => NrtStatus::ExecHwErrNcUe,
+        ErrorSubtype::DmaAbort => NrtStatus::ExecHwErrDmaAbort,
+        ErrorSubtype::OutOfBounds => NrtStatus::ExecOob,
+        ErrorSubtype::HbmUncorrectable => NrtStatus::ExecHwErrHbmUe,
+        ErrorSubtype::Fatal => NrtStatus::ExecUnitUnrecoverable,
+        ErrorSubtype::InvalidInstruction => NrtStatus::ExecBadInput,
+    }
+}
+
+/// Packs a completion word: the seq in the high bits, the status in the low 16.
+pub(crate) fn done_word(seq: u64, status: NrtStatus) -> u64 {
+    seq << 16 | status.as_i32() as u16 as u64
+}
+
+/// The status of `seq` if its completion word is written.
+#[inline]
+pub(crate) fn completed_status(slot: &InflightSlot, seq: u64) -> Option<NrtStatus> {
+    let w = slot.done.load(Ordering::Acquire);
+    if w >> 16 == seq {
+        Some(NrtStatus::try_from((w & 0xFFFF) as i32).unwrap_or(NrtStatus::Failure))
+    } else {
+        None
+    }
+}
+
+/// One step of the harvest machine on vcore `vc`, on behalf of execution `target` (a seq;
+/// 0 = none in particular). Re-entrant: any number of threads may call it concurrently.
+pub(crate) fn progress_one_step(rt: &RuntimeInner, vc: &VCore, target: u64) -> Step {
+    if target != 0 && completed_status(vc.slot(target), target).is_some() {
+        return Step::Done;
+    }
+    let Ok(mut guard) = vc.harvest.try_lock() else {
+        return Step::Idle;
+    };
+    let h = &mut *guard;
+    let mut consumed = 0u32;
+    let mut ready: Ready = 0;
+    for (pos, core_rings) in h.rings.iter_mut().enumerate() {
+        for ring in core_rings.iter_mut() {
+            let progress = &mut h.progress;
+            consumed += ring.drain(|rec| on_record(rt, vc, progress, pos, rec, &mut ready));
+        }
+    }
+    if ready != 0 {
+        for (pos, core_rings) in h.rings.iter_mut().enumerate() {
+            let progress = &mut h.progress;
+            let err = core_rings.last_mut().expect("the ERROR ring");
+            consumed += err.drain(|rec| on_record(rt, vc, progress, pos, rec, &mut ready));
+        }
+        while ready != 0 {
+            let si = ready.trailing_zeros() as usize;
+            ready &= ready - 1;
+            let p = &mut h.progress[si];
+            let slot = &vc.slots[si];
+            if p.phase != Phase::Done && slot.ticket.load(Ordering::Acquire) == p.seq {
+                let status = p.error.map_or(NrtStatus::Success, error_status);
+                let seq = p.seq;
+                finish(rt, vc, slot, p, seq, status);
+            }
+        }
+    }
+    if consumed == 0 {
+        let now = Instant::now();
+        if now.duration_since(h.last_sweep) >= tuning::HARVEST_DEADLINE_SWEEP {
+            h.last_sweep = now;
+            sweep_deadlines(rt, vc, &mut h.progress, now);
+        }
+    }
+    drop(guard);
+    if target != 0 && completed_status(vc.slot(target), target).is_some() {
+        Step::Done
+    } else if consumed != 0 {
+        Step::Progress
+    } else {
+        Step::Idle
+    }
+}
+
+/// Routes one record to the execution it belongs to.
+fn on_record(
+    rt: &RuntimeInner,
+    vc: &VCore,
+    progress: &mut [Progress],
+    core_pos: usize,
+    rec: NqRecord,
+    ready: &mut Ready,
+) {
+    let si = rec.compute_idx as usize % progress.len();
+    let slot = &vc.slots[si];
+    let seq = slot.ticket.load(Ordering::Acquire);
+    if seq == 0 || (seq - 1) as u32 != rec.compute_idx || completed_status(slot, seq).is_some() {
+        return; // a record of an execution that already finished (timed out, aborted)
+    }
+    // SAFETY: the ticket is set (acquired above), so `info` was fully written by the stager
+    // and is not touched by anyone else until the completion word is written (by us, under
+    // the token) and the owner retires the slot.
+    let info = unsafe { &*slot.info.get() };
+    let p = &mut progress[si];
+    if p.seq != seq {
+        *p = Progress::EMPTY;
+        p.seq = seq;
+        p.sg_count = info.sg_count;
+        p.phase = if info.sg_count > 1 {
+            vc.counters
+                .barrier_proxy_waits
+                .fetch_add(1, Ordering::Relaxed);
+            Phase::WaitBarrierProxy
+        } else {
+            Phase::WaitCore
+        };
+    }
+    let e = (rec.engine as usize).min(NUM_ENGINES - 1);
+    let c = core_pos.min(1);
+    match rec.record_kind() {
+        Some(RecordKind::Start) => {
+            p.engines[c][e] = EngineState::EndPending;
+            if p.phase == Phase::WaitBarrierProxy
+                && (0..p.sg_count as usize)
+                    .all(|k| p.engines[k].iter().any(|s| *s != EngineState::StartPending))
+            {
+                p.phase = Phase::WaitCore;
+            }
+        }
+        Some(RecordKind::End) => {
+            if p.engines[c][e] != EngineState::Complete {
+                p.engines[c][e] = EngineState::Complete;
+                p.complete += 1;
+            }
+            if p.complete as usize == NUM_ENGINES * p.sg_count as usize {
+                *ready |= 1 << si;
+            }
+        }
+        Some(RecordKind::Error) => {
+            rt.device
+                .interrupt_cause_clear(rec.core as u32, cause::ERROR_NOTIFICATION)
+                .ok();
+            let sub =
+                ErrorSubtype::from_u8(rec.subtype).unwrap_or(ErrorSubtype::InvalidInstruction);
+            crate::nrt_log!(
+                crate::log::Module::Tdrv,
+                crate::log::Level::Error,
+                "notification_consume_errors",
+                "execution {} of model '{}' on nc {}: {} error on engine {} at instruction {}",
+                seq,
+                info.model.as_ref().map_or("?", |m| m.name.as_str()),
+                rec.core,
+                sub.name(),
+                nrt_hal::Engine::from_index(rec.engine).map_or("?", |e| e.name()),
+                rec.payload
+            );
+            if sub == ErrorSubtype::Fatal {
+                vc.unrecoverable.store(true, Ordering::Release);
+            }
+            // The first error wins; an aborting one ends the execution now.
+            if p.error.is_none() {
+                p.error = Some(sub);
+            }
+            if sub.aborts_execution() {
+                finish(rt, vc, slot, p, seq, error_status(sub));
+            }
+        }
+        Some(RecordKind::Custom)
+            if rec.subtype == CUSTOM_SUBTYPE_TENSOR && rec.sub_id == CUSTOM_SUB_ID_OUTPUT_DONE =>
+        {
+            streaming_output(info, rec.payload);
+        }
+        Some(RecordKind::Custom) | None => {}
+    }
+}
+
+/// A device output is final: bump its tensor's completion count (host outputs are bumped
+/// after the copy back, when their bytes are final).
+fn streaming_output(info: &crate::SlotInfo, var_id: u32) {
+    let Some(model) = info.model.as_ref() else {
+        return;
+    };
+    let Some(set) = model.io_sets.sets.get(info.io_set as usize) else {
+        return;
+    };
+    // SAFETY: the set is owned by this execution, which is not done; its owner wrote the
+    // tensors before publishing the ticket and clears them only after the completion word.
+    let tensors = unsafe { &*set.tensors.get() };
+    if let Some(Some(t)) = tensors.get(var_id as usize)
+        && t.placement().is_device()
+    {
+        t.0.completion.bump();
+    }
+}
+
+/// Executions past their deadline: decode why (cause bit 29 → timeout, else notifications
+/// were dropped) and finish them.
+fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now: Instant) {
+    for (si, slot) in vc.slots.iter().enumerate() {
+        let seq = slot.ticket.load(Ordering::Acquire);
+        if seq == 0 || completed_status(slot, seq).is_some() {
+            continue;
+        }
+        // SAFETY: as in `on_record`: ticket set, completion word not written.
+        let info = unsafe { &*slot.info.get() };
+        if now < info.deadline {
+            continue;
+        }
+        let mut timeout = false;
+        for &phys in vc.cores.iter().take(info.sg_count as usize) {
+            let c = rt.device.interrupt_cause(phys).unwrap_or(0);
+            if c & cause::EXEC_TIMEOUT != 0 {
+                timeout = true;
+            }
+            rt.device
+                .interrupt_cause_clear(phys, c & (cause::EXEC_TIMEOUT | cause::NQ_OVERFLOW))
+                .ok();
+        }
+        let status = if timeout {
+            NrtStatus::Timeout
+        } else {
+            NrtStatus::ExecSwNqOverflow
+        };
+        crate::nrt_log!(
+            crate::log::Module::Nmgr,
+            crate::log::Level::Error,
+            "exec_request_process_errors",
+            "execution {} of model '{}' on vnc {} exceeded its {:?} timeout: {}",
+            seq,
+            info.model.as_ref().map_or("?", |m| m.name.as_str()),
+            vc.index,
+            info.timeout,
+            if timeout {
+                "engine hang (cause bit 29)"
+            } else {
+                "notifications were dropped (NQ overflow)"
+            }
+        );
+        let p = &mut progress[si];
+        if p.seq != seq {
+            *p = Progress::EMPTY;
+            p.seq = seq;
+        }
+        finish(rt, vc, slot, p, seq, status);
+    }
+}
+
+fn finish(
+    _rt: &RuntimeInner,
+    vc: &VCore,
+    slot: &InflightSlot,
+    p: &mut Progress,
+    seq: u64,
+    status: NrtStatus,
+) {
+    p.phase = Phase::Done;
+    // SAFETY: ticket set, completion word not yet written: `info` is stable.
+    let surface = unsafe { (*slot.info.get()).surface };
+    crate::xu::write_status(surface, status);
+    slot.done.store(done_word(seq, status), Ordering::Release);
+    vc.advance_completed();
+    crate::xu::after_finish(vc, seq);
+}
+
+/// How a thread waits between steps: bounded spin, then yield, then short sleeps — each
+/// bound in [`tuning`].
+pub(crate) struct Backoff {
+    start: Option<Instant>,
+    polls: u32,
+}
+
+impl Backoff {
+    pub(crate) const fn new() -> Backoff {
+        Backoff {
+            start: None,
+            polls: 0,
+        }
+    }
+
+    /// Called after a step that found nothing.
+    #[inline]
+    pub(crate) fn snooze(&mut self) {
+        self.polls = self.polls.wrapping_add(1);
+        // Look at the clock every 64 polls only (~20 ns each).
+        if !self.polls.is_multiple_of(64) {
+            std::hint::spin_loop();
+            return;
+        }
+        let start = *self.start.get_or_insert_with(Instant::now);
+        let waited = start.elapsed();
+        if waited < tuning::HARVEST_SPIN {
+            std::hint::spin_loop();
+        } else if waited < tuning::HARVEST_SPIN + tuning::HARVEST_YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(tuning::HARVEST_SLEEP);
+            self.polls = 63; // look at the clock again right after each sleep
+        }
+    }
+}
+
+/// The synchronous driver: spins the step function on the caller's thread until `seq` is
+/// done and returns its status.
+pub(crate) fn wait_for(rt: &RuntimeInner, vc: &VCore, seq: u64) -> NrtStatus {
+    let mut backoff = Backoff::new();
+    loop {
+        match progress_one_step(rt, vc, seq) {
+            Step::Done => {
+                return completed_status(vc.slot(seq), seq).unwrap_or(NrtStatus::Failure);
+            }
+            Step::Progress => {}
+            Step::Idle => backoff.snooze(),
+        }
+    }
+}
+
+/// Streams a host output's completion after its bytes were copied back.
+pub(crate) fn host_output_final(t: &Tensor) {
+    t.0.completion.bump();
+}

@@ -1,0 +1,66 @@
+//! Shared helpers of the runtime's integration tests.
+#![allow(dead_code, reason = "each test binary uses a different subset")]
+
+use nrt_runtime::{LoadOptions, Model, Placement, Runtime, RuntimeConfig, Tensor, TensorSet};
+use nrt_sim::{SimConfig, SoftDevice};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub fn device() -> Arc<SoftDevice> {
+    Arc::new(
+        SoftDevice::new(SimConfig {
+            memory_bytes: 2 << 30,
+            ..SimConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+pub fn runtime_on(dev: &Arc<SoftDevice>, config: RuntimeConfig) -> Runtime {
+    Runtime::init(dev.clone(), config).unwrap()
+}
+
+pub fn runtime() -> (Arc<SoftDevice>, Runtime) {
+    let d = device();
+    let rt = runtime_on(&d, RuntimeConfig::default());
+    (d, rt)
+}
+
+pub fn quick_timeout() -> LoadOptions {
+    LoadOptions {
+        exec_timeout: Some(Duration::from_millis(300)),
+    }
+}
+
+/// Allocates one tensor per model input/output, inputs filled with `fill(i)`.
+pub fn tensors(
+    rt: &Runtime,
+    m: &Model,
+    placement: Placement,
+) -> (TensorSet, TensorSet, Vec<Tensor>) {
+    let (mut ins, mut outs) = (TensorSet::new(), TensorSet::new());
+    let mut all = Vec::new();
+    for info in m.tensor_info() {
+        let t = rt
+            .allocate_tensor(placement, m.vnc() as i32, info.size, &info.name)
+            .unwrap();
+        match info.usage {
+            nrt_model::Usage::Input => ins.add(&info.name, &t),
+            nrt_model::Usage::Output => outs.add(&info.name, &t),
+        }
+        all.push(t);
+    }
+    (ins, outs, all)
+}
+
+pub fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn read_f32(t: &Tensor) -> Vec<f32> {
+    let mut b = vec![0u8; t.size() as usize];
+    t.read(&mut b, 0).unwrap();
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}

@@ -1,0 +1,382 @@
+//! The synchronous hot path: lifecycle, load, execute, bad input, model switch, lockstep,
+//! faults, tracing.
+
+mod common;
+use common::*;
+use nrt_hal::NrtStatus;
+use nrt_runtime::builtin::near_null;
+use nrt_runtime::{LoadOptions, Placement, Runtime, RuntimeConfig, Stage, TensorSet};
+use nrt_sim::{FaultKind, FaultSpec};
+use std::time::Duration;
+
+#[test]
+fn near_null_round_trip_device_and_host_tensors() {
+    let (_d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    for placement in [Placement::Device, Placement::Host] {
+        let (ins, outs, _keep) = tensors(&rt, &m, placement);
+        for k in 0..50 {
+            let x = [k as f32, -1.5, 2.0, 1e-3 * k as f32];
+            ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
+            rt.execute(&m, &ins, &outs).unwrap();
+            assert_eq!(
+                read_f32(outs.get("y").unwrap()),
+                x,
+                "{placement:?} iteration {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn one_lock_one_doorbell_one_publish_per_execution() {
+    let (_d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    let before = rt.pipeline_counters(0);
+    for _ in 0..10 {
+        rt.execute(&m, &ins, &outs).unwrap();
+    }
+    let after = rt.pipeline_counters(0);
+    assert_eq!(after.staging_locks - before.staging_locks, 10);
+    assert_eq!(after.doorbells - before.doorbells, 10);
+    assert_eq!(after.publishes - before.publishes, 10);
+    assert_eq!(after.barrier_proxy_waits, 0);
+}
+
+#[test]
+fn lockstep_two_core_model_stages_once_and_rings_each_core() {
+    let d = device();
+    let rt = runtime_on(
+        &d,
+        RuntimeConfig {
+            logical_nc: 2,
+            ..Default::default()
+        },
+    );
+    assert_eq!(rt.vnc_count(), 1);
+    let m = rt.load(&near_null(2), 0, &LoadOptions::default()).unwrap();
+    assert_eq!(m.core_count(), 2);
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    let before = rt.pipeline_counters(0);
+    for k in 0..20 {
+        let x = [k as f32, 1.0, 2.0, 3.0];
+        ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
+        rt.execute(&m, &ins, &outs).unwrap();
+        assert_eq!(read_f32(outs.get("y").unwrap()), x);
+    }
+    let after = rt.pipeline_counters(0);
+    assert_eq!(
+        after.staging_locks - before.staging_locks,
+        20,
+        "one staging lock per execution"
+    );
+    assert_eq!(
+        after.doorbells - before.doorbells,
+        40,
+        "one doorbell per core"
+    );
+    assert_eq!(
+        after.publishes - before.publishes,
+        20,
+        "one publish per execution"
+    );
+    assert_eq!(
+        after.barrier_proxy_waits - before.barrier_proxy_waits,
+        20,
+        "WAIT_BARRIER_PROXY each time"
+    );
+    // A 2-core model does not fit a runtime whose logical cores have one core.
+    let rt1_dev = device();
+    let rt1 = runtime_on(&rt1_dev, RuntimeConfig::default());
+    let e = rt1
+        .load(&near_null(2), 0, &LoadOptions::default())
+        .unwrap_err();
+    assert_eq!(e.status, NrtStatus::LoadNotEnoughNc, "{e}");
+}
+
+#[test]
+fn model_switch_sets_reload_only_on_the_first_execution_after_a_switch() {
+    let (_d, rt) = runtime();
+    let a = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let b = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (ia, oa, _k1) = tensors(&rt, &a, Placement::Device);
+    let (ib, ob, _k2) = tensors(&rt, &b, Placement::Device);
+    let c0 = rt.switch_counters();
+    for _ in 0..5 {
+        rt.execute(&a, &ia, &oa).unwrap();
+    }
+    let c1 = rt.switch_counters();
+    assert_eq!(
+        (c1.model_switches - c0.model_switches, c1.steady - c0.steady),
+        (1, 4)
+    );
+    rt.execute(&b, &ib, &ob).unwrap();
+    rt.execute(&b, &ib, &ob).unwrap();
+    rt.execute(&a, &ia, &oa).unwrap();
+    let c2 = rt.switch_counters();
+    assert_eq!(
+        (c2.model_switches - c1.model_switches, c2.steady - c1.steady),
+        (2, 1)
+    );
+}
+
+#[test]
+fn bad_inputs_name_the_culprit_and_change_nothing() {
+    let (_d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    let good = |rt: &Runtime| rt.execute(&m, &ins, &outs).unwrap();
+
+    // Wrong size.
+    let small = rt
+        .allocate_tensor(Placement::Device, 0, 8, "small")
+        .unwrap();
+    let mut bad = ins.clone();
+    bad.add("x", &small);
+    let e = rt.execute(&m, &bad, &outs).unwrap_err();
+    assert_eq!(e.status, NrtStatus::Invalid);
+    assert!(
+        e.message.contains("'small'") && e.message.contains("8 bytes") && e.message.contains("16"),
+        "{e}"
+    );
+    good(&rt);
+
+    // Missing input / unknown name (a set keyed by another name).
+    let mut wrong = TensorSet::new();
+    wrong.add("not_x", ins.get("x").unwrap());
+    let e = rt.execute(&m, &wrong, &outs).unwrap_err();
+    assert!(
+        e.status == NrtStatus::Invalid && e.message.contains("input tensor 'x'"),
+        "{e}"
+    );
+    let e = rt.execute(&m, &ins, &TensorSet::new()).unwrap_err();
+    assert!(e.message.contains("output tensor 'y'"), "{e}");
+    good(&rt);
+
+    // Repeat > 1.
+    let e = rt.execute_repeat(&m, &ins, &outs, 2).unwrap_err();
+    assert!(
+        e.status == NrtStatus::Invalid && e.message.contains("repeat_count 2"),
+        "{e}"
+    );
+    good(&rt);
+
+    // Bad tensor allocation arguments.
+    let e = rt
+        .allocate_tensor(Placement::Device, 7, 16, "t")
+        .unwrap_err();
+    assert!(e.message.contains("logical NeuronCore 7"), "{e}");
+    let t = rt.allocate_tensor(Placement::Device, 0, 16, "t").unwrap();
+    let e = t.write(&[0u8; 20], 0).unwrap_err();
+    assert!(
+        e.message.contains("'t'") && e.message.contains("20 bytes"),
+        "{e}"
+    );
+
+    // Unloaded model; host tensor in a set of an unloaded model.
+    let (hi, ho, _h) = tensors(&rt, &m, Placement::Host);
+    rt.unload(&m).unwrap();
+    let e = rt.execute(&m, &hi, &ho).unwrap_err();
+    assert!(
+        e.status == NrtStatus::Invalid && e.message.contains("unloaded"),
+        "{e}"
+    );
+    assert_eq!(
+        rt.unload(&m).unwrap_err().status,
+        NrtStatus::Invalid,
+        "double unload"
+    );
+    let m2 = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    rt.execute(&m2, &hi, &ho).unwrap();
+
+    // Malformed model files.
+    let mut corrupt = near_null(1);
+    corrupt[100] ^= 0xFF;
+    let e = rt.load(&corrupt, 0, &LoadOptions::default()).unwrap_err();
+    assert!(
+        e.status == NrtStatus::Invalid && e.message.contains("checksum"),
+        "{e}"
+    );
+    let mut newer = near_null(1);
+    newer[4] = 9;
+    let e = rt.load(&newer, 0, &LoadOptions::default()).unwrap_err();
+    assert!(
+        e.status == NrtStatus::UnsupportedNeffVersion && e.message.contains("version 9.0"),
+        "{e}"
+    );
+    assert_eq!(
+        rt.load(&[], 0, &LoadOptions::default()).unwrap_err().status,
+        NrtStatus::Invalid
+    );
+    assert_eq!(
+        rt.load(&near_null(1), 9, &LoadOptions::default())
+            .unwrap_err()
+            .status,
+        NrtStatus::LoadNotEnoughNc
+    );
+    rt.execute(&m2, &hi, &ho).unwrap();
+}
+
+#[test]
+fn calls_after_close_return_closed() {
+    let (d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (ins, outs, keep) = tensors(&rt, &m, Placement::Device);
+    rt.close();
+    rt.close(); // idempotent
+    assert!(!rt.is_open());
+    assert_eq!(
+        rt.execute(&m, &ins, &outs).unwrap_err().status,
+        NrtStatus::Closed
+    );
+    assert_eq!(
+        rt.load(&near_null(1), 0, &LoadOptions::default())
+            .unwrap_err()
+            .status,
+        NrtStatus::Closed
+    );
+    assert_eq!(
+        keep[0].write(&[0; 4], 0).unwrap_err().status,
+        NrtStatus::Closed
+    );
+    assert_eq!(
+        rt.allocate_tensor(Placement::Host, 0, 4, "t")
+            .unwrap_err()
+            .status,
+        NrtStatus::Closed
+    );
+    // The cores were released: a new runtime can reserve them.
+    let rt2 = runtime_on(&d, RuntimeConfig::default());
+    let m2 = rt2.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (i2, o2, _k) = tensors(&rt2, &m2, Placement::Device);
+    rt2.execute(&m2, &i2, &o2).unwrap();
+}
+
+#[test]
+fn cores_are_reserved_exclusively() {
+    let (d, _rt) = runtime();
+    let e = Runtime::init(d.clone(), RuntimeConfig::default()).unwrap_err();
+    assert_eq!(e.status, NrtStatus::Resource, "{e}");
+    assert!(e.message.contains("NeuronCore 0"), "{e}");
+    let other = Runtime::init(
+        d,
+        RuntimeConfig {
+            visible_cores: Some(vec![3]),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(other.status, NrtStatus::Resource);
+}
+
+fn fault_status(kind: FaultKind) -> NrtStatus {
+    let (d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &quick_timeout()).unwrap();
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    rt.execute(&m, &ins, &outs).unwrap();
+    let engine = if kind == FaultKind::Hang {
+        nrt_hal::Engine::Dve
+    } else {
+        kind.default_engine()
+    };
+    d.inject(FaultSpec::new(kind).on_engine(engine)).unwrap();
+    let e = rt.execute(&m, &ins, &outs).unwrap_err();
+    assert!(e.message.contains("near-null"), "{e}");
+    if kind == FaultKind::Fatal {
+        // The XU stays unrecoverable until reset.
+        assert_eq!(
+            rt.execute(&m, &ins, &outs).unwrap_err().status,
+            NrtStatus::ExecUnitUnrecoverable
+        );
+        rt.reset_vnc(0).unwrap();
+    }
+    // The next execution on the same core succeeds.
+    ins.get("x")
+        .unwrap()
+        .write(&f32s(&[9.0, 8.0, 7.0, 6.0]), 0)
+        .unwrap();
+    rt.execute(&m, &ins, &outs).unwrap();
+    assert_eq!(read_f32(outs.get("y").unwrap()), [9.0, 8.0, 7.0, 6.0]);
+    e.status
+}
+
+#[test]
+fn every_fault_surfaces_as_its_status_through_execute() {
+    let cases = [
+        (FaultKind::Hang, NrtStatus::Timeout),
+        (FaultKind::DropNotifications, NrtStatus::ExecSwNqOverflow),
+        (FaultKind::Nan, NrtStatus::ExecCompletedWithNumErr),
+        (FaultKind::Transient, NrtStatus::ExecCompletedWithErr),
+        (FaultKind::Parity, NrtStatus::ExecHwErrNcUe),
+        (FaultKind::DmaAbort, NrtStatus::ExecHwErrDmaAbort),
+        (FaultKind::HbmUncorrectable, NrtStatus::ExecHwErrHbmUe),
+        (FaultKind::Fatal, NrtStatus::ExecUnitUnrecoverable),
+    ];
+    for (kind, want) in cases {
+        assert_eq!(fault_status(kind), want, "{kind:?}");
+    }
+}
+
+#[test]
+fn unload_during_execution_waits_for_it() {
+    let (d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &quick_timeout()).unwrap();
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    // Make the next execution slow: an engine hangs until the 300 ms timeout.
+    d.inject(FaultSpec::new(FaultKind::Hang).on_engine(nrt_hal::Engine::Dve))
+        .unwrap();
+    let (rt2, m2) = (rt.clone(), m.clone());
+    let t = std::thread::spawn(move || rt2.execute(&m2, &ins, &outs));
+    std::thread::sleep(Duration::from_millis(50));
+    rt.unload(&m).unwrap(); // returns once the execution finished
+    assert!(!m.is_loaded());
+    assert_eq!(t.join().unwrap().unwrap_err().status, NrtStatus::Timeout);
+}
+
+#[test]
+fn tracing_records_the_five_stages() {
+    let (_d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    rt.execute(&m, &ins, &outs).unwrap();
+    assert!(rt.trace_spans().is_empty());
+    rt.set_tracing(true);
+    for _ in 0..3 {
+        rt.execute(&m, &ins, &outs).unwrap();
+    }
+    rt.set_tracing(false);
+    rt.execute(&m, &ins, &outs).unwrap();
+    let spans = rt.trace_spans();
+    assert_eq!(spans.len(), 15);
+    for w in spans.chunks(5) {
+        assert_eq!(w.iter().map(|s| s.stage).collect::<Vec<_>>(), Stage::ALL);
+        assert!(w.windows(2).all(|p| p[0].end_ns <= p[1].start_ns + 1));
+    }
+}
+
+#[test]
+fn tensor_api_basics() {
+    let (_d, rt) = runtime();
+    let t = rt.allocate_tensor(Placement::Device, 0, 64, "t").unwrap();
+    t.memset(0, 7, 64).unwrap();
+    let s = t.slice(16, 16, "s").unwrap();
+    s.write(&[1; 16], 0).unwrap();
+    let mut all = [0u8; 64];
+    t.read(&mut all, 0).unwrap();
+    assert_eq!(&all[..16], &[7; 16]);
+    assert_eq!(&all[16..32], &[1; 16]);
+    let h = rt.allocate_tensor(Placement::Host, -1, 64, "h").unwrap();
+    h.copy_from(&t, 0, 0, 64).unwrap();
+    let mut back = [0u8; 64];
+    h.read(&mut back, 0).unwrap();
+    assert_eq!(back, all);
+    let e = rt.allocate_empty_tensor("e").unwrap();
+    let mut buf = vec![3u8; 32];
+    // SAFETY: `buf` outlives every use of `e` below.
+    unsafe { e.attach_buffer(buf.as_mut_ptr(), buf.len()).unwrap() };
+    assert_eq!(e.size(), 32);
+    e.write(&[5; 4], 0).unwrap();
+    assert_eq!(&buf[..5], &[5, 5, 5, 5, 3]);
+    assert!(t.slice(60, 8, "x").is_err());
+}
