@@ -442,7 +442,14 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
             if let Some(f) = unary_f(op, c)? {
                 let x = k(0);
                 if !is_float(x.dtype) {
-                    return Ok(None);
+                    let f: fn(i64) -> i64 = match op {
+                        "Neg" => i64::wrapping_neg,
+                        "Abs" => i64::wrapping_abs,
+                        "Relu" => |v| v.max(0),
+                        _ => return Ok(None),
+                    };
+                    let v = x.to_i64s().into_iter().map(f).collect();
+                    return one(HostTensor::ints(x.dtype, x.shape.clone(), v));
                 }
                 let v = x.to_f32s().into_iter().map(f).collect();
                 return one(HostTensor::f32(x.shape.clone(), v).cast(x.dtype));

@@ -77,8 +77,10 @@ pub struct Graph {
 }
 
 /// Lowest and highest default-domain opset accepted. Opsets 23–25 only extend the types of
-/// the operators we support, so their semantics are those of 22.
-pub const OPSET_RANGE: (i64, i64) = (7, 25);
+/// the operators we support, so their semantics are those of 22. Below 7, only operators
+/// whose semantics did not change are accepted (legacy attributes such as `broadcast` or
+/// `consumed_inputs` are rejected by name).
+pub const OPSET_RANGE: (i64, i64) = (1, 25);
 
 impl Node {
     fn attr(&self, name: &str) -> Option<&AttributeProto> {
@@ -406,6 +408,16 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
             .at_node(&name, &n.op_type));
         }
         for a in &n.attribute {
+            if opset < 7 && matches!(a.name.as_str(), "broadcast" | "consumed_inputs") {
+                return Err(CompileError::new(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "legacy attribute '{}' (opset {opset}) is not supported",
+                        a.name
+                    ),
+                )
+                .at_node(&name, &n.op_type));
+            }
             if !a.ref_attr_name.is_empty() || a.g.is_some() {
                 return Err(CompileError::new(
                     ErrorKind::UnsupportedOp,

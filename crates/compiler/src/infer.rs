@@ -91,7 +91,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
 
 /// Operators computed only at compile time: a model where their inputs are not constants
 /// is rejected as unsupported.
-pub const FOLD_ONLY_OPS: &[&str] = &["ConstantOfShape", "Range", "Not", "And", "Or", "Size"];
+pub const FOLD_ONLY_OPS: &[&str] = &["ConstantOfShape", "Range", "Size"];
 
 /// Inferred facts about one output.
 #[derive(Clone, Debug)]
@@ -324,14 +324,8 @@ pub(crate) fn pad_params(c: &Ctx, rank: usize) -> Result<(Vec<(i64, i64)>, Strin
             .ok_or_else(|| c.bad_attr("missing pads"))?;
         let v = match c.opt(2) {
             Some(v) if v.elements() > 0 => c
-                .konst(2)
-                .ok_or_else(|| {
-                    c.e(
-                        ErrorKind::UnsupportedOp,
-                        "constant_value must be known at compile time",
-                    )
-                })?
-                .get_f64(0),
+                .const_floats(2, "constant_value")?
+                .map_or(0.0, |v| v[0] as f64),
             _ => 0.0,
         };
         (p, v, c.const_ints(3, "axes")?)
@@ -992,14 +986,8 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
         "Clip" => {
             let x = c.input(0)?;
             if c.opset() >= 11 {
-                for i in [1, 2] {
-                    if c.opt(i).is_some() && c.konst(i).is_none() {
-                        return Err(c.e(
-                            ErrorKind::UnsupportedOp,
-                            "Clip bounds must be known at compile time",
-                        ));
-                    }
-                }
+                c.const_floats(1, "min")?;
+                c.const_floats(2, "max")?;
             }
             vec![out(x.dtype, x.shape.clone())]
         }
@@ -1061,7 +1049,6 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
         "LayerNormalization" => {
             let x = c.input(0)?;
             let axis = c.norm_axis(n.attr_i("axis", -1)?, x.shape.len())?;
-            unsupported_outputs(c, 1)?;
             let norm: usize = x.shape[axis..].iter().product();
             for i in [1, 2] {
                 if let Some(p) = c.opt(i)
@@ -1075,7 +1062,13 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                     )));
                 }
             }
-            vec![out(x.dtype, x.shape.clone())]
+            let mut stat = x.shape[..axis].to_vec();
+            stat.resize(x.shape.len(), 1);
+            vec![
+                out(x.dtype, x.shape.clone()),
+                out(DType::F32, stat.clone()),
+                out(DType::F32, stat),
+            ]
         }
         "BatchNormalization" => {
             let x = c.input(0)?;
@@ -1087,6 +1080,9 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 return Err(c.mismatch("input of rank < 2"));
             }
             let ch = x.shape[1];
+            for (i, what) in [(1, "scale"), (2, "bias"), (3, "mean"), (4, "var")] {
+                c.const_floats(i, what)?;
+            }
             for i in 1..5 {
                 let p = c.input(i)?;
                 if p.elements() != ch {
@@ -1576,13 +1572,22 @@ fn check_device_dtypes(c: &Ctx) -> Result<()> {
             | "Resize"
             | "Pow"
     );
-    if float_only {
+    if float_only && op != "Pow" {
         require_float(c, x)?;
-        if op == "Pow" {
-            require_float(c, c.input(1)?)?;
-        }
     }
-    let numeric = matches!(
+    let reduce = matches!(op, "ReduceSum" | "ReduceMax" | "ReduceMin");
+    if reduce && !matches!(x.dtype, DType::F32 | DType::I32 | DType::I64) {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!(
+                "input '{}' is {}; reductions compute f32, i32 and i64",
+                x.name, x.dtype
+            ),
+        ));
+    }
+    // Elementwise: narrower integers and halves are widened to i64 / f32 around the
+    // operation; u64 would not survive the round trip.
+    let elementwise = matches!(
         op,
         "Add"
             | "Sub"
@@ -1594,11 +1599,9 @@ fn check_device_dtypes(c: &Ctx) -> Result<()> {
             | "Equal"
             | "Less"
             | "Greater"
-            | "ReduceSum"
-            | "ReduceMax"
-            | "ReduceMin"
+            | "Pow"
     );
-    if numeric && !matches!(x.dtype, DType::F32 | DType::I32 | DType::I64) {
+    if elementwise && matches!(x.dtype, DType::U64 | DType::Bool) {
         return Err(c.e(
             ErrorKind::UnsupportedDType,
             format!(

@@ -335,7 +335,29 @@ impl<'a> Lowerer<'a> {
         views: &[&View],
         f: impl Fn(&[AccessPattern]) -> Op,
     ) -> Result<()> {
+        let owned: Vec<View> = views.iter().map(|v| (*v).clone()).collect();
+        self.emit_nd_dyn(core, engine, &owned, &f)
+    }
+
+    fn emit_nd_dyn(
+        &mut self,
+        core: u8,
+        engine: Engine,
+        views: &[View],
+        f: &dyn Fn(&[AccessPattern]) -> Op,
+    ) -> Result<()> {
         let shape = &views[0].shape;
+        // The container validates access patterns before relocation (address 0), so a
+        // negative stride cannot be encoded: walk such dimensions one index at a time.
+        if let Some(d) =
+            (0..shape.len()).find(|&d| shape[d] > 1 && views.iter().any(|v| v.strides[d] < 0))
+        {
+            for k in 0..shape[d] as i64 {
+                let sub: Vec<View> = views.iter().map(|v| v.slice(d, k, 1, 1)).collect();
+                self.emit_nd_dyn(core, engine, &sub, f)?;
+            }
+            return Ok(());
+        }
         let strides: Vec<Vec<i64>> = views.iter().map(|v| v.strides.clone()).collect();
         let (s, st, offs) = simplify(shape, &strides, 4);
         for o in offs {
@@ -441,6 +463,20 @@ impl<'a> Lowerer<'a> {
                     out: x[3],
                 })?;
             }
+            "Not" => {
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let f = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![0]));
+                let t = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![1]));
+                let fv = View::dense(f, DType::Bool, &[1]).broadcast(&oshape);
+                let tv = View::dense(t, DType::Bool, &[1]).broadcast(&oshape);
+                let y = self.alloc(o0);
+                self.emit_nd(0, Engine::Dve, &[&x, &fv, &tv, &y], |a| Op::Select {
+                    cond: a[0],
+                    a: a[1],
+                    b: a[2],
+                    out: a[3],
+                })?;
+            }
             "MatMul" => self.lower_matmul(ni)?,
             "Gemm" => self.lower_gemm(ni)?,
             "Softmax" | "LogSoftmax" => {
@@ -511,6 +547,74 @@ impl<'a> Lowerer<'a> {
                     output: a[1],
                     eps,
                 })?;
+                // Optional outputs: Mean and InvStdDev over the normalized axes.
+                let mean_out = n.outputs.get(1).copied().flatten();
+                let inv_out = n.outputs.get(2).copied().flatten();
+                if (mean_out.is_some() || inv_out.is_some()) && outer * d > 0 {
+                    let stat = |l: &mut Self, v: Option<ValueId>| match v {
+                        Some(v) => l.alloc(v).addr,
+                        None => l.temp(outer * 4),
+                    };
+                    let mean = stat(self, mean_out);
+                    let col = |addr: u64| View {
+                        addr,
+                        dtype: DType::F32,
+                        shape: vec![outer, 1],
+                        strides: vec![1, 1],
+                    };
+                    let mean_v = col(mean);
+                    self.emit(
+                        0,
+                        Engine::Pool,
+                        Op::Reduce {
+                            input: mk_ap(x.addr, x.dtype, &sh, &[d as i64, 1])?,
+                            output: mk_ap(mean, DType::F32, &[outer, 1], &[1, 1])?,
+                            op: ReduceOp::Mean,
+                            axes: 0b1000,
+                        },
+                    );
+                    if inv_out.is_some() {
+                        let centered = View::dense(self.temp(outer * d * 4), DType::F32, &sh);
+                        let mb = View {
+                            strides: vec![1, 0],
+                            shape: sh.to_vec(),
+                            ..mean_v.clone()
+                        };
+                        self.emit_nd(0, Engine::Dve, &[&xa, &mb, &centered], |a| Op::Binary {
+                            a: a[0],
+                            b: a[1],
+                            out: a[2],
+                            op: BinaryOp::Sub,
+                        })?;
+                        self.activation(
+                            &centered,
+                            &centered,
+                            None,
+                            (ActFunc::Square, 0.0, 0.0),
+                            1.0,
+                        )?;
+                        let inv = stat(self, inv_out);
+                        let var = col(self.temp(outer * 4));
+                        self.emit(
+                            0,
+                            Engine::Pool,
+                            Op::Reduce {
+                                input: mk_ap(centered.addr, DType::F32, &sh, &[d as i64, 1])?,
+                                output: mk_ap(var.addr, DType::F32, &[outer, 1], &[1, 1])?,
+                                op: ReduceOp::Mean,
+                                axes: 0b1000,
+                            },
+                        );
+                        self.emit_nd(0, Engine::Dve, &[&var, &var], |a| Op::TensorScalar {
+                            a: a[0],
+                            out: a[1],
+                            op: BinaryOp::Add,
+                            scalar: eps,
+                            reverse: false,
+                        })?;
+                        self.activation(&var, &col(inv), None, (ActFunc::Rsqrt, 0.0, 0.0), 1.0)?;
+                    }
+                }
             }
             "BatchNormalization" => {
                 let xv = c.input(0)?;
@@ -777,6 +881,66 @@ impl<'a> Lowerer<'a> {
             _ => BinaryOp::Or,
         };
         let ins: Vec<ValueId> = n.inputs.iter().flatten().copied().collect();
+        // Types the DVE does not compute go through a wider one and back.
+        let wide = |d: DType| match d {
+            DType::F32 | DType::I32 | DType::I64 | DType::Bool => d,
+            DType::F16 | DType::Bf16 => DType::F32,
+            _ => DType::I64,
+        };
+        let cd = if bop == BinaryOp::Pow {
+            DType::F32
+        } else {
+            wide(g.values[ins[0]].dtype)
+        };
+        let odt = g.values[o0].dtype;
+        if ins.iter().any(|&v| g.values[v].dtype != cd) || (odt != cd && odt != DType::Bool) {
+            let mut views = Vec::new();
+            for &v in &ins {
+                let x = self.view(v)?;
+                if x.dtype == cd {
+                    views.push(x.broadcast(&oshape));
+                } else {
+                    let t = View::dense(
+                        self.temp(x.shape.iter().product::<usize>() * cd.size()),
+                        cd,
+                        &x.shape,
+                    );
+                    self.copy(Engine::Dve, &x, &t)?;
+                    views.push(t.broadcast(&oshape));
+                }
+            }
+            let rdt = if bop.is_comparison() { DType::Bool } else { cd };
+            let y = self.alloc(o0);
+            let acc = if rdt == odt {
+                y.clone()
+            } else {
+                View::dense(
+                    self.temp(y.shape.iter().product::<usize>() * rdt.size()),
+                    rdt,
+                    &oshape,
+                )
+            };
+            self.emit_nd(0, Engine::Dve, &[&views[0], &views[1], &acc], |a| {
+                Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: bop,
+                }
+            })?;
+            for v in &views[2..] {
+                self.emit_nd(0, Engine::Dve, &[&acc, v, &acc], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: bop,
+                })?;
+            }
+            if rdt != odt {
+                self.copy(Engine::Dve, &acc, &y)?;
+            }
+            return Ok(());
+        }
         if ins.len() == 1 {
             let x = self.view(ins[0])?;
             let y = self.alloc(o0);

@@ -101,7 +101,9 @@ pub fn i64_init(name: &str, dims: &[i64], vals: Vec<i64>) -> TensorProto {
 }
 
 pub fn ramp(n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|i| ((i * 7919) % 97) as f32 * scale - 0.5).collect()
+    (0..n)
+        .map(|i| ((i * 7919) % 97) as f32 * scale - 0.5)
+        .collect()
 }
 
 pub fn model(
@@ -138,11 +140,19 @@ pub fn mlp(batch: i64, width: i64, layers: usize) -> Vec<u8> {
     for i in 0..layers {
         let w = format!("W{i}");
         let b = format!("b{i}");
-        inits.push(f32_init(&w, &[width, width], ramp((width * width) as usize, 0.01)));
+        inits.push(f32_init(
+            &w,
+            &[width, width],
+            ramp((width * width) as usize, 0.01),
+        ));
         inits.push(f32_init(&b, &[width], ramp(width as usize, 0.1)));
         let mm = format!("mm{i}");
         let add = format!("add{i}");
-        let out = if i + 1 == layers { "Y".to_string() } else { format!("h{i}") };
+        let out = if i + 1 == layers {
+            "Y".to_string()
+        } else {
+            format!("h{i}")
+        };
         nodes.push(node("MatMul", &[&cur, &w], &[&mm], vec![]));
         nodes.push(node("Add", &[&mm, &b], &[&add], vec![]));
         nodes.push(node("Relu", &[&add], &[&out], vec![]));

@@ -1,0 +1,485 @@
+//! End-to-end tests of the compiler on small models built in code.
+
+mod common;
+
+use common::*;
+use nrt_compiler::check::check_ordering;
+use nrt_compiler::onnx::data_type as dt;
+use nrt_compiler::{CompileOptions, Compiled, ErrorKind, HostTensor, compile};
+use nrt_hal::Engine;
+use nrt_isa::{Op, decode_block};
+use nrt_model::CompiledModel;
+
+fn ok(bytes: &[u8], opts: &CompileOptions) -> Compiled {
+    let c = compile(bytes, None, opts).unwrap_or_else(|e| panic!("{e}"));
+    let back = CompiledModel::decode(&c.model.encode()).expect("round trip");
+    assert_eq!(back, c.model);
+    check_ordering(&c.model).unwrap_or_else(|e| panic!("ordering: {e}"));
+    c
+}
+
+fn fails(bytes: &[u8], kind: ErrorKind, node: Option<&str>) -> String {
+    let e = compile(bytes, None, &CompileOptions::default()).expect_err("should fail");
+    assert_eq!(e.kind, kind, "{e}");
+    if let Some(n) = node {
+        let r = e.node.as_ref().unwrap_or_else(|| panic!("no node in {e}"));
+        assert_eq!(r.name, n, "{e}");
+        assert!(e.to_string().contains(n));
+    }
+    e.to_string()
+}
+
+fn relu_model() -> Vec<u8> {
+    model(
+        vec![node("Relu", &["X"], &["Y"], vec![])],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    )
+}
+
+#[test]
+fn tiny_model_compiles_and_validates() {
+    let c = ok(&relu_model(), &CompileOptions::default());
+    let m = &c.model;
+    assert_eq!(m.io.len(), 2);
+    let sp = decode_block(&m.block(0, Engine::Sp).unwrap().code, Engine::Sp).unwrap();
+    assert!(matches!(sp[0].1.op, Op::DmaDescriptors { count: 1, .. }));
+    assert!(sp.iter().any(|(_, i)| matches!(
+        i.op,
+        Op::Notify {
+            subtype: 6,
+            sub_id: 7,
+            payload: 1
+        }
+    )));
+    assert_eq!(c.report.instructions[0][Engine::Act.index()], 1);
+}
+
+#[test]
+fn error_unsupported_op_names_the_node() {
+    let m = model(
+        vec![
+            node("Relu", &["X"], &["A"], vec![]),
+            node("Hardmax", &["A"], &["Y"], vec![]),
+        ],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    let s = fails(&m, ErrorKind::UnsupportedOp, Some("Hardmax_Y"));
+    assert!(s.contains("Hardmax"), "{s}");
+}
+
+#[test]
+fn error_bad_attribute_names_the_node() {
+    let m = model(
+        vec![node("Softmax", &["X"], &["Y"], vec![a_i("axis", 5)])],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    let s = fails(&m, ErrorKind::BadAttribute, Some("Softmax_Y"));
+    assert!(s.contains("axis"), "{s}");
+    // An attribute of the wrong type.
+    let m = model(
+        vec![node("LeakyRelu", &["X"], &["Y"], vec![a_s("alpha", "x")])],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    fails(&m, ErrorKind::BadAttribute, Some("LeakyRelu_Y"));
+}
+
+#[test]
+fn error_shape_mismatch_names_the_node() {
+    let m = model(
+        vec![node("MatMul", &["X", "W"], &["Y"], vec![])],
+        vec![f32_init("W", &[4, 2], vec![0.0; 8])],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 2])],
+        13,
+    );
+    let s = fails(&m, ErrorKind::ShapeMismatch, Some("MatMul_Y"));
+    assert!(s.contains("3") && s.contains("4"), "{s}");
+    let m = model(
+        vec![node("Add", &["X", "B"], &["Y"], vec![])],
+        vec![f32_init("B", &[4], vec![0.0; 4])],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    fails(&m, ErrorKind::ShapeMismatch, Some("Add_Y"));
+}
+
+#[test]
+fn error_negative_dim() {
+    let m = model(
+        vec![node("Relu", &["X"], &["Y"], vec![])],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, -3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    let s = fails(&m, ErrorKind::BadShape, None);
+    assert!(s.contains("negative") && s.contains("'X'"), "{s}");
+}
+
+#[test]
+fn error_dangling_edge_names_the_node() {
+    let m = model(
+        vec![node("Add", &["X", "nowhere"], &["Y"], vec![])],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    let s = fails(&m, ErrorKind::DanglingEdge, Some("Add_Y"));
+    assert!(s.contains("nowhere"), "{s}");
+}
+
+#[test]
+fn error_truncated_and_corrupt_files_never_panic() {
+    let m = mlp(2, 16, 2);
+    for cut in (0..m.len()).step_by(7) {
+        if let Err(e) = compile(&m[..cut], None, &CompileOptions::default()) {
+            assert!(!e.message.is_empty());
+        }
+    }
+    let e = compile(&m[..m.len() / 2], None, &CompileOptions::default()).expect_err("truncated");
+    assert!(
+        matches!(e.kind, ErrorKind::Decode | ErrorKind::DanglingEdge),
+        "{e}"
+    );
+    let mut seed = 7u64;
+    for _ in 0..400 {
+        let mut b = m.clone();
+        for _ in 0..4 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let i = (seed >> 33) as usize % b.len();
+            b[i] ^= (seed >> 20) as u8 | 1;
+        }
+        if let Ok(c) = compile(&b, None, &CompileOptions::default()) {
+            check_ordering(&c.model).unwrap();
+        }
+    }
+    let e = compile(b"definitely not protobuf", None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Decode);
+}
+
+#[test]
+fn symbolic_dims_bind_from_input_shapes() {
+    let m = model(
+        vec![node("Relu", &["X"], &["Y"], vec![])],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[-1, 3])],
+        vec![vi("Y", dt::FLOAT, &[-1, 3])],
+        13,
+    );
+    let e = compile(&m, None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadShape);
+    assert!(e.message.contains("batch"), "{e}");
+    let mut o = CompileOptions::default();
+    o.input_shapes.insert("X".into(), vec![5, 3]);
+    let c = ok(&m, &o);
+    assert_eq!(c.model.io[0].shape, vec![5, 3]);
+    assert_eq!(c.model.io[1].shape, vec![5, 3]);
+    o.input_shapes.insert("X".into(), vec![5, 4]);
+    assert_eq!(
+        compile(&m, None, &o).unwrap_err().kind,
+        ErrorKind::ShapeMismatch
+    );
+}
+
+/// Shape arithmetic folds: Shape → Gather → Unsqueeze → Concat → Reshape.
+#[test]
+fn shape_subgraph_folds() {
+    let m = model(
+        vec![
+            node("Shape", &["X"], &["s"], vec![]),
+            node("Gather", &["s", "zero"], &["d0"], vec![a_i("axis", 0)]),
+            node("Unsqueeze", &["d0", "ax0"], &["d0u"], vec![]),
+            node(
+                "Concat",
+                &["d0u", "minus1"],
+                &["shape"],
+                vec![a_i("axis", 0)],
+            ),
+            node("Reshape", &["X", "shape"], &["r"], vec![]),
+            node("Relu", &["r"], &["Y"], vec![]),
+        ],
+        vec![
+            i64_init("zero", &[], vec![0]),
+            i64_init("ax0", &[1], vec![0]),
+            i64_init("minus1", &[1], vec![-1]),
+        ],
+        vec![vi("X", dt::FLOAT, &[2, 3, 4])],
+        vec![vi("Y", dt::FLOAT, &[2, 12])],
+        13,
+    );
+    let c = ok(&m, &CompileOptions::default());
+    assert_eq!(c.model.io[1].shape, vec![2, 12]);
+    assert_eq!(c.report.nodes.1, 4, "{}", c.report);
+    assert_eq!(
+        c.report.nodes.2, 2,
+        "a Reshape alias and the Relu: {}",
+        c.report
+    );
+    assert_eq!(c.report.instructions[0][Engine::Act.index()], 1);
+    // Inference through the graph API too.
+    let mut g = nrt_compiler::graph::import(&m, None, &CompileOptions::default()).unwrap();
+    nrt_compiler::infer::infer(&mut g).unwrap();
+    let s = g.values.iter().find(|v| v.name == "shape").unwrap();
+    assert_eq!(s.konst.as_ref().unwrap().to_i64s(), vec![2, -1]);
+}
+
+/// Weight dequantization folds: int8 initializer → Cast → Mul(scale) → MatMul.
+#[test]
+fn dequantization_folds_into_one_constant() {
+    let w = nrt_compiler::onnx::TensorProto {
+        name: "Wq".into(),
+        dims: vec![4, 4],
+        data_type: dt::INT8,
+        int32_data: (0..16).map(|i| i - 8).collect(),
+        ..Default::default()
+    };
+    let m = model(
+        vec![
+            node("Cast", &["Wq"], &["Wf"], vec![a_i("to", dt::FLOAT as i64)]),
+            node("Mul", &["Wf", "scale"], &["W"], vec![]),
+            node("MatMul", &["X", "W"], &["Y"], vec![]),
+        ],
+        vec![w, f32_init("scale", &[], vec![0.5])],
+        vec![vi("X", dt::FLOAT, &[1, 4])],
+        vec![vi("Y", dt::FLOAT, &[1, 4])],
+        13,
+    );
+    let c = ok(&m, &CompileOptions::default());
+    assert_eq!(c.report.nodes, (3, 2, 1));
+    let w: Vec<f32> = c.model.constants[..64]
+        .chunks(4)
+        .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+        .collect();
+    assert_eq!(w[0], -4.0);
+    assert_eq!(w[15], 3.5);
+}
+
+#[test]
+fn input_values_specialize_shape_inputs() {
+    let m = model(
+        vec![
+            node("Reshape", &["X", "S"], &["r"], vec![]),
+            node("Relu", &["r"], &["Y"], vec![]),
+        ],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, 6]), vi("S", dt::INT64, &[2])],
+        vec![vi("Y", dt::FLOAT, &[3, 4])],
+        13,
+    );
+    let e = compile(&m, None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::UnsupportedOp);
+    assert!(e.message.contains("input_values"), "{e}");
+    let mut o = CompileOptions::default();
+    o.input_values
+        .insert("S".into(), HostTensor::i64(vec![2], vec![3, 4]));
+    let c = ok(&m, &o);
+    assert_eq!(c.report.specialized_inputs, vec!["S".to_string()]);
+    assert_eq!(c.model.io.len(), 2);
+    assert_eq!(c.model.io[1].shape, vec![3, 4]);
+}
+
+#[test]
+fn bias_add_and_relu_fuse_into_one_activation() {
+    let c = ok(&mlp(1, 32, 3), &CompileOptions::default());
+    let i = &c.report.instructions[0];
+    assert_eq!(i[Engine::Pe.index()], 3, "{}", c.report);
+    // three fused activations + waits
+    let act = decode_block(&c.model.block(0, Engine::Act).unwrap().code, Engine::Act).unwrap();
+    let acts = act
+        .iter()
+        .filter(|(_, x)| matches!(x.op, Op::Activation { .. }))
+        .count();
+    assert_eq!(acts, 3);
+    assert_eq!(i[Engine::Dve.index()], 0, "{}", c.report);
+}
+
+#[test]
+fn planner_reuses_memory_on_a_chain() {
+    let c = ok(&mlp(4, 64, 6), &CompileOptions::default());
+    let r = &c.report;
+    assert!(r.arena_bytes >= r.live_bytes_lower_bound);
+    assert!(r.arena_ratio() <= 1.10, "{r}");
+    // 5 intermediates of 1 KiB, at most two live at a time.
+    assert!(r.arena_bytes <= 2 * 4 * 64 * 4, "{r}");
+}
+
+#[test]
+fn first_output_is_notified_before_the_last_is_computed() {
+    // Y1 = Relu(X) is ready at once; Y2 needs a chain of matmuls.
+    let mut nodes = vec![node("Relu", &["X"], &["Y1"], vec![])];
+    let mut cur = "X".to_string();
+    for i in 0..4 {
+        let o = if i == 3 {
+            "Y2".to_string()
+        } else {
+            format!("t{i}")
+        };
+        nodes.push(node("MatMul", &[&cur, "W"], &[&o], vec![]));
+        cur = o;
+    }
+    let m = model(
+        nodes,
+        vec![f32_init("W", &[8, 8], ramp(64, 0.01))],
+        vec![vi("X", dt::FLOAT, &[8, 8])],
+        vec![vi("Y1", dt::FLOAT, &[8, 8]), vi("Y2", dt::FLOAT, &[8, 8])],
+        13,
+    );
+    let c = ok(&m, &CompileOptions::default());
+    let sp = decode_block(&c.model.block(0, Engine::Sp).unwrap().code, Engine::Sp).unwrap();
+    let pos = |v: u32| {
+        sp.iter()
+            .position(|(_, i)| matches!(i.op, Op::Notify { payload, .. } if payload == v))
+            .unwrap()
+    };
+    assert!(pos(1) < pos(2));
+    // The store of Y1 waits only for the ACT engine, not for the matmul chain.
+    let before: Vec<_> = sp[..pos(1)]
+        .iter()
+        .filter_map(|(_, i)| i.sync.wait)
+        .collect();
+    let pe_sem = nrt_compiler::schedule::progress_semaphore(Engine::Pe);
+    assert!(before.iter().all(|(s, _)| *s != pe_sem), "{before:?}");
+}
+
+#[test]
+fn two_cores_split_matmuls() {
+    let mut o = CompileOptions::default();
+    o.cores = 2;
+    let c = ok(&mlp(2, 64, 3), &o);
+    assert_eq!(c.model.sg_count, 2);
+    assert_eq!(c.model.blocks.len(), 10);
+    assert_eq!(
+        c.report.instructions[0][Engine::Pe.index()],
+        3 + c.report.instructions[0][0] - 3
+    );
+    let pe1 = decode_block(&c.model.block(1, Engine::Pe).unwrap().code, Engine::Pe).unwrap();
+    assert_eq!(
+        pe1.iter()
+            .filter(|(_, i)| matches!(i.op, Op::MatMul { .. }))
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn ops_lower_and_order_correctly() {
+    // A graph touching many lowering paths at once.
+    let nodes = vec![
+        node(
+            "Transpose",
+            &["X"],
+            &["xt"],
+            vec![a_ints("perm", &[0, 2, 1, 3])],
+        ),
+        node("Softmax", &["xt"], &["sm"], vec![a_i("axis", 2)]),
+        node(
+            "LayerNormalization",
+            &["sm", "g", "b"],
+            &["ln"],
+            vec![a_i("axis", -1)],
+        ),
+        node(
+            "ReduceMean",
+            &["ln", "axes"],
+            &["rm"],
+            vec![a_i("keepdims", 1)],
+        ),
+        node("Sub", &["ln", "rm"], &["d"], vec![]),
+        node("Pad", &["d", "pads"], &["p"], vec![a_s("mode", "reflect")]),
+        node(
+            "Slice",
+            &["p", "st", "en", "sax", "ssteps"],
+            &["sl"],
+            vec![],
+        ),
+        node("Concat", &["sl", "sl"], &["cc"], vec![a_i("axis", 1)]),
+        node(
+            "Conv",
+            &["cc", "cw", "cb"],
+            &["cv"],
+            vec![a_ints("pads", &[1, 1, 1, 1])],
+        ),
+        node(
+            "MaxPool",
+            &["cv"],
+            &["mp"],
+            vec![a_ints("kernel_shape", &[2, 2]), a_i("ceil_mode", 1)],
+        ),
+        node(
+            "AveragePool",
+            &["cv"],
+            &["ap"],
+            vec![
+                a_ints("kernel_shape", &[3, 3]),
+                a_ints("strides", &[2, 2]),
+                a_ints("pads", &[1, 1, 1, 1]),
+                a_i("ceil_mode", 1),
+                a_i("count_include_pad", 1),
+            ],
+        ),
+        node("GlobalAveragePool", &["mp"], &["gp"], vec![]),
+        node(
+            "Resize",
+            &["ap", "", "scales"],
+            &["rs"],
+            vec![a_s("mode", "linear")],
+        ),
+        node("Flatten", &["rs"], &["fl"], vec![]),
+        node("Gather", &["fl", "idx"], &["ga"], vec![a_i("axis", 1)]),
+        node("Where", &["cond", "ga", "zero"], &["Y"], vec![]),
+        node(
+            "ConvTranspose",
+            &["cv", "tw"],
+            &["Y2"],
+            vec![a_ints("strides", &[2, 2])],
+        ),
+    ];
+    let inits = vec![
+        f32_init("g", &[5], ramp(5, 0.1)),
+        f32_init("b", &[5], ramp(5, 0.05)),
+        i64_init("axes", &[1], vec![-1]),
+        i64_init("pads", &[8], vec![0, 0, 1, 1, 0, 0, 1, 1]),
+        i64_init("st", &[2], vec![1, 0]),
+        i64_init("en", &[2], vec![100, -1]),
+        i64_init("sax", &[2], vec![2, 3]),
+        i64_init("ssteps", &[2], vec![1, 1]),
+        f32_init("cw", &[4, 6, 3, 3], ramp(216, 0.01)),
+        f32_init("cb", &[4], ramp(4, 0.1)),
+        f32_init("scales", &[4], vec![1.0, 1.0, 2.0, 2.0]),
+        i64_init("idx", &[3], vec![0, -1, 5]),
+        f32_init("zero", &[], vec![0.0]),
+        f32_init("tw", &[4, 2, 3, 3], ramp(72, 0.01)),
+    ];
+    let m = model(
+        nodes,
+        inits,
+        vec![
+            vi("X", dt::FLOAT, &[1, 4, 3, 5]),
+            vi("cond", dt::BOOL, &[1, 3]),
+        ],
+        vec![
+            vi("Y", dt::FLOAT, &[1, 3]),
+            vi("Y2", dt::FLOAT, &[1, 2, 11, 13]),
+        ],
+        18,
+    );
+    let c = ok(&m, &CompileOptions::default());
+    assert_eq!(c.model.io[3].shape, vec![1, 2, 11, 13]);
+    let mut o = CompileOptions::default();
+    o.cores = 2;
+    ok(&m, &o);
+}
