@@ -23,9 +23,11 @@ pub const DEVICE_SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
 /// runtime's sweep timeout finds the bit set.
 pub const DEVICE_HANG_WATCHDOG: Duration = Duration::from_millis(20);
 
-/// Instructions a core's scheduler runs on one engine before it looks at the other engines
-/// and cores again (fairness between cores sharing one device thread; a semaphore wait
-/// switches engines regardless).
+/// Control instructions (no-ops, semaphore sets, notifications) a core's scheduler runs on
+/// one engine before it looks at the other engines again. An instruction that does real work
+/// (a kernel or a DMA) always ends the engine's turn, and a semaphore wait switches engines
+/// regardless; this bound only keeps a long run of control instructions from monopolizing
+/// the device thread.
 pub const DEVICE_ENGINE_QUANTUM: u32 = 64;
 
 //===--- rings and queues ----------------------------------------------------------------===//

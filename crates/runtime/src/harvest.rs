@@ -370,6 +370,12 @@ fn finish(
     crate::xu::write_status(surface, status);
     slot.done.store(done_word(seq, status), Ordering::Release);
     vc.advance_completed();
+    if let crate::Surface::Explicit { .. } = surface {
+        // The explicit surface has nothing left to do after the status slot: retire here, so
+        // a caller that saw `is_completed` can schedule into the freed slot at once.
+        crate::exec::retire(vc, seq, status);
+        vc.xu.async_done();
+    }
     crate::xu::after_finish(vc, seq);
 }
 

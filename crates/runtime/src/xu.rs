@@ -4,9 +4,9 @@
 //! it once and gets the next seq number there), one tensor-op XU and one worker thread. The
 //! worker is the async driver of the harvest: it spins the same step function as a
 //! synchronous caller ([`crate::harvest::progress_one_step`]) and retires async executions —
-//! invoking the implicit-async callback, or, for the explicit surface, signalling eventfds
-//! (the status slot is written by the harvest itself, before the completion word, so
-//! `is_completed` implies the status is readable). With nothing async in flight it parks on
+//! invoking the implicit-async callback. Explicit (NRT 3.0) executions are finished by the
+//! harvest itself, whichever thread runs it: status slot, completion word (so `is_completed`
+//! implies the status is readable), retirement, then eventfds. With nothing async in flight it parks on
 //! an [`IdleGate`] after a bounded spin; submitters and the harvest wake it.
 //!
 //! Sequence ids are `(seq & 0xFFFF_FFFF_FFFF) | (xu_id << 48)` with `xu_id = vnc ×
@@ -82,6 +82,11 @@ impl Xu {
             compute_efd: AtomicI32::new(-1),
             tensor_efd: AtomicI32::new(-1),
         }
+    }
+
+    /// One async execution left the XU.
+    pub(crate) fn async_done(&self) {
+        self.async_inflight.fetch_sub(1, Ordering::AcqRel);
     }
 
     #[inline]
@@ -272,11 +277,8 @@ fn retire_done(rt: &RuntimeInner, vc: &VCore, cursor: &mut u64) -> bool {
                     vc.xu.async_inflight.fetch_sub(1, Ordering::AcqRel);
                     any = true;
                 }
-                (Surface::Explicit { .. }, Some(status)) => {
-                    retire(vc, seq, status);
-                    vc.xu.async_inflight.fetch_sub(1, Ordering::AcqRel);
-                    any = true;
-                }
+                // Explicit executions are retired by the harvest itself.
+                (Surface::Explicit { .. }, Some(_)) => {}
             }
         }
         if advance {

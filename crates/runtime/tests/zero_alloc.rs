@@ -96,3 +96,62 @@ fn lockstep_two_core_executions_allocate_nothing() {
     let (i, o, _k) = tensors(&rt, &m, Placement::Device);
     assert_eq!(measure(1000, || rt.execute(&m, &i, &o).unwrap()), (0, 0));
 }
+
+#[test]
+fn explicit_async_allocates_nothing_per_execution() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (_d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (i, o, _k) = tensors(&rt, &m, Placement::Device);
+    let mut status = 0i32;
+    let run = || {
+        // SAFETY: `status` outlives the wait below.
+        let s = unsafe { rt.execute_schedule_raw(&m, &i, &o, 0, &mut status) }.unwrap();
+        while !rt.is_completed(s).unwrap() {
+            std::hint::spin_loop();
+        }
+    };
+    assert_eq!(measure(1000, run), (0, 0));
+    // Eight in flight at a time.
+    let run8 = || {
+        let mut seqs = [nrt_runtime::SeqId(0); 8];
+        for s in seqs.iter_mut() {
+            *s = rt.execute_schedule(&m, &i, &o).unwrap();
+        }
+        for s in seqs {
+            rt.wait(s).unwrap();
+        }
+    };
+    assert_eq!(measure(125, run8), (0, 0));
+}
+
+#[test]
+fn implicit_async_allocates_nothing_per_execution() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let d = device();
+    let rt = runtime_on(
+        &d,
+        RuntimeConfig {
+            async_inflight: 8,
+            ..Default::default()
+        },
+    );
+    let done = std::sync::Arc::new(AtomicU64::new(0));
+    let cb = done.clone();
+    rt.register_async_callback(std::sync::Arc::new(move |_, _, _, s| {
+        assert!(s.is_success());
+        cb.fetch_add(1, Ordering::Release);
+    }))
+    .unwrap();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (i, o, _k) = tensors(&rt, &m, Placement::Device);
+    let mut submitted = 0u64;
+    let run = || {
+        rt.execute(&m, &i, &o).unwrap();
+        submitted += 1;
+        while done.load(Ordering::Acquire) < submitted {
+            std::hint::spin_loop();
+        }
+    };
+    assert_eq!(measure(1000, run), (0, 0));
+}

@@ -19,7 +19,9 @@
 //! # Scheduling
 //!
 //! A request runs all five engines of the core cooperatively on the device thread: each engine
-//! runs instructions until it blocks on a semaphore wait, ends its block, or used its quantum
+//! runs instructions until it blocks on a semaphore wait, ends its block, finished one
+//! instruction that does real work (a kernel or a DMA: engines run in parallel on hardware,
+//! so the others get their turn after each), or used its quantum of control instructions
 //! ([`nrt_hal::tuning::DEVICE_ENGINE_QUANTUM`]); then the next engine runs. No instruction is
 //! ever handed to another thread. When no engine can progress the execution is *stalled*: the
 //! worker goes on serving its other cores (the partner core of a lockstep pair may be the one
@@ -612,6 +614,12 @@ impl CoreInner {
             }
             exec.engines[ei].pc += 1;
             progressed = true;
+            if moves_data(&ins.op) {
+                // Engines run in parallel on hardware: after a compute or DMA instruction, let
+                // the other engines of the core take their turn, so one engine's long chain
+                // cannot hold back another engine's (e.g. an early output's DMA and notify).
+                break;
+            }
         }
         if progressed {
             Step::Progress
@@ -696,6 +704,14 @@ impl CoreInner {
         core.active.store(false, Ordering::Relaxed);
         let _ = GLOBAL_SEMAPHORES;
     }
+}
+
+/// Whether an instruction does real work (a kernel or a DMA), after which the engine yields.
+fn moves_data(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Nop | Op::SemSet { .. } | Op::Notify { .. } | Op::Barrier { .. } | Op::End
+    )
 }
 
 /// Runs `count` descriptor pairs stored at `table`.
