@@ -17,6 +17,9 @@ use nrt_isa::{Instruction, Op, decode_block};
 use nrt_model::{CompiledModel, MemRefKind, Usage};
 use std::collections::HashMap;
 
+/// A semaphore: `(core, index)` for core-local ones, `(usize::MAX, index)` for global ones.
+type SemKey = (usize, u16);
+
 struct Ins {
     ins: Instruction,
     accesses: Vec<Access>,
@@ -107,7 +110,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
             (core, sem.index())
         }
     };
-    let mut signals: HashMap<(usize, u16), (usize, Vec<(usize, u64)>)> = HashMap::new();
+    let mut signals: HashMap<SemKey, (usize, Vec<(usize, u64)>)> = HashMap::new();
     for (s, st) in streams.iter().enumerate() {
         let core = s / NUM_ENGINES;
         let mut total: HashMap<(usize, u16), u64> = HashMap::new();

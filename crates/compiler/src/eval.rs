@@ -90,7 +90,9 @@ pub fn erf(x: f32) -> f32 {
     (if x >= 0.0 { y } else { -y }) as f32
 }
 
-fn unary_f(op: &str, c: &Ctx) -> Result<Option<Box<dyn Fn(f32) -> f32>>> {
+type UnaryFn = Box<dyn Fn(f32) -> f32>;
+
+fn unary_f(op: &str, c: &Ctx) -> Result<Option<UnaryFn>> {
     let n = c.n;
     Ok(Some(match op {
         "Sqrt" => Box::new(f32::sqrt),

@@ -486,9 +486,12 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
     Ok(g)
 }
 
+/// A declared output: name, ONNX element type, dims (`None` where symbolic).
+pub type DeclaredOutput = (String, i32, Option<Vec<Option<i64>>>);
+
 /// Declared output types of the model, for checking inference: `(name, elem_type, dims)`
 /// where a dim is `None` when symbolic.
-pub fn declared_outputs(bytes: &[u8]) -> Result<Vec<(String, i32, Option<Vec<Option<i64>>>)>> {
+pub fn declared_outputs(bytes: &[u8]) -> Result<Vec<DeclaredOutput>> {
     let model: ModelProto = crate::onnx::decode_model(bytes).map_err(decode_error)?;
     let gp = model.graph.unwrap_or_default();
     Ok(gp

@@ -305,8 +305,11 @@ pub(crate) fn slice_params(c: &Ctx, shape: &[usize]) -> Result<Vec<(i64, usize, 
     Ok(p)
 }
 
+/// Per-axis `(begin, end)` pads, mode, constant value.
+pub(crate) type PadParams = (Vec<(i64, i64)>, String, f64);
+
 /// Pad parameters: per-axis `(begin, end)` (negative = crop), mode, constant value.
-pub(crate) fn pad_params(c: &Ctx, rank: usize) -> Result<(Vec<(i64, i64)>, String, f64)> {
+pub(crate) fn pad_params(c: &Ctx, rank: usize) -> Result<PadParams> {
     let n = c.n;
     let mode = n.attr_s("mode", "constant")?;
     if !["constant", "reflect", "edge", "wrap"].contains(&mode.as_str()) {
@@ -517,10 +520,8 @@ pub(crate) fn conv_transpose_params(
                     if p.len() != 2 * r {
                         return Err(c.bad_attr(format!("pads {p:?} for {r} spatial dims")));
                     }
-                    for i in 0..r {
-                        pb[i] = p[i];
-                        pe[i] = p[i + r];
-                    }
+                    pb.copy_from_slice(&p[..r]);
+                    pe.copy_from_slice(&p[r..]);
                 }
             }
             "VALID" => {}
@@ -620,7 +621,7 @@ pub(crate) fn split_sizes(c: &Ctx, dim: usize) -> Result<Vec<usize>> {
                 v.push(s);
                 left -= s;
             }
-            if c.opset() < 18 && dim % k != 0 {
+            if c.opset() < 18 && !dim.is_multiple_of(k) {
                 return Err(c.bad_attr(format!("size {dim} does not split evenly into {k}")));
             }
             Ok(v)
@@ -707,7 +708,7 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
     let mut outs = shape.to_vec();
     let mut scales = vec![0f32; r];
     if let Some(s) = scales_in {
-        if s.len() != axes.len() || s.iter().any(|&x| !(x > 0.0) || !x.is_finite()) {
+        if s.len() != axes.len() || s.iter().any(|&x| x.is_nan() || x <= 0.0 || !x.is_finite()) {
             return Err(c.bad_attr(format!("scales {s:?} for {} axes", axes.len())));
         }
         for (i, &a) in axes.iter().enumerate() {
@@ -776,7 +777,7 @@ fn reshape_shape(c: &Ctx, input: &[usize], spec: &[i64]) -> Result<Vec<usize>> {
     }
     let known: usize = out.iter().product();
     if let Some(i) = infer_at {
-        if known == 0 || total % known != 0 {
+        if known == 0 || !total.is_multiple_of(known) {
             return Err(c.mismatch(format!("cannot reshape {input:?} to {spec:?}")));
         }
         out[i] = total / known;

@@ -184,7 +184,7 @@ pub fn model_op_types(onnx_bytes: &[u8]) -> Result<Vec<String>, CompileError> {
 }
 
 /// The first operator of `ops` that the compiler does not support, if any.
-pub fn first_unsupported_op<'a>(ops: &'a [String]) -> Option<&'a str> {
+pub fn first_unsupported_op(ops: &[String]) -> Option<&str> {
     ops.iter()
         .map(|s| s.as_str())
         .find(|o| !SUPPORTED_OPS.contains(o))

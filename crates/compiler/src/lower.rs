@@ -1252,7 +1252,7 @@ impl<'a> Lowerer<'a> {
         groups: u32,
     ) {
         let o = w.shape[0];
-        let split_groups = groups > 1 && groups % 2 == 0;
+        let split_groups = groups > 1 && groups.is_multiple_of(2);
         if self.cores < 2 || (groups == 1 && o < 2) || (groups > 1 && !split_groups) {
             self.emit(
                 0,
@@ -1860,8 +1860,8 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
     for v in early {
         l.finish_value(v)?;
     }
-    for ni in 0..g.nodes.len() {
-        if !live[ni] || l.skip[ni] {
+    for (ni, &is_live) in live.iter().enumerate() {
+        if !is_live || l.skip[ni] {
             continue;
         }
         l.lowered_nodes += 1;

@@ -357,8 +357,10 @@ fn first_output_is_notified_before_the_last_is_computed() {
 
 #[test]
 fn two_cores_split_matmuls() {
-    let mut o = CompileOptions::default();
-    o.cores = 2;
+    let o = CompileOptions {
+        cores: 2,
+        ..Default::default()
+    };
     let c = ok(&mlp(2, 64, 3), &o);
     assert_eq!(c.model.sg_count, 2);
     assert_eq!(c.model.blocks.len(), 10);
@@ -479,7 +481,9 @@ fn ops_lower_and_order_correctly() {
     );
     let c = ok(&m, &CompileOptions::default());
     assert_eq!(c.model.io[3].shape, vec![1, 2, 11, 13]);
-    let mut o = CompileOptions::default();
-    o.cores = 2;
+    let o = CompileOptions {
+        cores: 2,
+        ..Default::default()
+    };
     ok(&m, &o);
 }
