@@ -506,11 +506,13 @@ pub(crate) fn conv_transpose_params(
             return Err(c.bad_attr(format!("output_shape {os:?} for {r} spatial dims")));
         }
         for i in 0..r {
+            // Floor division, as the reference: a negative total extends the end.
             let total = full(i) - os[i];
+            let half = total.div_euclid(2);
             if auto_pad == "SAME_UPPER" {
-                (pb[i], pe[i]) = (total / 2, total - total / 2);
+                (pb[i], pe[i]) = (half, total - half);
             } else {
-                (pb[i], pe[i]) = (total - total / 2, total / 2);
+                (pb[i], pe[i]) = (total - half, half);
             }
         }
     } else {
@@ -976,7 +978,10 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
         }
         "Dropout" => {
             let x = c.input(0)?;
-            if c.opset() >= 12 && c.konst(2).is_some_and(|t| t.get_f64(0) != 0.0) {
+            if c.opset() >= 12
+                && c.const_ints(2, "training_mode")?
+                    .is_some_and(|t| t.first() != Some(&0))
+            {
                 return Err(c.e(ErrorKind::UnsupportedOp, "training_mode = true"));
             }
             if n.outputs.get(1).copied().flatten().is_some() {
