@@ -487,3 +487,35 @@ fn ops_lower_and_order_correctly() {
     };
     ok(&m, &o);
 }
+
+/// Rewrites the instructions of one block (same sizes, so relocations stay valid).
+fn edit_block(m: &mut CompiledModel, engine: Engine, f: impl Fn(&mut nrt_isa::Instruction)) {
+    let b = m
+        .blocks
+        .iter_mut()
+        .find(|b| b.core == 0 && b.engine == engine)
+        .unwrap();
+    let mut code = Vec::new();
+    for (_, mut ins) in decode_block(&b.code, engine).unwrap() {
+        f(&mut ins);
+        ins.encode(&mut code);
+    }
+    b.code = code;
+}
+
+#[test]
+fn checker_rejects_missing_waits_and_deadlocks() {
+    let c = ok(&mlp(1, 16, 2), &CompileOptions::default());
+    let mut racy = c.model.clone();
+    edit_block(&mut racy, Engine::Act, |i| i.sync.wait = None);
+    let e = check_ordering(&racy).unwrap_err();
+    assert!(e.contains("unordered hazard"), "{e}");
+    let mut stuck = c.model.clone();
+    edit_block(&mut stuck, Engine::Pe, |i| {
+        if let Some((s, v)) = i.sync.wait {
+            i.sync.wait = Some((s, v + 100));
+        }
+    });
+    let e = check_ordering(&stuck).unwrap_err();
+    assert!(e.contains("never reached") || e.contains("deadlock"), "{e}");
+}
