@@ -1,0 +1,510 @@
+//! `nrt bench`: the project's benchmark harness. Every row is measured in this run:
+//! per-execution latency (median, p99), executions per second, and heap allocations per
+//! execution (from the counting allocator of the `nrt` binary).
+//!
+//! Without a model it runs the standard rows: the spinning round-trip limit of this machine
+//! (two threads ping-ponging on atomics), the device-only round trip of an empty request,
+//! the near-null model synchronously (steady state, first-after-switch, 1 and 2 cores), and
+//! the async surfaces at several queue depths.
+
+use crate::args::Args;
+use crate::session::{self, Res, fmt_ns, percentiles};
+use nrt_runtime::builtin::near_null;
+use nrt_runtime::{LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, TensorSet};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// One result row.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub model: String,
+    pub surface: String,
+    pub depth: usize,
+    pub cores: u32,
+    pub n: usize,
+    pub median_ns: f64,
+    pub p99_ns: f64,
+    pub execs_per_s: f64,
+    pub allocs_per_exec: f64,
+    pub note: String,
+}
+
+impl Row {
+    fn json(&self) -> String {
+        format!(
+            "{{\"model\":\"{}\",\"surface\":\"{}\",\"depth\":{},\"cores\":{},\"n\":{},\"median_ns\":{:.1},\"p99_ns\":{:.1},\"execs_per_s\":{:.1},\"allocs_per_exec\":{:.4},\"note\":\"{}\"}}",
+            self.model,
+            self.surface,
+            self.depth,
+            self.cores,
+            self.n,
+            self.median_ns,
+            self.p99_ns,
+            self.execs_per_s,
+            self.allocs_per_exec,
+            self.note
+        )
+    }
+}
+
+struct Timing {
+    samples: Vec<u64>,
+    elapsed: Duration,
+    allocs: u64,
+}
+
+fn row(model: &str, surface: &str, depth: usize, cores: u32, t: Timing, note: &str) -> Row {
+    let mut s = t.samples;
+    let n = s.len();
+    let (median, p99) = percentiles(&mut s);
+    Row {
+        model: model.into(),
+        surface: surface.into(),
+        depth,
+        cores,
+        n,
+        median_ns: median,
+        p99_ns: p99,
+        execs_per_s: n as f64 / t.elapsed.as_secs_f64().max(1e-9),
+        allocs_per_exec: t.allocs as f64 / n.max(1) as f64,
+        note: note.into(),
+    }
+}
+
+/// Times `f` (one execution per call) for `seconds` after a warm-up.
+fn time_calls(seconds: f64, mut f: impl FnMut() -> Res<()>) -> Res<Timing> {
+    let warm = Instant::now() + Duration::from_millis(300);
+    let mut k = 0;
+    while Instant::now() < warm || k < 20 {
+        f()?;
+        k += 1;
+    }
+    let mut samples = Vec::with_capacity(4 << 20);
+    let a0 = crate::allocations();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    while (samples.len() < 200 || Instant::now() < end) && samples.len() < samples.capacity() {
+        let t = Instant::now();
+        f()?;
+        samples.push(t.elapsed().as_nanos() as u64);
+    }
+    let elapsed = start.elapsed();
+    Ok(Timing {
+        samples,
+        elapsed,
+        allocs: crate::allocations() - a0,
+    })
+}
+
+/// The spinning round-trip limit: two threads bouncing a counter through one cache line.
+fn pingpong(seconds: f64) -> Timing {
+    let ping = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (p2, s2) = (ping.clone(), stop.clone());
+    let t = std::thread::spawn(move || {
+        let mut last = 0;
+        while !s2.load(Ordering::Relaxed) {
+            let v = p2.load(Ordering::Acquire);
+            if v != last && v % 2 == 1 {
+                p2.store(v + 1, Ordering::Release);
+                last = v + 1;
+            }
+            std::hint::spin_loop();
+        }
+    });
+    let mut v = 0u64;
+    let mut samples = Vec::with_capacity(1 << 22);
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds.min(1.0));
+    while Instant::now() < end && samples.len() < samples.capacity() {
+        let t0 = Instant::now();
+        ping.store(v + 1, Ordering::Release);
+        while ping.load(Ordering::Acquire) != v + 2 {
+            std::hint::spin_loop();
+        }
+        v += 2;
+        samples.push(t0.elapsed().as_nanos() as u64);
+    }
+    let elapsed = start.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let _ = t.join();
+    Timing {
+        samples,
+        elapsed,
+        allocs: 0,
+    }
+}
+
+/// The device alone: stage an empty request, ring, spin until all five END records.
+fn device_only(seconds: f64) -> Res<Timing> {
+    let dev = session::device()?;
+    let mut d = nrt_sim::testkit::DirectDriver::new(&*dev, 0).map_err(|e| e.to_string())?;
+    let blocks = d.empty_blocks().map_err(|e| e.to_string())?;
+    let mut idx = 0u32;
+    time_calls(seconds, || {
+        d.stage(blocks, idx, 0, 0, 1);
+        idx = idx.wrapping_add(1);
+        d.doorbell().map_err(|e| e.to_string())?;
+        if d.spin_for_execution(Duration::from_secs(5)) {
+            Ok(())
+        } else {
+            Err("device did not finish".into())
+        }
+    })
+}
+
+fn sync_rows(rt: &Runtime, m: &Model, label: &str, cores: u32, seconds: f64) -> Res<Row> {
+    let (ins, outs, _keep) = session::io_tensors(rt, m)?;
+    fill_random(&ins, m)?;
+    let t = time_calls(seconds, || {
+        rt.execute(m, &ins, &outs).map_err(|e| e.to_string())
+    })?;
+    Ok(row(label, "sync", 1, cores, t, ""))
+}
+
+fn fill_random(ins: &TensorSet, m: &Model) -> Res<()> {
+    for (i, info) in m.tensor_info().iter().enumerate() {
+        if let Some(t) = ins.get(&info.name) {
+            t.write(&session::random_bytes(info, i as u64 + 1), 0)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}
+
+/// Explicit async with `depth` executions kept in flight.
+fn explicit_rows(rt: &Runtime, m: &Model, label: &str, depth: usize, seconds: f64) -> Res<Row> {
+    // One tensor set per slot in flight, so executions never share outputs.
+    let sets: Vec<_> = (0..depth)
+        .map(|_| session::io_tensors(rt, m))
+        .collect::<Res<_>>()?;
+    for (ins, _, _) in &sets {
+        fill_random(ins, m)?;
+    }
+    let schedule = |k: usize| {
+        rt.execute_schedule(m, &sets[k].0, &sets[k].1)
+            .map_err(|e| e.to_string())
+    };
+    let mut q: VecDeque<(SeqId, Instant, usize)> = VecDeque::with_capacity(depth);
+    let drain = |q: &mut VecDeque<(SeqId, Instant, usize)>| -> Res<()> {
+        while let Some((s, _, _)) = q.pop_front() {
+            rt.wait(s).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    // Warm-up.
+    let warm = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < warm {
+        for k in 0..depth {
+            q.push_back((schedule(k)?, Instant::now(), k));
+        }
+        drain(&mut q)?;
+    }
+    let mut samples = Vec::with_capacity(4 << 20);
+    let a0 = crate::allocations();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    for k in 0..depth {
+        q.push_back((schedule(k)?, Instant::now(), k));
+    }
+    while Instant::now() < end && samples.len() < samples.capacity() - depth {
+        let (s, t0, k) = q.pop_front().expect("depth > 0");
+        while !rt.is_completed(s).map_err(|e| e.to_string())? {
+            std::hint::spin_loop();
+        }
+        samples.push(t0.elapsed().as_nanos() as u64);
+        q.push_back((schedule(k)?, Instant::now(), k));
+    }
+    let elapsed = start.elapsed();
+    let allocs = crate::allocations() - a0;
+    drain(&mut q)?;
+    Ok(row(
+        label,
+        "explicit",
+        depth,
+        m.core_count(),
+        Timing {
+            samples,
+            elapsed,
+            allocs,
+        },
+        "",
+    ))
+}
+
+/// Implicit async (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS = depth`).
+fn implicit_rows(label: &str, ncm: &[u8], depth: usize, seconds: f64) -> Res<Row> {
+    let (_dev, rt) = session::runtime(Some(RuntimeConfig {
+        async_inflight: depth as u32,
+        ..Default::default()
+    }))?;
+    let done = Arc::new(AtomicU64::new(0));
+    let d2 = done.clone();
+    rt.register_async_callback(Arc::new(move |_, _, _, _| {
+        d2.fetch_add(1, Ordering::Release);
+    }))
+    .map_err(|e| e.to_string())?;
+    let m = rt
+        .load(ncm, 0, &LoadOptions::default())
+        .map_err(|e| e.to_string())?;
+    let sets: Vec<_> = (0..depth)
+        .map(|_| session::io_tensors(&rt, &m))
+        .collect::<Res<_>>()?;
+    let mut submitted = 0u64;
+    let mut times: VecDeque<Instant> = VecDeque::with_capacity(depth);
+    let mut samples = Vec::with_capacity(4 << 20);
+    let mut run = |samples: &mut Vec<u64>, until: Instant| -> Res<()> {
+        while Instant::now() < until && samples.len() < samples.capacity() {
+            while submitted - done.load(Ordering::Acquire) < depth as u64 {
+                let k = (submitted % depth as u64) as usize;
+                rt.execute(&m, &sets[k].0, &sets[k].1)
+                    .map_err(|e| e.to_string())?;
+                times.push_back(Instant::now());
+                submitted += 1;
+            }
+            let target = submitted - depth as u64 + 1;
+            while done.load(Ordering::Acquire) < target {
+                std::hint::spin_loop();
+            }
+            let t0 = times.pop_front().expect("in flight");
+            samples.push(t0.elapsed().as_nanos() as u64);
+        }
+        Ok(())
+    };
+    let mut warm = Vec::with_capacity(1 << 20);
+    run(&mut warm, Instant::now() + Duration::from_millis(300))?;
+    let a0 = crate::allocations();
+    let start = Instant::now();
+    run(&mut samples, start + Duration::from_secs_f64(seconds))?;
+    let elapsed = start.elapsed();
+    let allocs = crate::allocations() - a0;
+    rt.async_drain(-1).map_err(|e| e.to_string())?;
+    Ok(row(
+        label,
+        "implicit",
+        depth,
+        m.core_count(),
+        Timing {
+            samples,
+            elapsed,
+            allocs,
+        },
+        "",
+    ))
+}
+
+/// Alternating two models on one core: every execution is first-after-switch.
+fn switch_rows(seconds: f64) -> Res<Row> {
+    let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+    let a = session::load(&rt, &near_null(1), 0)?;
+    let b = session::load(&rt, &near_null(1), 0)?;
+    let (ia, oa, _k1) = session::io_tensors(&rt, &a)?;
+    let (ib, ob, _k2) = session::io_tensors(&rt, &b)?;
+    let mut flip = false;
+    let c0 = rt.switch_counters();
+    let t = time_calls(seconds, || {
+        flip = !flip;
+        let r = if flip {
+            rt.execute(&a, &ia, &oa)
+        } else {
+            rt.execute(&b, &ib, &ob)
+        };
+        r.map_err(|e| e.to_string())
+    })?;
+    let c1 = rt.switch_counters();
+    let note = format!(
+        "{} switches, {} steady",
+        c1.model_switches - c0.model_switches,
+        c1.steady - c0.steady
+    );
+    Ok(row("near-null", "sync-switch", 1, 1, t, &note))
+}
+
+pub fn print_table(rows: &[Row]) {
+    println!(
+        "{:<22} {:<12} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10}  {}",
+        "model", "surface", "depth", "cores", "median", "p99", "execs/s", "allocs/ex", "note"
+    );
+    for r in rows {
+        println!(
+            "{:<22} {:<12} {:>5} {:>5} {:>12} {:>12} {:>14.0} {:>10.3}  {}",
+            r.model,
+            r.surface,
+            r.depth,
+            r.cores,
+            fmt_ns(r.median_ns),
+            fmt_ns(r.p99_ns),
+            r.execs_per_s,
+            r.allocs_per_exec,
+            r.note
+        );
+    }
+}
+
+pub fn main(a: &Args) -> Res<()> {
+    let seconds: f64 = a.parsed("seconds", 2.0)?;
+    let json = a.flag("json");
+    let surface = a.value("surface").map(str::to_owned);
+    let depth: usize = a.parsed("depth", 1)?;
+    let mut rows = Vec::new();
+    let emit = |r: Row, rows: &mut Vec<Row>| {
+        if json {
+            println!("{}", r.json());
+        }
+        rows.push(r);
+    };
+    if let Some(path) = a.positional.first() {
+        let opts = session::compile_options(a)?;
+        let p = session::prepare(path, &opts)?;
+        let label = std::path::Path::new(path)
+            .file_stem()
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned());
+        let cores = opts.cores;
+        let lnc = RuntimeConfig {
+            logical_nc: cores,
+            ..Default::default()
+        };
+        match surface.as_deref().unwrap_or("sync") {
+            "sync" => {
+                let (_d, rt) = session::runtime(Some(lnc))?;
+                let m = session::load(&rt, &p.ncm, 0)?;
+                emit(sync_rows(&rt, &m, &label, cores, seconds)?, &mut rows);
+            }
+            "explicit" => {
+                let (_d, rt) = session::runtime(Some(lnc))?;
+                let m = session::load(&rt, &p.ncm, 0)?;
+                emit(
+                    explicit_rows(&rt, &m, &label, depth.max(1), seconds)?,
+                    &mut rows,
+                );
+            }
+            "implicit" => emit(
+                implicit_rows(&label, &p.ncm, depth.max(1), seconds)?,
+                &mut rows,
+            ),
+            s => {
+                return Err(format!(
+                    "--surface {s}: expected sync, implicit or explicit"
+                ));
+            }
+        }
+    } else if let Some(s) = surface {
+        let (cores, ncm) = (
+            a.parsed("cores", 1u32)?,
+            near_null(a.parsed("cores", 1u32)?),
+        );
+        let lnc = RuntimeConfig {
+            logical_nc: cores,
+            ..Default::default()
+        };
+        let r = match s.as_str() {
+            "sync" => {
+                let (_d, rt) = session::runtime(Some(lnc))?;
+                let m = session::load(&rt, &ncm, 0)?;
+                sync_rows(&rt, &m, "near-null", cores, seconds)?
+            }
+            "explicit" => {
+                let (_d, rt) = session::runtime(Some(lnc))?;
+                let m = session::load(&rt, &ncm, 0)?;
+                explicit_rows(&rt, &m, "near-null", depth.max(1), seconds)?
+            }
+            "implicit" => implicit_rows("near-null", &ncm, depth.max(1), seconds)?,
+            s => {
+                return Err(format!(
+                    "--surface {s}: expected sync, implicit or explicit"
+                ));
+            }
+        };
+        emit(r, &mut rows);
+    } else {
+        emit(
+            row(
+                "spin-pingpong",
+                "limit",
+                1,
+                0,
+                pingpong(seconds),
+                "two threads, one cache line",
+            ),
+            &mut rows,
+        );
+        emit(
+            row(
+                "empty-request",
+                "device-only",
+                1,
+                1,
+                device_only(seconds)?,
+                "stage + doorbell + 5 END records",
+            ),
+            &mut rows,
+        );
+        {
+            let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+            let m = session::load(&rt, &near_null(1), 0)?;
+            emit(sync_rows(&rt, &m, "near-null", 1, seconds)?, &mut rows);
+            let (ins, outs, _k) = session::io_tensors(&rt, &m)?;
+            let mut hi = TensorSet::new();
+            let mut ho = TensorSet::new();
+            let x = rt
+                .allocate_tensor(Placement::Host, -1, 16, "x")
+                .map_err(|e| e.to_string())?;
+            let y = rt
+                .allocate_tensor(Placement::Host, -1, 16, "y")
+                .map_err(|e| e.to_string())?;
+            hi.add("x", &x);
+            ho.add("y", &y);
+            let _ = (ins, outs);
+            let t = time_calls(seconds, || {
+                rt.execute(&m, &hi, &ho).map_err(|e| e.to_string())
+            })?;
+            emit(
+                row("near-null", "sync-host", 1, 1, t, "host tensors, cloned"),
+                &mut rows,
+            );
+            for d in [1, 2, 4, 8, 16, 32] {
+                emit(explicit_rows(&rt, &m, "near-null", d, seconds)?, &mut rows);
+            }
+        }
+        emit(switch_rows(seconds)?, &mut rows);
+        {
+            let (_d, rt) = session::runtime(Some(RuntimeConfig {
+                logical_nc: 2,
+                ..Default::default()
+            }))?;
+            let m = session::load(&rt, &near_null(2), 0)?;
+            emit(sync_rows(&rt, &m, "near-null-2c", 2, seconds)?, &mut rows);
+        }
+        emit(
+            implicit_rows("near-null", &near_null(1), 8, seconds)?,
+            &mut rows,
+        );
+    }
+    if !json {
+        print_table(&rows);
+        if let (Some(limit), Some(sync)) = (
+            rows.iter().find(|r| r.surface == "limit"),
+            rows.iter()
+                .find(|r| r.surface == "sync" && r.model == "near-null"),
+        ) {
+            println!(
+                "\nsync near-null round trip / spinning pingpong limit: {:.1}x",
+                sync.median_ns / limit.median_ns.max(1.0)
+            );
+        }
+        if let (Some(sync), Some(e8)) = (
+            rows.iter()
+                .find(|r| r.surface == "sync" && r.model == "near-null"),
+            rows.iter()
+                .find(|r| r.surface == "explicit" && r.depth == 8),
+        ) {
+            println!(
+                "explicit async depth 8 / sync throughput: {:.1}x",
+                e8.execs_per_s / sync.execs_per_s.max(1.0)
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,281 @@
+//! `nrt conformance DIR…`: runs ONNX node-test folders (`model.onnx` +
+//! `test_data_set_*/{input,output}_*.pb`, found recursively) through the compiler and the
+//! software NeuronCore and compares with the expected outputs.
+//!
+//! Each test prints one line — `PASS name`, `FAIL name: …` with the largest error, or
+//! `UNSUPPORTED name: reason` — and the run ends with `N passed, M failed, K unsupported`.
+//! When a model needs the values of some inputs at compile time (a Reshape shape, Slice
+//! starts, …) the runner specializes it with the data set's values and says so.
+
+use crate::args::Args;
+use crate::session::{self, Res};
+use nrt_compiler::{CompileOptions, HostTensor};
+use nrt_runtime::{LoadOptions, Runtime, RuntimeConfig, TensorInfo};
+use std::path::{Path, PathBuf};
+
+enum Outcome {
+    Pass(String),
+    Fail(String),
+    Unsupported(String),
+}
+
+fn find_tests(dir: &Path, out: &mut Vec<PathBuf>) {
+    if dir.join("model.onnx").is_file() {
+        out.push(dir.to_path_buf());
+        return;
+    }
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        let mut v: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        v.sort();
+        for p in v {
+            find_tests(&p, out);
+        }
+    }
+}
+
+fn read_pbs(dir: &Path, prefix: &str) -> Res<Vec<(String, HostTensor)>> {
+    let mut v = Vec::new();
+    for i in 0.. {
+        let p = dir.join(format!("{prefix}_{i}.pb"));
+        if !p.is_file() {
+            break;
+        }
+        v.push(nrt_compiler::read_tensor_pb(&p).map_err(|e| format!("{}: {e}", p.display()))?);
+    }
+    Ok(v)
+}
+
+/// Graph input names that are not initializers, in order.
+fn graph_inputs(bytes: &[u8]) -> Res<(Vec<String>, Vec<String>)> {
+    let m =
+        nrt_compiler::onnx::decode_model(bytes).map_err(|e| format!("not an ONNX model: {e}"))?;
+    let g = m.graph.unwrap_or_default();
+    let inits: std::collections::HashSet<&str> =
+        g.initializer.iter().map(|t| t.name.as_str()).collect();
+    let ins = g
+        .input
+        .iter()
+        .map(|v| v.name.clone())
+        .filter(|n| !inits.contains(n.as_str()))
+        .collect();
+    let outs = g.output.iter().map(|v| v.name.clone()).collect();
+    Ok((ins, outs))
+}
+
+fn to_f64s(t: &HostTensor) -> Vec<f64> {
+    (0..t.len()).map(|i| t.get_f64(i)).collect()
+}
+
+/// Compares an output; returns the largest violation, if any.
+fn compare(got: &HostTensor, want: &HostTensor, rtol: f64, atol: f64) -> Option<String> {
+    if got.shape != want.shape {
+        return Some(format!("shape {:?}, expected {:?}", got.shape, want.shape));
+    }
+    let (g, w) = (to_f64s(got), to_f64s(want));
+    let mut worst: Option<(f64, usize)> = None;
+    for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
+        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs();
+        if !ok {
+            let err = if a.is_finite() && b.is_finite() {
+                (a - b).abs()
+            } else {
+                f64::INFINITY
+            };
+            if worst.is_none_or(|(e, _)| err > e) {
+                worst = Some((err, i));
+            }
+        }
+    }
+    worst.map(|(e, i)| {
+        format!(
+            "max abs error {e:.3e} at element {i} (got {}, expected {})",
+            g[i], w[i]
+        )
+    })
+}
+
+fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64) -> Outcome {
+    let bytes = match std::fs::read(dir.join("model.onnx")) {
+        Ok(b) => b,
+        Err(e) => return Outcome::Fail(format!("reading model.onnx: {e}")),
+    };
+    let ops = match nrt_compiler::model_op_types(&bytes) {
+        Ok(o) => o,
+        Err(e) => return Outcome::Unsupported(e.to_string()),
+    };
+    if let Some(op) = nrt_compiler::first_unsupported_op(&ops) {
+        return Outcome::Unsupported(format!("op {op} is not supported"));
+    }
+    let (in_names, out_names) = match graph_inputs(&bytes) {
+        Ok(x) => x,
+        Err(e) => return Outcome::Fail(e),
+    };
+    let mut sets: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default();
+    sets.sort();
+    if sets.is_empty() {
+        return Outcome::Unsupported("no test_data_set".into());
+    }
+    let mut notes = Vec::new();
+    for set in &sets {
+        let (inputs, outputs) = match (read_pbs(set, "input"), read_pbs(set, "output")) {
+            (Ok(i), Ok(o)) => (i, o),
+            (Err(e), _) | (_, Err(e)) => return Outcome::Unsupported(e),
+        };
+        // Inputs by graph name (the .pb names, else position).
+        let named: Vec<(String, HostTensor)> = inputs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (n, t))| {
+                (
+                    if n.is_empty() {
+                        in_names.get(i).cloned().unwrap_or(n)
+                    } else {
+                        n
+                    },
+                    t,
+                )
+            })
+            .collect();
+        let mut opts = CompileOptions::default();
+        for (n, t) in &named {
+            opts.input_shapes.insert(n.clone(), t.shape.clone());
+        }
+        let compiled = match nrt_compiler::compile(&bytes, Some(dir), &opts) {
+            Ok(c) => c,
+            Err(first) => {
+                if first.kind.is_unsupported() {
+                    return Outcome::Unsupported(first.to_string());
+                }
+                // Specialize: bind the values of the inputs that are not floating point
+                // (shapes, indices, axes, pads, …) and try again.
+                let mut spec = opts.clone();
+                let mut which = Vec::new();
+                for (n, t) in &named {
+                    if !nrt_compiler::tensor::is_float(t.dtype) {
+                        spec.input_values.insert(n.clone(), t.clone());
+                        which.push(n.clone());
+                    }
+                }
+                if which.is_empty() {
+                    return Outcome::Fail(format!("compile: {first}"));
+                }
+                match nrt_compiler::compile(&bytes, Some(dir), &spec) {
+                    Ok(c) => {
+                        notes.push(format!("specialized {}", which.join(",")));
+                        c
+                    }
+                    Err(e) if e.kind.is_unsupported() => {
+                        return Outcome::Unsupported(e.to_string());
+                    }
+                    Err(e) => return Outcome::Fail(format!("compile: {e}")),
+                }
+            }
+        };
+        let m = match rt.load(&compiled.model.encode(), 0, &LoadOptions::default()) {
+            Ok(m) => m,
+            Err(e) => return Outcome::Fail(format!("load: {e}")),
+        };
+        let result = (|| -> Res<Option<String>> {
+            let (ins, outs, all) = session::io_tensors(rt, &m)?;
+            for (n, t) in &named {
+                if let Some((info, _)) = all.iter().find(|(i, _)| &i.name == n) {
+                    ins.get(n)
+                        .expect("allocated")
+                        .write(&session::to_device_bytes(t, info.dtype), 0)
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            rt.execute(&m, &ins, &outs)
+                .map_err(|e| format!("execute: {e}"))?;
+            for (i, (pb_name, want)) in outputs.iter().enumerate() {
+                let name = if pb_name.is_empty() {
+                    out_names.get(i).cloned().unwrap_or_default()
+                } else {
+                    pb_name.clone()
+                };
+                let Some((info, t)) = all.iter().find(|(inf, _)| inf.name == name) else {
+                    return Ok(Some(format!(
+                        "output '{name}' is not an output of the compiled model"
+                    )));
+                };
+                let got = read_output(info, t)?;
+                if let Some(why) = compare(&got, want, rtol, atol) {
+                    return Ok(Some(format!(
+                        "output '{name}' ({}): {why}",
+                        set.file_name().unwrap_or_default().to_string_lossy()
+                    )));
+                }
+            }
+            Ok(None)
+        })();
+        let _ = rt.unload(&m);
+        match result {
+            Ok(None) => {}
+            Ok(Some(why)) => return Outcome::Fail(why),
+            Err(e) => return Outcome::Fail(e),
+        }
+    }
+    notes.dedup();
+    Outcome::Pass(notes.join("; "))
+}
+
+fn read_output(info: &TensorInfo, t: &nrt_runtime::Tensor) -> Res<HostTensor> {
+    let mut b = vec![0u8; info.size as usize];
+    t.read(&mut b, 0).map_err(|e| e.to_string())?;
+    session::from_device_bytes(info, &b)
+}
+
+pub fn main(a: &Args) -> Res<bool> {
+    if a.positional.is_empty() {
+        return Err("usage: nrt conformance DIR... [--rtol R] [--atol A] [--quiet]".into());
+    }
+    let rtol: f64 = a.parsed("rtol", 1e-4)?;
+    let atol: f64 = a.parsed("atol", 1e-5)?;
+    let quiet = a.flag("quiet");
+    let mut dirs = Vec::new();
+    for d in &a.positional {
+        find_tests(Path::new(d), &mut dirs);
+    }
+    let (_dev, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+    let (mut pass, mut fail, mut unsup) = (0, 0, 0);
+    for d in &dirs {
+        let name = d
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        match run_test(&rt, d, rtol, atol) {
+            Outcome::Pass(note) => {
+                pass += 1;
+                if !quiet {
+                    if note.is_empty() {
+                        println!("PASS {name}")
+                    } else {
+                        println!("PASS {name} ({note})")
+                    }
+                }
+            }
+            Outcome::Fail(why) => {
+                fail += 1;
+                println!("FAIL {name}: {why}");
+            }
+            Outcome::Unsupported(why) => {
+                unsup += 1;
+                println!("UNSUPPORTED {name}: {why}");
+            }
+        }
+    }
+    println!("{pass} passed, {fail} failed, {unsup} unsupported");
+    Ok(fail == 0)
+}

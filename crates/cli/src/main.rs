@@ -1,0 +1,418 @@
+//! `nrt` — compile, run, inspect, trace, benchmark and conformance-test models on the
+//! software NeuronCore. Run `nrt help` for the commands.
+
+mod args;
+mod bench;
+mod conformance;
+mod samples;
+mod session;
+
+use args::Args;
+use nrt_runtime::{Stage, TensorInfo};
+use session::{Res, fmt_ns, percentiles};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counts heap allocations so `nrt bench` can report allocations per execution.
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract is the system allocator's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Heap allocations since the process started.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+const HELP: &str = "nrt — the nrt-rs command line (runtime on the software NeuronCore)
+
+USAGE:
+  nrt demo [--cnn] [--seconds S]
+      Builds a small transformer block (or CNN) as ONNX, compiles it, runs it, and prints
+      outputs, the memory plan and a per-stage latency summary.
+  nrt compile MODEL.onnx -o MODEL.ncm [--input-shape NAME=D,D,..]... [--input-value NAME=FILE.pb]... [--cores 1|2]
+  nrt run MODEL(.onnx|.ncm) [--input NAME=FILE.pb]... [--output-dir DIR] [--input-shape ...] [--seed N]
+  nrt inspect MODEL(.onnx|.ncm)
+  nrt trace MODEL(.onnx|.ncm) [-o trace.json] [--executions N]
+      Chrome/Perfetto JSON of the five stages of every execution.
+  nrt bench [MODEL] [--surface sync|implicit|explicit] [--depth N] [--cores 1|2] [--seconds S] [--json]
+  nrt conformance DIR... [--rtol R] [--atol A] [--quiet]
+
+ENVIRONMENT:
+  NEURON_RT_LOG_LEVEL, NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, NEURON_LOGICAL_NC_CONFIG,
+  NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, NEURON_RT_EXEC_TIMEOUT, and NRT_SIM_FAULTS
+  (fault plan for the software NeuronCore, e.g. \"hang@engine=act,exec=3;nan@exec=5\").
+";
+
+fn main() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let (cmd, rest) = match argv.split_first() {
+        Some((c, r)) => (c.as_str(), r),
+        None => ("help", &[][..]),
+    };
+    let code = match dispatch(cmd, rest) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("nrt {cmd}: {e}");
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn dispatch(cmd: &str, rest: &[String]) -> Res<bool> {
+    let shape_opts = ["input-shape", "input-value", "cores"];
+    match cmd {
+        "demo" => demo(&Args::parse(rest, &["seconds"], &["cnn"])?).map(|_| true),
+        "compile" => compile(&Args::parse(
+            rest,
+            &[&shape_opts[..], &["output"]].concat(),
+            &[],
+        )?)
+        .map(|_| true),
+        "run" => run(&Args::parse(
+            rest,
+            &[&shape_opts[..], &["input", "output-dir", "seed"]].concat(),
+            &[],
+        )?)
+        .map(|_| true),
+        "inspect" => inspect(&Args::parse(rest, &shape_opts, &[])?).map(|_| true),
+        "trace" => trace(&Args::parse(
+            rest,
+            &[&shape_opts[..], &["output", "executions"]].concat(),
+            &[],
+        )?)
+        .map(|_| true),
+        "bench" => bench::main(&Args::parse(
+            rest,
+            &[&shape_opts[..], &["surface", "depth", "seconds"]].concat(),
+            &["json"],
+        )?)
+        .map(|_| true),
+        "conformance" => conformance::main(&Args::parse(rest, &["rtol", "atol"], &["quiet"])?),
+        "help" | "--help" | "-h" => {
+            print!("{HELP}");
+            Ok(true)
+        }
+        other => Err(format!("unknown command {other:?}; see `nrt help`")),
+    }
+}
+
+fn compile(a: &Args) -> Res<()> {
+    let input = a
+        .positional
+        .first()
+        .ok_or("usage: nrt compile MODEL.onnx -o MODEL.ncm")?;
+    let out = a.value("output").ok_or("missing -o OUTPUT.ncm")?;
+    let opts = session::compile_options(a)?;
+    let c =
+        nrt_compiler::compile_file(Path::new(input), &opts).map_err(|e| format!("{input}: {e}"))?;
+    std::fs::write(out, c.model.encode()).map_err(|e| format!("writing {out}: {e}"))?;
+    println!("compiled {input} -> {out}");
+    print!("{}", c.report);
+    Ok(())
+}
+
+fn describe(info: &[TensorInfo]) {
+    for t in info {
+        println!(
+            "  {:?} {:<24} {} {:?} ({} bytes)",
+            t.usage, t.name, t.dtype, t.shape, t.size
+        );
+    }
+}
+
+fn run(a: &Args) -> Res<()> {
+    let path = a
+        .positional
+        .first()
+        .ok_or("usage: nrt run MODEL [--input NAME=FILE.pb]...")?;
+    let p = session::prepare(path, &session::compile_options(a)?)?;
+    let (_dev, rt) = session::runtime(None)?;
+    let m = session::load(&rt, &p.ncm, -1)?;
+    let (ins, outs, all) = session::io_tensors(&rt, &m)?;
+    let seed: u64 = a.parsed("seed", 1)?;
+    let mut given = std::collections::BTreeMap::new();
+    for s in a.values("input") {
+        let (n, f) = args::name_value(s, "--input")?;
+        given.insert(n, f);
+    }
+    for (i, (info, t)) in all.iter().enumerate() {
+        if info.usage != nrt_model::Usage::Input {
+            continue;
+        }
+        let bytes = match given.remove(&info.name) {
+            Some(f) => {
+                let (_, h) =
+                    nrt_compiler::read_tensor_pb(Path::new(&f)).map_err(|e| format!("{f}: {e}"))?;
+                let b = session::to_device_bytes(&h, info.dtype);
+                if b.len() as u64 != info.size {
+                    return Err(format!(
+                        "{f}: {} bytes for input '{}', which takes {}",
+                        b.len(),
+                        info.name,
+                        info.size
+                    ));
+                }
+                b
+            }
+            None => {
+                println!(
+                    "input '{}': random values (seed {})",
+                    info.name,
+                    seed + i as u64
+                );
+                session::random_bytes(info, seed + i as u64)
+            }
+        };
+        t.write(&bytes, 0).map_err(|e| e.to_string())?;
+    }
+    if let Some(n) = given.keys().next() {
+        return Err(format!("--input {n}: the model has no input named '{n}'"));
+    }
+    rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
+    for (info, t) in all
+        .iter()
+        .filter(|(i, _)| i.usage == nrt_model::Usage::Output)
+    {
+        let mut b = vec![0u8; info.size as usize];
+        t.read(&mut b, 0).map_err(|e| e.to_string())?;
+        let h = session::from_device_bytes(info, &b)?;
+        let v: Vec<f64> = (0..h.len()).map(|i| h.get_f64(i)).collect();
+        let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:.5}")).collect();
+        println!(
+            "output '{}' {:?}: [{}{}]",
+            info.name,
+            info.shape,
+            head.join(", "),
+            if v.len() > 8 { ", ..." } else { "" }
+        );
+        if let Some(dir) = a.value("output-dir") {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+            let f = Path::new(dir).join(format!("{}.pb", info.name));
+            nrt_compiler::write_tensor_pb(&f, &info.name, &h).map_err(|e| e.to_string())?;
+            println!("  written to {}", f.display());
+        }
+    }
+    Ok(())
+}
+
+fn inspect(a: &Args) -> Res<()> {
+    let path = a.positional.first().ok_or("usage: nrt inspect MODEL")?;
+    let p = session::prepare(path, &session::compile_options(a)?)?;
+    let m = nrt_model::CompiledModel::decode(&p.ncm).map_err(|e| e.to_string())?;
+    println!(
+        "model '{}' ({}), {} core(s), {} bytes",
+        m.name,
+        m.producer,
+        m.sg_count,
+        p.ncm.len()
+    );
+    println!("I/O:");
+    for (i, t) in m.io.iter().enumerate() {
+        println!(
+            "  var {i}: {:?} {:<24} {} {:?}",
+            t.usage, t.name, t.dtype, t.shape
+        );
+    }
+    println!(
+        "plan ({} entries, arena {} bytes, constants {} bytes):",
+        m.mem_refs.len(),
+        m.scratch_bytes(),
+        m.constants.len()
+    );
+    for (i, r) in m.mem_refs.iter().enumerate() {
+        println!(
+            "  [{i}] {:<20} size {:>10} align {:>5} offset {}",
+            r.kind.name(),
+            r.size,
+            r.align,
+            r.offset
+        );
+    }
+    println!("blocks:");
+    for b in &m.blocks {
+        let n = nrt_isa::decode_block(&b.code, b.engine)
+            .map(|v| v.len() - 1)
+            .unwrap_or(0);
+        println!(
+            "  core {} {:<4} {:>5} instructions {:>7} bytes {:>4} relocations",
+            b.core,
+            b.engine.name(),
+            n,
+            b.code.len(),
+            b.relocations.len()
+        );
+    }
+    if let Some(r) = p.report {
+        print!("{r}");
+    }
+    Ok(())
+}
+
+/// Per-stage medians of the traced executions.
+fn stage_summary(spans: &[nrt_runtime::Span]) -> Vec<(Stage, f64, f64)> {
+    Stage::ALL
+        .iter()
+        .map(|&s| {
+            let mut v: Vec<u64> = spans
+                .iter()
+                .filter(|x| x.stage == s)
+                .map(|x| x.end_ns - x.start_ns)
+                .collect();
+            let (med, p99) = percentiles(&mut v);
+            (s, med, p99)
+        })
+        .collect()
+}
+
+fn trace(a: &Args) -> Res<()> {
+    let path = a
+        .positional
+        .first()
+        .ok_or("usage: nrt trace MODEL [-o trace.json]")?;
+    let out = a.value("output").unwrap_or("trace.json");
+    let n: usize = a.parsed("executions", 100)?;
+    let p = session::prepare(path, &session::compile_options(a)?)?;
+    let (_dev, rt) = session::runtime(None)?;
+    let m = session::load(&rt, &p.ncm, -1)?;
+    let (ins, outs, _all) = session::io_tensors(&rt, &m)?;
+    rt.set_tracing(true);
+    for _ in 0..n {
+        rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
+    }
+    let spans = rt.trace_spans();
+    let mut json = String::from("{\"traceEvents\":[\n");
+    json.push_str("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"nrt-rs runtime\"}},\n");
+    json.push_str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"execute (caller thread)\"}}");
+    for s in &spans {
+        json.push_str(&format!(
+            ",\n{{\"name\":\"{}\",\"cat\":\"stage\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"seq\":{},\"model\":{}}}}}",
+            s.stage.name(),
+            s.start_ns as f64 / 1e3,
+            (s.end_ns - s.start_ns) as f64 / 1e3,
+            s.seq,
+            s.model
+        ));
+    }
+    json.push_str("\n]}\n");
+    std::fs::write(out, json).map_err(|e| format!("writing {out}: {e}"))?;
+    println!(
+        "{} executions, {} spans -> {out} (open in https://ui.perfetto.dev or chrome://tracing)",
+        n,
+        spans.len()
+    );
+    for (s, med, p99) in stage_summary(&spans) {
+        println!(
+            "  {:<9} median {:>10}  p99 {:>10}",
+            s.name(),
+            fmt_ns(med),
+            fmt_ns(p99)
+        );
+    }
+    Ok(())
+}
+
+fn demo(a: &Args) -> Res<()> {
+    let seconds: f64 = a.parsed("seconds", 1.0)?;
+    let (name, onnx) = if a.flag("cnn") {
+        ("small CNN (1x3x32x32 -> 10 classes)", samples::small_cnn())
+    } else {
+        (
+            "transformer encoder block (seq 32, hidden 128, 4 heads, FFN 512)",
+            samples::transformer_block(32, 128, 4, 512),
+        )
+    };
+    println!(
+        "== nrt-rs demo: {name}, built as ONNX by the project's own code ({} bytes)",
+        onnx.len()
+    );
+    let compiled = nrt_compiler::compile(&onnx, None, &nrt_compiler::CompileOptions::default())
+        .map_err(|e| e.to_string())?;
+    println!(
+        "\n== compiled to NCM ({} bytes); memory plan:",
+        compiled.model.encode().len()
+    );
+    print!("{}", compiled.report);
+    let (_dev, rt) = session::runtime(None)?;
+    let m = session::load(&rt, &compiled.model.encode(), -1)?;
+    println!(
+        "\n== loaded on the software NeuronCore (vnc {}); I/O:",
+        m.vnc()
+    );
+    describe(&m.tensor_info());
+    let (ins, outs, all) = session::io_tensors(&rt, &m)?;
+    for (i, (info, t)) in all.iter().enumerate() {
+        if info.usage == nrt_model::Usage::Input {
+            t.write(&session::random_bytes(info, 42 + i as u64), 0)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
+    println!("\n== outputs:");
+    for (info, t) in all
+        .iter()
+        .filter(|(i, _)| i.usage == nrt_model::Usage::Output)
+    {
+        let mut b = vec![0u8; info.size as usize];
+        t.read(&mut b, 0).map_err(|e| e.to_string())?;
+        let h = session::from_device_bytes(info, &b)?;
+        let v: Vec<f64> = (0..h.len()).map(|i| h.get_f64(i)).collect();
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let head: Vec<String> = v.iter().take(6).map(|x| format!("{x:+.5}")).collect();
+        println!(
+            "  {} {:?}: [{}, ...] mean {mean:+.6}",
+            info.name,
+            info.shape,
+            head.join(", ")
+        );
+    }
+    rt.set_tracing(true);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs_f64(seconds);
+    let mut n = 0usize;
+    while std::time::Instant::now() < end || n < 20 {
+        rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
+        n += 1;
+    }
+    let spans = rt.trace_spans();
+    println!("\n== per-stage latency over {n} executions (median / p99):");
+    let mut total = 0.0;
+    for (s, med, p99) in stage_summary(&spans) {
+        total += med;
+        println!(
+            "  {:<9} {:>10} / {:>10}",
+            s.name(),
+            fmt_ns(med),
+            fmt_ns(p99)
+        );
+    }
+    println!("  {:<9} {:>10}", "sum", fmt_ns(total));
+    let c = rt.switch_counters();
+    println!(
+        "\n  model switches (reload-config): {}; steady-state core-executions: {}",
+        c.model_switches, c.steady
+    );
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! ONNX models the project builds itself (no downloads, no Python): the demo's small
+//! transformer encoder block and a small CNN, written with the compiler's ONNX messages.
+
+use nrt_compiler::onnx::{
+    AttributeProto, Dimension, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto, attribute_type, data_type,
+};
+
+/// A deterministic xorshift generator for weights.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        // Uniform in [-1, 1).
+        ((self.0 >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+    }
+
+    fn tensor(&mut self, name: &str, dims: &[i64], scale: f32) -> TensorProto {
+        let n: i64 = dims.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| self.next() * scale).collect();
+        f32_tensor(name, dims, &v)
+    }
+}
+
+fn f32_tensor(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
+    TensorProto {
+        name: name.to_owned(),
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+fn i64_tensor(name: &str, v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: name.to_owned(),
+        dims: vec![v.len() as i64],
+        data_type: data_type::INT64,
+        raw_data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ..Default::default()
+    }
+}
+
+fn value_info(name: &str, dims: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.to_owned(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: data_type::FLOAT,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            dim_value: Some(d),
+                            dim_param: None,
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+struct Graph {
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    rng: Rng,
+}
+
+impl Graph {
+    fn new(seed: u64) -> Graph {
+        Graph {
+            nodes: Vec::new(),
+            inits: Vec::new(),
+            rng: Rng(seed),
+        }
+    }
+
+    fn node(
+        &mut self,
+        op: &str,
+        inputs: &[&str],
+        output: &str,
+        attrs: Vec<AttributeProto>,
+    ) -> String {
+        self.nodes.push(NodeProto {
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: vec![output.to_owned()],
+            name: output.to_owned(),
+            op_type: op.to_owned(),
+            attribute: attrs,
+            ..Default::default()
+        });
+        output.to_owned()
+    }
+
+    fn weight(&mut self, name: &str, dims: &[i64], scale: f32) -> String {
+        let t = self.rng.tensor(name, dims, scale);
+        self.inits.push(t);
+        name.to_owned()
+    }
+
+    fn constant(&mut self, name: &str, v: &[f32]) -> String {
+        self.inits.push(f32_tensor(name, &[], v));
+        name.to_owned()
+    }
+
+    fn finish(self, name: &str, input: ValueInfoProto, output: ValueInfoProto) -> Vec<u8> {
+        let m = ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            producer_name: "nrt-rs samples".into(),
+            graph: Some(GraphProto {
+                node: self.nodes,
+                name: name.to_owned(),
+                initializer: self.inits,
+                input: vec![input],
+                output: vec![output],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        nrt_compiler::onnx::encode_model(&m)
+    }
+}
+
+fn ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INTS,
+        ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::INT,
+        i: v,
+        ..Default::default()
+    }
+}
+
+fn float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::FLOAT,
+        f: v,
+        ..Default::default()
+    }
+}
+
+/// A post-LN transformer encoder block: `X: f32[1, seq, hidden]` → `Y`, multi-head attention
+/// (Q/K/V projections, scaled dot-product, softmax), residual + LayerNormalization, a
+/// tanh-Gelu feed-forward block, residual + LayerNormalization. The same structure as the
+/// peers' `encoder` benchmark model, smaller.
+pub fn transformer_block(seq: i64, hidden: i64, heads: i64, ffn: i64) -> Vec<u8> {
+    let dh = hidden / heads;
+    let mut g = Graph::new(0x9E37_79B9_7F4A_7C15);
+    let s = 1.0 / (hidden as f32).sqrt();
+    for nm in ["q", "k", "v", "o"] {
+        g.weight(&format!("W{nm}"), &[hidden, hidden], s);
+        g.weight(&format!("b{nm}"), &[hidden], 0.02);
+    }
+    g.weight("W1", &[hidden, ffn], s);
+    g.weight("b1", &[ffn], 0.02);
+    g.weight("W2", &[ffn, hidden], 1.0 / (ffn as f32).sqrt());
+    g.weight("b2", &[hidden], 0.02);
+    for ln in ["ln1", "ln2"] {
+        let gamma: Vec<f32> = (0..hidden).map(|_| 1.0 + 0.05 * g.rng.next()).collect();
+        g.inits
+            .push(f32_tensor(&format!("{ln}_g"), &[hidden], &gamma));
+        g.weight(&format!("{ln}_b"), &[hidden], 0.05);
+    }
+    g.inits
+        .push(i64_tensor("shape_heads", &[1, seq, heads, dh]));
+    g.inits.push(i64_tensor("shape_merge", &[1, seq, hidden]));
+    g.constant("inv_sqrt_dh", &[1.0 / (dh as f32).sqrt()]);
+    for (n, v) in [
+        ("half", 0.5),
+        ("one", 1.0),
+        ("c_gelu", (2.0f32 / std::f32::consts::PI).sqrt()),
+        ("c_cube", 0.044715),
+        ("three", 3.0),
+    ] {
+        g.constant(n, &[v]);
+    }
+    let proj = |g: &mut Graph, x: &str, nm: &str| {
+        let mm = g.node(
+            "MatMul",
+            &[x, &format!("W{nm}")],
+            &format!("{nm}_mm"),
+            vec![],
+        );
+        g.node(
+            "Add",
+            &[&mm, &format!("b{nm}")],
+            &format!("{nm}_lin"),
+            vec![],
+        )
+    };
+    let split = |g: &mut Graph, x: &str, nm: &str| {
+        let r = g.node("Reshape", &[x, "shape_heads"], &format!("{nm}_r"), vec![]);
+        g.node(
+            "Transpose",
+            &[&r],
+            &format!("{nm}_h"),
+            vec![ints("perm", &[0, 2, 1, 3])],
+        )
+    };
+    let q = proj(&mut g, "X", "q");
+    let q = split(&mut g, &q, "q");
+    let k = proj(&mut g, "X", "k");
+    let k = split(&mut g, &k, "k");
+    let v = proj(&mut g, "X", "v");
+    let v = split(&mut g, &v, "v");
+    let kt = g.node("Transpose", &[&k], "kT", vec![ints("perm", &[0, 1, 3, 2])]);
+    let qk = g.node("MatMul", &[&q, &kt], "qk", vec![]);
+    let scores = g.node("Mul", &[&qk, "inv_sqrt_dh"], "scores", vec![]);
+    let p = g.node("Softmax", &[&scores], "probs", vec![int("axis", -1)]);
+    let ctx = g.node("MatMul", &[&p, &v], "ctx_h", vec![]);
+    let ctx = g.node(
+        "Transpose",
+        &[&ctx],
+        "ctx_t",
+        vec![ints("perm", &[0, 2, 1, 3])],
+    );
+    let ctx = g.node("Reshape", &[&ctx, "shape_merge"], "ctx", vec![]);
+    let attn = proj(&mut g, &ctx, "o");
+    let x1 = g.node("Add", &["X", &attn], "res1", vec![]);
+    let ln = |g: &mut Graph, x: &str, nm: &str, out: &str| {
+        g.node(
+            "LayerNormalization",
+            &[x, &format!("{nm}_g"), &format!("{nm}_b")],
+            out,
+            vec![int("axis", -1), float("epsilon", 1e-5)],
+        )
+    };
+    let h1 = ln(&mut g, &x1, "ln1", "ln1");
+    let f = proj(&mut g, &h1, "1");
+    let x3 = g.node("Pow", &[&f, "three"], "g_x3", vec![]);
+    let cx3 = g.node("Mul", &[&x3, "c_cube"], "g_cx3", vec![]);
+    let inner = g.node("Add", &[&f, &cx3], "g_in", vec![]);
+    let sc = g.node("Mul", &[&inner, "c_gelu"], "g_sc", vec![]);
+    let t = g.node("Tanh", &[&sc], "g_t", vec![]);
+    let hx = g.node("Mul", &[&f, "half"], "g_hx", vec![]);
+    let one_t = g.node("Add", &[&t, "one"], "g_1t", vec![]);
+    let gel = g.node("Mul", &[&hx, &one_t], "gelu", vec![]);
+    let f2 = proj(&mut g, &gel, "2");
+    let x2 = g.node("Add", &[&h1, &f2], "res2", vec![]);
+    ln(&mut g, &x2, "ln2", "Y");
+    g.finish(
+        "encoder_block",
+        value_info("X", &[1, seq, hidden]),
+        value_info("Y", &[1, seq, hidden]),
+    )
+}
+
+/// A small CNN: `X: f32[1, 3, 32, 32]` → conv 3×3 (16) + ReLU → max-pool 2 → conv 3×3 (32,
+/// stride 2) + ReLU → global average pool → flatten → dense 10 → softmax.
+pub fn small_cnn() -> Vec<u8> {
+    let mut g = Graph::new(0xC0FF_EE00_1234_5678);
+    g.weight("w1", &[16, 3, 3, 3], 0.3);
+    g.weight("c1", &[16], 0.05);
+    g.weight("w2", &[32, 16, 3, 3], 0.1);
+    g.weight("c2", &[32], 0.05);
+    g.weight("wd", &[32, 10], 0.3);
+    g.weight("bd", &[10], 0.05);
+    let c1 = g.node(
+        "Conv",
+        &["X", "w1", "c1"],
+        "conv1",
+        vec![ints("kernel_shape", &[3, 3]), ints("pads", &[1, 1, 1, 1])],
+    );
+    let r1 = g.node("Relu", &[&c1], "relu1", vec![]);
+    let p1 = g.node(
+        "MaxPool",
+        &[&r1],
+        "pool1",
+        vec![ints("kernel_shape", &[2, 2]), ints("strides", &[2, 2])],
+    );
+    let c2 = g.node(
+        "Conv",
+        &[&p1, "w2", "c2"],
+        "conv2",
+        vec![
+            ints("kernel_shape", &[3, 3]),
+            ints("pads", &[1, 1, 1, 1]),
+            ints("strides", &[2, 2]),
+        ],
+    );
+    let r2 = g.node("Relu", &[&c2], "relu2", vec![]);
+    let gp = g.node("GlobalAveragePool", &[&r2], "gap", vec![]);
+    let fl = g.node("Flatten", &[&gp], "flat", vec![int("axis", 1)]);
+    let d = g.node("Gemm", &[&fl, "wd", "bd"], "dense", vec![]);
+    g.node("Softmax", &[&d], "Y", vec![int("axis", -1)]);
+    g.finish(
+        "small_cnn",
+        value_info("X", &[1, 3, 32, 32]),
+        value_info("Y", &[1, 10]),
+    )
+}

@@ -1,0 +1,159 @@
+//! What several subcommands share: the device and runtime, compiling or reading a model,
+//! tensors between `.pb` files, host values and the device.
+
+use crate::args::{self, Args};
+use nrt_compiler::{CompileOptions, HostTensor, PlanReport};
+use nrt_hal::DType;
+use nrt_runtime::{
+    LoadOptions, Model, Placement, Runtime, RuntimeConfig, Tensor, TensorInfo, TensorSet,
+};
+use nrt_sim::{SimConfig, SoftDevice};
+use std::path::Path;
+use std::sync::Arc;
+
+pub type Res<T> = Result<T, String>;
+
+/// The software NeuronCore, configured from the environment (`NRT_SIM_FAULTS`).
+pub fn device() -> Res<Arc<SoftDevice>> {
+    let cfg = SimConfig::from_env().map_err(|e| e.to_string())?;
+    Ok(Arc::new(SoftDevice::new(cfg).map_err(|e| {
+        format!("cannot start the software NeuronCore: {e}")
+    })?))
+}
+
+/// A runtime on a fresh device, configured from the environment unless overridden.
+pub fn runtime(config: Option<RuntimeConfig>) -> Res<(Arc<SoftDevice>, Runtime)> {
+    nrt_runtime::log::configure_from_env();
+    let dev = device()?;
+    let cfg = match config {
+        Some(c) => c,
+        None => RuntimeConfig::from_env().map_err(|e| e.to_string())?,
+    };
+    let rt = Runtime::init(dev.clone(), cfg).map_err(|e| e.to_string())?;
+    Ok((dev, rt))
+}
+
+/// `--input-shape`, `--input-value`, `--cores` as compile options.
+pub fn compile_options(a: &Args) -> Res<CompileOptions> {
+    let mut o = CompileOptions::default();
+    for s in a.values("input-shape") {
+        let (n, d) = args::name_value(s, "--input-shape")?;
+        o.input_shapes.insert(n, args::dims(&d)?);
+    }
+    for s in a.values("input-value") {
+        let (n, f) = args::name_value(s, "--input-value")?;
+        let (_, t) =
+            nrt_compiler::read_tensor_pb(Path::new(&f)).map_err(|e| format!("{f}: {e}"))?;
+        o.input_values.insert(n, t);
+    }
+    o.cores = a.parsed("cores", 1)?;
+    Ok(o)
+}
+
+/// A model ready to load: NCM bytes, and the plan report when it was compiled here.
+pub struct Prepared {
+    pub ncm: Vec<u8>,
+    pub report: Option<PlanReport>,
+}
+
+/// Compiles an `.onnx` file, or reads a compiled model.
+pub fn prepare(path: &str, opts: &CompileOptions) -> Res<Prepared> {
+    if path.ends_with(".onnx") {
+        let c = nrt_compiler::compile_file(Path::new(path), opts)
+            .map_err(|e| format!("{path}: {e}"))?;
+        Ok(Prepared {
+            ncm: c.model.encode(),
+            report: Some(c.report),
+        })
+    } else {
+        let ncm = std::fs::read(path).map_err(|e| format!("reading {path}: {e}"))?;
+        Ok(Prepared { ncm, report: None })
+    }
+}
+
+pub fn load(rt: &Runtime, ncm: &[u8], vnc: i32) -> Res<Model> {
+    rt.load(ncm, vnc, &LoadOptions::default())
+        .map_err(|e| e.to_string())
+}
+
+/// One device tensor per input and output.
+pub fn io_tensors(
+    rt: &Runtime,
+    m: &Model,
+) -> Res<(TensorSet, TensorSet, Vec<(TensorInfo, Tensor)>)> {
+    let (mut ins, mut outs) = (TensorSet::new(), TensorSet::new());
+    let mut all = Vec::new();
+    for info in m.tensor_info() {
+        let t = rt
+            .allocate_tensor(Placement::Device, m.vnc() as i32, info.size, &info.name)
+            .map_err(|e| e.to_string())?;
+        match info.usage {
+            nrt_model::Usage::Input => ins.add(&info.name, &t),
+            nrt_model::Usage::Output => outs.add(&info.name, &t),
+        }
+        all.push((info, t));
+    }
+    Ok((ins, outs, all))
+}
+
+/// The device bytes of a host tensor of element type `dtype` (converting the values).
+pub fn to_device_bytes(t: &HostTensor, dtype: DType) -> Vec<u8> {
+    if t.dtype == dtype {
+        t.to_bytes()
+    } else {
+        t.cast(dtype).to_bytes()
+    }
+}
+
+/// A host tensor from device bytes.
+pub fn from_device_bytes(info: &TensorInfo, bytes: &[u8]) -> Res<HostTensor> {
+    let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
+    HostTensor::from_bytes(info.dtype, shape, bytes).map_err(|e| e.to_string())
+}
+
+/// Deterministic pseudo-random input bytes for a tensor.
+pub fn random_bytes(info: &TensorInfo, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let n = (info.size / info.dtype.size() as u64) as usize;
+    let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
+    let t = match info.dtype {
+        DType::F32 | DType::F16 | DType::Bf16 => HostTensor::from_f64s(
+            info.dtype,
+            shape,
+            (0..n).map(|_| ((next() >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0),
+        ),
+        DType::Bool => {
+            HostTensor::from_f64s(info.dtype, shape, (0..n).map(|_| (next() & 1) as f64))
+        }
+        d => HostTensor::from_f64s(d, shape, (0..n).map(|_| (next() % 4) as f64)),
+    };
+    t.to_bytes()
+}
+
+pub fn fmt_ns(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e4 {
+        format!("{:.1} µs", ns / 1e3)
+    } else if ns >= 1e3 {
+        format!("{:.2} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+/// Median and 99th percentile of samples (sorted in place).
+pub fn percentiles(v: &mut [u64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    v.sort_unstable();
+    let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize] as f64;
+    (q(0.5), q(0.99))
+}
