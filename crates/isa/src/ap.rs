@@ -118,10 +118,10 @@ impl AccessPattern {
         if elements.is_none_or(|e| e > MAX_ELEMENTS) {
             return Err(DecodeError::field(field, Reason::TooManyElements).at(16));
         }
-        let (lo, _) = ap.byte_extent();
-        if addr as i128 + (lo as i128) < 0 {
-            return Err(DecodeError::field(field, Reason::NegativeAddress).at(0));
-        }
+        // Where the view lands (in bounds, not below address 0) is checked against what
+        // the address means: the container checks each operand against its relocation's
+        // plan entry (an unrelocated field is 0, so a negative-stride view legitimately
+        // "starts below 0" there), the device against its memory when it loads the block.
         Ok(ap)
     }
 }

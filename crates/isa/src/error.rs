@@ -49,8 +49,6 @@ pub enum Reason {
     OutOfRange(u64),
     /// The access pattern covers more elements than any device could hold.
     TooManyElements,
-    /// The access pattern reaches below address 0.
-    NegativeAddress,
     /// A block does not end with an end-of-block instruction.
     MissingEnd,
     /// Bytes after the end-of-block instruction.
@@ -85,7 +83,6 @@ impl fmt::Display for Reason {
             }
             Reason::OutOfRange(v) => write!(f, "value {v} is out of range"),
             Reason::TooManyElements => write!(f, "more than 2^40 elements"),
-            Reason::NegativeAddress => write!(f, "the view reaches below address 0"),
             Reason::MissingEnd => write!(f, "block does not end with an end-of-block instruction"),
             Reason::TrailingBytes(n) => write!(f, "{n} bytes after the end-of-block instruction"),
         }
