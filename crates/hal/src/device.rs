@@ -10,8 +10,9 @@
 //! doorbell); everything else the runtime calls at init and at model load, or it writes
 //! through a [`DeviceMapping`] / ring half it obtained there.
 
-use crate::ring::{Consumer, Producer};
-use crate::wire::{DevAddr, NqKind, NqRecord, TriggerPair};
+use crate::plane::PlaneConsumer;
+use crate::ring::Producer;
+use crate::wire::{DevAddr, TriggerPair};
 use core::fmt;
 use core::ptr::NonNull;
 
@@ -280,17 +281,13 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Unregisters an exec-request ring (at model unload).
     fn exec_queue_release(&self, nc: u32, queue: u16) -> Result<(), HalError>;
 
-    /// Sets up a notification ring of `capacity` records on core `nc` and returns its
-    /// consumer half, which the host polls. (`NOTIFICATIONS_INIT_V2` + mmap)
-    fn notification_init(
-        &self,
-        nc: u32,
-        kind: NqKind,
-        capacity: u32,
-    ) -> Result<Consumer<NqRecord>, HalError>;
+    /// Sets up core `nc`'s notification plane — its five INFER_STATUS rings and its ERROR
+    /// ring, `capacity` records each — and returns the consumer half the host polls.
+    /// (`NOTIFICATIONS_INIT_V2` for each ring + mmap)
+    fn notification_init(&self, nc: u32, capacity: u32) -> Result<PlaneConsumer, HalError>;
 
-    /// Releases a notification ring. (`NOTIFICATIONS_DESTROY`)
-    fn notification_release(&self, nc: u32, kind: NqKind) -> Result<(), HalError>;
+    /// Releases core `nc`'s notification plane. (`NOTIFICATIONS_DESTROY`)
+    fn notification_release(&self, nc: u32) -> Result<(), HalError>;
 
     /// Adds `value` to semaphore `semaphore` of core `nc` — with
     /// [`SEMAPHORE_INFERENCE_START`], the doorbell. (`SEMAPHORE_INCREMENT`, ioctl #41, whose

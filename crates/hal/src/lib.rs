@@ -9,13 +9,15 @@
 //!   [`DmaDescriptor`] / [`TriggerPair`]), little-endian, sizes asserted at compile time;
 //! - [`NrtStatus`] with the public values and names, [`DType`] in the hardware encoding,
 //!   [`SeqId`] packing;
-//! - the two lock-free protocols the runtime and device share: the SPSC [`ring`] and the
-//!   [`IdleGate`] park handshake, both model-checked with loom;
+//! - the lock-free protocols the runtime and device share: the SPSC [`ring`] (DMA trigger
+//!   queues), the notification [`plane`] (a core's six notification rings) and the
+//!   [`IdleGate`] park handshake, all model-checked with loom;
 //! - [`tuning`]: every knob of the project with its reason.
 
 pub mod device;
 pub mod dtype;
 pub mod gate;
+pub mod plane;
 pub mod ring;
 pub mod seq;
 pub mod status;
@@ -29,6 +31,7 @@ pub use device::{
 };
 pub use dtype::DType;
 pub use gate::IdleGate;
+pub use plane::{ERROR_RING, PLANE_RINGS, PlaneConsumer, PlaneProducer, plane, ring_index};
 pub use ring::{Consumer, Producer, ring};
 pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
 pub use status::NrtStatus;

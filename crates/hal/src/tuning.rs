@@ -9,6 +9,11 @@ use core::time::Duration;
 
 //===--- device (software NeuronCore) ---------------------------------------------------===//
 
+/// While idle-polling, a device thread calls `sched_yield` once every this many polls
+/// (~3–5 µs): if the submitting thread shares its vCPU it runs at once instead of waiting a
+/// time slice; alone, the yield costs ~0.3 µs.
+pub const DEVICE_YIELD_EVERY_IDLE_POLLS: u32 = 256;
+
 /// How long a device thread keeps polling for doorbells after its last work before it parks.
 /// Back-to-back executions (a caller looping on `execute`) arrive well within it and never
 /// pay the 20–60 µs wake; an idle device stops burning its vCPU 200 µs after the last
@@ -63,15 +68,28 @@ pub const MAX_INFLIGHT_REQUESTS: u32 = 63;
 /// idle step at a few loads.
 pub const HARVEST_DEADLINE_SWEEP: Duration = Duration::from_millis(1);
 
+/// A harvest step that found nothing looks at the clock (for the deadline sweep) only once
+/// every this many such steps: a clock read costs ~20 ns, more than the idle step itself.
+pub const HARVEST_DEADLINE_EVERY_IDLE_STEPS: u32 = 64;
+
 /// How long a caller harvesting its own execution spins on the notification rings before it
 /// starts yielding. A near-null execution completes in ~1 µs and a small model in tens of
 /// µs; spinning this long keeps them on the 0.2 µs path, and the bound keeps a long
 /// execution from taking the vCPU its device thread needs.
 pub const HARVEST_SPIN: Duration = Duration::from_micros(50);
 
-/// After [`HARVEST_SPIN`], how long the caller keeps polling with `sched_yield` between
-/// checks before it sleeps. A yield costs ~1 µs when the other vCPU is idle and hands the
-/// CPU to the device thread when they share one.
+/// Polls a harvesting thread spins before it starts yielding: ~1–3 µs, in which a near-null
+/// execution completes, so the fast path makes no syscall.
+pub const HARVEST_PURE_SPIN_POLLS: u32 = 256;
+
+/// After the pure spin, a harvesting thread calls `sched_yield` once every this many polls.
+/// When the device thread shares the caller's vCPU (another process took the other one) this
+/// hands it the CPU at once; a pure spin would hold it for a whole time slice (ms). Alone on
+/// its vCPU a yield returns in ~0.3 µs.
+pub const HARVEST_YIELD_EVERY_POLLS: u32 = 64;
+
+/// How long the caller keeps polling (with the periodic yields) beyond [`HARVEST_SPIN`]
+/// before it sleeps between checks.
 pub const HARVEST_YIELD: Duration = Duration::from_micros(500);
 
 /// The sleep between checks once spinning and yielding are over. The seed polls with

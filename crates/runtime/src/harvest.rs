@@ -30,7 +30,7 @@
 use crate::tensor::Tensor;
 use crate::{InflightSlot, RuntimeInner, VCore};
 use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR, cause};
-use nrt_hal::{Consumer, ErrorSubtype, NUM_ENGINES, NqRecord, NrtStatus, RecordKind, tuning};
+use nrt_hal::{ERROR_RING, ErrorSubtype, NUM_ENGINES, NqRecord, NrtStatus, PlaneConsumer, RecordKind, tuning};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -83,10 +83,13 @@ impl Progress {
 /// The harvest token's state: the consumer halves of every ring of the vcore and the
 /// progress of every in-flight slot.
 pub(crate) struct Harvest {
-    /// Per core of the vcore: the five INFER_STATUS rings, then the ERROR ring.
-    pub(crate) rings: Vec<Vec<Consumer<NqRecord>>>,
+    /// Per core of the vcore: its notification plane (five INFER_STATUS rings and the ERROR
+    /// ring).
+    pub(crate) rings: Vec<PlaneConsumer>,
     pub(crate) progress: Box<[Progress]>,
     pub(crate) last_sweep: Instant,
+    /// Steps that consumed nothing (paces the clock reads of the deadline sweep).
+    pub(crate) idle_steps: u32,
 }
 
 /// Slots whose engines all ended during the current step: finished only after the ERROR rings
@@ -143,6 +146,16 @@ pub(crate) fn completed_status(slot: &InflightSlot, seq: u64) -> Option<NrtStatu
 /// One step of the harvest machine on vcore `vc`, on behalf of execution `target` (a seq;
 /// 0 = none in particular). Re-entrant: any number of threads may call it concurrently.
 pub(crate) fn progress_one_step(rt: &RuntimeInner, vc: &VCore, target: u64) -> Step {
+    step(rt, vc, target, false)
+}
+
+/// [`progress_one_step`] as the XU worker runs it (it does not count as someone else
+/// harvesting, see [`crate::VcoreCounters::external_harvests`]).
+pub(crate) fn progress_one_step_worker(rt: &RuntimeInner, vc: &VCore) -> Step {
+    step(rt, vc, 0, true)
+}
+
+fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
     if target != 0 && completed_status(vc.slot(target), target).is_some() {
         return Step::Done;
     }
@@ -152,17 +165,14 @@ pub(crate) fn progress_one_step(rt: &RuntimeInner, vc: &VCore, target: u64) -> S
     let h = &mut *guard;
     let mut consumed = 0u32;
     let mut ready: Ready = 0;
-    for (pos, core_rings) in h.rings.iter_mut().enumerate() {
-        for ring in core_rings.iter_mut() {
-            let progress = &mut h.progress;
-            consumed += ring.drain(|rec| on_record(rt, vc, progress, pos, rec, &mut ready));
-        }
+    for (pos, plane) in h.rings.iter_mut().enumerate() {
+        let progress = &mut h.progress;
+        consumed += plane.drain_all(|_, rec| on_record(rt, vc, progress, pos, rec, &mut ready));
     }
     if ready != 0 {
-        for (pos, core_rings) in h.rings.iter_mut().enumerate() {
+        for (pos, plane) in h.rings.iter_mut().enumerate() {
             let progress = &mut h.progress;
-            let err = core_rings.last_mut().expect("the ERROR ring");
-            consumed += err.drain(|rec| on_record(rt, vc, progress, pos, rec, &mut ready));
+            consumed += plane.drain(ERROR_RING, |_, rec| on_record(rt, vc, progress, pos, rec, &mut ready));
         }
         while ready != 0 {
             let si = ready.trailing_zeros() as usize;
@@ -177,13 +187,21 @@ pub(crate) fn progress_one_step(rt: &RuntimeInner, vc: &VCore, target: u64) -> S
         }
     }
     if consumed == 0 {
-        let now = Instant::now();
-        if now.duration_since(h.last_sweep) >= tuning::HARVEST_DEADLINE_SWEEP {
-            h.last_sweep = now;
-            sweep_deadlines(rt, vc, &mut h.progress, now);
+        // Deadlines are seconds away: reading the clock on every idle poll of a spinning
+        // caller would cost more than the poll itself.
+        h.idle_steps = h.idle_steps.wrapping_add(1);
+        if h.idle_steps.is_multiple_of(tuning::HARVEST_DEADLINE_EVERY_IDLE_STEPS) {
+            let now = Instant::now();
+            if now.duration_since(h.last_sweep) >= tuning::HARVEST_DEADLINE_SWEEP {
+                h.last_sweep = now;
+                sweep_deadlines(rt, vc, &mut h.progress, now);
+            }
         }
     }
     drop(guard);
+    if consumed != 0 && !worker {
+        vc.counters.external_harvests.fetch_add(1, Ordering::Relaxed);
+    }
     if target != 0 && completed_status(vc.slot(target), target).is_some() {
         Step::Done
     } else if consumed != 0 {
@@ -394,24 +412,22 @@ impl Backoff {
         }
     }
 
-    /// Called after a step that found nothing.
+    /// Called after a step that found nothing: a short pure spin (a near-null execution
+    /// completes within it, with no syscall), then spinning with a `sched_yield` every few
+    /// polls (if the device thread shares our vCPU it runs at once), then short sleeps.
     #[inline]
     pub(crate) fn snooze(&mut self) {
         self.polls = self.polls.wrapping_add(1);
-        // Look at the clock every 64 polls only (~20 ns each).
-        if !self.polls.is_multiple_of(64) {
+        if self.polls < tuning::HARVEST_PURE_SPIN_POLLS || !self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS) {
             std::hint::spin_loop();
             return;
         }
         let start = *self.start.get_or_insert_with(Instant::now);
-        let waited = start.elapsed();
-        if waited < tuning::HARVEST_SPIN {
-            std::hint::spin_loop();
-        } else if waited < tuning::HARVEST_SPIN + tuning::HARVEST_YIELD {
+        if start.elapsed() < tuning::HARVEST_SPIN + tuning::HARVEST_YIELD {
             std::thread::yield_now();
         } else {
             std::thread::sleep(tuning::HARVEST_SLEEP);
-            self.polls = 63; // look at the clock again right after each sleep
+            self.polls = tuning::HARVEST_YIELD_EVERY_POLLS - 1; // look again right after a sleep
         }
     }
 }

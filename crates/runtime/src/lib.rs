@@ -51,7 +51,7 @@ pub use xu::{AsyncCallback, XuKind};
 use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
 use crate::xu::{ImplicitAsync, Xu};
-use nrt_hal::{Device, Engine, NqKind, Producer, TriggerPair, tuning};
+use nrt_hal::{Device, PlaneConsumer, Producer, TriggerPair, tuning};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -121,6 +121,10 @@ pub(crate) struct VcoreCounters {
     pub(crate) doorbells: AtomicU64,
     pub(crate) publishes: AtomicU64,
     pub(crate) barrier_proxy_waits: AtomicU64,
+    /// Harvest steps that consumed records, run by a thread other than the XU worker (a
+    /// client polling `is_completed`, a sync caller): while they keep coming the worker
+    /// stays out of the way.
+    pub(crate) external_harvests: AtomicU64,
 }
 
 /// A logical NeuronCore: `lnc` physical cores executing in lockstep, one staging lock, one
@@ -331,25 +335,21 @@ impl Runtime {
         let release = |dev: &dyn Device, reserved: &[u32]| {
             for &c in reserved {
                 let _ = dev.dma_queue_release(c);
-                for e in Engine::ALL {
-                    let _ = dev.notification_release(c, NqKind::InferStatus(e));
-                }
-                let _ = dev.notification_release(c, NqKind::Error);
+                let _ = dev.notification_release(c);
             }
         };
         for (vi, group) in cores.chunks(lnc).enumerate() {
             let mut dma = Vec::new();
             let mut rings = Vec::new();
             for &c in group {
-                let setup = || -> Result<(Producer<TriggerPair>, Vec<nrt_hal::Consumer<nrt_hal::NqRecord>>)> {
+                let setup = || -> Result<(Producer<TriggerPair>, PlaneConsumer)> {
                     let d = device.dma_queue_init(c, tuning::DMA_QUEUE_CAPACITY).map_err(|e| {
                         NrtError::new(NrtStatus::Resource, format!("NeuronCore {c} is not available: {e}"))
                     })?;
-                    let mut r = Vec::with_capacity(nrt_hal::NUM_ENGINES + 1);
-                    for e in Engine::ALL {
-                        r.push(device.notification_init(c, NqKind::InferStatus(e), tuning::NQ_RING_CAPACITY)?);
-                    }
-                    r.push(device.notification_init(c, NqKind::Error, tuning::NQ_RING_CAPACITY)?);
+                    let r = device.notification_init(c, tuning::NQ_RING_CAPACITY).map_err(|e| {
+                        let _ = device.dma_queue_release(c);
+                        NrtError::new(NrtStatus::Resource, format!("NeuronCore {c} is not available: {e}"))
+                    })?;
                     Ok((d, r))
                 };
                 match setup() {
@@ -359,8 +359,8 @@ impl Runtime {
                         rings.push(r);
                     }
                     Err(e) => {
+                        // Only what this call reserved: core `c` may belong to another runtime.
                         release(&*device, &reserved);
-                        let _ = device.dma_queue_release(c);
                         return Err(e);
                     }
                 }
@@ -379,6 +379,7 @@ impl Runtime {
                     rings,
                     progress: vec![Progress::EMPTY; slots].into_boxed_slice(),
                     last_sweep: now,
+                    idle_steps: 0,
                 }),
                 slots: (0..slots)
                     .map(|_| InflightSlot {
@@ -470,10 +471,7 @@ impl Runtime {
         for vc in rt.vcores.iter() {
             for &c in &vc.cores {
                 let _ = rt.device.dma_queue_release(c);
-                for e in Engine::ALL {
-                    let _ = rt.device.notification_release(c, NqKind::InferStatus(e));
-                }
-                let _ = rt.device.notification_release(c, NqKind::Error);
+                let _ = rt.device.notification_release(c);
             }
         }
     }

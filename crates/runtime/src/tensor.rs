@@ -505,11 +505,35 @@ impl Tensor {
     }
 }
 
+/// FNV-1a: tensor names are short and trusted, and binding looks each one up on every
+/// execution; SipHash's flooding resistance buys nothing here and costs ~4× per lookup.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+type FnvBuild = std::hash::BuildHasherDefault<Fnv>;
+
 /// A named set of tensors: a model's inputs or outputs (`nrt_tensor_set_t`). Adding a name
 /// that exists replaces its tensor.
 #[derive(Debug, Default, Clone)]
 pub struct TensorSet {
-    tensors: HashMap<String, Tensor>,
+    tensors: HashMap<String, Tensor, FnvBuild>,
 }
 
 impl TensorSet {

@@ -23,7 +23,6 @@ use nrt_hal::{IdleGate, NrtStatus, SeqId, tuning};
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 /// The kinds of execution unit of the NRT 3.0 API (`nrta_xu_t`).
 #[repr(u32)]
@@ -216,30 +215,36 @@ fn drain_vcore(rt: &RuntimeInner, vc: &VCore) {
 fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
     let vc = &rt.vcores[vnc];
     vc.xu.gate.register_sleeper();
-    let mut last_work = Instant::now();
-    let mut polls = 0u32;
     let mut cursor = 1u64; // oldest seq the worker may still have to retire
+    let mut backoff = harvest::Backoff::new();
+    let mut last_external = vc.counters.external_harvests.load(Ordering::Relaxed);
     while !rt.stop.load(Ordering::Acquire) {
-        let progressed = harvest::progress_one_step(&rt, vc, 0) != Step::Idle;
-        let retired = retire_done(&rt, vc, &mut cursor);
-        if progressed || retired {
-            polls = 0;
-            last_work = Instant::now();
-            continue;
-        }
-        polls += 1;
-        std::hint::spin_loop();
-        if polls.is_multiple_of(64) && last_work.elapsed() >= tuning::XU_SPIN_AFTER_WORK {
-            if vc.xu.async_inflight.load(Ordering::Acquire) != 0 {
-                // Executions in flight: keep the harvest going, but politely.
-                std::thread::sleep(tuning::HARVEST_SLEEP);
-                continue;
-            }
+        if vc.xu.async_inflight.load(Ordering::Acquire) == 0 {
+            // Nothing async in flight: synchronous callers harvest their own executions, so
+            // the worker has no reason to compete with them (or with the device thread) for
+            // the two vCPUs. Park until a submitter publishes async work.
             vc.xu.gate.sleep_until(|| {
                 rt.stop.load(Ordering::Acquire) || vc.xu.async_inflight.load(Ordering::Acquire) != 0
             });
-            last_work = Instant::now();
+            backoff = harvest::Backoff::new();
+            continue;
         }
+        let progressed = harvest::progress_one_step_worker(&rt, vc) != Step::Idle;
+        let retired = retire_done(&rt, vc, &mut cursor);
+        if progressed || retired {
+            backoff = harvest::Backoff::new();
+            continue;
+        }
+        let external = vc.counters.external_harvests.load(Ordering::Relaxed);
+        if external != last_external {
+            // A client is harvesting (polling is_completed/wait): let it, and look again
+            // after a short sleep in case it stops.
+            last_external = external;
+            std::thread::sleep(tuning::HARVEST_SLEEP);
+            continue;
+        }
+        // Bounded spin, then yield, then short sleeps.
+        backoff.snooze();
     }
 }
 

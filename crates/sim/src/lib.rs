@@ -27,11 +27,11 @@ pub mod testkit;
 pub use fault::{FaultKind, FaultParseError, FaultSpec, parse_faults};
 
 use crate::memory::Memory;
-use crate::neuron_core::{CoreShared, ERROR_RING, ExecFaults, ExecQueue, Poll};
+use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
 use nrt_hal::{
-    Consumer, DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError,
-    IdleGate, MemUsage, NUM_ENGINES, NqKind, NqRecord, Producer, SEMAPHORE_INFERENCE_START,
-    SEMAPHORES_PER_CORE, TriggerPair, ring, tuning,
+    DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError, IdleGate,
+    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START,
+    SEMAPHORES_PER_CORE, TriggerPair, plane, ring, tuning,
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;
@@ -206,6 +206,9 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
             continue; // an execution is in flight: keep polling (its watchdog bounds this)
         }
         idle_polls += 1;
+        if idle_polls.is_multiple_of(tuning::DEVICE_YIELD_EVERY_IDLE_POLLS) {
+            std::thread::yield_now();
+        }
         // Reading the clock costs ~20 ns; look at it every 64 idle polls.
         if idle_polls.is_multiple_of(64) && last_work.elapsed() >= dev.config.spin_after_work {
             gate.sleep_until(|| {
@@ -332,13 +335,6 @@ impl Drop for SoftDevice {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
-    }
-}
-
-fn ring_slot(kind: NqKind) -> usize {
-    match kind {
-        NqKind::InferStatus(e) => e.index(),
-        NqKind::Error => ERROR_RING,
     }
 }
 
@@ -475,12 +471,7 @@ impl Device for SoftDevice {
         }
     }
 
-    fn notification_init(
-        &self,
-        nc: u32,
-        kind: NqKind,
-        capacity: u32,
-    ) -> Result<Consumer<NqRecord>, HalError> {
+    fn notification_init(&self, nc: u32, capacity: u32) -> Result<PlaneConsumer, HalError> {
         if !capacity.is_power_of_two() || capacity > 1 << 20 {
             return Err(HalError::BadParameter(
                 "notification ring capacity must be a power of two <= 2^20",
@@ -488,22 +479,17 @@ impl Device for SoftDevice {
         }
         let core = self.shared.core(nc)?;
         let mut inner = core.lock();
-        let slot = ring_slot(kind);
-        if inner.rings[slot].is_some() {
-            return Err(HalError::BadQueue(slot as u32));
+        if inner.rings.is_some() {
+            return Err(HalError::BadQueue(nc));
         }
-        let (p, c) = ring(capacity);
-        inner.rings[slot] = Some(p);
+        let (p, c) = plane(capacity);
+        inner.rings = Some(p);
         Ok(c)
     }
 
-    fn notification_release(&self, nc: u32, kind: NqKind) -> Result<(), HalError> {
+    fn notification_release(&self, nc: u32) -> Result<(), HalError> {
         let core = self.shared.core(nc)?;
-        let slot = ring_slot(kind);
-        core.lock().rings[slot]
-            .take()
-            .map(|_| ())
-            .ok_or(HalError::BadQueue(slot as u32))
+        core.lock().rings.take().map(|_| ()).ok_or(HalError::BadQueue(nc))
     }
 
     #[inline]

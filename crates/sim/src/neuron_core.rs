@@ -36,18 +36,18 @@ use nrt_hal::wire::{
 };
 use nrt_hal::{
     Consumer, DType, DevAddr, DmaKind, Engine, ErrorSubtype, ExecQueueDesc, ExecRequest,
-    FIRST_ENGINE_SEMAPHORE, NUM_ENGINES, NqRecord, Producer, RecordKind, SEMAPHORE_INFERENCE_START,
-    SEMAPHORES_PER_CORE, TriggerPair, tuning,
+    FIRST_ENGINE_SEMAPHORE, NUM_ENGINES, NqRecord, PLANE_RINGS, PlaneProducer, RecordKind,
+    SEMAPHORE_INFERENCE_START, SEMAPHORES_PER_CORE, TriggerPair, tuning,
 };
 use nrt_isa::{AccessPattern, GLOBAL_SEMAPHORES, Instruction, Op, SemRef};
 use nrt_kernels::{KernelError, Workspace};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-/// Index of the ERROR ring among a core's notification rings (after the five engines').
-pub(crate) const ERROR_RING: usize = NUM_ENGINES;
+pub(crate) use nrt_hal::ERROR_RING;
 
 /// Largest instruction block the device decodes (instructions).
 const MAX_BLOCK_INSTRUCTIONS: usize = 1 << 20;
@@ -77,14 +77,16 @@ pub(crate) struct ExecQueue {
 #[derive(Debug)]
 pub(crate) struct CoreInner {
     pub(crate) dma: Option<Consumer<TriggerPair>>,
-    /// INFER_STATUS rings of the five engines, then the ERROR ring.
-    pub(crate) rings: [Option<Producer<NqRecord>>; NUM_ENGINES + 1],
-    ring_seq: [u16; NUM_ENGINES + 1],
+    /// The notification plane: INFER_STATUS rings of the five engines, then the ERROR ring.
+    pub(crate) rings: Option<PlaneProducer>,
+    ring_seq: [u16; PLANE_RINGS],
     pub(crate) queues: Vec<Option<ExecQueue>>,
     /// Queue ids whose tail the DMA engine bumped, in staging order.
     ready: VecDeque<u16>,
     current: Option<Execution>,
-    cache: Vec<(DevAddr, Engine, Arc<[Instruction]>)>,
+    /// Decoded blocks, by address and engine. Entries are dropped only when no execution
+    /// is current (model switch in `prepare`, `reset`), which is what makes [`BlockRef`] valid.
+    cache: Vec<(DevAddr, Engine, Box<[Instruction]>)>,
     pub(crate) exec_count: u64,
     pub(crate) wedged: bool,
     ws: Workspace,
@@ -121,6 +123,29 @@ pub(crate) struct ExecFaults {
     pub(crate) error: Option<(FaultKind, Engine)>,
 }
 
+/// A decoded block owned by the core's cache (a `Box<[Instruction]>`, whose heap data does
+/// not move when the cache grows). Valid while the cache holds the block, i.e. for the whole
+/// execution that looked it up: the cache drops entries only when no execution is current.
+#[derive(Clone, Copy, Debug)]
+struct BlockRef(NonNull<[Instruction]>);
+
+// SAFETY: a BlockRef is only used by the device thread that holds the core's lock, alongside
+// the cache that owns the block.
+unsafe impl Send for BlockRef {}
+
+impl BlockRef {
+    fn new(b: &[Instruction]) -> BlockRef {
+        BlockRef(NonNull::from(b))
+    }
+
+    /// # Safety
+    /// The cache entry the reference was made from must still exist.
+    unsafe fn get<'a>(self) -> &'a [Instruction] {
+        // SAFETY: per the contract, the boxed slice is alive and not mutated.
+        unsafe { self.0.as_ref() }
+    }
+}
+
 #[derive(Debug)]
 struct Execution {
     req: ExecRequest,
@@ -129,7 +154,7 @@ struct Execution {
     idx: u32,
     /// First physical core of the lockstep group (keys the group's global semaphores).
     group: u32,
-    blocks: [Arc<[Instruction]>; NUM_ENGINES],
+    blocks: [BlockRef; NUM_ENGINES],
     engines: [EngineState; NUM_ENGINES],
     faults: ExecFaults,
     stalled_since: Option<Instant>,
@@ -167,8 +192,8 @@ impl CoreShared {
             active: AtomicBool::new(false),
             inner: Mutex::new(CoreInner {
                 dma: None,
-                rings: Default::default(),
-                ring_seq: [0; NUM_ENGINES + 1],
+                rings: None,
+                ring_seq: [0; PLANE_RINGS],
                 queues: Vec::new(),
                 ready: VecDeque::with_capacity(tuning::DMA_QUEUE_CAPACITY as usize),
                 current: None,
@@ -220,6 +245,12 @@ impl CoreShared {
         } else {
             Poll::Idle
         };
+        // Make the records of this poll visible: one batch, one store per ring.
+        if let Some(p) = inner.rings.as_mut()
+            && p.has_unpublished()
+        {
+            p.publish();
+        }
         self.active.store(
             inner.current.is_some() || !inner.ready.is_empty(),
             Ordering::Relaxed,
@@ -233,20 +264,28 @@ impl CoreShared {
 }
 
 impl CoreInner {
-    /// Writes a record on ring `ring` (or drops it, counting the drop).
+    /// Writes a record on ring `ring` (or drops it, counting the drop). It becomes visible
+    /// to the host with the next publication of the plane.
     fn post(&mut self, core: &CoreShared, ring: usize, mut rec: NqRecord, drop: bool) {
         rec.seq = self.ring_seq[ring];
         self.ring_seq[ring] = self.ring_seq[ring].wrapping_add(1);
-        if let Some(p) = self.rings[ring].as_mut() {
+        if let Some(p) = self.rings.as_mut() {
             let kept = if drop {
-                p.record_drop(1);
+                p.drop_record(ring);
                 false
             } else {
-                p.push_or_drop(rec)
+                p.push(ring, rec)
             };
             if !kept {
                 core.set_cause(cause::NQ_OVERFLOW);
             }
+        }
+    }
+
+    /// Publishes what was posted (streaming records must not wait for the end).
+    fn publish(&mut self) {
+        if let Some(p) = self.rings.as_mut() {
+            p.publish();
         }
     }
 
@@ -354,7 +393,7 @@ impl CoreInner {
             self.cache.clear();
         }
         let blocks_addr = req.engine_block;
-        let mut blocks: [Option<Arc<[Instruction]>>; NUM_ENGINES] = Default::default();
+        let mut blocks: [Option<BlockRef>; NUM_ENGINES] = [None; NUM_ENGINES];
         for e in Engine::ALL {
             match self.block(dev, blocks_addr[e.index()], e) {
                 Ok(b) => blocks[e.index()] = Some(b),
@@ -399,13 +438,13 @@ impl CoreInner {
         dev: &DeviceShared,
         addr: DevAddr,
         engine: Engine,
-    ) -> Result<Arc<[Instruction]>, u32> {
+    ) -> Result<BlockRef, u32> {
         if let Some((_, _, b)) = self
             .cache
             .iter()
             .find(|(a, e, _)| *a == addr && *e == engine)
         {
-            return Ok(b.clone());
+            return Ok(BlockRef::new(b));
         }
         let mem = &dev.mem;
         let mut out = Vec::new();
@@ -427,9 +466,10 @@ impl CoreInner {
                 break;
             }
         }
-        let b: Arc<[Instruction]> = out.into();
-        self.cache.push((addr, engine, b.clone()));
-        Ok(b)
+        let b: Box<[Instruction]> = out.into();
+        let r = BlockRef::new(&b);
+        self.cache.push((addr, engine, b));
+        Ok(r)
     }
 
     /// Runs the current execution until it finishes or stalls.
@@ -516,7 +556,8 @@ impl CoreInner {
         if exec.engines[ei].phase == Phase::Hung {
             return Step::Blocked;
         }
-        let block = exec.blocks[ei].clone();
+        // SAFETY: the block is in the cache, which keeps it while this execution is current.
+        let block = unsafe { exec.blocks[ei].get() };
         let mut progressed = false;
         for _ in 0..tuning::DEVICE_ENGINE_QUANTUM {
             let pc = exec.engines[ei].pc;
@@ -561,7 +602,11 @@ impl CoreInner {
                         *payload,
                     );
                     self.post(core, ei, rec, drop);
-                    let _ = CUSTOM_SUB_ID_OUTPUT_DONE;
+                    if *sub_id == CUSTOM_SUB_ID_OUTPUT_DONE {
+                        // A streaming output is final: the host must see it now, not when
+                        // the whole execution is done.
+                        self.publish();
+                    }
                 }
                 Op::Barrier { sem, count } => {
                     if !exec.engines[ei].barrier_armed {

@@ -10,8 +10,8 @@ use nrt_hal::wire::{
     EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE, REQUEST_SLOT_TAIL_OFFSET,
 };
 use nrt_hal::{
-    Consumer, DevAddr, Device, DeviceMapping, DmaKind, Engine, ExecQueueDesc, ExecRequest,
-    HalError, NUM_ENGINES, NqKind, NqRecord, Producer, RecordKind, SEMAPHORE_INFERENCE_START,
+    DevAddr, Device, DeviceMapping, DmaKind, Engine, ExecQueueDesc, ExecRequest, HalError,
+    NUM_ENGINES, NqRecord, PlaneConsumer, Producer, RecordKind, SEMAPHORE_INFERENCE_START,
     TriggerPair, tuning,
 };
 use nrt_isa::{Instruction, Op};
@@ -23,8 +23,8 @@ pub struct DirectDriver<'d> {
     dev: &'d dyn Device,
     core: u32,
     dma: Producer<TriggerPair>,
-    /// INFER_STATUS rings of the five engines, then the ERROR ring.
-    rings: Vec<Consumer<NqRecord>>,
+    /// The core's notification plane (five INFER_STATUS rings and the ERROR ring).
+    rings: PlaneConsumer,
     queue: u16,
     slots: u32,
     ring_addr: DevAddr,
@@ -54,15 +54,7 @@ impl<'d> DirectDriver<'d> {
             },
         )?;
         let dma = dev.dma_queue_init(core, tuning::DMA_QUEUE_CAPACITY)?;
-        let mut rings = Vec::with_capacity(NUM_ENGINES + 1);
-        for e in Engine::ALL {
-            rings.push(dev.notification_init(
-                core,
-                NqKind::InferStatus(e),
-                tuning::NQ_RING_CAPACITY,
-            )?);
-        }
-        rings.push(dev.notification_init(core, NqKind::Error, tuning::NQ_RING_CAPACITY)?);
+        let rings = dev.notification_init(core, tuning::NQ_RING_CAPACITY)?;
         Ok(DirectDriver {
             dev,
             core,
@@ -169,11 +161,7 @@ impl<'d> DirectDriver<'d> {
     /// Appends every available record of every ring to `out` (engine rings first, then
     /// the ERROR ring); returns how many.
     pub fn drain(&mut self, out: &mut Vec<NqRecord>) -> usize {
-        let mut n = 0;
-        for r in &mut self.rings {
-            n += r.drain(|rec| out.push(rec)) as usize;
-        }
-        n
+        self.rings.drain_all(|_, rec| out.push(rec)) as usize
     }
 
     /// Spins until `count` END records have arrived or `timeout` passes; returns every
@@ -196,7 +184,7 @@ impl<'d> DirectDriver<'d> {
 
     /// Records dropped by engine `engine`'s ring.
     pub fn dropped(&self, engine: Engine) -> u32 {
-        self.rings[engine.index()].dropped()
+        self.rings.dropped(engine.index())
     }
 
     /// The core's interrupt-cause word.
@@ -212,9 +200,8 @@ impl<'d> DirectDriver<'d> {
         let t0 = Instant::now();
         let mut polls = 0u32;
         while ends < NUM_ENGINES {
-            for r in &mut self.rings[..NUM_ENGINES] {
-                r.drain(|rec| ends += (rec.kind == RecordKind::End as u8) as usize);
-            }
+            self.rings
+                .drain_all(|_, rec| ends += (rec.kind == RecordKind::End as u8) as usize);
             polls += 1;
             if polls.is_multiple_of(1024) && t0.elapsed() > timeout {
                 return false;
@@ -228,12 +215,7 @@ impl Drop for DirectDriver<'_> {
     fn drop(&mut self) {
         let _ = self.dev.exec_queue_release(self.core, self.queue);
         let _ = self.dev.dma_queue_release(self.core);
-        for e in Engine::ALL {
-            let _ = self
-                .dev
-                .notification_release(self.core, NqKind::InferStatus(e));
-        }
-        let _ = self.dev.notification_release(self.core, NqKind::Error);
+        let _ = self.dev.notification_release(self.core);
         for a in self.allocations.drain(..) {
             let _ = self.dev.mem_free(a);
         }

@@ -1,0 +1,294 @@
+//! The notification plane of one core: its five INFER_STATUS rings (one per engine) and its
+//! ERROR ring — six single-producer / single-consumer rings of 16-byte [`NqRecord`]s that the
+//! device writes and the host polls, laid out so that one execution costs the host as few
+//! cache-line transfers as possible.
+//!
+//! Each ring is its own ring — own head, own tail, own capacity, own overflow count — but
+//! the rings share their memory layout:
+//!
+//! - **the six tails sit in one cache line**: one acquire load of that line tells the host
+//!   about every ring, where six separate rings would cost six line transfers per poll;
+//! - **slots are interleaved**: position `p` of ring `r` is slot `p × 6 + r`, so the START
+//!   records the five engines write for one execution share a cache line or two, and so do
+//!   their END records;
+//! - **publication is batched**: the producer writes records into slots and makes them
+//!   visible with [`PlaneProducer::publish`], one release store per ring that changed, all
+//!   into the tails line. The device publishes when an execution finishes or aborts, after a
+//!   custom (streaming) record, and before it goes idle — the ERROR ring's tail first, so an
+//!   error is never less visible than an END record written after it.
+//!
+//! # Who writes what
+//!
+//! | field | written by | ordering | read by |
+//! |---|---|---|---|
+//! | slot `(tail % cap) × 6 + ring` | producer, before publishing that ring's tail | plain write | consumer, after acquiring the tail |
+//! | `tails[ring]` | producer only ([`PlaneProducer::publish`]) | `Release` store | consumer, `Acquire` load |
+//! | `heads[ring]` | consumer only, after reading the slots | `Release` store | producer, `Acquire` load, only when its cached head says the ring is full |
+//! | `dropped[ring]` | producer (a record it could not write, or discarded) | `Relaxed` `fetch_add` | consumer (a counter; orders nothing) |
+//!
+//! Indices are free-running `u32`s compared with wrapping arithmetic. [`plane`] returns the
+//! only producer and the only consumer; their operations take `&mut self`, so the
+//! single-producer / single-consumer contract is enforced by the types. The protocol is the
+//! SPSC ring's ([`crate::ring`]) applied per ring; `tests/loom.rs` model-checks it.
+
+use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
+use crate::wire::{NUM_ENGINES, NqKind, NqRecord};
+use core::fmt;
+use core::mem::MaybeUninit;
+
+/// Rings in a plane: one INFER_STATUS ring per engine, then the ERROR ring.
+pub const PLANE_RINGS: usize = NUM_ENGINES + 1;
+/// Index of the ERROR ring.
+pub const ERROR_RING: usize = NUM_ENGINES;
+
+/// The ring index of a notification-queue kind.
+pub const fn ring_index(kind: NqKind) -> usize {
+    match kind {
+        NqKind::InferStatus(e) => e as usize,
+        NqKind::Error => ERROR_RING,
+    }
+}
+
+struct Shared {
+    tails: CachePadded<[AtomicU32; PLANE_RINGS]>,
+    heads: CachePadded<[AtomicU32; PLANE_RINGS]>,
+    dropped: CachePadded<[AtomicU32; PLANE_RINGS]>,
+    mask: u32,
+    slots: Box<[UnsafeCell<MaybeUninit<NqRecord>>]>,
+}
+
+// SAFETY: each slot is written only by the one producer and read only by the one consumer,
+// ordered by the release/acquire pairs on `tails` and `heads` (module docs).
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the plane owns its slots.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    #[inline]
+    fn slot(&self, ring: usize, pos: u32) -> &UnsafeCell<MaybeUninit<NqRecord>> {
+        &self.slots[(pos & self.mask) as usize * PLANE_RINGS + ring]
+    }
+}
+
+/// The device's half of a plane.
+pub struct PlaneProducer {
+    shared: Arc<Shared>,
+    /// Next position to write, per ring (authoritative).
+    tail: [u32; PLANE_RINGS],
+    /// Last published tail, per ring.
+    published: [u32; PLANE_RINGS],
+    /// Last observed consumer head, per ring.
+    head_cache: [u32; PLANE_RINGS],
+}
+
+/// The host's half of a plane.
+pub struct PlaneConsumer {
+    shared: Arc<Shared>,
+    /// Next position to read, per ring (authoritative).
+    head: [u32; PLANE_RINGS],
+}
+
+fn zeros() -> [AtomicU32; PLANE_RINGS] {
+    core::array::from_fn(|_| AtomicU32::new(0))
+}
+
+/// Creates a plane whose rings hold `capacity` records each (a power of two ≤ 2^20).
+///
+/// # Panics
+/// If `capacity` is out of range (a tuning constant, so a programming error).
+pub fn plane(capacity: u32) -> (PlaneProducer, PlaneConsumer) {
+    assert!(capacity.is_power_of_two() && capacity <= 1 << 20, "plane capacity {capacity}");
+    let slots = (0..capacity as usize * PLANE_RINGS)
+        .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+        .collect::<Vec<_>>()
+        .into_boxed_slice();
+    let shared = Arc::new(Shared {
+        tails: CachePadded(zeros()),
+        heads: CachePadded(zeros()),
+        dropped: CachePadded(zeros()),
+        mask: capacity - 1,
+        slots,
+    });
+    (
+        PlaneProducer {
+            shared: shared.clone(),
+            tail: [0; PLANE_RINGS],
+            published: [0; PLANE_RINGS],
+            head_cache: [0; PLANE_RINGS],
+        },
+        PlaneConsumer { shared, head: [0; PLANE_RINGS] },
+    )
+}
+
+impl PlaneProducer {
+    /// Records per ring.
+    pub fn capacity(&self) -> u32 {
+        self.shared.mask + 1
+    }
+
+    /// Writes a record into `ring` without publishing it; if the ring is full, drops it and
+    /// counts the drop. Returns whether it was written.
+    #[inline]
+    pub fn push(&mut self, ring: usize, rec: NqRecord) -> bool {
+        let cap = self.shared.mask + 1;
+        let t = self.tail[ring];
+        if t.wrapping_sub(self.head_cache[ring]) >= cap {
+            self.head_cache[ring] = self.shared.heads[ring].load(Ordering::Acquire);
+            if t.wrapping_sub(self.head_cache[ring]) >= cap {
+                self.drop_record(ring);
+                return false;
+            }
+        }
+        // SAFETY: position `t` is in [head, head + cap): the consumer returned it (its head
+        // store, which we acquired, followed its last read of the slot) and it is not
+        // published yet, so no one else accesses it.
+        self.shared.slot(ring, t).with_mut(|p| unsafe { (*p).write(rec) });
+        self.tail[ring] = t.wrapping_add(1);
+        true
+    }
+
+    /// Counts a record of `ring` that was discarded instead of written.
+    pub fn drop_record(&mut self, ring: usize) {
+        self.shared.dropped[ring].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether records were written and not yet published.
+    #[inline]
+    pub fn has_unpublished(&self) -> bool {
+        self.tail != self.published
+    }
+
+    /// Makes every written record visible: one release store per ring that changed, all in
+    /// the tails cache line. The ERROR ring is published first, so a consumer that acquired
+    /// an engine's END record and then reads the ERROR ring sees every error posted before
+    /// that END (the runtime's harvest relies on it).
+    #[inline]
+    pub fn publish(&mut self) {
+        for r in (0..PLANE_RINGS).rev() {
+            if self.tail[r] != self.published[r] {
+                self.shared.tails[r].store(self.tail[r], Ordering::Release);
+                self.published[r] = self.tail[r];
+            }
+        }
+    }
+}
+
+impl PlaneConsumer {
+    /// Records per ring.
+    pub fn capacity(&self) -> u32 {
+        self.shared.mask + 1
+    }
+
+    /// Calls `f(ring, record)` for every published record of every ring — rings in index
+    /// order, records in order within a ring — then returns their slots. Reads the tails
+    /// line once. Returns how many records were consumed.
+    #[inline]
+    pub fn drain_all(&mut self, mut f: impl FnMut(usize, NqRecord)) -> u32 {
+        let mut n = 0;
+        for r in 0..PLANE_RINGS {
+            n += self.drain(r, &mut f);
+        }
+        n
+    }
+
+    /// Calls `f(ring, record)` for every published record of `ring`, then returns their slots.
+    #[inline]
+    pub fn drain(&mut self, ring: usize, mut f: impl FnMut(usize, NqRecord)) -> u32 {
+        let tail = self.shared.tails[ring].load(Ordering::Acquire);
+        let head = self.head[ring];
+        let n = tail.wrapping_sub(head);
+        if n == 0 {
+            return 0;
+        }
+        for i in 0..n {
+            let pos = head.wrapping_add(i);
+            // SAFETY: `pos` is in [head, tail): the producer wrote the slot before its release
+            // store of `tail`, which we acquired, and will not write it again until our head
+            // store below returns it.
+            let rec = self.shared.slot(ring, pos).with(|p| unsafe { (*p).assume_init() });
+            f(ring, rec);
+        }
+        self.head[ring] = tail;
+        self.shared.heads[ring].store(tail, Ordering::Release);
+        n
+    }
+
+    /// Whether any ring has a published record not yet consumed.
+    #[inline]
+    pub fn has_records(&self) -> bool {
+        (0..PLANE_RINGS).any(|r| self.shared.tails[r].load(Ordering::Acquire) != self.head[r])
+    }
+
+    /// Records `ring`'s producer dropped (monotonic).
+    pub fn dropped(&self, ring: usize) -> u32 {
+        self.shared.dropped[ring].load(Ordering::Relaxed)
+    }
+}
+
+impl fmt::Debug for PlaneProducer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlaneProducer").field("tail", &self.tail).field("published", &self.published).finish()
+    }
+}
+
+impl fmt::Debug for PlaneConsumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlaneConsumer").field("head", &self.head).finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::wire::{Engine, RecordKind};
+
+    fn rec(idx: u32, e: Engine) -> NqRecord {
+        NqRecord::engine_event(RecordKind::Start, e, 0, idx)
+    }
+
+    #[test]
+    fn records_are_invisible_until_published() {
+        let (mut p, mut c) = plane(4);
+        assert!(p.push(0, rec(1, Engine::Pe)));
+        assert!(p.push(3, rec(1, Engine::Dve)));
+        assert!(p.has_unpublished());
+        assert_eq!(c.drain_all(|_, _| {}), 0);
+        p.publish();
+        let mut got = Vec::new();
+        assert_eq!(c.drain_all(|r, x| got.push((r, x.engine))), 2);
+        assert_eq!(got, vec![(0, 0), (3, 3)]);
+        assert!(!c.has_records());
+    }
+
+    #[test]
+    fn rings_wrap_and_overflow_independently() {
+        let (mut p, mut c) = plane(2);
+        for i in 0..3 {
+            p.push(1, rec(i, Engine::Act));
+        }
+        p.push(5, rec(9, Engine::Sp));
+        p.publish();
+        assert_eq!(c.dropped(1), 1);
+        assert_eq!(c.dropped(5), 0);
+        let mut got = Vec::new();
+        c.drain_all(|r, x| got.push((r, x.compute_idx)));
+        assert_eq!(got, vec![(1, 0), (1, 1), (5, 9)]);
+        for round in 0..10u32 {
+            assert!(p.push(1, rec(round, Engine::Act)));
+            assert!(p.push(1, rec(round + 100, Engine::Act)));
+            p.publish();
+            let mut v = Vec::new();
+            c.drain(1, |_, x| v.push(x.compute_idx));
+            assert_eq!(v, vec![round, round + 100]);
+        }
+    }
+
+    #[test]
+    fn interleaved_layout_puts_one_position_of_all_rings_together() {
+        let (p, _c) = plane(8);
+        let base = p.shared.slot(0, 3) as *const _ as usize;
+        for r in 0..PLANE_RINGS {
+            assert_eq!(p.shared.slot(r, 3) as *const _ as usize, base + r * 16);
+        }
+    }
+}
