@@ -1,0 +1,328 @@
+//! `Conv`: 2-D convolution over `[N, C, H, W]` with groups (depthwise included), stride,
+//! padding (top, left, bottom, right), dilation and an optional bias. 1-D convolutions
+//! arrive with `H = 1`.
+//!
+//! Three strategies:
+//! - **pointwise** (1×1 kernel, stride 1, no padding, input planes contiguous): the input
+//!   already is the im2col matrix, so each group is one GEMM `out[Og × HW] = W[Og × Cg] ·
+//!   in[Cg × HW]`, no scratch;
+//! - **im2col + GEMM** when the instruction supplies a `workspace` (the compiler sized it
+//!   `(C/groups)·KH·KW·OH·OW` floats) and each group has more than one output channel: the
+//!   patches of one image and group are unrolled into the workspace (zeros for padding), then
+//!   one GEMM per group through [`crate::matmul::gemm_auto`]. A bias is written into the
+//!   output first and the GEMM accumulates onto it;
+//! - **direct** otherwise (and for depthwise, where a GEMM would have one row): for each
+//!   output channel, every tap `(c, ky, kx)` adds `w · input` to an output-plane accumulator
+//!   in the host workspace, over the contiguous range of output columns whose input column
+//!   is inside the image (see [`crate::pool::valid_range`]); stride 1 vectorizes.
+
+use crate::matmul::{Mat, gemm_auto};
+use crate::pool::valid_range;
+use crate::strided::View;
+use crate::{DeviceMemory, Workspace};
+use nrt_isa::{AccessPattern, Window};
+
+/// The operands of a convolution.
+#[derive(Clone, Copy, Debug)]
+pub struct ConvArgs<'a> {
+    /// `[N, C, H, W]`.
+    pub input: &'a AccessPattern,
+    /// `[O, C/groups, KH, KW]`.
+    pub weight: &'a AccessPattern,
+    /// `[N, O, OH, OW]`.
+    pub output: &'a AccessPattern,
+    /// `[1, 1, 1, O]`, if any.
+    pub bias: Option<&'a AccessPattern>,
+    /// im2col scratch, if any.
+    pub workspace: Option<&'a AccessPattern>,
+    /// Stride, padding, dilation.
+    pub window: &'a Window,
+    /// Groups.
+    pub groups: u32,
+}
+
+struct Geo {
+    n: usize,
+    cg: usize,
+    og: usize,
+    groups: usize,
+    h: usize,
+    w: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    sh: usize,
+    sw: usize,
+    dh: usize,
+    dw: usize,
+    pt: usize,
+    pl: usize,
+}
+
+/// Executes `Op::Conv`.
+///
+/// # Safety
+/// Operands inside `mem`, aligned to 4 bytes; the output overlaps no other operand.
+pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
+    let vi = View::<f32>::new(args.input, mem);
+    let vw = View::<f32>::new(args.weight, mem);
+    let vo = View::<f32>::new(args.output, mem);
+    if vo.elements() == 0 {
+        return;
+    }
+    let g = args.groups as usize;
+    let win = args.window;
+    let geo = Geo {
+        n: vi.shape[0],
+        cg: vi.shape[1] / g,
+        og: vw.shape[0] / g,
+        groups: g,
+        h: vi.shape[2],
+        w: vi.shape[3],
+        kh: vw.shape[2],
+        kw: vw.shape[3],
+        oh: vo.shape[2],
+        ow: vo.shape[3],
+        sh: win.stride[0] as usize,
+        sw: win.stride[1] as usize,
+        dh: win.dilation[0] as usize,
+        dw: win.dilation[1] as usize,
+        pt: win.pad[0] as usize,
+        pl: win.pad[1] as usize,
+    };
+    let bias = args.bias.map(|b| View::<f32>::new(b, mem));
+    // (H, W) flatten to one index of stride `stride[3]`.
+    let plane = |v: &View<f32>| v.shape[2] <= 1 || v.stride[2] == v.shape[3] as isize * v.stride[3];
+    let out_flat = plane(&vo);
+    // Weight rows as matrices [O, Cg·KH·KW] need dims 1..3 to merge.
+    let w_flat = plane(&vw)
+        && (vw.shape[1] <= 1
+            || vw.stride[1] == (vw.shape[2] * vw.shape[3]) as isize * vw.stride[3]);
+    let pointwise =
+        geo.kh == 1 && geo.kw == 1 && geo.sh == 1 && geo.sw == 1 && win.pad == [0; 4] && plane(&vi);
+    // SAFETY: (every arm) the caller's contract covers every element addressed.
+    unsafe {
+        if geo.cg == 0 {
+            // No input channels: the output is the bias (or 0).
+            fill_bias(&vo, bias.as_ref());
+        } else if pointwise && out_flat && w_flat && geo.og > 1 {
+            pointwise_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
+        } else if let (Some(col), true, true, true) = (args.workspace, out_flat, w_flat, geo.og > 1)
+        {
+            let col = mem.ptr(col.addr) as *mut f32;
+            im2col_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), col, ws);
+        } else {
+            direct(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
+        }
+    }
+}
+
+/// Writes the bias (or zeros) to every output element.
+///
+/// # Safety
+/// Views inside device memory.
+unsafe fn fill_bias(vo: &View<f32>, bias: Option<&View<f32>>) {
+    for n in 0..vo.shape[0] {
+        for o in 0..vo.shape[1] {
+            // SAFETY: bias has O elements.
+            let b = bias.map_or(0.0, |b| unsafe { *b.at([0, 0, 0, o]) });
+            for y in 0..vo.shape[2] {
+                for x in 0..vo.shape[3] {
+                    // SAFETY: inside the output.
+                    unsafe { vo.at([n, o, y, x]).write(b) };
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// As [`conv`]; the pointwise conditions hold.
+unsafe fn pointwise_gemm(
+    g: &Geo,
+    vi: &View<f32>,
+    vw: &View<f32>,
+    vo: &View<f32>,
+    bias: Option<&View<f32>>,
+    ws: &mut Workspace,
+) {
+    let hw = g.oh * g.ow;
+    let acc = bias.is_some();
+    if bias.is_some() {
+        // SAFETY: forwarded.
+        unsafe { fill_bias(vo, bias) };
+    }
+    for n in 0..g.n {
+        for grp in 0..g.groups {
+            let a = Mat {
+                ptr: vw.at([grp * g.og, 0, 0, 0]),
+                rs: vw.stride[0],
+                cs: vw.stride[1],
+            };
+            let b = Mat {
+                ptr: vi.at([n, grp * g.cg, 0, 0]),
+                rs: vi.stride[1],
+                cs: vi.stride[3],
+            };
+            let c = Mat {
+                ptr: vo.at([n, grp * g.og, 0, 0]),
+                rs: vo.stride[1],
+                cs: vo.stride[3],
+            };
+            // SAFETY: the three matrices address exactly the operands' elements.
+            unsafe { gemm_auto(g.og, hw, g.cg, a, b, c, 1.0, acc, ws) };
+        }
+    }
+}
+
+/// # Safety
+/// As [`conv`]; `col` holds `Cg·KH·KW·OH·OW` floats and overlaps no operand.
+unsafe fn im2col_gemm(
+    g: &Geo,
+    vi: &View<f32>,
+    vw: &View<f32>,
+    vo: &View<f32>,
+    bias: Option<&View<f32>>,
+    col: *mut f32,
+    ws: &mut Workspace,
+) {
+    let hw = g.oh * g.ow;
+    let kk = g.cg * g.kh * g.kw;
+    let acc = bias.is_some();
+    if bias.is_some() {
+        // SAFETY: forwarded.
+        unsafe { fill_bias(vo, bias) };
+    }
+    // SAFETY: `col` is the workspace operand, exclusively ours for this instruction.
+    let colm = unsafe { core::slice::from_raw_parts_mut(col, kk * hw) };
+    for n in 0..g.n {
+        for grp in 0..g.groups {
+            // SAFETY: forwarded.
+            unsafe { im2col(g, vi, n, grp * g.cg, colm) };
+            let a = Mat {
+                ptr: vw.at([grp * g.og, 0, 0, 0]),
+                rs: vw.stride[0],
+                cs: vw.stride[3],
+            };
+            let b = Mat {
+                ptr: col,
+                rs: hw as isize,
+                cs: 1,
+            };
+            let c = Mat {
+                ptr: vo.at([n, grp * g.og, 0, 0]),
+                rs: vo.stride[1],
+                cs: vo.stride[3],
+            };
+            // SAFETY: the matrices address the operands' elements and the filled workspace.
+            unsafe { gemm_auto(g.og, hw, kk, a, b, c, 1.0, acc, ws) };
+        }
+    }
+}
+
+/// Unrolls the patches of image `n`, channels `c0..c0+Cg`, into `col` (`[Cg·KH·KW, OH·OW]`).
+///
+/// # Safety
+/// The input view inside device memory.
+unsafe fn im2col(g: &Geo, vi: &View<f32>, n: usize, c0: usize, col: &mut [f32]) {
+    let hw = g.oh * g.ow;
+    let rs = vi.stride[3];
+    let mut r = 0;
+    for c in 0..g.cg {
+        for ky in 0..g.kh {
+            for kx in 0..g.kw {
+                let dst = &mut col[r * hw..(r + 1) * hw];
+                r += 1;
+                let (lo, hi) = valid_range(g.ow, g.w, g.sw, kx * g.dw, g.pl);
+                for oy in 0..g.oh {
+                    let drow = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                    let iy = (oy * g.sh + ky * g.dh) as isize - g.pt as isize;
+                    if iy < 0 || iy >= g.h as isize || lo >= hi {
+                        drow.fill(0.0);
+                        continue;
+                    }
+                    drow[..lo].fill(0.0);
+                    drow[hi..].fill(0.0);
+                    let ix0 = (lo * g.sw + kx * g.dw - g.pl) as isize;
+                    let src = vi.at([n, c0 + c, iy as usize, 0]).wrapping_offset(ix0 * rs);
+                    let d = &mut drow[lo..hi];
+                    if g.sw == 1 && rs == 1 {
+                        // SAFETY: hi − lo input columns from ix0 lie inside the row.
+                        d.copy_from_slice(unsafe { core::slice::from_raw_parts(src, d.len()) });
+                    } else {
+                        let step = g.sw as isize * rs;
+                        for (j, v) in d.iter_mut().enumerate() {
+                            // SAFETY: as above.
+                            *v = unsafe { *src.offset(j as isize * step) };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// As [`conv`].
+unsafe fn direct(
+    g: &Geo,
+    vi: &View<f32>,
+    vw: &View<f32>,
+    vo: &View<f32>,
+    bias: Option<&View<f32>>,
+    ws: &mut Workspace,
+) {
+    let hw = g.oh * g.ow;
+    let acc = ws.f32(0, hw);
+    let rs = vi.stride[3];
+    for n in 0..g.n {
+        for o in 0..g.og * g.groups {
+            let grp = o / g.og;
+            // SAFETY: bias has O elements.
+            acc.fill(bias.map_or(0.0, |b| unsafe { *b.at([0, 0, 0, o]) }));
+            for c in 0..g.cg {
+                for ky in 0..g.kh {
+                    for kx in 0..g.kw {
+                        // SAFETY: inside the weight.
+                        let wv = unsafe { *vw.at([o, c, ky, kx]) };
+                        let (lo, hi) = valid_range(g.ow, g.w, g.sw, kx * g.dw, g.pl);
+                        if lo >= hi {
+                            continue;
+                        }
+                        let ix0 = (lo * g.sw + kx * g.dw - g.pl) as isize;
+                        for oy in 0..g.oh {
+                            let iy = (oy * g.sh + ky * g.dh) as isize - g.pt as isize;
+                            if iy < 0 || iy >= g.h as isize {
+                                continue;
+                            }
+                            let src = vi
+                                .at([n, grp * g.cg + c, iy as usize, 0])
+                                .wrapping_offset(ix0 * rs);
+                            let a = &mut acc[oy * g.ow + lo..oy * g.ow + hi];
+                            if g.sw == 1 && rs == 1 {
+                                // SAFETY: the input columns lie inside the row.
+                                let xs = unsafe { core::slice::from_raw_parts(src, a.len()) };
+                                for (a, x) in a.iter_mut().zip(xs) {
+                                    *a = wv.mul_add(*x, *a);
+                                }
+                            } else {
+                                let step = g.sw as isize * rs;
+                                for (j, a) in a.iter_mut().enumerate() {
+                                    // SAFETY: as above.
+                                    *a = wv.mul_add(unsafe { *src.offset(j as isize * step) }, *a);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    // SAFETY: inside the output.
+                    unsafe { vo.at([n, o, oy, ox]).write(acc[oy * g.ow + ox]) };
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Element types and conversions.
+//!
+//! The engines compute in fp32 (floats) or in the integer type itself; `bf16` and `f16` are
+//! storage formats converted by hand here (round to nearest, ties to even; NaN stays NaN,
+//! overflow becomes infinity). Conversions follow ONNX `Cast` / C casts:
+//! - float → integer truncates toward zero (saturating at the type's range; NaN → 0);
+//! - integer → integer wraps (two's complement truncation or extension);
+//! - anything → bool is `x != 0` (NaN → true); bool → number is 0 or 1 (any non-zero byte
+//!   is true);
+//! - integer → f16/bf16 rounds through f32 (exact for |x| ≤ 2^24).
+//!
+//! A conversion goes through one intermediate type per pair: `f32` when either side is a
+//! float or bool-from-float, `i64` between integers — so every pair is one of 24 monomorphized
+//! loops rather than 144.
+
+/// f32 → IEEE binary16 bits, round to nearest even.
+#[inline(always)]
+pub fn f32_to_f16(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let abs = b & 0x7fff_ffff;
+    if abs >= 0x7f80_0000 {
+        // Inf or NaN (keep NaN quiet and non-zero).
+        let nan = if abs > 0x7f80_0000 {
+            0x0200 | ((abs >> 13) & 0x3ff) as u16
+        } else {
+            0
+        };
+        return sign | 0x7c00 | nan;
+    }
+    if abs >= 0x4780_0000 {
+        // ≥ 65536 after rounding is certainly overflow (65520 rounds up to inf; handled below
+        // by the carry into the exponent).
+        return sign | 0x7c00;
+    }
+    if abs < 0x3880_0000 {
+        // Below the smallest normal f16 (2^-14): subnormal or zero. Value in units of 2^-24.
+        if abs < 0x3300_0000 {
+            // < 2^-25: rounds to zero (2^-25 exactly is a tie to even → 0).
+            return sign;
+        }
+        let e = abs >> 23; // 102..=112
+        let m = (abs & 0x7f_ffff) | 0x80_0000;
+        // value = m · 2^(e-127-23); in units of 2^-24: m · 2^(e-126) → shift right by 126-e.
+        let shift = 126 - e;
+        let q = m >> shift;
+        let rem = m & ((1 << shift) - 1);
+        let half = 1 << (shift - 1);
+        let round = (rem > half || (rem == half && q & 1 == 1)) as u32;
+        return sign | (q + round) as u16;
+    }
+    // Normal: rebias exponent (127 → 15) and round the 13 dropped mantissa bits.
+    let v = abs - 0x3800_0000; // subtract (127-15) << 23
+    let round = 0xfff + ((v >> 13) & 1);
+    let r = (v + round) >> 13;
+    // A carry may overflow into the exponent (→ inf exactly when it reaches 0x7c00).
+    sign | r.min(0x7c00) as u16
+}
+
+/// IEEE binary16 bits → f32 (exact).
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let bits = if exp == 0x1f {
+        sign | 0x7f80_0000 | (man << 13)
+    } else if exp == 0 {
+        // Zero or subnormal: man · 2^-24, exact in f32.
+        let v = man as f32 * (1.0 / 16_777_216.0);
+        return f32::from_bits(sign | v.to_bits());
+    } else {
+        sign | ((exp + 112) << 23) | (man << 13)
+    };
+    f32::from_bits(bits)
+}
+
+/// f32 → bfloat16 bits, round to nearest even (NaN stays NaN).
+#[inline(always)]
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    let round = 0x7fff + ((b >> 16) & 1);
+    (b.wrapping_add(round) >> 16) as u16
+}
+
+/// bfloat16 bits → f32 (exact).
+#[inline(always)]
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// A storage element type with conversions to and from the two intermediates.
+pub trait Elem: Copy + Default + 'static {
+    /// To f32 (floats exactly; integers rounding; bool 0/1).
+    fn to_f32(self) -> f32;
+    /// From f32 (floats rounding; integers truncating toward zero; bool `!= 0`).
+    fn from_f32(v: f32) -> Self;
+    /// To i64 (integers exactly — u64 as its two's complement bits; bool 0/1).
+    fn to_i64(self) -> i64;
+    /// From i64 (integers wrapping; bool `!= 0`).
+    fn from_i64(v: i64) -> Self;
+}
+
+macro_rules! int_elem {
+    ($($t:ty),*) => {$(
+        impl Elem for $t {
+            #[inline(always)]
+            fn to_f32(self) -> f32 { self as f32 }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self { v as $t }
+            #[inline(always)]
+            fn to_i64(self) -> i64 { self as i64 }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self { v as $t }
+        }
+    )*};
+}
+int_elem!(i8, u8, i16, u16, i32, u32, i64, u64);
+
+impl Elem for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline(always)]
+    fn from_i64(v: i64) -> Self {
+        v as f32
+    }
+}
+
+/// bfloat16 storage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Bf16(pub u16);
+
+/// IEEE binary16 storage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct F16(pub u16);
+
+/// Boolean storage: one byte, non-zero is true.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Bool(pub u8);
+
+impl Elem for Bf16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        Bf16(f32_to_bf16(v))
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        self.to_f32() as i64
+    }
+    #[inline(always)]
+    fn from_i64(v: i64) -> Self {
+        Self::from_f32(v as f32)
+    }
+}
+
+impl Elem for F16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        F16(f32_to_f16(v))
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        self.to_f32() as i64
+    }
+    #[inline(always)]
+    fn from_i64(v: i64) -> Self {
+        Self::from_f32(v as f32)
+    }
+}
+
+impl Elem for Bool {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        (self.0 != 0) as u8 as f32
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        // NaN != 0 is true, as in C and numpy.
+        Bool((v != 0.0) as u8)
+    }
+    #[inline(always)]
+    fn to_i64(self) -> i64 {
+        (self.0 != 0) as i64
+    }
+    #[inline(always)]
+    fn from_i64(v: i64) -> Self {
+        Bool((v != 0) as u8)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The f16 value of `h` computed independently in f64.
+    fn f16_value(h: u16) -> f64 {
+        let s = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+        let e = ((h >> 10) & 0x1f) as i32;
+        let m = (h & 0x3ff) as f64;
+        match e {
+            0 => s * m * 2f64.powi(-24),
+            0x1f if m == 0.0 => s * f64::INFINITY,
+            0x1f => f64::NAN,
+            _ => s * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
+        }
+    }
+
+    #[test]
+    fn f16_to_f32_is_exact_for_every_value() {
+        for h in 0..=u16::MAX {
+            let got = f16_to_f32(h) as f64;
+            let want = f16_value(h);
+            if want.is_nan() {
+                assert!(got.is_nan(), "{h:#x}");
+            } else {
+                assert_eq!(got, want, "{h:#x}");
+                assert_eq!(got.is_sign_negative(), want.is_sign_negative(), "{h:#x}");
+            }
+        }
+    }
+
+    /// Reference f32 → f16: nearest of all candidates by exact f64 distance, ties to even.
+    fn ref_f32_to_f16(x: f32) -> u16 {
+        if x.is_nan() {
+            return 0x7e00;
+        }
+        let v = x as f64;
+        let sign = if x.is_sign_negative() { 0x8000 } else { 0 };
+        let a = v.abs();
+        if a >= 65520.0 {
+            return sign | 0x7c00;
+        }
+        // Binary search the largest magnitude ≤ a among finite positive f16s (monotone bits).
+        let (mut lo, mut hi) = (0u16, 0x7bffu16);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if f16_value(mid) <= a {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let below = lo;
+        let above = lo + 1;
+        let (db, da) = (a - f16_value(below), f16_value(above) - a);
+        let pick = if db < da || (db == da && below & 1 == 0) {
+            below
+        } else {
+            above
+        };
+        sign | pick
+    }
+
+    #[test]
+    fn f32_to_f16_rounds_to_nearest_even() {
+        // Every f16 value, its neighbours and the midpoints between consecutive values.
+        let mut xs = Vec::new();
+        for h in 0..0x7c00u16 {
+            let v = f16_value(h);
+            let next = f16_value(h + 1);
+            let mid = (v + next) / 2.0;
+            for x in [v, mid, next] {
+                let f = x as f32;
+                xs.extend([f, f32::from_bits(f.to_bits() + 1), -f]);
+                if f.to_bits() > 0 {
+                    xs.push(f32::from_bits(f.to_bits() - 1));
+                }
+            }
+        }
+        // And a deterministic pseudo-random sample of all bit patterns.
+        let mut s = 0x1234_5678_u32;
+        for _ in 0..200_000 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            xs.push(f32::from_bits(s));
+        }
+        xs.extend([
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            65504.0,
+            65519.99,
+            65520.0,
+            1e10,
+        ]);
+        for x in xs {
+            let got = f32_to_f16(x);
+            if x.is_nan() {
+                assert!(f16_value(got).is_nan(), "{x:e}");
+                continue;
+            }
+            assert_eq!(got, ref_f32_to_f16(x), "{x:e} ({:#x})", x.to_bits());
+        }
+    }
+
+    #[test]
+    fn bf16_rounds_to_nearest_even() {
+        assert_eq!(f32_to_bf16(1.0), 0x3f80);
+        // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even (1.0) wins.
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8000)), 0x3f80);
+        // 1 + 3·2^-8 ties between odd and even: rounds up to even.
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f81_8000)), 0x3f82);
+        assert_eq!(f32_to_bf16(f32::from_bits(0x3f80_8001)), 0x3f81);
+        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+        assert_eq!(f32_to_bf16(f32::MAX), 0x7f80); // rounds to inf
+        for h in 0..=u16::MAX {
+            let f = bf16_to_f32(h);
+            if !f.is_nan() {
+                assert_eq!(f32_to_bf16(f), h);
+            }
+        }
+    }
+
+    #[test]
+    fn casts_follow_c_and_onnx() {
+        assert_eq!(i32::from_f32(-2.7), -2);
+        assert_eq!(u8::from_f32(3.9), 3);
+        assert_eq!(Bool::from_f32(f32::NAN), Bool(1));
+        assert_eq!(Bool::from_f32(-0.0), Bool(0));
+        assert_eq!(Bool(7).to_f32(), 1.0);
+        assert_eq!(u8::from_i64(300), 44);
+        assert_eq!(i8::from_i64(200), -56);
+        assert_eq!(u64::MAX.to_i64(), -1);
+        assert_eq!(u64::from_i64(-1), u64::MAX);
+    }
+}

@@ -1,0 +1,569 @@
+//! `MatMul`: `C (+)= alpha · op(A) · op(B)`, batched over dimensions 0 and 1 (batch stride 0
+//! broadcasts an operand).
+//!
+//! # Which GEMM
+//!
+//! Candidates measured on this project's machine (2 vCPU AMD EPYC Zen 4 under KVM, AVX2 +
+//! FMA visible to the guest, no AVX-512; `target-cpu=x86-64-v3`; single thread; f32,
+//! row-major; GFLOP/s as the median of 9 timed batches, three interleaved rounds; the VM is
+//! noisy, ±15 % between rounds):
+//!
+//! | M×K×N | `gemm` 0.19 | `matrixmultiply` 0.3 | `faer` 0.24 | `private-gemm-x86` 0.1 | this module's GEMV |
+//! |---|---|---|---|---|---|
+//! | 1×512×512 | 20–24 | 4.2–4.3 | 23–25 | 12–16 | see below |
+//! | 64×512×512 | 63–81 | 64–66 | 68–81 | 71–82 | — |
+//! | 512×512×512 | 66–89 | 70–80 | 68–81 | 72–81 | — |
+//! | 128×64×128 | 61–86 | 64–72 | 67–86 | 64–87 | — |
+//! | 4096×27×16 | 54–80 | 35–42 | 44–67 | 45–71 | — |
+//! | heap allocations per call | 1 | 1 | 0 | 0 | 0 |
+//! | clean build (2 cores) | ~25 s | ~5 s | ~120 s (pulls `gemm` too) | ~17 s | — |
+//!
+//! All but `matrixmultiply` are within the machine's noise of each other for M ≥ 64.
+//! `gemm` and `matrixmultiply` allocate their packing buffers on every call, which the
+//! project's zero-allocation rule forbids. `faer` does not: for f32 on x86-64 it calls
+//! `private-gemm-x86` (same author), whose packing buffers live in a thread-local that grows
+//! once. We depend on `private-gemm-x86` directly: the same kernels as `faer` with a seventh of
+//! its build time and none of its linear-algebra surface. (`faer`'s own small-size and
+//! matrix-vector paths are replaced here by the GEMV kernels below.) Its API is the one
+//! function `gemm` with explicit strides; the risk of a "private" crate changing is contained
+//! in [`gemm_f32`], the only place that calls it, and in the lock file.
+//!
+//! # GEMV
+//!
+//! GEMM crates pack the operands, which for `M = 1` costs as much as the product. Matrix-
+//! vector products take hand-written AVX2/FMA kernels instead (`M ≤`
+//! [`GEMV_MAX_ROWS`](nrt_hal::tuning::GEMV_MAX_ROWS) rows, or `N = 1`):
+//! - B row-major (`[K, N]`, unit stride along N): column strips of 64 floats held in 8
+//!   accumulators while B's rows stream past (each element of B read once, two FMAs per
+//!   cycle);
+//! - B stored transposed (`[N, K]`, unit stride along K — PyTorch `Linear` weights) and the
+//!   `N = 1` case: dot products of 4 rows at a time, 2 accumulators each.
+
+use crate::strided::View;
+use crate::{DeviceMemory, Workspace};
+use nrt_hal::tuning::GEMV_MAX_ROWS;
+use nrt_isa::{AccessPattern, matmul_flags};
+
+/// A strided f32 matrix: pointer, row stride and column stride in elements.
+#[derive(Clone, Copy, Debug)]
+pub struct Mat {
+    /// Element `[0, 0]`.
+    pub ptr: *mut f32,
+    /// Row stride.
+    pub rs: isize,
+    /// Column stride.
+    pub cs: isize,
+}
+
+/// `C = alpha·A·B` (or `C += alpha·A·B` when `accumulate`) for an `m×k` A, `k×n` B and `m×n`
+/// C, any strides; picks the GEMV kernels or the GEMM crate.
+///
+/// # Safety
+/// The three matrices must be valid (A and B readable, C writable) for every element their
+/// shape and strides address; C must not overlap A or B.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_auto(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    ws: &mut Workspace,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    // SAFETY: C element in bounds per the contract.
+                    unsafe {
+                        c.ptr
+                            .offset(i as isize * c.rs + j as isize * c.cs)
+                            .write(0.0)
+                    };
+                }
+            }
+        }
+        return;
+    }
+    if m <= GEMV_MAX_ROWS && c.cs == 1 && (b.cs == 1 || b.rs == 1) {
+        // One GEMV per row of A.
+        for i in 0..m {
+            let x = a.ptr.wrapping_offset(i as isize * a.rs);
+            // SAFETY: the row of A is readable; the scratch copy is a distinct buffer.
+            let x = unsafe { contiguous(x, a.cs, k, ws) };
+            let y = c.ptr.wrapping_offset(i as isize * c.rs);
+            // SAFETY: B readable and the C row writable per the contract.
+            unsafe {
+                if b.cs == 1 {
+                    gemv_rowmajor(k, n, x, b.ptr, b.rs, y, alpha, accumulate);
+                } else {
+                    gemv_dot(k, n, x, b.ptr, b.cs, y, 1, alpha, accumulate);
+                }
+            }
+        }
+        return;
+    }
+    if n == 1 && a.cs == 1 {
+        // C[:, 0] = A · b: dot products of A's rows with the vector b.
+        // SAFETY: B's column is readable; the scratch copy is a distinct buffer.
+        let x = unsafe { contiguous(b.ptr, b.rs, k, ws) };
+        // SAFETY: A readable, C writable per the contract.
+        unsafe { gemv_dot(k, m, x, a.ptr, a.rs, c.ptr, c.rs, alpha, accumulate) };
+        return;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { gemm_f32(m, n, k, a, b, c, alpha, accumulate) };
+}
+
+/// The `k` floats at `p` (stride `s`) as a contiguous pointer: `p` itself when `s == 1`, else
+/// a copy in workspace buffer 3.
+///
+/// # Safety
+/// The elements must be readable.
+unsafe fn contiguous(p: *const f32, s: isize, k: usize, ws: &mut Workspace) -> *const f32 {
+    if s == 1 {
+        return p;
+    }
+    let buf = ws.f32(3, k);
+    // SAFETY: readable per the contract; `buf` is distinct scratch.
+    unsafe { crate::strided::gather_into(p, s, buf) };
+    buf.as_ptr()
+}
+
+/// Runs the GEMM crate (or the portable fallback off x86-64).
+///
+/// # Safety
+/// As [`gemm_auto`]; `m`, `n`, `k` ≥ 1.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_f32(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use private_gemm_x86 as pg;
+        let instr = if std::arch::is_x86_feature_detected!("avx512f") {
+            pg::InstrSet::Avx512
+        } else {
+            pg::InstrSet::Avx256
+        };
+        let accum = if accumulate {
+            pg::Accum::Add
+        } else {
+            pg::Accum::Replace
+        };
+        // SAFETY: the contract of `gemm_auto` is the crate's: every addressed element valid,
+        // dst not overlapping the inputs; `alpha` outlives the call; no row/column index
+        // tables (null) and a full (not triangular) destination; one thread.
+        unsafe {
+            pg::gemm(
+                pg::DType::F32,
+                pg::IType::U64,
+                instr,
+                m,
+                n,
+                k,
+                c.ptr as *mut (),
+                c.rs,
+                c.cs,
+                core::ptr::null(),
+                core::ptr::null(),
+                pg::DstKind::Full,
+                accum,
+                a.ptr as *const (),
+                a.rs,
+                a.cs,
+                false,
+                core::ptr::null(),
+                0,
+                b.ptr as *const (),
+                b.rs,
+                b.cs,
+                false,
+                &raw const alpha as *const (),
+                1,
+            );
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0.0f32;
+                for p in 0..k {
+                    // SAFETY: in bounds per the contract.
+                    s += unsafe {
+                        *a.ptr.offset(i as isize * a.rs + p as isize * a.cs)
+                            * *b.ptr.offset(p as isize * b.rs + j as isize * b.cs)
+                    };
+                }
+                let cp = c.ptr.wrapping_offset(i as isize * c.rs + j as isize * c.cs);
+                // SAFETY: in bounds per the contract.
+                unsafe { *cp = alpha * s + if accumulate { *cp } else { 0.0 } };
+            }
+        }
+    }
+}
+
+/// Executes `Op::MatMul`.
+///
+/// # Safety
+/// The operands must lie inside `mem`, aligned; C must not overlap A or B.
+pub unsafe fn matmul(
+    a: &AccessPattern,
+    b: &AccessPattern,
+    c: &AccessPattern,
+    alpha: f32,
+    flags: u32,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) {
+    let (va, vb, vc) = (
+        View::<f32>::new(a, mem),
+        View::<f32>::new(b, mem),
+        View::<f32>::new(c, mem),
+    );
+    let ta = flags & matmul_flags::TRANSPOSE_A != 0;
+    let tb = flags & matmul_flags::TRANSPOSE_B != 0;
+    let acc = flags & matmul_flags::ACCUMULATE != 0;
+    let (m, n) = (vc.shape[2], vc.shape[3]);
+    let k = if ta { va.shape[2] } else { va.shape[3] };
+    let (ars, acs) = if ta {
+        (va.stride[3], va.stride[2])
+    } else {
+        (va.stride[2], va.stride[3])
+    };
+    let (brs, bcs) = if tb {
+        (vb.stride[3], vb.stride[2])
+    } else {
+        (vb.stride[2], vb.stride[3])
+    };
+    for i0 in 0..vc.shape[0] {
+        for i1 in 0..vc.shape[1] {
+            let ma = Mat {
+                ptr: va.at([i0, i1, 0, 0]),
+                rs: ars,
+                cs: acs,
+            };
+            let mb = Mat {
+                ptr: vb.at([i0, i1, 0, 0]),
+                rs: brs,
+                cs: bcs,
+            };
+            let mc = Mat {
+                ptr: vc.at([i0, i1, 0, 0]),
+                rs: vc.stride[2],
+                cs: vc.stride[3],
+            };
+            // SAFETY: the caller's contract covers every element of every batch.
+            unsafe { gemm_auto(m, n, k, ma, mb, mc, alpha, acc, ws) };
+        }
+    }
+}
+
+/// `y[j] = alpha · Σ_p x[p]·B[p, j]` (`+ y[j]` when `accumulate`) for a `k×n` B with row
+/// stride `ldb` and unit column stride; `x` contiguous, `y` contiguous.
+///
+/// # Safety
+/// `x` readable for `k`, B for its `k×n` elements, `y` writable for `n`, `y` not overlapping
+/// the inputs.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemv_rowmajor(
+    k: usize,
+    n: usize,
+    x: *const f32,
+    b: *const f32,
+    ldb: isize,
+    y: *mut f32,
+    alpha: f32,
+    accumulate: bool,
+) {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    {
+        // SAFETY: forwarded contract; the CPU features are enabled at compile time.
+        unsafe { avx::gemv_rowmajor(k, n, x, b, ldb, y, alpha, accumulate) }
+    }
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    )))]
+    {
+        for j in 0..n {
+            let mut s = 0.0;
+            for p in 0..k {
+                // SAFETY: in bounds per the contract.
+                s += unsafe { *x.add(p) * *b.offset(p as isize * ldb + j as isize) };
+            }
+            // SAFETY: in bounds per the contract.
+            unsafe { *y.add(j) = alpha * s + if accumulate { *y.add(j) } else { 0.0 } };
+        }
+    }
+}
+
+/// `y[j·ys] = alpha · dot(x, R_j)` (`+ y[j·ys]` when `accumulate`) for `n` rows
+/// `R_j = r + j·ldr`, each `k` contiguous floats; `x` contiguous.
+///
+/// # Safety
+/// As [`gemv_rowmajor`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemv_dot(
+    k: usize,
+    n: usize,
+    x: *const f32,
+    r: *const f32,
+    ldr: isize,
+    y: *mut f32,
+    ys: isize,
+    alpha: f32,
+    accumulate: bool,
+) {
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    {
+        // SAFETY: forwarded contract; the CPU features are enabled at compile time.
+        unsafe { avx::gemv_dot(k, n, x, r, ldr, y, ys, alpha, accumulate) }
+    }
+    #[cfg(not(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    )))]
+    {
+        for j in 0..n {
+            let mut s = 0.0;
+            for p in 0..k {
+                // SAFETY: in bounds per the contract.
+                s += unsafe { *x.add(p) * *r.offset(j as isize * ldr + p as isize) };
+            }
+            let yp = y.wrapping_offset(j as isize * ys);
+            // SAFETY: in bounds per the contract.
+            unsafe { *yp = alpha * s + if accumulate { *yp } else { 0.0 } };
+        }
+    }
+}
+
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+mod avx {
+    use core::arch::x86_64::*;
+
+    /// Stores `alpha·s (+ y)` to 8 floats at `y`.
+    ///
+    /// # Safety
+    /// `y` writable for 8 floats.
+    #[inline(always)]
+    unsafe fn store8(y: *mut f32, s: __m256, alpha: __m256, accumulate: bool) {
+        // SAFETY: per the contract (unaligned load/store intrinsics).
+        unsafe {
+            let v = if accumulate {
+                _mm256_fmadd_ps(s, alpha, _mm256_loadu_ps(y))
+            } else {
+                _mm256_mul_ps(s, alpha)
+            };
+            _mm256_storeu_ps(y, v);
+        }
+    }
+
+    /// One strip of `8·W` columns over all `k` rows.
+    ///
+    /// # Safety
+    /// As `super::gemv_rowmajor` for the strip's columns.
+    #[inline(always)]
+    unsafe fn strip<const W: usize>(
+        k: usize,
+        x: *const f32,
+        b: *const f32,
+        ldb: isize,
+        y: *mut f32,
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        // SAFETY: every load reads row p < k, columns < 8·W of the strip: in bounds.
+        unsafe {
+            let mut c = [_mm256_setzero_ps(); W];
+            let mut row = b;
+            for p in 0..k {
+                let xv = _mm256_broadcast_ss(&*x.add(p));
+                for (w, cw) in c.iter_mut().enumerate() {
+                    *cw = _mm256_fmadd_ps(xv, _mm256_loadu_ps(row.add(8 * w)), *cw);
+                }
+                row = row.offset(ldb);
+            }
+            let av = _mm256_set1_ps(alpha);
+            for (w, cw) in c.iter().enumerate() {
+                store8(y.add(8 * w), *cw, av, accumulate);
+            }
+        }
+    }
+
+    /// # Safety
+    /// As `super::gemv_rowmajor`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemv_rowmajor(
+        k: usize,
+        n: usize,
+        x: *const f32,
+        b: *const f32,
+        ldb: isize,
+        y: *mut f32,
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        let mut j = 0;
+        // SAFETY: (every strip) columns j..j+8W < n lie inside B and y.
+        unsafe {
+            while j + 64 <= n {
+                strip::<8>(k, x, b.add(j), ldb, y.add(j), alpha, accumulate);
+                j += 64;
+            }
+            if j + 32 <= n {
+                strip::<4>(k, x, b.add(j), ldb, y.add(j), alpha, accumulate);
+                j += 32;
+            }
+            if j + 16 <= n {
+                strip::<2>(k, x, b.add(j), ldb, y.add(j), alpha, accumulate);
+                j += 16;
+            }
+            if j + 8 <= n {
+                strip::<1>(k, x, b.add(j), ldb, y.add(j), alpha, accumulate);
+                j += 8;
+            }
+        }
+        if j < n {
+            // Up to 7 tail columns: accumulate them together, row by row.
+            let t = n - j;
+            let mut s = [0.0f32; 8];
+            for p in 0..k {
+                // SAFETY: row p, columns j..n of B; x[p].
+                unsafe {
+                    let xp = *x.add(p);
+                    let row = b.offset(p as isize * ldb).add(j);
+                    for (q, sq) in s[..t].iter_mut().enumerate() {
+                        *sq += xp * *row.add(q);
+                    }
+                }
+            }
+            for (q, sq) in s[..t].iter().enumerate() {
+                // SAFETY: y[j + q] with j + q < n.
+                unsafe {
+                    let yp = y.add(j + q);
+                    *yp = alpha * sq + if accumulate { *yp } else { 0.0 };
+                }
+            }
+        }
+    }
+
+    /// Horizontal sum of 8 lanes.
+    #[inline(always)]
+    fn hsum(v: __m256) -> f32 {
+        // SAFETY: register-only intrinsics; AVX is enabled at compile time (this module is
+        // compiled only with avx2 + fma).
+        unsafe {
+            let lo = _mm256_castps256_ps128(v);
+            let hi = _mm256_extractf128_ps::<1>(v);
+            let s = _mm_add_ps(lo, hi);
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            _mm_cvtss_f32(s)
+        }
+    }
+
+    /// Dot products of `R` rows (`R ≤ 4`) with `x`.
+    ///
+    /// # Safety
+    /// `x` readable for `k`; rows `r + i·ldr` readable for `k`, `i < R`.
+    #[inline(always)]
+    unsafe fn dots<const R: usize>(k: usize, x: *const f32, r: *const f32, ldr: isize) -> [f32; R] {
+        // SAFETY: every load reads index < k of x or of one of the R rows.
+        unsafe {
+            let rows: [*const f32; R] = core::array::from_fn(|i| r.offset(i as isize * ldr));
+            let mut c0 = [_mm256_setzero_ps(); R];
+            let mut c1 = [_mm256_setzero_ps(); R];
+            let mut p = 0;
+            while p + 16 <= k {
+                let x0 = _mm256_loadu_ps(x.add(p));
+                let x1 = _mm256_loadu_ps(x.add(p + 8));
+                for i in 0..R {
+                    c0[i] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(rows[i].add(p)), c0[i]);
+                    c1[i] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(rows[i].add(p + 8)), c1[i]);
+                }
+                p += 16;
+            }
+            if p + 8 <= k {
+                let x0 = _mm256_loadu_ps(x.add(p));
+                for i in 0..R {
+                    c0[i] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(rows[i].add(p)), c0[i]);
+                }
+                p += 8;
+            }
+            let mut out = [0.0f32; R];
+            for i in 0..R {
+                let mut s = hsum(_mm256_add_ps(c0[i], c1[i]));
+                for q in p..k {
+                    s += *x.add(q) * *rows[i].add(q);
+                }
+                out[i] = s;
+            }
+            out
+        }
+    }
+
+    /// # Safety
+    /// As `super::gemv_dot`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemv_dot(
+        k: usize,
+        n: usize,
+        x: *const f32,
+        r: *const f32,
+        ldr: isize,
+        y: *mut f32,
+        ys: isize,
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        let put = |j: usize, s: f32| {
+            let yp = y.wrapping_offset(j as isize * ys);
+            // SAFETY: y[j·ys] with j < n is writable per the contract.
+            unsafe { *yp = alpha * s + if accumulate { *yp } else { 0.0 } };
+        };
+        let mut j = 0;
+        while j + 4 <= n {
+            // SAFETY: rows j..j+4 < n.
+            let s = unsafe { dots::<4>(k, x, r.offset(j as isize * ldr), ldr) };
+            for (q, v) in s.into_iter().enumerate() {
+                put(j + q, v);
+            }
+            j += 4;
+        }
+        while j < n {
+            // SAFETY: row j < n.
+            let [s] = unsafe { dots::<1>(k, x, r.offset(j as isize * ldr), ldr) };
+            put(j, s);
+            j += 1;
+        }
+    }
+}

@@ -1,0 +1,1153 @@
+//! Every op against a straightforward scalar reference (f64 where it matters), over random
+//! shapes and layouts: permuted, padded and reversed strides, stride-0 broadcasts, empty
+//! shapes, and in-place aliasing.
+
+// Reference code indexes dimensions explicitly: clearer than iterator chains here.
+#![allow(clippy::needless_range_loop)]
+
+mod common;
+
+use common::{Arena, Rng, assert_close, close, erf64, indices, random_shape};
+use nrt_hal::DType;
+use nrt_isa::{
+    AccessPattern, ActFunc, BinaryOp, CoordMode, NearestMode, Op, PoolOp, ReduceOp, ResizeMode,
+    Window, matmul_flags,
+};
+use nrt_kernels::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
+use nrt_kernels::{KernelError, Workspace};
+use proptest::prelude::*;
+
+const ARENA: usize = 4 << 20;
+
+fn cfg(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+//===--- copies and conversions ------------------------------------------------------===//
+
+/// A value as the reference sees it.
+#[derive(Clone, Copy, Debug)]
+enum Val {
+    F(f64),
+    I(i128),
+    B(bool),
+}
+
+fn decode(d: DType, bits: u64) -> Val {
+    match d {
+        DType::F32 => Val::F(f32::from_bits(bits as u32) as f64),
+        DType::F16 => Val::F(f16_to_f32(bits as u16) as f64),
+        DType::Bf16 => Val::F(bf16_to_f32(bits as u16) as f64),
+        DType::I8 => Val::I(bits as u8 as i8 as i128),
+        DType::U8 => Val::I(bits as u8 as i128),
+        DType::I16 => Val::I(bits as u16 as i16 as i128),
+        DType::U16 => Val::I(bits as u16 as i128),
+        DType::I32 => Val::I(bits as u32 as i32 as i128),
+        DType::U32 => Val::I(bits as u32 as i128),
+        DType::I64 => Val::I(bits as i64 as i128),
+        DType::U64 => Val::I(bits as i128),
+        DType::Bool => Val::B(bits as u8 != 0),
+    }
+}
+
+fn encode(d: DType, v: Val) -> u64 {
+    let f = |v: Val| -> f32 {
+        match v {
+            Val::F(x) => x as f32,
+            Val::I(i) => i as f32,
+            Val::B(b) => b as u8 as f32,
+        }
+    };
+    let int = |v: Val| -> Option<i128> {
+        match v {
+            Val::I(i) => Some(i),
+            Val::B(b) => Some(b as i128),
+            Val::F(_) => None,
+        }
+    };
+    macro_rules! to_int {
+        ($t:ty) => {
+            match int(v) {
+                Some(i) => i as $t as u64,
+                None => (f(v) as $t) as u64,
+            }
+        };
+    }
+    match d {
+        DType::F32 => f(v).to_bits() as u64,
+        DType::F16 => f32_to_f16(f(v)) as u64,
+        DType::Bf16 => f32_to_bf16(f(v)) as u64,
+        DType::I8 => to_int!(i8) & 0xff,
+        DType::U8 => to_int!(u8),
+        DType::I16 => to_int!(i16) & 0xffff,
+        DType::U16 => to_int!(u16),
+        DType::I32 => to_int!(i32) & 0xffff_ffff,
+        DType::U32 => to_int!(u32),
+        DType::I64 => to_int!(i64),
+        DType::U64 => to_int!(u64),
+        DType::Bool => match v {
+            Val::F(x) => (x != 0.0) as u64,
+            Val::I(i) => (i != 0) as u64,
+            Val::B(b) => b as u64,
+        },
+    }
+}
+
+/// Random element bits for a type: small and edge values, NaN and infinities for floats.
+fn random_bits(rng: &mut Rng, d: DType) -> u64 {
+    match d {
+        DType::F32 | DType::F16 | DType::Bf16 => {
+            let x = match rng.below(10) {
+                0 => f32::NAN,
+                1 => [f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0][rng.below(4) as usize],
+                2 => rng.f32(-1e6, 1e6),
+                3 => rng.f32(-70000.0, 70000.0),
+                _ => rng.f32(-300.0, 300.0),
+            };
+            match d {
+                DType::F32 => x.to_bits() as u64,
+                DType::F16 => f32_to_f16(x) as u64,
+                _ => f32_to_bf16(x) as u64,
+            }
+        }
+        DType::Bool => rng.below(3),
+        _ => {
+            let bits = rng.next();
+            let w = d.size() * 8;
+            if w == 64 { bits } else { bits & ((1 << w) - 1) }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(400))]
+
+    #[test]
+    fn copy_converts_any_pair(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let sd = DType::ALL[rng.below(12) as usize];
+        let dd = DType::ALL[rng.below(12) as usize];
+        let shape = random_shape(&mut rng, [3, 4, 5, 9], true);
+        let src = m.random(&mut rng, sd, shape, true);
+        let dst = m.random(&mut rng, dd, shape, false);
+        m.fill_with(&src, || random_bits(&mut rng, sd));
+        let op = if sd == dd && rng.chance(0.5) {
+            Op::DmaCopy { src, dst }
+        } else {
+            Op::Copy { input: src, output: dst }
+        };
+        m.run(&op, &mut Workspace::new()).unwrap();
+        for idx in indices(shape) {
+            let raw = m.get_raw(&src, idx);
+            let v = decode(sd, raw);
+            // Same type: a bit copy. Otherwise the conversion.
+            let want = if sd == dd { raw } else { encode(dd, v) };
+            let got = m.get_raw(&dst, idx);
+            let nan_ok = matches!(dd, DType::F32 | DType::F16 | DType::Bf16)
+                && matches!(v, Val::F(x) if x.is_nan())
+                && decode(dd, got).is_nan_val();
+            prop_assert!(got == want || nan_ok, "{sd}->{dd} at {idx:?}: {v:?} got {got:#x} want {want:#x}");
+        }
+    }
+
+    #[test]
+    fn fill_writes_every_element(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let d = DType::ALL[rng.below(12) as usize];
+        let shape = random_shape(&mut rng, [3, 3, 4, 7], true);
+        let out = m.random(&mut rng, d, shape, false);
+        let bits = random_bits(&mut rng, d);
+        m.run(&Op::Fill { out, bits }, &mut Workspace::new()).unwrap();
+        for v in m.read_raw(&out) {
+            prop_assert_eq!(v, bits);
+        }
+    }
+}
+
+trait IsNan {
+    fn is_nan_val(&self) -> bool;
+}
+impl IsNan for Val {
+    fn is_nan_val(&self) -> bool {
+        matches!(self, Val::F(x) if x.is_nan())
+    }
+}
+
+#[test]
+fn copy_transposes_pads_and_concats() {
+    let mut m = Arena::new(ARENA);
+    let mut ws = Workspace::new();
+    // Transpose [2,3] → [3,2] through permuted strides.
+    let src = m.dense(DType::F32, [1, 1, 2, 3]);
+    let dst = m.dense(DType::F32, [1, 1, 3, 2]);
+    for (i, idx) in indices(src.shape).enumerate() {
+        m.set_f32(&src, idx, i as f32);
+    }
+    let src_t = AccessPattern {
+        shape: [1, 1, 3, 2],
+        stride: [6, 6, 1, 3],
+        ..src
+    };
+    m.run(
+        &Op::Copy {
+            input: src_t,
+            output: dst,
+        },
+        &mut ws,
+    )
+    .unwrap();
+    assert_eq!(m.read_f32(&dst), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    // Concat two [2] into the halves of a [4], and a pad by writing into an offset window.
+    let a = m.dense(DType::I32, [1, 1, 1, 2]);
+    let out = m.dense(DType::I32, [1, 1, 1, 4]);
+    m.set_raw(&a, [0, 0, 0, 0], 7);
+    m.set_raw(&a, [0, 0, 0, 1], 8);
+    m.run(&Op::Fill { out, bits: 0 }, &mut ws).unwrap();
+    let hi = AccessPattern {
+        addr: out.addr + 8,
+        shape: [1, 1, 1, 2],
+        ..out
+    };
+    m.run(
+        &Op::Copy {
+            input: a,
+            output: hi,
+        },
+        &mut ws,
+    )
+    .unwrap();
+    assert_eq!(m.read_raw(&out), vec![0, 0, 7, 8]);
+}
+
+//===--- matmul ----------------------------------------------------------------------===//
+
+fn matmul_case(m_: usize, k: usize, n: usize, seed: u64, flags: u32, batch: [u32; 2]) {
+    let mut rng = Rng::new(seed);
+    let mut m = Arena::new(16 << 20);
+    let ta = flags & matmul_flags::TRANSPOSE_A != 0;
+    let tb = flags & matmul_flags::TRANSPOSE_B != 0;
+    let acc = flags & matmul_flags::ACCUMULATE != 0;
+    let (m32, k32, n32) = (m_ as u32, k as u32, n as u32);
+    let ash = if ta {
+        [batch[0], batch[1], k32, m32]
+    } else {
+        [batch[0], batch[1], m32, k32]
+    };
+    let bsh = if tb {
+        [batch[0], batch[1], n32, k32]
+    } else {
+        [batch[0], batch[1], k32, n32]
+    };
+    let csh = [batch[0], batch[1], m32, n32];
+    let random_layouts = rng.chance(0.5);
+    let (a, b, c) = if random_layouts {
+        (
+            m.random(&mut rng, DType::F32, ash, true),
+            m.random(&mut rng, DType::F32, bsh, true),
+            m.random(&mut rng, DType::F32, csh, false),
+        )
+    } else {
+        (
+            m.dense(DType::F32, ash),
+            m.dense(DType::F32, bsh),
+            m.dense(DType::F32, csh),
+        )
+    };
+    m.fill_f32(&a, &mut rng, -1.0, 1.0);
+    m.fill_f32(&b, &mut rng, -1.0, 1.0);
+    m.fill_f32(&c, &mut rng, -1.0, 1.0);
+    let c0 = m.read_f32(&c);
+    let alpha = if rng.chance(0.5) {
+        1.0
+    } else {
+        rng.f32(-2.0, 2.0)
+    };
+    m.run(
+        &Op::MatMul {
+            a,
+            b,
+            c,
+            alpha,
+            flags,
+        },
+        &mut Workspace::new(),
+    )
+    .unwrap();
+    let got = m.read_f32(&c);
+    let mut want = Vec::new();
+    let mut tol = Vec::new();
+    for idx in indices(csh) {
+        let [b0, b1, i, j] = idx;
+        let (mut s, mut sa) = (0.0f64, 0.0f64);
+        for p in 0..k {
+            let av = m.get_f32(&a, if ta { [b0, b1, p, i] } else { [b0, b1, i, p] }) as f64;
+            let bv = m.get_f32(&b, if tb { [b0, b1, j, p] } else { [b0, b1, p, j] }) as f64;
+            s += av * bv;
+            sa += (av * bv).abs();
+        }
+        let prev = c0[want.len()] as f64;
+        want.push(alpha as f64 * s + if acc { prev } else { 0.0 });
+        tol.push(1e-5 * (sa * alpha.abs() as f64 + prev.abs()) + 1e-6);
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert!(
+            ((*g as f64) - w).abs() <= tol[i],
+            "m{m_} k{k} n{n} f{flags}: [{i}] {g} vs {w}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(120))]
+
+    #[test]
+    fn matmul_random(
+        seed in any::<u64>(),
+        m_ in prop_oneof![Just(1usize), 1usize..40],
+        k in prop_oneof![Just(0usize), 1usize..70],
+        n in prop_oneof![Just(1usize), 1usize..70],
+        flags in 0u32..8,
+        b0 in 1u32..3,
+        b1 in 1u32..3,
+    ) {
+        matmul_case(m_, k, n, seed, flags, [b0, b1]);
+    }
+}
+
+#[test]
+fn matmul_shapes_of_interest() {
+    for (i, &(m_, k, n)) in [
+        (1, 512, 512),
+        (1, 300, 77),
+        (3, 129, 65),
+        (64, 64, 64),
+        (100, 27, 16),
+        (1, 1, 1),
+        (17, 1, 33),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for flags in 0..8 {
+            matmul_case(m_, k, n, i as u64 * 31 + flags as u64, flags, [1, 1]);
+        }
+    }
+}
+
+//===--- conv ------------------------------------------------------------------------===//
+
+#[allow(clippy::too_many_arguments)]
+fn conv_case(seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut m = Arena::new(16 << 20);
+    let groups = [1u32, 1, 2, 3][rng.below(4) as usize];
+    let depthwise = rng.chance(0.2);
+    let cg = 1 + rng.below(4) as u32;
+    let c = if depthwise { groups } else { groups * cg };
+    let og = if depthwise {
+        1
+    } else {
+        1 + rng.below(4) as u32
+    };
+    let o = groups * og;
+    let n = 1 + rng.below(2) as u32;
+    let one_d = rng.chance(0.2);
+    let h = if one_d { 1 } else { 1 + rng.below(9) as u32 };
+    let w = 1 + rng.below(11) as u32;
+    let kh = if one_d { 1 } else { 1 + rng.below(3) as u32 };
+    let kw = 1 + rng.below(4) as u32;
+    let mut win = Window {
+        kernel: [0, 0],
+        stride: [1 + rng.below(2) as u32, 1 + rng.below(3) as u32],
+        pad: [0; 4],
+        dilation: [1 + rng.below(2) as u32, 1 + rng.below(2) as u32],
+    };
+    if rng.chance(0.6) {
+        for p in &mut win.pad {
+            *p = rng.below(3) as u32;
+        }
+    }
+    if one_d {
+        win.pad[0] = 0;
+        win.pad[2] = 0;
+    }
+    let (Some(oh), Some(ow)) = (win.out_dim(0, h, kh), win.out_dim(1, w, kw)) else {
+        return;
+    };
+    let input = m.random(&mut rng, DType::F32, [n, c, h, w], false);
+    let weight = if rng.chance(0.7) {
+        m.dense(DType::F32, [o, c / groups, kh, kw])
+    } else {
+        m.random(&mut rng, DType::F32, [o, c / groups, kh, kw], false)
+    };
+    let output = if rng.chance(0.7) {
+        m.dense(DType::F32, [n, o, oh, ow])
+    } else {
+        m.random(&mut rng, DType::F32, [n, o, oh, ow], false)
+    };
+    let bias = rng.chance(0.5).then(|| m.dense(DType::F32, [1, 1, 1, o]));
+    let workspace = rng.chance(0.6).then(|| {
+        let need = (c / groups) * kh * kw * oh * ow;
+        m.dense(DType::F32, [1, 1, 1, need])
+    });
+    m.fill_f32(&input, &mut rng, -1.0, 1.0);
+    m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+    if let Some(b) = &bias {
+        m.fill_f32(b, &mut rng, -1.0, 1.0);
+    }
+    m.fill_f32(&output, &mut rng, 100.0, 200.0);
+    let op = Op::Conv {
+        input,
+        weight,
+        output,
+        bias,
+        workspace,
+        window: win,
+        groups,
+    };
+    m.run(&op, &mut Workspace::new()).unwrap();
+    let got = m.read_f32(&output);
+    let mut want = Vec::new();
+    let cgs = (c / groups) as usize;
+    let ogs = (o / groups) as usize;
+    for [nn, oo, y, x] in indices([n, o, oh, ow]) {
+        let grp = oo / ogs;
+        let mut s = bias.map_or(0.0, |b| m.get_f32(&b, [0, 0, 0, oo]) as f64);
+        for ci in 0..cgs {
+            for ky in 0..kh as usize {
+                for kx in 0..kw as usize {
+                    let iy = (y * win.stride[0] as usize + ky * win.dilation[0] as usize) as i64
+                        - win.pad[0] as i64;
+                    let ix = (x * win.stride[1] as usize + kx * win.dilation[1] as usize) as i64
+                        - win.pad[1] as i64;
+                    if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 {
+                        continue;
+                    }
+                    let iv = m.get_f32(&input, [nn, grp * cgs + ci, iy as usize, ix as usize]);
+                    let wv = m.get_f32(&weight, [oo, ci, ky, kx]);
+                    s += iv as f64 * wv as f64;
+                }
+            }
+        }
+        want.push(s);
+    }
+    assert_close(&got, &want, 1e-5, 1e-5, &format!("conv seed {seed} {op:?}"));
+}
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn conv_random(seed in any::<u64>()) {
+        conv_case(seed);
+    }
+}
+
+//===--- activation ------------------------------------------------------------------===//
+
+fn act_ref(f: ActFunc, x: f64, alpha: f64, beta: f64) -> f64 {
+    use ActFunc::*;
+    match f {
+        Identity => x,
+        Relu => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        LeakyRelu => {
+            if x < 0.0 {
+                alpha * x
+            } else {
+                x
+            }
+        }
+        Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        HardSigmoid => (alpha * x + beta).clamp(0.0, 1.0),
+        Tanh => x.tanh(),
+        GeluErf => 0.5 * x * (1.0 + erf64(x / 2f64.sqrt())),
+        GeluTanh => {
+            0.5 * x
+                * (1.0 + ((2.0 / core::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+        }
+        Erf => erf64(x),
+        Exp => x.exp(),
+        Log => x.ln(),
+        Sqrt => x.sqrt(),
+        Rsqrt => 1.0 / x.sqrt(),
+        Reciprocal => 1.0 / x,
+        Clip => {
+            if x < alpha {
+                alpha
+            } else if x > beta {
+                beta
+            } else {
+                x
+            }
+        }
+        Abs => x.abs(),
+        Neg => -x,
+        Elu => {
+            if x < 0.0 {
+                alpha * x.exp_m1()
+            } else {
+                x
+            }
+        }
+        Softplus => x.exp().ln_1p(),
+        Floor => x.floor(),
+        Ceil => x.ceil(),
+        Square => x * x,
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(500))]
+
+    #[test]
+    fn activation_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let func = ActFunc::ALL[rng.below(ActFunc::ALL.len() as u64) as usize];
+        let shape = random_shape(&mut rng, [2, 3, 6, 40], true);
+        let input = m.random(&mut rng, DType::F32, shape, true);
+        let in_place = rng.chance(0.2) && (0..4).all(|d| input.stride[d] != 0 || shape[d] <= 1);
+        let output = if in_place { input } else { m.random(&mut rng, DType::F32, shape, false) };
+        let bias = rng.chance(0.4).then(|| m.random(&mut rng, DType::F32, shape, true));
+        let range = match func {
+            ActFunc::Exp | ActFunc::Sigmoid | ActFunc::Softplus | ActFunc::Elu => 90.0,
+            ActFunc::Log | ActFunc::Sqrt | ActFunc::Rsqrt => 1e4,
+            _ => 8.0,
+        };
+        m.fill_f32(&input, &mut rng, -range, range);
+        if rng.chance(0.1) && input.elements() > 0 {
+            m.set_f32(&input, [0, 0, 0, 0], f32::NAN);
+        }
+        if let Some(b) = &bias {
+            m.fill_f32(b, &mut rng, -1.0, 1.0);
+        }
+        let scale = if rng.chance(0.5) { 1.0 } else { rng.f32(-2.0, 2.0) };
+        let (alpha, beta) = if func == ActFunc::Clip { (-0.5, 0.7) } else { (rng.f32(0.0, 1.0), rng.f32(0.0, 1.0)) };
+        let xs = m.read_f32(&input);
+        let bs = bias.map(|b| m.read_f32(&b));
+        m.run(&Op::Activation { input, output, bias, func, scale, alpha, beta }, &mut Workspace::new()).unwrap();
+        let got = m.read_f32(&output);
+        for (i, x) in xs.iter().enumerate() {
+            // The reference applies f to the f32 pre-activation, as the engine does.
+            let pre = match &bs { Some(b) => x.mul_add(scale, b[i]), None => x * scale };
+            // Rounded to f32 (overflow to infinity included).
+            let want = act_ref(func, pre as f64, alpha as f64, beta as f64) as f32 as f64;
+            let (rtol, atol) = match func {
+                ActFunc::GeluErf | ActFunc::GeluTanh | ActFunc::Elu | ActFunc::Softplus => (2e-6, 1e-6),
+                _ => (2e-6, 1e-7),
+            };
+            prop_assert!(close(got[i], want, rtol, atol), "{func:?}({pre}) = {} want {want}", got[i]);
+        }
+    }
+}
+
+//===--- binary, tensor-scalar, select -------------------------------------------------===//
+
+fn bin_ref_f(op: BinaryOp, a: f32, b: f32) -> f64 {
+    use BinaryOp::*;
+    let (x, y) = (a as f64, b as f64);
+    match op {
+        Add => (a + b) as f64,
+        Sub => (a - b) as f64,
+        Mul => (a * b) as f64,
+        Div => (a / b) as f64,
+        Max => {
+            if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.max(y)
+            }
+        }
+        Min => {
+            if x.is_nan() || y.is_nan() {
+                f64::NAN
+            } else {
+                x.min(y)
+            }
+        }
+        Pow => a.powf(b) as f64,
+        Equal => (a == b) as u8 as f64,
+        Less => (a < b) as u8 as f64,
+        Greater => (a > b) as u8 as f64,
+        And | Or => unreachable!(),
+    }
+}
+
+fn bin_ref_i(op: BinaryOp, a: i64, b: i64, bits: u32) -> i64 {
+    use BinaryOp::*;
+    let wrap = |v: i128| -> i64 {
+        if bits == 32 {
+            v as i32 as i64
+        } else {
+            v as i64
+        }
+    };
+    let (x, y) = (a as i128, b as i128);
+    match op {
+        Add => wrap(x + y),
+        Sub => wrap(x - y),
+        Mul => wrap(x * y),
+        Div => {
+            if b == 0 {
+                0
+            } else {
+                wrap(x / y)
+            }
+        }
+        Max => a.max(b),
+        Min => a.min(b),
+        Pow => {
+            if b < 0 {
+                match a {
+                    1 => 1,
+                    -1 => {
+                        if b % 2 == 0 {
+                            1
+                        } else {
+                            -1
+                        }
+                    }
+                    _ => 0,
+                }
+            } else {
+                let mut r: i128 = 1;
+                for _ in 0..b {
+                    r = wrap(r * x) as i128;
+                }
+                r as i64
+            }
+        }
+        Equal => (a == b) as i64,
+        Less => (a < b) as i64,
+        Greater => (a > b) as i64,
+        And | Or => unreachable!(),
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(600))]
+
+    #[test]
+    fn binary_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let op = BinaryOp::ALL[rng.below(BinaryOp::ALL.len() as u64) as usize];
+        let dt = if op.is_logical() { DType::Bool } else { [DType::F32, DType::I32, DType::I64][rng.below(3) as usize] };
+        let odt = if op.is_comparison() { DType::Bool } else { dt };
+        let shape = random_shape(&mut rng, [2, 3, 5, 37], true);
+        let a = m.random(&mut rng, dt, shape, true);
+        let b = m.random(&mut rng, dt, shape, true);
+        let dense_a = (0..4).all(|d| a.stride[d] != 0 || shape[d] <= 1);
+        let out = if odt == dt && dense_a && rng.chance(0.25) { a } else { m.random(&mut rng, odt, shape, false) };
+        match dt {
+            DType::F32 => {
+                let small = op == BinaryOp::Pow;
+                m.fill_with(&a, || {
+                    let v = if small { rng.f32(-3.0, 3.0) } else if rng.chance(0.05) { f32::NAN } else { (rng.f32(-5.0, 5.0) * 4.0).round() / 4.0 };
+                    v.to_bits() as u64
+                });
+                m.fill_with(&b, || {
+                    let v = if small { [2.0, 0.5, -1.0, 3.0, rng.f32(-3.0, 3.0)][rng.below(5) as usize] } else { (rng.f32(-5.0, 5.0) * 4.0).round() / 4.0 };
+                    v.to_bits() as u64
+                });
+            }
+            DType::Bool => {
+                m.fill_with(&a, || rng.below(3));
+                m.fill_with(&b, || rng.below(3));
+            }
+            _ => {
+                let pow = op == BinaryOp::Pow;
+                let mask = if dt == DType::I32 { 0xffff_ffff } else { u64::MAX };
+                m.fill_with(&a, || (if pow { rng.below(7) as i64 - 3 } else if rng.chance(0.5) { rng.next() as i64 } else { rng.below(21) as i64 - 10 }) as u64 & mask);
+                m.fill_with(&b, || (if pow { rng.below(12) as i64 - 2 } else if rng.chance(0.5) { rng.next() as i64 } else { rng.below(21) as i64 - 10 }) as u64 & mask);
+            }
+        }
+        let av = m.read_raw(&a);
+        let bv = m.read_raw(&b);
+        m.run(&Op::Binary { a, b, out, op }, &mut Workspace::new()).unwrap();
+        let got = m.read_raw(&out);
+        for i in 0..av.len() {
+            match dt {
+                DType::Bool => {
+                    let (x, y) = (av[i] != 0, bv[i] != 0);
+                    let want = if op == BinaryOp::And { x && y } else { x || y };
+                    prop_assert_eq!(got[i], want as u64);
+                }
+                DType::F32 => {
+                    let (x, y) = (f32::from_bits(av[i] as u32), f32::from_bits(bv[i] as u32));
+                    let want = bin_ref_f(op, x, y);
+                    let g = if op.is_comparison() { got[i] as f32 } else { f32::from_bits(got[i] as u32) };
+                    prop_assert!(close(g, want, 1e-6, 0.0), "{op:?}({x}, {y}) = {g} want {want}");
+                }
+                _ => {
+                    let bits = dt.size() as u32 * 8;
+                    let sx = |v: u64| if bits == 32 { v as u32 as i32 as i64 } else { v as i64 };
+                    let want = bin_ref_i(op, sx(av[i]), sx(bv[i]), bits);
+                    let g = if op.is_comparison() { got[i] as i64 } else { sx(got[i]) };
+                    prop_assert_eq!(g, want, "{:?}({}, {})", op, sx(av[i]), sx(bv[i]));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tensor_scalar_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min, BinaryOp::Pow];
+        let op = ops[rng.below(ops.len() as u64) as usize];
+        let shape = random_shape(&mut rng, [2, 3, 5, 37], true);
+        let a = m.random(&mut rng, DType::F32, shape, true);
+        let out = m.random(&mut rng, DType::F32, shape, false);
+        m.fill_f32(&a, &mut rng, -4.0, 4.0);
+        let scalar = [2.0, 0.5, -1.0, 1.0, rng.f32(-3.0, 3.0)][rng.below(5) as usize];
+        let reverse = rng.chance(0.5);
+        let av = m.read_f32(&a);
+        m.run(&Op::TensorScalar { a, out, op, scalar, reverse }, &mut Workspace::new()).unwrap();
+        let got = m.read_f32(&out);
+        for i in 0..av.len() {
+            let want = if reverse { bin_ref_f(op, scalar, av[i]) } else { bin_ref_f(op, av[i], scalar) };
+            prop_assert!(close(got[i], want, 1e-6, 0.0), "{op:?} rev={reverse} {} {scalar} = {} want {want}", av[i], got[i]);
+        }
+    }
+
+    #[test]
+    fn select_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let dt = DType::ALL[rng.below(12) as usize];
+        let shape = random_shape(&mut rng, [2, 3, 5, 37], true);
+        let cond = m.random(&mut rng, DType::Bool, shape, true);
+        let a = m.random(&mut rng, dt, shape, true);
+        let b = m.random(&mut rng, dt, shape, true);
+        let out = m.random(&mut rng, dt, shape, false);
+        m.fill_with(&cond, || rng.below(3));
+        m.fill_with(&a, || random_bits(&mut rng, dt));
+        m.fill_with(&b, || random_bits(&mut rng, dt));
+        let (cv, av, bv) = (m.read_raw(&cond), m.read_raw(&a), m.read_raw(&b));
+        m.run(&Op::Select { cond, a, b, out }, &mut Workspace::new()).unwrap();
+        let got = m.read_raw(&out);
+        for i in 0..got.len() {
+            prop_assert_eq!(got[i], if cv[i] != 0 { av[i] } else { bv[i] });
+        }
+    }
+}
+
+//===--- reduce ----------------------------------------------------------------------===//
+
+proptest! {
+    #![proptest_config(cfg(400))]
+
+    #[test]
+    fn reduce_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let op = ReduceOp::ALL[rng.below(4) as usize];
+        let dt = if op == ReduceOp::Mean { DType::F32 } else { [DType::F32, DType::I32, DType::I64][rng.below(3) as usize] };
+        let shape = random_shape(&mut rng, [3, 4, 6, 50], true);
+        let axes = rng.below(16) as u8;
+        let mut oshape = shape;
+        for d in 0..4 {
+            if axes & (1 << d) != 0 { oshape[d] = 1; }
+        }
+        let input = m.random(&mut rng, dt, shape, true);
+        let output = m.random(&mut rng, dt, oshape, false);
+        match dt {
+            DType::F32 => m.fill_f32(&input, &mut rng, -10.0, 10.0),
+            DType::I32 => m.fill_with(&input, || (rng.next() as u32 >> rng.below(32)) as u64),
+            _ => m.fill_with(&input, || rng.next() >> rng.below(64)),
+        }
+        m.run(&Op::Reduce { input, output, op, axes }, &mut Workspace::new()).unwrap();
+        if oshape.contains(&0) { return Ok(()); }
+        for oidx in indices(oshape) {
+            let mut sum_f = 0.0f64;
+            let mut sum_abs = 0.0f64;
+            let (mut mx, mut mn) = (f64::NEG_INFINITY, f64::INFINITY);
+            let (mut si, mut mxi, mut mni) = (0i128, i128::MIN, i128::MAX);
+            let mut count = 0u64;
+            for idx in indices(shape) {
+                if (0..4).any(|d| axes & (1 << d) == 0 && idx[d] != oidx[d]) { continue; }
+                count += 1;
+                let raw = m.get_raw(&input, idx);
+                match dt {
+                    DType::F32 => {
+                        let v = f32::from_bits(raw as u32) as f64;
+                        sum_f += v; sum_abs += v.abs(); mx = mx.max(v); mn = mn.min(v);
+                    }
+                    DType::I32 => { let v = raw as u32 as i32 as i128; si += v; mxi = mxi.max(v); mni = mni.min(v); }
+                    _ => { let v = raw as i64 as i128; si += v; mxi = mxi.max(v); mni = mni.min(v); }
+                }
+            }
+            let got = m.get_raw(&output, oidx);
+            match dt {
+                DType::F32 => {
+                    let g = f32::from_bits(got as u32);
+                    let (want, tol) = match op {
+                        ReduceOp::Sum => (sum_f, 1e-6 * sum_abs + 1e-6),
+                        ReduceOp::Mean => (sum_f / count as f64, (1e-6 * sum_abs + 1e-6) / count.max(1) as f64),
+                        ReduceOp::Max => (mx, 0.0),
+                        ReduceOp::Min => (mn, 0.0),
+                    };
+                    if count == 0 && op == ReduceOp::Mean {
+                        prop_assert!(g.is_nan());
+                    } else {
+                        prop_assert!(close(g, want, 0.0, tol), "{op:?} axes {axes:#b} at {oidx:?}: {g} vs {want}");
+                    }
+                }
+                _ => {
+                    let bits = dt.size() * 8;
+                    let want = match op {
+                        ReduceOp::Sum => if bits == 32 { si as i32 as i64 } else { si as i64 },
+                        ReduceOp::Max => if count == 0 { if bits == 32 { i32::MIN as i64 } else { i64::MIN } } else { mxi as i64 },
+                        _ => if count == 0 { if bits == 32 { i32::MAX as i64 } else { i64::MAX } } else { mni as i64 },
+                    };
+                    let g = if bits == 32 { got as u32 as i32 as i64 } else { got as i64 };
+                    prop_assert_eq!(g, want, "{:?} axes {:#b}", op, axes);
+                }
+            }
+        }
+    }
+}
+
+//===--- pool ------------------------------------------------------------------------===//
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn pool_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let op = if rng.chance(0.5) { PoolOp::Max } else { PoolOp::Avg };
+        let (n, c, h, w) = (1 + rng.below(2) as u32, 1 + rng.below(3) as u32, 1 + rng.below(9) as u32, 1 + rng.below(12) as u32);
+        let global = rng.chance(0.15);
+        let kernel = if global { [h, w] } else { [1 + rng.below(3) as u32, 1 + rng.below(4) as u32] };
+        let mut win = Window {
+            kernel,
+            stride: if global { [1, 1] } else { [1 + rng.below(3) as u32, 1 + rng.below(3) as u32] },
+            pad: [0; 4],
+            dilation: if global { [1, 1] } else { [1 + rng.below(2) as u32, 1 + rng.below(2) as u32] },
+        };
+        if !global && rng.chance(0.5) {
+            // Pads smaller than the kernel so every window sees at least one cell.
+            win.pad = [
+                rng.below(kernel[0] as u64) as u32, rng.below(kernel[1] as u64) as u32,
+                rng.below(kernel[0] as u64) as u32, rng.below(kernel[1] as u64) as u32,
+            ];
+        }
+        let (Some(oh), Some(ow)) = (win.out_dim(0, h, kernel[0]), win.out_dim(1, w, kernel[1])) else { return Ok(()); };
+        let cip = rng.chance(0.5);
+        let input = m.random(&mut rng, DType::F32, [n, c, h, w], false);
+        let output = m.random(&mut rng, DType::F32, [n, c, oh, ow], false);
+        m.fill_f32(&input, &mut rng, -5.0, 5.0);
+        m.run(&Op::Pool { input, output, window: win, op, count_include_pad: cip }, &mut Workspace::new()).unwrap();
+        for [a, b, y, x] in indices([n, c, oh, ow]) {
+            let (mut s, mut mx, mut cnt) = (0.0f64, f64::NEG_INFINITY, 0);
+            for ky in 0..kernel[0] as usize {
+                for kx in 0..kernel[1] as usize {
+                    let iy = (y * win.stride[0] as usize + ky * win.dilation[0] as usize) as i64 - win.pad[0] as i64;
+                    let ix = (x * win.stride[1] as usize + kx * win.dilation[1] as usize) as i64 - win.pad[1] as i64;
+                    if iy < 0 || ix < 0 || iy >= h as i64 || ix >= w as i64 { continue; }
+                    let v = m.get_f32(&input, [a, b, iy as usize, ix as usize]) as f64;
+                    s += v; mx = mx.max(v); cnt += 1;
+                }
+            }
+            let want = match op {
+                PoolOp::Max => mx,
+                PoolOp::Avg if cip => s / (kernel[0] * kernel[1]) as f64,
+                PoolOp::Avg => s / cnt as f64,
+            };
+            let g = m.get_f32(&output, [a, b, y, x]);
+            prop_assert!(close(g, want, 1e-5, 1e-5), "{op:?} {win:?} at {:?}: {g} vs {want}", [a, b, y, x]);
+        }
+    }
+}
+
+//===--- softmax, layer norm -----------------------------------------------------------===//
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn softmax_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let shape = random_shape(&mut rng, [2, 3, 4, 70], true);
+        let input = m.random(&mut rng, DType::F32, shape, false);
+        let in_place = rng.chance(0.3);
+        let output = if in_place { input } else { m.random(&mut rng, DType::F32, shape, false) };
+        let log = rng.chance(0.5);
+        let spread = [1.0, 10.0, 80.0][rng.below(3) as usize];
+        m.fill_f32(&input, &mut rng, -spread, spread);
+        let xs = m.read_f32(&input);
+        m.run(&Op::Softmax { input, output, log }, &mut Workspace::new()).unwrap();
+        let got = m.read_f32(&output);
+        let l = shape[3] as usize;
+        for r in 0..xs.len() / l.max(1) {
+            let row = &xs[r * l..(r + 1) * l];
+            let mx = row.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b as f64));
+            let s: f64 = row.iter().map(|&x| (x as f64 - mx).exp()).sum();
+            for j in 0..l {
+                let want = if log { row[j] as f64 - mx - s.ln() } else { (row[j] as f64 - mx).exp() / s };
+                prop_assert!(close(got[r * l + j], want, 1e-5, 1e-6), "log={log} {} vs {want}", got[r * l + j]);
+            }
+        }
+    }
+
+    #[test]
+    fn layer_norm_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let shape = random_shape(&mut rng, [2, 3, 4, 70], true);
+        let input = m.random(&mut rng, DType::F32, shape, false);
+        let gamma = m.random(&mut rng, DType::F32, shape, true);
+        let beta = rng.chance(0.6).then(|| m.random(&mut rng, DType::F32, shape, true));
+        let output = if rng.chance(0.3) { input } else { m.random(&mut rng, DType::F32, shape, false) };
+        let eps = [1e-5f32, 1e-3, 0.0][rng.below(3) as usize];
+        let offset = rng.f32(-100.0, 100.0);
+        m.fill_f32(&input, &mut rng, offset - 3.0, offset + 3.0);
+        m.fill_f32(&gamma, &mut rng, -2.0, 2.0);
+        if let Some(b) = &beta { m.fill_f32(b, &mut rng, -2.0, 2.0); }
+        let xs = m.read_f32(&input);
+        let gs = m.read_f32(&gamma);
+        let bs = beta.map(|b| m.read_f32(&b));
+        m.run(&Op::LayerNorm { input, gamma, beta, output, eps }, &mut Workspace::new()).unwrap();
+        let got = m.read_f32(&output);
+        let l = shape[3] as usize;
+        for r in 0..xs.len() / l.max(1) {
+            let row = &xs[r * l..(r + 1) * l];
+            let mean = row.iter().map(|&x| x as f64).sum::<f64>() / l as f64;
+            let var = row.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / l as f64;
+            if var + (eps as f64) < 1e-6 { continue; } // ill-conditioned: constant row, eps 0
+            let rstd = 1.0 / (var + eps as f64).sqrt();
+            for j in 0..l {
+                let k = r * l + j;
+                let want = (row[j] as f64 - mean) * rstd * gs[k] as f64 + bs.as_ref().map_or(0.0, |b| b[k] as f64);
+                // f32 input quantization relative to the offset dominates the error.
+                let tol = 2e-5 * (1.0 + offset.abs() as f64 * rstd) * (gs[k].abs() as f64 + 1.0);
+                prop_assert!(close(got[k], want, 0.0, tol), "{} vs {want}", got[k]);
+            }
+        }
+    }
+}
+
+//===--- resize ----------------------------------------------------------------------===//
+
+/// The ONNX reference's 1-D interpolation of one output index (`_interpolate_1d_along_axis`
+/// for a 2-tap kernel), transcribed: returns (indices, coefficients) before clamping.
+fn onnx_1d(
+    mode: ResizeMode,
+    coord: CoordMode,
+    nearest: NearestMode,
+    scale: f64,
+    inp: usize,
+    out: usize,
+    y: usize,
+) -> ([i64; 2], [f64; 2]) {
+    let out_f = scale * inp as f64;
+    let yf = y as f64;
+    let x = match coord {
+        CoordMode::AlignCorners => {
+            if out_f == 1.0 {
+                0.0
+            } else {
+                yf * (inp as f64 - 1.0) / (out_f - 1.0)
+            }
+        }
+        CoordMode::Asymmetric => yf / scale,
+        CoordMode::PytorchHalfPixel => {
+            if out_f == 1.0 {
+                -0.5
+            } else {
+                (yf + 0.5) / scale - 0.5
+            }
+        }
+        CoordMode::HalfPixel => (yf + 0.5) / scale - 0.5,
+        CoordMode::HalfPixelSymmetric => {
+            let adj = out as f64 / out_f;
+            let center = inp as f64 / 2.0;
+            center * (1.0 - adj) + (yf + 0.5) / scale - 0.5
+        }
+        CoordMode::TfHalfPixelForNearest => (yf + 0.5) / scale,
+    };
+    let xi = x.floor();
+    let ratio = if x == xi { 1.0 } else { x - xi };
+    let coeffs = match mode {
+        ResizeMode::Linear => [1.0 - ratio, ratio],
+        ResizeMode::Nearest => {
+            if ratio == 1.0 || ratio.fract() == 0.0 {
+                [0.0, 1.0]
+            } else {
+                match nearest {
+                    NearestMode::RoundPreferFloor => {
+                        [(ratio <= 0.5) as u8 as f64, (ratio > 0.5) as u8 as f64]
+                    }
+                    NearestMode::RoundPreferCeil => {
+                        [(ratio < 0.5) as u8 as f64, (ratio >= 0.5) as u8 as f64]
+                    }
+                    NearestMode::Floor => [1.0, 0.0],
+                    NearestMode::Ceil => [0.0, 1.0],
+                }
+            }
+        }
+    };
+    // Even kernel: window starts at p−1 when x is integral (ties to the smaller centre).
+    let xp = x + 1.0;
+    let p = xp.floor();
+    let start = if xp == p { p as i64 - 1 } else { p as i64 };
+    ([start - 1, start], coeffs)
+}
+
+proptest! {
+    #![proptest_config(cfg(400))]
+
+    #[test]
+    fn resize_matches_the_onnx_reference(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let mode = ResizeMode::ALL[rng.below(2) as usize];
+        let coord = CoordMode::ALL[rng.below(6) as usize];
+        let nearest = NearestMode::ALL[rng.below(4) as usize];
+        let ishape = random_shape(&mut rng, [2, 3, 6, 7], false);
+        let mut oshape = ishape;
+        let mut scales = [0f32; 4];
+        for d in 0..4 {
+            if d < 2 && rng.chance(0.7) { continue; }
+            if rng.chance(0.5) {
+                // Scales given: out = floor(in · scale).
+                let s = [0.5f32, 1.5, 2.0, 3.0, 0.75, 1.0, 0.6][rng.below(7) as usize];
+                let o = (ishape[d] as f32 * s).floor() as u32;
+                if o == 0 { continue; }
+                scales[d] = s;
+                oshape[d] = o;
+            } else {
+                oshape[d] = 1 + rng.below(2 * ishape[d] as u64 + 2) as u32;
+            }
+        }
+        let input = m.random(&mut rng, DType::F32, ishape, false);
+        let output = m.random(&mut rng, DType::F32, oshape, false);
+        m.fill_f32(&input, &mut rng, -10.0, 10.0);
+        let xs = m.read_f32(&input);
+        m.run(&Op::Resize { input, output, mode, coord, nearest, scales }, &mut Workspace::new()).unwrap();
+        let got = m.read_f32(&output);
+        // Separable reference in f64, one axis at a time (identity axes skipped).
+        let mut data: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+        let mut shape = ishape.map(|d| d as usize);
+        for d in 0..4 {
+            let (inp, out) = (ishape[d] as usize, oshape[d] as usize);
+            if scales[d] == 0.0 && inp == out { continue; }
+            let scale = if scales[d] > 0.0 { scales[d] as f64 } else { out as f64 / inp as f64 };
+            let mut nshape = shape;
+            nshape[d] = out;
+            let mut nd = vec![0.0; nshape.iter().product()];
+            for (k, v) in nd.iter_mut().enumerate() {
+                let mut idx = [0usize; 4];
+                let mut r = k;
+                for e in (0..4).rev() { idx[e] = r % nshape[e]; r /= nshape[e]; }
+                let (ids, cs) = onnx_1d(mode, coord, nearest, scale, inp, out, idx[d]);
+                let mut s = 0.0;
+                for t in 0..2 {
+                    if cs[t] == 0.0 { continue; }
+                    let mut src = idx;
+                    src[d] = ids[t].clamp(0, inp as i64 - 1) as usize;
+                    let off = ((src[0] * shape[1] + src[1]) * shape[2] + src[2]) * shape[3] + src[3];
+                    s += cs[t] * data[off];
+                }
+                *v = s;
+            }
+            data = nd;
+            shape = nshape;
+        }
+        assert_close(&got, &data, 1e-5, 1e-5, &format!("{mode:?} {coord:?} {nearest:?} {ishape:?}->{oshape:?} {scales:?}"));
+    }
+}
+
+//===--- gather ----------------------------------------------------------------------===//
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn gather_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let dt = DType::ALL[rng.below(12) as usize];
+        let a = 1 + rng.below(6) as u32;
+        let n = rng.below(8) as u32;
+        let dshape = [1 + rng.below(2) as u32, 1 + rng.below(3) as u32, a, 1 + rng.below(9) as u32];
+        let data = m.random(&mut rng, dt, dshape, true);
+        let it = if rng.chance(0.5) { DType::I32 } else { DType::I64 };
+        let indices_ap = m.random(&mut rng, it, [1, 1, 1, n], false);
+        let output = m.random(&mut rng, dt, [dshape[0], dshape[1], n, dshape[3]], false);
+        m.fill_with(&data, || random_bits(&mut rng, dt));
+        let bad = rng.chance(0.15) && n > 0;
+        let mut idxs = Vec::new();
+        for _ in 0..n {
+            let v = rng.below(2 * a as u64) as i64 - a as i64;
+            idxs.push(v);
+        }
+        if bad {
+            let p = rng.below(n as u64) as usize;
+            idxs[p] = if rng.chance(0.5) { a as i64 + rng.below(3) as i64 } else { -(a as i64) - 1 - rng.below(3) as i64 };
+        }
+        for (i, v) in idxs.iter().enumerate() {
+            let bits = if it == DType::I32 { *v as i32 as u32 as u64 } else { *v as u64 };
+            m.set_raw(&indices_ap, [0, 0, 0, i], bits);
+        }
+        let before = m.read_raw(&output);
+        let r = m.run(&Op::Gather { data, indices: indices_ap, output }, &mut Workspace::new());
+        if bad {
+            let first = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64).unwrap();
+            prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
+            prop_assert_eq!(m.read_raw(&output), before, "output untouched");
+            return Ok(());
+        }
+        r.unwrap();
+        for [p, q, i, d] in indices([dshape[0], dshape[1], n, dshape[3]]) {
+            let src = if idxs[i] < 0 { idxs[i] + a as i64 } else { idxs[i] } as usize;
+            prop_assert_eq!(m.get_raw(&output, [p, q, i, d]), m.get_raw(&data, [p, q, src, d]));
+        }
+    }
+}
+
+//===--- scheduler ops ---------------------------------------------------------------===//
+
+#[test]
+fn scheduler_ops_are_not_kernels() {
+    let mut m = Arena::new(1024);
+    for op in [
+        Op::End,
+        Op::Nop,
+        Op::DmaDescriptors { table: 0, count: 1 },
+        Op::SemSet {
+            sem: nrt_isa::SemRef(8),
+            value: 1,
+        },
+        Op::Notify {
+            subtype: 6,
+            sub_id: 7,
+            payload: 0,
+        },
+        Op::Barrier {
+            sem: nrt_isa::SemRef::global(0),
+            count: 2,
+        },
+    ] {
+        assert!(matches!(
+            m.run(&op, &mut Workspace::new()),
+            Err(KernelError::Unsupported(_))
+        ));
+    }
+}
