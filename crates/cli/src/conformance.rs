@@ -154,31 +154,44 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64) -> Outcome {
         let compiled = match nrt_compiler::compile(&bytes, Some(dir), &opts) {
             Ok(c) => c,
             Err(first) => {
-                if first.kind.is_unsupported() {
-                    return Outcome::Unsupported(first.to_string());
-                }
                 // Specialize: bind the values of the inputs that are not floating point
-                // (shapes, indices, axes, pads, …) and try again.
-                let mut spec = opts.clone();
-                let mut which = Vec::new();
-                for (n, t) in &named {
-                    if !nrt_compiler::tensor::is_float(t.dtype) {
-                        spec.input_values.insert(n.clone(), t.clone());
-                        which.push(n.clone());
+                // (shapes, indices, axes, pads, …) and try again; if that is not enough,
+                // bind every input but the first (Clip bounds, batch-norm statistics, Resize
+                // scales, …). The line says which inputs were bound.
+                let ints: Vec<&String> = named
+                    .iter()
+                    .filter(|(_, t)| !nrt_compiler::tensor::is_float(t.dtype))
+                    .map(|(n, _)| n)
+                    .collect();
+                let rest: Vec<&String> = named.iter().skip(1).map(|(n, _)| n).collect();
+                let mut last = first;
+                let mut compiled = None;
+                for which in [ints, rest] {
+                    if which.is_empty() {
+                        continue;
+                    }
+                    let mut spec = opts.clone();
+                    for (n, t) in &named {
+                        if which.contains(&n) {
+                            spec.input_values.insert(n.clone(), t.clone());
+                        }
+                    }
+                    match nrt_compiler::compile(&bytes, Some(dir), &spec) {
+                        Ok(c) => {
+                            let names: Vec<&str> = which.iter().map(|s| s.as_str()).collect();
+                            notes.push(format!("specialized {}", names.join(",")));
+                            compiled = Some(c);
+                            break;
+                        }
+                        Err(e) => last = e,
                     }
                 }
-                if which.is_empty() {
-                    return Outcome::Fail(format!("compile: {first}"));
-                }
-                match nrt_compiler::compile(&bytes, Some(dir), &spec) {
-                    Ok(c) => {
-                        notes.push(format!("specialized {}", which.join(",")));
-                        c
+                match compiled {
+                    Some(c) => c,
+                    None if last.kind.is_unsupported() => {
+                        return Outcome::Unsupported(last.to_string());
                     }
-                    Err(e) if e.kind.is_unsupported() => {
-                        return Outcome::Unsupported(e.to_string());
-                    }
-                    Err(e) => return Outcome::Fail(format!("compile: {e}")),
+                    None => return Outcome::Fail(format!("compile: {last}")),
                 }
             }
         };
@@ -236,6 +249,37 @@ fn read_output(info: &TensorInfo, t: &nrt_runtime::Tensor) -> Res<HostTensor> {
     session::from_device_bytes(info, &b)
 }
 
+/// Reads per-test tolerance overrides: lines `TEST RTOL ATOL  # reason`.
+fn read_tolerances(path: &str) -> Res<Vec<(String, f64, f64)>> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut v = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let bad = || format!("{path}:{}: expected `TEST RTOL ATOL`", i + 1);
+        if f.len() != 3 {
+            return Err(bad());
+        }
+        v.push((
+            f[0].to_owned(),
+            f[1].parse().map_err(|_| bad())?,
+            f[2].parse().map_err(|_| bad())?,
+        ));
+    }
+    Ok(v)
+}
+
+/// Whether the test's model uses an op the compiler does not list.
+fn uses_unlisted_op(dir: &Path) -> bool {
+    std::fs::read(dir.join("model.onnx"))
+        .ok()
+        .and_then(|b| nrt_compiler::model_op_types(&b).ok())
+        .is_some_and(|ops| nrt_compiler::first_unsupported_op(&ops).is_some())
+}
+
 pub fn main(a: &Args) -> Res<bool> {
     if a.positional.is_empty() {
         return Err("usage: nrt conformance DIR... [--rtol R] [--atol A] [--quiet]".into());
@@ -243,19 +287,32 @@ pub fn main(a: &Args) -> Res<bool> {
     let rtol: f64 = a.parsed("rtol", 1e-4)?;
     let atol: f64 = a.parsed("atol", 1e-5)?;
     let quiet = a.flag("quiet");
+    let overrides = match a.value("tolerances") {
+        Some(f) => read_tolerances(f)?,
+        None => Vec::new(),
+    };
+    let only_supported = a.flag("only-supported");
     let mut dirs = Vec::new();
     for d in &a.positional {
         find_tests(Path::new(d), &mut dirs);
     }
     let (_dev, rt) = session::runtime(Some(RuntimeConfig::default()))?;
-    let (mut pass, mut fail, mut unsup) = (0, 0, 0);
+    let (mut pass, mut fail, mut unsup, mut skipped) = (0, 0, 0, 0);
     for d in &dirs {
         let name = d
             .file_name()
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
-        match run_test(&rt, d, rtol, atol) {
+        if only_supported && uses_unlisted_op(d) {
+            skipped += 1;
+            continue;
+        }
+        let (rt_, at_) = overrides
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map_or((rtol, atol), |&(_, r, a)| (r, a));
+        match run_test(&rt, d, rt_, at_) {
             Outcome::Pass(note) => {
                 pass += 1;
                 if !quiet {
@@ -275,6 +332,9 @@ pub fn main(a: &Args) -> Res<bool> {
                 println!("UNSUPPORTED {name}: {why}");
             }
         }
+    }
+    if only_supported {
+        println!("({skipped} tests use ops outside the supported list and were not run)");
     }
     println!("{pass} passed, {fail} failed, {unsup} unsupported");
     Ok(fail == 0)

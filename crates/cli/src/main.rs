@@ -57,7 +57,12 @@ USAGE:
   nrt trace MODEL(.onnx|.ncm) [-o trace.json] [--executions N]
       Chrome/Perfetto JSON of the five stages of every execution.
   nrt bench [MODEL] [--surface sync|implicit|explicit] [--depth N] [--cores 1|2] [--seconds S] [--json]
-  nrt conformance DIR... [--rtol R] [--atol A] [--quiet]
+  nrt conformance DIR... [--rtol R] [--atol A] [--tolerances FILE] [--quiet] [--only-supported]
+      Runs ONNX node-test folders (model.onnx + test_data_set_*); --only-supported skips
+      (and counts) tests that use ops outside the compiler's list.
+  nrt samples --out DIR
+      Writes the project's own ONNX models (transformer, encoder, cnn, mlp, mlp_b64) as
+      DIR/<name>/model.onnx.
 
 ENVIRONMENT:
   NEURON_RT_LOG_LEVEL, NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, NEURON_LOGICAL_NC_CONFIG,
@@ -111,13 +116,30 @@ fn dispatch(cmd: &str, rest: &[String]) -> Res<bool> {
             &["json"],
         )?)
         .map(|_| true),
-        "conformance" => conformance::main(&Args::parse(rest, &["rtol", "atol"], &["quiet"])?),
+        "conformance" => conformance::main(&Args::parse(
+            rest,
+            &["rtol", "atol", "tolerances"],
+            &["quiet", "only-supported"],
+        )?),
+        "samples" => write_samples(&Args::parse(rest, &["out"], &[])?).map(|_| true),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(true)
         }
         other => Err(format!("unknown command {other:?}; see `nrt help`")),
     }
+}
+
+fn write_samples(a: &Args) -> Res<()> {
+    let out = a.value("out").ok_or("usage: nrt samples --out DIR")?;
+    for (name, bytes) in samples::all() {
+        let dir = Path::new(out).join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join("model.onnx"), bytes)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        println!("{}", dir.join("model.onnx").display());
+    }
+    Ok(())
 }
 
 fn compile(a: &Args) -> Res<()> {

@@ -309,3 +309,43 @@ pub fn small_cnn() -> Vec<u8> {
         value_info("Y", &[1, 10]),
     )
 }
+
+/// `layers` × (MatMul + Add + Relu), `width` wide, batch `batch`: the shape of the peers'
+/// `mlp` (batch 1) and `mlp_b64` (batch 64) benchmark models.
+pub fn mlp(batch: i64, width: i64, layers: usize) -> Vec<u8> {
+    let mut g = Graph::new(0x2545_F491_4F6C_DD1D);
+    let mut cur = "X".to_owned();
+    for i in 0..layers {
+        let w = g.weight(
+            &format!("W{i}"),
+            &[width, width],
+            1.0 / (width as f32).sqrt(),
+        );
+        let b = g.weight(&format!("b{i}"), &[width], 0.1);
+        let mm = g.node("MatMul", &[&cur, &w], &format!("mm{i}"), vec![]);
+        let add = g.node("Add", &[&mm, &b], &format!("add{i}"), vec![]);
+        let out = if i + 1 == layers {
+            "Y".to_owned()
+        } else {
+            format!("h{i}")
+        };
+        cur = g.node("Relu", &[&add], &out, vec![]);
+    }
+    g.finish(
+        "mlp",
+        value_info("X", &[batch, width]),
+        value_info("Y", &[batch, width]),
+    )
+}
+
+/// Every sample, by name: what `nrt samples` writes and the test suite checks against
+/// ONNX Runtime.
+pub fn all() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("transformer", transformer_block(32, 128, 4, 512)),
+        ("encoder", transformer_block(128, 256, 4, 1024)),
+        ("cnn", small_cnn()),
+        ("mlp", mlp(1, 512, 4)),
+        ("mlp_b64", mlp(64, 512, 4)),
+    ]
+}

@@ -30,7 +30,9 @@
 use crate::tensor::Tensor;
 use crate::{InflightSlot, RuntimeInner, VCore};
 use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR, cause};
-use nrt_hal::{ERROR_RING, ErrorSubtype, NUM_ENGINES, NqRecord, NrtStatus, PlaneConsumer, RecordKind, tuning};
+use nrt_hal::{
+    ERROR_RING, ErrorSubtype, NUM_ENGINES, NqRecord, NrtStatus, PlaneConsumer, RecordKind, tuning,
+};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -172,7 +174,9 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
     if ready != 0 {
         for (pos, plane) in h.rings.iter_mut().enumerate() {
             let progress = &mut h.progress;
-            consumed += plane.drain(ERROR_RING, |_, rec| on_record(rt, vc, progress, pos, rec, &mut ready));
+            consumed += plane.drain(ERROR_RING, |_, rec| {
+                on_record(rt, vc, progress, pos, rec, &mut ready)
+            });
         }
         while ready != 0 {
             let si = ready.trailing_zeros() as usize;
@@ -190,7 +194,9 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
         // Deadlines are seconds away: reading the clock on every idle poll of a spinning
         // caller would cost more than the poll itself.
         h.idle_steps = h.idle_steps.wrapping_add(1);
-        if h.idle_steps.is_multiple_of(tuning::HARVEST_DEADLINE_EVERY_IDLE_STEPS) {
+        if h.idle_steps
+            .is_multiple_of(tuning::HARVEST_DEADLINE_EVERY_IDLE_STEPS)
+        {
             let now = Instant::now();
             if now.duration_since(h.last_sweep) >= tuning::HARVEST_DEADLINE_SWEEP {
                 h.last_sweep = now;
@@ -200,7 +206,9 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
     }
     drop(guard);
     if consumed != 0 && !worker {
-        vc.counters.external_harvests.fetch_add(1, Ordering::Relaxed);
+        vc.counters
+            .external_harvests
+            .fetch_add(1, Ordering::Relaxed);
     }
     if target != 0 && completed_status(vc.slot(target), target).is_some() {
         Step::Done
@@ -418,7 +426,9 @@ impl Backoff {
     #[inline]
     pub(crate) fn snooze(&mut self) {
         self.polls = self.polls.wrapping_add(1);
-        if self.polls < tuning::HARVEST_PURE_SPIN_POLLS || !self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS) {
+        if self.polls < tuning::HARVEST_PURE_SPIN_POLLS
+            || !self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS)
+        {
             std::hint::spin_loop();
             return;
         }

@@ -28,6 +28,11 @@
 //! pool (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, callbacks), and the explicit NRT 3.0
 //! surface ([`Runtime::execute_schedule`] / [`Runtime::is_completed`]).
 
+/// The README's Rust example, compiled and run as a doctest.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod builtin;
 pub mod config;
 pub mod error;
@@ -343,13 +348,23 @@ impl Runtime {
             let mut rings = Vec::new();
             for &c in group {
                 let setup = || -> Result<(Producer<TriggerPair>, PlaneConsumer)> {
-                    let d = device.dma_queue_init(c, tuning::DMA_QUEUE_CAPACITY).map_err(|e| {
-                        NrtError::new(NrtStatus::Resource, format!("NeuronCore {c} is not available: {e}"))
-                    })?;
-                    let r = device.notification_init(c, tuning::NQ_RING_CAPACITY).map_err(|e| {
-                        let _ = device.dma_queue_release(c);
-                        NrtError::new(NrtStatus::Resource, format!("NeuronCore {c} is not available: {e}"))
-                    })?;
+                    let d = device
+                        .dma_queue_init(c, tuning::DMA_QUEUE_CAPACITY)
+                        .map_err(|e| {
+                            NrtError::new(
+                                NrtStatus::Resource,
+                                format!("NeuronCore {c} is not available: {e}"),
+                            )
+                        })?;
+                    let r = device
+                        .notification_init(c, tuning::NQ_RING_CAPACITY)
+                        .map_err(|e| {
+                            let _ = device.dma_queue_release(c);
+                            NrtError::new(
+                                NrtStatus::Resource,
+                                format!("NeuronCore {c} is not available: {e}"),
+                            )
+                        })?;
                     Ok((d, r))
                 };
                 match setup() {

@@ -1,0 +1,76 @@
+/*
+ * nrt/nrt_experimental.h — tensor info, the implicit-async controls and model info.
+ *
+ * Part of nrt-rs (libnrt.so.1 on the software NeuronCore); see nrt/nrt.h for the life
+ * cycle and handle rules.
+ */
+#ifndef NRT_NRT_EXPERIMENTAL_H
+#define NRT_NRT_EXPERIMENTAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "nrt/nrt.h"
+#include "nrt/nrt_status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum nrt_tensor_usage {
+    NRT_TENSOR_USAGE_INPUT = 0,
+    NRT_TENSOR_USAGE_OUTPUT,
+} nrt_tensor_usage_t;
+
+#define NRT_TENSOR_NAME_MAX 256
+
+typedef struct nrt_tensor_info {
+    char name[NRT_TENSOR_NAME_MAX]; /* NUL-terminated (longer names are truncated) */
+    nrt_tensor_usage_t usage;
+    size_t size;                    /* bytes */
+    nrt_dtype_t dtype;
+    uint32_t *shape;                /* ndim entries (NULL for a scalar) */
+    uint32_t ndim;
+} nrt_tensor_info_t;
+
+typedef struct nrt_tensor_info_array {
+    uint64_t tensor_count;
+    nrt_tensor_info_t tensor_array[];
+} nrt_tensor_info_array_t;
+
+/* Implicit-async completion callback: called on a runtime thread. */
+typedef void (*NRT_ASYNC_EXEC_STATUS_CALLBACK)(void *params, uint32_t model_id, uint32_t vnc, uint64_t job_id,
+                                               NRT_STATUS status);
+
+/* The model's inputs and outputs, in one allocation; free with nrt_free_model_tensor_info. */
+NRT_STATUS nrt_get_model_tensor_info(nrt_model_t *model, nrt_tensor_info_array_t **tensor_info);
+/* Frees an array of nrt_get_model_tensor_info (also after nrt_close). Anything else,
+ * including a second free, is NRT_INVALID and is not freed. */
+NRT_STATUS nrt_free_model_tensor_info(nrt_tensor_info_array_t *tensor_info);
+
+/* Replaces the implicit-async completion callback (the default one logs failures).
+ * NRT_INVALID unless NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS > 0 at nrt_init. */
+NRT_STATUS nrt_register_async_exec_callback(NRT_ASYNC_EXEC_STATUS_CALLBACK callback, void *params);
+
+/* Waits until every queued implicit-async execution on `vnc` (-1: all) was reported. */
+NRT_STATUS nrt_async_drain_queued_execs(int32_t vnc);
+
+typedef struct nrt_model_info {
+    uint32_t vnc; /* logical NeuronCore the model is loaded on */
+    /* append only */
+} nrt_model_info_t;
+
+/* Writes the first info_size_in bytes; *info_size_out (may be NULL) receives the bytes
+ * written. */
+NRT_STATUS nrt_get_model_info(const nrt_model_t *model, nrt_model_info_t *info, size_t info_size_in,
+                              size_t *info_size_out);
+
+/* Not provided by this library: nrt_get_model_instance_count, nrt_trace_start/stop,
+ * nrt_get_libnccl_net, nrt_set_pool_eng_ucode, nrt_memcpy_to_device, nrt_barrier,
+ * nrt_all_gather. */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NRT_NRT_EXPERIMENTAL_H */

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The test command (README): sets up everything the tests need on a fresh machine that has
+# only the Rust toolchain, gcc and Python 3.11, then runs every test suite.
+#
+#   1. a local venv (.venv) with onnx 1.22.0 (ships the ONNX node tests) and onnxruntime (oracle)
+#   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs)
+#   3. the loom models of the lock-free protocols
+#   4. conformance: the ONNX node tests within the supported op list, the ONNX `light` models,
+#      and the project's own models checked against ONNX Runtime
+#
+# Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 (for quick local runs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "python venv (.venv): onnx 1.22.0, onnxruntime"
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-test.txt
+export NRT_PYTHON="$root/.venv/bin/python"
+
+step "cargo test --workspace"
+cargo test --workspace --quiet
+
+if [ "${NRT_SKIP_LOOM:-0}" != 1 ]; then
+  step "loom models (RUSTFLAGS=--cfg loom)"
+  RUSTFLAGS="--cfg loom -C target-cpu=x86-64-v3" LOOM_MAX_PREEMPTIONS=3 \
+    cargo test --quiet -p nrt-hal --release --test loom --target-dir target/loom
+fi
+
+if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
+  step "conformance"
+  cargo build --quiet --release -p nrt-cli
+  nrt="$root/target/release/nrt"
+  work="$root/target/conformance"
+  rm -rf "$work" && mkdir -p "$work"
+  node_tests=$("$NRT_PYTHON" -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/node"))')
+
+  echo "-- ONNX node tests (onnx 1.22.0) whose ops are all supported"
+  "$nrt" conformance "$node_tests" --only-supported --quiet --tolerances conformance/tolerances.txt \
+    | tee "$work/node.txt" | grep -v '^UNSUPPORTED' || true
+  grep -c '^UNSUPPORTED' "$work/node.txt" | xargs -I{} echo "   ({} UNSUPPORTED, each with its reason, in $work/node.txt)"
+
+  echo "-- ONNX light models (AlexNet, ResNet-50, SqueezeNet, ...)"
+  "$NRT_PYTHON" scripts/prepare_light.py "$work/light" > /dev/null
+  "$nrt" conformance "$work/light" | tee "$work/light.txt"
+
+  echo "-- the project's own models vs ONNX Runtime"
+  "$nrt" samples --out "$work/samples" > /dev/null
+  "$NRT_PYTHON" scripts/ort_oracle.py "$work"/samples/* > /dev/null
+  "$nrt" conformance "$work/samples" | tee "$work/samples.txt"
+
+  if grep -q '^FAIL' "$work/node.txt" "$work/light.txt" "$work/samples.txt"; then
+    echo "conformance: FAIL" >&2
+    exit 1
+  fi
+fi
+
+step "all tests passed"
