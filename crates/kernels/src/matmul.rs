@@ -239,6 +239,9 @@ pub unsafe fn matmul(
     let tb = flags & matmul_flags::TRANSPOSE_B != 0;
     let acc = flags & matmul_flags::ACCUMULATE != 0;
     let (m, n) = (vc.shape[2], vc.shape[3]);
+    if m == 0 || n == 0 || vc.shape[0] == 0 || vc.shape[1] == 0 {
+        return;
+    }
     let k = if ta { va.shape[2] } else { va.shape[3] };
     let (ars, acs) = if ta {
         (va.stride[3], va.stride[2])
@@ -250,8 +253,22 @@ pub unsafe fn matmul(
     } else {
         (vb.stride[2], vb.stride[3])
     };
-    for i0 in 0..vc.shape[0] {
-        for i1 in 0..vc.shape[1] {
+    // Batches that share one B (stride 0) and lie evenly spaced along M in A and C are one
+    // taller product (a Linear layer over [batch, seq, K] is one GEMM, not batch·seq GEMVs).
+    let (mut m, mut nb) = (m, [vc.shape[0], vc.shape[1]]);
+    for d in [1, 0] {
+        let mergeable = nb[d] == 1
+            || (vb.stride[d] == 0
+                && va.stride[d] == m as isize * ars
+                && vc.stride[d] == m as isize * vc.stride[2]);
+        if !mergeable {
+            break;
+        }
+        m *= nb[d];
+        nb[d] = 1;
+    }
+    for i0 in 0..nb[0] {
+        for i1 in 0..nb[1] {
             let ma = Mat {
                 ptr: va.at([i0, i1, 0, 0]),
                 rs: ars,

@@ -340,6 +340,61 @@ fn matmul_shapes_of_interest() {
     }
 }
 
+#[test]
+fn matmul_batches_sharing_b_fold_into_m() {
+    // [2, 3, M, K] · [K, N] broadcast over both batch dims, M = 1 and M = 5, and with A
+    // transposed (batch folding must keep A's row stride).
+    for (mm, flags) in [
+        (1u32, 0u32),
+        (5, 0),
+        (5, matmul_flags::TRANSPOSE_A),
+        (1, matmul_flags::ACCUMULATE),
+    ] {
+        let mut rng = Rng::new(mm as u64 + flags as u64);
+        let mut m = Arena::new(ARENA);
+        let (k, n) = (37u32, 29u32);
+        let ta = flags & matmul_flags::TRANSPOSE_A != 0;
+        let a = m.dense(DType::F32, if ta { [2, 3, k, mm] } else { [2, 3, mm, k] });
+        let b = AccessPattern {
+            shape: [2, 3, k, n],
+            stride: [0, 0, n as i32, 1],
+            ..m.dense(DType::F32, [1, 1, k, n])
+        };
+        let c = m.dense(DType::F32, [2, 3, mm, n]);
+        m.fill_f32(&a, &mut rng, -1.0, 1.0);
+        m.fill_f32(&b, &mut rng, -1.0, 1.0);
+        m.fill_f32(&c, &mut rng, -1.0, 1.0);
+        let c0 = m.read_f32(&c);
+        m.run(
+            &Op::MatMul {
+                a,
+                b,
+                c,
+                alpha: 0.5,
+                flags,
+            },
+            &mut Workspace::new(),
+        )
+        .unwrap();
+        let got = m.read_f32(&c);
+        let mut want = Vec::new();
+        for [b0, b1, i, j] in indices(c.shape) {
+            let mut s = 0.0f64;
+            for p in 0..k as usize {
+                let av = m.get_f32(&a, if ta { [b0, b1, p, i] } else { [b0, b1, i, p] }) as f64;
+                s += av * m.get_f32(&b, [b0, b1, p, j]) as f64;
+            }
+            let prev = if flags & matmul_flags::ACCUMULATE != 0 {
+                c0[want.len()] as f64
+            } else {
+                0.0
+            };
+            want.push(0.5 * s + prev);
+        }
+        assert_close(&got, &want, 1e-5, 1e-5, "batched");
+    }
+}
+
 //===--- conv ------------------------------------------------------------------------===//
 
 #[allow(clippy::too_many_arguments)]

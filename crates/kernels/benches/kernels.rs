@@ -1,0 +1,270 @@
+//! Kernel timings: `cargo bench -p nrt-kernels [-- FILTER]`. Each line is the fastest of 15
+//! timed batches of ~20 ms (the machine is a noisy, shared 2-vCPU VM: the minimum is the
+//! most repeatable statistic there; compare within a run).
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{Arena, Rng};
+use nrt_hal::DType;
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, Window, matmul_flags};
+use nrt_kernels::Workspace;
+use std::time::Instant;
+
+/// Seconds per call of `f`: the fastest of 15 batches.
+fn time(mut f: impl FnMut()) -> f64 {
+    f();
+    let t = Instant::now();
+    let mut iters = 0u64;
+    while t.elapsed().as_secs_f64() < 0.02 {
+        f();
+        iters += 1;
+    }
+    let per = t.elapsed().as_secs_f64() / iters as f64;
+    let batch = ((0.02 / per) as u64).max(1);
+    let mut v: Vec<f64> = (0..15)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..batch {
+                f();
+            }
+            t.elapsed().as_secs_f64() / batch as f64
+        })
+        .collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[0]
+}
+
+struct Bench {
+    filter: Option<String>,
+}
+
+impl Bench {
+    fn on(&self, name: &str) -> bool {
+        self.filter
+            .as_ref()
+            .is_none_or(|f| name.contains(f.as_str()))
+    }
+}
+
+fn matmul_op(m: &mut Arena, rng: &mut Rng, mm: u32, k: u32, n: u32, flags: u32) -> Op {
+    let tb = flags & matmul_flags::TRANSPOSE_B != 0;
+    let a = m.dense(DType::F32, [1, 1, mm, k]);
+    let b = m.dense(DType::F32, if tb { [1, 1, n, k] } else { [1, 1, k, n] });
+    let c = m.dense(DType::F32, [1, 1, mm, n]);
+    m.fill_f32(&a, rng, -1.0, 1.0);
+    m.fill_f32(&b, rng, -1.0, 1.0);
+    Op::MatMul {
+        a,
+        b,
+        c,
+        alpha: 1.0,
+        flags,
+    }
+}
+
+fn main() {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let bench = Bench { filter };
+    let mut rng = Rng::new(1);
+    let mut m = Arena::new(256 << 20);
+    let mut ws = Workspace::new();
+
+    if bench.on("matmul") {
+        for (mm, k, n, flags) in [
+            (1, 512, 512, 0),
+            (1, 512, 512, matmul_flags::TRANSPOSE_B),
+            (1, 256, 256, 0),
+            (1, 256, 256, matmul_flags::TRANSPOSE_B),
+            (1, 64, 1000, 0),
+            (1, 1000, 64, 0),
+            (2, 512, 512, 0),
+            (4, 512, 512, 0),
+            (8, 512, 512, 0),
+            (64, 512, 512, 0),
+            (512, 512, 512, 0),
+            (128, 64, 128, 0),
+            (4096, 27, 16, 0),
+        ] {
+            let op = matmul_op(&mut m, &mut rng, mm, k, n, flags);
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            let gf = 2.0 * (mm * k * n) as f64 / s / 1e9;
+            println!(
+                "matmul {mm}x{k}x{n} flags {flags}: {:.2} us, {gf:.1} GFLOP/s",
+                s * 1e6
+            );
+        }
+    }
+
+    if bench.on("mlp") {
+        // 4 layers, 512 wide, batch 1: MatMul + Activation(Relu, bias) each.
+        for flags in [0, matmul_flags::TRANSPOSE_B] {
+            let mut ops = Vec::new();
+            let mut x = m.dense(DType::F32, [1, 1, 1, 512]);
+            m.fill_f32(&x, &mut rng, -1.0, 1.0);
+            for _ in 0..4 {
+                // A square weight: transposed or not, the same bytes.
+                let w = m.dense(DType::F32, [1, 1, 512, 512]);
+                m.fill_f32(&w, &mut rng, -0.05, 0.05);
+                let bias = m.dense(DType::F32, [1, 1, 1, 512]);
+                m.fill_f32(&bias, &mut rng, -0.1, 0.1);
+                let y = m.dense(DType::F32, [1, 1, 1, 512]);
+                ops.push(Op::MatMul {
+                    a: x,
+                    b: w,
+                    c: y,
+                    alpha: 1.0,
+                    flags,
+                });
+                ops.push(Op::Activation {
+                    input: y,
+                    output: y,
+                    bias: Some(bias),
+                    func: ActFunc::Relu,
+                    scale: 1.0,
+                    alpha: 0.0,
+                    beta: 0.0,
+                });
+                x = y;
+            }
+            let s = time(|| {
+                for op in &ops {
+                    m.run(op, &mut ws).unwrap();
+                }
+            });
+            println!("mlp 4x512 batch 1 (flags {flags}): {:.2} us", s * 1e6);
+        }
+    }
+
+    if bench.on("act") {
+        let n = 1 << 20;
+        let x = m.dense(DType::F32, [1, 1, 1, n]);
+        let y = m.dense(DType::F32, [1, 1, 1, n]);
+        m.fill_f32(&x, &mut rng, -5.0, 5.0);
+        for func in [
+            ActFunc::Relu,
+            ActFunc::Exp,
+            ActFunc::Log,
+            ActFunc::Tanh,
+            ActFunc::Sigmoid,
+            ActFunc::GeluErf,
+            ActFunc::GeluTanh,
+        ] {
+            let op = Op::Activation {
+                input: x,
+                output: y,
+                bias: None,
+                func,
+                scale: 1.0,
+                alpha: 0.0,
+                beta: 0.0,
+            };
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            println!("act {func:?} 1M: {:.3} ns/elem", s * 1e9 / n as f64);
+        }
+        let small = m.dense(DType::F32, [1, 1, 1, 512]);
+        let op = Op::Activation {
+            input: small,
+            output: small,
+            bias: Some(small),
+            func: ActFunc::Relu,
+            scale: 1.0,
+            alpha: 0.0,
+            beta: 0.0,
+        };
+        let s = time(|| m.run(&op, &mut ws).unwrap());
+        println!("act relu+bias 512 in place: {:.3} us", s * 1e6);
+    }
+
+    if bench.on("binary") {
+        let n = 1 << 20;
+        let a = m.dense(DType::F32, [1, 1, 1024, 1024]);
+        let b = m.dense(DType::F32, [1, 1, 1024, 1024]);
+        let o = m.dense(DType::F32, [1, 1, 1024, 1024]);
+        m.fill_f32(&a, &mut rng, -5.0, 5.0);
+        m.fill_f32(&b, &mut rng, -5.0, 5.0);
+        let row = AccessPattern {
+            stride: [0, 0, 0, 1],
+            ..b
+        };
+        let bt = AccessPattern {
+            stride: [0, 0, 1, 1024],
+            ..b
+        };
+        for (name, bb) in [("dense", b), ("row broadcast", row), ("transposed", bt)] {
+            let op = Op::Binary {
+                a,
+                b: bb,
+                out: o,
+                op: BinaryOp::Add,
+            };
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            println!("binary add 1M {name}: {:.3} ns/elem", s * 1e9 / n as f64);
+        }
+        let op = Op::Binary {
+            a,
+            b,
+            out: a,
+            op: BinaryOp::Mul,
+        };
+        let s = time(|| m.run(&op, &mut ws).unwrap());
+        println!("binary mul 1M in place: {:.3} ns/elem", s * 1e9 / n as f64);
+    }
+
+    if bench.on("conv") {
+        for (name, c, o, hw, k, groups, with_ws) in [
+            ("3x3 64->64 56x56 im2col", 64, 64, 56, 3, 1, true),
+            ("3x3 64->64 56x56 direct", 64, 64, 56, 3, 1, false),
+            ("1x1 64->256 56x56", 64, 256, 56, 1, 1, false),
+            ("3x3 dw 128 56x56", 128, 128, 56, 3, 128, false),
+            ("3x3 3->32 224x224 s2 im2col", 3, 32, 224, 3, 1, true),
+        ] {
+            let stride = if name.contains("s2") { 2 } else { 1 };
+            let pad = k / 2;
+            let window = Window {
+                kernel: [0, 0],
+                stride: [stride, stride],
+                pad: [pad; 4],
+                dilation: [1, 1],
+            };
+            let input = m.dense(DType::F32, [1, c, hw, hw]);
+            m.fill_f32(&input, &mut rng, -1.0, 1.0);
+            let weight = m.dense(DType::F32, [o, c / groups, k, k]);
+            m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+            let oh = window.out_dim(0, hw, k).unwrap();
+            let output = m.dense(DType::F32, [1, o, oh, oh]);
+            let bias = Some(m.dense(DType::F32, [1, 1, 1, o]));
+            let workspace =
+                with_ws.then(|| m.dense(DType::F32, [1, 1, 1, (c / groups) * k * k * oh * oh]));
+            let op = Op::Conv {
+                input,
+                weight,
+                output,
+                bias,
+                workspace,
+                window,
+                groups,
+            };
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            let flops = 2.0 * (o * (c / groups) * k * k * oh * oh) as f64;
+            println!(
+                "conv {name}: {:.1} us, {:.1} GFLOP/s",
+                s * 1e6,
+                flops / s / 1e9
+            );
+        }
+    }
+
+    if bench.on("softmax") {
+        let x = m.dense(DType::F32, [1, 1, 1000, 1000]);
+        let y = m.dense(DType::F32, [1, 1, 1000, 1000]);
+        m.fill_f32(&x, &mut rng, -5.0, 5.0);
+        let op = Op::Softmax {
+            input: x,
+            output: y,
+            log: false,
+        };
+        let s = time(|| m.run(&op, &mut ws).unwrap());
+        println!("softmax 1000x1000: {:.3} ns/elem", s * 1e9 / 1e6);
+    }
+}

@@ -1,0 +1,309 @@
+//! Steady state allocates nothing: a second identical call of each op, with the same
+//! `Workspace`, makes no heap allocation (counted by a global allocator).
+
+mod common;
+
+use common::{Arena, Rng};
+use nrt_hal::DType;
+use nrt_isa::{
+    ActFunc, BinaryOp, CoordMode, NearestMode, Op, PoolOp, ReduceOp, ResizeMode, Window,
+};
+use nrt_kernels::Workspace;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+struct Counting;
+
+thread_local! {
+    // Per thread, so the test harness's other threads do not count.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to the system allocator; the counter is a thread-local `Cell` that never
+// allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded contract.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded contract.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: forwarded contract.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+/// Runs `op` twice with one workspace; returns the allocations of the second run.
+fn second_run_allocs(m: &mut Arena, op: &Op, ws: &mut Workspace) -> u64 {
+    m.run(op, ws).unwrap();
+    let before = allocs();
+    m.run(op, ws).unwrap();
+    allocs() - before
+}
+
+#[test]
+fn second_calls_allocate_nothing() {
+    let mut rng = Rng::new(7);
+    let mut m = Arena::new(64 << 20);
+    let mut ws = Workspace::new();
+    let mut ops: Vec<(&str, Op)> = Vec::new();
+
+    // MatMul: GEMM path (packing buffers), GEMV paths (strided x copied to scratch).
+    for (name, mm, k, n, flags) in [
+        ("matmul gemm", 64u32, 256u32, 128u32, 0u32),
+        ("matmul gemv", 1, 512, 512, 0),
+        (
+            "matmul gemv transposed b",
+            1,
+            300,
+            200,
+            nrt_isa::matmul_flags::TRANSPOSE_B,
+        ),
+        ("matmul n=1", 100, 64, 1, 0),
+        (
+            "matmul gemv strided a",
+            1,
+            64,
+            64,
+            nrt_isa::matmul_flags::TRANSPOSE_A,
+        ),
+    ] {
+        let ta = flags & nrt_isa::matmul_flags::TRANSPOSE_A != 0;
+        let tb = flags & nrt_isa::matmul_flags::TRANSPOSE_B != 0;
+        let a = m.dense(DType::F32, if ta { [1, 2, k, mm] } else { [1, 2, mm, k] });
+        let b = m.dense(DType::F32, if tb { [1, 2, n, k] } else { [1, 2, k, n] });
+        let c = m.dense(DType::F32, [1, 2, mm, n]);
+        m.fill_f32(&a, &mut rng, -1.0, 1.0);
+        m.fill_f32(&b, &mut rng, -1.0, 1.0);
+        ops.push((
+            name,
+            Op::MatMul {
+                a,
+                b,
+                c,
+                alpha: 1.0,
+                flags,
+            },
+        ));
+    }
+
+    // Conv: im2col + GEMM, direct, pointwise.
+    let input = m.dense(DType::F32, [1, 8, 16, 16]);
+    m.fill_f32(&input, &mut rng, -1.0, 1.0);
+    let weight = m.dense(DType::F32, [16, 8, 3, 3]);
+    let output = m.dense(DType::F32, [1, 16, 16, 16]);
+    let bias = Some(m.dense(DType::F32, [1, 1, 1, 16]));
+    let window = Window {
+        kernel: [0, 0],
+        stride: [1, 1],
+        pad: [1, 1, 1, 1],
+        dilation: [1, 1],
+    };
+    let workspace = Some(m.dense(DType::F32, [1, 1, 1, 8 * 9 * 256]));
+    ops.push((
+        "conv im2col",
+        Op::Conv {
+            input,
+            weight,
+            output,
+            bias,
+            workspace,
+            window,
+            groups: 1,
+        },
+    ));
+    ops.push((
+        "conv direct",
+        Op::Conv {
+            input,
+            weight,
+            output,
+            bias,
+            workspace: None,
+            window,
+            groups: 1,
+        },
+    ));
+    let w1 = m.dense(DType::F32, [16, 8, 1, 1]);
+    let no_pad = Window {
+        pad: [0; 4],
+        ..window
+    };
+    ops.push((
+        "conv pointwise",
+        Op::Conv {
+            input,
+            weight: w1,
+            output,
+            bias,
+            workspace: None,
+            window: no_pad,
+            groups: 1,
+        },
+    ));
+
+    // Elementwise, reductions, normalizations, data movement.
+    let x = m.dense(DType::F32, [2, 3, 17, 33]);
+    let y = m.dense(DType::F32, [2, 3, 17, 33]);
+    m.fill_f32(&x, &mut rng, -1.0, 1.0);
+    let row = nrt_isa::AccessPattern {
+        stride: [0, 0, 0, 1],
+        ..m.dense(DType::F32, [2, 3, 17, 33])
+    };
+    ops.push((
+        "activation gelu",
+        Op::Activation {
+            input: x,
+            output: y,
+            bias: Some(row),
+            func: ActFunc::GeluErf,
+            scale: 1.0,
+            alpha: 0.0,
+            beta: 0.0,
+        },
+    ));
+    ops.push((
+        "activation in place",
+        Op::Activation {
+            input: y,
+            output: y,
+            bias: None,
+            func: ActFunc::Tanh,
+            scale: 1.0,
+            alpha: 0.0,
+            beta: 0.0,
+        },
+    ));
+    ops.push((
+        "binary broadcast",
+        Op::Binary {
+            a: x,
+            b: row,
+            out: y,
+            op: BinaryOp::Add,
+        },
+    ));
+    ops.push((
+        "tensor scalar",
+        Op::TensorScalar {
+            a: x,
+            out: y,
+            op: BinaryOp::Mul,
+            scalar: 3.0,
+            reverse: false,
+        },
+    ));
+    let red = m.dense(DType::F32, [2, 1, 17, 1]);
+    ops.push((
+        "reduce",
+        Op::Reduce {
+            input: x,
+            output: red,
+            op: ReduceOp::Mean,
+            axes: 0b1010,
+        },
+    ));
+    ops.push((
+        "softmax",
+        Op::Softmax {
+            input: x,
+            output: y,
+            log: false,
+        },
+    ));
+    ops.push((
+        "layer norm",
+        Op::LayerNorm {
+            input: x,
+            gamma: row,
+            beta: Some(row),
+            output: y,
+            eps: 1e-5,
+        },
+    ));
+    let pooled = m.dense(DType::F32, [2, 3, 8, 16]);
+    let pw = Window {
+        kernel: [3, 3],
+        stride: [2, 2],
+        pad: [1, 1, 0, 0],
+        dilation: [1, 1],
+    };
+    ops.push((
+        "pool",
+        Op::Pool {
+            input: x,
+            output: pooled,
+            window: pw,
+            op: PoolOp::Avg,
+            count_include_pad: false,
+        },
+    ));
+    let big = m.dense(DType::F32, [2, 3, 34, 66]);
+    ops.push((
+        "resize",
+        Op::Resize {
+            input: x,
+            output: big,
+            mode: ResizeMode::Linear,
+            coord: CoordMode::HalfPixel,
+            nearest: NearestMode::RoundPreferFloor,
+            scales: [0.0; 4],
+        },
+    ));
+    let h = m.dense(DType::F16, [2, 3, 17, 33]);
+    let xt = nrt_isa::AccessPattern {
+        shape: [2, 3, 33, 17],
+        stride: [561, 187, 1, 33],
+        ..x
+    };
+    let ht = nrt_isa::AccessPattern {
+        shape: [2, 3, 33, 17],
+        ..m.dense(DType::F16, [2, 3, 33, 17])
+    };
+    ops.push((
+        "copy cast",
+        Op::Copy {
+            input: x,
+            output: h,
+        },
+    ));
+    ops.push((
+        "copy transpose cast",
+        Op::Copy {
+            input: xt,
+            output: ht,
+        },
+    ));
+    let idx = m.dense(DType::I64, [1, 1, 1, 4]);
+    let gathered = m.dense(DType::F32, [2, 3, 4, 33]);
+    ops.push((
+        "gather",
+        Op::Gather {
+            data: x,
+            indices: idx,
+            output: gathered,
+        },
+    ));
+
+    // The counter sees allocations at all.
+    let before = allocs();
+    let v = std::hint::black_box(vec![1u8; 10]);
+    assert!(allocs() > before);
+    drop(v);
+
+    for (name, op) in &ops {
+        assert_eq!(second_run_allocs(&mut m, op, &mut ws), 0, "{name}");
+    }
+}
