@@ -45,11 +45,14 @@ pub fn lib_dir() -> PathBuf {
     .clone()
 }
 
-/// A fresh scratch directory under `target/tmp`.
+/// A fresh scratch directory under `target/tmp` (unique per call: tests of one binary run
+/// in parallel).
 pub fn scratch(name: &str) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("capi")
-        .join(format!("{name}-{}", std::process::id()));
+        .join(format!("{name}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
