@@ -333,6 +333,92 @@ fn switch_rows(seconds: f64) -> Res<Row> {
     Ok(row("near-null", "sync-switch", 1, 1, t, &note))
 }
 
+/// A model with one MatMul `Y[M,N] = X[M,K] · W[K,N]` (W a constant), through the whole
+/// device path: what the GEMM rows time.
+fn matmul_model(m: u32, k: u32, n: u32) -> Vec<u8> {
+    use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR};
+    use nrt_hal::{DType, Engine};
+    use nrt_isa::{AccessPattern, Instruction, Op, SemRef};
+    use nrt_model::{ModelBuilder, vaddr};
+    let mut b = ModelBuilder::new(&format!("matmul-{m}x{k}x{n}"), 1);
+    let x = b.input("x", DType::F32, &[m, k]);
+    let y = b.output("y", DType::F32, &[m, n]);
+    let mut w = Vec::with_capacity((k * n * 4) as usize);
+    let mut s = 0x2545_F491u32;
+    for _ in 0..k * n {
+        s ^= s << 13;
+        s ^= s >> 17;
+        s ^= s << 5;
+        w.extend_from_slice(&((s as f32 / u32::MAX as f32 - 0.5) * 0.1).to_le_bytes());
+    }
+    let wr = b.constant(&w, 64);
+    let (xr, yr) = (b.io_mem_ref(x), b.io_mem_ref(y));
+    let (dx, dy) = (b.io_descriptor(x), b.io_descriptor(y));
+    let (inp, done) = (SemRef::local(4), SemRef::local(5));
+    b.push(
+        0,
+        Engine::Sp,
+        Instruction::new(Op::DmaDescriptors {
+            table: dx,
+            count: 1,
+        })
+        .signal(inp, 1),
+    );
+    b.push(
+        0,
+        Engine::Pe,
+        Instruction::new(Op::MatMul {
+            a: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[m, k]),
+            b: AccessPattern::dense(vaddr(wr, 0), DType::F32, &[k, n]),
+            c: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[m, n]),
+            alpha: 1.0,
+            flags: 0,
+        })
+        .wait(inp, 1)
+        .signal(done, 1),
+    );
+    b.push(
+        0,
+        Engine::Sp,
+        Instruction::new(Op::DmaDescriptors {
+            table: dy,
+            count: 1,
+        })
+        .wait(done, 1),
+    );
+    b.push(
+        0,
+        Engine::Sp,
+        Instruction::new(Op::Notify {
+            subtype: CUSTOM_SUBTYPE_TENSOR,
+            sub_id: CUSTOM_SUB_ID_OUTPUT_DONE,
+            payload: y,
+        }),
+    );
+    b.build().encode()
+}
+
+/// GEMM throughput through the device: one MatMul per execution, GFLOP/s from the median.
+fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
+    let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+    let mut rows = Vec::new();
+    for (m, k, n) in [
+        (1u32, 512u32, 512u32),
+        (64, 512, 512),
+        (512, 512, 512),
+        (128, 64, 128),
+    ] {
+        let model = session::load(&rt, &matmul_model(m, k, n), 0)?;
+        let mut r = sync_rows(&rt, &model, &format!("matmul {m}x{k}x{n}"), 1, seconds)?;
+        let gflops = 2.0 * m as f64 * k as f64 * n as f64 / r.median_ns;
+        r.surface = "gemm".into();
+        r.note = format!("{gflops:.1} GFLOP/s (whole execution)");
+        rows.push(r);
+        rt.unload(&model).map_err(|e| e.to_string())?;
+    }
+    Ok(rows)
+}
+
 pub fn print_table(rows: &[Row]) {
     println!(
         "{:<22} {:<12} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10}  {}",
@@ -366,7 +452,11 @@ pub fn main(a: &Args) -> Res<()> {
         }
         rows.push(r);
     };
-    if let Some(path) = a.positional.first() {
+    if a.flag("gemm") {
+        for r in gemm_rows(seconds)? {
+            emit(r, &mut rows);
+        }
+    } else if let Some(path) = a.positional.first() {
         let opts = session::compile_options(a)?;
         let p = session::prepare(path, &opts)?;
         let label = std::path::Path::new(path)

@@ -57,6 +57,7 @@ USAGE:
   nrt trace MODEL(.onnx|.ncm) [-o trace.json] [--executions N]
       Chrome/Perfetto JSON of the five stages of every execution.
   nrt bench [MODEL] [--surface sync|implicit|explicit] [--depth N] [--cores 1|2] [--seconds S] [--json]
+  nrt bench --gemm [--seconds S] [--json]     (MatMul GFLOP/s through the device)
   nrt conformance DIR... [--rtol R] [--atol A] [--tolerances FILE] [--quiet] [--only-supported]
       Runs ONNX node-test folders (model.onnx + test_data_set_*); --only-supported skips
       (and counts) tests that use ops outside the compiler's list.

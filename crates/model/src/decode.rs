@@ -178,7 +178,9 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
         hasher.update(&bytes[36..]);
         hasher.finalize()
     };
-    if computed != stored_crc {
+    // Under cargo-fuzz the checksum is not enforced, so mutated files reach every other check
+    // (a fuzzer almost never produces a matching CRC).
+    if computed != stored_crc && !cfg!(fuzzing) {
         return Err(ModelError::new(
             32,
             "header.checksum",

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Prints the benchmark tables of one scripts/bench.sh run (its output folder)."""
+import json
+import os
+import re
+import sys
+
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(os.path.join(out, "nrt.jsonl")) if l.strip()]
+peers = {}
+log = os.path.join(out, "peers.log")
+if os.path.exists(log):
+    for line in open(log):
+        m = re.match(r"\[(\S+)\s+(\S+)\s*\] median ([\d.]+) us\s+p99 (\S+) us", line)
+        if m:
+            peers[(m.group(1), m.group(2))] = float(m.group(3))
+gemm = {}
+if os.path.exists(os.path.join(out, "ort_gemm.jsonl")):
+    for l in open(os.path.join(out, "ort_gemm.jsonl")):
+        j = json.loads(l)
+        gemm[j["shape"]] = j
+
+
+def us(ns):
+    return f"{ns / 1000:.2f}" if ns < 1e7 else f"{ns / 1e6:.1f} ms"
+
+
+print("\n## Runtime overhead (near-null model) and async throughput\n")
+print("| row | surface | depth | cores | median µs | p99 µs | execs/s | allocs/exec | note |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+for r in rows:
+    if r["surface"] in ("gemm",) or r["model"] in ("tiny", "mlp", "mlp_b64", "encoder", "cnn"):
+        continue
+    print(f"| {r['model']} | {r['surface']} | {r['depth']} | {r['cores']} | {us(r['median_ns'])} | "
+          f"{us(r['p99_ns'])} | {r['execs_per_s']:,.0f} | {r['allocs_per_exec']:.3f} | {r['note']} |")
+limit = next((r for r in rows if r["surface"] == "limit"), None)
+sync = next((r for r in rows if r["surface"] == "sync" and r["model"] == "near-null"), None)
+e8 = next((r for r in rows if r["surface"] == "explicit" and r["depth"] == 8), None)
+if limit and sync:
+    print(f"\nsync near-null / spinning pingpong limit (same run): {sync['median_ns'] / limit['median_ns']:.1f}x")
+if sync and e8:
+    print(f"explicit async depth 8 / sync throughput: {e8['execs_per_s'] / sync['execs_per_s']:.1f}x")
+if ("tiny", "tract-native") in peers:
+    print(f"tract-native tiny (same run): {peers[('tiny', 'tract-native')]:.2f} µs")
+
+print("\n## GEMM (GFLOP/s, single thread)\n")
+print("| M×K×N | nrt through the device | ONNX Runtime t1 | ratio |")
+print("|---|---:|---:|---:|")
+for r in rows:
+    if r["surface"] != "gemm":
+        continue
+    shape = r["model"].split()[-1]
+    m, k, n = map(int, shape.split("x"))
+    g = 2 * m * k * n / r["median_ns"]
+    o = gemm.get(shape)
+    og = f"{o['gflops']:.1f}" if o else "-"
+    ratio = f"{g / o['gflops']:.2f}" if o else "-"
+    print(f"| {shape} | {g:.1f} | {og} | {ratio} |")
+
+print("\n## Compute models (median µs, synchronous single inference)\n")
+names = ["ort-t1", "ort-t2", "tract-native", "tract", "iree-sync", "iree-sync-native", "iree-task"]
+present = [p for p in names if any(k[1] == p for k in peers)]
+print("| model | nrt | " + " | ".join(present) + " | nrt / ort-t1 |")
+print("|---|---:|" + "---:|" * len(present) + "---:|")
+for r in rows:
+    if r["model"] not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn") or r["surface"] != "sync":
+        continue
+    cells = [f"{peers[(r['model'], p)]:.2f}" if (r["model"], p) in peers else "-" for p in present]
+    o = peers.get((r["model"], "ort-t1"))
+    ratio = f"{r['median_ns'] / 1000 / o:.2f}" if o else "-"
+    print(f"| {r['model']} | {r['median_ns'] / 1000:.2f} | " + " | ".join(cells) + f" | {ratio} |")

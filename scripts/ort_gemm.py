@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""ONNX Runtime single-thread GEMM throughput on the shapes `nrt bench --gemm` uses:
+Y[M,N] = X[M,K] · W[K,N] with W a constant. Prints one JSON object per shape.
+
+usage: ort_gemm.py [SECONDS]
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
+for m, k, n in [(1, 512, 512), (64, 512, 512), (512, 512, 512), (128, 64, 128)]:
+    w = (np.random.default_rng(1).standard_normal((k, n)) * 0.05).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"])], "gemm",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [m, k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])],
+        [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = os.path.join(tempfile.mkdtemp(), "gemm.onnx")
+    onnx.save(model, path)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(2).standard_normal((m, k)).astype(np.float32)
+    for _ in range(20):
+        sess.run(None, {"X": x})
+    lat = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(lat) < 50:
+        t = time.perf_counter_ns()
+        sess.run(None, {"X": x})
+        lat.append(time.perf_counter_ns() - t)
+    med = float(np.median(lat))
+    print(json.dumps({"peer": "ort-t1", "shape": f"{m}x{k}x{n}", "median_ns": med,
+                      "gflops": 2 * m * k * n / med}))
