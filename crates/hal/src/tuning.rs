@@ -127,6 +127,14 @@ pub const TRACE_RING_CAPACITY: usize = 1 << 16;
 
 /// Largest number of rows of A (M) for which `MatMul` runs one hand-written GEMV per row
 /// instead of the GEMM crate. Packing costs the GEMM crate as much as the product at M = 1
-/// (1×512×512: GEMV ~9 µs, GEMM ~25–40 µs); each extra row streams B once more, and the
-/// packed GEMM wins from a few rows on (measured in `nrt-kernels`' matmul bench).
+/// (1×512×512 here: GEMV 19–20 µs, at the machine's memory bandwidth, against 25–40 µs), but
+/// each extra row streams B once more: at M = 2 the GEMM (~33 µs) already beats two GEMVs
+/// (~40 µs). Measured with `cargo bench -p nrt-kernels -- matmul`.
 pub const GEMV_MAX_ROWS: usize = 1;
+
+/// Bulk copies in the kernels between these sizes (bytes) use an AVX load/store loop instead
+/// of libc `memcpy`. On the project's machine (AMD EPYC under KVM) glibc's `memcpy` takes its
+/// `rep movsb` path from 4 KiB to ~64 KiB and runs at 2–3 GB/s there, against 42–58 GB/s
+/// for the loop; below 2 KiB and above ~128 KiB both run at the same speed, and past 1 MiB
+/// glibc's non-temporal stores are the better choice.
+pub const KERNEL_COPY_LOOP_BYTES: (usize, usize) = (2048, 1 << 20);

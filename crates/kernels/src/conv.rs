@@ -18,7 +18,7 @@
 
 use crate::matmul::{Mat, gemm_auto};
 use crate::pool::valid_range;
-use crate::strided::View;
+use crate::strided::{View, copy_elems};
 use crate::{DeviceMemory, Workspace};
 use nrt_isa::{AccessPattern, Window};
 
@@ -249,7 +249,7 @@ unsafe fn im2col(g: &Geo, vi: &View<f32>, n: usize, c0: usize, col: &mut [f32]) 
                     let d = &mut drow[lo..hi];
                     if g.sw == 1 && rs == 1 {
                         // SAFETY: hi − lo input columns from ix0 lie inside the row.
-                        d.copy_from_slice(unsafe { core::slice::from_raw_parts(src, d.len()) });
+                        unsafe { copy_elems(src, d.as_mut_ptr(), d.len()) };
                     } else {
                         let step = g.sw as isize * rs;
                         for (j, v) in d.iter_mut().enumerate() {

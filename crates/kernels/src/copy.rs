@@ -7,7 +7,7 @@
 //! intermediate (see [`crate::elem`]) with one monomorphized load and one store loop per type.
 
 use crate::elem::{Bf16, Bool, Elem, F16};
-use crate::strided::{CHUNK, In, View, map1, walk};
+use crate::strided::{CHUNK, In, View, copy_elems, map1, walk};
 use crate::{DeviceMemory, KernelError};
 use nrt_hal::DType;
 use nrt_isa::AccessPattern;
@@ -76,7 +76,8 @@ unsafe fn raw<T: Copy>(src: &AccessPattern, dst: &AccessPattern, mem: DeviceMemo
     // SAFETY: the caller's contract; `In::new` marks an overlapping source for buffering.
     unsafe {
         map1::<T, T>(In::new(src, dst, mem), View::new(dst, mem), |a, o| {
-            o.copy_from_slice(a)
+            // Two distinct slices: the driver never aliases input and output slices.
+            copy_elems(a.as_ptr(), o.as_mut_ptr(), a.len().min(o.len()))
         })
     }
 }

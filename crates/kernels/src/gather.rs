@@ -4,7 +4,7 @@
 //! whole instruction with [`KernelError::IndexOutOfRange`] and leaves the output untouched.
 //! Negative indices count from the end. Rows move as raw elements of the type's width.
 
-use crate::strided::View;
+use crate::strided::{View, copy_elems, overlaps};
 use crate::{DeviceMemory, KernelError};
 use nrt_hal::DType;
 use nrt_isa::AccessPattern;
@@ -80,6 +80,7 @@ unsafe fn rows<T: Copy>(
     let vo = View::<T>::new(output, mem);
     let limit = vd.shape[2] as i64;
     let [d0, d1, n, d3] = vo.shape;
+    let disjoint = !overlaps(data, output);
     for i in 0..n {
         // SAFETY: i < the indices' length; validated to lie in [-limit, limit).
         let v = unsafe { index(ip, is, i64s, i) };
@@ -89,8 +90,14 @@ unsafe fn rows<T: Copy>(
                 let (s, o) = (vd.at([a, b, src, 0]), vo.at([a, b, i, 0]));
                 if vd.stride[3] == 1 && vo.stride[3] == 1 {
                     // SAFETY: both rows of d3 elements lie inside their operands; `copy`
-                    // tolerates overlap.
-                    unsafe { core::ptr::copy(s, o, d3) };
+                    // tolerates overlap, `copy_elems` is for disjoint operands.
+                    unsafe {
+                        if disjoint {
+                            copy_elems(s, o, d3)
+                        } else {
+                            core::ptr::copy(s, o, d3)
+                        }
+                    };
                 } else {
                     for x in 0..d3 {
                         // SAFETY: as above.

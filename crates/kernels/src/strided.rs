@@ -161,6 +161,44 @@ impl<const N: usize> Walk<N> {
     }
 }
 
+/// Copies `n` elements from `src` to `dst` (non-overlapping), avoiding libc `memcpy` in the
+/// size range where it is slow on the project's machine (see
+/// [`KERNEL_COPY_LOOP_BYTES`](nrt_hal::tuning::KERNEL_COPY_LOOP_BYTES)).
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` elements, the two ranges disjoint.
+#[inline]
+pub unsafe fn copy_elems<T: Copy>(src: *const T, dst: *mut T, n: usize) {
+    let bytes = n * size_of::<T>();
+    let (lo, hi) = nrt_hal::tuning::KERNEL_COPY_LOOP_BYTES;
+    #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
+    if bytes >= lo && bytes < hi {
+        use core::arch::x86_64::*;
+        let (s, d) = (src as *const u8, dst as *mut u8);
+        let mut i = 0;
+        // SAFETY: every access is inside the first `bytes` bytes of `src`/`dst`.
+        unsafe {
+            while i + 128 <= bytes {
+                let v: [__m256i; 4] =
+                    core::array::from_fn(|k| _mm256_loadu_si256(s.add(i + 32 * k) as *const _));
+                for (k, v) in v.iter().enumerate() {
+                    _mm256_storeu_si256(d.add(i + 32 * k) as *mut _, *v);
+                }
+                i += 128;
+            }
+            while i + 32 <= bytes {
+                _mm256_storeu_si256(d.add(i) as *mut _, _mm256_loadu_si256(s.add(i) as *const _));
+                i += 32;
+            }
+            core::ptr::copy_nonoverlapping(s.add(i), d.add(i), bytes - i);
+        }
+        return;
+    }
+    let _ = (lo, hi, bytes);
+    // SAFETY: per the contract.
+    unsafe { core::ptr::copy_nonoverlapping(src, dst, n) };
+}
+
 /// Copies `buf.len()` elements at `p` (element stride `s`) into `buf`.
 ///
 /// # Safety
@@ -170,7 +208,7 @@ pub unsafe fn gather_into<T: Copy>(p: *const T, s: isize, buf: &mut [T]) {
     match s {
         // SAFETY: the caller guarantees the elements are readable; `buf` is a distinct
         // stack/workspace buffer, so the ranges cannot overlap.
-        1 => unsafe { core::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), buf.len()) },
+        1 => unsafe { copy_elems(p, buf.as_mut_ptr(), buf.len()) },
         // SAFETY: as above.
         0 => buf.fill(unsafe { p.read() }),
         _ => {
@@ -191,7 +229,7 @@ pub unsafe fn scatter_from<T: Copy>(buf: &[T], p: *mut T, s: isize) {
     if s == 1 {
         // SAFETY: the caller guarantees the destination is writable; `buf` is a distinct
         // buffer.
-        unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr(), p, buf.len()) };
+        unsafe { copy_elems(buf.as_ptr(), p, buf.len()) };
     } else {
         for (i, b) in buf.iter().enumerate() {
             // SAFETY: as above.
@@ -421,6 +459,25 @@ mod tests {
         // Size-1 dims are dropped whatever their stride.
         let w = walk([7, 1, 1, 3], [[98, 1000, 5, 33]]);
         assert_eq!(w.shape, [1, 1, 7, 3]);
+    }
+
+    #[test]
+    fn copy_elems_copies_every_size() {
+        let src: Vec<u32> = (0..3000).collect();
+        for n in [0, 1, 7, 8, 31, 32, 33, 511, 512, 513, 600, 1000, 2047, 3000] {
+            let mut dst = vec![u32::MAX; 3001];
+            // SAFETY: distinct vectors, n ≤ both lengths.
+            unsafe { copy_elems(src.as_ptr(), dst.as_mut_ptr(), n) };
+            assert_eq!(&dst[..n], &src[..n]);
+            assert_eq!(dst[n], u32::MAX, "no write past n");
+        }
+        let src: Vec<u8> = (0..5000).map(|i| i as u8).collect();
+        for n in [2047, 2048, 2049, 4097, 5000] {
+            let mut dst = vec![0u8; 5001];
+            // SAFETY: as above.
+            unsafe { copy_elems(src.as_ptr(), dst.as_mut_ptr(), n) };
+            assert_eq!(&dst[..n], &src[..n]);
+        }
     }
 
     #[test]

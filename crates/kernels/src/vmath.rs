@@ -21,8 +21,16 @@ const EXP_LO: f32 = -87.336_55;
 /// `e^x`.
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
-    let xc = x.clamp(EXP_LO, EXP_HI);
-    let n = (xc * LOG2E).round_ties_even();
+    // max/min, not clamp: a NaN x must become a finite xc for the integer tricks below.
+    #[allow(clippy::manual_clamp)]
+    let xc = x.max(EXP_LO).min(EXP_HI);
+    // n = round(x·log2 e) and its integer value through the 1.5·2^23 trick (adding it rounds
+    // to nearest even and leaves the integer in the low mantissa bits): a float → int `as`
+    // cast would saturate per lane and not vectorize.
+    const MAGIC: f32 = 12_582_912.0;
+    let t = xc.mul_add(LOG2E, MAGIC);
+    let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let n = t - MAGIC;
     let r = n.mul_add(-LN2_HI, xc);
     let r = n.mul_add(-LN2_LO, r);
     let mut p = 1.987_569_1e-4f32;
@@ -33,7 +41,6 @@ pub fn exp(x: f32) -> f32 {
     p = p.mul_add(r, 5e-1);
     let y = p.mul_add(r * r, r) + 1.0;
     // 2^n by building the exponent; n ∈ [-126, 128]: split so both factors are normal.
-    let ni = n as i32;
     let h = ni >> 1;
     let s1 = f32::from_bits(((h + 127) as u32) << 23);
     let s2 = f32::from_bits(((ni - h + 127) as u32) << 23);
