@@ -74,6 +74,18 @@ pub(crate) fn api_value<T>(func: &'static str, fallback: T, body: impl FnOnce() 
 #[cold]
 fn report(func: &str, f: Fail) -> NrtStatus {
     match f {
+        // Back-pressure is an answer, not an error: the caller retries after a completion.
+        Fail::Err(e) if e.status == NrtStatus::QueueFull => {
+            nrt_log!(
+                Module::Nrt,
+                Level::Debug,
+                func,
+                "{} ({})",
+                e.message,
+                e.status.as_str()
+            );
+            e.status
+        }
         Fail::Err(e) => {
             nrt_log!(
                 Module::Nrt,

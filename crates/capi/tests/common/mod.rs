@@ -63,14 +63,22 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn gcc(sources: &[PathBuf], out: &Path) {
     let lib = lib_dir();
     let mut cmd = Command::new("gcc");
-    cmd.args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", root().join("include").display()))
-        .args(sources)
-        .arg(format!("-L{}", lib.display()))
-        .arg("-lnrt")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-o")
-        .arg(out);
+    cmd.args([
+        "-std=gnu11",
+        "-O1",
+        "-g",
+        "-pthread",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+    ])
+    .arg(format!("-I{}", root().join("include").display()))
+    .args(sources)
+    .arg(format!("-L{}", lib.display()))
+    .arg("-lnrt")
+    .arg(format!("-Wl,-rpath,{}", lib.display()))
+    .arg("-o")
+    .arg(out);
     let o = cmd.output().expect("gcc is installed");
     assert!(
         o.status.success(),
