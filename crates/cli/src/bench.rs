@@ -421,8 +421,8 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
 
 pub fn print_table(rows: &[Row]) {
     println!(
-        "{:<22} {:<12} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10}  {}",
-        "model", "surface", "depth", "cores", "median", "p99", "execs/s", "allocs/ex", "note"
+        "{:<22} {:<12} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10}  note",
+        "model", "surface", "depth", "cores", "median", "p99", "execs/s", "allocs/ex"
     );
     for r in rows {
         println!(

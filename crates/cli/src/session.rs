@@ -76,11 +76,11 @@ pub fn load(rt: &Runtime, ncm: &[u8], vnc: i32) -> Res<Model> {
         .map_err(|e| e.to_string())
 }
 
+/// The input set, the output set, and every (info, tensor) pair of a model.
+pub type IoTensors = (TensorSet, TensorSet, Vec<(TensorInfo, Tensor)>);
+
 /// One device tensor per input and output.
-pub fn io_tensors(
-    rt: &Runtime,
-    m: &Model,
-) -> Res<(TensorSet, TensorSet, Vec<(TensorInfo, Tensor)>)> {
+pub fn io_tensors(rt: &Runtime, m: &Model) -> Res<IoTensors> {
     let (mut ins, mut outs) = (TensorSet::new(), TensorSet::new());
     let mut all = Vec::new();
     for info in m.tensor_info() {

@@ -97,7 +97,10 @@ fn zeros() -> [AtomicU32; PLANE_RINGS] {
 /// # Panics
 /// If `capacity` is out of range (a tuning constant, so a programming error).
 pub fn plane(capacity: u32) -> (PlaneProducer, PlaneConsumer) {
-    assert!(capacity.is_power_of_two() && capacity <= 1 << 20, "plane capacity {capacity}");
+    assert!(
+        capacity.is_power_of_two() && capacity <= 1 << 20,
+        "plane capacity {capacity}"
+    );
     let slots = (0..capacity as usize * PLANE_RINGS)
         .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
         .collect::<Vec<_>>()
@@ -116,7 +119,10 @@ pub fn plane(capacity: u32) -> (PlaneProducer, PlaneConsumer) {
             published: [0; PLANE_RINGS],
             head_cache: [0; PLANE_RINGS],
         },
-        PlaneConsumer { shared, head: [0; PLANE_RINGS] },
+        PlaneConsumer {
+            shared,
+            head: [0; PLANE_RINGS],
+        },
     )
 }
 
@@ -142,7 +148,9 @@ impl PlaneProducer {
         // SAFETY: position `t` is in [head, head + cap): the consumer returned it (its head
         // store, which we acquired, followed its last read of the slot) and it is not
         // published yet, so no one else accesses it.
-        self.shared.slot(ring, t).with_mut(|p| unsafe { (*p).write(rec) });
+        self.shared
+            .slot(ring, t)
+            .with_mut(|p| unsafe { (*p).write(rec) });
         self.tail[ring] = t.wrapping_add(1);
         true
     }
@@ -205,7 +213,10 @@ impl PlaneConsumer {
             // SAFETY: `pos` is in [head, tail): the producer wrote the slot before its release
             // store of `tail`, which we acquired, and will not write it again until our head
             // store below returns it.
-            let rec = self.shared.slot(ring, pos).with(|p| unsafe { (*p).assume_init() });
+            let rec = self
+                .shared
+                .slot(ring, pos)
+                .with(|p| unsafe { (*p).assume_init() });
             f(ring, rec);
         }
         self.head[ring] = tail;
@@ -227,13 +238,18 @@ impl PlaneConsumer {
 
 impl fmt::Debug for PlaneProducer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PlaneProducer").field("tail", &self.tail).field("published", &self.published).finish()
+        f.debug_struct("PlaneProducer")
+            .field("tail", &self.tail)
+            .field("published", &self.published)
+            .finish()
     }
 }
 
 impl fmt::Debug for PlaneConsumer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PlaneConsumer").field("head", &self.head).finish()
+        f.debug_struct("PlaneConsumer")
+            .field("head", &self.head)
+            .finish()
     }
 }
 

@@ -138,3 +138,8 @@ pub const GEMV_MAX_ROWS: usize = 1;
 /// for the loop; below 2 KiB and above ~128 KiB both run at the same speed, and past 1 MiB
 /// glibc's non-temporal stores are the better choice.
 pub const KERNEL_COPY_LOOP_BYTES: (usize, usize) = (2048, 1 << 20);
+
+/// Tile edge (elements) of the blocked transpose in `Copy`/`DmaCopy` (an input whose unit
+/// stride is not the output's inner dimension). 32×32 4-byte elements are 4 KiB per side:
+/// both tiles' cache lines stay in L1 while each is used 16 times.
+pub const KERNEL_TRANSPOSE_TILE: usize = 64;

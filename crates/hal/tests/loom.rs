@@ -123,7 +123,10 @@ fn park_handshake_two_doorbells() {
 }
 
 fn rec(i: u32) -> NqRecord {
-    NqRecord { compute_idx: i, ..Default::default() }
+    NqRecord {
+        compute_idx: i,
+        ..Default::default()
+    }
 }
 
 /// The notification plane: records of two rings published in batches arrive once, in order

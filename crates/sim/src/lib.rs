@@ -30,8 +30,8 @@ use crate::memory::Memory;
 use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
 use nrt_hal::{
     DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError, IdleGate,
-    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START,
-    SEMAPHORES_PER_CORE, TriggerPair, plane, ring, tuning,
+    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START, SEMAPHORES_PER_CORE,
+    TriggerPair, plane, ring, tuning,
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;
@@ -489,7 +489,11 @@ impl Device for SoftDevice {
 
     fn notification_release(&self, nc: u32) -> Result<(), HalError> {
         let core = self.shared.core(nc)?;
-        core.lock().rings.take().map(|_| ()).ok_or(HalError::BadQueue(nc))
+        core.lock()
+            .rings
+            .take()
+            .map(|_| ())
+            .ok_or(HalError::BadQueue(nc))
     }
 
     #[inline]
