@@ -211,6 +211,22 @@ fn main() {
         println!("binary mul 1M in place: {:.3} ns/elem", s * 1e9 / n as f64);
     }
 
+    if bench.on("copy") {
+        let a = m.dense(DType::F32, [1, 1, 1024, 1024]);
+        let o = m.dense(DType::F32, [1, 1, 1024, 1024]);
+        m.fill_f32(&a, &mut rng, -5.0, 5.0);
+        let at = AccessPattern {
+            stride: [0, 0, 1, 1024],
+            ..a
+        };
+        let h = m.dense(DType::F16, [1, 1, 1024, 1024]);
+        for (name, input, output) in [("dense", a, o), ("transpose", at, o), ("f32->f16", a, h)] {
+            let op = Op::Copy { input, output };
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            println!("copy 1M {name}: {:.3} ns/elem", s * 1e9 / (1 << 20) as f64);
+        }
+    }
+
     if bench.on("conv") {
         for (name, c, o, hw, k, groups, with_ws) in [
             ("3x3 64->64 56x56 im2col", 64, 64, 56, 3, 1, true),

@@ -7,9 +7,10 @@
 //! intermediate (see [`crate::elem`]) with one monomorphized load and one store loop per type.
 
 use crate::elem::{Bf16, Bool, Elem, F16};
-use crate::strided::{CHUNK, In, View, copy_elems, map1, walk};
+use crate::strided::{CHUNK, In, View, Walk, copy_elems, map1, overlaps, walk};
 use crate::{DeviceMemory, KernelError};
 use nrt_hal::DType;
+use nrt_hal::tuning::KERNEL_TRANSPOSE_TILE;
 use nrt_isa::AccessPattern;
 
 /// Copies `src` to `dst` (same shape), converting the element type if they differ.
@@ -73,12 +74,158 @@ fn raw_compatible(src: &AccessPattern, dst: &AccessPattern) -> bool {
 /// # Safety
 /// As [`copy`], with `T` of the operands' width.
 unsafe fn raw<T: Copy>(src: &AccessPattern, dst: &AccessPattern, mem: DeviceMemory) {
+    let (vs, vd) = (View::<T>::new(src, mem), View::<T>::new(dst, mem));
+    let w = walk(vd.shape, [vs.stride, vd.stride]);
+    let [si, so] = w.inner();
+    if so == 1
+        && si.unsigned_abs() > 1
+        && !overlaps(src, dst)
+        && let Some(d) = (0..3).find(|&d| w.shape[d] > 1 && w.strides[0][d] == 1)
+    {
+        // SAFETY: the caller's contract; disjoint operands.
+        unsafe { transpose(&w, d, vs.ptr, vd.ptr) };
+        return;
+    }
     // SAFETY: the caller's contract; `In::new` marks an overlapping source for buffering.
     unsafe {
         map1::<T, T>(In::new(src, dst, mem), View::new(dst, mem), |a, o| {
             // Two distinct slices: the driver never aliases input and output slices.
             copy_elems(a.as_ptr(), o.as_mut_ptr(), a.len().min(o.len()))
         })
+    }
+}
+
+/// A copy whose source is contiguous along walk dimension `d` while the destination is
+/// contiguous along the inner one: blocked in square tiles so every cache line of both sides
+/// is used fully while it is in L1 (a row-by-row walk would touch a new source line per
+/// element).
+///
+/// # Safety
+/// The walk's elements lie inside both operands, which are disjoint.
+unsafe fn transpose<T: Copy>(w: &Walk<2>, d: usize, ps: *const T, pd: *mut T) {
+    const TILE: usize = KERNEL_TRANSPOSE_TILE;
+    let (nr, nc) = (w.shape[d], w.shape[3]);
+    let [si, _] = w.inner();
+    let sor = w.strides[1][d];
+    // The two remaining outer dimensions.
+    let others: [usize; 2] = {
+        let mut o = [0usize; 2];
+        let mut k = 0;
+        for e in 0..3 {
+            if e != d {
+                o[k] = e;
+                k += 1;
+            }
+        }
+        o
+    };
+    let [e0, e1] = others;
+    for i0 in 0..w.shape[e0] {
+        for i1 in 0..w.shape[e1] {
+            let bs = i0 as isize * w.strides[0][e0] + i1 as isize * w.strides[0][e1];
+            let bd = i0 as isize * w.strides[1][e0] + i1 as isize * w.strides[1][e1];
+            #[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
+            if size_of::<T>() == 4 && TILE == 8 {
+                // SAFETY: forwarded contract (4-byte elements).
+                unsafe {
+                    transpose_8x8_blocks(
+                        nr,
+                        nc,
+                        ps.wrapping_offset(bs) as *const f32,
+                        si,
+                        pd.wrapping_offset(bd) as *mut f32,
+                        sor,
+                    )
+                };
+                continue;
+            }
+            for r0 in (0..nr).step_by(TILE) {
+                for c0 in (0..nc).step_by(TILE) {
+                    for c in c0..(c0 + TILE).min(nc) {
+                        let s = ps.wrapping_offset(bs + c as isize * si);
+                        let dd = pd.wrapping_offset(bd + c as isize);
+                        for r in r0..(r0 + TILE).min(nr) {
+                            // SAFETY: element (r, c) of this outer position, inside both
+                            // operands per the contract.
+                            unsafe { dd.offset(r as isize * sor).write(s.add(r).read()) };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst[r·dr + c] = src[r + c·sc]` for `r < nr`, `c < nc`, with 8×8 AVX register transposes
+/// (any 4-byte element; moved as f32 bits) and scalar edges.
+///
+/// # Safety
+/// Every addressed element inside the (disjoint) operands.
+#[cfg(all(target_arch = "x86_64", target_feature = "avx"))]
+unsafe fn transpose_8x8_blocks(
+    nr: usize,
+    nc: usize,
+    src: *const f32,
+    sc: isize,
+    dst: *mut f32,
+    dr: isize,
+) {
+    use core::arch::x86_64::*;
+    let at = |r: usize, c: usize| src.wrapping_offset(r as isize + c as isize * sc);
+    let to = |r: usize, c: usize| dst.wrapping_offset(r as isize * dr + c as isize);
+    let (br, bc) = (nr / 8 * 8, nc / 8 * 8);
+    for c0 in (0..bc).step_by(8) {
+        for r0 in (0..br).step_by(8) {
+            // SAFETY: the 8×8 block (r0.., c0..) lies inside both operands; loads and stores
+            // are unaligned.
+            unsafe {
+                let v: [__m256; 8] = core::array::from_fn(|i| _mm256_loadu_ps(at(r0, c0 + i)));
+                let t0 = _mm256_unpacklo_ps(v[0], v[1]);
+                let t1 = _mm256_unpackhi_ps(v[0], v[1]);
+                let t2 = _mm256_unpacklo_ps(v[2], v[3]);
+                let t3 = _mm256_unpackhi_ps(v[2], v[3]);
+                let t4 = _mm256_unpacklo_ps(v[4], v[5]);
+                let t5 = _mm256_unpackhi_ps(v[4], v[5]);
+                let t6 = _mm256_unpacklo_ps(v[6], v[7]);
+                let t7 = _mm256_unpackhi_ps(v[6], v[7]);
+                let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+                let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+                let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+                let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+                let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+                let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+                let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+                let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+                let o = [
+                    _mm256_permute2f128_ps::<0x20>(u0, u4),
+                    _mm256_permute2f128_ps::<0x20>(u1, u5),
+                    _mm256_permute2f128_ps::<0x20>(u2, u6),
+                    _mm256_permute2f128_ps::<0x20>(u3, u7),
+                    _mm256_permute2f128_ps::<0x31>(u0, u4),
+                    _mm256_permute2f128_ps::<0x31>(u1, u5),
+                    _mm256_permute2f128_ps::<0x31>(u2, u6),
+                    _mm256_permute2f128_ps::<0x31>(u3, u7),
+                ];
+                for (j, oj) in o.iter().enumerate() {
+                    _mm256_storeu_ps(to(r0 + j, c0), *oj);
+                }
+            }
+        }
+    }
+    // Edges: the columns past the last full block, then the rows past it.
+    let one = |r: usize, c: usize| {
+        // SAFETY: (r, c) inside both operands.
+        unsafe { to(r, c).write(at(r, c).read()) }
+    };
+    for c in bc..nc {
+        for r in 0..nr {
+            one(r, c);
+        }
+    }
+    for c in 0..bc {
+        for r in br..nr {
+            one(r, c);
+        }
     }
 }
 

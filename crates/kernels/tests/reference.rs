@@ -225,6 +225,41 @@ fn copy_transposes_pads_and_concats() {
     assert_eq!(m.read_raw(&out), vec![0, 0, 7, 8]);
 }
 
+#[test]
+fn copy_transposes_large_tiles() {
+    // Sizes straddling the transpose tile, every element width, batch dims around.
+    for (i, d) in [DType::U8, DType::Bf16, DType::F32, DType::I64]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rng = Rng::new(i as u64);
+        let mut m = Arena::new(ARENA);
+        let (b, r, c) = (3u32, 70u32, 45u32);
+        let src = m.dense(d, [1, b, r, c]);
+        m.fill_with(&src, || {
+            rng.next() & ((1u64 << (8 * d.size() as u32 - 1)) - 1)
+        });
+        // View the source as [1, b, c, r] (permuted strides); the destination is dense.
+        let src_t = AccessPattern {
+            shape: [1, b, c, r],
+            stride: [0, (r * c) as i32, 1, c as i32],
+            ..src
+        };
+        let dst = m.dense(d, [1, b, c, r]);
+        m.run(
+            &Op::Copy {
+                input: src_t,
+                output: dst,
+            },
+            &mut Workspace::new(),
+        )
+        .unwrap();
+        for idx in indices(dst.shape) {
+            assert_eq!(m.get_raw(&dst, idx), m.get_raw(&src_t, idx), "{d} {idx:?}");
+        }
+    }
+}
+
 //===--- matmul ----------------------------------------------------------------------===//
 
 fn matmul_case(m_: usize, k: usize, n: usize, seed: u64, flags: u32, batch: [u32; 2]) {
