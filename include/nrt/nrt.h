@@ -17,7 +17,8 @@
  *     nrt_get_version, nrt_get_total_[v]nc_count and nrt_get_visible_[v]nc_count (before
  *     nrt_init they answer from the environment, as nrt_init would see it), and the
  *     release functions nrt_tensor_free, nrt_destroy_tensor_set,
- *     nrt_free_model_tensor_info (so cleanup after nrt_close releases host memory).
+ *     nrt_free_model_tensor_info, and after nrt_close also nrt_get_tensor_from_tensor_set
+ *     (so cleanup after nrt_close can find and release everything).
  *   - nrt_init() while a runtime is open returns NRT_FAILURE and keeps the open runtime
  *     (and all its handles) unchanged.
  *   - nrt_init() after nrt_close() starts a new runtime on a new software device. Handles
@@ -240,7 +241,8 @@ NRT_STATUS nrt_allocate_tensor_set(nrt_tensor_set_t **result);
 void nrt_destroy_tensor_set(nrt_tensor_set_t **tensor_set);
 /* Adds `tensor` under `tensor_name`, replacing what was there. */
 NRT_STATUS nrt_add_tensor_to_tensor_set(nrt_tensor_set_t *tensor_set, const char *tensor_name, nrt_tensor_t *tensor);
-/* The tensor added under `tensor_name`; NRT_FAILURE and *tensor untouched if absent. */
+/* The tensor added under `tensor_name`; NRT_FAILURE and *tensor untouched if absent.
+ * Also works after nrt_close. */
 NRT_STATUS nrt_get_tensor_from_tensor_set(nrt_tensor_set_t *tensor_set, const char *tensor_name, nrt_tensor_t **tensor);
 
 /* Runs the model once on the inputs, writing the outputs (synchronous unless

@@ -281,3 +281,33 @@ pub(crate) unsafe fn write_struct_prefix<T>(dst: *mut T, v: &T, size_in: usize) 
     unsafe { std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), dst.cast::<u8>(), n) };
     n
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panics_become_nrt_failure() {
+        let st = api("test_panic", || panic!("boom"));
+        assert_eq!(st, NrtStatus::Failure.as_i32());
+        assert_eq!(api_value("test_panic", 7usize, || panic!("boom")), 7);
+        let st = api("test_err", || Err(invalid("x")));
+        assert_eq!(st, NrtStatus::Invalid.as_i32());
+        assert_eq!(api("test_ok", || Ok(())), 0);
+    }
+
+    #[test]
+    fn buffers_and_pointers() {
+        assert!(nonnull(core::ptr::null::<u8>(), "p").is_err());
+        // SAFETY: a zero-sized buffer is never dereferenced.
+        let empty = unsafe { in_buf(core::ptr::null(), 0, "b") };
+        assert!(empty.unwrap().is_empty());
+        // SAFETY: NULL with a size is refused before any dereference.
+        assert!(unsafe { out_buf(core::ptr::null_mut(), 4, "b") }.is_err());
+        // SAFETY: NULL is accepted as the empty string; a literal is NUL-terminated.
+        unsafe {
+            assert_eq!(cstr_or_empty(core::ptr::null(), "s").unwrap(), "");
+            assert_eq!(cstr(c"abc".as_ptr(), "s").unwrap(), "abc");
+        }
+    }
+}

@@ -95,6 +95,17 @@ pub(crate) static MODELS: Pool<ModelEntry> = Pool::new("model");
 pub(crate) static TENSORS: Pool<TensorEntry> = Pool::new("tensor");
 pub(crate) static SETS: Pool<SetEntry> = Pool::new("tensor_set");
 
+/// `NRT_UNINITIALIZED` before the first `nrt_init`; fine afterwards, even when closed (for
+/// host-side lookups that cleanup code needs after `nrt_close`).
+#[inline]
+pub(crate) fn ensure_initialized_once() -> Res {
+    if PHASE.load(Ordering::Acquire) == UNINIT {
+        Err(phase_error())
+    } else {
+        Ok(())
+    }
+}
+
 /// Whether a runtime is open.
 #[inline]
 pub(crate) fn is_open() -> bool {
@@ -169,7 +180,7 @@ pub(crate) fn init() -> Res {
             "the runtime is already initialized (call nrt_close first); keeping the running one",
         )));
     }
-    nrt_runtime::log::configure_from_env();
+    // (nrt_init configured the log levels from the environment already.)
     let config = RuntimeConfig::from_env()?;
     let sim =
         SimConfig::from_env().map_err(|e| NrtError::invalid(format!("NRT_SIM_FAULTS: {e}")))?;

@@ -127,10 +127,15 @@ static UNKNOWN_STATUS: &[u8] = b"NRT_UNKNOWN_STATUS\0";
 /// (`"NRT_SUCCESS"`, …), or `"NRT_UNKNOWN_STATUS"`. The string is static.
 #[unsafe(no_mangle)]
 pub extern "C" fn nrt_get_status_as_str(status: NrtStatusC) -> *const c_char {
-    match NrtStatus::ALL.iter().position(|s| s.as_i32() == status) {
-        Some(i) => STATUS_NAMES[i].as_ptr().cast(),
-        None => UNKNOWN_STATUS.as_ptr().cast(),
-    }
+    let unknown = UNKNOWN_STATUS.as_ptr().cast();
+    api_value("nrt_get_status_as_str", unknown, || {
+        Ok(
+            match NrtStatus::ALL.iter().position(|s| s.as_i32() == status) {
+                Some(i) => STATUS_NAMES[i].as_ptr().cast(),
+                None => unknown,
+            },
+        )
+    })
 }
 
 /// (physical cores per logical core, total logical cores, visible logical cores): from the
@@ -280,16 +285,14 @@ pub unsafe extern "C" fn nrt_get_vnc_memory_stats(
     })
 }
 
-/// Used by `nrt_get_status_as_str`'s test and the C probe: the value of a status name.
+/// The name `nrt_get_status_as_str` gives a status, as a Rust string.
 #[doc(hidden)]
 pub fn status_name(status: NrtStatusC) -> &'static str {
     let p = nrt_get_status_as_str(status);
-    api_value("nrt_get_status_as_str", "", || {
-        // SAFETY: `p` is one of our static NUL-terminated ASCII strings.
-        Ok(unsafe { std::ffi::CStr::from_ptr(p) }
-            .to_str()
-            .unwrap_or(""))
-    })
+    // SAFETY: `p` is one of our static NUL-terminated ASCII strings.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_str()
+        .unwrap_or("")
 }
 
 #[cfg(test)]

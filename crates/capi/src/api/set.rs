@@ -86,7 +86,8 @@ pub unsafe extern "C" fn nrt_add_tensor_to_tensor_set(
 
 /// `NRT_STATUS nrt_get_tensor_from_tensor_set(nrt_tensor_set_t *tensor_set, const char
 /// *tensor_name, nrt_tensor_t **tensor)`: the handle added under that name. If the name is
-/// absent: `NRT_FAILURE`, and `*tensor` is not written.
+/// absent: `NRT_FAILURE`, and `*tensor` is not written. Works after `nrt_close` too (so
+/// cleanup code can find the tensors it has to free).
 ///
 /// # Safety
 /// `tensor_name` NULL or NUL-terminated; `tensor` valid for a write.
@@ -103,7 +104,8 @@ pub unsafe extern "C" fn nrt_get_tensor_from_tensor_set(
             "nrt_get_tensor_from_tensor_set",
             "tensor_set={tensor_set:p}, tensor_name={name:?}"
         );
-        ensure_open()?;
+        // Also after nrt_close: cleanup code looks tensors up to free them.
+        crate::state::ensure_initialized_once()?;
         nonnull(tensor, "tensor")?;
         let s = pin(&SETS, tensor_set, "tensor_set")?;
         let Some(&(h, _)) = s.handles.get(name) else {

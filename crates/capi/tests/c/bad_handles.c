@@ -287,6 +287,9 @@ int main(int argc, char **argv) {
     EXPECT(nrt_unload(model), NRT_CLOSED);
     EXPECT(nrt_get_total_vnc_count(&count), NRT_SUCCESS); /* still callable */
     TRUE(nrt_tensor_get_size(x) == 0);
+    got = NULL;
+    EXPECT(nrt_get_tensor_from_tensor_set(in, "x", &got), NRT_SUCCESS); /* cleanup lookups work */
+    TRUE(got == x);
     nrt_close(); /* twice: logged no-op */
 
     /* ---- init after close: a new runtime; the old handles stay dead ---- */

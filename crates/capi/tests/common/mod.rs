@@ -19,13 +19,15 @@ pub fn root() -> PathBuf {
         .unwrap()
 }
 
-/// `target/<profile>`: where cargo put `libnrt.so` next to the test's `deps/` directory.
-/// Makes sure `libnrt.so.1 -> libnrt.so` exists there (what `scripts/build-capi.sh` does).
+/// `target/<profile>/deps`: where `cargo test` builds the crate's `libnrt.so` (it is copied
+/// up to `target/<profile>` only by `cargo build`, so that copy may be stale here). Makes
+/// sure `libnrt.so.1 -> libnrt.so` exists next to it (what `scripts/build-capi.sh` does for
+/// `target/<profile>`).
 pub fn lib_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
-        let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+        let dir = exe.parent().unwrap().to_path_buf();
         let so = dir.join("libnrt.so");
         assert!(
             so.exists(),
@@ -219,8 +221,10 @@ pub fn model_inputs(model: &[u8]) -> Vec<(String, usize)> {
 }
 
 /// Runs a command in `cwd`, returning its output (stdout and stderr shown on failure).
+/// `LD_LIBRARY_PATH` is [`lib_dir`] alone: cargo's own value lists `target/<profile>`, whose
+/// `libnrt.so` may be stale, and it would win over the programs' rpath.
 pub fn run(cmd: &mut Command, cwd: &Path) -> Output {
-    cmd.current_dir(cwd);
+    cmd.current_dir(cwd).env("LD_LIBRARY_PATH", lib_dir());
     let o = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
