@@ -267,12 +267,13 @@ pub struct Window {
 impl Window {
     /// Output size of one spatial dimension, `None` if the window does not fit.
     pub fn out_dim(&self, dim: usize, input: u32, kernel: u32) -> Option<u32> {
-        let padded = input as i64 + self.pad[dim] as i64 + self.pad[dim + 2] as i64;
-        let span = self.dilation[dim] as i64 * (kernel as i64 - 1) + 1;
-        if padded < span || self.stride[dim] == 0 {
+        // i128: every u32 product and sum below fits, whatever the (untrusted) fields hold.
+        let padded = input as i128 + self.pad[dim] as i128 + self.pad[dim + 2] as i128;
+        let span = self.dilation[dim] as i128 * (kernel as i128 - 1) + 1;
+        if kernel == 0 || padded < span || self.stride[dim] == 0 {
             return None;
         }
-        Some(((padded - span) / self.stride[dim] as i64 + 1) as u32)
+        u32::try_from((padded - span) / self.stride[dim] as i128 + 1).ok()
     }
 }
 

@@ -480,3 +480,53 @@ fn address_fields_cover_every_operand() {
         vec![("a", 16, (0, 24)), ("b", 64, (0, 48)), ("c", 112, (0, 32))]
     );
 }
+
+/// Found by the isa_decode fuzz target: a window whose dilation × (kernel − 1) overflowed i64.
+#[test]
+fn huge_window_fields_are_rejected_not_overflowed() {
+    let w = Window {
+        kernel: [0, 0],
+        stride: [1, 1],
+        pad: [0; 4],
+        dilation: [u32::MAX, 1],
+    };
+    assert_eq!(w.out_dim(0, 10, u32::MAX), None);
+    assert_eq!(w.out_dim(0, 10, 0), None);
+    let w = Window {
+        kernel: [0, 0],
+        stride: [1, 1],
+        pad: [u32::MAX; 4],
+        dilation: [1, 1],
+    };
+    assert_eq!(
+        w.out_dim(0, u32::MAX, 1),
+        None,
+        "more than u32::MAX outputs"
+    );
+    let crash = base64_decode(
+        "AlEDoAAFAAYAAQAAAAEAAAAAAAAAAIAAAAoAAAAAAAAAAQAAABAAAAAgAAAAIAAAAABAAAAABAAAIAAAAAEAAAAAAAAAAAAAAAoAAAAAAAAAAQAAABAAAAAQAAAAEAAAAAAQAAAAAQAAEAAAAAEAAAAC/////wAAAAIAAAACAAAAAAAAAAAAAAAAAAAAAAAAAAD/////s4kAAAAAAAAAAAAgAAAAAA==",
+    );
+    let _ = decode_block(&crash[1..], Engine::Pool);
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let bytes: Vec<u8> = s.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::new();
+    for chunk in bytes.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            acc |= (val(c) as u32) << (18 - 6 * i);
+        }
+        for i in 0..chunk.len().saturating_sub(1) {
+            out.push((acc >> (16 - 8 * i)) as u8);
+        }
+    }
+    out
+}
