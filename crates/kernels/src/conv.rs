@@ -11,10 +11,14 @@
 //!   patches of one image and group are unrolled into the workspace (zeros for padding), then
 //!   one GEMM per group through [`crate::matmul::gemm_auto`]. A bias is written into the
 //!   output first and the GEMM accumulates onto it;
-//! - **direct** otherwise (and for depthwise, where a GEMM would have one row): for each
-//!   output channel, every tap `(c, ky, kx)` adds `w · input` to an output-plane accumulator
-//!   in the host workspace, over the contiguous range of output columns whose input column
-//!   is inside the image (see [`crate::pool::valid_range`]); stride 1 vectorizes.
+//! - **direct** otherwise (and for depthwise, where a GEMM would have one row). With a
+//!   horizontal stride of 1 and unit-stride rows, a register-blocked AVX2 kernel computes
+//!   strips of 16 or 8 output columns for up to 4 output channels at once, the sums over
+//!   `(c, ky, kx)` held in registers (one input load feeds 4 FMAs); the columns whose window
+//!   crosses the padding are summed one by one. Any other geometry: for each output channel,
+//!   every tap adds `w · input` to an output-plane accumulator in the host workspace over the
+//!   contiguous range of output columns whose input column is inside the image (see
+//!   [`crate::pool::valid_range`]).
 
 use crate::matmul::{Mat, gemm_auto};
 use crate::pool::valid_range;
@@ -113,6 +117,15 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             let col = mem.ptr(col.addr) as *mut f32;
             im2col_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), col, ws);
         } else {
+            #[cfg(all(
+                target_arch = "x86_64",
+                target_feature = "avx2",
+                target_feature = "fma"
+            ))]
+            if geo.sw == 1 && vi.stride[3] == 1 && vo.stride[3] == 1 {
+                direct_avx::direct(&geo, &vi, &vw, &vo, bias.as_ref());
+                return;
+            }
             direct(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
         }
     }
@@ -321,6 +334,222 @@ unsafe fn direct(
                 for ox in 0..g.ow {
                     // SAFETY: inside the output.
                     unsafe { vo.at([n, o, oy, ox]).write(acc[oy * g.ow + ox]) };
+                }
+            }
+        }
+    }
+}
+
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+mod direct_avx {
+    use super::Geo;
+    use crate::strided::View;
+    use core::arch::x86_64::*;
+
+    /// `OB` output channels × `8·V` output columns starting at `ox`. With `MASKED`, input
+    /// columns outside the row read as 0 (padding) through masked loads — only `V = 1` —
+    /// otherwise every tap's columns must lie inside the row.
+    ///
+    /// # Safety
+    /// As [`direct`]; unmasked strips lie inside the input rows.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn strip<const OB: usize, const V: usize, const MASKED: bool>(
+        g: &Geo,
+        vi: &View<f32>,
+        vw: &View<f32>,
+        n: usize,
+        o0: usize,
+        c0: usize,
+        oy: usize,
+        ox: usize,
+    ) -> [[__m256; V]; OB] {
+        // SAFETY: unmasked loads are inside the input row (the caller's interior condition);
+        // masked loads only touch lanes whose column is inside the row; weights in range.
+        unsafe {
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let width = _mm256_set1_epi32(g.w as i32);
+            let (ws2, ws3) = (vw.stride[2], vw.stride[3]);
+            let mut acc = [[_mm256_setzero_ps(); V]; OB];
+            for c in 0..g.cg {
+                let wp: [*const f32; OB] =
+                    core::array::from_fn(|b| vw.at([o0 + b, c, 0, 0]) as *const f32);
+                for ky in 0..g.kh {
+                    let iy = (oy * g.sh + ky * g.dh) as isize - g.pt as isize;
+                    if iy < 0 || iy >= g.h as isize {
+                        continue;
+                    }
+                    let row = vi.at([n, c0 + c, iy as usize, 0]);
+                    for kx in 0..g.kw {
+                        let base = (ox + kx * g.dw) as isize - g.pl as isize;
+                        let p = row.wrapping_offset(base);
+                        let x: [__m256; V] = if MASKED {
+                            let idx = _mm256_add_epi32(_mm256_set1_epi32(base as i32), lanes);
+                            let inside = _mm256_and_si256(
+                                _mm256_cmpgt_epi32(idx, _mm256_set1_epi32(-1)),
+                                _mm256_cmpgt_epi32(width, idx),
+                            );
+                            core::array::from_fn(|_| _mm256_maskload_ps(p, inside))
+                        } else {
+                            core::array::from_fn(|v| _mm256_loadu_ps(p.add(8 * v)))
+                        };
+                        let woff = ky as isize * ws2 + kx as isize * ws3;
+                        for (b, acc_b) in acc.iter_mut().enumerate() {
+                            let w = _mm256_broadcast_ss(&*wp[b].offset(woff));
+                            for v in 0..V {
+                                acc_b[v] = _mm256_fmadd_ps(w, x[v], acc_b[v]);
+                            }
+                        }
+                    }
+                }
+            }
+            acc
+        }
+    }
+
+    /// Stores a strip plus the bias; only the first `nout` columns when `nout < 8·V`.
+    ///
+    /// # Safety
+    /// The first `nout` output columns from `ox` exist (unit stride).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn store<const OB: usize, const V: usize>(
+        vo: &View<f32>,
+        acc: [[__m256; V]; OB],
+        bias: &[f32; 4],
+        n: usize,
+        o0: usize,
+        oy: usize,
+        ox: usize,
+        nout: usize,
+    ) {
+        // SAFETY: stores cover columns < ox + nout only (masked for a partial strip).
+        unsafe {
+            let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(nout as i32), lanes);
+            for (b, acc_b) in acc.iter().enumerate() {
+                let p = vo.at([n, o0 + b, oy, ox]);
+                for (v, a) in acc_b.iter().enumerate() {
+                    let val = _mm256_add_ps(*a, _mm256_set1_ps(bias[b]));
+                    if nout >= 8 * (v + 1) {
+                        _mm256_storeu_ps(p.add(8 * v), val);
+                    } else {
+                        _mm256_maskstore_ps(p.add(8 * v), keep, val);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Direct convolution, horizontal stride 1, unit-stride input and output rows.
+    ///
+    /// # Safety
+    /// Views inside device memory (the caller's contract of `conv`).
+    pub(super) unsafe fn direct(
+        g: &Geo,
+        vi: &View<f32>,
+        vw: &View<f32>,
+        vo: &View<f32>,
+        bias: Option<&View<f32>>,
+    ) {
+        // Interior strips: ox ≥ pl and ox + 8V − 1 + (kw − 1)·dw − pl < w.
+        let span = (g.kw - 1) * g.dw;
+        let end = |v: usize| -> usize {
+            // One past the last strip start whose every input column is inside the row.
+            (g.w + g.pl).checked_sub(span + 8 * v).map_or(0, |e| e + 1)
+        };
+        let (end2, end1) = (end(2), end(1));
+        for n in 0..g.n {
+            for grp in 0..g.groups {
+                let c0 = grp * g.cg;
+                let mut o0 = grp * g.og;
+                let o_end = o0 + g.og;
+                while o0 < o_end {
+                    let ob = (o_end - o0).min(4);
+                    let mut bv = [0.0f32; 4];
+                    for (b, v) in bv.iter_mut().enumerate().take(ob) {
+                        // SAFETY: bias has O elements.
+                        *v = bias.map_or(0.0, |bb| unsafe { *bb.at([0, 0, 0, o0 + b]) });
+                    }
+                    for oy in 0..g.oh {
+                        let mut ox = 0;
+                        while ox < g.ow {
+                            macro_rules! run {
+                                ($v:literal, $masked:literal, $nout:expr) => {
+                                    // SAFETY: interior strips are checked below; masked
+                                    // strips read only columns inside the rows.
+                                    unsafe {
+                                        match ob {
+                                            4 => store::<4, $v>(
+                                                vo,
+                                                strip::<4, $v, $masked>(
+                                                    g, vi, vw, n, o0, c0, oy, ox,
+                                                ),
+                                                &bv,
+                                                n,
+                                                o0,
+                                                oy,
+                                                ox,
+                                                $nout,
+                                            ),
+                                            3 => store::<3, $v>(
+                                                vo,
+                                                strip::<3, $v, $masked>(
+                                                    g, vi, vw, n, o0, c0, oy, ox,
+                                                ),
+                                                &bv,
+                                                n,
+                                                o0,
+                                                oy,
+                                                ox,
+                                                $nout,
+                                            ),
+                                            2 => store::<2, $v>(
+                                                vo,
+                                                strip::<2, $v, $masked>(
+                                                    g, vi, vw, n, o0, c0, oy, ox,
+                                                ),
+                                                &bv,
+                                                n,
+                                                o0,
+                                                oy,
+                                                ox,
+                                                $nout,
+                                            ),
+                                            _ => store::<1, $v>(
+                                                vo,
+                                                strip::<1, $v, $masked>(
+                                                    g, vi, vw, n, o0, c0, oy, ox,
+                                                ),
+                                                &bv,
+                                                n,
+                                                o0,
+                                                oy,
+                                                ox,
+                                                $nout,
+                                            ),
+                                        }
+                                    }
+                                };
+                            }
+                            if ox >= g.pl && ox < end2 && ox + 16 <= g.ow {
+                                run!(2, false, 16);
+                                ox += 16;
+                            } else if ox >= g.pl && ox < end1 && ox + 8 <= g.ow {
+                                run!(1, false, 8);
+                                ox += 8;
+                            } else {
+                                let nout = (g.ow - ox).min(8);
+                                run!(1, true, nout);
+                                ox += 8;
+                            }
+                        }
+                    }
+                    o0 += ob;
                 }
             }
         }
