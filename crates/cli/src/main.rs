@@ -61,6 +61,9 @@ USAGE:
   nrt conformance DIR... [--rtol R] [--atol A] [--tolerances FILE] [--quiet] [--only-supported]
       Runs ONNX node-test folders (model.onnx + test_data_set_*); --only-supported skips
       (and counts) tests that use ops outside the compiler's list.
+  nrt idle [--seconds S]
+      Starts a runtime, runs one execution, then reports the process's CPU time while it
+      sits idle (device thread and XU workers parked: expect ~0%).
   nrt samples --out DIR
       Writes the project's own ONNX models (transformer, encoder, cnn, mlp, mlp_b64) as
       DIR/<name>/model.onnx.
@@ -123,12 +126,46 @@ fn dispatch(cmd: &str, rest: &[String]) -> Res<bool> {
             &["quiet", "only-supported"],
         )?),
         "samples" => write_samples(&Args::parse(rest, &["out"], &[])?).map(|_| true),
+        "idle" => idle(&Args::parse(rest, &["seconds"], &[])?).map(|_| true),
         "help" | "--help" | "-h" => {
             print!("{HELP}");
             Ok(true)
         }
         other => Err(format!("unknown command {other:?}; see `nrt help`")),
     }
+}
+
+fn cpu_time() -> std::time::Duration {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a rusage into the pointer we pass; RUSAGE_SELF is valid.
+    let ru = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr());
+        ru.assume_init()
+    };
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn idle(a: &Args) -> Res<()> {
+    let seconds: f64 = a.parsed("seconds", 3.0)?;
+    let (dev, rt) = session::runtime(None)?;
+    let m = session::load(&rt, &nrt_runtime::builtin::near_null(1), 0)?;
+    let (ins, outs, _k) = session::io_tensors(&rt, &m)?;
+    rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
+    // Let the device thread's and the workers' spin windows pass.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (c0, t0) = (cpu_time(), std::time::Instant::now());
+    std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    let (c1, t1) = (cpu_time(), std::time::Instant::now());
+    let cpu = (c1 - c0).as_secs_f64();
+    let wall = (t1 - t0).as_secs_f64();
+    println!(
+        "idle for {wall:.2} s with a runtime loaded: {:.3} ms of CPU ({:.3}% of one vCPU); device thread parked: {}",
+        cpu * 1e3,
+        100.0 * cpu / wall,
+        dev.is_parked()
+    );
+    Ok(())
 }
 
 fn write_samples(a: &Args) -> Res<()> {

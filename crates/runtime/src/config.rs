@@ -132,8 +132,10 @@ pub fn parse_exec_timeout(v: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs).max(tuning::MIN_EXEC_TIMEOUT))
 }
 
-/// Maps visible cores onto the device: returns the physical cores to reserve.
-pub(crate) fn select_cores(cfg: &RuntimeConfig, device_cores: u32) -> Result<Vec<u32>> {
+/// Maps the configuration onto a device of `device_cores` cores: the physical cores `init`
+/// reserves (`NEURON_RT_VISIBLE_CORES`, else the first `NEURON_RT_NUM_CORES`, else all),
+/// checked against the device and the logical-core size.
+pub fn select_cores(cfg: &RuntimeConfig, device_cores: u32) -> Result<Vec<u32>> {
     let cores = match &cfg.visible_cores {
         Some(v) => v.clone(),
         None if cfg.num_cores == 0 => (0..device_cores).collect(),

@@ -93,6 +93,13 @@ pub(crate) fn validate(
                 b.info.name, model.name
             ))
         })?;
+        if !t.belongs_to(rt) {
+            return Err(NrtError::invalid(format!(
+                "tensor '{}' bound to {what} '{}' belongs to another runtime instance",
+                t.name(),
+                b.info.name
+            )));
+        }
         if t.size() != b.info.size {
             return Err(NrtError::invalid(format!(
                 "tensor '{}' bound to {what} '{}' of model '{}' is {} bytes; the model expects {}",

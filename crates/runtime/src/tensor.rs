@@ -321,6 +321,12 @@ impl Tensor {
         }
     }
 
+    /// Whether the tensor was allocated by runtime `rt` (a pointer compare).
+    #[inline]
+    pub(crate) fn belongs_to(&self, rt: &RuntimeInner) -> bool {
+        core::ptr::eq(self.0.rt.as_ptr(), rt)
+    }
+
     /// Whether two handles name the same tensor.
     pub fn same(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

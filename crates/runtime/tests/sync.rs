@@ -380,3 +380,16 @@ fn tensor_api_basics() {
     assert_eq!(&buf[..5], &[5, 5, 5, 5, 3]);
     assert!(t.slice(60, 8, "x").is_err());
 }
+
+#[test]
+fn tensors_of_another_runtime_are_rejected() {
+    let (_d1, rt1) = runtime();
+    let (_d2, rt2) = runtime();
+    let m = rt1.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (ins, outs, _k) = tensors(&rt2, &m, Placement::Device);
+    let e = rt1.execute(&m, &ins, &outs).unwrap_err();
+    assert!(
+        e.status == NrtStatus::Invalid && e.message.contains("another runtime"),
+        "{e}"
+    );
+}

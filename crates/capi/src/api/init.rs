@@ -147,22 +147,8 @@ fn core_counts() -> Res<(u32, u32)> {
         return Ok((total, p.rt.vnc_count()));
     }
     let (cores, cfg) = state::device_cores_from_env()?;
-    let lnc = cfg.lnc();
-    let selected = match &cfg.visible_cores {
-        Some(v) => {
-            if let Some(&c) = v.iter().find(|&&c| c >= cores) {
-                return Err(NrtError::new(
-                    NrtStatus::Resource,
-                    format!("NEURON_RT_VISIBLE_CORES names core {c}; the device has {cores}"),
-                )
-                .into());
-            }
-            v.len() as u32
-        }
-        None if cfg.num_cores == 0 => cores,
-        None => cfg.num_cores.min(cores),
-    };
-    Ok((cores / lnc, selected / lnc))
+    let selected = nrt_runtime::config::select_cores(&cfg, cores)?.len() as u32;
+    Ok((cores / cfg.lnc(), selected / cfg.lnc()))
 }
 
 fn count_api(func: &'static str, out: *mut u32, visible: bool) -> NrtStatusC {
