@@ -145,3 +145,9 @@ pub const KERNEL_COPY_LOOP_BYTES: (usize, usize) = (2048, 1 << 20);
 /// (8 ways), so larger tiles thrash: 1024×1024 f32 took 4.4 ns/elem with 32×32 tiles, 1.7
 /// with 8×8 scalar tiles, 0.8 with 8×8 register transposes.
 pub const KERNEL_TRANSPOSE_TILE: usize = 8;
+
+/// Bytes of im2col patch matrix that `Conv` unrolls before each GEMM (a band of output rows):
+/// small enough to stay in the 1 MiB L2 between being written and being packed by the GEMM.
+/// 3×3 64→64 on 56×56 (a 7 MiB patch matrix unbanded): 128 KiB 62, 512 KiB 60–70, 2 MiB 36,
+/// unbanded 27 GFLOP/s.
+pub const KERNEL_IM2COL_BAND_BYTES: usize = 512 << 10;

@@ -8,8 +8,11 @@
 //!   in[Cg × HW]`, no scratch;
 //! - **im2col + GEMM** when the instruction supplies a `workspace` (the compiler sized it
 //!   `(C/groups)·KH·KW·OH·OW` floats) and each group has more than one output channel: the
-//!   patches of one image and group are unrolled into the workspace (zeros for padding), then
-//!   one GEMM per group through [`crate::matmul::gemm_auto`]. A bias is written into the
+//!   patches of one image and group are unrolled into the workspace (zeros for padding) a band
+//!   of output rows at a time (sized by
+//!   [`KERNEL_IM2COL_BAND_BYTES`](nrt_hal::tuning::KERNEL_IM2COL_BAND_BYTES) so the band is
+//!   still in cache when the GEMM reads it), then one GEMM per band through
+//!   [`crate::matmul::gemm_auto`]. A bias is written into the
 //!   output first and the GEMM accumulates onto it;
 //! - **direct** otherwise (and for depthwise, where a GEMM would have one row). With a
 //!   horizontal stride of 1 and unit-stride rows, a register-blocked AVX2 kernel computes
@@ -24,6 +27,7 @@ use crate::matmul::{Mat, gemm_auto};
 use crate::pool::valid_range;
 use crate::strided::{View, copy_elems};
 use crate::{DeviceMemory, Workspace};
+use nrt_hal::tuning::KERNEL_IM2COL_BAND_BYTES;
 use nrt_isa::{AccessPattern, Window};
 
 /// The operands of a convolution.
@@ -207,39 +211,58 @@ unsafe fn im2col_gemm(
         // SAFETY: forwarded.
         unsafe { fill_bias(vo, bias) };
     }
-    // SAFETY: `col` is the workspace operand, exclusively ours for this instruction.
+    // Bands of output rows whose patch matrix stays cache-resident between im2col and GEMM.
+    let row_bytes = kk * g.ow * size_of::<f32>();
+    let band = (KERNEL_IM2COL_BAND_BYTES / row_bytes.max(1)).clamp(1, g.oh.max(1));
+    // SAFETY: `col` is the workspace operand (≥ kk·hw floats), exclusively ours for this
+    // instruction.
     let colm = unsafe { core::slice::from_raw_parts_mut(col, kk * hw) };
     for n in 0..g.n {
         for grp in 0..g.groups {
-            // SAFETY: forwarded.
-            unsafe { im2col(g, vi, n, grp * g.cg, colm) };
-            let a = Mat {
-                ptr: vw.at([grp * g.og, 0, 0, 0]),
-                rs: vw.stride[0],
-                cs: vw.stride[3],
-            };
-            let b = Mat {
-                ptr: col,
-                rs: hw as isize,
-                cs: 1,
-            };
-            let c = Mat {
-                ptr: vo.at([n, grp * g.og, 0, 0]),
-                rs: vo.stride[1],
-                cs: vo.stride[3],
-            };
-            // SAFETY: the matrices address the operands' elements and the filled workspace.
-            unsafe { gemm_auto(g.og, hw, kk, a, b, c, 1.0, acc, ws) };
+            for oy0 in (0..g.oh).step_by(band) {
+                let rows = band.min(g.oh - oy0);
+                let nb = rows * g.ow;
+                // SAFETY: forwarded.
+                unsafe { im2col(g, vi, n, grp * g.cg, oy0, rows, &mut colm[..kk * nb]) };
+                let a = Mat {
+                    ptr: vw.at([grp * g.og, 0, 0, 0]),
+                    rs: vw.stride[0],
+                    cs: vw.stride[3],
+                };
+                let b = Mat {
+                    ptr: col,
+                    rs: nb as isize,
+                    cs: 1,
+                };
+                let c = Mat {
+                    ptr: vo.at([n, grp * g.og, oy0, 0]),
+                    rs: vo.stride[1],
+                    cs: vo.stride[3],
+                };
+                // SAFETY: the matrices address the operands' elements (output rows
+                // oy0..oy0+rows flatten with the columns) and the filled workspace.
+                unsafe { gemm_auto(g.og, nb, kk, a, b, c, 1.0, acc, ws) };
+            }
         }
     }
 }
 
-/// Unrolls the patches of image `n`, channels `c0..c0+Cg`, into `col` (`[Cg·KH·KW, OH·OW]`).
+/// Unrolls the patches of image `n`, channels `c0..c0+Cg`, output rows `oy0..oy0+rows`, into
+/// `col` (`[Cg·KH·KW, rows·OW]`).
 ///
 /// # Safety
 /// The input view inside device memory.
-unsafe fn im2col(g: &Geo, vi: &View<f32>, n: usize, c0: usize, col: &mut [f32]) {
-    let hw = g.oh * g.ow;
+#[allow(clippy::too_many_arguments)]
+unsafe fn im2col(
+    g: &Geo,
+    vi: &View<f32>,
+    n: usize,
+    c0: usize,
+    oy0: usize,
+    rows: usize,
+    col: &mut [f32],
+) {
+    let hw = rows * g.ow;
     let rs = vi.stride[3];
     let mut r = 0;
     for c in 0..g.cg {
@@ -248,8 +271,8 @@ unsafe fn im2col(g: &Geo, vi: &View<f32>, n: usize, c0: usize, col: &mut [f32]) 
                 let dst = &mut col[r * hw..(r + 1) * hw];
                 r += 1;
                 let (lo, hi) = valid_range(g.ow, g.w, g.sw, kx * g.dw, g.pl);
-                for oy in 0..g.oh {
-                    let drow = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                for (j, oy) in (oy0..oy0 + rows).enumerate() {
+                    let drow = &mut dst[j * g.ow..(j + 1) * g.ow];
                     let iy = (oy * g.sh + ky * g.dh) as isize - g.pt as isize;
                     if iy < 0 || iy >= g.h as isize || lo >= hi {
                         drow.fill(0.0);
