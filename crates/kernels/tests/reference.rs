@@ -503,7 +503,27 @@ fn conv_case(seed: u64) {
         window: win,
         groups,
     };
-    m.run(&op, &mut Workspace::new()).unwrap();
+    conv_check(&mut m, &op, &format!("conv seed {seed}"));
+}
+
+/// Runs a convolution and compares it with the 7-loop reference in f64.
+fn conv_check(m: &mut Arena, op: &Op, what: &str) {
+    let Op::Conv {
+        input,
+        weight,
+        output,
+        bias,
+        window: win,
+        groups,
+        ..
+    } = *op
+    else {
+        unreachable!()
+    };
+    let [n, c, h, w] = input.shape;
+    let [o, _, kh, kw] = weight.shape;
+    let [_, _, oh, ow] = output.shape;
+    m.run(op, &mut Workspace::new()).unwrap();
     let got = m.read_f32(&output);
     let mut want = Vec::new();
     let cgs = (c / groups) as usize;
@@ -529,7 +549,44 @@ fn conv_case(seed: u64) {
         }
         want.push(s);
     }
-    assert_close(&got, &want, 1e-5, 1e-5, &format!("conv seed {seed} {op:?}"));
+    assert_close(&got, &want, 1e-5, 1e-5, &format!("{what} {op:?}"));
+}
+
+#[test]
+fn conv_im2col_in_several_bands() {
+    // 64 channels × 3×3 × 56 columns: 129 KiB of patches per output row, so the 512 KiB band
+    // holds 4 of the 10 output rows (bands 4, 4, 2); with and without bias, and 2 groups.
+    for (groups, with_bias) in [(1u32, true), (2, false)] {
+        let mut rng = Rng::new(groups as u64);
+        let mut m = Arena::new(16 << 20);
+        let (c, o, h, w) = (64 * groups, 8u32, 10u32, 56u32);
+        let input = m.dense(DType::F32, [1, c, h, w]);
+        let weight = m.dense(DType::F32, [o, c / groups, 3, 3]);
+        let output = m.dense(DType::F32, [1, o, h, w]);
+        let bias = with_bias.then(|| m.dense(DType::F32, [1, 1, 1, o]));
+        let workspace = Some(m.dense(DType::F32, [1, 1, 1, (c / groups) * 9 * h * w]));
+        m.fill_f32(&input, &mut rng, -1.0, 1.0);
+        m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+        if let Some(b) = &bias {
+            m.fill_f32(b, &mut rng, -1.0, 1.0);
+        }
+        let window = Window {
+            kernel: [0, 0],
+            stride: [1, 1],
+            pad: [1; 4],
+            dilation: [1, 1],
+        };
+        let op = Op::Conv {
+            input,
+            weight,
+            output,
+            bias,
+            workspace,
+            window,
+            groups,
+        };
+        conv_check(&mut m, &op, "banded im2col");
+    }
 }
 
 proptest! {
