@@ -151,3 +151,9 @@ pub const KERNEL_TRANSPOSE_TILE: usize = 8;
 /// 3×3 64→64 on 56×56 (a 7 MiB patch matrix unbanded): 128 KiB 62, 512 KiB 60–70, 2 MiB 36,
 /// unbanded 27 GFLOP/s.
 pub const KERNEL_IM2COL_BAND_BYTES: usize = 512 << 10;
+
+/// Elements per chunk of the kernels' strided elementwise paths (operands that are strided,
+/// broadcast or in place go through stack buffers of this many elements: 2–4 KiB each, so a
+/// chunk of every operand stays in L1 while a kernel runs over it, and the per-chunk overhead
+/// is amortized over hundreds of elements).
+pub const KERNEL_CHUNK_ELEMS: usize = 512;

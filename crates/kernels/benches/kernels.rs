@@ -271,6 +271,25 @@ fn main() {
         }
     }
 
+    if bench.on("reduce") {
+        let x = m.dense(DType::F32, [1, 1, 1000, 1000]);
+        m.fill_f32(&x, &mut rng, -5.0, 5.0);
+        for (name, axes, oshape) in [
+            ("rows (axis 3)", 0b1000u8, [1u32, 1, 1000, 1]),
+            ("columns (axis 2)", 0b0100, [1, 1, 1, 1000]),
+        ] {
+            let output = m.dense(DType::F32, oshape);
+            let op = Op::Reduce {
+                input: x,
+                output,
+                op: nrt_isa::ReduceOp::Sum,
+                axes,
+            };
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            println!("reduce sum 1000x1000 {name}: {:.3} ns/elem", s * 1e9 / 1e6);
+        }
+    }
+
     if bench.on("softmax") {
         let x = m.dense(DType::F32, [1, 1, 1000, 1000]);
         let y = m.dense(DType::F32, [1, 1, 1000, 1000]);

@@ -123,9 +123,16 @@ unsafe fn run<T: Acc>(
         let mut i = 0;
         while i < n {
             let m = CHUNK.min(n - i);
-            let b = &mut buf[..m];
-            // SAFETY: the row's elements lie inside the input; `buf` is distinct scratch.
-            unsafe { gather_into(row.wrapping_offset(i as isize * si), si, b) };
+            let p = row.wrapping_offset(i as isize * si);
+            let b: &[T] = if si == 1 {
+                // SAFETY: the chunk lies inside the input, which nothing writes during the
+                // reduction (the output is written from the accumulator afterwards).
+                unsafe { core::slice::from_raw_parts(p, m) }
+            } else {
+                // SAFETY: the row's elements lie inside the input; `buf` is distinct scratch.
+                unsafe { gather_into(p, si, &mut buf[..m]) };
+                &buf[..m]
+            };
             if sa == 0 {
                 // SAFETY: `oa` indexes the accumulator (dense over the output shape).
                 let a = unsafe { &mut *accp.offset(oa) };

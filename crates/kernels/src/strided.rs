@@ -16,8 +16,9 @@ use crate::DeviceMemory;
 use core::mem::MaybeUninit;
 use nrt_isa::AccessPattern;
 
-/// Elements per chunk of the strided paths (stack buffers of a few KiB: L1-resident).
-pub const CHUNK: usize = 512;
+/// Elements per chunk of the strided paths (see
+/// [`KERNEL_CHUNK_ELEMS`](nrt_hal::tuning::KERNEL_CHUNK_ELEMS)).
+pub const CHUNK: usize = nrt_hal::tuning::KERNEL_CHUNK_ELEMS;
 
 /// A typed strided 4-D view of device memory (element strides).
 #[derive(Debug)]
