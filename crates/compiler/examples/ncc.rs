@@ -1,4 +1,5 @@
-//! Compiles an ONNX file and prints the plan report: `ncc MODEL.onnx [--cores N] [-o OUT.ncm]`.
+//! Compiles an ONNX file and prints the plan report:
+//! `ncc MODEL.onnx [--cores N] [--dump] [-o OUT.ncm]` (`--dump` lists every instruction).
 
 use nrt_compiler::{CompileOptions, check::check_ordering, compile_file};
 use std::path::PathBuf;
@@ -8,9 +9,11 @@ fn main() {
     let mut opts = CompileOptions::default();
     let mut input = None;
     let mut out: Option<PathBuf> = None;
+    let mut dump = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--cores" => opts.cores = args.next().and_then(|v| v.parse().ok()).unwrap_or(1),
+            "--dump" => dump = true,
             "-o" => out = args.next().map(PathBuf::from),
             _ => input = Some(PathBuf::from(a)),
         }
@@ -22,6 +25,19 @@ fn main() {
     match compile_file(&input, &opts) {
         Ok(c) => {
             print!("{}", c.report);
+            if dump {
+                for b in &c.model.blocks {
+                    println!("core {} {:?}:", b.core, b.engine);
+                    match nrt_isa::decode_block(&b.code, b.engine) {
+                        Ok(instrs) => {
+                            for (_, ins) in instrs {
+                                println!("  {}", brief(&ins.op));
+                            }
+                        }
+                        Err(e) => println!("  undecodable: {e:?}"),
+                    }
+                }
+            }
             match check_ordering(&c.model) {
                 Ok(()) => println!("ordering: ok"),
                 Err(e) => println!("ordering: {e}"),
@@ -35,4 +51,30 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// One line per instruction: mnemonic and operand shapes/strides.
+fn brief(op: &nrt_isa::Op) -> String {
+    let mut s = format!("{:<12}", op.name());
+    let mut op = *op;
+    nrt_compiler::schedule::for_each_ap_mut(&mut op, |ap, w| {
+        s.push_str(&format!(
+            " {}{:?}/{:?}",
+            if w { "w" } else { "r" },
+            ap.shape,
+            ap.stride
+        ));
+    });
+    match op {
+        nrt_isa::Op::Activation { func, scale, .. } => {
+            s.push_str(&format!(" {func:?} scale={scale}"))
+        }
+        nrt_isa::Op::MatMul { alpha, flags, .. } => {
+            s.push_str(&format!(" alpha={alpha} flags={flags}"))
+        }
+        nrt_isa::Op::Binary { op, .. } => s.push_str(&format!(" {op:?}")),
+        nrt_isa::Op::TensorScalar { op, scalar, .. } => s.push_str(&format!(" {op:?} {scalar}")),
+        _ => {}
+    }
+    s
 }

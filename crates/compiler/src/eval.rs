@@ -214,7 +214,13 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
     let o0 = &outs[0];
     let one = |t: HostTensor| Ok(Some(vec![t]));
     match op {
-        "Identity" | "Dropout" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
+        "Dropout" => {
+            // Inference: the data passes through; the mask (if any) is inferred constant.
+            let mut v = vec![k(0).clone()];
+            v.extend(outs[1..].iter().filter_map(|o| o.konst.clone()));
+            Ok(Some(v))
+        }
+        "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
             one(k(0).reshaped(o0.shape.clone()))
         }
         "Cast" => one(k(0).cast(o0.dtype)),

@@ -53,6 +53,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Less",
     "Log",
     "LogSoftmax",
+    "LRN",
     "MatMul",
     "Max",
     "MaxPool",
@@ -982,10 +983,42 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 && c.const_ints(2, "training_mode")?
                     .is_some_and(|t| t.first() != Some(&0))
             {
-                return Err(c.e(ErrorKind::UnsupportedOp, "training_mode = true"));
+                // Training mode drops at random, except with ratio 0 (then it is inference).
+                let ratio = c
+                    .const_floats(1, "ratio")?
+                    .and_then(|r| r.first().copied())
+                    .unwrap_or(0.5);
+                if ratio != 0.0 {
+                    return Err(c.e(
+                        ErrorKind::UnsupportedOp,
+                        format!("training_mode = true with ratio {ratio} (random dropping)"),
+                    ));
+                }
             }
+            unsupported_outputs(c, 2)?;
+            let mut outs = vec![out(x.dtype, x.shape.clone())];
             if n.outputs.get(1).copied().flatten().is_some() {
-                return Err(c.e(ErrorKind::UnsupportedOp, "the mask output is not supported"));
+                // Inference: nothing is dropped, the mask is all true (all 1 before opset 10,
+                // where it has the input's type).
+                let d = if c.opset() >= 10 {
+                    DType::Bool
+                } else {
+                    x.dtype
+                };
+                let ones =
+                    HostTensor::from_f64s(d, x.shape.clone(), (0..x.elements()).map(|_| 1.0));
+                outs.push(konst(ones));
+            }
+            outs
+        }
+        "LRN" => {
+            let x = c.input(0)?;
+            if x.shape.len() < 3 {
+                return Err(c.mismatch(format!("LRN of a rank-{} input", x.shape.len())));
+            }
+            let size = n.attr_i("size", 0)?;
+            if size < 1 {
+                return Err(c.bad_attr(format!("size = {size} (must be ≥ 1)")));
             }
             vec![out(x.dtype, x.shape.clone())]
         }
@@ -1483,6 +1516,7 @@ fn foldable(op: &str) -> bool {
             | "LogSoftmax"
             | "Pad"
             | "Gemm"
+            | "LRN"
     )
 }
 
@@ -1529,7 +1563,11 @@ pub fn infer(g: &mut Graph) -> Result<()> {
             let v = &mut g.values[id];
             v.dtype = o.dtype;
             v.shape = o.shape.clone();
-            v.konst = folded.as_ref().map(|f| Rc::new(f[k].clone()));
+            v.konst = match &folded {
+                Some(f) => Some(Rc::new(f[k].clone())),
+                // An output known whatever the inputs (Dropout's inference mask).
+                None => o.konst.clone().map(Rc::new),
+            };
         }
     }
     Ok(())
@@ -1568,6 +1606,7 @@ fn check_device_dtypes(c: &Ctx) -> Result<()> {
             | "LogSoftmax"
             | "LayerNormalization"
             | "BatchNormalization"
+            | "LRN"
             | "Conv"
             | "ConvTranspose"
             | "MaxPool"

@@ -661,6 +661,7 @@ impl<'a> Lowerer<'a> {
                 })?;
                 self.activation(&y, &y, Some(&bv), (ActFunc::Identity, 0.0, 0.0), 1.0)?;
             }
+            "LRN" => self.lower_lrn(ni)?,
             "Conv" => self.lower_conv(ni)?,
             "ConvTranspose" => self.lower_conv_transpose(ni)?,
             "MaxPool" | "AveragePool" => self.lower_pool(ni)?,
@@ -1579,6 +1580,61 @@ impl<'a> Lowerer<'a> {
             },
         );
         Ok(())
+    }
+
+    /// LRN: `y = x · (bias + alpha/size · Σ_window x²)^-beta`, the sum over a window of
+    /// `size` channels. Square on ACT; the channel-window mean is an average Pool over the
+    /// `[N, 1, C, H·W]` view with a `[size, 1]` kernel and zero padding counted in the
+    /// divisor; `(bias + alpha·mean)^-beta` is `exp(-beta · ln(alpha·mean + bias))` (two ACT
+    /// passes, in place); the product on DVE.
+    fn lower_lrn(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let o0 = self.out(ni, 0)?;
+        let size = n.attr_i("size", 0)? as usize;
+        let alpha = n.attr_f("alpha", 1e-4)?;
+        let beta = n.attr_f("beta", 0.75)?;
+        let bias = n.attr_f("bias", 1.0)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let total: usize = x.shape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let (nn, ch) = (x.shape[0], x.shape[1]);
+        let sp = total / (nn * ch);
+        let sq = View::dense(self.temp(total * 4), DType::F32, &x.shape);
+        self.activation(&x, &sq, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;
+        let mean = View::dense(self.temp(total * 4), DType::F32, &x.shape);
+        let s4 = [nn, 1, ch, sp];
+        let st4 = [(ch * sp) as i64, (ch * sp) as i64, sp as i64, 1];
+        let window = Window {
+            kernel: [size as u32, 1],
+            stride: [1, 1],
+            pad: [((size - 1) / 2) as u32, 0, (size / 2) as u32, 0],
+            dilation: [1, 1],
+        };
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::Pool {
+                input: mk_ap(sq.addr, DType::F32, &s4, &st4)?,
+                output: mk_ap(mean.addr, DType::F32, &s4, &st4)?,
+                window,
+                op: PoolOp::Avg,
+                count_include_pad: true,
+            },
+        );
+        let b = self.add_const(&HostTensor::f32(vec![1], vec![bias]));
+        let bv = View::dense(b, DType::F32, &[1]).broadcast(&x.shape);
+        self.activation(&mean, &mean, Some(&bv), (ActFunc::Log, 0.0, 0.0), alpha)?;
+        self.activation(&mean, &mean, None, (ActFunc::Exp, 0.0, 0.0), -beta)?;
+        self.emit_nd(0, Engine::Dve, &[&x, &mean, &y], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: BinaryOp::Mul,
+        })
     }
 
     fn lower_reduce(&mut self, ni: usize) -> Result<()> {
