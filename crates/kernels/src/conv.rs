@@ -10,7 +10,7 @@
 //!   `(C/groups)·KH·KW·OH·OW` floats) and each group has more than one output channel: the
 //!   patches of one image and group are unrolled into the workspace (zeros for padding) a band
 //!   of output rows at a time (sized by
-//!   [`KERNEL_IM2COL_BAND_BYTES`](nrt_hal::tuning::KERNEL_IM2COL_BAND_BYTES) so the band is
+//!   [`KERNEL_IM2COL_BAND_BYTES`] so the band is
 //!   still in cache when the GEMM reads it), then one GEMM per band through
 //!   [`crate::matmul::gemm_auto`]. A bias is written into the
 //!   output first and the GEMM accumulates onto it;
@@ -21,7 +21,7 @@
 //!   crosses the padding are summed one by one. Any other geometry: for each output channel,
 //!   every tap adds `w · input` to an output-plane accumulator in the host workspace over the
 //!   contiguous range of output columns whose input column is inside the image (see
-//!   [`crate::pool::valid_range`]).
+//!   `pool::valid_range`).
 
 use crate::matmul::{Mat, gemm_auto};
 use crate::pool::valid_range;

@@ -8,15 +8,25 @@
 //! row-major; GFLOP/s as the median of 9 timed batches, three interleaved rounds; the VM is
 //! noisy, ±15 % between rounds):
 //!
-//! | M×K×N | `gemm` 0.19 | `matrixmultiply` 0.3 | `faer` 0.24 | `private-gemm-x86` 0.1 | this module's GEMV |
+//! | M×K×N | `gemm` 0.19 | `matrixmultiply` 0.3 | `faer` 0.24 | `private-gemm-x86` 0.1 | this module |
 //! |---|---|---|---|---|---|
-//! | 1×512×512 | 20–24 | 4.2–4.3 | 23–25 | 12–16 | see below |
-//! | 64×512×512 | 63–81 | 64–66 | 68–81 | 71–82 | — |
-//! | 512×512×512 | 66–89 | 70–80 | 68–81 | 72–81 | — |
-//! | 128×64×128 | 61–86 | 64–72 | 67–86 | 64–87 | — |
-//! | 4096×27×16 | 54–80 | 35–42 | 44–67 | 45–71 | — |
+//! | 1×512×512 | 20–24 | 4.2–4.3 | 23–25 | 12–16 | 22–27 (GEMV) |
+//! | 64×512×512 | 63–81 | 64–66 | 68–81 | 71–82 | 77 |
+//! | 512×512×512 | 66–89 | 70–80 | 68–81 | 72–81 | 66–87 |
+//! | 128×64×128 | 61–86 | 64–72 | 67–86 | 64–87 | 82–88 |
+//! | 4096×27×16 | 54–80 | 35–42 | 44–67 | 45–71 | 49–50 |
 //! | heap allocations per call | 1 | 1 | 0 | 0 | 0 |
-//! | clean build (2 cores) | ~25 s | ~5 s | ~120 s (pulls `gemm` too) | ~17 s | — |
+//! | clean build, 2 cores | — | — | — | 17 s | — |
+//!
+//! (Clean builds: `gemm` + `matrixmultiply` + `faer` together took 116 s — `faer` pulls
+//! `gemm`, `nano-gemm`, `pulp` and `private-gemm-x86`; `private-gemm-x86` alone 17 s. The
+//! last column is `cargo bench -p nrt-kernels -- matmul`, fastest of 15 batches, through
+//! `execute`.)
+//!
+//! (ONNX Runtime on this machine, for scale: a 4-layer 512-wide batch-1 MLP runs in ~100 µs,
+//! tract ~100 µs through its Python binding; `MatMul` + `Activation(Relu, bias)` ×4 here:
+//! 65–83 µs. The machine is ~2× slower than the one the project's 50.7 µs tract figure comes
+//! from: its L3 streams ~60 GB/s, and a 512×512 GEMV reads 1 MiB of B, ≥ 18 µs.)
 //!
 //! All but `matrixmultiply` are within the machine's noise of each other for M ≥ 64.
 //! `gemm` and `matrixmultiply` allocate their packing buffers on every call, which the
@@ -32,7 +42,7 @@
 //!
 //! GEMM crates pack the operands, which for `M = 1` costs as much as the product. Matrix-
 //! vector products take hand-written AVX2/FMA kernels instead (`M ≤`
-//! [`GEMV_MAX_ROWS`](nrt_hal::tuning::GEMV_MAX_ROWS) rows, or `N = 1`):
+//! [`GEMV_MAX_ROWS`] rows, or `N = 1`):
 //! - B row-major (`[K, N]`, unit stride along N): column strips of 64 floats held in 8
 //!   accumulators while B's rows stream past (each element of B read once, two FMAs per
 //!   cycle);
