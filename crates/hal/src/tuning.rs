@@ -125,12 +125,13 @@ pub const TRACE_RING_CAPACITY: usize = 1 << 16;
 
 //===--- kernels (the software NeuronCore's math) ----------------------------------------===//
 
-/// Largest number of rows of A (M) for which `MatMul` runs one hand-written GEMV per row
-/// instead of the GEMM crate. Packing costs the GEMM crate as much as the product at M = 1
-/// (1×512×512 here: GEMV 19–20 µs, at the machine's memory bandwidth, against 25–40 µs), but
-/// each extra row streams B once more: at M = 2 the GEMM (~33 µs) already beats two GEMVs
-/// (~40 µs). Measured with `cargo bench -p nrt-kernels -- matmul`.
-pub const GEMV_MAX_ROWS: usize = 1;
+/// Largest number of rows of A (M) for which `MatMul` runs the hand-written GEMV kernels
+/// (groups of up to 4 rows of A share one pass over B) instead of the GEMM crate, whose
+/// packing costs as much as the product for a few rows. ×512×512 here, GEMV vs GEMM: M = 1
+/// 17–20 vs 35 µs (B transposed: 17–20 vs 88), M = 2 25 vs 33, M = 4 41–44 vs 47 (B
+/// transposed 31), M = 8 (two groups) 93 vs 76–82. Measured with
+/// `cargo bench -p nrt-kernels -- matmul`.
+pub const GEMV_MAX_ROWS: usize = 4;
 
 /// Bulk copies in the kernels between these sizes (bytes) use an AVX load/store loop instead
 /// of libc `memcpy`. On the project's machine (AMD EPYC under KVM) glibc's `memcpy` takes its

@@ -79,6 +79,20 @@ fn second_calls_allocate_nothing() {
             64,
             nrt_isa::matmul_flags::TRANSPOSE_A,
         ),
+        (
+            "matmul gemv 3 rows strided a",
+            3,
+            64,
+            64,
+            nrt_isa::matmul_flags::TRANSPOSE_A,
+        ),
+        (
+            "matmul gemv 4 rows transposed b",
+            4,
+            100,
+            70,
+            nrt_isa::matmul_flags::TRANSPOSE_B,
+        ),
     ] {
         let ta = flags & nrt_isa::matmul_flags::TRANSPOSE_A != 0;
         let tb = flags & nrt_isa::matmul_flags::TRANSPOSE_B != 0;

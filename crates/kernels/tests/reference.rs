@@ -262,7 +262,16 @@ fn copy_transposes_large_tiles() {
 
 //===--- matmul ----------------------------------------------------------------------===//
 
-fn matmul_case(m_: usize, k: usize, n: usize, seed: u64, flags: u32, batch: [u32; 2]) {
+/// `layouts`: `Some(true)` random operand layouts, `Some(false)` dense, `None` either.
+fn matmul_case(
+    m_: usize,
+    k: usize,
+    n: usize,
+    seed: u64,
+    flags: u32,
+    batch: [u32; 2],
+    layouts: Option<bool>,
+) {
     let mut rng = Rng::new(seed);
     let mut m = Arena::new(16 << 20);
     let ta = flags & matmul_flags::TRANSPOSE_A != 0;
@@ -280,7 +289,7 @@ fn matmul_case(m_: usize, k: usize, n: usize, seed: u64, flags: u32, batch: [u32
         [batch[0], batch[1], k32, n32]
     };
     let csh = [batch[0], batch[1], m32, n32];
-    let random_layouts = rng.chance(0.5);
+    let random_layouts = layouts.unwrap_or_else(|| rng.chance(0.5));
     let (a, b, c) = if random_layouts {
         (
             m.random(&mut rng, DType::F32, ash, true),
@@ -351,7 +360,7 @@ proptest! {
         b0 in 1u32..3,
         b1 in 1u32..3,
     ) {
-        matmul_case(m_, k, n, seed, flags, [b0, b1]);
+        matmul_case(m_, k, n, seed, flags, [b0, b1], None);
     }
 }
 
@@ -360,6 +369,10 @@ fn matmul_shapes_of_interest() {
     for (i, &(m_, k, n)) in [
         (1, 512, 512),
         (1, 300, 77),
+        (2, 70, 37),
+        (4, 33, 100),
+        (6, 40, 20),
+        (4, 7, 71),
         (3, 129, 65),
         (64, 64, 64),
         (100, 27, 16),
@@ -370,7 +383,10 @@ fn matmul_shapes_of_interest() {
     .enumerate()
     {
         for flags in 0..8 {
-            matmul_case(m_, k, n, i as u64 * 31 + flags as u64, flags, [1, 1]);
+            for layouts in [false, true] {
+                let seed = i as u64 * 31 + flags as u64;
+                matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts));
+            }
         }
     }
 }
