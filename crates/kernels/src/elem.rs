@@ -13,66 +13,54 @@
 //! float or bool-from-float, `i64` between integers — so every pair is one of 24 monomorphized
 //! loops rather than 144.
 
-/// f32 → IEEE binary16 bits, round to nearest even.
+/// f32 → IEEE binary16 bits, round to nearest even (NaN → quiet NaN, overflow → ±inf).
+///
+/// Branch-free (every case computed, then selected), so a conversion loop vectorizes.
 #[inline(always)]
 pub fn f32_to_f16(x: f32) -> u16 {
-    let b = x.to_bits();
-    let sign = ((b >> 16) & 0x8000) as u16;
-    let abs = b & 0x7fff_ffff;
-    if abs >= 0x7f80_0000 {
-        // Inf or NaN (keep NaN quiet and non-zero).
-        let nan = if abs > 0x7f80_0000 {
-            0x0200 | ((abs >> 13) & 0x3ff) as u16
-        } else {
-            0
-        };
-        return sign | 0x7c00 | nan;
-    }
-    if abs >= 0x4780_0000 {
-        // ≥ 65536 after rounding is certainly overflow (65520 rounds up to inf; handled below
-        // by the carry into the exponent).
-        return sign | 0x7c00;
-    }
-    if abs < 0x3880_0000 {
-        // Below the smallest normal f16 (2^-14): subnormal or zero. Value in units of 2^-24.
-        if abs < 0x3300_0000 {
-            // < 2^-25: rounds to zero (2^-25 exactly is a tie to even → 0).
-            return sign;
-        }
-        let e = abs >> 23; // 102..=112
-        let m = (abs & 0x7f_ffff) | 0x80_0000;
-        // value = m · 2^(e-127-23); in units of 2^-24: m · 2^(e-126) → shift right by 126-e.
-        let shift = 126 - e;
-        let q = m >> shift;
-        let rem = m & ((1 << shift) - 1);
-        let half = 1 << (shift - 1);
-        let round = (rem > half || (rem == half && q & 1 == 1)) as u32;
-        return sign | (q + round) as u16;
-    }
-    // Normal: rebias exponent (127 → 15) and round the 13 dropped mantissa bits.
-    let v = abs - 0x3800_0000; // subtract (127-15) << 23
-    let round = 0xfff + ((v >> 13) & 1);
-    let r = (v + round) >> 13;
-    // A carry may overflow into the exponent (→ inf exactly when it reaches 0x7c00).
-    sign | r.min(0x7c00) as u16
+    let bits = x.to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let a = bits & 0x7fff_ffff;
+    // ≥ 65536 (or inf/NaN): infinity, or a quiet NaN.
+    let special = if a > 0x7f80_0000 { 0x7e00 } else { 0x7c00 };
+    // Below 2^-14 the result is subnormal (or zero): adding 0.5 aligns the 10 mantissa bits at
+    // the bottom of the float, and the FPU's own round-to-nearest-even does the rounding.
+    let sub = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3f00_0000);
+    // Normal: rebias the exponent (127 → 15) and round the 13 dropped bits to nearest even; a
+    // carry may run into the exponent, up to infinity exactly at 65520.
+    let odd = (a >> 13) & 1;
+    let norm = a.wrapping_add(0xc800_0fff).wrapping_add(odd) >> 13;
+    let h = if a >= 0x4780_0000 {
+        special
+    } else if a < 0x3880_0000 {
+        sub
+    } else {
+        norm
+    };
+    (h | sign) as u16
 }
 
-/// IEEE binary16 bits → f32 (exact).
+/// IEEE binary16 bits → f32 (exact). Branch-free, so a conversion loop vectorizes.
 #[inline(always)]
 pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h & 0x8000) as u32) << 16;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let man = (h & 0x3ff) as u32;
-    let bits = if exp == 0x1f {
-        sign | 0x7f80_0000 | (man << 13)
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let em = (h & 0x7fff) << 13; // exponent and mantissa in f32 position
+    let exp = em & 0x0f80_0000;
+    let normal = em + 0x3800_0000; // rebias 15 → 127
+    let inf_nan = em + 0x7000_0000; // exponent 31 → 255
+    // Zero/subnormal: m · 2^-24 computed exactly as (2^-14 + m·2^-24) − 2^-14.
+    let sub = (f32::from_bits(em + 0x3880_0000) - f32::from_bits(0x3880_0000)).to_bits();
+    let v = if exp == 0x0f80_0000 {
+        inf_nan
     } else if exp == 0 {
-        // Zero or subnormal: man · 2^-24, exact in f32.
-        let v = man as f32 * (1.0 / 16_777_216.0);
-        return f32::from_bits(sign | v.to_bits());
+        sub
     } else {
-        sign | ((exp + 112) << 23) | (man << 13)
+        normal
     };
-    f32::from_bits(bits)
+    f32::from_bits(v | sign)
 }
 
 /// f32 → bfloat16 bits, round to nearest even (NaN stays NaN).
