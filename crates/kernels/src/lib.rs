@@ -7,16 +7,21 @@
 //!
 //! | module | ops |
 //! |---|---|
-//! | [`copy`] | `DmaCopy`, `Copy` (with element-type conversion), `Fill` |
-//! | [`matmul`] | `MatMul` (GEMM crate + hand-written GEMV paths) |
-//! | [`conv`] | `Conv` (im2col + GEMM, or direct) |
-//! | [`act`] | `Activation` (vectorized [`vmath`] functions) |
+//! | [`copy`] | `DmaCopy`, `Copy` (element-type conversion, blocked transposes), `Fill` |
+//! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels) |
+//! | [`conv`] | `Conv` (pointwise GEMM, banded im2col + GEMM, register-blocked direct) |
+//! | [`act`] | `Activation` (every `ActFunc`) |
 //! | [`binary`] | `Binary`, `TensorScalar`, `Select` |
 //! | [`reduce`] | `Reduce` |
 //! | [`pool`] | `Pool` |
 //! | [`norm`] | `Softmax`, `LayerNorm` |
-//! | [`resize`] | `Resize` |
+//! | [`resize`] | `Resize` (ONNX reference semantics) |
 //! | [`gather`] | `Gather` |
+//!
+//! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
+//! drivers, memcpy-free bulk copies), [`elem`] (element types, f16/bf16, casts), [`vmath`]
+//! (vectorizable exp, log, tanh, erf, sigmoid). Tunables live in `nrt_hal::tuning`
+//! (`GEMV_MAX_ROWS`, `KERNEL_*`).
 //!
 //! Conventions shared by every kernel:
 //! - Operands arrive as [`AccessPattern`](nrt_isa::AccessPattern)s already validated by the
@@ -103,9 +108,11 @@ pub enum KernelError {
     Unsupported(&'static str),
 }
 
-/// Per-thread scratch the kernels reuse across calls (packing buffers and the like). It
-/// grows to the largest size an instruction needs and then stays, so steady-state
-/// executions allocate nothing.
+/// Per-thread scratch the kernels reuse across calls (row buffers of Softmax/LayerNorm, the
+/// direct convolution's accumulator plane, Reduce accumulators, Resize tables, packed GEMV
+/// rows). It grows to the largest size an instruction needs and then stays, so steady-state
+/// executions allocate nothing. (The GEMM crate keeps its packing buffers in a thread-local of
+/// its own, allocated on a thread's first GEMM.)
 #[derive(Debug, Default)]
 pub struct Workspace {
     f32s: [Vec<f32>; 4],
