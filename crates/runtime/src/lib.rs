@@ -58,7 +58,7 @@ use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
 use crate::xu::{ImplicitAsync, Xu};
 use nrt_hal::{Device, PlaneConsumer, Producer, TriggerPair, tuning};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -202,6 +202,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) trace: trace::Trace,
     pub(crate) counters: Counters,
     pub(crate) workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// XU workers past their start-up (`init` waits for all of them).
+    pub(crate) workers_started: AtomicUsize,
     pub(crate) stop: AtomicBool,
 }
 
@@ -434,9 +436,13 @@ impl Runtime {
             trace: trace::Trace::new(),
             counters: Counters::default(),
             workers: Mutex::new(Vec::new()),
+            workers_started: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
         });
-        xu::start_workers(&inner);
+        if let Err(e) = xu::start_workers(&inner) {
+            release(&*inner.device, &reserved);
+            return Err(e);
+        }
         nrt_log!(
             log::Module::Nrt,
             log::Level::Info,

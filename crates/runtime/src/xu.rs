@@ -165,17 +165,33 @@ impl Drop for ImplicitAsync {
     }
 }
 
-/// Starts one worker per vcore.
-pub(crate) fn start_workers(rt: &Arc<RuntimeInner>) {
+/// Starts one worker per vcore and returns when all of them are running, so that whatever
+/// a thread allocates to start happens inside `init`, never during an execution.
+pub(crate) fn start_workers(rt: &Arc<RuntimeInner>) -> Result<()> {
     let mut w = rt.workers.lock().unwrap_or_else(|e| e.into_inner());
     for vnc in 0..rt.vcores.len() {
         let r = rt.clone();
-        let h = std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name(format!("nrt-xu-{vnc}"))
-            .spawn(move || worker(r, vnc))
-            .expect("spawn XU worker");
-        w.push(h);
+            .spawn(move || worker(r, vnc));
+        match spawned {
+            Ok(h) => w.push(h),
+            Err(e) => {
+                drop(w);
+                stop_workers(rt);
+                return Err(NrtError::new(
+                    NrtStatus::Resource,
+                    format!("cannot start the XU worker of logical core {vnc}: {e}"),
+                ));
+            }
+        }
     }
+    let n = w.len();
+    drop(w);
+    while rt.workers_started.load(Ordering::Acquire) < n {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    Ok(())
 }
 
 /// Stops the workers (at close).
@@ -215,6 +231,7 @@ fn drain_vcore(rt: &RuntimeInner, vc: &VCore) {
 fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
     let vc = &rt.vcores[vnc];
     vc.xu.gate.register_sleeper();
+    rt.workers_started.fetch_add(1, Ordering::Release);
     let mut cursor = 1u64; // oldest seq the worker may still have to retire
     let mut backoff = harvest::Backoff::new();
     let mut last_external = vc.counters.external_harvests.load(Ordering::Relaxed);

@@ -1,5 +1,8 @@
 //! Zero heap allocations per steady-state execution, proven with a counting global
 //! allocator that sees every thread (the caller, the device thread, the XU workers).
+//!
+//! `harness = false`: the checks run one after another on the main thread, because libtest's
+//! own threads (spawning the next test, collecting output) allocate and would be counted.
 
 mod common;
 use common::*;
@@ -36,8 +39,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-/// The counters are process-wide: tests of this binary must not overlap.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn counts() -> (u64, u64) {
     (ALLOCS.load(Ordering::SeqCst), FREES.load(Ordering::SeqCst))
@@ -56,9 +57,7 @@ fn measure(n: usize, mut f: impl FnMut()) -> (u64, u64) {
     (a1 - a0, f1 - f0)
 }
 
-#[test]
 fn sync_surface_allocates_nothing_per_execution() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_d, rt) = runtime();
     let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
     let (di, dout, _k1) = tensors(&rt, &m, Placement::Device);
@@ -81,9 +80,7 @@ fn sync_surface_allocates_nothing_per_execution() {
     );
 }
 
-#[test]
 fn lockstep_two_core_executions_allocate_nothing() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = device();
     let rt = runtime_on(
         &d,
@@ -97,9 +94,7 @@ fn lockstep_two_core_executions_allocate_nothing() {
     assert_eq!(measure(1000, || rt.execute(&m, &i, &o).unwrap()), (0, 0));
 }
 
-#[test]
 fn explicit_async_allocates_nothing_per_execution() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (_d, rt) = runtime();
     let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
     let (i, o, _k) = tensors(&rt, &m, Placement::Device);
@@ -125,9 +120,7 @@ fn explicit_async_allocates_nothing_per_execution() {
     assert_eq!(measure(125, run8), (0, 0));
 }
 
-#[test]
 fn implicit_async_allocates_nothing_per_execution() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let d = device();
     let rt = runtime_on(
         &d,
@@ -154,4 +147,55 @@ fn implicit_async_allocates_nothing_per_execution() {
         }
     };
     assert_eq!(measure(1000, run), (0, 0));
+}
+
+/// The counter is not blind: one planted allocation per execution is seen as one.
+fn the_counter_sees_a_planted_allocation() {
+    let (_d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (i, o, _k) = tensors(&rt, &m, Placement::Device);
+    let (allocs, frees) = measure(100, || {
+        rt.execute(&m, &i, &o).unwrap();
+        std::hint::black_box(Box::new(0u64));
+    });
+    assert_eq!((allocs, frees), (100, 100));
+}
+
+fn main() {
+    let checks: [(&str, fn()); 5] = [
+        (
+            "the_counter_sees_a_planted_allocation",
+            the_counter_sees_a_planted_allocation,
+        ),
+        (
+            "sync_surface_allocates_nothing_per_execution",
+            sync_surface_allocates_nothing_per_execution,
+        ),
+        (
+            "lockstep_two_core_executions_allocate_nothing",
+            lockstep_two_core_executions_allocate_nothing,
+        ),
+        (
+            "explicit_async_allocates_nothing_per_execution",
+            explicit_async_allocates_nothing_per_execution,
+        ),
+        (
+            "implicit_async_allocates_nothing_per_execution",
+            implicit_async_allocates_nothing_per_execution,
+        ),
+    ];
+    // `cargo test -- <filter>` runs the checks whose name contains the filter.
+    let filter: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let mut ran = 0;
+    for (name, check) in checks {
+        if filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())) {
+            check();
+            println!("test {name} ... ok");
+            ran += 1;
+        }
+    }
+    println!("\ntest result: ok. {ran} passed; 0 failed");
 }

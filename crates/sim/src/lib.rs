@@ -30,12 +30,12 @@ use crate::memory::Memory;
 use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
 use nrt_hal::{
     DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError, IdleGate,
-    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START, SEMAPHORES_PER_CORE,
+    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START,
     TriggerPair, plane, ring, tuning,
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -94,6 +94,8 @@ pub(crate) struct DeviceShared {
     group_abort: Box<[AtomicU64]>,
     gates: Box<[IdleGate]>,
     stop: AtomicBool,
+    /// Device threads past their start-up (the constructor waits for all of them).
+    threads_started: AtomicUsize,
     faults: Mutex<Vec<FaultSpec>>,
     has_faults: AtomicBool,
 }
@@ -184,6 +186,7 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
     let mine: Vec<usize> = (0..dev.cores.len())
         .filter(|c| c % threads == worker)
         .collect();
+    dev.threads_started.fetch_add(1, Ordering::Release);
     let mut last_work = Instant::now();
     let mut idle_polls = 0u32;
     while !dev.stop.load(Ordering::Acquire) {
@@ -257,11 +260,12 @@ impl SoftDevice {
             group_abort: (0..n).map(|_| AtomicU64::new(0)).collect(),
             gates: (0..config.threads).map(|_| IdleGate::new()).collect(),
             stop: AtomicBool::new(false),
+            threads_started: AtomicUsize::new(0),
             has_faults: AtomicBool::new(!faults.is_empty()),
             faults: Mutex::new(faults),
             config,
         });
-        let threads = (0..shared.config.threads as usize)
+        let spawned = (0..shared.config.threads as usize)
             .map(|w| {
                 let s = shared.clone();
                 std::thread::Builder::new()
@@ -269,7 +273,23 @@ impl SoftDevice {
                     .spawn(move || device_thread(s, w))
                     .map_err(|_| HalError::BadParameter("cannot spawn a device thread"))
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>();
+        // The device is ready when its threads are: whatever a thread allocates to start
+        // (thread-locals, its core list) happens here, never during an execution. If a spawn
+        // failed, `SoftDevice::drop` stops and joins the ones that did start.
+        let threads = match spawned {
+            Ok(t) => t,
+            Err(e) => {
+                shared.stop.store(true, Ordering::Release);
+                for g in shared.gates.iter() {
+                    g.notify();
+                }
+                return Err(e);
+            }
+        };
+        while shared.threads_started.load(Ordering::Acquire) < threads.len() {
+            std::thread::sleep(Duration::from_micros(50));
+        }
         Ok(SoftDevice { shared, threads })
     }
 
@@ -500,8 +520,7 @@ impl Device for SoftDevice {
     fn semaphore_increment(&self, nc: u32, semaphore: u32, value: u32) -> Result<(), HalError> {
         let core = self.shared.core(nc)?;
         let s = core
-            .semaphores
-            .get(semaphore as usize)
+            .semaphore(semaphore)
             .ok_or(HalError::BadSemaphore(semaphore))?;
         s.fetch_add(value, Ordering::Release);
         if semaphore == SEMAPHORE_INFERENCE_START {
@@ -511,10 +530,11 @@ impl Device for SoftDevice {
     }
 
     fn semaphore_read(&self, nc: u32, semaphore: u32) -> Result<u32, HalError> {
-        if semaphore >= SEMAPHORES_PER_CORE {
-            return Err(HalError::BadSemaphore(semaphore));
-        }
-        Ok(self.shared.core(nc)?.semaphores[semaphore as usize].load(Ordering::Acquire))
+        let core = self.shared.core(nc)?;
+        let s = core
+            .semaphore(semaphore)
+            .ok_or(HalError::BadSemaphore(semaphore))?;
+        Ok(s.load(Ordering::Acquire))
     }
 
     fn interrupt_cause(&self, nc: u32) -> Result<u32, HalError> {

@@ -4,12 +4,12 @@
 //!
 //! # Who touches what
 //!
-//! | state | written by | how |
+//! | state (own cache line each) | written by | how |
 //! |---|---|---|
-//! | `semaphores[0]` (`INFERENCE_START`) | host (doorbell) | `fetch_add(Release)`, then the worker's [`nrt_hal::IdleGate`] |
+//! | `doorbell` (semaphore 0, `INFERENCE_START`) | host | `fetch_add(Release)`, then the worker's [`nrt_hal::IdleGate`] |
 //! | `semaphores[4..]` (engine semaphores) | this core's engines (device thread) | `Relaxed`: only the device thread reads them |
 //! | `cause` | device sets bits (`fetch_or(Release)`); host clears (`fetch_and`) | atomics |
-//! | `doorbell_seen`, `active` | device thread only | `Relaxed` mirrors of `inner`, read lock-free by the idle check |
+//! | `mirrors` (`doorbell_seen`, `active`) | device thread only | `Relaxed` mirrors of `inner`, read lock-free by the idle check |
 //! | `inner` | device thread while it runs requests; host at setup (queue/ring registration, reset) | `Mutex` — never taken on the runtime's submit or harvest path |
 //!
 //! The host publishes work through the DMA trigger queue ([`nrt_hal::ring`]: tail `Release`,
@@ -34,6 +34,7 @@ use nrt_hal::wire::{
     CUSTOM_SUB_ID_OUTPUT_DONE, EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, TRIGGER_PAIR_SIZE, cause,
     exec_flags,
 };
+use nrt_hal::sync::CachePadded;
 use nrt_hal::{
     Consumer, DType, DevAddr, DmaKind, Engine, ErrorSubtype, ExecQueueDesc, ExecRequest,
     FIRST_ENGINE_SEMAPHORE, NUM_ENGINES, NqRecord, PLANE_RINGS, PlaneProducer, RecordKind,
@@ -53,16 +54,31 @@ pub(crate) use nrt_hal::ERROR_RING;
 const MAX_BLOCK_INSTRUCTIONS: usize = 1 << 20;
 
 /// The state of one core shared between the device thread and the host.
+///
+/// Laid out by writer so that no two writers share a cache line: the host writes only the
+/// doorbell (`INFERENCE_START`), the device writes its mirrors on every poll and its lock on
+/// every locked poll, and `cause` changes only on faults. Before this split the host's
+/// doorbell store and the device's per-poll mirror stores hit the same lines, costing a
+/// cross-core miss on each side of every request.
 #[derive(Debug)]
 pub(crate) struct CoreShared {
     pub(crate) index: u32,
-    pub(crate) semaphores: Box<[AtomicU32]>,
-    pub(crate) cause: AtomicU32,
-    /// Mirror of the last `INFERENCE_START` value the device acted on.
-    pub(crate) doorbell_seen: AtomicU32,
-    /// Mirror of "a request is running or queued" (the device thread keeps polling).
-    pub(crate) active: AtomicBool,
-    pub(crate) inner: Mutex<CoreInner>,
+    /// Engine semaphores (index 0, `INFERENCE_START`, is unused here: see `doorbell`).
+    semaphores: Box<[AtomicU32]>,
+    /// Semaphore `INFERENCE_START`: the host increments it, the device reads it.
+    doorbell: CachePadded<AtomicU32>,
+    pub(crate) cause: CachePadded<AtomicU32>,
+    mirrors: CachePadded<DeviceMirrors>,
+    pub(crate) inner: CachePadded<Mutex<CoreInner>>,
+}
+
+/// What the device thread last saw, read by its own idle check (`CoreShared::has_work`).
+#[derive(Debug)]
+struct DeviceMirrors {
+    /// The last `INFERENCE_START` value the device acted on.
+    doorbell_seen: AtomicU32,
+    /// "A request is running or queued" (the device thread keeps polling).
+    active: AtomicBool,
 }
 
 /// One registered exec-request ring.
@@ -187,10 +203,13 @@ impl CoreShared {
             semaphores: (0..SEMAPHORES_PER_CORE)
                 .map(|_| AtomicU32::new(0))
                 .collect(),
-            cause: AtomicU32::new(0),
-            doorbell_seen: AtomicU32::new(0),
-            active: AtomicBool::new(false),
-            inner: Mutex::new(CoreInner {
+            doorbell: CachePadded(AtomicU32::new(0)),
+            cause: CachePadded(AtomicU32::new(0)),
+            mirrors: CachePadded(DeviceMirrors {
+                doorbell_seen: AtomicU32::new(0),
+                active: AtomicBool::new(false),
+            }),
+            inner: CachePadded(Mutex::new(CoreInner {
                 dma: None,
                 rings: None,
                 ring_seq: [0; PLANE_RINGS],
@@ -202,7 +221,17 @@ impl CoreShared {
                 wedged: false,
                 ws: Workspace::default(),
                 dirty: [0; 4],
-            }),
+            })),
+        }
+    }
+
+    /// Semaphore `index` of the core (the doorbell for `INFERENCE_START`).
+    #[inline]
+    pub(crate) fn semaphore(&self, index: u32) -> Option<&AtomicU32> {
+        if index == SEMAPHORE_INFERENCE_START {
+            Some(&self.doorbell)
+        } else {
+            self.semaphores.get(index as usize)
         }
     }
 
@@ -213,9 +242,9 @@ impl CoreShared {
     /// Whether a doorbell rang that the device has not acted on, or work is in flight.
     #[inline]
     pub(crate) fn has_work(&self) -> bool {
-        self.active.load(Ordering::Relaxed)
-            || self.semaphores[SEMAPHORE_INFERENCE_START as usize].load(Ordering::Acquire)
-                != self.doorbell_seen.load(Ordering::Relaxed)
+        self.mirrors.active.load(Ordering::Relaxed)
+            || self.doorbell.load(Ordering::Acquire)
+                != self.mirrors.doorbell_seen.load(Ordering::Relaxed)
     }
 
     /// Does what the core has to do now: consume staged triggers if the doorbell rang, start
@@ -226,9 +255,9 @@ impl CoreShared {
         }
         let mut inner = self.lock();
         let mut progressed = false;
-        let bell = self.semaphores[SEMAPHORE_INFERENCE_START as usize].load(Ordering::Acquire);
-        if bell != self.doorbell_seen.load(Ordering::Relaxed) {
-            self.doorbell_seen.store(bell, Ordering::Relaxed);
+        let bell = self.doorbell.load(Ordering::Acquire);
+        if bell != self.mirrors.doorbell_seen.load(Ordering::Relaxed) {
+            self.mirrors.doorbell_seen.store(bell, Ordering::Relaxed);
             progressed |= inner.drain_dma(self, dev);
         }
         if inner.current.is_none() {
@@ -251,7 +280,7 @@ impl CoreShared {
         {
             p.publish();
         }
-        self.active.store(
+        self.mirrors.active.store(
             inner.current.is_some() || !inner.ready.is_empty(),
             Ordering::Relaxed,
         );
@@ -741,12 +770,11 @@ impl CoreInner {
             }
         }
         self.dirty = [0; 4];
-        core.doorbell_seen.store(
-            core.semaphores[SEMAPHORE_INFERENCE_START as usize].load(Ordering::Acquire),
-            Ordering::Relaxed,
-        );
+        core.mirrors
+            .doorbell_seen
+            .store(core.doorbell.load(Ordering::Acquire), Ordering::Relaxed);
         core.cause.store(0, Ordering::Release);
-        core.active.store(false, Ordering::Relaxed);
+        core.mirrors.active.store(false, Ordering::Relaxed);
         let _ = GLOBAL_SEMAPHORES;
     }
 }

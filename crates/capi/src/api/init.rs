@@ -9,7 +9,7 @@ use crate::state;
 use crate::types::{
     NrtInstanceInfo, NrtStatusC, NrtVersion, NrtVncMemoryStats, copy_cstr, family, instance_size,
 };
-use nrt_runtime::{NrtError, NrtStatus};
+use nrt_runtime::NrtStatus;
 use std::ffi::c_char;
 
 /// `NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version, const char
