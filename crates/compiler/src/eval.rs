@@ -223,7 +223,7 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
         "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
             one(k(0).reshaped(o0.shape.clone()))
         }
-        "Cast" => one(k(0).cast(o0.dtype)),
+        "Cast" | "CastLike" => one(k(0).cast(o0.dtype)),
         "Not" => {
             let v = k(0).to_i64s().iter().map(|&x| (x == 0) as i64).collect();
             one(HostTensor::ints(DType::Bool, o0.shape.clone(), v))

@@ -24,6 +24,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "AveragePool",
     "BatchNormalization",
     "Cast",
+    "CastLike",
     "Ceil",
     "Clip",
     "Concat",
@@ -1043,6 +1044,15 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 // saturate only concerns float8 targets
             }
             vec![out(d, x.shape.clone())]
+        }
+        "CastLike" => {
+            // Cast to the element type of the second input (only its type matters).
+            let (x, like) = (c.input(0)?, c.input(1)?);
+            match &x.konst {
+                // Folds whenever the data is constant (the second input is not read).
+                Some(t) => vec![konst(t.cast(like.dtype))],
+                None => vec![out(like.dtype, x.shape.clone())],
+            }
         }
         "MatMul" => {
             let (a, b) = (c.input(0)?, c.input(1)?);

@@ -7,7 +7,8 @@
 //!    [`CompileOptions::input_shapes`]; inputs named in [`CompileOptions::input_values`]
 //!    become constants (specialization);
 //! 2. **shape inference and constant folding** ([`infer`], [`eval`]);
-//! 3. **lowering** ([`lower`]): every node becomes engine instructions — MatMul/Conv on PE,
+//! 3. **lowering** ([`lower`]): activations spelled out as arithmetic (GELU) are recognized
+//!    first (`fuse`); every node becomes engine instructions — MatMul/Conv on PE,
 //!    activations on ACT, elementwise/copies on DVE, reductions/pooling/softmax/layer-norm/
 //!    resize/gather on POOL, I/O DMA and notifications on SP;
 //! 4. **memory planning** ([`plan`]): one scratch arena, offsets by liveness, best fit;
@@ -29,6 +30,7 @@
 pub mod check;
 pub mod error;
 pub mod eval;
+mod fuse;
 pub mod graph;
 pub mod infer;
 pub mod lower;

@@ -1,20 +1,28 @@
 //! Lowering: every node of the inferred graph becomes engine instructions, then memory is
 //! planned, synchronization scheduled, and the model emitted.
 //!
-//! Values live densely (row-major) in one of: their input's `MR_IO` buffer, an output's
-//! `MR_IO` buffer (the final producer writes there directly), a constant (`MR_BUFFER`), or a
-//! temporary that the planner later places in the scratch arena. Layout-only operators
-//! (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout) alias their input. Operands are
-//! strided views; views of any rank are merged to ≤ 4 dimensions where contiguous and
-//! looped over (several instructions) where not.
+//! Values live in one of: their input's `MR_IO` buffer, an output's `MR_IO` buffer (the final
+//! producer writes there directly, also through a chain of layout operators), a constant
+//! (`MR_BUFFER`), or a temporary that the planner later places in the scratch arena. A
+//! value's location is a strided view: layout operators (Reshape, Flatten, Squeeze,
+//! Unsqueeze, Identity, Dropout, Transpose) only describe their input differently and never
+//! copy; a consumer that needs dense data copies a strided view once (`Lowerer::view`).
+//! MatMul and the elementwise engines read any strides (attention head splits and K
+//! transposes cost nothing); a producer whose only consumer is a Transpose feeding something
+//! else writes the transposed layout directly. Elementwise results overwrite their input in
+//! place when nothing else reads it. Operands are strided views; views of any rank are merged
+//! to ≤ 4 dimensions where contiguous and looped over (several instructions) where not.
 //!
-//! Engines: MatMul/Gemm/Conv/ConvTranspose on PE; activations (and bias-adds, fused with a
-//! following activation) on ACT; elementwise, select and casts on DVE; reductions, pooling,
-//! softmax, layer-norm, resize, gather and layout copies on POOL; I/O DMA on SP. With
-//! `cores: 2`, MatMul and Conv split their N / output channels between the two cores.
+//! Engines: MatMul/Gemm/Conv/ConvTranspose on PE; activations on ACT (bias adds, including a
+//! Gemm's, fused with a following activation into one pass; GELU decompositions recognized by
+//! `fuse`; a scalar factor after a MatMul goes into its alpha); elementwise, select
+//! and casts on DVE; reductions, pooling, softmax, layer-norm, resize, gather and layout
+//! copies on POOL; I/O DMA on SP. With `cores: 2`, MatMul and Conv split their N / output
+//! channels between the two cores.
 
 use crate::error::{CompileError, ErrorKind, Result};
-use crate::eval::{broadcast_strides, dense_strides};
+use crate::eval::dense_strides;
+use crate::fuse::{Fusion, find_activations};
 use crate::graph::{Graph, ValueId};
 use crate::infer::{self, Ctx};
 use crate::plan::{Interval, plan};
@@ -81,6 +89,72 @@ impl View {
             shape: perm.iter().map(|&p| self.shape[p]).collect(),
             strides: perm.iter().map(|&p| self.strides[p]).collect(),
         }
+    }
+
+    /// Whether the view is dense row-major (dimensions of size 1 aside).
+    fn is_dense(&self) -> bool {
+        let d = dense_strides(&self.shape);
+        (0..self.shape.len()).all(|i| self.shape[i] <= 1 || self.strides[i] == d[i])
+    }
+
+    /// The same elements in row-major order as `shape`, without copying, when the strides
+    /// allow it (dimensions that merge or split must be contiguous with each other).
+    fn reshape(&self, shape: &[usize]) -> Option<View> {
+        let total: usize = self.shape.iter().product();
+        if shape.iter().product::<usize>() != total {
+            return None;
+        }
+        if total == 0 || self.is_dense() {
+            return Some(View::dense(self.addr, self.dtype, shape));
+        }
+        // Old dims without the 1s, then groups of old and new dims of equal products.
+        let old: Vec<(usize, i64)> = (0..self.shape.len())
+            .filter(|&i| self.shape[i] != 1)
+            .map(|i| (self.shape[i], self.strides[i]))
+            .collect();
+        let mut strides = vec![0i64; shape.len()];
+        let (mut oi, mut ni) = (0usize, 0usize);
+        while ni < shape.len() || oi < old.len() {
+            // Size-1 new dims take any stride.
+            if ni < shape.len() && shape[ni] == 1 {
+                strides[ni] = 0;
+                ni += 1;
+                continue;
+            }
+            if oi >= old.len() || ni >= shape.len() {
+                return None;
+            }
+            let (o0, n0) = (oi, ni);
+            let (mut po, mut pn) = (old[oi].0, shape[ni]);
+            oi += 1;
+            ni += 1;
+            while po != pn {
+                if po < pn {
+                    po *= old.get(oi)?.0;
+                    oi += 1;
+                } else {
+                    pn *= *shape.get(ni)?;
+                    ni += 1;
+                }
+            }
+            // The old dims of the group must be contiguous with each other.
+            for k in o0..oi - 1 {
+                if old[k].1 != old[k + 1].1 * old[k + 1].0 as i64 {
+                    return None;
+                }
+            }
+            let mut st = old[oi - 1].1;
+            for k in (n0..ni).rev() {
+                strides[k] = st;
+                st *= shape[k] as i64;
+            }
+        }
+        Some(View {
+            addr: self.addr,
+            dtype: self.dtype,
+            shape: shape.to_vec(),
+            strides,
+        })
     }
 
     /// Elements `start, start+step, …` (`len` of them) along `axis`.
@@ -233,7 +307,16 @@ struct Lowerer<'a> {
     b: ModelBuilder,
     cores: u8,
     prog: Vec<(u8, Engine, Instruction)>,
-    loc: Vec<Option<u64>>,
+    /// Where each computed value lives: a dense view of its own storage, or a strided view
+    /// of another value's (layout operators only describe, never copy).
+    loc: Vec<Option<View>>,
+    /// Whether the value's storage is a temporary allocated for it (it may then be
+    /// overwritten in place by its only consumer).
+    owns: Vec<bool>,
+    /// Dense copies of values whose view is strided, made for consumers that need them.
+    dense_cache: HashMap<ValueId, View>,
+    /// Activations recognized from decompositions (GELU), by the node that ends them.
+    fused: HashMap<usize, Fusion>,
     temps: Vec<u64>,
     const_addr: HashMap<ValueId, u64>,
     io: Vec<IoInfo>,
@@ -261,19 +344,23 @@ impl<'a> Lowerer<'a> {
         vaddr(mr, 0)
     }
 
-    /// Where value `v` lives (constants are materialized on first use).
-    fn addr(&mut self, v: ValueId) -> Result<u64> {
+    /// Where value `v` lives: a strided view (constants are materialized on first use).
+    fn sview(&mut self, v: ValueId) -> Result<View> {
         let val = &self.g.values[v];
         if let Some(k) = &val.konst {
-            if let Some(&a) = self.const_addr.get(&v) {
-                return Ok(a);
-            }
-            let k = k.clone();
-            let a = self.add_const(&k);
-            self.const_addr.insert(v, a);
-            return Ok(a);
+            let (dtype, shape) = (val.dtype, val.shape.clone());
+            let a = match self.const_addr.get(&v) {
+                Some(&a) => a,
+                None => {
+                    let k = k.clone();
+                    let a = self.add_const(&k);
+                    self.const_addr.insert(v, a);
+                    a
+                }
+            };
+            return Ok(View::dense(a, dtype, &shape));
         }
-        self.loc[v].ok_or_else(|| {
+        self.loc[v].clone().ok_or_else(|| {
             CompileError::new(
                 ErrorKind::Internal,
                 format!("value '{}' used before it was computed", val.name),
@@ -281,22 +368,140 @@ impl<'a> Lowerer<'a> {
         })
     }
 
+    /// A dense row-major view of `v`: its storage, or (made once, then reused) a dense copy
+    /// when `v` is a strided view of another value.
     fn view(&mut self, v: ValueId) -> Result<View> {
-        let a = self.addr(v)?;
-        let val = &self.g.values[v];
-        Ok(View::dense(a, val.dtype, &val.shape))
+        let s = self.sview(v)?;
+        if s.is_dense() {
+            return Ok(View::dense(s.addr, s.dtype, &s.shape));
+        }
+        if let Some(d) = self.dense_cache.get(&v) {
+            return Ok(d.clone());
+        }
+        let bytes = s.shape.iter().product::<usize>() * s.dtype.size();
+        let d = View::dense(self.temp(bytes), s.dtype, &s.shape);
+        self.copy(Engine::Pool, &s, &d)?;
+        self.dense_cache.insert(v, d.clone());
+        Ok(d)
     }
 
-    /// Storage for a value a node produces: an output buffer if the value is a graph
+    /// Dense storage for a value a node produces: an output buffer if the value is a graph
     /// output, else a temporary.
     fn alloc(&mut self, v: ValueId) -> View {
         let val = &self.g.values[v];
-        let addr = match self.out_vars.get(&v) {
-            Some(vars) => vaddr(self.b.io_mem_ref(vars[0]), 0),
-            None => self.temp(val.bytes()),
+        // A value that only a chain of layout operators turns into a graph output is
+        // stored in that output's buffer (the chain then copies nothing).
+        let mut target = v;
+        while !self.out_vars.contains_key(&target) {
+            let Some(j) = self.sole_consumer(target) else {
+                break;
+            };
+            let nj = &self.g.nodes[j];
+            let layout = matches!(
+                nj.op.as_str(),
+                "Identity" | "Dropout" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze"
+            );
+            match nj.outputs.first().copied().flatten() {
+                Some(o) if layout && !self.skip[j] => target = o,
+                _ => break,
+            }
+        }
+        let (addr, own) = match self.out_vars.get(&target) {
+            Some(vars) => (vaddr(self.b.io_mem_ref(vars[0]), 0), false),
+            None => (self.temp(val.bytes()), true),
         };
-        self.loc[v] = Some(addr);
-        View::dense(addr, val.dtype, &val.shape)
+        let view = View::dense(addr, val.dtype, &val.shape);
+        self.loc[v] = Some(view.clone());
+        self.owns[v] = own;
+        view
+    }
+
+    /// Storage for a value whose producer writes through any strided view. When the
+    /// value's only consumer is a Transpose whose result is not read by MatMuls alone
+    /// (they take strided operands as they are), the value is stored in the transposed
+    /// layout: the Transpose is then free, and what follows it reads dense data.
+    fn alloc_any(&mut self, v: ValueId) -> Result<View> {
+        if let Some(j) = self.sole_consumer(v)
+            && self.g.nodes[j].op == "Transpose"
+            && !self.skip[j]
+        {
+            let t = self.out(j, 0)?;
+            let only_matmuls = !self.out_vars.contains_key(&t)
+                && !self.consumers[t].is_empty()
+                && self.consumers[t]
+                    .iter()
+                    .all(|&k| self.g.nodes[k].op == "MatMul");
+            if !only_matmuls {
+                let c = Ctx {
+                    g: self.g,
+                    n: &self.g.nodes[j],
+                };
+                let r = self.g.values[v].shape.len();
+                let perm = infer::transpose_perm(&c, r)?;
+                let st = self.alloc(t);
+                let mut strides = vec![0i64; r];
+                for k in 0..r {
+                    strides[perm[k]] = st.strides[k];
+                }
+                let view = View {
+                    addr: st.addr,
+                    dtype: st.dtype,
+                    shape: self.g.values[v].shape.clone(),
+                    strides,
+                };
+                self.loc[v] = Some(view.clone());
+                return Ok(view);
+            }
+        }
+        Ok(self.alloc(v))
+    }
+
+    /// `x`'s storage, for `out` to be written over it in place: `x` is a temporary
+    /// allocated for it and not a graph output, only `readers` (the nodes being lowered)
+    /// read it, `out` has its shape and type and is not a graph output.
+    fn in_place(&mut self, x: ValueId, readers: &[usize], out: ValueId) -> Option<View> {
+        if !self.owns[x]
+            || self.out_vars.contains_key(&out)
+            || self.out_vars.contains_key(&x)
+            || !self.consumers[x].iter().all(|c| readers.contains(c))
+        {
+            return None;
+        }
+        let (xv, ov) = (&self.g.values[x], &self.g.values[out]);
+        if xv.shape != ov.shape || xv.dtype != ov.dtype {
+            return None;
+        }
+        let v = self.loc[x].clone()?;
+        if !v.is_dense() {
+            return None;
+        }
+        self.loc[out] = Some(v.clone());
+        self.owns[out] = true;
+        Some(v)
+    }
+
+    /// Output storage for an elementwise result of `x` (in place when [`Self::in_place`]
+    /// allows, else [`Self::alloc_any`]).
+    fn alloc_over(&mut self, x: ValueId, readers: &[usize], out: ValueId) -> Result<View> {
+        match self.in_place(x, readers, out) {
+            Some(v) => Ok(v),
+            None => self.alloc_any(out),
+        }
+    }
+
+    /// Makes `o` the view `x` (no copy), or copies `x` into `o`'s output buffer when `o`
+    /// is a graph output.
+    fn alias_or_copy(&mut self, o: ValueId, x: View) -> Result<()> {
+        if self.out_vars.contains_key(&o) {
+            let y = self.alloc(o);
+            if !(x.addr == y.addr && x.is_dense()) {
+                self.copy(Engine::Pool, &x, &y)?;
+            }
+        } else {
+            self.loc[o] = Some(x);
+            self.owns[o] = false;
+        }
+        Ok(())
     }
 
     /// After `v` is final: copies it into any output buffer it is not already in, then
@@ -305,10 +510,10 @@ impl<'a> Lowerer<'a> {
         let Some(vars) = self.out_vars.get(&v).cloned() else {
             return Ok(());
         };
-        let src = self.view(v)?;
+        let src = self.sview(v)?;
         for j in vars {
             let dst_addr = vaddr(self.b.io_mem_ref(j), 0);
-            if src.addr != dst_addr {
+            if src.addr != dst_addr || !src.is_dense() {
                 let dst = View::dense(dst_addr, src.dtype, &src.shape);
                 self.copy(Engine::Dve, &src, &dst)?;
             }
@@ -431,20 +636,32 @@ impl<'a> Lowerer<'a> {
         let o0 = self.out(ni, 0)?;
         let oshape = g.values[o0].shape.clone();
         let odt = g.values[o0].dtype;
+        if let Some(f) = self.fused.get(&ni).cloned() {
+            // The end of a recognized activation: one ACT pass (in place when it can be).
+            let x = self.sview(f.x)?;
+            let bias = match f.bias {
+                Some(b) => Some(self.sview(b)?.broadcast(&oshape)),
+                None => None,
+            };
+            let y = self.alloc_over(f.x, &f.nodes, o0)?;
+            return self.activation(&x, &y, bias.as_ref(), (f.func, 0.0, 0.0), 1.0);
+        }
         match op {
             "Identity" | "Dropout" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
-                let x = c.input(0)?;
+                // Views of the input's storage; a copy only when the input is a strided view
+                // the new shape cannot describe.
                 let xi = n.inputs[0].expect("present");
-                if self.out_vars.contains_key(&o0) {
-                    let src = self.view(xi)?;
-                    let dst = self.alloc(o0);
-                    self.copy(Engine::Pool, &View::dense(src.addr, x.dtype, &oshape), &dst)?;
-                } else {
-                    let a = self.addr(xi)?;
-                    self.loc[o0] = Some(a);
-                }
+                let x = self.sview(xi)?;
+                let v = match x.reshape(&oshape) {
+                    Some(v) => v,
+                    None => self
+                        .view(xi)?
+                        .reshape(&oshape)
+                        .ok_or_else(|| c.e(ErrorKind::Internal, "dense reshape failed"))?,
+                };
+                self.alias_or_copy(o0, v)?;
             }
-            "Cast" => {
+            "Cast" | "CastLike" => {
                 let src = self.view(n.inputs[0].expect("present"))?;
                 let dst = self.alloc(o0);
                 self.copy(Engine::Dve, &src, &dst)?;
@@ -698,11 +915,17 @@ impl<'a> Lowerer<'a> {
             }
             "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.lower_reduce(ni)?,
             "Transpose" => {
+                // A permuted view; consumers that need dense data copy it (once).
                 let xv = c.input(0)?;
                 let perm = infer::transpose_perm(&c, xv.shape.len())?;
-                let x = self.view(n.inputs[0].expect("p"))?.permute(&perm);
-                let y = self.alloc(o0);
-                self.copy(Engine::Pool, &x, &y)?;
+                let x = self.sview(n.inputs[0].expect("p"))?.permute(&perm);
+                let stored = self.loc[o0]
+                    .as_ref()
+                    .is_some_and(|y| y.addr == x.addr && x.is_dense());
+                if !stored {
+                    // (else the producer already wrote the transposed layout: alloc_any)
+                    self.alias_or_copy(o0, x)?;
+                }
             }
             "Concat" => {
                 let axis = c.norm_axis(n.attr_i("axis", 1)?, oshape.len())?;
@@ -813,8 +1036,9 @@ impl<'a> Lowerer<'a> {
             }
             _ => {
                 if let Some(f) = act_of(&c)? {
-                    let x = self.view(n.inputs[0].expect("p"))?;
-                    let y = self.alloc(o0);
+                    let xi = n.inputs[0].expect("p");
+                    let x = self.sview(xi)?;
+                    let y = self.alloc_over(xi, &[ni], o0)?;
                     self.activation(&x, &y, None, f, 1.0)?;
                 } else {
                     return Err(c.e(
@@ -961,20 +1185,41 @@ impl<'a> Lowerer<'a> {
                     continue;
                 }
                 let s = t.get_f64(0) as f32;
-                let x = self.view(ins[other])?;
-                if bop == BinaryOp::Pow && k == 1 && (s == 2.0 || s == 0.5 || s == 1.0) {
-                    let y = self.alloc(o0);
+                let x = self.sview(ins[other])?;
+                if bop == BinaryOp::Pow && k == 1 {
+                    // Small integer and half powers without `powf`.
                     let f = match s {
-                        2.0 => ActFunc::Square,
-                        0.5 => ActFunc::Sqrt,
-                        _ => ActFunc::Identity,
+                        1.0 => Some(ActFunc::Identity),
+                        2.0 | 3.0 | 4.0 => Some(ActFunc::Square),
+                        0.5 => Some(ActFunc::Sqrt),
+                        -0.5 => Some(ActFunc::Rsqrt),
+                        -1.0 => Some(ActFunc::Reciprocal),
+                        _ => None,
                     };
-                    return self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0);
+                    if let Some(f) = f {
+                        if s == 3.0 {
+                            // x² then x²·x (not in place: x is read again).
+                            let y = self.alloc_any(o0)?;
+                            self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0)?;
+                            return self.emit_nd(0, Engine::Dve, &[&y, &x, &y], |a| Op::Binary {
+                                a: a[0],
+                                b: a[1],
+                                out: a[2],
+                                op: BinaryOp::Mul,
+                            });
+                        }
+                        let y = self.alloc_over(ins[other], &[ni], o0)?;
+                        self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0)?;
+                        if s == 4.0 {
+                            self.activation(&y, &y, None, (f, 0.0, 0.0), 1.0)?;
+                        }
+                        return Ok(());
+                    }
                 }
                 if matches!(bop, BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater) {
                     break;
                 }
-                let y = self.alloc(o0);
+                let y = self.alloc_over(ins[other], &[ni], o0)?;
                 return self.emit_nd(0, Engine::Dve, &[&x, &y], |a| Op::TensorScalar {
                     a: a[0],
                     out: a[1],
@@ -989,20 +1234,20 @@ impl<'a> Lowerer<'a> {
                     if g.values[ins[k]].konst.is_none() || g.values[ins[other]].shape != oshape {
                         continue;
                     }
-                    let x = self.view(ins[other])?;
-                    let bias = self.view(ins[k])?.broadcast(&oshape);
+                    let x = self.sview(ins[other])?;
+                    let bias = self.sview(ins[k])?.broadcast(&oshape);
                     let fused = self.sole_consumer(o0).and_then(|j| {
                         let cj = Ctx { g, n: &g.nodes[j] };
                         act_of(&cj).ok().flatten().map(|f| (j, f))
                     });
                     if let Some((j, f)) = fused {
                         let oj = self.out(j, 0)?;
-                        let y = self.alloc(oj);
+                        let y = self.alloc_over(ins[other], &[ni], oj)?;
                         self.activation(&x, &y, Some(&bias), f, 1.0)?;
                         self.skip[j] = true;
                         return self.finish_value(oj);
                     }
-                    let y = self.alloc(o0);
+                    let y = self.alloc_over(ins[other], &[ni], o0)?;
                     return self.activation(
                         &x,
                         &y,
@@ -1014,9 +1259,17 @@ impl<'a> Lowerer<'a> {
             }
         }
         let _ = c;
-        let y = self.alloc(o0);
-        let first = self.view(ins[0])?.broadcast(&oshape);
-        let second = self.view(ins[1])?.broadcast(&oshape);
+        let first = self.sview(ins[0])?.broadcast(&oshape);
+        let second = self.sview(ins[1])?.broadcast(&oshape);
+        let y = if ins.len() == 2 {
+            // In place over an operand of the output's shape that nothing else reads.
+            match self.in_place(ins[0], &[ni], o0) {
+                Some(y) => y,
+                None => self.alloc_over(ins[1], &[ni], o0)?,
+            }
+        } else {
+            self.alloc_any(o0)?
+        };
         self.emit_nd(0, Engine::Dve, &[&first, &second, &y], |a| Op::Binary {
             a: a[0],
             b: a[1],
@@ -1097,91 +1350,156 @@ impl<'a> Lowerer<'a> {
         let n = &g.nodes[ni];
         let o0 = self.out(ni, 0)?;
         let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
-        let ash = g.values[av].shape.clone();
-        let bsh = g.values[bv].shape.clone();
-        // Fuse a following multiplication by a compile-time scalar into alpha.
+        // Fuse a following multiplication (or division) by a compile-time scalar into alpha.
         let mut alpha = 1.0f32;
         let mut target = o0;
         if let Some(j) = self.sole_consumer(o0) {
             let nj = &g.nodes[j];
-            if nj.op == "Mul" {
-                let other = nj.inputs.iter().flatten().find(|&&v| v != o0).copied();
-                if let Some(ov) = other
-                    && let Some(t) = g.values[ov].konst.as_deref()
-                    && t.len() == 1
-                    && nj.inputs.iter().flatten().filter(|&&v| v == o0).count() == 1
-                {
-                    let oj = self.out(j, 0)?;
-                    if g.values[oj].shape == g.values[o0].shape {
-                        alpha = t.get_f64(0) as f32;
-                        target = oj;
-                        self.skip[j] = true;
-                    }
+            let ins: Vec<ValueId> = nj.inputs.iter().flatten().copied().collect();
+            let scalar = |v: ValueId| {
+                g.values[v]
+                    .konst
+                    .as_deref()
+                    .filter(|t| t.len() == 1 && t.dtype == DType::F32)
+                    .map(|t| t.get_f64(0) as f32)
+            };
+            let factor = match (nj.op.as_str(), ins.as_slice()) {
+                ("Mul", &[p, q]) if p == o0 && q != o0 => scalar(q),
+                ("Mul", &[p, q]) if q == o0 && p != o0 => scalar(p),
+                ("Div", &[p, q]) if p == o0 && q != o0 => {
+                    scalar(q).filter(|&d| d != 0.0).map(|d| 1.0 / d)
+                }
+                _ => None,
+            };
+            if let Some(f) = factor {
+                let oj = self.out(j, 0)?;
+                if g.values[oj].shape == g.values[o0].shape {
+                    alpha = f;
+                    target = oj;
+                    self.skip[j] = true;
                 }
             }
         }
-        let a = self.view(av)?;
-        let b = self.view(bv)?;
-        let y = self.alloc(target);
-        let a2: Vec<usize> = if ash.len() == 1 {
-            vec![1, ash[0]]
-        } else {
-            ash.clone()
-        };
-        let b2: Vec<usize> = if bsh.len() == 1 {
-            vec![bsh[0], 1]
-        } else {
-            bsh.clone()
-        };
-        let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
-        let nn = b2[b2.len() - 1];
-        let ab = &a2[..a2.len() - 2];
-        let bb = &b2[..b2.len() - 2];
-        let batch = infer::broadcast_shapes(ab, bb).expect("inferred");
-        if m * k * nn == 0 && m * nn > 0 {
+        // Operands as they are stored: transposed and head-split views need no copy (the
+        // engine takes any strides).
+        let mut a = self.sview(av)?;
+        let mut b = self.sview(bv)?;
+        if a.strides.iter().any(|&s| s < 0) {
+            a = self.view(av)?;
+        }
+        if b.strides.iter().any(|&s| s < 0) {
+            b = self.view(bv)?;
+        }
+        let y = self.alloc_any(target)?;
+        let (a1, b1) = (a.shape.len() == 1, b.shape.len() == 1);
+        if a1 {
+            a = View {
+                shape: vec![1, a.shape[0]],
+                strides: vec![0, a.strides[0]],
+                ..a
+            };
+        }
+        if b1 {
+            b = View {
+                shape: vec![b.shape[0], 1],
+                strides: vec![b.strides[0], 0],
+                ..b
+            };
+        }
+        let mut c = y.clone();
+        if a1 {
+            let at = c.shape.len() - usize::from(!b1);
+            c.shape.insert(at, 1);
+            c.strides.insert(at, 0);
+        }
+        if b1 {
+            c.shape.push(1);
+            c.strides.push(0);
+        }
+        let (ra, rb, rc) = (a.shape.len(), b.shape.len(), c.shape.len());
+        let (mut m, k) = (a.shape[ra - 2], a.shape[ra - 1]);
+        let nn = b.shape[rb - 1];
+        let batch = c.shape[..rc - 2].to_vec();
+        let (a_rs, a_cs) = (a.strides[ra - 2], a.strides[ra - 1]);
+        let (b_rs, b_cs) = (b.strides[rb - 2], b.strides[rb - 1]);
+        let (c_rs, c_cs) = (c.strides[rc - 2], c.strides[rc - 1]);
+        if m * nn == 0 || batch.contains(&0) {
+            return self.finish_fused_target(target, o0);
+        }
+        if k == 0 {
             self.fill(Engine::Dve, &y, 0.0)?;
-        } else if m * nn > 0 {
-            if bb.iter().product::<usize>() == 1 && ab.len() == batch.len() {
-                let rows: usize = ab.iter().product::<usize>() * m;
-                let a_ap = mk_ap(a.addr, a.dtype, &[rows, k], &[k as i64, 1])?;
-                let b_ap = mk_ap(b.addr, b.dtype, &[k, nn], &[nn as i64, 1])?;
-                let c_ap = mk_ap(y.addr, y.dtype, &[rows, nn], &[nn as i64, 1])?;
-                self.matmul_aps(a_ap, b_ap, c_ap, alpha, 0);
-            } else {
-                let sa: Vec<i64> = broadcast_strides(ab, &batch)
-                    .iter()
-                    .map(|s| s * (m * k) as i64)
-                    .collect();
-                let sb: Vec<i64> = broadcast_strides(bb, &batch)
-                    .iter()
-                    .map(|s| s * (k * nn) as i64)
-                    .collect();
-                let sc: Vec<i64> = dense_strides(&batch)
-                    .iter()
-                    .map(|s| s * (m * nn) as i64)
-                    .collect();
-                let (bs, bst, offs) = simplify(&batch, &[sa, sb, sc], 2);
-                let offs = if batch.contains(&0) { Vec::new() } else { offs };
-                for o in offs {
-                    let mut sh = bs.clone();
-                    let mut s_a = bst[0].clone();
-                    let mut s_b = bst[1].clone();
-                    let mut s_c = bst[2].clone();
-                    let (mut sha, mut shb, mut shc) =
-                        (sh.clone(), sh.clone(), std::mem::take(&mut sh));
-                    sha.extend([m, k]);
-                    s_a.extend([k as i64, 1]);
-                    shb.extend([k, nn]);
-                    s_b.extend([nn as i64, 1]);
-                    shc.extend([m, nn]);
-                    s_c.extend([nn as i64, 1]);
-                    let a_ap = mk_ap(a.elems(o[0]), a.dtype, &sha, &s_a)?;
-                    let b_ap = mk_ap(b.elems(o[1]), b.dtype, &shb, &s_b)?;
-                    let c_ap = mk_ap(y.elems(o[2]), y.dtype, &shc, &s_c)?;
-                    self.matmul_aps(a_ap, b_ap, c_ap, alpha, 0);
+            return self.finish_fused_target(target, o0);
+        }
+        // Batch strides, right-aligned, 0 where an operand broadcasts.
+        let bstr = |v: &View, r: usize| -> Vec<i64> {
+            let vb = &v.shape[..r - 2];
+            let off = batch.len() - vb.len();
+            (0..batch.len())
+                .map(|i| {
+                    if i < off || vb[i - off] == 1 {
+                        0
+                    } else {
+                        v.strides[i - off]
+                    }
+                })
+                .collect()
+        };
+        let (sa, sb, sc) = (bstr(&a, ra), bstr(&b, rb), c.strides[..rc - 2].to_vec());
+        let (mut bs, mut bst, _) = simplify(&batch, &[sa, sb, sc], usize::MAX);
+        // Batches that share B and continue A's and C's rows are more rows (one taller
+        // product, which two cores can split).
+        while let Some(&last) = bs.last() {
+            let d = bs.len() - 1;
+            let rows_a = a_rs * m as i64;
+            let rows_c = c_rs * m as i64;
+            if bst[1][d] == 0 && bst[0][d] == rows_a && bst[2][d] == rows_c {
+                m *= last;
+                bs.pop();
+                for s in &mut bst {
+                    s.pop();
                 }
+            } else {
+                break;
             }
         }
+        let (bs, bst, offs) = simplify(&bs, &bst, 2);
+        for o in offs {
+            let shape = |x: usize, y: usize| {
+                let mut s = bs.clone();
+                s.extend([x, y]);
+                s
+            };
+            let strides = |v: usize, r: i64, c: i64| {
+                let mut s = bst[v].clone();
+                s.extend([r, c]);
+                s
+            };
+            let a_ap = mk_ap(
+                a.elems(o[0]),
+                a.dtype,
+                &shape(m, k),
+                &strides(0, a_rs, a_cs),
+            )?;
+            let b_ap = mk_ap(
+                b.elems(o[1]),
+                b.dtype,
+                &shape(k, nn),
+                &strides(1, b_rs, b_cs),
+            )?;
+            let c_ap = mk_ap(
+                c.elems(o[2]),
+                c.dtype,
+                &shape(m, nn),
+                &strides(2, c_rs, c_cs),
+            )?;
+            self.matmul_aps(a_ap, b_ap, c_ap, alpha, 0);
+        }
+        self.finish_fused_target(target, o0)
+    }
+
+    /// After a MatMul that also computed its consumer's output `target`: that output is
+    /// final (the node loop only finishes the MatMul's own outputs).
+    fn finish_fused_target(&mut self, target: ValueId, o0: ValueId) -> Result<()> {
         if target != o0 {
             self.finish_value(target)?;
         }
@@ -1196,16 +1514,65 @@ impl<'a> Lowerer<'a> {
         let beta = n.attr_f("beta", 1.0)?;
         let ta = n.attr_i("transA", 0)? != 0;
         let tb = n.attr_i("transB", 0)? != 0;
-        let a = self.view(n.inputs[0].expect("p"))?;
-        let b = self.view(n.inputs[1].expect("p"))?;
-        let y = self.alloc(o0);
-        let (m, nn) = (y.shape[0], y.shape[1]);
+        let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
+        let mut a = self.sview(av)?;
+        let mut b = self.sview(bv)?;
+        if a.strides.iter().any(|&s| s < 0) {
+            a = self.view(av)?;
+        }
+        if b.strides.iter().any(|&s| s < 0) {
+            b = self.view(bv)?;
+        }
+        let cv = n.inputs.get(2).copied().flatten().filter(|_| beta != 0.0);
+        let (m, nn) = (
+            g.values[o0].shape[0],
+            g.values[o0].shape.get(1).copied().unwrap_or(1),
+        );
         let k = if ta { a.shape[0] } else { a.shape[1] };
+        // Bias and a following activation: the product, then ONE activation pass in place
+        // (bias + function). The bias must be a constant when beta scales it.
+        let act = self.sole_consumer(o0).and_then(|j| {
+            let cj = Ctx { g, n: &g.nodes[j] };
+            act_of(&cj).ok().flatten().map(|f| (j, f))
+        });
+        let bias_for_act = match (cv, act) {
+            (Some(c), Some(_)) if k > 0 && m * nn > 0 => {
+                if beta == 1.0 {
+                    Some(self.sview(c)?)
+                } else if let Some(t) = g.values[c].konst.as_deref() {
+                    let scaled: Vec<f32> = t.to_f32s().iter().map(|v| v * beta).collect();
+                    let addr = self.add_const(&HostTensor::f32(t.shape.clone(), scaled));
+                    Some(View::dense(addr, DType::F32, &t.shape))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        let y = self.alloc_any(o0)?;
         let mut flags = 0;
-        if let Some(cv) = n.inputs.get(2).copied().flatten()
-            && beta != 0.0
-        {
-            let cview = self.view(cv)?.broadcast(&y.shape);
+        if let (Some(bias), Some((j, f))) = (bias_for_act, act) {
+            let (a_ap, b_ap, c_ap) = (
+                mk_ap(a.addr, a.dtype, &a.shape, &a.strides)?,
+                mk_ap(b.addr, b.dtype, &b.shape, &b.strides)?,
+                mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?,
+            );
+            if ta {
+                flags |= matmul_flags::TRANSPOSE_A;
+            }
+            if tb {
+                flags |= matmul_flags::TRANSPOSE_B;
+            }
+            self.matmul_aps(a_ap, b_ap, c_ap, alpha, flags);
+            let oj = self.out(j, 0)?;
+            let out = self.alloc_over(o0, &[j], oj)?;
+            let bias = bias.broadcast(&y.shape);
+            self.activation(&y, &out, Some(&bias), f, 1.0)?;
+            self.skip[j] = true;
+            return self.finish_value(oj);
+        }
+        if let Some(cv) = cv {
+            let cview = self.sview(cv)?.broadcast(&y.shape);
             if beta == 1.0 {
                 self.copy(Engine::Dve, &cview, &y)?;
             } else {
@@ -1530,7 +1897,8 @@ impl<'a> Lowerer<'a> {
         } else {
             xv.shape.clone()
         };
-        let mut x = View::dense(self.addr(n.inputs[0].expect("p"))?, xv.dtype, &xs);
+        let x0 = self.view(n.inputs[0].expect("p"))?;
+        let mut x = View::dense(x0.addr, xv.dtype, &xs);
         let y = self.alloc(o0);
         let ys: Vec<usize> = if one_d {
             vec![y.shape[0], y.shape[1], 1, y.shape[2]]
@@ -1877,18 +2245,29 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
             }
         }
     }
+    let graph_outputs: std::collections::HashSet<ValueId> = g.outputs.iter().copied().collect();
+    let fused = find_activations(g, &live, &consumers, &graph_outputs);
+    let mut skip = vec![false; g.nodes.len()];
+    for (&root, f) in &fused {
+        for &i in &f.nodes {
+            skip[i] = i != root;
+        }
+    }
     let mut l = Lowerer {
         g,
         b,
         cores: opts.cores as u8,
         prog: Vec::new(),
         loc: vec![None; g.values.len()],
+        owns: vec![false; g.values.len()],
+        dense_cache: HashMap::new(),
+        fused,
         temps: Vec::new(),
         const_addr: HashMap::new(),
         io: io.clone(),
         out_vars,
         consumers,
-        skip: vec![false; g.nodes.len()],
+        skip,
         lowered_nodes: 0,
     };
     if !g.inputs.is_empty() {
@@ -1903,7 +2282,12 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         );
     }
     for (k, &v) in g.inputs.iter().enumerate() {
-        l.loc[v] = Some(vaddr(l.b.io_mem_ref(k as u32), 0));
+        let val = &g.values[v];
+        l.loc[v] = Some(View::dense(
+            vaddr(l.b.io_mem_ref(k as u32), 0),
+            val.dtype,
+            &val.shape,
+        ));
     }
     // Outputs that are inputs or constants.
     let mut early: Vec<ValueId> = g

@@ -119,3 +119,319 @@ fn dropout_mask_is_a_constant_all_true() {
     assert_eq!(c.report.instructions[0][Engine::Pe.index()], 0);
     assert!(c.model.constants.len() >= 12);
 }
+
+fn count(ops: &[Op], name: &str) -> usize {
+    ops.iter().filter(|o| o.name() == name).count()
+}
+
+/// `Y = gelu(X·W + b)` spelled out in tanh form; `variant` permutes operand orders.
+fn tanh_gelu_model(variant: usize) -> Vec<u8> {
+    let k = (2.0f32 / std::f32::consts::PI).sqrt();
+    let mut nodes = vec![
+        node("MatMul", &["X", "W"], &["mm"], vec![]),
+        node("Add", &["b", "mm"], &["f"], vec![]),
+    ];
+    match variant {
+        0 => nodes.extend([
+            node("Pow", &["f", "three"], &["x3"], vec![]),
+            node("Mul", &["x3", "c"], &["cx3"], vec![]),
+            node("Add", &["f", "cx3"], &["in"], vec![]),
+            node("Mul", &["in", "k"], &["sc"], vec![]),
+            node("Tanh", &["sc"], &["t"], vec![]),
+            node("Add", &["t", "one"], &["p"], vec![]),
+            node("Mul", &["f", "half"], &["hx"], vec![]),
+            node("Mul", &["hx", "p"], &["Y"], vec![]),
+        ]),
+        _ => nodes.extend([
+            // x·x·x, constants on the left, 0.5 applied last, Sum for the 1 + tanh.
+            node("Mul", &["f", "f"], &["x2"], vec![]),
+            node("Mul", &["x2", "f"], &["x3"], vec![]),
+            node("Mul", &["c", "x3"], &["cx3"], vec![]),
+            node("Add", &["cx3", "f"], &["in"], vec![]),
+            node("Mul", &["k", "in"], &["sc"], vec![]),
+            node("Tanh", &["sc"], &["t"], vec![]),
+            node("Sum", &["one", "t"], &["p"], vec![]),
+            node("Mul", &["p", "f"], &["xp"], vec![]),
+            node("Mul", &["half", "xp"], &["Y"], vec![]),
+        ]),
+    }
+    model(
+        nodes,
+        vec![
+            f32_init("W", &[8, 16], ramp(128, 0.01)),
+            f32_init("b", &[16], ramp(16, 0.1)),
+            f32_init("three", &[], vec![3.0]),
+            f32_init("c", &[], vec![0.044715]),
+            f32_init("k", &[], vec![k]),
+            f32_init("one", &[], vec![1.0]),
+            f32_init("half", &[], vec![0.5]),
+        ],
+        vec![vi("X", dt::FLOAT, &[4, 8])],
+        vec![vi("Y", dt::FLOAT, &[4, 16])],
+        17,
+    )
+}
+
+#[test]
+fn tanh_gelu_with_its_bias_add_is_one_activation() {
+    for variant in 0..2 {
+        let c = ok(&tanh_gelu_model(variant));
+        assert_eq!(count(&ops(&c, Engine::Pe), "MatMul"), 1);
+        let act = ops(&c, Engine::Act);
+        assert_eq!(act.len(), 1, "variant {variant}: {act:?}");
+        let Op::Activation { func, bias, .. } = act[0] else {
+            unreachable!()
+        };
+        assert_eq!(func, ActFunc::GeluTanh);
+        assert!(bias.is_some(), "the bias add is the activation's bias");
+        assert!(ops(&c, Engine::Dve).is_empty(), "variant {variant}");
+    }
+}
+
+#[test]
+fn erf_gelu_is_one_activation_and_a_near_miss_is_not() {
+    let build = |scale: f32| {
+        model(
+            vec![
+                node("Div", &["X", "s2"], &["d"], vec![]),
+                node("Erf", &["d"], &["e"], vec![]),
+                node("Add", &["e", "one"], &["p"], vec![]),
+                node("Mul", &["X", "p"], &["xp"], vec![]),
+                node("Mul", &["xp", "half"], &["Y"], vec![]),
+            ],
+            vec![
+                f32_init("s2", &[], vec![scale]),
+                f32_init("one", &[], vec![1.0]),
+                f32_init("half", &[], vec![0.5]),
+            ],
+            vec![vi("X", dt::FLOAT, &[2, 5])],
+            vec![vi("Y", dt::FLOAT, &[2, 5])],
+            13,
+        )
+    };
+    let c = ok(&build(std::f32::consts::SQRT_2));
+    assert_eq!(acts(&c), vec![ActFunc::GeluErf]);
+    assert!(ops(&c, Engine::Dve).is_empty());
+    // x/1.5 is not x/√2: computed as written.
+    let c = ok(&build(1.5));
+    assert_eq!(acts(&c), vec![ActFunc::Erf]);
+    assert!(!ops(&c, Engine::Dve).is_empty());
+}
+
+/// One attention head block: projections, head split (Reshape + Transpose), K transposed,
+/// scaled scores (`scale` = "Mul" or "Div"), softmax, context, head merge.
+fn attention_model(scale: &str) -> Vec<u8> {
+    let (s, h, heads) = (8i64, 16i64, 2i64);
+    let dh = h / heads;
+    let mut nodes = Vec::new();
+    for p in ["q", "k", "v"] {
+        nodes.push(node(
+            "MatMul",
+            &["X", &format!("W{p}")],
+            &[&format!("{p}m")],
+            vec![],
+        ));
+        nodes.push(node(
+            "Reshape",
+            &[&format!("{p}m"), "sh"],
+            &[&format!("{p}r")],
+            vec![],
+        ));
+        nodes.push(node(
+            "Transpose",
+            &[&format!("{p}r")],
+            &[&format!("{p}h")],
+            vec![a_ints("perm", &[0, 2, 1, 3])],
+        ));
+    }
+    nodes.extend([
+        node(
+            "Transpose",
+            &["kh"],
+            &["kt"],
+            vec![a_ints("perm", &[0, 1, 3, 2])],
+        ),
+        node("MatMul", &["qh", "kt"], &["qk"], vec![]),
+        node(scale, &["qk", "sc"], &["scores"], vec![]),
+        node("Softmax", &["scores"], &["pr"], vec![a_i("axis", -1)]),
+        node("MatMul", &["pr", "vh"], &["ctx"], vec![]),
+        node(
+            "Transpose",
+            &["ctx"],
+            &["ct"],
+            vec![a_ints("perm", &[0, 2, 1, 3])],
+        ),
+        node("Reshape", &["ct", "mg"], &["cm"], vec![]),
+        node("MatMul", &["cm", "Wo"], &["Y"], vec![]),
+    ]);
+    let sc = if scale == "Mul" {
+        1.0 / (dh as f32).sqrt()
+    } else {
+        (dh as f32).sqrt()
+    };
+    let mut inits = vec![
+        i64_init("sh", &[4], vec![1, s, heads, dh]),
+        i64_init("mg", &[3], vec![1, s, h]),
+        f32_init("sc", &[], vec![sc]),
+    ];
+    for p in ["q", "k", "v", "o"] {
+        inits.push(f32_init(
+            &format!("W{p}"),
+            &[h, h],
+            ramp((h * h) as usize, 0.01),
+        ));
+    }
+    model(
+        nodes,
+        inits,
+        vec![vi("X", dt::FLOAT, &[1, s, h])],
+        vec![vi("Y", dt::FLOAT, &[1, s, h])],
+        17,
+    )
+}
+
+#[test]
+fn attention_head_split_and_merge_need_no_copies() {
+    for scale in ["Mul", "Div"] {
+        let c = ok(&attention_model(scale));
+        let pe = ops(&c, Engine::Pe);
+        // q, k, v, scores, context, output: one instruction each, all heads at once.
+        assert_eq!(count(&pe, "MatMul"), 6, "{pe:?}");
+        let pool = ops(&c, Engine::Pool);
+        assert_eq!(pool.len(), 1, "only the softmax: {pool:?}");
+        assert!(ops(&c, Engine::Dve).is_empty(), "{scale}");
+        let mms: Vec<_> = pe
+            .iter()
+            .filter_map(|o| match o {
+                Op::MatMul { a, b, c, alpha, .. } => Some((*a, *b, *c, *alpha)),
+                _ => None,
+            })
+            .collect();
+        // Scores: Q heads read in place ([1,2,8,8] with row stride 16), K transposed by
+        // strides, the scale in alpha.
+        let (a, b, _, alpha) = mms[3];
+        assert_eq!(a.shape, [1, 2, 8, 8]);
+        assert_eq!(a.stride, [0, 8, 16, 1]);
+        assert_eq!(b.stride, [0, 8, 1, 16]);
+        assert!((alpha - 1.0 / 8f32.sqrt()).abs() < 1e-6, "{scale}: {alpha}");
+        // Context: written straight into the merged [S, H] layout.
+        let (_, _, cc, _) = mms[4];
+        assert_eq!(cc.stride, [0, 8, 16, 1]);
+    }
+}
+
+#[test]
+fn layout_operators_never_copy() {
+    let m = model(
+        vec![
+            node("Relu", &["X"], &["r"], vec![]),
+            node("Reshape", &["r", "s1"], &["a"], vec![]),
+            node("Unsqueeze", &["a", "ax"], &["b"], vec![]),
+            node("Squeeze", &["b", "ax"], &["c2"], vec![]),
+            node("Flatten", &["c2"], &["d"], vec![a_i("axis", 1)]),
+            node("Identity", &["d"], &["e"], vec![]),
+            node("Sigmoid", &["e"], &["Y"], vec![]),
+        ],
+        vec![
+            i64_init("s1", &[3], vec![2, 3, 4]),
+            i64_init("ax", &[1], vec![0]),
+        ],
+        vec![vi("X", dt::FLOAT, &[6, 4])],
+        vec![vi("Y", dt::FLOAT, &[2, 12])],
+        13,
+    );
+    let c = ok(&m);
+    assert!(ops(&c, Engine::Pool).is_empty());
+    assert!(ops(&c, Engine::Dve).is_empty());
+    assert_eq!(acts(&c), vec![ActFunc::Relu, ActFunc::Sigmoid]);
+}
+
+#[test]
+fn a_transposed_value_read_elementwise_is_stored_transposed_by_its_producer() {
+    let m = model(
+        vec![
+            node("MatMul", &["X", "W"], &["mm"], vec![]),
+            node("Transpose", &["mm"], &["t"], vec![a_ints("perm", &[1, 0])]),
+            node("Reshape", &["t", "s"], &["Y"], vec![]),
+        ],
+        vec![
+            f32_init("W", &[4, 6], ramp(24, 0.1)),
+            i64_init("s", &[1], vec![18]),
+        ],
+        vec![vi("X", dt::FLOAT, &[3, 4])],
+        vec![vi("Y", dt::FLOAT, &[18])],
+        13,
+    );
+    let c = ok(&m);
+    let pe = ops(&c, Engine::Pe);
+    let Op::MatMul { c: out, .. } = pe[0] else {
+        panic!("{pe:?}")
+    };
+    assert_eq!(out.stride[2..], [1, 3]);
+    assert!(ops(&c, Engine::Pool).is_empty());
+    assert!(ops(&c, Engine::Dve).is_empty());
+}
+
+#[test]
+fn gemm_bias_and_relu_are_one_activation_in_place() {
+    let m = model(
+        vec![
+            node(
+                "Gemm",
+                &["X", "W", "b"],
+                &["g"],
+                vec![a_i("transB", 1), a_f("beta", 0.5)],
+            ),
+            node("Relu", &["g"], &["r"], vec![]),
+            node("Gemm", &["r", "W2", "b2"], &["Y"], vec![]),
+        ],
+        vec![
+            f32_init("W", &[6, 4], ramp(24, 0.1)),
+            f32_init("b", &[6], ramp(6, 0.1)),
+            f32_init("W2", &[6, 3], ramp(18, 0.1)),
+            f32_init("b2", &[3], ramp(3, 0.1)),
+        ],
+        vec![vi("X", dt::FLOAT, &[5, 4])],
+        vec![vi("Y", dt::FLOAT, &[5, 3])],
+        13,
+    );
+    let c = ok(&m);
+    let act = ops(&c, Engine::Act);
+    assert_eq!(act.len(), 1);
+    let Op::Activation {
+        input,
+        output,
+        bias,
+        func,
+        ..
+    } = act[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(func, ActFunc::Relu);
+    assert!(bias.is_some());
+    assert_eq!(input, output, "in place");
+    // The second Gemm (no activation) accumulates onto its copied bias.
+    assert_eq!(count(&ops(&c, Engine::Pe), "MatMul"), 2);
+}
+
+#[test]
+fn small_integer_powers_avoid_powf() {
+    for (e, want_acts, want_dve) in [
+        (3.0f32, vec![ActFunc::Square], 1usize),
+        (4.0, vec![ActFunc::Square, ActFunc::Square], 0),
+        (-1.0, vec![ActFunc::Reciprocal], 0),
+        (-0.5, vec![ActFunc::Rsqrt], 0),
+    ] {
+        let m = model(
+            vec![node("Pow", &["X", "e"], &["Y"], vec![])],
+            vec![f32_init("e", &[], vec![e])],
+            vec![vi("X", dt::FLOAT, &[3, 4])],
+            vec![vi("Y", dt::FLOAT, &[3, 4])],
+            13,
+        );
+        let c = ok(&m);
+        assert_eq!(acts(&c), want_acts, "x^{e}");
+        assert_eq!(ops(&c, Engine::Dve).len(), want_dve, "x^{e}");
+    }
+}
