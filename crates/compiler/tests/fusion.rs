@@ -435,3 +435,92 @@ fn small_integer_powers_avoid_powf() {
         assert_eq!(ops(&c, Engine::Dve).len(), want_dve, "x^{e}");
     }
 }
+
+#[test]
+fn conv_uses_im2col_scratch_and_its_relu_runs_in_place() {
+    let conv = |k: i64, stride: i64, group: i64, cin: i64, cout: i64| {
+        model(
+            vec![
+                node(
+                    "Conv",
+                    &["X", "W", "b"],
+                    &["c"],
+                    vec![
+                        a_ints("kernel_shape", &[k, k]),
+                        a_ints("strides", &[stride, stride]),
+                        a_i("group", group),
+                    ],
+                ),
+                node("Relu", &["c"], &["r"], vec![]),
+                node("Sigmoid", &["r"], &["Y"], vec![]),
+            ],
+            vec![
+                f32_init(
+                    "W",
+                    &[cout, cin / group, k, k],
+                    ramp((cout * cin / group * k * k) as usize, 0.01),
+                ),
+                f32_init("b", &[cout], ramp(cout as usize, 0.1)),
+            ],
+            vec![vi("X", dt::FLOAT, &[1, cin, 9, 9])],
+            vec![vi(
+                "Y",
+                dt::FLOAT,
+                &[1, cout, (9 - k) / stride + 1, (9 - k) / stride + 1],
+            )],
+            13,
+        )
+    };
+    let workspace = |c: &Compiled| match ops(c, Engine::Pe)[0] {
+        Op::Conv {
+            workspace, bias, ..
+        } => {
+            assert!(bias.is_some(), "the bias stays in the convolution");
+            workspace
+        }
+        ref o => panic!("{o:?}"),
+    };
+    let c = ok(&conv(3, 2, 1, 4, 6));
+    let ws = workspace(&c).expect("im2col scratch");
+    assert_eq!(ws.elements(), 4 * 9 * 4 * 4);
+    let act = ops(&c, Engine::Act);
+    let Op::Activation {
+        input,
+        output,
+        func: ActFunc::Relu,
+        ..
+    } = act[0]
+    else {
+        panic!("{act:?}")
+    };
+    assert_eq!(input, output, "Relu in place over the convolution's output");
+    // Pointwise (the input is the patch matrix) and depthwise: no scratch.
+    assert!(workspace(&ok(&conv(1, 1, 1, 4, 6))).is_none());
+    assert!(workspace(&ok(&conv(3, 1, 4, 4, 4))).is_none());
+    // Two cores: each half of the output channels has its own scratch.
+    let two = CompileOptions {
+        cores: 2,
+        ..Default::default()
+    };
+    let c2 = compile(&conv(3, 1, 1, 4, 6), None, &two).unwrap();
+    let mut scratch = Vec::new();
+    for core in 0..2 {
+        let b = c2.model.block(core, Engine::Pe).unwrap();
+        for (at, i) in decode_block(&b.code, Engine::Pe).unwrap() {
+            if let Op::Conv {
+                workspace: Some(_), ..
+            } = i.op
+            {
+                let field = at + 16 + 4 * 48;
+                let r = b
+                    .relocations
+                    .iter()
+                    .find(|r| r.patch_offset as usize == field)
+                    .expect("workspace relocation");
+                scratch.push((r.mem_ref, r.offset));
+            }
+        }
+    }
+    assert_eq!(scratch.len(), 2);
+    assert_ne!(scratch[0], scratch[1]);
+}
