@@ -4,6 +4,9 @@
 //! test's expected one (|Δ| ≤ 1e-3 + 1e-3·|expected|).
 //!
 //! `cargo run -p nrt-compiler --features kernels-e2e --example kernels_e2e -- NODE_TEST_DIR [FILTER] [CORES]`
+//!
+//! With `NRT_E2E_PROFILE=N`, each passing model is run N more times and the time of every
+//! instruction (kernel only, no device or runtime overhead) is printed, slowest first.
 use nrt_compiler::{CompileOptions, HostTensor, compile, read_tensor_pb};
 use nrt_hal::NUM_ENGINES;
 use nrt_isa::{Op, decode_block};
@@ -107,9 +110,18 @@ fn run(m: &CompiledModel, inputs: &[HostTensor]) -> Result<Vec<Vec<u8>>, String>
                         }
                     }
                     op => {
+                        let t0 = std::time::Instant::now();
                         // SAFETY: see above.
                         unsafe { nrt_kernels::execute(&op, dm, &mut ws) }
                             .map_err(|e| format!("{e:?}"))?;
+                        PROFILE.with(|p| {
+                            let mut p = p.borrow_mut();
+                            let key = (s, pos[s]);
+                            match p.iter_mut().find(|e| e.0 == key) {
+                                Some(e) => e.2 += t0.elapsed().as_secs_f64(),
+                                None => p.push((key, brief(&op), t0.elapsed().as_secs_f64())),
+                            }
+                        });
                     }
                 }
                 if let Some((sem, v)) = ins.sync.signal {
@@ -131,6 +143,25 @@ fn run(m: &CompiledModel, inputs: &[HostTensor]) -> Result<Vec<Vec<u8>>, String>
         }
     }
     Ok(outs)
+}
+
+/// Per instruction `((stream, index), description, seconds)`.
+type Profile = Vec<((usize, usize), String, f64)>;
+
+thread_local! {
+    static PROFILE: std::cell::RefCell<Profile> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn brief(op: &Op) -> String {
+    let mut s = op.name().to_string();
+    let mut op = *op;
+    nrt_compiler::schedule::for_each_ap_mut(&mut op, |ap, _| {
+        s.push_str(&format!(" {:?}/{:?}", ap.shape, ap.stride));
+    });
+    if let Op::Activation { func, .. } = op {
+        s.push_str(&format!(" {func:?}"));
+    }
+    s
 }
 
 fn main() {
@@ -264,6 +295,28 @@ fn main() {
                     if bad.is_some() {
                         break;
                     }
+                }
+                let reps: usize = std::env::var("NRT_E2E_PROFILE")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                if bad.is_none() && reps > 0 {
+                    PROFILE.with(|p| p.borrow_mut().clear());
+                    for _ in 0..reps {
+                        let _ = run(&c.model, &io_in);
+                    }
+                    PROFILE.with(|p| {
+                        let mut p = p.borrow_mut();
+                        let total: f64 = p.iter().map(|e| e.2).sum();
+                        p.sort_by(|a, b| b.2.total_cmp(&a.2));
+                        println!(
+                            "{name}: {:.1} µs per run (kernels)",
+                            total / reps as f64 * 1e6
+                        );
+                        for e in p.iter() {
+                            println!("  {:9.1} µs  {}", e.2 / reps as f64 * 1e6, e.1);
+                        }
+                    });
                 }
                 match bad {
                     None => pass += 1,
