@@ -1213,7 +1213,7 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             if r < 3 {
                 return Err(c.mismatch(format!("pooling of rank-{r} input")));
             }
-            if r > 4 {
+            if r > 5 {
                 return Err(c.e(ErrorKind::UnsupportedOp, format!("{}-D pooling", r - 2)));
             }
             unsupported_outputs(c, 1)?;

@@ -36,6 +36,18 @@ use nrt_isa::{
 use nrt_model::{CompiledModel, ModelBuilder, split_vaddr, vaddr};
 use std::collections::HashMap;
 
+/// The window of one pooled dimension.
+#[derive(Clone, Copy, Debug)]
+struct PoolDim {
+    kernel: usize,
+    stride: usize,
+    dilation: usize,
+    pad_begin: usize,
+    pad_end: usize,
+    /// End padding ceil mode adds (never counted in an average's divisor).
+    ceil_extra: usize,
+}
+
 /// Plan-entry ids from here up name temporaries until the planner places them.
 const TEMP_BASE: u32 = 1 << 20;
 
@@ -1931,6 +1943,11 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
+    /// MaxPool / AveragePool over 1, 2 or 3 spatial dimensions. A 3-D pool is separable:
+    /// a 2-D pool over (H, W) of the `[N, C·D, H, W]` view, then a pool over D of the
+    /// `[N·C, 1, D, OH·OW]` view of that result. Both reductions factor over the dimensions
+    /// (max of maxima; for averages the divisor is a product of per-dimension counts, so
+    /// averaging averages divides by it), whatever the padding counts.
     fn lower_pool(&mut self, ni: usize) -> Result<()> {
         let g = self.g;
         let n = &g.nodes[ni];
@@ -1947,34 +1964,85 @@ impl<'a> Lowerer<'a> {
         let p = infer::window_params(&c, &xv.shape[2..], ks, ceil)?;
         let is_max = n.op == "MaxPool";
         let include_pad = !is_max && n.attr_i("count_include_pad", 0)? != 0;
-        let one_d = xv.shape.len() == 3;
-        let two = |v: &[usize], d: usize| -> [usize; 2] {
-            if v.len() == 1 {
-                [d, v[0]]
-            } else {
-                [v[0], v[1]]
-            }
-        };
-        let xs: Vec<usize> = if one_d {
-            vec![xv.shape[0], xv.shape[1], 1, xv.shape[2]]
-        } else {
-            xv.shape.clone()
-        };
-        let x0 = self.view(n.inputs[0].expect("p"))?;
-        let mut x = View::dense(x0.addr, xv.dtype, &xs);
+        let x = self.view(n.inputs[0].expect("p"))?;
         let y = self.alloc(o0);
-        let ys: Vec<usize> = if one_d {
-            vec![y.shape[0], y.shape[1], 1, y.shape[2]]
-        } else {
-            y.shape.clone()
-        };
-        if ys.contains(&0) {
+        if y.shape.contains(&0) || x.shape.contains(&0) {
             return Ok(());
         }
-        let (mut pb, mut pe) = (two(&p.pad_begin, 0), two(&p.pad_end, 0));
-        let extra = two(&p.ceil_extra, 0);
-        if include_pad && (pb != [0, 0] || pe != [0, 0]) && extra != [0, 0] {
-            // Counted padding but uncounted ceil-mode overhang: materialize the padding.
+        let (nn, ch) = (xv.shape[0], xv.shape[1]);
+        let dim = |k: usize| PoolDim {
+            kernel: p.kernel[k],
+            stride: p.strides[k],
+            dilation: p.dilations[k],
+            pad_begin: p.pad_begin[k],
+            pad_end: p.pad_end[k],
+            ceil_extra: p.ceil_extra[k],
+        };
+        let unit = PoolDim {
+            kernel: 1,
+            stride: 1,
+            dilation: 1,
+            pad_begin: 0,
+            pad_end: 0,
+            ceil_extra: 0,
+        };
+        let sp = &xv.shape[2..];
+        let os = &y.shape[2..];
+        match sp.len() {
+            1 => self.pool2d(
+                &View::dense(x.addr, x.dtype, &[nn, ch, 1, sp[0]]),
+                &View::dense(y.addr, y.dtype, &[nn, ch, 1, os[0]]),
+                [unit, dim(0)],
+                is_max,
+                include_pad,
+            ),
+            2 => self.pool2d(&x, &y, [dim(0), dim(1)], is_max, include_pad),
+            3 => {
+                let mid = [nn, ch * sp[0], os[1], os[2]];
+                let t = View::dense(
+                    self.temp(mid.iter().product::<usize>() * 4),
+                    DType::F32,
+                    &mid,
+                );
+                self.pool2d(
+                    &View::dense(x.addr, x.dtype, &[nn, ch * sp[0], sp[1], sp[2]]),
+                    &t,
+                    [dim(1), dim(2)],
+                    is_max,
+                    include_pad,
+                )?;
+                self.pool2d(
+                    &View::dense(t.addr, t.dtype, &[nn * ch, 1, sp[0], os[1] * os[2]]),
+                    &View::dense(y.addr, y.dtype, &[nn * ch, 1, os[0], os[1] * os[2]]),
+                    [dim(0), unit],
+                    is_max,
+                    include_pad,
+                )
+            }
+            r => Err(c.e(ErrorKind::UnsupportedOp, format!("{r}-D pooling"))),
+        }
+    }
+
+    /// One Pool instruction over dense `[N, C, H, W]` views.
+    fn pool2d(
+        &mut self,
+        x: &View,
+        y: &View,
+        d: [PoolDim; 2],
+        is_max: bool,
+        include_pad: bool,
+    ) -> Result<()> {
+        let mut x = x.clone();
+        let xs = x.shape.clone();
+        let (mut pb, mut pe) = (d.map(|v| v.pad_begin), d.map(|v| v.pad_end));
+        let extra = d.map(|v| v.ceil_extra);
+        let mut count_pad = include_pad;
+        if include_pad && extra != [0, 0] {
+            // Counted padding but uncounted ceil-mode overhang: count only the cells inside
+            // the padded image, the padding made real cells (zeros) when there is any.
+            count_pad = false;
+        }
+        if !count_pad && include_pad && (pb != [0, 0] || pe != [0, 0]) {
             let ps = vec![xs[0], xs[1], xs[2] + pb[0] + pe[0], xs[3] + pb[1] + pe[1]];
             let t = View::dense(self.temp(ps.iter().product::<usize>() * 4), DType::F32, &ps);
             self.fill(Engine::Pool, &t, 0.0)?;
@@ -1987,18 +2055,18 @@ impl<'a> Lowerer<'a> {
             pe = [0, 0];
         }
         let window = Window {
-            kernel: two(&p.kernel, 1).map(|v| v as u32),
-            stride: two(&p.strides, 1).map(|v| v as u32),
+            kernel: d.map(|v| v.kernel as u32),
+            stride: d.map(|v| v.stride as u32),
             pad: [
                 pb[0] as u32,
                 pb[1] as u32,
                 (pe[0] + extra[0]) as u32,
                 (pe[1] + extra[1]) as u32,
             ],
-            dilation: two(&p.dilations, 1).map(|v| v as u32),
+            dilation: d.map(|v| v.dilation as u32),
         };
         let xa = mk_ap(x.addr, x.dtype, &x.shape, &x.strides)?;
-        let ya = mk_ap(y.addr, y.dtype, &ys, &dense_strides(&ys))?;
+        let ya = mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?;
         self.emit(
             0,
             Engine::Pool,
@@ -2007,7 +2075,7 @@ impl<'a> Lowerer<'a> {
                 output: ya,
                 window,
                 op: if is_max { PoolOp::Max } else { PoolOp::Avg },
-                count_include_pad: include_pad,
+                count_include_pad: count_pad,
             },
         );
         Ok(())

@@ -524,3 +524,55 @@ fn conv_uses_im2col_scratch_and_its_relu_runs_in_place() {
     assert_eq!(scratch.len(), 2);
     assert_ne!(scratch[0], scratch[1]);
 }
+
+#[test]
+fn three_d_pooling_is_two_separable_pools() {
+    for op in ["MaxPool", "AveragePool"] {
+        let m = model(
+            vec![node(
+                op,
+                &["X"],
+                &["Y"],
+                vec![
+                    a_ints("kernel_shape", &[2, 3, 3]),
+                    a_ints("strides", &[2, 1, 2]),
+                    a_ints("pads", &[1, 1, 0, 0, 1, 1]),
+                    a_i("ceil_mode", 1),
+                    a_i("count_include_pad", 1),
+                ],
+            )],
+            vec![],
+            vec![vi("X", dt::FLOAT, &[1, 2, 5, 6, 7])],
+            vec![vi("Y", dt::FLOAT, &[1, 2, 3, 6, 4])],
+            19,
+        );
+        let c = ok(&m);
+        let pools: Vec<_> = ops(&c, Engine::Pool)
+            .into_iter()
+            .filter_map(|o| match o {
+                Op::Pool {
+                    input,
+                    output,
+                    window,
+                    ..
+                } => Some((input.shape, output.shape, window.kernel)),
+                _ => None,
+            })
+            .collect();
+        // (D, H, W) pads (1, 0), (1, 1), (0, 1); W's last window overhangs (ceil mode): the
+        // average materializes H and W's counted padding so that overhang is not counted.
+        let first_in = if op == "MaxPool" {
+            [1, 10, 6, 7]
+        } else {
+            [1, 10, 8, 8]
+        };
+        assert_eq!(
+            pools,
+            vec![
+                (first_in, [1, 10, 6, 4], [3, 3]),
+                ([2, 1, 5, 24], [2, 1, 3, 24], [2, 1]),
+            ],
+            "{op}"
+        );
+    }
+}

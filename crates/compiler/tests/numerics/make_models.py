@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Small ONNX models exercising the compiler's fusions and layout handling, for numerical
+checks against ONNX Runtime:
+
+    .venv/bin/python crates/compiler/tests/numerics/make_models.py /tmp/fusions
+    .venv/bin/python scripts/ort_oracle.py /tmp/fusions/*
+    ./target/release/nrt conformance /tmp/fusions
+
+Each model is written as DIR/<name>/model.onnx (ort_oracle.py adds the inputs and ONNX
+Runtime's outputs). `tests/fusion.rs` checks what these patterns lower to; this checks that
+the numbers are right.
+"""
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(11)
+
+
+def f32(name, arr):
+    return numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name)
+
+
+def i64(name, arr):
+    return numpy_helper.from_array(np.asarray(arr, dtype=np.int64), name)
+
+
+def w(name, shape, scale=0.2):
+    return f32(name, scale * RNG.standard_normal(shape))
+
+
+def save(out, name, nodes, inputs, outputs, inits, opset=17):
+    g = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+
+
+def N(op, ins, outs, **kw):
+    return helper.make_node(op, ins, outs, **kw)
+
+
+def gelu_models(out):
+    k = np.sqrt(2 / np.pi)
+    consts = [f32("three", 3.0), f32("c", 0.044715), f32("k", k), f32("one", 1.0),
+              f32("half", 0.5), f32("two", 2.0), w("W", (8, 16)), w("b", (16,), 0.5)]
+    head = [N("MatMul", ["X", "W"], ["mm"]), N("Add", ["b", "mm"], ["f"])]
+    variants = {
+        "gelu_tanh_a": [
+            N("Pow", ["f", "three"], ["x3"]), N("Mul", ["x3", "c"], ["cx3"]),
+            N("Add", ["f", "cx3"], ["in"]), N("Mul", ["in", "k"], ["sc"]),
+            N("Tanh", ["sc"], ["t"]), N("Add", ["t", "one"], ["p"]),
+            N("Mul", ["f", "half"], ["hx"]), N("Mul", ["hx", "p"], ["Y"]),
+        ],
+        "gelu_tanh_b": [
+            N("Mul", ["f", "f"], ["x2"]), N("Mul", ["x2", "f"], ["x3"]),
+            N("Mul", ["c", "x3"], ["cx3"]), N("Add", ["cx3", "f"], ["in"]),
+            N("Mul", ["k", "in"], ["sc"]), N("Tanh", ["sc"], ["t"]),
+            N("Sum", ["one", "t"], ["p"]), N("Mul", ["p", "f"], ["xp"]),
+            N("Mul", ["half", "xp"], ["Y"]),
+        ],
+        "gelu_erf": [
+            N("Sqrt", ["two"], ["s2"]), N("Div", ["f", "s2"], ["d"]), N("Erf", ["d"], ["e"]),
+            N("Add", ["e", "one"], ["p"]), N("Mul", ["f", "p"], ["xp"]),
+            N("Div", ["xp", "two"], ["Y"]),
+        ],
+        # x/1.5 inside erf: not a GELU, computed as written.
+        "erf_near_miss": [
+            N("Div", ["f", "three"], ["d"]), N("Erf", ["d"], ["e"]),
+            N("Add", ["e", "one"], ["p"]), N("Mul", ["f", "p"], ["xp"]),
+            N("Mul", ["xp", "half"], ["Y"]),
+        ],
+    }
+    for name, body in variants.items():
+        save(out, name, head + body, [("X", [4, 8])], [("Y", [4, 16])], consts)
+
+
+def attention(out, scale_op):
+    s, h, heads = 8, 16, 2
+    dh = h // heads
+    nodes, inits = [], [i64("sh", [1, s, heads, dh]), i64("mg", [1, s, h])]
+    for p in "qkv":
+        inits += [w(f"W{p}", (h, h)), w(f"b{p}", (h,))]
+        nodes += [
+            N("MatMul", ["X", f"W{p}"], [f"{p}m"]), N("Add", [f"{p}m", f"b{p}"], [f"{p}l"]),
+            N("Reshape", [f"{p}l", "sh"], [f"{p}r"]),
+            N("Transpose", [f"{p}r"], [f"{p}h"], perm=[0, 2, 1, 3]),
+        ]
+    sc = 1 / np.sqrt(dh) if scale_op == "Mul" else np.sqrt(dh)
+    inits += [f32("sc", sc), w("Wo", (h, h))]
+    nodes += [
+        N("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]),
+        N("MatMul", ["qh", "kt"], ["qk"]), N(scale_op, ["qk", "sc"], ["scores"]),
+        N("Softmax", ["scores"], ["pr"], axis=-1), N("MatMul", ["pr", "vh"], ["ctx"]),
+        N("Transpose", ["ctx"], ["ct"], perm=[0, 2, 1, 3]),
+        N("Reshape", ["ct", "mg"], ["cm"]), N("MatMul", ["cm", "Wo"], ["o"]),
+        N("Add", ["X", "o"], ["Y"]),
+    ]
+    save(out, f"attention_{scale_op.lower()}", nodes, [("X", [1, s, h])], [("Y", [1, s, h])],
+         inits)
+
+
+def layouts(out):
+    # A producer writing the transposed layout, then a reshape into the output.
+    save(out, "transposed_producer", [
+        N("MatMul", ["X", "W"], ["mm"]), N("Transpose", ["mm"], ["t"], perm=[1, 0]),
+        N("Reshape", ["t", "s"], ["Y"]),
+    ], [("X", [3, 4])], [("Y", [18])], [w("W", (4, 6)), i64("s", [18])])
+    # A transposed view reshaped across the transposed dims: a dense copy is needed.
+    save(out, "strided_reshape", [
+        N("Relu", ["X"], ["r"]), N("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+        N("Reshape", ["t", "s"], ["u"]), N("Sigmoid", ["u"], ["Y"]),
+    ], [("X", [2, 3, 4])], [("Y", [2, 12])], [i64("s", [2, 12])])
+    # A value read by a Transpose and an elementwise op: never overwritten in place.
+    save(out, "no_in_place_under_a_view", [
+        N("Relu", ["X"], ["r"]), N("Transpose", ["r"], ["t"], perm=[1, 0]),
+        N("Transpose", ["t"], ["tt"], perm=[1, 0]), N("Add", ["r", "tt"], ["a"]),
+        N("Sum", ["a", "r", "a"], ["Y"]),
+    ], [("X", [4, 4])], [("Y", [4, 4])], [])
+
+
+def gemm_and_pow(out):
+    save(out, "gemm_beta_relu", [
+        N("Gemm", ["X", "W", "b"], ["g"], transB=1, beta=0.5), N("Relu", ["g"], ["r"]),
+        N("Gemm", ["r", "W2", "b2"], ["Y"]),
+    ], [("X", [5, 4])], [("Y", [5, 3])], [w("W", (6, 4)), w("b", (6,)), w("W2", (6, 3)),
+                                          w("b2", (3,))])
+    for e in [3.0, 4.0, -1.0, -0.5]:
+        name = f"pow_{str(e).replace('-', 'm').replace('.', '_')}"
+        save(out, name, [
+            N("Abs", ["X"], ["a"]), N("Add", ["a", "one"], ["p"]),
+            N("Pow", ["p", "e"], ["Y"]),
+        ], [("X", [3, 5])], [("Y", [3, 5])], [f32("one", 1.0), f32("e", e)])
+
+
+def convs(out):
+    for name, (c, o, k, s, g, p) in {
+        "conv_s2": (4, 6, 3, 2, 1, 1),
+        "conv_groups": (4, 6, 3, 1, 2, 0),
+        "conv_depthwise": (4, 4, 3, 1, 4, 1),
+        "conv_pointwise": (4, 6, 1, 1, 1, 0),
+    }.items():
+        hw = 9
+        oh = (hw + 2 * p - k) // s + 1
+        save(out, name, [
+            N("Conv", ["X", "W", "b"], ["c"], kernel_shape=[k, k], strides=[s, s],
+              pads=[p] * 4, group=g),
+            N("Relu", ["c"], ["Y"]),
+        ], [("X", [1, c, hw, hw])], [("Y", [1, o, oh, oh])],
+            [w("W", (o, c // g, k, k)), w("b", (o,))])
+
+
+def pools(out):
+    for op in ["MaxPool", "AveragePool"]:
+        kw = dict(kernel_shape=[2, 3, 3], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1],
+                  ceil_mode=1)
+        if op == "AveragePool":
+            kw["count_include_pad"] = 1
+        save(out, f"{op.lower()}_3d", [N(op, ["X"], ["Y"], **kw)],
+             [("X", [1, 2, 5, 6, 7])], [("Y", [1, 2, 3, 6, 4])], [], opset=19)
+    # Ceil-mode overhang without padding, padding counted: the overhang is not counted.
+    save(out, "avgpool_2d_ceil_count_pad", [
+        N("AveragePool", ["X"], ["Y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1,
+          count_include_pad=1),
+    ], [("X", [1, 2, 6, 6])], [("Y", [1, 2, 3, 3])], [], opset=19)
+    save(out, "lrn", [N("LRN", ["X"], ["Y"], size=5, alpha=0.01, beta=0.6, bias=1.5)],
+         [("X", [1, 6, 5, 5])], [("Y", [1, 6, 5, 5])], [], opset=13)
+
+
+def main():
+    out = sys.argv[1]
+    gelu_models(out)
+    attention(out, "Mul")
+    attention(out, "Div")
+    layouts(out)
+    gemm_and_pow(out)
+    convs(out)
+    pools(out)
+
+
+if __name__ == "__main__":
+    main()
