@@ -314,6 +314,32 @@ fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
     }))
 }
 
+/// BatchNormalization (inference) as a per-channel affine map: `(scale, shift)` with
+/// `scale = gamma/√(var + eps)`, `shift = beta − mean·scale`.
+fn bn_affine(c: &Ctx) -> Result<(Vec<f32>, Vec<f32>)> {
+    let eps = c.n.attr_f("epsilon", 1e-5)?;
+    let mut p = Vec::new();
+    for i in 1..5 {
+        p.push(
+            c.konst(i)
+                .ok_or_else(|| {
+                    c.e(
+                        ErrorKind::UnsupportedOp,
+                        "BatchNormalization needs constant scale, bias, mean and variance",
+                    )
+                })?
+                .to_f32s(),
+        );
+    }
+    let ch = p[0].len();
+    if p.iter().any(|v| v.len() != ch) {
+        return Err(c.e(ErrorKind::ShapeMismatch, "parameters of different lengths"));
+    }
+    let scale: Vec<f32> = (0..ch).map(|i| p[0][i] / (p[3][i] + eps).sqrt()).collect();
+    let shift: Vec<f32> = (0..ch).map(|i| p[1][i] - p[2][i] * scale[i]).collect();
+    Ok((scale, shift))
+}
+
 struct Lowerer<'a> {
     g: &'a Graph,
     b: ModelBuilder,
@@ -846,28 +872,14 @@ impl<'a> Lowerer<'a> {
                 }
             }
             "BatchNormalization" => {
-                let xv = c.input(0)?;
-                let eps = n.attr_f("epsilon", 1e-5)?;
-                let mut p = Vec::new();
-                for i in 1..5 {
-                    p.push(
-                        c.konst(i)
-                            .ok_or_else(|| {
-                                c.e(
-                                    ErrorKind::UnsupportedOp,
-                                    "BatchNormalization needs constant scale, bias, mean and variance",
-                                )
-                            })?
-                            .to_f32s(),
-                    );
-                }
-                let ch = xv.shape[1];
-                let scale: Vec<f32> = (0..ch).map(|i| p[0][i] / (p[3][i] + eps).sqrt()).collect();
-                let shift: Vec<f32> = (0..ch).map(|i| p[1][i] - p[2][i] * scale[i]).collect();
+                // y = x·scale[c] + shift[c]: the per-channel product on DVE, then the shift
+                // (and a following activation) as one ACT pass in place.
+                let (scale, shift) = bn_affine(&c)?;
+                let ch = scale.len();
                 let sa = self.add_const(&HostTensor::f32(vec![ch], scale));
                 let sb = self.add_const(&HostTensor::f32(vec![ch], shift));
-                let x = self.view(n.inputs[0].expect("p"))?;
-                let y = self.alloc(o0);
+                let xi = n.inputs[0].expect("p");
+                let x = self.sview(xi)?;
                 let mut cs = vec![0i64; oshape.len()];
                 cs[1] = 1;
                 let av = View {
@@ -882,13 +894,29 @@ impl<'a> Lowerer<'a> {
                     shape: oshape.clone(),
                     strides: cs,
                 };
+                let act = self.sole_consumer(o0).and_then(|j| {
+                    let cj = Ctx { g, n: &g.nodes[j] };
+                    act_of(&cj).ok().flatten().map(|f| (j, f))
+                });
+                let y = self.alloc_over(xi, &[ni], o0)?;
                 self.emit_nd(0, Engine::Dve, &[&x, &av, &y], |a| Op::Binary {
                     a: a[0],
                     b: a[1],
                     out: a[2],
                     op: BinaryOp::Mul,
                 })?;
-                self.activation(&y, &y, Some(&bv), (ActFunc::Identity, 0.0, 0.0), 1.0)?;
+                match act {
+                    Some((j, f)) => {
+                        let oj = self.out(j, 0)?;
+                        let z = self.alloc_over(o0, &[j], oj)?;
+                        self.activation(&y, &z, Some(&bv), f, 1.0)?;
+                        self.skip[j] = true;
+                        self.finish_value(oj)?;
+                    }
+                    None => {
+                        self.activation(&y, &y, Some(&bv), (ActFunc::Identity, 0.0, 0.0), 1.0)?
+                    }
+                }
             }
             "LRN" => self.lower_lrn(ni)?,
             "Conv" => self.lower_conv(ni)?,
@@ -1765,14 +1793,59 @@ impl<'a> Lowerer<'a> {
         let group = n.attr_i("group", 1)? as u32;
         let p = infer::window_params(&c, &xv.shape[2..], wv.shape[2..].to_vec(), false)?;
         let x = self.view(n.inputs[0].expect("p"))?;
-        let w = self.view(n.inputs[1].expect("p"))?;
-        let bias = match n.inputs.get(2).copied().flatten() {
-            Some(b) => Some(self.view(b)?),
+        // A BatchNormalization that only this convolution feeds folds into its constant
+        // weights and bias: w'[o] = w[o]·scale[o], b'[o] = b[o]·scale[o] + shift[o].
+        let bn = self.sole_consumer(o0).filter(|&j| {
+            g.nodes[j].op == "BatchNormalization"
+                && !self.skip[j]
+                && c.konst(1).is_some()
+                && n.inputs
+                    .get(2)
+                    .copied()
+                    .flatten()
+                    .is_none_or(|_| c.konst(2).is_some())
+        });
+        let folded = match bn {
+            Some(j) => {
+                let cj = Ctx { g, n: &g.nodes[j] };
+                let (scale, shift) = bn_affine(&cj)?;
+                let wt = c.konst(1).expect("checked");
+                let o = wv.shape[0];
+                if scale.len() != o {
+                    return Err(c.e(ErrorKind::ShapeMismatch, "BatchNormalization channels"));
+                }
+                let per = wv.elements() / o.max(1);
+                let mut wf = wt.to_f32s();
+                for (i, v) in wf.iter_mut().enumerate() {
+                    *v *= scale[i / per];
+                }
+                let b0 = c.konst(2).map_or(vec![0.0; o], |t| t.to_f32s());
+                let bf: Vec<f32> = (0..o).map(|i| b0[i] * scale[i] + shift[i]).collect();
+                let wa = self.add_const(&HostTensor::f32(wv.shape.clone(), wf));
+                let ba = self.add_const(&HostTensor::f32(vec![o], bf));
+                self.skip[j] = true;
+                Some((
+                    j,
+                    View::dense(wa, DType::F32, &wv.shape),
+                    View::dense(ba, DType::F32, &[o]),
+                ))
+            }
             None => None,
         };
-        let y = self.alloc(o0);
+        let (w, bias, target) = match folded {
+            Some((j, w, b)) => (w, Some(b), self.out(j, 0)?),
+            None => (
+                self.view(n.inputs[1].expect("p"))?,
+                match n.inputs.get(2).copied().flatten() {
+                    Some(b) => Some(self.view(b)?),
+                    None => None,
+                },
+                o0,
+            ),
+        };
+        let y = self.alloc(target);
         if y.shape.contains(&0) {
-            return Ok(());
+            return self.finish_fused_target(target, o0);
         }
         let to4 = |s: &[usize]| -> Vec<usize> {
             if s.len() == 3 {
@@ -1805,7 +1878,7 @@ impl<'a> Lowerer<'a> {
             dilation: two(&p.dilations, 1),
         };
         self.conv_op(xa, wa, ya, ba, window, group);
-        Ok(())
+        self.finish_fused_target(target, o0)
     }
 
     fn lower_conv_transpose(&mut self, ni: usize) -> Result<()> {

@@ -576,3 +576,56 @@ fn three_d_pooling_is_two_separable_pools() {
         );
     }
 }
+
+#[test]
+fn batch_norm_folds_into_its_convolution_and_fuses_its_relu() {
+    let bn_inits = |p: &str, ch: i64| {
+        vec![
+            f32_init(&format!("{p}s"), &[ch], ramp(ch as usize, 0.1)),
+            f32_init(&format!("{p}b"), &[ch], ramp(ch as usize, 0.2)),
+            f32_init(&format!("{p}m"), &[ch], ramp(ch as usize, 0.05)),
+            f32_init(&format!("{p}v"), &[ch], vec![0.5; ch as usize]),
+        ]
+    };
+    let bn = |x: &str, p: &str, y: &str| {
+        node(
+            "BatchNormalization",
+            &[
+                x,
+                &format!("{p}s"),
+                &format!("{p}b"),
+                &format!("{p}m"),
+                &format!("{p}v"),
+            ],
+            &[y],
+            vec![],
+        )
+    };
+    let mut inits = vec![f32_init("W", &[4, 3, 3, 3], ramp(108, 0.01))];
+    inits.extend(bn_inits("a", 4));
+    inits.extend(bn_inits("c", 4));
+    let m = model(
+        vec![
+            node(
+                "Conv",
+                &["X", "W"],
+                &["c"],
+                vec![a_ints("pads", &[1, 1, 1, 1])],
+            ),
+            bn("c", "a", "n"),
+            node("Relu", &["n"], &["r"], vec![]),
+            // Not after a convolution: product on DVE, shift + Relu as one ACT pass.
+            bn("r", "c", "n2"),
+            node("Relu", &["n2"], &["Y"], vec![]),
+        ],
+        inits,
+        vec![vi("X", dt::FLOAT, &[1, 3, 6, 6])],
+        vec![vi("Y", dt::FLOAT, &[1, 4, 6, 6])],
+        13,
+    );
+    let c = ok(&m);
+    let pe = ops(&c, Engine::Pe);
+    assert!(matches!(pe[0], Op::Conv { bias: Some(_), .. }), "{pe:?}");
+    assert_eq!(acts(&c), vec![ActFunc::Relu, ActFunc::Relu]);
+    assert_eq!(ops(&c, Engine::Dve).len(), 1, "one per-channel product");
+}

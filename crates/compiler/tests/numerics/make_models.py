@@ -162,6 +162,25 @@ def convs(out):
             [w("W", (o, c // g, k, k)), w("b", (o,))])
 
 
+def batch_norms(out):
+    def bn(p, ch):
+        return [w(f"{p}s", (ch,), 1.0), w(f"{p}b", (ch,)), w(f"{p}m", (ch,)),
+                f32(f"{p}v", 0.5 + RNG.random(ch))]
+    # Folded into the convolution (with and without a conv bias), then BN + Relu alone.
+    save(out, "conv_bn_relu", [
+        N("Conv", ["X", "W", "cb"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        N("BatchNormalization", ["c", "as", "ab", "am", "av"], ["n"]),
+        N("Relu", ["n"], ["r"]),
+        N("Conv", ["r", "W2"], ["c2"], kernel_shape=[1, 1]),
+        N("BatchNormalization", ["c2", "bs", "bb", "bm", "bv"], ["n2"]),
+        N("BatchNormalization", ["n2", "cs", "cb2", "cm", "cv"], ["n3"]),
+        N("Relu", ["n3"], ["Y"]),
+    ], [("X", [1, 3, 6, 6])], [("Y", [1, 5, 6, 6])],
+        [w("W", (4, 3, 3, 3)), w("cb", (4,)), w("W2", (5, 4, 1, 1))]
+        + bn("a", 4) + bn("b", 5) + [w("cs", (5,), 1.0), w("cb2", (5,)), w("cm", (5,)),
+                                     f32("cv", 0.5 + RNG.random(5))], opset=13)
+
+
 def pools(out):
     for op in ["MaxPool", "AveragePool"]:
         kw = dict(kernel_shape=[2, 3, 3], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1],
@@ -187,6 +206,7 @@ def main():
     layouts(out)
     gemm_and_pow(out)
     convs(out)
+    batch_norms(out)
     pools(out)
 
 
