@@ -140,7 +140,10 @@ fn binary(op: &str, a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Option<H
     let sb = broadcast_strides(&b.shape, shape);
     let va = view(a, shape, 0, &sa);
     let vb = view(b, shape, 0, &sb);
-    let cmp = matches!(op, "Equal" | "Less" | "Greater");
+    let cmp = matches!(
+        op,
+        "Equal" | "Less" | "Greater" | "GreaterOrEqual" | "LessOrEqual"
+    );
     Some(match (&va.data, &vb.data) {
         (Data::F32(x), Data::F32(y)) if !cmp => {
             let f: fn(f32, f32) -> f32 = match op {
@@ -171,12 +174,16 @@ fn binary(op: &str, a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Option<H
                         match op {
                             "Equal" => x[i] == y[i],
                             "Less" => x[i] < y[i],
+                            "GreaterOrEqual" => x[i] >= y[i],
+                            "LessOrEqual" => x[i] <= y[i],
                             _ => x[i] > y[i],
                         }
                     } else {
                         match op {
                             "Equal" => xi[i] == yi[i],
                             "Less" => xi[i] < yi[i],
+                            "GreaterOrEqual" => xi[i] >= yi[i],
+                            "LessOrEqual" => xi[i] <= yi[i],
                             _ => xi[i] > yi[i],
                         }
                     };
@@ -253,9 +260,8 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
             });
             one(HostTensor::from_f64s(x.dtype, x.shape.clone(), v))
         }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "And" | "Or" => {
-            Ok(binary(op, k(0), k(1), &o0.shape).map(|t| vec![t]))
-        }
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "GreaterOrEqual"
+        | "LessOrEqual" | "And" | "Or" => Ok(binary(op, k(0), k(1), &o0.shape).map(|t| vec![t])),
         "Max" | "Min" | "Sum" => {
             let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
             let mut acc = vals[0].clone();

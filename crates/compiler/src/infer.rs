@@ -47,11 +47,13 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GlobalAveragePool",
     "GlobalMaxPool",
     "Greater",
+    "GreaterOrEqual",
     "HardSigmoid",
     "Identity",
     "LayerNormalization",
     "LeakyRelu",
     "Less",
+    "LessOrEqual",
     "Log",
     "LogSoftmax",
     "LRN",
@@ -67,10 +69,15 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Pow",
     "Range",
     "Reciprocal",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
     "ReduceMax",
     "ReduceMean",
     "ReduceMin",
     "ReduceSum",
+    "ReduceSumSquare",
     "Relu",
     "Reshape",
     "Resize",
@@ -87,6 +94,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Sum",
     "Tanh",
     "Transpose",
+    "Trilu",
     "Unsqueeze",
     "Where",
 ];
@@ -936,14 +944,18 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             };
             vec![konst(t)]
         }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "And" | "Or" => {
+        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "GreaterOrEqual"
+        | "LessOrEqual" | "And" | "Or" => {
             let a = c.input(0)?;
             let b = c.input(1)?;
             if op != "Pow" {
                 elementwise_dtype_check(c, &[a, b])?;
             }
             let s = broadcast_all(c, &[a, b])?;
-            let d = if matches!(op, "Equal" | "Less" | "Greater") {
+            let d = if matches!(
+                op,
+                "Equal" | "Less" | "Greater" | "GreaterOrEqual" | "LessOrEqual"
+            ) {
                 DType::Bool
             } else {
                 a.dtype
@@ -1011,6 +1023,18 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 outs.push(konst(ones));
             }
             outs
+        }
+        "Trilu" => {
+            let x = c.input(0)?;
+            if x.shape.len() < 2 {
+                return Err(c.mismatch(format!("Trilu of a rank-{} input", x.shape.len())));
+            }
+            if let Some(k) = c.const_ints(1, "k")?
+                && k.len() != 1
+            {
+                return Err(c.bad_attr(format!("k has {} values (one expected)", k.len())));
+            }
+            vec![out(x.dtype, x.shape.clone())]
         }
         "LRN" => {
             let x = c.input(0)?;
@@ -1243,7 +1267,8 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             s.resize(x.shape.len(), 1);
             vec![out(x.dtype, s)]
         }
-        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceL1" | "ReduceL2"
+        | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => {
             let x = c.input(0)?;
             let keep = n.attr_i("keepdims", 1)? != 0;
             let s = match reduce_axes(c, x.shape.len())? {
@@ -1624,6 +1649,11 @@ fn check_device_dtypes(c: &Ctx) -> Result<()> {
             | "GlobalAveragePool"
             | "GlobalMaxPool"
             | "ReduceMean"
+            | "ReduceL1"
+            | "ReduceL2"
+            | "ReduceSumSquare"
+            | "ReduceLogSum"
+            | "ReduceLogSumExp"
             | "Resize"
             | "Pow"
     );
@@ -1654,6 +1684,8 @@ fn check_device_dtypes(c: &Ctx) -> Result<()> {
             | "Equal"
             | "Less"
             | "Greater"
+            | "GreaterOrEqual"
+            | "LessOrEqual"
             | "Pow"
     );
     if elementwise && matches!(x.dtype, DType::U64 | DType::Bool) {

@@ -705,7 +705,9 @@ impl<'a> Lowerer<'a> {
                 self.copy(Engine::Dve, &src, &dst)?;
             }
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Max" | "Min" | "Sum" | "Equal" | "Less"
-            | "Greater" | "And" | "Or" => self.lower_binary(ni)?,
+            | "Greater" | "GreaterOrEqual" | "LessOrEqual" | "And" | "Or" => {
+                self.lower_binary(ni)?
+            }
             "Where" => {
                 let cond = self.view(n.inputs[0].expect("p"))?.broadcast(&oshape);
                 let a = self.view(n.inputs[1].expect("p"))?.broadcast(&oshape);
@@ -918,6 +920,33 @@ impl<'a> Lowerer<'a> {
                     }
                 }
             }
+            "Trilu" => {
+                // Select through a constant triangular mask (broadcast over the batch).
+                let xv = c.input(0)?;
+                let r = xv.shape.len();
+                let (rows, cols) = (xv.shape[r - 2], xv.shape[r - 1]);
+                let k = c.const_ints(1, "k")?.map_or(0, |v| v[0]);
+                let upper = n.attr_i("upper", 1)? != 0;
+                let mask: Vec<i64> = (0..rows * cols)
+                    .map(|e| {
+                        let d = (e % cols) as i64 - (e / cols) as i64;
+                        i64::from(if upper { d >= k } else { d <= k })
+                    })
+                    .collect();
+                let m = self.add_const(&HostTensor::ints(DType::Bool, vec![rows, cols], mask));
+                let mv = View::dense(m, DType::Bool, &[rows, cols]).broadcast(&oshape);
+                let zero = HostTensor::from_f64s(odt, vec![1], std::iter::once(0.0));
+                let z = self.add_const(&zero);
+                let zv = View::dense(z, odt, &[1]).broadcast(&oshape);
+                let x = self.sview(n.inputs[0].expect("p"))?;
+                let y = self.alloc_any(o0)?;
+                self.emit_nd(0, Engine::Dve, &[&mv, &x, &zv, &y], |a| Op::Select {
+                    cond: a[0],
+                    a: a[1],
+                    b: a[2],
+                    out: a[3],
+                })?;
+            }
             "LRN" => self.lower_lrn(ni)?,
             "Conv" => self.lower_conv(ni)?,
             "ConvTranspose" => self.lower_conv_transpose(ni)?,
@@ -953,7 +982,8 @@ impl<'a> Lowerer<'a> {
                     );
                 }
             }
-            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => self.lower_reduce(ni)?,
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceL1" | "ReduceL2"
+            | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => self.lower_reduce(ni)?,
             "Transpose" => {
                 // A permuted view; consumers that need dense data copy it (once).
                 let xv = c.input(0)?;
@@ -1140,11 +1170,13 @@ impl<'a> Lowerer<'a> {
             "Max" => BinaryOp::Max,
             "Min" => BinaryOp::Min,
             "Equal" => BinaryOp::Equal,
-            "Less" => BinaryOp::Less,
-            "Greater" => BinaryOp::Greater,
+            "Greater" | "GreaterOrEqual" => BinaryOp::Greater,
+            "Less" | "LessOrEqual" => BinaryOp::Less,
             "And" => BinaryOp::And,
             _ => BinaryOp::Or,
         };
+        // a ≥ b is (a > b) ∨ (a = b): false with a NaN, like the operator.
+        let or_equal = matches!(op, "GreaterOrEqual" | "LessOrEqual");
         let ins: Vec<ValueId> = n.inputs.iter().flatten().copied().collect();
         // Types the DVE does not compute go through a wider one and back.
         let wide = |d: DType| match d {
@@ -1193,6 +1225,9 @@ impl<'a> Lowerer<'a> {
                     op: bop,
                 }
             })?;
+            if or_equal {
+                self.or_equal(&views[0], &views[1], &acc)?;
+            }
             for v in &views[2..] {
                 self.emit_nd(0, Engine::Dve, &[&acc, v, &acc], |a| Op::Binary {
                     a: a[0],
@@ -1301,7 +1336,7 @@ impl<'a> Lowerer<'a> {
         let _ = c;
         let first = self.sview(ins[0])?.broadcast(&oshape);
         let second = self.sview(ins[1])?.broadcast(&oshape);
-        let y = if ins.len() == 2 {
+        let y = if ins.len() == 2 && !or_equal {
             // In place over an operand of the output's shape that nothing else reads.
             match self.in_place(ins[0], &[ni], o0) {
                 Some(y) => y,
@@ -1316,6 +1351,9 @@ impl<'a> Lowerer<'a> {
             out: a[2],
             op: bop,
         })?;
+        if or_equal {
+            return self.or_equal(&first, &second, &y);
+        }
         for &v in &ins[2..] {
             let x = self.view(v)?.broadcast(&oshape);
             self.emit_nd(0, Engine::Dve, &[&y, &x, &y], |a| Op::Binary {
@@ -1326,6 +1364,27 @@ impl<'a> Lowerer<'a> {
             })?;
         }
         Ok(())
+    }
+
+    /// `y ∨= (a = b)` for a boolean `y` of `a` and `b`'s (broadcast) shape.
+    fn or_equal(&mut self, a: &View, b: &View, y: &View) -> Result<()> {
+        let eq = View::dense(
+            self.temp(y.shape.iter().product::<usize>()),
+            DType::Bool,
+            &y.shape,
+        );
+        self.emit_nd(0, Engine::Dve, &[a, b, &eq], |x| Op::Binary {
+            a: x[0],
+            b: x[1],
+            out: x[2],
+            op: BinaryOp::Equal,
+        })?;
+        self.emit_nd(0, Engine::Dve, &[y, &eq, y], |x| Op::Binary {
+            a: x[0],
+            b: x[1],
+            out: x[2],
+            op: BinaryOp::Or,
+        })
     }
 
     /// Emits one MatMul, split between the cores (N, else M) when there are two.
@@ -2217,16 +2276,85 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let x = self.view(n.inputs[0].expect("p"))?;
         let y = self.alloc(o0);
-        let Some(axes) = infer::reduce_axes(&c, xv.shape.len())? else {
-            return self.copy(Engine::Pool, &x, &View::dense(y.addr, y.dtype, &xv.shape));
-        };
+        let axes = infer::reduce_axes(&c, xv.shape.len())?;
         let rop = match n.op.as_str() {
             "ReduceMean" => ReduceOp::Mean,
-            "ReduceSum" => ReduceOp::Sum,
             "ReduceMax" => ReduceOp::Max,
-            _ => ReduceOp::Min,
+            "ReduceMin" => ReduceOp::Min,
+            _ => ReduceOp::Sum,
         };
-        if xv.elements() == 0 {
+        let f = |f: ActFunc| (f, 0.0, 0.0);
+        // The composite reductions: an elementwise map before the sum, one after.
+        let (pre, post) = match n.op.as_str() {
+            "ReduceL1" => (Some(f(ActFunc::Abs)), None),
+            "ReduceL2" => (Some(f(ActFunc::Square)), Some(f(ActFunc::Sqrt))),
+            "ReduceSumSquare" => (Some(f(ActFunc::Square)), None),
+            "ReduceLogSum" => (None, Some(f(ActFunc::Log))),
+            "ReduceLogSumExp" => {
+                // max + ln Σ exp(x − max), the max kept for broadcasting.
+                let mut kept = xv.shape.clone();
+                if let Some(a) = &axes {
+                    for &i in a {
+                        kept[i] = 1;
+                    }
+                }
+                let mv = View::dense(
+                    self.temp(kept.iter().product::<usize>() * 4),
+                    DType::F32,
+                    &kept,
+                );
+                self.reduce(&c, &x, &mv, axes.as_deref(), ReduceOp::Max)?;
+                let d = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
+                let mb = mv.broadcast(&xv.shape);
+                self.emit_nd(0, Engine::Dve, &[&x, &mb, &d], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: BinaryOp::Sub,
+                })?;
+                self.activation(&d, &d, None, f(ActFunc::Exp), 1.0)?;
+                self.reduce(&c, &d, &y, axes.as_deref(), ReduceOp::Sum)?;
+                self.activation(&y, &y, None, f(ActFunc::Log), 1.0)?;
+                let m = View::dense(mv.addr, mv.dtype, &y.shape);
+                return self.emit_nd(0, Engine::Dve, &[&y, &m, &y], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: BinaryOp::Add,
+                });
+            }
+            _ => (None, None),
+        };
+        let src = match pre {
+            Some(pf) => {
+                let t = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
+                self.activation(&x, &t, None, pf, 1.0)?;
+                t
+            }
+            None => x,
+        };
+        self.reduce(&c, &src, &y, axes.as_deref(), rop)?;
+        if let Some(pf) = post {
+            self.activation(&y, &y, None, pf, 1.0)?;
+        }
+        Ok(())
+    }
+
+    /// Reduces dense `x` over `axes` (`None`: a copy) into dense `y` (same elements as the
+    /// kept dimensions).
+    fn reduce(
+        &mut self,
+        c: &Ctx,
+        x: &View,
+        y: &View,
+        axes: Option<&[usize]>,
+        rop: ReduceOp,
+    ) -> Result<()> {
+        let Some(axes) = axes else {
+            return self.copy(Engine::Pool, x, &View::dense(y.addr, y.dtype, &x.shape));
+        };
+        let xs = x.shape.clone();
+        if xs.iter().product::<usize>() == 0 {
             if y.shape.iter().product::<usize>() > 0 {
                 let v = match rop {
                     ReduceOp::Max => f64::NEG_INFINITY,
@@ -2234,13 +2362,13 @@ impl<'a> Lowerer<'a> {
                     ReduceOp::Mean => f64::NAN,
                     ReduceOp::Sum => 0.0,
                 };
-                self.fill(Engine::Pool, &y, v)?;
+                self.fill(Engine::Pool, y, v)?;
             }
             return Ok(());
         }
         // Groups of consecutive dims, reduced or kept (size-1 dims dropped).
         let mut groups: Vec<(usize, bool)> = Vec::new();
-        for (i, &d) in xv.shape.iter().enumerate() {
+        for (i, &d) in xs.iter().enumerate() {
             if d == 1 {
                 continue;
             }
@@ -2251,7 +2379,7 @@ impl<'a> Lowerer<'a> {
             }
         }
         if !groups.iter().any(|g| g.1) {
-            return self.copy(Engine::Pool, &x, &View::dense(y.addr, y.dtype, &xv.shape));
+            return self.copy(Engine::Pool, x, &View::dense(y.addr, y.dtype, &xs));
         }
         // Loop over a leading kept group when there are more than four.
         let (loops, groups) = if groups.len() > 4 {

@@ -629,3 +629,65 @@ fn batch_norm_folds_into_its_convolution_and_fuses_its_relu() {
     assert_eq!(acts(&c), vec![ActFunc::Relu, ActFunc::Relu]);
     assert_eq!(ops(&c, Engine::Dve).len(), 1, "one per-channel product");
 }
+
+fn unary_model(op: &str, attrs: Vec<nrt_compiler::onnx::AttributeProto>, opset: i64) -> Vec<u8> {
+    model(
+        vec![node(op, &["X"], &["Y"], attrs)],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[3, 4])],
+        vec![vi("Y", dt::FLOAT, &[3, 4])],
+        opset,
+    )
+}
+
+#[test]
+fn composite_reductions_map_reduce_and_map() {
+    for (op, want) in [
+        ("ReduceL1", vec![ActFunc::Abs]),
+        ("ReduceL2", vec![ActFunc::Square, ActFunc::Sqrt]),
+        ("ReduceSumSquare", vec![ActFunc::Square]),
+        ("ReduceLogSum", vec![ActFunc::Log]),
+        ("ReduceLogSumExp", vec![ActFunc::Exp, ActFunc::Log]),
+    ] {
+        let m = model(
+            vec![node(op, &["X"], &["Y"], vec![a_ints("axes", &[1])])],
+            vec![],
+            vec![vi("X", dt::FLOAT, &[3, 4])],
+            vec![vi("Y", dt::FLOAT, &[3, 1])],
+            13,
+        );
+        let c = ok(&m);
+        assert_eq!(acts(&c), want, "{op}");
+        let reduces = count(&ops(&c, Engine::Pool), "Reduce");
+        assert_eq!(reduces, if op == "ReduceLogSumExp" { 2 } else { 1 }, "{op}");
+    }
+}
+
+#[test]
+fn or_equal_comparisons_and_trilu() {
+    for op in ["GreaterOrEqual", "LessOrEqual"] {
+        let m = model(
+            vec![node(op, &["X", "Z"], &["Y"], vec![])],
+            vec![],
+            vec![vi("X", dt::FLOAT, &[3, 4]), vi("Z", dt::FLOAT, &[4])],
+            vec![vi("Y", dt::BOOL, &[3, 4])],
+            16,
+        );
+        let c = ok(&m);
+        let kinds: Vec<String> = ops(&c, Engine::Dve)
+            .iter()
+            .map(|o| match o {
+                Op::Binary { op, .. } => format!("{op:?}"),
+                o => o.name().to_string(),
+            })
+            .collect();
+        let first = if op == "GreaterOrEqual" {
+            "Greater"
+        } else {
+            "Less"
+        };
+        assert_eq!(kinds, vec![first, "Equal", "Or"], "{op}");
+    }
+    let c = ok(&unary_model("Trilu", vec![a_i("upper", 0)], 14));
+    assert_eq!(count(&ops(&c, Engine::Dve), "Select"), 1);
+}
