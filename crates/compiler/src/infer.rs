@@ -21,6 +21,8 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Abs",
     "Add",
     "And",
+    "ArgMax",
+    "ArgMin",
     "AveragePool",
     "BatchNormalization",
     "Cast",
@@ -48,6 +50,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
+    "Hardmax",
     "HardSigmoid",
     "Identity",
     "LayerNormalization",
@@ -1023,6 +1026,37 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 outs.push(konst(ones));
             }
             outs
+        }
+        "ArgMax" | "ArgMin" => {
+            let x = c.input(0)?;
+            if !matches!(x.dtype, DType::F32 | DType::I32 | DType::I64) {
+                return Err(c.e(
+                    ErrorKind::UnsupportedDType,
+                    format!(
+                        "input '{}' is {}; f32, i32 and i64 are supported",
+                        x.name, x.dtype
+                    ),
+                ));
+            }
+            let r = x.shape.len();
+            let axis = c.norm_axis(n.attr_i("axis", 0)?, r)?;
+            if x.shape.get(axis) == Some(&0) {
+                return Err(c.mismatch("arg-reduction over an empty axis"));
+            }
+            let mut s = x.shape.clone();
+            if n.attr_i("keepdims", 1)? != 0 {
+                s[axis] = 1;
+            } else {
+                s.remove(axis);
+            }
+            vec![out(DType::I64, s)]
+        }
+        "Hardmax" => {
+            let x = c.input(0)?;
+            require_float(c, x)?;
+            let def = if c.opset() >= 13 { -1 } else { 1 };
+            c.norm_axis(n.attr_i("axis", def)?, x.shape.len())?;
+            vec![out(x.dtype, x.shape.clone())]
         }
         "Trilu" => {
             let x = c.input(0)?;

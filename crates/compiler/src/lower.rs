@@ -920,6 +920,8 @@ impl<'a> Lowerer<'a> {
                     }
                 }
             }
+            "ArgMax" | "ArgMin" => self.lower_arg_reduce(ni)?,
+            "Hardmax" => self.lower_hardmax(ni)?,
             "Trilu" => {
                 // Select through a constant triangular mask (broadcast over the batch).
                 let xv = c.input(0)?;
@@ -2266,6 +2268,135 @@ impl<'a> Lowerer<'a> {
             out: a[2],
             op: BinaryOp::Mul,
         })
+    }
+
+    /// ArgMax / ArgMin along one axis.
+    fn lower_arg_reduce(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+        let last = n.attr_i("select_last_index", 0)? != 0;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        if xv.elements() == 0 {
+            return Ok(());
+        }
+        let mut kept = xv.shape.clone();
+        kept[axis] = 1;
+        let out = View::dense(y.addr, y.dtype, &kept);
+        self.arg_index(&c, &x, axis, last, n.op == "ArgMax", &out)
+    }
+
+    /// Hardmax: 1 at the first maximum along the axis (of the 2-D `[outer, inner]` view
+    /// before opset 13), 0 elsewhere.
+    fn lower_hardmax(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let r = xv.shape.len();
+        let axis = c.norm_axis(n.attr_i("axis", if c.opset() >= 13 { -1 } else { 1 })?, r)?;
+        let shape = if c.opset() >= 13 {
+            xv.shape.clone()
+        } else {
+            vec![
+                xv.shape[..axis].iter().product(),
+                xv.shape[axis..].iter().product(),
+            ]
+        };
+        let axis = if c.opset() >= 13 { axis } else { 1 };
+        let x0 = self.view(n.inputs[0].expect("p"))?;
+        let y0 = self.alloc(o0);
+        let total = xv.elements();
+        if total == 0 {
+            return Ok(());
+        }
+        let x = View::dense(x0.addr, x0.dtype, &shape);
+        let y = View::dense(y0.addr, y0.dtype, &shape);
+        let mut kept = shape.clone();
+        kept[axis] = 1;
+        let idx = View::dense(
+            self.temp(kept.iter().product::<usize>() * 8),
+            DType::I64,
+            &kept,
+        );
+        self.arg_index(&c, &x, axis, false, true, &idx)?;
+        let rv = self.index_ramp(&shape, axis);
+        let eq = View::dense(self.temp(total), DType::Bool, &shape);
+        let ib = idx.broadcast(&shape);
+        self.emit_nd(0, Engine::Dve, &[&rv, &ib, &eq], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: BinaryOp::Equal,
+        })?;
+        self.copy(Engine::Dve, &eq, &y)
+    }
+
+    /// `[0, 1, …]` along `axis` of `shape` (a constant, broadcast over the other dims).
+    fn index_ramp(&mut self, shape: &[usize], axis: usize) -> View {
+        let len = shape[axis];
+        let ramp = self.add_const(&HostTensor::ints(
+            DType::I64,
+            vec![len],
+            (0..len as i64).collect(),
+        ));
+        let mut st = vec![0i64; shape.len()];
+        st[axis] = 1;
+        View {
+            addr: ramp,
+            dtype: DType::I64,
+            shape: shape.to_vec(),
+            strides: st,
+        }
+    }
+
+    /// The index of the extreme (max, else min) of dense `x` along `axis` into `out` (i64,
+    /// `x`'s shape with 1 at `axis`): the extreme (Reduce, kept dims), where each element
+    /// equals it (DVE), those elements' indices with the others replaced by a sentinel
+    /// (Select from a constant index ramp), and the smallest index (largest with `last`).
+    fn arg_index(
+        &mut self,
+        c: &Ctx,
+        x: &View,
+        axis: usize,
+        last: bool,
+        max: bool,
+        out: &View,
+    ) -> Result<()> {
+        let shape = x.shape.clone();
+        let total: usize = shape.iter().product();
+        let mut kept = shape.clone();
+        kept[axis] = 1;
+        let kn: usize = kept.iter().product();
+        let m = View::dense(self.temp(kn * x.dtype.size()), x.dtype, &kept);
+        let extreme = if max { ReduceOp::Max } else { ReduceOp::Min };
+        self.reduce(c, x, &m, Some(&[axis]), extreme)?;
+        let eq = View::dense(self.temp(total), DType::Bool, &shape);
+        let mb = m.broadcast(&shape);
+        self.emit_nd(0, Engine::Dve, &[x, &mb, &eq], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: BinaryOp::Equal,
+        })?;
+        let rv = self.index_ramp(&shape, axis);
+        let sentinel = if last { -1 } else { shape[axis] as i64 };
+        let sc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![sentinel]));
+        let sv = View::dense(sc, DType::I64, &[1]).broadcast(&shape);
+        let idx = View::dense(self.temp(total * 8), DType::I64, &shape);
+        self.emit_nd(0, Engine::Dve, &[&eq, &rv, &sv, &idx], |a| Op::Select {
+            cond: a[0],
+            a: a[1],
+            b: a[2],
+            out: a[3],
+        })?;
+        let pick = if last { ReduceOp::Max } else { ReduceOp::Min };
+        self.reduce(c, &idx, out, Some(&[axis]), pick)
     }
 
     fn lower_reduce(&mut self, ni: usize) -> Result<()> {

@@ -691,3 +691,34 @@ fn or_equal_comparisons_and_trilu() {
     let c = ok(&unary_model("Trilu", vec![a_i("upper", 0)], 14));
     assert_eq!(count(&ops(&c, Engine::Dve), "Select"), 1);
 }
+
+#[test]
+fn argmax_is_reduce_compare_select_reduce() {
+    let m = model(
+        vec![node(
+            "ArgMax",
+            &["X"],
+            &["Y"],
+            vec![a_i("axis", 1), a_i("keepdims", 0)],
+        )],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[3, 4, 2])],
+        vec![vi("Y", dt::INT64, &[3, 2])],
+        13,
+    );
+    let c = ok(&m);
+    let pool = ops(&c, Engine::Pool);
+    let reduces: Vec<_> = pool
+        .iter()
+        .filter_map(|o| match o {
+            Op::Reduce { op, .. } => Some(*op),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        reduces,
+        vec![nrt_isa::ReduceOp::Max, nrt_isa::ReduceOp::Min]
+    );
+    let dve = ops(&c, Engine::Dve);
+    assert_eq!(count(&dve, "Binary") + count(&dve, "Select"), 2);
+}
