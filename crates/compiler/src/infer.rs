@@ -28,12 +28,14 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Cast",
     "CastLike",
     "Ceil",
+    "Celu",
     "Clip",
     "Concat",
     "Constant",
     "ConstantOfShape",
     "Conv",
     "ConvTranspose",
+    "DepthToSpace",
     "Div",
     "Dropout",
     "Elu",
@@ -50,26 +52,31 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
-    "Hardmax",
     "HardSigmoid",
+    "HardSwish",
+    "Hardmax",
     "Identity",
+    "LRN",
     "LayerNormalization",
     "LeakyRelu",
     "Less",
     "LessOrEqual",
     "Log",
     "LogSoftmax",
-    "LRN",
     "MatMul",
     "Max",
     "MaxPool",
+    "Mean",
     "Min",
+    "Mish",
     "Mul",
     "Neg",
     "Not",
     "Or",
+    "PRelu",
     "Pad",
     "Pow",
+    "RMSNormalization",
     "Range",
     "Reciprocal",
     "ReduceL1",
@@ -84,18 +91,26 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Relu",
     "Reshape",
     "Resize",
+    "Selu",
     "Shape",
+    "Shrink",
     "Sigmoid",
+    "Sign",
     "Size",
     "Slice",
     "Softmax",
     "Softplus",
+    "Softsign",
+    "SpaceToDepth",
     "Split",
     "Sqrt",
     "Squeeze",
     "Sub",
     "Sum",
+    "Swish",
     "Tanh",
+    "ThresholdedRelu",
+    "Tile",
     "Transpose",
     "Trilu",
     "Unsqueeze",
@@ -965,7 +980,7 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             };
             vec![out(d, s)]
         }
-        "Max" | "Min" | "Sum" => {
+        "Max" | "Min" | "Sum" | "Mean" => {
             let vals: Vec<&Value> = (0..n.inputs.len()).filter_map(|i| c.opt(i)).collect();
             if vals.is_empty() {
                 return Err(c.bad_attr("no inputs"));
@@ -980,6 +995,77 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             }
             elementwise_dtype_check(c, &[a, b])?;
             vec![out(a.dtype, broadcast_all(c, &[cond, a, b])?)]
+        }
+        "Selu" | "Celu" | "HardSwish" | "Softsign" | "ThresholdedRelu" | "Shrink" | "Sign"
+        | "Swish" | "Mish" => {
+            let x = c.input(0)?;
+            require_float(c, x)?;
+            vec![out(x.dtype, x.shape.clone())]
+        }
+        "PRelu" => {
+            let (x, slope) = (c.input(0)?, c.input(1)?);
+            require_float(c, x)?;
+            elementwise_dtype_check(c, &[x, slope])?;
+            if broadcast_shapes(&x.shape, &slope.shape).as_deref() != Some(&x.shape[..]) {
+                return Err(c.mismatch(format!(
+                    "slope {:?} does not broadcast to the input {:?}",
+                    slope.shape, x.shape
+                )));
+            }
+            vec![out(x.dtype, x.shape.clone())]
+        }
+        "RMSNormalization" => {
+            let (x, scale) = (c.input(0)?, c.input(1)?);
+            require_float(c, x)?;
+            let r = x.shape.len();
+            c.norm_axis(n.attr_i("axis", -1)?, r)?;
+            if broadcast_shapes(&x.shape, &scale.shape).as_deref() != Some(&x.shape[..]) {
+                return Err(c.mismatch(format!(
+                    "scale {:?} does not broadcast to the input {:?}",
+                    scale.shape, x.shape
+                )));
+            }
+            unsupported_outputs(c, 1)?;
+            vec![out(x.dtype, x.shape.clone())]
+        }
+        "Tile" => {
+            let x = c.input(0)?;
+            let reps = c
+                .const_ints(1, "repeats")?
+                .ok_or_else(|| c.bad_attr("missing repeats"))?;
+            if reps.len() != x.shape.len() || reps.iter().any(|&r| r < 0) {
+                return Err(c.bad_attr(format!("repeats {reps:?} for rank {}", x.shape.len())));
+            }
+            let s = x
+                .shape
+                .iter()
+                .zip(&reps)
+                .map(|(&d, &r)| d * r as usize)
+                .collect();
+            vec![out(x.dtype, s)]
+        }
+        "DepthToSpace" | "SpaceToDepth" => {
+            let x = c.input(0)?;
+            let bs = n.attr_i("blocksize", 0)?;
+            if x.shape.len() != 4 || bs < 1 {
+                return Err(c.bad_attr(format!("blocksize {bs} on a {:?} input", x.shape)));
+            }
+            let (b, [nn, ch, h, w]) = (
+                bs as usize,
+                [x.shape[0], x.shape[1], x.shape[2], x.shape[3]],
+            );
+            let s = if op == "DepthToSpace" {
+                if ch % (b * b) != 0 {
+                    return Err(c.mismatch(format!("{ch} channels for blocksize {b}")));
+                }
+                vec![nn, ch / (b * b), h * b, w * b]
+            } else {
+                if h % b != 0 || w % b != 0 {
+                    return Err(c.mismatch(format!("{h}×{w} for blocksize {b}")));
+                }
+                vec![nn, ch * b * b, h / b, w / b]
+            };
+            vec![out(x.dtype, s)]
         }
         "Sqrt" | "Reciprocal" | "Exp" | "Log" | "Erf" | "Relu" | "LeakyRelu" | "Sigmoid"
         | "HardSigmoid" | "Tanh" | "Gelu" | "Neg" | "Abs" | "Floor" | "Ceil" | "Softplus"

@@ -920,6 +920,55 @@ impl<'a> Lowerer<'a> {
                     }
                 }
             }
+            "Selu" | "Celu" | "HardSwish" | "Softsign" | "ThresholdedRelu" | "Shrink" | "Sign"
+            | "Swish" | "Mish" | "PRelu" => self.lower_composite_activation(ni)?,
+            "RMSNormalization" => self.lower_rms_norm(ni)?,
+            "Mean" => {
+                self.lower_binary(ni)?;
+                let y = self.sview(o0)?;
+                let k = n.inputs.iter().flatten().count() as f32;
+                self.emit_nd(0, Engine::Dve, &[&y, &y], |a| Op::TensorScalar {
+                    a: a[0],
+                    out: a[1],
+                    op: BinaryOp::Mul,
+                    scalar: 1.0 / k,
+                    reverse: false,
+                })?;
+            }
+            "Tile" => {
+                // Each dim d becomes [repeats, d] of a broadcast view: one copy.
+                let x = self.sview(n.inputs[0].expect("p"))?;
+                let y = self.alloc(o0);
+                let reps = c.const_ints(1, "repeats")?.unwrap_or_default();
+                let (mut sh, mut st) = (Vec::new(), Vec::new());
+                for (i, &r) in reps.iter().enumerate() {
+                    sh.extend([r as usize, x.shape[i]]);
+                    st.extend([0, x.strides[i]]);
+                }
+                let src = View {
+                    shape: sh.clone(),
+                    strides: st,
+                    ..x
+                };
+                self.copy(Engine::Pool, &src, &View::dense(y.addr, y.dtype, &sh))?;
+            }
+            "DepthToSpace" | "SpaceToDepth" => {
+                // A 6-D permutation of the input, copied once.
+                let x = self.view(n.inputs[0].expect("p"))?;
+                let y = self.alloc(o0);
+                let b = n.attr_i("blocksize", 1)? as usize;
+                let [nn, ch, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+                let (split, perm): (Vec<usize>, [usize; 6]) = if op == "SpaceToDepth" {
+                    (vec![nn, ch, h / b, b, w / b, b], [0, 3, 5, 1, 2, 4])
+                } else if n.attr_s("mode", "DCR")? == "CRD" {
+                    (vec![nn, ch / (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3])
+                } else {
+                    (vec![nn, b, b, ch / (b * b), h, w], [0, 3, 4, 1, 5, 2])
+                };
+                let src = View::dense(x.addr, x.dtype, &split).permute(&perm);
+                let dst = View::dense(y.addr, y.dtype, &src.shape);
+                self.copy(Engine::Pool, &src, &dst)?;
+            }
             "ArgMax" | "ArgMin" => self.lower_arg_reduce(ni)?,
             "Hardmax" => self.lower_hardmax(ni)?,
             "Trilu" => {
@@ -1164,7 +1213,7 @@ impl<'a> Lowerer<'a> {
         let o0 = self.out(ni, 0)?;
         let oshape = g.values[o0].shape.clone();
         let bop = match op {
-            "Add" | "Sum" => BinaryOp::Add,
+            "Add" | "Sum" | "Mean" => BinaryOp::Add,
             "Sub" => BinaryOp::Sub,
             "Mul" => BinaryOp::Mul,
             "Div" => BinaryOp::Div,
@@ -2268,6 +2317,173 @@ impl<'a> Lowerer<'a> {
             out: a[2],
             op: BinaryOp::Mul,
         })
+    }
+
+    /// A compile-time scalar broadcast to `shape`.
+    fn scalar(&mut self, v: f32, shape: &[usize]) -> View {
+        let a = self.add_const(&HostTensor::f32(vec![1], vec![v]));
+        View::dense(a, DType::F32, &[1]).broadcast(shape)
+    }
+
+    /// `out = a ∘ b` on DVE.
+    fn binary(&mut self, a: &View, b: &View, out: &View, op: BinaryOp) -> Result<()> {
+        self.emit_nd(0, Engine::Dve, &[a, b, out], |x| Op::Binary {
+            a: x[0],
+            b: x[1],
+            out: x[2],
+            op,
+        })
+    }
+
+    /// `out = a ∘ s` on DVE.
+    fn tensor_scalar(&mut self, a: &View, out: &View, op: BinaryOp, s: f32) -> Result<()> {
+        self.emit_nd(0, Engine::Dve, &[a, out], |x| Op::TensorScalar {
+            a: x[0],
+            out: x[1],
+            op,
+            scalar: s,
+            reverse: false,
+        })
+    }
+
+    /// `out = cond ? a : b` on DVE.
+    fn select(&mut self, cond: &View, a: &View, b: &View, out: &View) -> Result<()> {
+        self.emit_nd(0, Engine::Dve, &[cond, a, b, out], |x| Op::Select {
+            cond: x[0],
+            a: x[1],
+            b: x[2],
+            out: x[3],
+        })
+    }
+
+    /// Activations without an ACT function of their own, from those and DVE operations.
+    fn lower_composite_activation(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let o0 = self.out(ni, 0)?;
+        let xi = n.inputs[0].expect("p");
+        let x = self.sview(xi)?;
+        let sh = g.values[o0].shape.clone();
+        let total: usize = sh.iter().product();
+        let f = |f: ActFunc| (f, 0.0, 0.0);
+        let tmp = |l: &mut Self, d: DType| View::dense(l.temp(total * d.size()), d, &sh);
+        let y = self.alloc(o0);
+        if total == 0 {
+            return Ok(());
+        }
+        match n.op.as_str() {
+            "Selu" => {
+                let alpha = n.attr_f("alpha", 1.673_263_2)?;
+                let gamma = n.attr_f("gamma", 1.050_701)?;
+                self.activation(&x, &y, None, (ActFunc::Elu, alpha, 0.0), 1.0)?;
+                self.tensor_scalar(&y, &y, BinaryOp::Mul, gamma)
+            }
+            "Celu" => {
+                // alpha · Elu(x / alpha) with Elu's own alpha 1.
+                let alpha = n.attr_f("alpha", 1.0)?;
+                self.activation(&x, &y, None, (ActFunc::Elu, 1.0, 0.0), 1.0 / alpha)?;
+                self.tensor_scalar(&y, &y, BinaryOp::Mul, alpha)
+            }
+            "HardSwish" => {
+                self.activation(&x, &y, None, (ActFunc::HardSigmoid, 1.0 / 6.0, 0.5), 1.0)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "Swish" => {
+                let alpha = n.attr_f("alpha", 1.0)?;
+                self.activation(&x, &y, None, f(ActFunc::Sigmoid), alpha)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "Mish" => {
+                self.activation(&x, &y, None, f(ActFunc::Softplus), 1.0)?;
+                self.activation(&y, &y, None, f(ActFunc::Tanh), 1.0)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "Softsign" => {
+                // x / (1 + |x|): |x|, then 1/(|x| + 1) with the 1 as the ACT bias.
+                self.activation(&x, &y, None, f(ActFunc::Abs), 1.0)?;
+                let one = self.scalar(1.0, &sh);
+                self.activation(&y, &y, Some(&one), f(ActFunc::Reciprocal), 1.0)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "ThresholdedRelu" => {
+                let alpha = n.attr_f("alpha", 1.0)?;
+                let (a, zero) = (self.scalar(alpha, &sh), self.scalar(0.0, &sh));
+                let cond = tmp(self, DType::Bool);
+                self.binary(&x, &a, &cond, BinaryOp::Greater)?;
+                self.select(&cond, &x, &zero, &y)
+            }
+            "Shrink" => {
+                let bias = n.attr_f("bias", 0.0)?;
+                let lambd = n.attr_f("lambd", 0.5)?;
+                let (lo, hi, zero) = (
+                    self.scalar(-lambd, &sh),
+                    self.scalar(lambd, &sh),
+                    self.scalar(0.0, &sh),
+                );
+                let (c_lo, c_hi) = (tmp(self, DType::Bool), tmp(self, DType::Bool));
+                self.binary(&x, &lo, &c_lo, BinaryOp::Less)?;
+                self.binary(&x, &hi, &c_hi, BinaryOp::Greater)?;
+                let t = tmp(self, DType::F32);
+                self.tensor_scalar(&x, &t, BinaryOp::Sub, bias)?;
+                self.select(&c_hi, &t, &zero, &y)?;
+                self.tensor_scalar(&x, &t, BinaryOp::Add, bias)?;
+                self.select(&c_lo, &t, &y, &y)
+            }
+            "Sign" => {
+                // 1, −1, or x·0 (0, or NaN for NaN).
+                let (one, minus, zero) = (
+                    self.scalar(1.0, &sh),
+                    self.scalar(-1.0, &sh),
+                    self.scalar(0.0, &sh),
+                );
+                let (pos, neg) = (tmp(self, DType::Bool), tmp(self, DType::Bool));
+                self.binary(&x, &zero, &pos, BinaryOp::Greater)?;
+                self.binary(&x, &zero, &neg, BinaryOp::Less)?;
+                self.tensor_scalar(&x, &y, BinaryOp::Mul, 0.0)?;
+                self.select(&neg, &minus, &y, &y)?;
+                self.select(&pos, &one, &y, &y)
+            }
+            _ => {
+                // PRelu: x < 0 ? slope·x : x.
+                let slope = self.sview(n.inputs[1].expect("p"))?.broadcast(&sh);
+                let zero = self.scalar(0.0, &sh);
+                let neg = tmp(self, DType::Bool);
+                self.binary(&x, &zero, &neg, BinaryOp::Less)?;
+                let t = tmp(self, DType::F32);
+                self.binary(&x, &slope, &t, BinaryOp::Mul)?;
+                self.select(&neg, &t, &x, &y)
+            }
+        }
+    }
+
+    /// RMSNormalization: `x / √(mean(x²) + eps) · scale` over the dims from `axis` on.
+    fn lower_rms_norm(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let r = xv.shape.len();
+        let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
+        let eps = n.attr_f("epsilon", 1e-5)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let scale = self.sview(n.inputs[1].expect("p"))?.broadcast(&xv.shape);
+        let y = self.alloc(o0);
+        let outer: usize = xv.shape[..axis].iter().product();
+        let d: usize = xv.shape[axis..].iter().product();
+        if outer * d == 0 {
+            return Ok(());
+        }
+        let sq = View::dense(self.temp(outer * d * 4), DType::F32, &[outer, d]);
+        let x2 = View::dense(x.addr, x.dtype, &[outer, d]);
+        self.activation(&x2, &sq, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;
+        let ms = View::dense(self.temp(outer * 4), DType::F32, &[outer, 1]);
+        self.reduce(&c, &sq, &ms, Some(&[1]), ReduceOp::Mean)?;
+        let e = self.scalar(eps, &[outer, 1]);
+        self.activation(&ms, &ms, Some(&e), (ActFunc::Rsqrt, 0.0, 0.0), 1.0)?;
+        let y2 = View::dense(y.addr, y.dtype, &[outer, d]);
+        self.binary(&x2, &ms.broadcast(&[outer, d]), &y2, BinaryOp::Mul)?;
+        self.binary(&y, &scale, &y, BinaryOp::Mul)
     }
 
     /// ArgMax / ArgMin along one axis.

@@ -722,3 +722,53 @@ fn argmax_is_reduce_compare_select_reduce() {
     let dve = ops(&c, Engine::Dve);
     assert_eq!(count(&dve, "Binary") + count(&dve, "Select"), 2);
 }
+
+#[test]
+fn composite_activations_lower_to_act_and_dve() {
+    for (op, want_acts, want_dve) in [
+        ("Selu", vec![ActFunc::Elu], 1usize),
+        ("Celu", vec![ActFunc::Elu], 1),
+        ("HardSwish", vec![ActFunc::HardSigmoid], 1),
+        ("Swish", vec![ActFunc::Sigmoid], 1),
+        ("Mish", vec![ActFunc::Softplus, ActFunc::Tanh], 1),
+        ("Softsign", vec![ActFunc::Abs, ActFunc::Reciprocal], 1),
+        ("ThresholdedRelu", vec![], 2),
+        ("Shrink", vec![], 6),
+        ("Sign", vec![], 5),
+    ] {
+        let c = ok(&unary_model(op, vec![], 22));
+        assert_eq!(acts(&c), want_acts, "{op}");
+        assert_eq!(ops(&c, Engine::Dve).len(), want_dve, "{op}");
+    }
+    let m = model(
+        vec![node("RMSNormalization", &["X", "s"], &["Y"], vec![])],
+        vec![f32_init("s", &[4], ramp(4, 0.1))],
+        vec![vi("X", dt::FLOAT, &[3, 4])],
+        vec![vi("Y", dt::FLOAT, &[3, 4])],
+        23,
+    );
+    let c = ok(&m);
+    assert_eq!(acts(&c), vec![ActFunc::Square, ActFunc::Rsqrt]);
+    assert_eq!(count(&ops(&c, Engine::Pool), "Reduce"), 1);
+}
+
+#[test]
+fn tile_and_depth_to_space_are_one_copy() {
+    let m = model(
+        vec![
+            node("Tile", &["X", "r"], &["t"], vec![]),
+            node("DepthToSpace", &["t"], &["Y"], vec![a_i("blocksize", 2)]),
+        ],
+        vec![i64_init("r", &[4], vec![1, 2, 1, 1])],
+        vec![vi("X", dt::FLOAT, &[1, 4, 3, 3])],
+        vec![vi("Y", dt::FLOAT, &[1, 2, 6, 6])],
+        13,
+    );
+    let c = ok(&m);
+    assert!(ops(&c, Engine::Pool).iter().all(|o| o.name() == "Copy"));
+    assert!(
+        ops(&c, Engine::Pool).len() <= 4,
+        "{:?}",
+        ops(&c, Engine::Pool)
+    );
+}
