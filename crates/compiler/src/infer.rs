@@ -1040,8 +1040,9 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 .shape
                 .iter()
                 .zip(&reps)
-                .map(|(&d, &r)| d * r as usize)
-                .collect();
+                .map(|(&d, &r)| d.checked_mul(r as usize))
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| c.e(ErrorKind::TooLarge, format!("repeats {reps:?}")))?;
             vec![out(x.dtype, s)]
         }
         "DepthToSpace" | "SpaceToDepth" => {
@@ -1162,8 +1163,8 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 return Err(c.mismatch(format!("LRN of a rank-{} input", x.shape.len())));
             }
             let size = n.attr_i("size", 0)?;
-            if size < 1 {
-                return Err(c.bad_attr(format!("size = {size} (must be ≥ 1)")));
+            if !(1..=1 << 20).contains(&size) {
+                return Err(c.bad_attr(format!("size = {size} (must be in 1..=2^20)")));
             }
             vec![out(x.dtype, x.shape.clone())]
         }
