@@ -1065,12 +1065,12 @@ impl<'a> Lowerer<'a> {
                 let xv = c.input(0)?;
                 let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
                 let sizes = infer::split_sizes(&c, xv.shape[axis])?;
-                let x = self.view(n.inputs[0].expect("p"))?;
+                // Views of the input (copied only into graph outputs).
+                let x = self.sview(n.inputs[0].expect("p"))?;
                 let mut at = 0usize;
                 for (k, &len) in sizes.iter().enumerate() {
                     if let Some(Some(ov)) = n.outputs.get(k).copied() {
-                        let y = self.alloc(ov);
-                        self.copy(Engine::Pool, &x.slice(axis, at as i64, len, 1), &y)?;
+                        self.alias_or_copy(ov, x.slice(axis, at as i64, len, 1))?;
                     }
                     at += len;
                 }
@@ -1078,12 +1078,17 @@ impl<'a> Lowerer<'a> {
             "Slice" => {
                 let xv = c.input(0)?;
                 let p = infer::slice_params(&c, &xv.shape)?;
-                let mut x = self.view(n.inputs[0].expect("p"))?;
+                let mut x = self.sview(n.inputs[0].expect("p"))?;
                 for (axis, &(start, len, step)) in p.iter().enumerate() {
                     x = x.slice(axis, start, len, step);
                 }
-                let y = self.alloc(o0);
-                self.copy(Engine::Pool, &x, &y)?;
+                if x.strides.iter().all(|&s| s >= 0) {
+                    // A view (a reversed one would make its readers walk it index by index).
+                    self.alias_or_copy(o0, x)?;
+                } else {
+                    let y = self.alloc(o0);
+                    self.copy(Engine::Pool, &x, &y)?;
+                }
             }
             "Gather" => {
                 let xv = c.input(0)?;

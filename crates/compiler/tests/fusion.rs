@@ -772,3 +772,34 @@ fn tile_and_depth_to_space_are_one_copy() {
         ops(&c, Engine::Pool)
     );
 }
+
+#[test]
+fn split_and_slice_are_views() {
+    let m = model(
+        vec![
+            node("Split", &["X", "sz"], &["a", "b"], vec![a_i("axis", 1)]),
+            node("Relu", &["a"], &["Y1"], vec![]),
+            node("Slice", &["b", "st", "en", "ax", "stp"], &["s"], vec![]),
+            node("Sigmoid", &["s"], &["Y2"], vec![]),
+        ],
+        vec![
+            i64_init("sz", &[2], vec![2, 4]),
+            i64_init("st", &[1], vec![1]),
+            i64_init("en", &[1], vec![4]),
+            i64_init("ax", &[1], vec![1]),
+            i64_init("stp", &[1], vec![2]),
+        ],
+        vec![vi("X", dt::FLOAT, &[3, 6])],
+        vec![vi("Y1", dt::FLOAT, &[3, 2]), vi("Y2", dt::FLOAT, &[3, 2])],
+        13,
+    );
+    let c = ok(&m);
+    assert!(ops(&c, Engine::Pool).is_empty());
+    let act = ops(&c, Engine::Act);
+    let Op::Activation { input, .. } = act[1] else {
+        panic!("{act:?}")
+    };
+    // b = X[:, 2:6], s = b[:, 1:4:2]: columns 3 and 5 of X.
+    assert_eq!(input.shape[2..], [3, 2]);
+    assert_eq!(input.stride[2..], [6, 2]);
+}
