@@ -35,6 +35,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "ConstantOfShape",
     "Conv",
     "ConvTranspose",
+    "CumSum",
     "DepthToSpace",
     "Div",
     "Dropout",
@@ -116,6 +117,9 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Unsqueeze",
     "Where",
 ];
+
+/// Longest axis a CumSum may run along (it costs `len²` multiply-adds per row).
+pub(crate) const CUMSUM_MAX_LEN: usize = 4096;
 
 /// Operators computed only at compile time: a model where their inputs are not constants
 /// is rejected as unsupported.
@@ -1143,6 +1147,25 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             require_float(c, x)?;
             let def = if c.opset() >= 13 { -1 } else { 1 };
             c.norm_axis(n.attr_i("axis", def)?, x.shape.len())?;
+            vec![out(x.dtype, x.shape.clone())]
+        }
+        "CumSum" => {
+            let x = c.input(0)?;
+            require_float(c, x)?;
+            let axis = c
+                .const_ints(1, "axis")?
+                .and_then(|a| a.first().copied())
+                .ok_or_else(|| c.bad_attr("missing axis"))?;
+            let axis = c.norm_axis(axis, x.shape.len())?;
+            if x.shape[axis] > CUMSUM_MAX_LEN {
+                return Err(c.e(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "CumSum over {} elements (at most {CUMSUM_MAX_LEN}: it is a product with a triangular matrix)",
+                        x.shape[axis]
+                    ),
+                ));
+            }
             vec![out(x.dtype, x.shape.clone())]
         }
         "Trilu" => {

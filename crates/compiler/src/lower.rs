@@ -969,6 +969,7 @@ impl<'a> Lowerer<'a> {
                 let dst = View::dense(y.addr, y.dtype, &src.shape);
                 self.copy(Engine::Pool, &src, &dst)?;
             }
+            "CumSum" => self.lower_cumsum(ni)?,
             "ArgMax" | "ArgMin" => self.lower_arg_reduce(ni)?,
             "Hardmax" => self.lower_hardmax(ni)?,
             "Trilu" => {
@@ -2459,6 +2460,54 @@ impl<'a> Lowerer<'a> {
                 self.select(&neg, &t, &x, &y)
             }
         }
+    }
+
+    /// CumSum as a product with a constant triangular 0/1 matrix `T` (`T[i][j] = 1` where
+    /// `j ≤ i`; `<` when exclusive; reversed: `≥`, `>`): along the last axis one GEMM
+    /// `X[rows, L] · Tᵀ`, else `T · X[o]` for each outer index, batched.
+    fn lower_cumsum(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let axis = c.const_ints(1, "axis")?.map_or(0, |a| a[0]);
+        let axis = c.norm_axis(axis, xv.shape.len())?;
+        let exclusive = n.attr_i("exclusive", 0)? != 0;
+        let reverse = n.attr_i("reverse", 0)? != 0;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let len = xv.shape[axis];
+        let outer: usize = xv.shape[..axis].iter().product();
+        let inner: usize = xv.shape[axis + 1..].iter().product();
+        if outer * len * inner == 0 {
+            return Ok(());
+        }
+        let takes = |i: usize, j: usize| match (reverse, exclusive) {
+            (false, false) => j <= i,
+            (false, true) => j < i,
+            (true, false) => j >= i,
+            (true, true) => j > i,
+        };
+        let t: Vec<f32> = (0..len * len)
+            .map(|e| f32::from(u8::from(takes(e / len, e % len))))
+            .collect();
+        let ta = self.add_const(&HostTensor::f32(vec![len, len], t));
+        let l = len as i64;
+        if inner == 1 {
+            // y[r, i] = Σ_j x[r, j]·T[i][j]: B = Tᵀ, read through swapped strides.
+            let a = mk_ap(x.addr, x.dtype, &[outer, len], &[l, 1])?;
+            let b = mk_ap(ta, DType::F32, &[len, len], &[1, l])?;
+            let cc = mk_ap(y.addr, y.dtype, &[outer, len], &[l, 1])?;
+            self.matmul_aps(a, b, cc, 1.0, 0);
+        } else {
+            let (inn, blk) = (inner as i64, (len * inner) as i64);
+            let a = mk_ap(ta, DType::F32, &[outer, len, len], &[0, l, 1])?;
+            let b = mk_ap(x.addr, x.dtype, &[outer, len, inner], &[blk, inn, 1])?;
+            let cc = mk_ap(y.addr, y.dtype, &[outer, len, inner], &[blk, inn, 1])?;
+            self.matmul_aps(a, b, cc, 1.0, 0);
+        }
+        Ok(())
     }
 
     /// RMSNormalization: `x / √(mean(x²) + eps) · scale` over the dims from `axis` on.

@@ -803,3 +803,39 @@ fn split_and_slice_are_views() {
     assert_eq!(input.shape[2..], [3, 2]);
     assert_eq!(input.stride[2..], [6, 2]);
 }
+
+#[test]
+fn cumsum_is_a_product_with_a_triangular_matrix() {
+    for axis in [1i64, 0] {
+        let m = model(
+            vec![node(
+                "CumSum",
+                &["X", "ax"],
+                &["Y"],
+                vec![a_i("reverse", 1)],
+            )],
+            vec![i64_init("ax", &[], vec![axis])],
+            vec![vi("X", dt::FLOAT, &[3, 4])],
+            vec![vi("Y", dt::FLOAT, &[3, 4])],
+            14,
+        );
+        let c = ok(&m);
+        let pe = ops(&c, Engine::Pe);
+        assert_eq!(pe.len(), 1, "{pe:?}");
+        let Op::MatMul { a, .. } = pe[0] else {
+            unreachable!()
+        };
+        // Along the last axis the data is A (3 rows of 4, times the 4×4 Tᵀ); along axis 0
+        // the 3×3 matrix T is A and the data B.
+        assert_eq!(a.shape[2], 3, "axis {axis}");
+    }
+    let long = model(
+        vec![node("CumSum", &["X", "ax"], &["Y"], vec![])],
+        vec![i64_init("ax", &[], vec![0])],
+        vec![vi("X", dt::FLOAT, &[5000])],
+        vec![vi("Y", dt::FLOAT, &[5000])],
+        14,
+    );
+    let e = compile(&long, None, &CompileOptions::default()).expect_err("too long");
+    assert!(e.to_string().contains("CumSum over 5000"), "{e}");
+}

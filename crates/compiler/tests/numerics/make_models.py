@@ -198,6 +198,15 @@ def pools(out):
          [("X", [1, 6, 5, 5])], [("Y", [1, 6, 5, 5])], [], opset=13)
 
 
+def cumsums(out):
+    for axis in [0, 1, 2]:
+        for exclusive in [0, 1]:
+            for reverse in [0, 1]:
+                save(out, f"cumsum_a{axis}_e{exclusive}_r{reverse}", [
+                    N("CumSum", ["X", "axis"], ["Y"], exclusive=exclusive, reverse=reverse),
+                ], [("X", [3, 5, 4])], [("Y", [3, 5, 4])], [i64("axis", axis)], opset=14)
+
+
 def main():
     out = sys.argv[1]
     gelu_models(out)
@@ -208,6 +217,7 @@ def main():
     convs(out)
     batch_norms(out)
     pools(out)
+    cumsums(out)
 
 
 if __name__ == "__main__":
