@@ -423,9 +423,66 @@ impl<'a> Lowerer<'a> {
         Ok(d)
     }
 
-    /// Dense storage for a value a node produces: an output buffer if the value is a graph
-    /// output, else a temporary.
+    /// The Concat that `v` is an input of (once) and the only reader of, with `v`'s offset
+    /// along its axis: `(concat node, output, axis, offset)`.
+    fn concat_of(&self, v: ValueId) -> Option<(usize, ValueId, usize, usize)> {
+        let j = self.sole_consumer(v)?;
+        let nj = &self.g.nodes[j];
+        if nj.op != "Concat" || self.skip[j] {
+            return None;
+        }
+        let ins: Vec<ValueId> = nj.inputs.iter().flatten().copied().collect();
+        if ins.iter().filter(|&&i| i == v).count() != 1 {
+            return None;
+        }
+        let t = nj.outputs.first().copied().flatten()?;
+        let r = self.g.values[t].shape.len();
+        let axis = nj.attr_i("axis", 1).ok()?;
+        let axis = if axis < 0 { axis + r as i64 } else { axis };
+        let axis = usize::try_from(axis).ok().filter(|&a| a < r)?;
+        let at = ins
+            .iter()
+            .take_while(|&&i| i != v)
+            .map(|&i| self.g.values[i].shape.get(axis).copied().unwrap_or(0))
+            .sum();
+        Some((j, t, axis, at))
+    }
+
+    /// `v`'s part of the output of the Concat that alone reads it (allocating that output
+    /// on first use), so `v`'s producer writes it in place. `dense_only`: only when the part
+    /// is dense (producers that write dense outputs only).
+    fn concat_slot(&mut self, v: ValueId, dense_only: bool) -> Option<View> {
+        let (_, t, axis, at) = self.concat_of(v)?;
+        let len = self.g.values[v].shape.get(axis).copied()?;
+        if dense_only {
+            // Dense when every dim before the axis has size 1.
+            let ts = &self.g.values[t].shape;
+            if ts[..axis].iter().any(|&d| d > 1) {
+                return None;
+            }
+        }
+        let y = match self.loc[t].clone() {
+            Some(y) => y,
+            None => self.alloc_plain(t),
+        };
+        let part = y.slice(axis, at as i64, len, 1);
+        self.loc[v] = Some(part.clone());
+        self.owns[v] = false;
+        Some(part)
+    }
+
+    /// Dense storage for a value a node produces: its part of a Concat that alone reads it,
+    /// an output buffer if the value is a graph output, else a temporary.
     fn alloc(&mut self, v: ValueId) -> View {
+        if let Some(part) = self.concat_slot(v, true) {
+            let val = &self.g.values[v];
+            return View::dense(part.addr, val.dtype, &val.shape);
+        }
+        self.alloc_plain(v)
+    }
+
+    /// [`Self::alloc`] without the Concat placement.
+    fn alloc_plain(&mut self, v: ValueId) -> View {
         let val = &self.g.values[v];
         // A value that only a chain of layout operators turns into a graph output is
         // stored in that output's buffer (the chain then copies nothing).
@@ -459,6 +516,9 @@ impl<'a> Lowerer<'a> {
     /// (they take strided operands as they are), the value is stored in the transposed
     /// layout: the Transpose is then free, and what follows it reads dense data.
     fn alloc_any(&mut self, v: ValueId) -> Result<View> {
+        if let Some(part) = self.concat_slot(v, false) {
+            return Ok(part);
+        }
         if let Some(j) = self.sole_consumer(v)
             && self.g.nodes[j].op == "Transpose"
             && !self.skip[j]
@@ -502,7 +562,9 @@ impl<'a> Lowerer<'a> {
             || self.out_vars.contains_key(&out)
             || self.out_vars.contains_key(&x)
             || !self.consumers[x].iter().all(|c| readers.contains(c))
+            || self.concat_of(out).is_some()
         {
+            // (An output a Concat alone reads goes straight into its part of the Concat.)
             return None;
         }
         let (xv, ov) = (&self.g.values[x], &self.g.values[out]);
@@ -1050,15 +1112,25 @@ impl<'a> Lowerer<'a> {
                 }
             }
             "Concat" => {
+                // Inputs whose producers wrote their part in place (`concat_slot`) are
+                // already there; the others are copied.
                 let axis = c.norm_axis(n.attr_i("axis", 1)?, oshape.len())?;
-                let y = self.alloc(o0);
+                let y = match self.loc[o0].clone() {
+                    Some(y) => y,
+                    None => self.alloc(o0),
+                };
                 let mut at = 0usize;
                 for i in 0..n.inputs.len() {
                     let Some(v) = n.inputs[i] else { continue };
-                    let x = self.view(v)?;
+                    let x = self.sview(v)?;
                     let len = x.shape[axis];
                     let dst = y.slice(axis, at as i64, len, 1);
-                    self.copy(Engine::Pool, &x, &dst)?;
+                    let placed = x.addr == dst.addr
+                        && (0..x.shape.len())
+                            .all(|d| x.shape[d] <= 1 || x.strides[d] == dst.strides[d]);
+                    if !placed {
+                        self.copy(Engine::Pool, &x, &dst)?;
+                    }
                     at += len;
                 }
             }

@@ -839,3 +839,43 @@ fn cumsum_is_a_product_with_a_triangular_matrix() {
     let e = compile(&long, None, &CompileOptions::default()).expect_err("too long");
     assert!(e.to_string().contains("CumSum over 5000"), "{e}");
 }
+
+/// Two convolution branches (+ Relu on the first) concatenated along channels.
+fn branches(batch: i64) -> Vec<u8> {
+    model(
+        vec![
+            node("Conv", &["X", "W1"], &["c1"], vec![]),
+            node("Relu", &["c1"], &["r1"], vec![]),
+            node("Conv", &["X", "W2"], &["c2"], vec![]),
+            node(
+                "MaxPool",
+                &["X"],
+                &["p"],
+                vec![a_ints("kernel_shape", &[1, 1])],
+            ),
+            node("Concat", &["r1", "c2", "p"], &["Y"], vec![a_i("axis", 1)]),
+        ],
+        vec![
+            f32_init("W1", &[4, 3, 1, 1], ramp(12, 0.1)),
+            f32_init("W2", &[5, 3, 1, 1], ramp(15, 0.1)),
+        ],
+        vec![vi("X", dt::FLOAT, &[batch, 3, 4, 4])],
+        vec![vi("Y", dt::FLOAT, &[batch, 12, 4, 4])],
+        13,
+    )
+}
+
+#[test]
+fn concat_inputs_are_written_in_place() {
+    // Batch 1: every part of the output is dense, every producer writes its own part.
+    let c = ok(&branches(1));
+    assert!(
+        ops(&c, Engine::Pool).iter().all(|o| o.name() == "Pool"),
+        "{:?}",
+        ops(&c, Engine::Pool)
+    );
+    // Batch 2: the parts are strided; the Relu writes its part, the convolution and the
+    // pool (dense outputs only) are copied.
+    let c = ok(&branches(2));
+    assert_eq!(count(&ops(&c, Engine::Pool), "Copy"), 2);
+}

@@ -198,6 +198,23 @@ def pools(out):
          [("X", [1, 6, 5, 5])], [("Y", [1, 6, 5, 5])], [], opset=13)
 
 
+def concats(out):
+    # Branches written straight into their part of a Concat (dense parts at batch 1,
+    # strided at batch 2), one Concat input also read elsewhere, one a graph input.
+    for batch in [1, 2]:
+        save(out, f"concat_branches_b{batch}", [
+            N("Conv", ["X", "W1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            N("Relu", ["c1"], ["r1"]),
+            N("Conv", ["X", "W2"], ["c2"], kernel_shape=[1, 1]),
+            N("MaxPool", ["X"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+            N("Sigmoid", ["c2"], ["s2"]),
+            N("Concat", ["r1", "c2", "p", "X"], ["cat"], axis=1),
+            N("Add", ["cat", "cat"], ["d"]),
+            N("Concat", ["d", "s2"], ["Y"], axis=1),
+        ], [("X", [batch, 3, 5, 5])], [("Y", [batch, 25, 5, 5])],
+            [w("W1", (4, 3, 3, 3)), w("W2", (5, 3, 1, 1))], opset=13)
+
+
 def cumsums(out):
     for axis in [0, 1, 2]:
         for exclusive in [0, 1]:
@@ -218,6 +235,7 @@ def main():
     batch_norms(out)
     pools(out)
     cumsums(out)
+    concats(out)
 
 
 if __name__ == "__main__":
