@@ -53,10 +53,12 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "GlobalMaxPool",
     "Greater",
     "GreaterOrEqual",
+    "GroupNormalization",
     "HardSigmoid",
     "HardSwish",
     "Hardmax",
     "Identity",
+    "InstanceNormalization",
     "LRN",
     "LayerNormalization",
     "LeakyRelu",
@@ -1286,6 +1288,33 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 out(DType::F32, stat.clone()),
                 out(DType::F32, stat),
             ]
+        }
+        "InstanceNormalization" | "GroupNormalization" => {
+            let (x, scale, bias) = (c.input(0)?, c.input(1)?, c.input(2)?);
+            require_float(c, x)?;
+            if x.shape.len() < 3 {
+                return Err(c.mismatch(format!("input of rank {} (N, C, D…)", x.shape.len())));
+            }
+            let ch = x.shape[1];
+            let groups = if op == "GroupNormalization" {
+                let g = n.attr_i("num_groups", 0)?;
+                if g < 1 || ch % g as usize != 0 {
+                    return Err(c.bad_attr(format!("num_groups {g} for {ch} channels")));
+                }
+                g as usize
+            } else {
+                ch
+            };
+            for p in [scale, bias] {
+                if p.elements() != ch && p.elements() != groups {
+                    return Err(c.mismatch(format!(
+                        "parameter '{}' has {} elements for {ch} channels",
+                        p.name,
+                        p.elements()
+                    )));
+                }
+            }
+            vec![out(x.dtype, x.shape.clone())]
         }
         "BatchNormalization" => {
             let x = c.input(0)?;

@@ -855,17 +855,19 @@ impl<'a> Lowerer<'a> {
                 };
                 let (xa, ya, ga) = (row(&x, false), row(&y, false), row(&gamma, true));
                 let ba = beta.as_ref().map(|b| row(b, true));
-                let mut views = vec![&xa, &ya, &ga];
-                if let Some(b) = &ba {
-                    views.push(b);
+                // One instruction over [rows, d] (not emit_nd: dims of size 1 would be
+                // dropped, a normalized axis of size 1 with them).
+                if outer * d > 0 {
+                    let ap = |v: &View| mk_ap(v.addr, v.dtype, &v.shape, &v.strides);
+                    let op = Op::LayerNorm {
+                        input: ap(&xa)?,
+                        gamma: ap(&ga)?,
+                        beta: ba.as_ref().map(ap).transpose()?,
+                        output: ap(&ya)?,
+                        eps,
+                    };
+                    self.emit(0, Engine::Pool, op);
                 }
-                self.emit_nd(0, Engine::Pool, &views, |a| Op::LayerNorm {
-                    input: a[0],
-                    gamma: a[2],
-                    beta: a.get(3).copied(),
-                    output: a[1],
-                    eps,
-                })?;
                 // Optional outputs: Mean and InvStdDev over the normalized axes.
                 let mean_out = n.outputs.get(1).copied().flatten();
                 let inv_out = n.outputs.get(2).copied().flatten();
@@ -985,6 +987,7 @@ impl<'a> Lowerer<'a> {
             "Selu" | "Celu" | "HardSwish" | "Softsign" | "ThresholdedRelu" | "Shrink" | "Sign"
             | "Swish" | "Mish" | "PRelu" => self.lower_composite_activation(ni)?,
             "RMSNormalization" => self.lower_rms_norm(ni)?,
+            "InstanceNormalization" | "GroupNormalization" => self.lower_group_norm(ni)?,
             "Mean" => {
                 self.lower_binary(ni)?;
                 let y = self.sview(o0)?;
@@ -2578,6 +2581,74 @@ impl<'a> Lowerer<'a> {
             let b = mk_ap(x.addr, x.dtype, &[outer, len, inner], &[blk, inn, 1])?;
             let cc = mk_ap(y.addr, y.dtype, &[outer, len, inner], &[blk, inn, 1])?;
             self.matmul_aps(a, b, cc, 1.0, 0);
+        }
+        Ok(())
+    }
+
+    /// InstanceNormalization and GroupNormalization with the LayerNorm instruction over the
+    /// `[N, G, (C/G)·spatial]` view. Per-group (and, for instances, per-channel) scale and
+    /// bias ride along as LayerNorm's broadcast gamma/beta; per-channel ones of a group
+    /// norm are a DVE product and an ACT bias pass after it.
+    fn lower_group_norm(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let o0 = self.out(ni, 0)?;
+        let xv = c.input(0)?;
+        let eps = n.attr_f("epsilon", 1e-5)?;
+        let (nn, ch) = (xv.shape[0], xv.shape[1]);
+        let sp: usize = xv.shape[2..].iter().product();
+        let groups = if n.op == "GroupNormalization" {
+            n.attr_i("num_groups", 1)? as usize
+        } else {
+            ch
+        };
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let scale = self.view(n.inputs[1].expect("p"))?;
+        let bias = self.view(n.inputs[2].expect("p"))?;
+        let y = self.alloc(o0);
+        if nn * ch * sp == 0 {
+            return Ok(());
+        }
+        let d = ch / groups * sp;
+        let sh = [nn, groups, d];
+        let grid = |v: &View, st: [i64; 3]| View {
+            addr: v.addr,
+            dtype: v.dtype,
+            shape: sh.to_vec(),
+            strides: st.to_vec(),
+        };
+        let per_group = scale.shape.iter().product::<usize>() == groups;
+        let (gamma, beta) = if per_group {
+            (grid(&scale, [0, 1, 0]), grid(&bias, [0, 1, 0]))
+        } else {
+            let one = self.scalar(1.0, &sh);
+            (one, self.scalar(0.0, &sh))
+        };
+        let dense = [(groups * d) as i64, d as i64, 1];
+        let (xa, ya) = (grid(&x, dense), grid(&y, dense));
+        // (Not emit_nd: merging dims would merge the normalized one with the groups.)
+        let ap = |v: &View| mk_ap(v.addr, v.dtype, &v.shape, &v.strides);
+        let op = Op::LayerNorm {
+            input: ap(&xa)?,
+            gamma: ap(&gamma)?,
+            beta: Some(ap(&beta)?),
+            output: ap(&ya)?,
+            eps,
+        };
+        self.emit(0, Engine::Pool, op);
+        if !per_group {
+            let cs = [nn, ch, sp];
+            let by_channel = |v: &View| View {
+                addr: v.addr,
+                dtype: v.dtype,
+                shape: cs.to_vec(),
+                strides: vec![0, 1, 0],
+            };
+            let y3 = View::dense(y.addr, y.dtype, &cs);
+            self.binary(&y3, &by_channel(&scale), &y3, BinaryOp::Mul)?;
+            let b = by_channel(&bias);
+            self.activation(&y3, &y3, Some(&b), (ActFunc::Identity, 0.0, 0.0), 1.0)?;
         }
         Ok(())
     }

@@ -215,6 +215,21 @@ def concats(out):
             [w("W1", (4, 3, 3, 3)), w("W2", (5, 3, 1, 1))], opset=13)
 
 
+def norms(out):
+    # LayerNormalization over an axis of size 1 (the output is the bias), instance and group
+    # norms (per-channel parameters).
+    save(out, "layernorm_axis_of_one", [
+        N("LayerNormalization", ["X", "g", "b"], ["Y"], axis=-1),
+    ], [("X", [3, 4, 1])], [("Y", [3, 4, 1])], [w("g", (1,)), w("b", (1,))], opset=17)
+    save(out, "instance_norm", [
+        N("InstanceNormalization", ["X", "s", "b"], ["Y"], epsilon=1e-3),
+    ], [("X", [2, 3, 4, 5])], [("Y", [2, 3, 4, 5])], [w("s", (3,), 1.0), w("b", (3,))])
+    save(out, "group_norm", [
+        N("GroupNormalization", ["X", "s", "b"], ["Y"], num_groups=2),
+    ], [("X", [2, 4, 3, 3])], [("Y", [2, 4, 3, 3])], [w("s", (4,), 1.0), w("b", (4,))],
+        opset=21)
+
+
 def cumsums(out):
     for axis in [0, 1, 2]:
         for exclusive in [0, 1]:
@@ -235,6 +250,7 @@ def main():
     batch_norms(out)
     pools(out)
     cumsums(out)
+    norms(out)
     concats(out)
 
 
