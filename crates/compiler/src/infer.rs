@@ -66,6 +66,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "LessOrEqual",
     "Log",
     "LogSoftmax",
+    "LpPool",
     "MatMul",
     "Max",
     "MaxPool",
@@ -1404,7 +1405,7 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             s.extend(&p.out);
             vec![out(x.dtype, s)]
         }
-        "MaxPool" | "AveragePool" => {
+        "MaxPool" | "AveragePool" | "LpPool" => {
             let x = c.input(0)?;
             let r = x.shape.len();
             if r < 3 {
@@ -1715,6 +1716,7 @@ fn foldable(op: &str) -> bool {
             | "ConvTranspose"
             | "MaxPool"
             | "AveragePool"
+            | "LpPool"
             | "GlobalAveragePool"
             | "GlobalMaxPool"
             | "Resize"
@@ -1819,6 +1821,7 @@ fn check_device_dtypes(c: &Ctx) -> Result<()> {
             | "ConvTranspose"
             | "MaxPool"
             | "AveragePool"
+            | "LpPool"
             | "GlobalAveragePool"
             | "GlobalMaxPool"
             | "ReduceMean"

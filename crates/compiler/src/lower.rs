@@ -1067,7 +1067,7 @@ impl<'a> Lowerer<'a> {
             "LRN" => self.lower_lrn(ni)?,
             "Conv" => self.lower_conv(ni)?,
             "ConvTranspose" => self.lower_conv_transpose(ni)?,
-            "MaxPool" | "AveragePool" => self.lower_pool(ni)?,
+            "MaxPool" | "AveragePool" | "LpPool" => self.lower_pool(ni)?,
             "GlobalAveragePool" | "GlobalMaxPool" => {
                 let xv = c.input(0)?;
                 let x = self.view(n.inputs[0].expect("p"))?;
@@ -2227,11 +2227,31 @@ impl<'a> Lowerer<'a> {
         let ceil = n.attr_i("ceil_mode", 0)? != 0;
         let p = infer::window_params(&c, &xv.shape[2..], ks, ceil)?;
         let is_max = n.op == "MaxPool";
-        let include_pad = !is_max && n.attr_i("count_include_pad", 0)? != 0;
-        let x = self.view(n.inputs[0].expect("p"))?;
+        // LpPool: (Σ|x|^p)^(1/p), the sum an average over whole windows (overhang and
+        // padding counted) times the window size.
+        let lp = (n.op == "LpPool").then(|| n.attr_i("p", 2)).transpose()?;
+        let include_pad = lp.is_some() || (!is_max && n.attr_i("count_include_pad", 0)? != 0);
+        let mut x = self.view(n.inputs[0].expect("p"))?;
         let y = self.alloc(o0);
         if y.shape.contains(&0) || x.shape.contains(&0) {
             return Ok(());
+        }
+        let f = |f: ActFunc| (f, 0.0, 0.0);
+        if let Some(pw) = lp {
+            if pw < 1 {
+                return Err(c.bad_attr(format!("p = {pw}")));
+            }
+            let t = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
+            match pw {
+                1 => self.activation(&x, &t, None, f(ActFunc::Abs), 1.0)?,
+                2 => self.activation(&x, &t, None, f(ActFunc::Square), 1.0)?,
+                _ => {
+                    self.activation(&x, &t, None, f(ActFunc::Abs), 1.0)?;
+                    self.activation(&t, &t, None, f(ActFunc::Log), 1.0)?;
+                    self.activation(&t, &t, None, f(ActFunc::Exp), pw as f32)?;
+                }
+            }
+            x = t;
         }
         let (nn, ch) = (xv.shape[0], xv.shape[1]);
         let dim = |k: usize| PoolDim {
@@ -2252,15 +2272,16 @@ impl<'a> Lowerer<'a> {
         };
         let sp = &xv.shape[2..];
         let os = &y.shape[2..];
-        match sp.len() {
+        let pooled = match sp.len() {
             1 => self.pool2d(
                 &View::dense(x.addr, x.dtype, &[nn, ch, 1, sp[0]]),
                 &View::dense(y.addr, y.dtype, &[nn, ch, 1, os[0]]),
                 [unit, dim(0)],
                 is_max,
                 include_pad,
+                lp.is_some(),
             ),
-            2 => self.pool2d(&x, &y, [dim(0), dim(1)], is_max, include_pad),
+            2 => self.pool2d(&x, &y, [dim(0), dim(1)], is_max, include_pad, lp.is_some()),
             3 => {
                 let mid = [nn, ch * sp[0], os[1], os[2]];
                 let t = View::dense(
@@ -2274,6 +2295,7 @@ impl<'a> Lowerer<'a> {
                     [dim(1), dim(2)],
                     is_max,
                     include_pad,
+                    lp.is_some(),
                 )?;
                 self.pool2d(
                     &View::dense(t.addr, t.dtype, &[nn * ch, 1, sp[0], os[1] * os[2]]),
@@ -2281,10 +2303,24 @@ impl<'a> Lowerer<'a> {
                     [dim(0), unit],
                     is_max,
                     include_pad,
+                    lp.is_some(),
                 )
             }
             r => Err(c.e(ErrorKind::UnsupportedOp, format!("{r}-D pooling"))),
+        };
+        pooled?;
+        if let Some(pw) = lp {
+            let win = p.kernel.iter().product::<usize>() as f32;
+            match pw {
+                1 => self.tensor_scalar(&y, &y, BinaryOp::Mul, win)?,
+                2 => self.activation(&y, &y, None, f(ActFunc::Sqrt), win)?,
+                _ => {
+                    self.activation(&y, &y, None, f(ActFunc::Log), win)?;
+                    self.activation(&y, &y, None, f(ActFunc::Exp), 1.0 / pw as f32)?;
+                }
+            }
         }
+        Ok(())
     }
 
     /// One Pool instruction over dense `[N, C, H, W]` views.
@@ -2295,13 +2331,14 @@ impl<'a> Lowerer<'a> {
         d: [PoolDim; 2],
         is_max: bool,
         include_pad: bool,
+        whole_windows: bool,
     ) -> Result<()> {
         let mut x = x.clone();
         let xs = x.shape.clone();
         let (mut pb, mut pe) = (d.map(|v| v.pad_begin), d.map(|v| v.pad_end));
         let extra = d.map(|v| v.ceil_extra);
         let mut count_pad = include_pad;
-        if include_pad && extra != [0, 0] {
+        if include_pad && extra != [0, 0] && !whole_windows {
             // Counted padding but uncounted ceil-mode overhang: count only the cells inside
             // the padded image, the padding made real cells (zeros) when there is any.
             count_pad = false;

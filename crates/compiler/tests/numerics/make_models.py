@@ -194,6 +194,11 @@ def pools(out):
         N("AveragePool", ["X"], ["Y"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1,
           count_include_pad=1),
     ], [("X", [1, 2, 6, 6])], [("Y", [1, 2, 3, 3])], [], opset=19)
+    for pw in [1, 3]:
+        save(out, f"lppool_p{pw}", [
+            N("LpPool", ["X"], ["Y"], kernel_shape=[2, 3], strides=[2, 2], pads=[1, 0, 1, 1],
+              p=pw),
+        ], [("X", [1, 2, 5, 6])], [("Y", [1, 2, 3, 3])], [], opset=18)
     save(out, "lrn", [N("LRN", ["X"], ["Y"], size=5, alpha=0.01, beta=0.6, bias=1.5)],
          [("X", [1, 6, 5, 5])], [("Y", [1, 6, 5, 5])], [], opset=13)
 
@@ -211,7 +216,7 @@ def concats(out):
             N("Concat", ["r1", "c2", "p", "X"], ["cat"], axis=1),
             N("Add", ["cat", "cat"], ["d"]),
             N("Concat", ["d", "s2"], ["Y"], axis=1),
-        ], [("X", [batch, 3, 5, 5])], [("Y", [batch, 25, 5, 5])],
+        ], [("X", [batch, 3, 5, 5])], [("Y", [batch, 20, 5, 5])],
             [w("W1", (4, 3, 3, 3)), w("W2", (5, 3, 1, 1))], opset=13)
 
 
