@@ -879,3 +879,60 @@ fn concat_inputs_are_written_in_place() {
     let c = ok(&branches(2));
     assert_eq!(count(&ops(&c, Engine::Pool), "Copy"), 2);
 }
+
+#[test]
+fn group_norms_use_the_layer_norm_instruction_and_lp_pool_sums() {
+    let norm = |op: &str, groups: i64, params: i64| {
+        let mut attrs = vec![];
+        if op == "GroupNormalization" {
+            attrs.push(a_i("num_groups", groups));
+        }
+        model(
+            vec![node(op, &["X", "s", "b"], &["Y"], attrs)],
+            vec![
+                f32_init("s", &[params], ramp(params as usize, 0.1)),
+                f32_init("b", &[params], ramp(params as usize, 0.1)),
+            ],
+            vec![vi("X", dt::FLOAT, &[2, 4, 3, 3])],
+            vec![vi("Y", dt::FLOAT, &[2, 4, 3, 3])],
+            21,
+        )
+    };
+    // Per-channel instance parameters and per-group ones ride in the instruction.
+    for (op, g, p, dve) in [
+        ("InstanceNormalization", 4, 4, 0usize),
+        ("GroupNormalization", 2, 4, 1),
+    ] {
+        let c = ok(&norm(op, g, p));
+        let pool = ops(&c, Engine::Pool);
+        let Op::LayerNorm { input, gamma, .. } = pool[0] else {
+            panic!("{pool:?}")
+        };
+        assert_eq!(input.shape, [1, 2, g as u32, 36 / g as u32], "{op}");
+        assert_eq!(ops(&c, Engine::Dve).len(), dve, "{op}");
+        if op == "InstanceNormalization" {
+            assert_eq!(gamma.stride, [0, 0, 1, 0]);
+        }
+    }
+    let m = model(
+        vec![node(
+            "LpPool",
+            &["X"],
+            &["Y"],
+            vec![a_ints("kernel_shape", &[2, 2]), a_i("p", 2)],
+        )],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[1, 2, 4, 4])],
+        vec![vi("Y", dt::FLOAT, &[1, 2, 3, 3])],
+        18,
+    );
+    let c = ok(&m);
+    assert_eq!(acts(&c), vec![ActFunc::Square, ActFunc::Sqrt]);
+    assert!(matches!(
+        ops(&c, Engine::Pool)[0],
+        Op::Pool {
+            count_include_pad: true,
+            ..
+        }
+    ));
+}
