@@ -73,6 +73,7 @@ pub const SUPPORTED_OPS: &[&str] = &[
     "Mean",
     "Min",
     "Mish",
+    "Mod",
     "Mul",
     "Neg",
     "Not",
@@ -1171,6 +1172,14 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             }
             vec![out(x.dtype, x.shape.clone())]
         }
+        "Mod" => {
+            let (a, b) = (c.input(0)?, c.input(1)?);
+            elementwise_dtype_check(c, &[a, b])?;
+            if is_float(a.dtype) && n.attr_i("fmod", 0)? != 1 {
+                return Err(c.bad_attr("fmod must be 1 for floating-point inputs"));
+            }
+            vec![out(a.dtype, broadcast_all(c, &[a, b])?)]
+        }
         "Trilu" => {
             let x = c.input(0)?;
             if x.shape.len() < 2 {
@@ -1862,6 +1871,7 @@ fn check_device_dtypes(c: &Ctx) -> Result<()> {
             | "Greater"
             | "GreaterOrEqual"
             | "LessOrEqual"
+            | "Mod"
             | "Pow"
     );
     if elementwise && matches!(x.dtype, DType::U64 | DType::Bool) {

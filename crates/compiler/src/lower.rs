@@ -1035,6 +1035,7 @@ impl<'a> Lowerer<'a> {
                 self.copy(Engine::Pool, &src, &dst)?;
             }
             "CumSum" => self.lower_cumsum(ni)?,
+            "Mod" => self.lower_mod(ni)?,
             "ArgMax" | "ArgMin" => self.lower_arg_reduce(ni)?,
             "Hardmax" => self.lower_hardmax(ni)?,
             "Trilu" => {
@@ -2572,6 +2573,80 @@ impl<'a> Lowerer<'a> {
                 self.select(&neg, &t, &x, &y)
             }
         }
+    }
+
+    /// Mod. Integers (through i64 when narrower): `r = a − (a/b)·b` with the truncating
+    /// division, and without `fmod` the remainder takes the divisor's sign: `r + b` where
+    /// `r` and `b` have opposite signs (`b < 0 ? r > 0 : r < 0`). Floats (`fmod` only):
+    /// `a − b·trunc(a/b)`, `trunc` by Floor/Ceil on the quotient's sign.
+    fn lower_mod(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let o0 = self.out(ni, 0)?;
+        let fmod = n.attr_i("fmod", 0)? != 0;
+        let sh = g.values[o0].shape.clone();
+        let odt = g.values[o0].dtype;
+        let total: usize = sh.iter().product();
+        let float = crate::tensor::is_float(odt);
+        let cd = match odt {
+            DType::I32 | DType::I64 => odt,
+            _ if float => DType::F32,
+            _ => DType::I64,
+        };
+        let mut ops = Vec::new();
+        for v in n.inputs.iter().flatten().copied() {
+            let x = self.sview(v)?;
+            let x = if x.dtype == cd {
+                x
+            } else {
+                let t = View::dense(
+                    self.temp(x.shape.iter().product::<usize>() * cd.size()),
+                    cd,
+                    &x.shape,
+                );
+                self.copy(Engine::Dve, &x, &t)?;
+                t
+            };
+            ops.push(x.broadcast(&sh));
+        }
+        let (a, b) = (ops[0].clone(), ops[1].clone());
+        let y = self.alloc(o0);
+        if total == 0 {
+            return Ok(());
+        }
+        let tmp = |l: &mut Self, d: DType| View::dense(l.temp(total * d.size()), d, &sh);
+        let acc = if odt == cd { y.clone() } else { tmp(self, cd) };
+        let zc = self.add_const(&HostTensor::from_f64s(cd, vec![1], std::iter::once(0.0)));
+        let zero = View::dense(zc, cd, &[1]).broadcast(&sh);
+        let t = tmp(self, cd);
+        self.binary(&a, &b, &t, BinaryOp::Div)?;
+        if float {
+            let neg = tmp(self, DType::Bool);
+            self.binary(&t, &zero, &neg, BinaryOp::Less)?;
+            let fl = tmp(self, cd);
+            self.activation(&t, &fl, None, (ActFunc::Floor, 0.0, 0.0), 1.0)?;
+            self.activation(&t, &t, None, (ActFunc::Ceil, 0.0, 0.0), 1.0)?;
+            self.select(&neg, &t, &fl, &t)?;
+        }
+        self.binary(&t, &b, &t, BinaryOp::Mul)?;
+        self.binary(&a, &t, &acc, BinaryOp::Sub)?;
+        if !fmod && !float {
+            let (neg_r, pos_r, neg_b) = (
+                tmp(self, DType::Bool),
+                tmp(self, DType::Bool),
+                tmp(self, DType::Bool),
+            );
+            self.binary(&acc, &zero, &neg_r, BinaryOp::Less)?;
+            self.binary(&acc, &zero, &pos_r, BinaryOp::Greater)?;
+            self.binary(&b, &zero, &neg_b, BinaryOp::Less)?;
+            self.select(&neg_b, &pos_r, &neg_r, &neg_r)?;
+            self.binary(&acc, &b, &t, BinaryOp::Add)?;
+            self.select(&neg_r, &t, &acc, &acc)?;
+        }
+        if odt != cd {
+            self.copy(Engine::Dve, &acc, &y)?;
+        }
+        Ok(())
     }
 
     /// CumSum as a product with a constant triangular 0/1 matrix `T` (`T[i][j] = 1` where

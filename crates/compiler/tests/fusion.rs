@@ -936,3 +936,28 @@ fn group_norms_use_the_layer_norm_instruction_and_lp_pool_sums() {
         }
     ));
 }
+
+#[test]
+fn mod_of_narrow_integers_goes_through_i64() {
+    let m = model(
+        vec![node("Mod", &["A", "B"], &["Y"], vec![])],
+        vec![],
+        vec![vi("A", dt::INT8, &[6]), vi("B", dt::INT8, &[6])],
+        vec![vi("Y", dt::INT8, &[6])],
+        13,
+    );
+    let c = ok(&m);
+    let dve = ops(&c, Engine::Dve);
+    // Two widening copies, the remainder, the sign fix-up, one narrowing copy.
+    assert_eq!(count(&dve, "Copy"), 3, "{dve:?}");
+    assert_eq!(count(&dve, "Select"), 2);
+    let float = model(
+        vec![node("Mod", &["A", "B"], &["Y"], vec![])],
+        vec![],
+        vec![vi("A", dt::FLOAT, &[6]), vi("B", dt::FLOAT, &[6])],
+        vec![vi("Y", dt::FLOAT, &[6])],
+        13,
+    );
+    let e = compile(&float, None, &CompileOptions::default()).expect_err("fmod 0 on floats");
+    assert!(e.to_string().contains("fmod"), "{e}");
+}
