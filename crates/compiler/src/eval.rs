@@ -262,6 +262,37 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
         }
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "GreaterOrEqual"
         | "LessOrEqual" | "And" | "Or" => Ok(binary(op, k(0), k(1), &o0.shape).map(|t| vec![t])),
+        "Mod" => {
+            let fmod = n.attr_i("fmod", 0)? != 0;
+            let s = &o0.shape;
+            let a = view(k(0), s, 0, &broadcast_strides(&k(0).shape, s));
+            let b = view(k(1), s, 0, &broadcast_strides(&k(1).shape, s));
+            if is_float(a.dtype) {
+                let (x, y) = (a.to_f32s(), b.to_f32s());
+                let v = x.iter().zip(&y).map(|(&p, &q)| (p % q) as f64);
+                return one(HostTensor::from_f64s(a.dtype, s.clone(), v));
+            }
+            let (x, y) = (a.to_i64s(), b.to_i64s());
+            let v = x
+                .iter()
+                .zip(&y)
+                .map(|(&p, &q)| {
+                    if q == 0 {
+                        0
+                    } else if fmod {
+                        p.wrapping_rem(q)
+                    } else {
+                        let r = p.wrapping_rem(q);
+                        if r != 0 && (r < 0) != (q < 0) {
+                            r + q
+                        } else {
+                            r
+                        }
+                    }
+                })
+                .collect();
+            one(HostTensor::ints(a.dtype, s.clone(), v))
+        }
         "Max" | "Min" | "Sum" => {
             let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
             let mut acc = vals[0].clone();
