@@ -463,7 +463,8 @@ impl<'a> Lowerer<'a> {
         }
         let y = match self.loc[t].clone() {
             Some(y) => y,
-            None => self.alloc_plain(t),
+            // (itself placed in an enclosing Concat when that part is dense)
+            None => self.alloc(t),
         };
         let part = y.slice(axis, at as i64, len, 1);
         self.loc[v] = Some(part.clone());

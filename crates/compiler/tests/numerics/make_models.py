@@ -235,6 +235,13 @@ def norms(out):
         opset=21)
 
 
+def nested_concat(out):
+    save(out, "concat_nested", [
+        N("Relu", ["X"], ["a"]), N("Sigmoid", ["X"], ["b"]), N("Tanh", ["X"], ["c"]),
+        N("Concat", ["a", "b"], ["ab"], axis=1), N("Concat", ["c", "ab"], ["Y"], axis=1),
+    ], [("X", [1, 2, 3])], [("Y", [1, 6, 3])], [], opset=13)
+
+
 def cumsums(out):
     for axis in [0, 1, 2]:
         for exclusive in [0, 1]:
@@ -257,6 +264,7 @@ def main():
     cumsums(out)
     norms(out)
     concats(out)
+    nested_concat(out)
 
 
 if __name__ == "__main__":
