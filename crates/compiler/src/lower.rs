@@ -5,20 +5,26 @@
 //! producer writes there directly, also through a chain of layout operators), a constant
 //! (`MR_BUFFER`), or a temporary that the planner later places in the scratch arena. A
 //! value's location is a strided view: layout operators (Reshape, Flatten, Squeeze,
-//! Unsqueeze, Identity, Dropout, Transpose) only describe their input differently and never
-//! copy; a consumer that needs dense data copies a strided view once (`Lowerer::view`).
-//! MatMul and the elementwise engines read any strides (attention head splits and K
-//! transposes cost nothing); a producer whose only consumer is a Transpose feeding something
-//! else writes the transposed layout directly. Elementwise results overwrite their input in
-//! place when nothing else reads it. Operands are strided views; views of any rank are merged
-//! to ≤ 4 dimensions where contiguous and looped over (several instructions) where not.
+//! Unsqueeze, Identity, Dropout, Transpose, Split, forward Slice) only describe their input
+//! differently and never copy; a consumer that needs dense data copies a strided view once
+//! (`Lowerer::view`). MatMul and the elementwise engines read any strides (attention head
+//! splits and K transposes cost nothing); a producer whose only consumer is a Transpose
+//! feeding something else writes the transposed layout directly, and one whose only consumer
+//! is a Concat writes its part of the Concat's output. Elementwise results overwrite their
+//! input in place when nothing else reads it. Operands are strided views; views of any rank
+//! are merged to ≤ 4 dimensions where contiguous and looped over (several instructions)
+//! where not.
 //!
-//! Engines: MatMul/Gemm/Conv/ConvTranspose on PE; activations on ACT (bias adds, including a
-//! Gemm's, fused with a following activation into one pass; GELU decompositions recognized by
-//! `fuse`; a scalar factor after a MatMul goes into its alpha); elementwise, select
-//! and casts on DVE; reductions, pooling, softmax, layer-norm, resize, gather and layout
-//! copies on POOL; I/O DMA on SP. With `cores: 2`, MatMul and Conv split their N / output
-//! channels between the two cores.
+//! Engines: MatMul/Gemm/Conv/ConvTranspose on PE (Conv with its im2col scratch from the
+//! arena; a following inference BatchNormalization folded into its weights); activations on
+//! ACT (bias adds, including a Gemm's and a BatchNormalization's shift, fused with a
+//! following activation into one pass in place; GELU decompositions recognized by `fuse`; a
+//! scalar factor after a MatMul goes into its alpha); elementwise, select and casts on DVE;
+//! reductions, pooling, softmax, layer-norm, resize, gather and layout copies on POOL; I/O
+//! DMA on SP. Operators without an instruction of their own (LRN, ArgMax, CumSum, Mod, the
+//! composite activations and reductions, group norms, 3-D and Lp pooling…) are sequences of
+//! these. With `cores: 2`, MatMul and Conv split their N / output channels between the two
+//! cores.
 
 use crate::error::{CompileError, ErrorKind, Result};
 use crate::eval::dense_strides;
