@@ -98,6 +98,13 @@ pub const HARVEST_YIELD: Duration = Duration::from_micros(500);
 /// completion delay is the price of not burning a vCPU.
 pub const HARVEST_SLEEP: Duration = Duration::from_micros(50);
 
+/// Longest sleep of an XU worker that stays out of the way of a client harvesting by itself
+/// (its sleeps double from [`HARVEST_SLEEP`] up to this while the client keeps polling).
+/// With the worker spinning next to a polling client and the device thread, three runnable
+/// threads shared two vCPUs and explicit async at depth 8 ran slower than sync; the cap is
+/// how late the worker takes over completions once the client stops polling.
+pub const XU_DEFER_MAX: Duration = Duration::from_micros(500);
+
 /// Default `NEURON_RT_EXEC_TIMEOUT` (the public configuration guide's table says 30 s).
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 

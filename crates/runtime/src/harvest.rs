@@ -205,7 +205,10 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
         }
     }
     drop(guard);
-    if consumed != 0 && !worker {
+    if !worker {
+        // Counted whether or not this step found records: when the worker is also
+        // harvesting, the client's steps often find the rings already drained, and the
+        // worker must still see that someone else is polling.
         vc.counters
             .external_harvests
             .fetch_add(1, Ordering::Relaxed);

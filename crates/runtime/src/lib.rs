@@ -126,9 +126,9 @@ pub(crate) struct VcoreCounters {
     pub(crate) doorbells: AtomicU64,
     pub(crate) publishes: AtomicU64,
     pub(crate) barrier_proxy_waits: AtomicU64,
-    /// Harvest steps that consumed records, run by a thread other than the XU worker (a
-    /// client polling `is_completed`, a sync caller): while they keep coming the worker
-    /// stays out of the way.
+    /// Harvest steps run by a thread other than the XU worker (a client polling
+    /// `is_completed`/`wait`, a sync caller): while they keep coming the worker stays out of
+    /// the way.
     pub(crate) external_harvests: AtomicU64,
 }
 

@@ -235,6 +235,7 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
     let mut cursor = 1u64; // oldest seq the worker may still have to retire
     let mut backoff = harvest::Backoff::new();
     let mut last_external = vc.counters.external_harvests.load(Ordering::Relaxed);
+    let mut defer = tuning::HARVEST_SLEEP;
     while !rt.stop.load(Ordering::Acquire) {
         if vc.xu.async_inflight.load(Ordering::Acquire) == 0 {
             // Nothing async in flight: synchronous callers harvest their own executions, so
@@ -246,18 +247,24 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             backoff = harvest::Backoff::new();
             continue;
         }
+        let external = vc.counters.external_harvests.load(Ordering::Relaxed);
+        if external != last_external {
+            // A client is harvesting (polling is_completed/wait, or a sync caller): a third
+            // runnable thread on two vCPUs would only steal its CPU. Retire what its harvest
+            // finished, then look again after a sleep that grows while the client keeps
+            // polling; when it stops, the worker takes over within `XU_DEFER_MAX`.
+            last_external = external;
+            retire_done(&rt, vc, &mut cursor);
+            std::thread::sleep(defer);
+            defer = (defer * 2).min(tuning::XU_DEFER_MAX);
+            backoff = harvest::Backoff::new();
+            continue;
+        }
+        defer = tuning::HARVEST_SLEEP;
         let progressed = harvest::progress_one_step_worker(&rt, vc) != Step::Idle;
         let retired = retire_done(&rt, vc, &mut cursor);
         if progressed || retired {
             backoff = harvest::Backoff::new();
-            continue;
-        }
-        let external = vc.counters.external_harvests.load(Ordering::Relaxed);
-        if external != last_external {
-            // A client is harvesting (polling is_completed/wait): let it, and look again
-            // after a short sleep in case it stops.
-            last_external = external;
-            std::thread::sleep(tuning::HARVEST_SLEEP);
             continue;
         }
         // Bounded spin, then yield, then short sleeps.
