@@ -92,6 +92,10 @@ fn main() {
 }
 
 fn dispatch(cmd: &str, rest: &[String]) -> Res<bool> {
+    if rest.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return Ok(true);
+    }
     let shape_opts = ["input-shape", "input-value", "cores"];
     match cmd {
         "demo" => demo(&Args::parse(rest, &["seconds"], &["cnn"])?).map(|_| true),
@@ -117,7 +121,7 @@ fn dispatch(cmd: &str, rest: &[String]) -> Res<bool> {
         "bench" => bench::main(&Args::parse(
             rest,
             &[&shape_opts[..], &["surface", "depth", "seconds"]].concat(),
-            &["json"],
+            &["json", "gemm"],
         )?)
         .map(|_| true),
         "conformance" => conformance::main(&Args::parse(

@@ -67,6 +67,8 @@ pub fn prepare(path: &str, opts: &CompileOptions) -> Res<Prepared> {
         })
     } else {
         let ncm = std::fs::read(path).map_err(|e| format!("reading {path}: {e}"))?;
+        // Decoded here (and again by the runtime's load) so a bad file is named in the error.
+        nrt_model::CompiledModel::decode(&ncm).map_err(|e| format!("{path}: {e}"))?;
         Ok(Prepared { ncm, report: None })
     }
 }

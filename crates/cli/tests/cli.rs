@@ -1,0 +1,150 @@
+//! The `nrt` binary end to end: every subcommand on a real model, and the errors a user
+//! gets for bad input (exit status 2 and a message naming the culprit).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn nrt(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nrt"))
+        .args(args)
+        .env_remove("NRT_SIM_FAULTS")
+        .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS")
+        .output()
+        .expect("run nrt")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = nrt(args);
+    assert!(
+        out.status.success(),
+        "nrt {args:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Runs a command that must fail with exit status 2; returns its stderr.
+fn fails(args: &[&str]) -> String {
+    let out = nrt(args);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "nrt {args:?} should fail with status 2:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stderr).expect("utf-8 errors")
+}
+
+/// A fresh scratch folder under the target directory.
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+#[test]
+fn compile_inspect_run_trace_and_bench_a_sample_model() {
+    let dir = scratch("cli-mlp");
+    ok(&["samples", "--out", s(&dir)]);
+    let onnx = dir.join("mlp/model.onnx");
+    assert!(onnx.is_file(), "samples wrote {}", onnx.display());
+
+    let ncm = dir.join("mlp.ncm");
+    ok(&["compile", s(&onnx), "-o", s(&ncm)]);
+    assert!(std::fs::metadata(&ncm).expect("ncm written").len() > 0);
+
+    let inspect = ok(&["inspect", s(&ncm)]);
+    assert!(
+        inspect.contains("Input X") && inspect.contains("Output Y"),
+        "inspect lists the I/O:\n{inspect}"
+    );
+
+    let outputs = dir.join("out");
+    ok(&["run", s(&ncm), "--output-dir", s(&outputs), "--seed", "7"]);
+    let written: Vec<_> = std::fs::read_dir(&outputs)
+        .expect("output dir")
+        .flatten()
+        .collect();
+    assert!(!written.is_empty(), "run writes the outputs as .pb files");
+
+    let trace = dir.join("trace.json");
+    ok(&["trace", s(&ncm), "-o", s(&trace), "--executions", "3"]);
+    let json = std::fs::read_to_string(&trace).expect("trace written");
+    assert!(json.contains("traceEvents"), "Perfetto/Chrome JSON");
+    for stage in ["bind", "stage", "doorbell", "harvest"] {
+        assert!(json.contains(stage), "trace shows the {stage} stage");
+    }
+
+    let bench = ok(&["bench", s(&ncm), "--seconds", "0.05", "--json"]);
+    assert!(
+        bench.contains("\"median_ns\"") || bench.contains("median"),
+        "{bench}"
+    );
+}
+
+#[test]
+fn bench_rows_for_every_surface_and_the_gemm_rows() {
+    for (surface, depth) in [("sync", "1"), ("explicit", "4"), ("implicit", "4")] {
+        let out = ok(&[
+            "bench",
+            "--surface",
+            surface,
+            "--depth",
+            depth,
+            "--seconds",
+            "0.05",
+        ]);
+        assert!(out.contains(surface), "{surface} row:\n{out}");
+        assert!(
+            out.contains("0.000"),
+            "no allocations per execution:\n{out}"
+        );
+    }
+    let gemm = ok(&["bench", "--gemm", "--seconds", "0.02"]);
+    assert!(gemm.contains("GFLOP/s"), "{gemm}");
+}
+
+#[test]
+fn idle_process_uses_almost_no_cpu() {
+    let out = ok(&["idle", "--seconds", "0.3"]);
+    assert!(out.contains("parked: true"), "{out}");
+}
+
+#[test]
+fn help_and_usage_errors() {
+    assert!(ok(&["help"]).contains("USAGE"));
+    assert!(ok(&["bench", "--help"]).contains("nrt bench"));
+    assert!(fails(&["frobnicate"]).contains("unknown command \"frobnicate\""));
+    assert!(fails(&["bench", "--nope"]).contains("--nope"));
+    assert!(fails(&["bench", "--surface", "sideways"]).contains("sideways"));
+    assert!(fails(&["bench", "--seconds", "soon"]).contains("soon"));
+}
+
+#[test]
+fn bad_model_files_name_the_file() {
+    let dir = scratch("cli-bad");
+    let missing = dir.join("missing.ncm");
+    assert!(fails(&["run", s(&missing)]).contains("missing.ncm"));
+
+    // A container cut short, and an ONNX file that is not protobuf.
+    ok(&["samples", "--out", s(&dir)]);
+    let ncm = dir.join("mlp.ncm");
+    ok(&["compile", s(&dir.join("mlp/model.onnx")), "-o", s(&ncm)]);
+    let bytes = std::fs::read(&ncm).expect("ncm");
+    let cut = dir.join("cut.ncm");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let err = fails(&["inspect", s(&cut)]);
+    assert!(err.contains("cut.ncm"), "{err}");
+
+    let junk = dir.join("junk.onnx");
+    std::fs::write(&junk, b"\xff\xff\xff not a model").expect("write");
+    let err = fails(&["compile", s(&junk), "-o", s(&dir.join("j.ncm"))]);
+    assert!(err.contains("junk.onnx"), "{err}");
+}
