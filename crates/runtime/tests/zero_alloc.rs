@@ -39,7 +39,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static A: Counting = Counting;
 
-
 fn counts() -> (u64, u64) {
     (ALLOCS.load(Ordering::SeqCst), FREES.load(Ordering::SeqCst))
 }

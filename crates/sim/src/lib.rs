@@ -30,8 +30,8 @@ use crate::memory::Memory;
 use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
 use nrt_hal::{
     DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError, IdleGate,
-    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START,
-    TriggerPair, plane, ring, tuning,
+    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START, TriggerPair, plane,
+    ring, tuning,
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;

@@ -30,11 +30,11 @@
 
 use crate::DeviceShared;
 use crate::fault::FaultKind;
+use nrt_hal::sync::CachePadded;
 use nrt_hal::wire::{
     CUSTOM_SUB_ID_OUTPUT_DONE, EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, TRIGGER_PAIR_SIZE, cause,
     exec_flags,
 };
-use nrt_hal::sync::CachePadded;
 use nrt_hal::{
     Consumer, DType, DevAddr, DmaKind, Engine, ErrorSubtype, ExecQueueDesc, ExecRequest,
     FIRST_ENGINE_SEMAPHORE, NUM_ENGINES, NqRecord, PLANE_RINGS, PlaneProducer, RecordKind,
