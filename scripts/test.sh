@@ -6,7 +6,8 @@
 #   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs)
 #   3. the loom models of the lock-free protocols
 #   4. conformance: the ONNX node tests within the supported op list, the ONNX `light` models,
-#      and the project's own models checked against ONNX Runtime
+#      the project's own models and the compiler's fusion/layout patterns checked against
+#      ONNX Runtime
 #
 # Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 (for quick local runs).
 set -euo pipefail
@@ -53,10 +54,23 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   "$NRT_PYTHON" scripts/ort_oracle.py "$work"/samples/* > /dev/null
   "$nrt" conformance "$work/samples" | tee "$work/samples.txt"
 
-  if grep -q '^FAIL' "$work/node.txt" "$work/light.txt" "$work/samples.txt"; then
+  echo "-- the compiler's fusion and layout patterns vs ONNX Runtime"
+  "$NRT_PYTHON" crates/compiler/tests/numerics/make_models.py "$work/numerics" > /dev/null
+  "$NRT_PYTHON" scripts/ort_oracle.py "$work"/numerics/* > /dev/null
+  "$nrt" conformance "$work/numerics" --quiet | tee "$work/numerics.txt"
+
+  reports=("$work/node.txt" "$work/light.txt" "$work/samples.txt" "$work/numerics.txt")
+  if grep -q '^FAIL' "${reports[@]}"; then
     echo "conformance: FAIL" >&2
     exit 1
   fi
+  # A run that died part-way prints no summary line; that must not read as a pass.
+  for r in "${reports[@]}"; do
+    if ! grep -Eq '^[0-9]+ passed, 0 failed' "$r"; then
+      echo "conformance: no summary in $r (did nrt conformance stop early?)" >&2
+      exit 1
+    fi
+  done
 fi
 
 step "all tests passed"
