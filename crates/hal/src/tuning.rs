@@ -140,6 +140,14 @@ pub const TRACE_RING_CAPACITY: usize = 1 << 16;
 /// `cargo bench -p nrt-kernels -- matmul`.
 pub const GEMV_MAX_ROWS: usize = 4;
 
+/// Bytes of B from which the 1- and 2-row GEMV kernels read B row by row, in memory order,
+/// accumulating into the output rows in L1, instead of in column strips with the
+/// accumulators in registers. Strips walk B down its columns in short runs, which the
+/// prefetcher serves worse once B comes from L3: 512×512 (1 MiB, 4 such matrices cycled)
+/// 21–24 µs in strips, 16.7–17.1 µs by rows; 768×768 58 vs 42; 256×1024 26 vs 17. Below
+/// ~256 KiB (B in L2) strips are as fast or faster (512×64: 1.9 vs 2.1 µs).
+pub const GEMV_STREAM_MIN_BYTES: usize = 256 << 10;
+
 /// Bulk copies in the kernels between these sizes (bytes) use an AVX load/store loop instead
 /// of libc `memcpy`. On the project's machine (AMD EPYC under KVM) glibc's `memcpy` takes its
 /// `rep movsb` path from 4 KiB to ~64 KiB and runs at 2–3 GB/s there, against 42–58 GB/s

@@ -519,6 +519,110 @@ mod avx {
         }
     }
 
+    /// One step of [`stream_rows`]: rows `p..p+G` of B, each read once, start to end, added
+    /// (scaled by `alpha·x_i[p+g]`) into every `y_i`, `8·Q` columns per register block.
+    ///
+    /// # Safety
+    /// As `super::gemv_rowmajor`, with `p + G ≤ k`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn stream_step<const R: usize, const G: usize, const Q: usize>(
+        n: usize,
+        x: [*const f32; R],
+        p: usize,
+        b: *const f32,
+        ldb: isize,
+        y: [*mut f32; R],
+        alpha: f32,
+    ) {
+        // SAFETY: reads x_i[p..p+G], rows p..p+G of B at columns < n; writes y_i at columns
+        // < n (no overlap with any input, per the contract).
+        unsafe {
+            let xs: [[f32; G]; R] =
+                core::array::from_fn(|i| core::array::from_fn(|g| alpha * *x[i].add(p + g)));
+            let xv: [[__m256; G]; R] = xs.map(|xi| xi.map(|v| _mm256_set1_ps(v)));
+            let rows: [*const f32; G] = core::array::from_fn(|g| b.offset((p + g) as isize * ldb));
+            let mut j = 0;
+            while j + 8 * Q <= n {
+                let mut acc: [[__m256; Q]; R] = core::array::from_fn(|i| {
+                    core::array::from_fn(|q| _mm256_loadu_ps(y[i].add(j + 8 * q)))
+                });
+                for g in 0..G {
+                    for q in 0..Q {
+                        let w = _mm256_loadu_ps(rows[g].add(j + 8 * q));
+                        for i in 0..R {
+                            acc[i][q] = _mm256_fmadd_ps(xv[i][g], w, acc[i][q]);
+                        }
+                    }
+                }
+                for i in 0..R {
+                    for q in 0..Q {
+                        _mm256_storeu_ps(y[i].add(j + 8 * q), acc[i][q]);
+                    }
+                }
+                j += 8 * Q;
+            }
+            while j + 8 <= n {
+                for i in 0..R {
+                    let mut a = _mm256_loadu_ps(y[i].add(j));
+                    for g in 0..G {
+                        a = _mm256_fmadd_ps(xv[i][g], _mm256_loadu_ps(rows[g].add(j)), a);
+                    }
+                    _mm256_storeu_ps(y[i].add(j), a);
+                }
+                j += 8;
+            }
+            while j < n {
+                for i in 0..R {
+                    let mut a = *y[i].add(j);
+                    for g in 0..G {
+                        a += xs[i][g] * *rows[g].add(j);
+                    }
+                    *y[i].add(j) = a;
+                }
+                j += 1;
+            }
+        }
+    }
+
+    /// The GEMV for a B too large for L2: instead of column strips (which walk B down its
+    /// columns, `k` short runs per strip), B's rows are read in memory order, `G` at a time,
+    /// and each `y_i` (in L1) accumulates them; the hardware prefetcher sees `G` sequential
+    /// streams. `y_i = alpha·Σ_p x_i[p]·B[p] (+ y_i)`, with `alpha` folded into `x_i[p]`.
+    ///
+    /// # Safety
+    /// As `super::gemv_rowmajor`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    unsafe fn stream_rows<const R: usize, const G: usize, const Q: usize>(
+        k: usize,
+        n: usize,
+        x: [*const f32; R],
+        b: *const f32,
+        ldb: isize,
+        y: [*mut f32; R],
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        // SAFETY: y_i writable for n floats; the steps as `stream_step` with p + G ≤ k.
+        unsafe {
+            if !accumulate {
+                for yi in y {
+                    core::ptr::write_bytes(yi, 0, n);
+                }
+            }
+            let mut p = 0;
+            while p + G <= k {
+                stream_step::<R, G, Q>(n, x, p, b, ldb, y, alpha);
+                p += G;
+            }
+            while p < k {
+                stream_step::<R, 1, Q>(n, x, p, b, ldb, y, alpha);
+                p += 1;
+            }
+        }
+    }
+
     /// # Safety
     /// As `super::gemv_rowmajor`.
     #[allow(clippy::too_many_arguments)]
@@ -532,6 +636,17 @@ mod avx {
         alpha: f32,
         accumulate: bool,
     ) {
+        if R <= 2 && n >= 32 && k * n * 4 >= nrt_hal::tuning::GEMV_STREAM_MIN_BYTES {
+            // SAFETY: forwarded contract. G·R broadcasts plus R·Q accumulators and one loaded
+            // B vector stay within the 16 registers.
+            unsafe {
+                match R {
+                    1 => stream_rows::<R, 8, 4>(k, n, x, b, ldb, y, alpha, accumulate),
+                    _ => stream_rows::<R, 4, 2>(k, n, x, b, ldb, y, alpha, accumulate),
+                }
+            }
+            return;
+        }
         let at = |j: usize| y.map(|yi| yi.wrapping_add(j));
         let mut j = 0;
         // SAFETY: (every strip) columns j..j+8W ≤ n lie inside B and every y_i. Widths keep

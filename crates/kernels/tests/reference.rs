@@ -368,6 +368,10 @@ proptest! {
 fn matmul_shapes_of_interest() {
     for (i, &(m_, k, n)) in [
         (1, 512, 512),
+        // B of 256 KiB or more: the row-streaming GEMV, with row and column tails.
+        (1, 517, 263),
+        (2, 301, 250),
+        (1, 1030, 71),
         (1, 300, 77),
         (2, 70, 37),
         (4, 33, 100),
