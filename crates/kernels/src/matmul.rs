@@ -547,17 +547,17 @@ mod avx {
                 let mut acc: [[__m256; Q]; R] = core::array::from_fn(|i| {
                     core::array::from_fn(|q| _mm256_loadu_ps(y[i].add(j + 8 * q)))
                 });
-                for g in 0..G {
+                for (g, row) in rows.iter().enumerate() {
                     for q in 0..Q {
-                        let w = _mm256_loadu_ps(rows[g].add(j + 8 * q));
-                        for i in 0..R {
-                            acc[i][q] = _mm256_fmadd_ps(xv[i][g], w, acc[i][q]);
+                        let w = _mm256_loadu_ps(row.add(j + 8 * q));
+                        for (ai, xi) in acc.iter_mut().zip(&xv) {
+                            ai[q] = _mm256_fmadd_ps(xi[g], w, ai[q]);
                         }
                     }
                 }
-                for i in 0..R {
-                    for q in 0..Q {
-                        _mm256_storeu_ps(y[i].add(j + 8 * q), acc[i][q]);
+                for (ai, yi) in acc.iter().zip(y) {
+                    for (q, aq) in ai.iter().enumerate() {
+                        _mm256_storeu_ps(yi.add(j + 8 * q), *aq);
                     }
                 }
                 j += 8 * Q;
