@@ -368,20 +368,7 @@ fn trace(a: &Args) -> Res<()> {
         rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
     }
     let spans = rt.trace_spans();
-    let mut json = String::from("{\"traceEvents\":[\n");
-    json.push_str("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"nrt-rs runtime\"}},\n");
-    json.push_str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"execute (caller thread)\"}}");
-    for s in &spans {
-        json.push_str(&format!(
-            ",\n{{\"name\":\"{}\",\"cat\":\"stage\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"seq\":{},\"model\":{}}}}}",
-            s.stage.name(),
-            s.start_ns as f64 / 1e3,
-            (s.end_ns - s.start_ns) as f64 / 1e3,
-            s.seq,
-            s.model
-        ));
-    }
-    json.push_str("\n]}\n");
+    let json = nrt_runtime::chrome_json(&spans, &[(m.id(), m.name())]);
     std::fs::write(out, json).map_err(|e| format!("writing {out}: {e}"))?;
     println!(
         "{} executions, {} spans -> {out} (open in https://ui.perfetto.dev or chrome://tracing)",

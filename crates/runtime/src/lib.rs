@@ -50,7 +50,7 @@ pub use exec::ExecMode;
 pub use model::{LoadOptions, TensorInfo};
 pub use nrt_hal::{DType, NrtStatus, SeqId};
 pub use tensor::{Placement, Tensor, TensorSet};
-pub use trace::{Span, Stage};
+pub use trace::{Span, Stage, chrome_json};
 pub use xu::{AsyncCallback, XuKind};
 
 use crate::harvest::{Harvest, Progress};

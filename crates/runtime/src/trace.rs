@@ -150,6 +150,47 @@ impl Trace {
     }
 }
 
+/// The spans as Chrome trace-event JSON (opens in <https://ui.perfetto.dev> and
+/// `chrome://tracing`): one complete event per span on the caller-thread track, named after
+/// its stage, with the execution's seq and model id as arguments. `names` gives a display
+/// name per model id (spans of models it does not name show the id).
+pub fn chrome_json(spans: &[Span], names: &[(u32, &str)]) -> String {
+    use std::fmt::Write;
+    let mut json = String::from("{\"traceEvents\":[\n");
+    json.push_str(
+        "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"nrt-rs runtime\"}},\n",
+    );
+    json.push_str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"execute (caller thread)\"}}");
+    for s in spans {
+        let _ = write!(
+            json,
+            ",\n{{\"name\":\"{}\",\"cat\":\"stage\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"seq\":{},\"model\":{}",
+            s.stage.name(),
+            s.start_ns as f64 / 1e3,
+            s.end_ns.saturating_sub(s.start_ns) as f64 / 1e3,
+            s.seq,
+            s.model
+        );
+        if let Some((_, name)) = names.iter().find(|(id, _)| *id == s.model) {
+            json.push_str(",\"model_name\":\"");
+            for c in name.chars() {
+                match c {
+                    '"' => json.push_str("\\\""),
+                    '\\' => json.push_str("\\\\"),
+                    c if (c as u32) < 0x20 => {
+                        let _ = write!(json, "\\u{:04x}", c as u32);
+                    }
+                    c => json.push(c),
+                }
+            }
+            json.push('"');
+        }
+        json.push_str("}}");
+    }
+    json.push_str("\n]}\n");
+    json
+}
+
 /// Stage timestamps of one execution: [`NoStamps`] compiles to nothing.
 pub(crate) trait Stamps {
     /// Marks the start of the next stage (or the end of the last).
