@@ -224,6 +224,8 @@ NRT_STATUS nrt_unload(nrt_model_t *model);
 NRT_STATUS nrt_get_model_vnc_count(const nrt_model_t *model, uint32_t *vnc_count);
 /* Deprecated name of nrt_get_model_vnc_count. */
 NRT_STATUS nrt_get_model_nc_count(const nrt_model_t *model, uint32_t *vnc_count);
+/* Deprecated: instances one nrt_load made of the model (always 1). */
+NRT_STATUS nrt_get_model_instance_count(nrt_model_t *model, uint32_t *instance_count);
 
 /* Logical NeuronCores of the device. Callable before nrt_init. */
 NRT_STATUS nrt_get_total_vnc_count(uint32_t *vnc_count);
@@ -280,6 +282,9 @@ NRT_STATUS nrt_tensor_allocate_slice(const nrt_tensor_t *tensor_source, size_t o
                                      nrt_tensor_t **tensor_slice);
 /* Host address of the tensor's bytes; NULL for an invalid handle or an empty tensor. */
 void *nrt_tensor_get_va(const nrt_tensor_t *tensor);
+/* Copies `size` host bytes to `dest`, an address inside a DEVICE tensor (nrt_tensor_get_va
+ * plus an offset); NRT_INVALID naming the address if no device tensor holds the range. */
+NRT_STATUS nrt_memcpy_to_device(void *dest, const void *src, size_t size);
 /* Device tensors only; hbm_index is 0. */
 NRT_STATUS nrt_tensor_get_device_allocation_info(const nrt_tensor_t *tensor,
                                                  nrt_tensor_device_allocation_info_t *alloc_info);
@@ -293,6 +298,13 @@ NRT_STATUS nrt_tensor_reset_output_completion(nrt_tensor_t *output_tensor);
  * receives the bytes written. */
 NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc, nrt_vnc_memory_stats_t *stats, size_t stats_size_in,
                                     size_t *stats_size_out);
+
+/* Tracing: records the five stages of every execution (validate, bind, stage, doorbell,
+ * harvest) of every model; nrt_trace_stop writes them to `filename` as Chrome trace-event
+ * JSON (open it in https://ui.perfetto.dev) and ends the trace. `trace_mem` records nothing
+ * more here. One trace or profile (nrt/nrt_profile.h) at a time; nrt_close ends it. */
+NRT_STATUS nrt_trace_start(bool trace_mem);
+NRT_STATUS nrt_trace_stop(const char *filename);
 
 /* Not provided by this library (no collectives, no DMA-buf, no device mmap):
  * nrt_build_global_comm, nrt_cc_global_comm_init, nrt_get_dmabuf_fd, nrt_host_device_id_get,

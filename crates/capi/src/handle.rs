@@ -268,6 +268,30 @@ impl<T: Send + Sync + 'static> Pool<T> {
         exclusive_shell(self, shell)
     }
 
+    /// Pins the first live handle whose value satisfies `pred` (a linear scan of the pool:
+    /// for lookups by content, e.g. which tensor holds an address — not for hot paths).
+    pub(crate) fn find_live(&self, pred: impl Fn(&T) -> bool) -> Option<Pin<'static, T>> {
+        for (k, c) in self.chunks.iter().enumerate() {
+            let base = c.load(Ordering::Acquire);
+            if base.is_null() {
+                break;
+            }
+            for i in 0..(FIRST_CHUNK << k) {
+                // SAFETY: `i` is inside chunk `k`, which is leaked (lives forever).
+                let shell: &'static Shell<T> = unsafe { &*base.add(i) };
+                if !shell.is_live() {
+                    continue;
+                }
+                if let Ok(p) = pin_shell(shell)
+                    && pred(&p)
+                {
+                    return Some(p);
+                }
+            }
+        }
+        None
+    }
+
     /// Frees every live handle of the pool (at `nrt_close`, for models), returning their
     /// values.
     pub(crate) fn drain_live(&self) -> Vec<T> {

@@ -9,5 +9,6 @@ pub mod asyncx;
 pub mod exec;
 pub mod init;
 pub mod model;
+pub mod profile;
 pub mod set;
 pub mod tensor;

@@ -179,6 +179,25 @@ pub unsafe extern "C" fn nrt_get_model_nc_count(
     model_vnc_count("nrt_get_model_nc_count", model, vnc_count)
 }
 
+/// `NRT_STATUS nrt_get_model_instance_count(nrt_model_t *model, uint32_t *instance_count)`
+/// (deprecated): instances of the model loaded by one `nrt_load` — always 1.
+///
+/// # Safety
+/// `instance_count` must be valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nrt_get_model_instance_count(
+    model: *const c_void,
+    instance_count: *mut u32,
+) -> NrtStatusC {
+    api("nrt_get_model_instance_count", || {
+        crate::api_in!("nrt_get_model_instance_count", "model={model:p}");
+        ensure_open()?;
+        let _m = pin(&MODELS, model, "model")?;
+        // SAFETY: the caller passes a valid `uint32_t *` (checked non-null).
+        unsafe { write_out(instance_count, 1, "instance_count") }
+    })
+}
+
 /// Info arrays handed out and not yet freed (to refuse double or foreign frees).
 static INFO_ARRAYS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 

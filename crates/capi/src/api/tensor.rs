@@ -364,6 +364,57 @@ pub extern "C" fn nrt_tensor_get_va(tensor: *const c_void) -> *mut c_void {
     })
 }
 
+/// `NRT_STATUS nrt_memcpy_to_device(void *dest, const void *src, size_t size)`: copies
+/// `size` host bytes to device memory at `dest`, an address inside a live DEVICE tensor (from
+/// `nrt_tensor_get_va`, plus an offset). `NRT_INVALID` names the address if no device
+/// tensor holds the whole range.
+///
+/// # Safety
+/// `src` must be valid for reads of `size` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nrt_memcpy_to_device(
+    dest: *mut c_void,
+    src: *const c_void,
+    size: usize,
+) -> NrtStatusC {
+    api("nrt_memcpy_to_device", || {
+        crate::api_in!(
+            "nrt_memcpy_to_device",
+            "dest={dest:p}, src={src:p}, size={size}"
+        );
+        ensure_open()?;
+        nonnull(dest, "dest")?;
+        if size == 0 {
+            return Ok(());
+        }
+        nonnull(src, "src")?;
+        let start = dest as usize;
+        let end = start.checked_add(size).ok_or_else(|| {
+            invalid(format!(
+                "invalid argument: dest {dest:p} + size {size} overflows"
+            ))
+        })?;
+        let epoch = state::epoch();
+        let holder = TENSORS.find_live(|t| {
+            let base = t.tensor.host_ptr() as usize;
+            t.epoch == epoch
+                && t.tensor.placement() == Placement::Device
+                && base != 0
+                && base <= start
+                && end <= base + t.tensor.size() as usize
+        });
+        let Some(t) = holder else {
+            return Err(invalid(format!(
+                "invalid argument: dest {dest:p}..+{size} is not inside a device tensor of this runtime (nrt_tensor_get_va of a DEVICE tensor gives one)"
+            )));
+        };
+        // SAFETY: readable for `size` bytes (caller's contract).
+        let bytes = unsafe { in_buf(src, size as u64, "src")? };
+        let offset = (start - t.tensor.host_ptr() as usize) as u64;
+        t.tensor.write(bytes, offset).map_err(Fail::from)
+    })
+}
+
 /// `NRT_STATUS nrt_tensor_get_device_allocation_info(const nrt_tensor_t *tensor,
 /// nrt_tensor_device_allocation_info_t *alloc_info)`: device tensors only (`NRT_INVALID`
 /// for host tensors). `hbm_index` is 0: the software device has one memory.

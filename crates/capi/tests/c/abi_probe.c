@@ -7,6 +7,7 @@
 #include "nrt/nrt.h"
 #include "nrt/nrt_async.h"
 #include "nrt/nrt_experimental.h"
+#include "nrt/nrt_profile.h"
 #include "nrt/nrt_status.h"
 #include "nrt/nrt_version.h"
 

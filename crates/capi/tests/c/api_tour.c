@@ -3,7 +3,8 @@
  *
  *   api_tour MODEL.ncm sync        synchronous runtime: tensors of every kind, slices,
  *                                  attached buffers, batches, completion counts, queries,
- *                                  eventfds, and 4 threads executing concurrently
+ *                                  eventfds, 4 threads executing concurrently,
+ *                                  nrt_memcpy_to_device, profiling and tracing
  *   api_tour MODEL.ncm implicit    with NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS set:
  *                                  callback, queued nrt_execute, drain
  */
@@ -21,6 +22,7 @@
 #include "nrt/nrt.h"
 #include "nrt/nrt_async.h"
 #include "nrt/nrt_experimental.h"
+#include "nrt/nrt_profile.h"
 #include "nrt/nrt_version.h"
 
 static atomic_int checks = 0, failures = 0; /* updated by the worker threads too */
@@ -164,6 +166,23 @@ static void sync_tour(void) {
     EXPECT(nrt_tensor_get_device_allocation_info(h, &ai), NRT_INVALID);
     TRUE(nrt_tensor_get_size(h) == 32);
 
+    /* nrt_memcpy_to_device: into a device tensor's memory, by address. */
+    const unsigned char src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    OK(nrt_memcpy_to_device(va + 20, src, 8));
+    OK(nrt_tensor_read(a, bytes, 0, 32));
+    TRUE(bytes[19] == 0xFF && bytes[20] == 1 && bytes[27] == 8 && bytes[28] == 0);
+    EXPECT(nrt_memcpy_to_device(va + 28, src, 8), NRT_INVALID); /* runs past the tensor */
+    EXPECT(nrt_memcpy_to_device((void *)src, src, 8), NRT_INVALID); /* not device memory */
+    EXPECT(nrt_memcpy_to_device(nrt_tensor_get_va(h), src, 8), NRT_INVALID); /* host tensor */
+    EXPECT(nrt_memcpy_to_device(NULL, src, 8), NRT_INVALID);
+    EXPECT(nrt_memcpy_to_device(va, NULL, 8), NRT_INVALID);
+    OK(nrt_memcpy_to_device(va, NULL, 0));
+    OK(nrt_tensor_read(a, bytes, 0, 32));
+    TRUE(bytes[0] == 0x42 && bytes[20] == 1); /* the refused calls changed nothing */
+    uint32_t instances = 0;
+    OK(nrt_get_model_instance_count(model, &instances));
+    TRUE(instances == 1);
+
     /* Batches. */
     float w0[2] = {1, 2}, w1[2] = {3, 4}, r[4] = {0};
     nrt_tensor_batch_op_t wops[2] = {{0, 8, w0}, {24, 8, w1}};
@@ -269,6 +288,55 @@ static void sync_tour(void) {
     nrt_destroy_tensor_set(&out);
 }
 
+/* ---- profiling and tracing ---- */
+/* Occurrences of `needle` in the file at `path`. */
+static int count_in_file(const char *path, const char *needle) {
+    size_t n = 0;
+    char *text = read_file(path, &n);
+    char *z = realloc(text, n + 1);
+    if (z == NULL) {
+        free(text);
+        return -1;
+    }
+    z[n] = 0;
+    int count = 0;
+    for (const char *p = strstr(z, needle); p != NULL; p = strstr(p + 1, needle)) {
+        count++;
+    }
+    free(z);
+    return count;
+}
+
+static void profile_tour(void) {
+    nrt_tensor_t *x = NULL;
+    float y[4];
+    OK(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, 16, "x", &x));
+    EXPECT(nrt_profile_stop("none.json"), NRT_INVALID); /* nothing in progress */
+    EXPECT(nrt_profile_start(NULL, "p.json"), NRT_INVALID);
+    EXPECT(nrt_profile_start(model, NULL), NRT_INVALID);
+    OK(nrt_profile_start(model, "profile.json"));
+    EXPECT(nrt_profile_start(model, "again.json"), NRT_INVALID); /* one at a time */
+    EXPECT(nrt_trace_start(false), NRT_INVALID);
+    for (int i = 0; i < 3; i++) {
+        run_with_input(x, y, __LINE__);
+    }
+    EXPECT(nrt_trace_stop("t.json"), NRT_INVALID);                      /* not a trace */
+    EXPECT(nrt_profile_stop("/nonexistent-dir/p.json"), NRT_FAILURE);  /* the profile goes on */
+    OK(nrt_profile_stop(NULL));                                         /* the start's file */
+    TRUE(count_in_file("profile.json", "\"traceEvents\"") == 1);
+    TRUE(count_in_file("profile.json", "\"name\":\"harvest\"") == 3); /* 3 executions */
+    TRUE(count_in_file("profile.json", "\"model_name\":\"near-null\"") == 15); /* 5 stages each */
+    EXPECT(nrt_profile_stop(NULL), NRT_INVALID); /* ended */
+
+    OK(nrt_trace_start(true));
+    run_with_input(x, y, __LINE__);
+    EXPECT(nrt_trace_stop(NULL), NRT_INVALID);
+    OK(nrt_trace_stop("trace.json"));
+    TRUE(count_in_file("trace.json", "\"name\":\"doorbell\"") == 1);
+    EXPECT(nrt_trace_stop("trace.json"), NRT_INVALID);
+    nrt_tensor_free(&x);
+}
+
 /* ---- implicit async ---- */
 static atomic_int callbacks = 0, callback_failures = 0;
 static atomic_ullong last_job = 0;
@@ -339,6 +407,7 @@ int main(int argc, char **argv) {
     free(bytes);
     if (strcmp(argv[2], "sync") == 0) {
         sync_tour();
+        profile_tour();
     } else {
         implicit_tour();
     }
