@@ -235,3 +235,32 @@ impl Stamps for ClockStamps {
         Some(&self.t)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chrome_json_names_models_and_escapes_them() {
+        let span = |model, stage, start_ns, end_ns| Span {
+            seq: 7,
+            model,
+            stage,
+            start_ns,
+            end_ns,
+        };
+        let spans = [
+            span(1, Stage::Validate, 1_000, 1_500),
+            span(2, Stage::Harvest, 2_000, 4_250),
+        ];
+        let json = chrome_json(&spans, &[(1, "a\"b\\c\nd")]);
+        assert!(json.starts_with("{\"traceEvents\":["));
+        assert!(json.trim_end().ends_with("]}"));
+        assert!(json.contains(
+            "\"name\":\"validate\",\"cat\":\"stage\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":1.000,\"dur\":0.500,\"args\":{\"seq\":7,\"model\":1,\"model_name\":\"a\\\"b\\\\c\\u000ad\"}}"
+        ));
+        // A model without a name shows only its id.
+        assert!(json.contains("\"ts\":2.000,\"dur\":2.250,\"args\":{\"seq\":7,\"model\":2}}"));
+        assert_eq!(json.matches("\"ph\":\"X\"").count(), 2);
+    }
+}
