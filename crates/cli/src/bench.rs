@@ -4,8 +4,8 @@
 //!
 //! Without a model it runs the standard rows: the spinning round-trip limit of this machine
 //! (two threads ping-ponging on atomics), the device-only round trip of an empty request,
-//! the near-null model synchronously (steady state, first-after-switch, 1 and 2 cores), and
-//! the async surfaces at several queue depths.
+//! the near-null model synchronously (steady state, 1 and 2 cores), the async surfaces at
+//! several queue depths, and first-after-switch on each surface (two models alternating).
 
 use crate::args::Args;
 use crate::session::{self, Res, fmt_ns, percentiles};
@@ -306,23 +306,58 @@ fn implicit_rows(label: &str, ncm: &[u8], depth: usize, seconds: f64) -> Res<Row
     ))
 }
 
-/// Alternating two models on one core: every execution is first-after-switch.
-fn switch_rows(seconds: f64) -> Res<Row> {
-    let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+/// Alternating two models on one core, one execution at a time: every execution is
+/// first-after-switch (the device re-decodes the model's instruction blocks). `surface` is
+/// "sync" (`execute`), "explicit" (`execute_schedule`, then polling `is_completed`) or
+/// "implicit" (`execute` queued, then waiting for the callback).
+fn switch_rows(surface: &str, seconds: f64) -> Res<Row> {
+    let implicit = surface == "implicit";
+    let (_d, rt) = session::runtime(Some(RuntimeConfig {
+        async_inflight: if implicit { 1 } else { 0 },
+        ..Default::default()
+    }))?;
+    let done = Arc::new(AtomicU64::new(0));
+    if implicit {
+        let d2 = done.clone();
+        rt.register_async_callback(Arc::new(move |_, _, _, _| {
+            d2.fetch_add(1, Ordering::Release);
+        }))
+        .map_err(|e| e.to_string())?;
+    }
     let a = session::load(&rt, &near_null(1), 0)?;
     let b = session::load(&rt, &near_null(1), 0)?;
     let (ia, oa, _k1) = session::io_tensors(&rt, &a)?;
     let (ib, ob, _k2) = session::io_tensors(&rt, &b)?;
     let mut flip = false;
+    let mut submitted = 0u64;
     let c0 = rt.switch_counters();
     let t = time_calls(seconds, || {
         flip = !flip;
-        let r = if flip {
-            rt.execute(&a, &ia, &oa)
-        } else {
-            rt.execute(&b, &ib, &ob)
-        };
-        r.map_err(|e| e.to_string())
+        let (m, i, o) = if flip { (&a, &ia, &oa) } else { (&b, &ib, &ob) };
+        match surface {
+            "explicit" => {
+                let s = rt.execute_schedule(m, i, o).map_err(|e| e.to_string())?;
+                while !rt.is_completed(s).map_err(|e| e.to_string())? {
+                    std::hint::spin_loop();
+                }
+            }
+            "implicit" => {
+                rt.execute(m, i, o).map_err(|e| e.to_string())?;
+                submitted += 1;
+                let mut spins = 0u32;
+                while done.load(Ordering::Acquire) < submitted {
+                    // The XU worker delivers the callback: leave it the CPU now and then.
+                    spins += 1;
+                    if spins.is_multiple_of(64) {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            _ => rt.execute(m, i, o).map_err(|e| e.to_string())?,
+        }
+        Ok(())
     })?;
     let c1 = rt.switch_counters();
     let note = format!(
@@ -330,7 +365,14 @@ fn switch_rows(seconds: f64) -> Res<Row> {
         c1.model_switches - c0.model_switches,
         c1.steady - c0.steady
     );
-    Ok(row("near-null", "sync-switch", 1, 1, t, &note))
+    Ok(row(
+        "near-null",
+        &format!("{surface}-switch"),
+        1,
+        1,
+        t,
+        &note,
+    ))
 }
 
 /// A model with one MatMul `Y[M,N] = X[M,K] · W[K,N]` (W a constant), through the whole
@@ -421,12 +463,12 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
 
 pub fn print_table(rows: &[Row]) {
     println!(
-        "{:<22} {:<12} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10}  note",
+        "{:<22} {:<15} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10}  note",
         "model", "surface", "depth", "cores", "median", "p99", "execs/s", "allocs/ex"
     );
     for r in rows {
         println!(
-            "{:<22} {:<12} {:>5} {:>5} {:>12} {:>12} {:>14.0} {:>10.3}  {}",
+            "{:<22} {:<15} {:>5} {:>5} {:>12} {:>12} {:>14.0} {:>10.3}  {}",
             r.model,
             r.surface,
             r.depth,
@@ -569,7 +611,9 @@ pub fn main(a: &Args) -> Res<()> {
                 emit(explicit_rows(&rt, &m, "near-null", d, seconds)?, &mut rows);
             }
         }
-        emit(switch_rows(seconds)?, &mut rows);
+        for surface in ["sync", "explicit", "implicit"] {
+            emit(switch_rows(surface, seconds)?, &mut rows);
+        }
         {
             let (_d, rt) = session::runtime(Some(RuntimeConfig {
                 logical_nc: 2,

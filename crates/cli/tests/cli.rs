@@ -112,6 +112,27 @@ fn bench_rows_for_every_surface_and_the_gemm_rows() {
 }
 
 #[test]
+fn standard_bench_rows_include_first_after_switch_on_every_surface() {
+    let out = ok(&["bench", "--seconds", "0.02"]);
+    for row in [
+        "spin-pingpong",
+        "empty-request",
+        "near-null-2c",
+        "sync-host",
+        "sync-switch",
+        "explicit-switch",
+        "implicit-switch",
+    ] {
+        assert!(out.contains(row), "{row} row missing:\n{out}");
+    }
+    for line in out.lines().filter(|l| l.contains("-switch")) {
+        // Every execution of a switch row is first-after-switch.
+        assert!(line.ends_with(", 0 steady"), "{line}");
+    }
+    assert!(out.contains("sync near-null round trip / spinning pingpong limit"));
+}
+
+#[test]
 fn idle_process_uses_almost_no_cpu() {
     let out = ok(&["idle", "--seconds", "0.3"]);
     assert!(out.contains("parked: true"), "{out}");
