@@ -5,12 +5,15 @@
 //! [`nrt_hal::Device`] (one doorbell per core is the only device call of submit; completion
 //! is learned by polling notification rings).
 //!
-//! ```no_run
+//! ```
 //! # use std::sync::Arc;
-//! # fn device() -> Arc<dyn nrt_hal::Device> { unimplemented!() }
 //! use nrt_runtime::{Placement, Runtime, RuntimeConfig, TensorSet};
-//! let rt = Runtime::init(device(), RuntimeConfig::default())?;
-//! let model = rt.load(&std::fs::read("model.ncm").unwrap(), -1, &Default::default())?;
+//! // Any `nrt_hal::Device`; here the software NeuronCore.
+//! let device = Arc::new(nrt_sim::SoftDevice::new(Default::default()).unwrap());
+//! let rt = Runtime::init(device, RuntimeConfig::default())?;
+//! // Bytes of a compiled model (`nrt compile model.onnx -o model.ncm`); here the built-in one.
+//! let ncm = nrt_runtime::builtin::near_null(1);
+//! let model = rt.load(&ncm, -1, &Default::default())?;
 //! let (mut inputs, mut outputs) = (TensorSet::new(), TensorSet::new());
 //! for info in model.tensor_info() {
 //!     let t = rt.allocate_tensor(Placement::Device, model.vnc() as i32, info.size, &info.name)?;
