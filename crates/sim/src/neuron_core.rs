@@ -249,10 +249,18 @@ impl CoreShared {
 
     /// Does what the core has to do now: consume staged triggers if the doorbell rang, start
     /// the next request, run the current one until it finishes or stalls.
+    #[inline]
     pub(crate) fn poll(&self, dev: &DeviceShared) -> Poll {
         if !self.has_work() {
             return Poll::Idle;
         }
+        self.work(dev)
+    }
+
+    /// [`CoreShared::poll`] once there is work: kept out of line, so an idle poll is two
+    /// loads, not the prologue and epilogue of this large frame.
+    #[inline(never)]
+    fn work(&self, dev: &DeviceShared) -> Poll {
         let mut inner = self.lock();
         let mut progressed = false;
         let bell = self.doorbell.load(Ordering::Acquire);
@@ -562,6 +570,7 @@ impl CoreInner {
         e: Engine,
     ) -> Step {
         let ei = e.index();
+        let mut started = false;
         if exec.engines[ei].phase == Phase::NotStarted {
             exec.engines[ei].phase = Phase::Running;
             self.record(core, exec, RecordKind::Start, e);
@@ -579,15 +588,17 @@ impl CoreInner {
             }
             if exec.faults.hang == Some(e) {
                 exec.engines[ei].phase = Phase::Hung;
+                return Step::Progress;
             }
-            return Step::Progress;
-        }
-        if exec.engines[ei].phase == Phase::Hung {
+            // Started: go straight on to the engine's first instructions (one step per
+            // engine less per execution).
+            started = true;
+        } else if exec.engines[ei].phase == Phase::Hung {
             return Step::Blocked;
         }
         // SAFETY: the block is in the cache, which keeps it while this execution is current.
         let block = unsafe { exec.blocks[ei].get() };
-        let mut progressed = false;
+        let mut progressed = started;
         for _ in 0..tuning::DEVICE_ENGINE_QUANTUM {
             let pc = exec.engines[ei].pc;
             let ins = &block[pc];
@@ -659,7 +670,10 @@ impl CoreInner {
                     // was decoded (`operands_valid`).
                     let r = unsafe { nrt_kernels::execute(op, dev.kernel_memory(), &mut self.ws) };
                     match r {
-                        Ok(()) => exec.engines[ei].last_output = output_operand(op),
+                        Ok(()) if exec.faults.nan == Some(e) => {
+                            exec.engines[ei].last_output = output_operand(op)
+                        }
+                        Ok(()) => {}
                         Err(KernelError::IndexOutOfRange { .. }) => {
                             self.post_error(
                                 core,
