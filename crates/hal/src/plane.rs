@@ -31,7 +31,7 @@
 //! single-producer / single-consumer contract is enforced by the types. The protocol is the
 //! SPSC ring's ([`crate::ring`]) applied per ring; `tests/loom.rs` model-checks it.
 
-use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell, prefetch_write};
 use crate::wire::{NUM_ENGINES, NqKind, NqRecord};
 use core::fmt;
 use core::mem::MaybeUninit;
@@ -153,6 +153,24 @@ impl PlaneProducer {
             .with_mut(|p| unsafe { (*p).write(rec) });
         self.tail[ring] = t.wrapping_add(1);
         true
+    }
+
+    /// Prefetches, ready for writing, the lines the next execution's records land in (the
+    /// next two positions of every ring: one START and one END per engine). The host read
+    /// them last, so each store would otherwise wait for its line to come
+    /// back; prefetched at the start of an execution's processing, the transfers overlap
+    /// that work instead of following it. (Not the tails line: the host polls it, and would
+    /// only take it back before the publication.) A hint only.
+    #[inline]
+    pub fn prefetch_next_writes(&self) {
+        #[cfg(not(loom))]
+        {
+            let t = self.tail[0];
+            for pos in [t, t.wrapping_add(1)] {
+                prefetch_write(self.shared.slot(0, pos).with(|p| p));
+                prefetch_write(self.shared.slot(PLANE_RINGS - 1, pos).with(|p| p));
+            }
+        }
     }
 
     /// Counts a record of `ring` that was discarded instead of written.

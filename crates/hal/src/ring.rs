@@ -25,7 +25,7 @@
 //! (the runtime keeps the DMA producer inside the staging lock and each notification consumer
 //! inside the harvest token). The model-checked protocol is in `tests/loom.rs`.
 
-use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
+use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell, prefetch_read};
 use core::fmt;
 use core::mem::MaybeUninit;
 
@@ -224,6 +224,20 @@ impl<T: Copy + Send> Consumer<T> {
             self.shared.head.store(self.head, Ordering::Release);
         }
         n
+    }
+
+    /// Prefetches the lines of the next `n` slots, to overlap their misses with the load of
+    /// the producer's tail (the slots are read right after it). A hint only: it reads nothing
+    /// that the protocol orders.
+    #[inline]
+    pub fn prefetch_next(&self, n: u32) {
+        #[cfg(not(loom))]
+        for i in 0..n {
+            let slot = &self.shared.slots[(self.head.wrapping_add(i) & self.shared.mask) as usize];
+            prefetch_read(slot.with(|p| p));
+        }
+        #[cfg(loom)]
+        let _ = n;
     }
 
     /// Whether nothing is available (one acquire load).

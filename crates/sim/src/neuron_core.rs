@@ -262,6 +262,9 @@ impl CoreShared {
     #[inline(never)]
     fn work(&self, dev: &DeviceShared) -> Poll {
         let mut inner = self.lock();
+        if let Some(p) = inner.rings.as_ref() {
+            p.prefetch_next_writes();
+        }
         let mut progressed = false;
         let bell = self.doorbell.load(Ordering::Acquire);
         if bell != self.mirrors.doorbell_seen.load(Ordering::Relaxed) {
@@ -352,6 +355,8 @@ impl CoreInner {
         let Some(mut dma) = self.dma.take() else {
             return false;
         };
+        // One request is three 32-byte pairs: two lines (three when they straddle one).
+        dma.prefetch_next(3);
         let mut bad = 0u32;
         let mem = &dev.mem;
         let ready = &mut self.ready;
