@@ -31,7 +31,9 @@ pub use device::{
 };
 pub use dtype::DType;
 pub use gate::IdleGate;
-pub use plane::{ERROR_RING, PLANE_RINGS, PlaneConsumer, PlaneProducer, plane, ring_index};
+pub use plane::{
+    ERROR_RING, PLANE_RINGS, PlaneConsumer, PlaneProducer, PlaneWatch, plane, ring_index,
+};
 pub use ring::{Consumer, Producer, ring};
 pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
 pub use status::NrtStatus;

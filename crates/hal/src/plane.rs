@@ -199,7 +199,41 @@ impl PlaneProducer {
     }
 }
 
+/// A read-only view of a plane's indices: whether records are waiting, for a thread that
+/// does not hold the consumer (the runtime polls it before taking its harvest token, so an
+/// idle poll is a few loads rather than a lock round trip). Reads the tails line and the
+/// heads line; the answer can be stale by the time it returns, in either direction, so it
+/// is a hint: the consumer's own drain decides.
+#[derive(Clone)]
+pub struct PlaneWatch {
+    shared: Arc<Shared>,
+}
+
+impl PlaneWatch {
+    /// Whether some ring has a published record that the consumer has not returned yet.
+    #[inline]
+    pub fn has_records(&self) -> bool {
+        (0..PLANE_RINGS).any(|r| {
+            self.shared.tails[r].load(Ordering::Acquire)
+                != self.shared.heads[r].load(Ordering::Relaxed)
+        })
+    }
+}
+
+impl fmt::Debug for PlaneWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlaneWatch").finish_non_exhaustive()
+    }
+}
+
 impl PlaneConsumer {
+    /// A [`PlaneWatch`] on this plane.
+    pub fn watch(&self) -> PlaneWatch {
+        PlaneWatch {
+            shared: self.shared.clone(),
+        }
+    }
+
     /// Records per ring.
     pub fn capacity(&self) -> u32 {
         self.shared.mask + 1
@@ -315,6 +349,21 @@ mod tests {
             c.drain(1, |_, x| v.push(x.compute_idx));
             assert_eq!(v, vec![round, round + 100]);
         }
+    }
+
+    #[test]
+    fn a_watch_sees_published_records_until_they_are_drained() {
+        let (mut p, mut c) = plane(4);
+        let w = c.watch();
+        assert!(!w.has_records());
+        p.push(4, rec(1, Engine::Pool));
+        assert!(!w.has_records(), "written but not published");
+        p.publish();
+        assert!(w.has_records());
+        assert_eq!(c.drain(2, |_, _| {}), 0);
+        assert!(w.has_records(), "another ring's record is still waiting");
+        assert_eq!(c.drain_all(|_, _| {}), 1);
+        assert!(!w.has_records());
     }
 
     #[test]

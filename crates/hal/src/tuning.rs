@@ -45,6 +45,10 @@ pub const NQ_RING_CAPACITY: u32 = 1024;
 /// Slots of each model's exec-request ring per core. One more than the public in-flight cap
 /// (63), rounded to a power of two, so a full async queue never waits for a ring slot.
 pub const EXEC_RING_SLOTS: u32 = 64;
+const _: () = assert!(
+    EXEC_RING_SLOTS.is_power_of_two(),
+    "slot indices are taken modulo EXEC_RING_SLOTS on the hot path: a mask, not a division"
+);
 
 /// Trigger pairs in each core's DMA queue: 3 per staged request, for every ring slot of up to
 /// 4 models staging at once — enough that staging never finds it full in practice; if it
@@ -63,13 +67,15 @@ pub const MAX_INFLIGHT_REQUESTS: u32 = 63;
 
 //===--- runtime harvest (the sync caller's wait) ----------------------------------------===//
 
-/// How often a harvest that found nothing new looks at the clock for executions past their
-/// deadline. Deadlines are seconds; a millisecond of lateness is invisible, and it keeps the
-/// idle step at a few loads.
+/// How often a harvest that found nothing new sweeps executions past their deadline.
+/// Deadlines are seconds; a millisecond of lateness is invisible. (The clock it reads is the
+/// coarse one, so in practice the sweep runs once per timer tick, 1–4 ms.)
 pub const HARVEST_DEADLINE_SWEEP: Duration = Duration::from_millis(1);
 
-/// A harvest step that found nothing looks at the clock (for the deadline sweep) only once
-/// every this many such steps: a clock read costs ~20 ns, more than the idle step itself.
+/// A harvest poll that finds nothing published returns after a few loads, without taking
+/// the harvest token; one in this many takes it anyway and looks at the (coarse) clock for
+/// the deadline sweep. The token's lock round trip and the clock read cost more than the
+/// idle poll itself, and deadlines are seconds.
 pub const HARVEST_DEADLINE_EVERY_IDLE_STEPS: u32 = 64;
 
 /// How long a caller harvesting its own execution spins on the notification rings before it

@@ -24,7 +24,7 @@ use crate::harvest::{self, Backoff, Step};
 use crate::model::{IoSets, ModelShared, STATE_LOADED};
 use crate::tensor::{Storage, Tensor, TensorSet};
 use crate::trace::{ClockStamps, NoStamps, Stamps};
-use crate::{InflightSlot, RuntimeInner, SlotInfo, Surface, VCore};
+use crate::{InflightSlot, RuntimeInner, SlotInfo, Surface, VCore, VcoreCounters};
 use nrt_hal::wire::{
     EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE,
     REQUEST_SLOT_TAIL_OFFSET, exec_flags,
@@ -33,7 +33,6 @@ use nrt_hal::{DmaKind, ExecRequest, NrtStatus, SEMAPHORE_INFERENCE_START, Trigge
 use nrt_model::Usage;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
 
 /// The exec mode the fork computes, with the seed's discriminants: `workers == NULL ? 1 : 0`.
 /// Mode 1 is shared by the synchronous path and the explicit (NRT 3.0) async surface — the
@@ -205,7 +204,7 @@ pub(crate) fn stage(
     surface: Surface,
 ) -> Result<u64> {
     let mut st = vc.staging.lock().unwrap_or_else(|e| e.into_inner());
-    vc.counters.staging_locks.fetch_add(1, Ordering::Relaxed);
+    VcoreCounters::bump(&vc.counters.staging_locks);
     if vc.unrecoverable.load(Ordering::Acquire) {
         return Err(NrtError::new(
             NrtStatus::ExecUnitUnrecoverable,
@@ -228,7 +227,6 @@ pub(crate) fn stage(
             ),
         ));
     }
-    let now = Instant::now();
     // SAFETY: the slot is free (ticket 0) and we hold the staging lock, so no one else
     // reads or writes `info` until the ticket below publishes it.
     let info = unsafe { &mut *slot.info.get() };
@@ -236,7 +234,7 @@ pub(crate) fn stage(
         model: Some(model.clone()),
         io_set,
         sg_count: model.sg_count as u8,
-        deadline: now + model.exec_timeout,
+        deadline: harvest::coarse_now() + model.exec_timeout,
         timeout: model.exec_timeout,
         surface,
     };
@@ -251,11 +249,9 @@ pub(crate) fn stage(
         if st.last_model[pos] != model.id {
             st.last_model[pos] = model.id;
             flags |= exec_flags::RELOAD_CONFIG;
-            rt.counters.model_switches.fetch_add(1, Ordering::Relaxed);
+            VcoreCounters::bump(&vc.counters.model_switches);
         } else {
-            rt.counters
-                .steady_executions
-                .fetch_add(1, Ordering::Relaxed);
+            VcoreCounters::bump(&vc.counters.steady_executions);
         }
         if rt.trace.engine_timeline() {
             flags |= exec_flags::TRACE;
@@ -310,7 +306,7 @@ pub(crate) fn stage(
     }
     st.submitted += 1; // compute_idx_tail++
     vc.submitted.store(st.submitted, Ordering::Release);
-    vc.counters.publishes.fetch_add(1, Ordering::Relaxed);
+    VcoreCounters::bump(&vc.counters.publishes);
     Ok(seq)
 }
 

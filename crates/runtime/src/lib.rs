@@ -59,11 +59,11 @@ pub use xu::{AsyncCallback, XuKind};
 use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
 use crate::xu::{ImplicitAsync, Xu};
-use nrt_hal::{Device, PlaneConsumer, Producer, TriggerPair, tuning};
+use nrt_hal::{Device, PlaneConsumer, PlaneWatch, Producer, TriggerPair, tuning};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 //===------------------------------------------------------------------------------------===//
 // In-flight slots (the work-item slab)
@@ -85,7 +85,8 @@ pub(crate) struct SlotInfo {
     pub(crate) model: Option<Arc<ModelShared>>,
     pub(crate) io_set: u32,
     pub(crate) sg_count: u8,
-    pub(crate) deadline: Instant,
+    /// On [`harvest::coarse_now`]'s clock.
+    pub(crate) deadline: Duration,
     pub(crate) timeout: Duration,
     pub(crate) surface: Surface,
 }
@@ -125,14 +126,31 @@ pub(crate) struct Staging {
 /// Counters the tests and the benchmark read.
 #[derive(Debug, Default)]
 pub(crate) struct VcoreCounters {
+    // Written under the staging lock (see `VcoreCounters::bump`).
     pub(crate) staging_locks: AtomicU64,
-    pub(crate) doorbells: AtomicU64,
     pub(crate) publishes: AtomicU64,
+    /// Core-executions that were the first of a model after another model ran there.
+    pub(crate) model_switches: AtomicU64,
+    /// Core-executions of the same model as the one before.
+    pub(crate) steady_executions: AtomicU64,
+    // Written by any thread.
+    pub(crate) doorbells: AtomicU64,
     pub(crate) barrier_proxy_waits: AtomicU64,
     /// Harvest steps run by a thread other than the XU worker (a client polling
     /// `is_completed`/`wait`, a sync caller): while they keep coming the worker stays out of
     /// the way.
     pub(crate) external_harvests: AtomicU64,
+}
+
+impl VcoreCounters {
+    /// Adds one to a counter that only the holder of a lock writes (the staging lock, or
+    /// the harvest token): a load and a store, not a locked read-modify-write, which would
+    /// also wait for the request's stores to device memory to leave the store buffer.
+    /// Readers see a value at most one behind.
+    #[inline]
+    pub(crate) fn bump(c: &AtomicU64) {
+        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
 }
 
 /// A logical NeuronCore: `lnc` physical cores executing in lockstep, one staging lock, one
@@ -142,6 +160,12 @@ pub(crate) struct VCore {
     pub(crate) cores: Vec<u32>,
     pub(crate) staging: Mutex<Staging>,
     pub(crate) harvest: Mutex<Harvest>,
+    /// Per core: whether its notification plane has records waiting (read without the
+    /// harvest token).
+    pub(crate) watch: Box<[PlaneWatch]>,
+    /// Harvest polls that found nothing waiting (paces their deadline sweeps; any thread,
+    /// relaxed: a lost count only shifts the pace).
+    pub(crate) idle_polls: AtomicU32,
     pub(crate) slots: Box<[InflightSlot]>,
     /// Highest seq such that every execution up to it is done.
     pub(crate) completed: AtomicU64,
@@ -156,7 +180,8 @@ pub(crate) struct VCore {
 impl VCore {
     #[inline]
     pub(crate) fn slot(&self, seq: u64) -> &InflightSlot {
-        &self.slots[((seq - 1) % self.slots.len() as u64) as usize]
+        // EXEC_RING_SLOTS is a power of two (a mask, not a division).
+        &self.slots[((seq - 1) % tuning::EXEC_RING_SLOTS as u64) as usize]
     }
 
     #[inline]
@@ -182,13 +207,6 @@ impl VCore {
 // The runtime
 //===------------------------------------------------------------------------------------===//
 
-/// Runtime-wide counters.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub(crate) model_switches: AtomicU64,
-    pub(crate) steady_executions: AtomicU64,
-}
-
 const OPEN: u8 = 1;
 const CLOSING: u8 = 2;
 const CLOSED: u8 = 3;
@@ -203,7 +221,6 @@ pub(crate) struct RuntimeInner {
     /// The process-wide async-workers pointer of the seed: `Some` = implicit async.
     pub(crate) implicit_async: Option<ImplicitAsync>,
     pub(crate) trace: trace::Trace,
-    pub(crate) counters: Counters,
     pub(crate) workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// XU workers past their start-up (`init` waits for all of them).
     pub(crate) workers_started: AtomicUsize,
@@ -386,7 +403,7 @@ impl Runtime {
                 }
             }
             let slots = tuning::EXEC_RING_SLOTS as usize;
-            let now = Instant::now();
+            let now = harvest::coarse_now();
             vcores.push(VCore {
                 index: vi as u32,
                 cores: group.to_vec(),
@@ -395,11 +412,12 @@ impl Runtime {
                     dma,
                     last_model: vec![0; group.len()],
                 }),
+                watch: rings.iter().map(PlaneConsumer::watch).collect(),
+                idle_polls: AtomicU32::new(0),
                 harvest: Mutex::new(Harvest {
                     rings,
                     progress: vec![Progress::EMPTY; slots].into_boxed_slice(),
                     last_sweep: now,
-                    idle_steps: 0,
                 }),
                 slots: (0..slots)
                     .map(|_| InflightSlot {
@@ -437,7 +455,6 @@ impl Runtime {
             next_model_id: AtomicU32::new(1),
             implicit_async,
             trace: trace::Trace::new(),
-            counters: Counters::default(),
             workers: Mutex::new(Vec::new()),
             workers_started: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
@@ -679,9 +696,16 @@ impl Runtime {
 
     /// Model-switch counters.
     pub fn switch_counters(&self) -> SwitchCounters {
+        let sum = |f: fn(&VcoreCounters) -> &AtomicU64| {
+            self.0
+                .vcores
+                .iter()
+                .map(|v| f(&v.counters).load(Ordering::Relaxed))
+                .sum()
+        };
         SwitchCounters {
-            model_switches: self.0.counters.model_switches.load(Ordering::Relaxed),
-            steady: self.0.counters.steady_executions.load(Ordering::Relaxed),
+            model_switches: sum(|c| &c.model_switches),
+            steady: sum(|c| &c.steady_executions),
         }
     }
 
