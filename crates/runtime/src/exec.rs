@@ -328,6 +328,7 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
     // SAFETY: the completion word is written, so the harvest no longer reads `info`; we are
     // the execution's owner.
     let info = unsafe { &mut *slot.info.get() };
+    let marked_pending = !matches!(info.surface, Surface::Sync);
     if let Some(model) = info.model.take() {
         let s = info.io_set;
         let set = &model.io_sets.sets[s as usize];
@@ -335,7 +336,9 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
         let bound = unsafe { &mut *set.tensors.get() };
         for (i, t) in bound.iter_mut().enumerate() {
             if let Some(t) = t.take() {
-                t.0.pending.fetch_sub(1, Ordering::Release);
+                if marked_pending {
+                    t.0.pending.fetch_sub(1, Ordering::Release);
+                }
                 if status.is_success()
                     && !t.placement().is_device()
                     && model.io[i].info.usage == Usage::Output
@@ -360,8 +363,9 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
     slot.ticket.store(0, Ordering::Release);
 }
 
-/// Marks every bound tensor pending (implicit async: tensor reads/writes wait for it).
-fn mark_pending(model: &ModelShared, s: u32) {
+/// Marks every bound tensor pending (implicit async: tensor reads/writes wait for it). The
+/// async surfaces do; [`retire`] undoes it for every surface but the synchronous one.
+pub(crate) fn mark_pending(model: &ModelShared, s: u32) {
     let set = &model.io_sets.sets[s as usize];
     // SAFETY: the set is ours (bound, not yet staged).
     for t in unsafe { &*set.tensors.get() }.iter().flatten() {
@@ -431,8 +435,9 @@ fn run_sync<S: Stamps>(
     let any_host = validate(rt, model, inputs, outputs, repeat, true)?;
     let vc = &rt.vcores[model.vnc as usize];
     stamps.mark();
+    // No pending marks: they make tensor reads and writes wait under implicit async, and a
+    // synchronous execution only exists without it.
     let s = bind_waiting(rt, vc, model, inputs, outputs, any_host);
-    mark_pending(model, s);
     stamps.mark();
     let seq = loop {
         match stage(rt, vc, model, s, Surface::Sync) {
@@ -444,7 +449,6 @@ fn run_sync<S: Stamps>(
                 }
             }
             Err(e) => {
-                release_pending(model, s);
                 unbind(model, s);
                 return Err(e);
             }
@@ -479,7 +483,8 @@ pub(crate) fn exec_error(model: &ModelShared, seq: u64, status: NrtStatus) -> Nr
     )
 }
 
-fn release_pending(model: &ModelShared, s: u32) {
+/// Undoes [`mark_pending`] for an execution that was never staged.
+pub(crate) fn release_pending(model: &ModelShared, s: u32) {
     let set = &model.io_sets.sets[s as usize];
     // SAFETY: the set is ours.
     for t in unsafe { &*set.tensors.get() }.iter().flatten() {

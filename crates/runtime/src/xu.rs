@@ -14,7 +14,7 @@
 //! each XU.
 
 use crate::error::{NrtError, Result};
-use crate::exec::{bind, doorbell, retire, stage, unbind, validate};
+use crate::exec::{bind, doorbell, mark_pending, release_pending, retire, stage, unbind, validate};
 use crate::harvest::{self, Step};
 use crate::model::ModelShared;
 use crate::tensor::{Tensor, TensorSet};
@@ -395,11 +395,7 @@ fn submit_async(
             format!("every I/O set of model '{}' is in flight", model.name),
         )
     })?;
-    let set = &model.io_sets.sets[s as usize];
-    // SAFETY: the set is ours until retire.
-    for t in unsafe { &*set.tensors.get() }.iter().flatten() {
-        t.0.pending.fetch_add(1, Ordering::AcqRel);
-    }
+    mark_pending(model, s);
     vc.xu.async_inflight.fetch_add(1, Ordering::AcqRel);
     match stage(rt, vc, model, s, surface) {
         Ok(seq) => {
@@ -409,10 +405,7 @@ fn submit_async(
         }
         Err(e) => {
             vc.xu.async_inflight.fetch_sub(1, Ordering::AcqRel);
-            // SAFETY: the set is still ours.
-            for t in unsafe { &*set.tensors.get() }.iter().flatten() {
-                t.0.pending.fetch_sub(1, Ordering::AcqRel);
-            }
+            release_pending(model, s);
             unbind(model, s);
             Err(e)
         }

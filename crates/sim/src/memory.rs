@@ -184,10 +184,23 @@ impl Memory {
     /// Both ranges must be in bounds.
     #[inline]
     pub(crate) unsafe fn copy_within(&self, src: u64, dst: u64, len: u64) {
-        if src != dst && len != 0 {
-            // SAFETY: both ranges are inside the mapping (caller contract); `copy` handles
-            // overlap.
-            unsafe { core::ptr::copy(self.ptr(src), self.ptr(dst), len as usize) };
+        if src == dst || len == 0 {
+            return;
+        }
+        let (s, d) = (self.ptr(src), self.ptr(dst));
+        // SAFETY: both ranges are inside the mapping (caller contract). The word copies read
+        // the whole source before writing, so they tolerate overlap as `copy` does.
+        unsafe {
+            match len {
+                // The DMA engine's event pokes and tail increments: a word, not a libc call.
+                4 => d
+                    .cast::<u32>()
+                    .write_unaligned(s.cast::<u32>().read_unaligned()),
+                8 => d
+                    .cast::<u64>()
+                    .write_unaligned(s.cast::<u64>().read_unaligned()),
+                _ => core::ptr::copy(s, d, len as usize),
+            }
         }
     }
 }

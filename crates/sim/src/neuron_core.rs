@@ -108,6 +108,13 @@ pub(crate) struct CoreInner {
     ws: Workspace,
     /// Engine semaphores touched by the current execution (bit per index).
     dirty: [u64; 4],
+    /// Output of the last compute instruction of the engine a NaN fault targets in the
+    /// current execution (where the NaN goes). Kept out of [`Execution`], which is moved
+    /// around once per execution, since only a fault needs it.
+    nan_target: Option<AccessPattern>,
+    /// The blocks the last request named, by engine, while the cache still holds them: a
+    /// steady-state request names the same ones and skips the cache lookups.
+    last_blocks: Option<([DevAddr; NUM_ENGINES], [BlockRef; NUM_ENGINES])>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,8 +131,6 @@ struct EngineState {
     phase: Phase,
     /// The current Barrier instruction already added its arrival.
     barrier_armed: bool,
-    /// Output of the engine's last compute instruction (where an injected NaN goes).
-    last_output: Option<AccessPattern>,
 }
 
 /// Faults that fire on the current execution.
@@ -221,6 +226,8 @@ impl CoreShared {
                 wedged: false,
                 ws: Workspace::default(),
                 dirty: [0; 4],
+                nan_target: None,
+                last_blocks: None,
             })),
         }
     }
@@ -433,18 +440,27 @@ impl CoreInner {
         if req.flags & exec_flags::RELOAD_CONFIG != 0 {
             // Model switch: forget everything decoded for the previous model.
             self.cache.clear();
+            self.last_blocks = None;
         }
         let blocks_addr = req.engine_block;
-        let mut blocks: [Option<BlockRef>; NUM_ENGINES] = [None; NUM_ENGINES];
-        for e in Engine::ALL {
-            match self.block(dev, blocks_addr[e.index()], e) {
-                Ok(b) => blocks[e.index()] = Some(b),
-                Err(at) => {
-                    self.post_error(core, ErrorSubtype::InvalidInstruction, e, idx, at);
-                    return None;
+        let blocks = match self.last_blocks {
+            Some((addrs, refs)) if addrs == blocks_addr => refs,
+            _ => {
+                let mut blocks: [Option<BlockRef>; NUM_ENGINES] = [None; NUM_ENGINES];
+                for e in Engine::ALL {
+                    match self.block(dev, blocks_addr[e.index()], e) {
+                        Ok(b) => blocks[e.index()] = Some(b),
+                        Err(at) => {
+                            self.post_error(core, ErrorSubtype::InvalidInstruction, e, idx, at);
+                            return None;
+                        }
+                    }
                 }
+                let refs = blocks.map(|b| b.expect("every engine has a block"));
+                self.last_blocks = Some((blocks_addr, refs));
+                refs
             }
-        }
+        };
         // Engine semaphores count within one execution.
         for (w, word) in self.dirty.iter_mut().enumerate() {
             let mut bits = core::mem::take(word);
@@ -459,14 +475,14 @@ impl CoreInner {
             pc: 0,
             phase: Phase::NotStarted,
             barrier_armed: false,
-            last_output: None,
         };
+        self.nan_target = None;
         Some(Execution {
             req,
             io_offset: 0,
             idx,
             group: core.index - req.sg_index as u32,
-            blocks: blocks.map(|b| b.expect("every engine has a block")),
+            blocks,
             engines: [idle; NUM_ENGINES],
             faults,
             stalled_since: None,
@@ -616,7 +632,7 @@ impl CoreInner {
             match &ins.op {
                 Op::End => {
                     if exec.faults.nan == Some(e) {
-                        if let Some(ap) = exec.engines[ei].last_output
+                        if let Some(ap) = self.nan_target
                             && ap.dtype == DType::F32
                             && ap.elements() > 0
                         {
@@ -676,7 +692,7 @@ impl CoreInner {
                     let r = unsafe { nrt_kernels::execute(op, dev.kernel_memory(), &mut self.ws) };
                     match r {
                         Ok(()) if exec.faults.nan == Some(e) => {
-                            exec.engines[ei].last_output = output_operand(op)
+                            self.nan_target = output_operand(op)
                         }
                         Ok(()) => {}
                         Err(KernelError::IndexOutOfRange { .. }) => {
@@ -775,6 +791,7 @@ impl CoreInner {
         self.current = None;
         self.ready.clear();
         self.cache.clear();
+        self.last_blocks = None;
         self.wedged = false;
         if let Some(d) = self.dma.as_mut() {
             d.drain(|_| {});
