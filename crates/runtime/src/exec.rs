@@ -237,6 +237,8 @@ pub(crate) fn stage(
         deadline: harvest::coarse_now() + model.exec_timeout,
         timeout: model.exec_timeout,
         surface,
+        // As the submitters decide (`execute_sync`, `xu::submit_async`).
+        pending_marked: rt.implicit_async.is_some() && !matches!(surface, Surface::Sync),
     };
     slot.done.store(0, Ordering::Relaxed);
     model.inflight.fetch_add(1, Ordering::AcqRel);
@@ -328,7 +330,7 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
     // SAFETY: the completion word is written, so the harvest no longer reads `info`; we are
     // the execution's owner.
     let info = unsafe { &mut *slot.info.get() };
-    let marked_pending = !matches!(info.surface, Surface::Sync);
+    let marked_pending = info.pending_marked;
     if let Some(model) = info.model.take() {
         let s = info.io_set;
         let set = &model.io_sets.sets[s as usize];

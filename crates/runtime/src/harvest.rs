@@ -418,7 +418,7 @@ fn finish(
         crate::exec::retire(vc, seq, status);
         vc.xu.async_done();
     }
-    crate::xu::after_finish(vc, seq);
+    crate::xu::after_finish(vc, seq, surface);
 }
 
 /// The kernel's coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`), as time since boot: the

@@ -89,6 +89,8 @@ pub(crate) struct SlotInfo {
     pub(crate) deadline: Duration,
     pub(crate) timeout: Duration,
     pub(crate) surface: Surface,
+    /// The bound tensors were marked pending ([`exec::mark_pending`]): retire unmarks them.
+    pub(crate) pending_marked: bool,
 }
 
 /// One entry of a vcore's in-flight table, indexed by `compute_idx % EXEC_RING_SLOTS`.
@@ -430,6 +432,7 @@ impl Runtime {
                             deadline: now,
                             timeout: Duration::ZERO,
                             surface: Surface::Sync,
+                            pending_marked: false,
                         }),
                     })
                     .collect(),

@@ -330,8 +330,10 @@ pub(crate) fn write_status(surface: Surface, status: NrtStatus) {
     }
 }
 
-/// Called by the harvest *after* the completion word: signals eventfds, wakes the worker.
-pub(crate) fn after_finish(vc: &VCore, seq: u64) {
+/// Called by the harvest *after* the completion word: signals eventfds, and wakes the worker
+/// if the execution is an implicit one (the worker retires those and calls the callback;
+/// the harvest already retired an explicit one, and a synchronous caller retires its own).
+pub(crate) fn after_finish(vc: &VCore, seq: u64, surface: Surface) {
     let (s, fd) = &vc.xu.seq_efd[((seq - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
     if s.load(Ordering::Acquire) == seq
         && s.compare_exchange(seq, 0, Ordering::AcqRel, Ordering::Acquire)
@@ -340,7 +342,9 @@ pub(crate) fn after_finish(vc: &VCore, seq: u64) {
         signal_efd(fd.swap(-1, Ordering::AcqRel));
     }
     signal_efd(vc.xu.compute_efd.load(Ordering::Acquire));
-    vc.xu.wake();
+    if let Surface::Implicit { .. } = surface {
+        vc.xu.wake();
+    }
 }
 
 //===------------------------------------------------------------------------------------===//
@@ -395,17 +399,28 @@ fn submit_async(
             format!("every I/O set of model '{}' is in flight", model.name),
         )
     })?;
-    mark_pending(model, s);
-    vc.xu.async_inflight.fetch_add(1, Ordering::AcqRel);
+    // Pending marks make tensor reads and writes wait; only implicit async mode does.
+    let mark = rt.implicit_async.is_some();
+    if mark {
+        mark_pending(model, s);
+    }
+    let before = vc.xu.async_inflight.fetch_add(1, Ordering::AcqRel);
     match stage(rt, vc, model, s, surface) {
         Ok(seq) => {
             doorbell(rt, vc, model);
-            vc.xu.gate.notify();
+            if before == 0 {
+                // The worker parks only while nothing async is in flight, so only the
+                // submission that ends that state has to wake it (its sleep re-checks the
+                // count after announcing itself, so no wake-up is lost).
+                vc.xu.gate.notify();
+            }
             Ok(seq)
         }
         Err(e) => {
             vc.xu.async_inflight.fetch_sub(1, Ordering::AcqRel);
-            release_pending(model, s);
+            if mark {
+                release_pending(model, s);
+            }
             unbind(model, s);
             Err(e)
         }
