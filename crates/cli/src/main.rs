@@ -54,7 +54,7 @@ USAGE:
   nrt compile MODEL.onnx -o MODEL.ncm [--input-shape NAME=D,D,..]... [--input-value NAME=FILE.pb]... [--cores 1|2]
   nrt run MODEL(.onnx|.ncm) [--input NAME=FILE.pb]... [--output-dir DIR] [--input-shape ...] [--seed N]
   nrt inspect MODEL(.onnx|.ncm)
-  nrt trace MODEL(.onnx|.ncm) [-o trace.json] [--executions N]
+  nrt trace MODEL(.onnx|.ncm)|near-null [-o trace.json] [--executions N]
       Chrome/Perfetto JSON of the five stages of every execution.
   nrt bench [MODEL] [--surface sync|implicit|explicit] [--depth N] [--cores 1|2] [--seconds S] [--json]
   nrt bench --gemm [--seconds S] [--json]     (MatMul GFLOP/s through the device)
@@ -356,12 +356,17 @@ fn trace(a: &Args) -> Res<()> {
     let path = a
         .positional
         .first()
-        .ok_or("usage: nrt trace MODEL [-o trace.json]")?;
+        .ok_or("usage: nrt trace MODEL|near-null [-o trace.json]")?;
     let out = a.value("output").unwrap_or("trace.json");
     let n: usize = a.parsed("executions", 100)?;
-    let p = session::prepare(path, &session::compile_options(a)?)?;
+    // `near-null` is the built-in model of `nrt bench`: the stages of the pure overhead path.
+    let ncm = if path == "near-null" {
+        nrt_runtime::builtin::near_null(1)
+    } else {
+        session::prepare(path, &session::compile_options(a)?)?.ncm
+    };
     let (_dev, rt) = session::runtime(None)?;
-    let m = session::load(&rt, &p.ncm, -1)?;
+    let m = session::load(&rt, &ncm, -1)?;
     let (ins, outs, _all) = session::io_tensors(&rt, &m)?;
     rt.set_tracing(true);
     for _ in 0..n {
