@@ -236,7 +236,47 @@ fn note_external_harvest(vc: &VCore) {
 }
 
 /// Routes one record to the execution it belongs to.
+#[inline(always)]
 fn on_record(
+    rt: &RuntimeInner,
+    vc: &VCore,
+    progress: &mut [Progress],
+    core_pos: usize,
+    rec: NqRecord,
+    ready: &mut Ready,
+) {
+    let si = rec.compute_idx as usize % tuning::EXEC_RING_SLOTS as usize;
+    // Fast path: a START or END of an execution this harvest already tracks in WAIT_CORE.
+    // Its ticket was checked on its first record, and it cannot have been retired since:
+    // only a finished execution is retired, and finishing sets its phase to DONE.
+    let p = &mut progress[si];
+    if p.phase == Phase::WaitCore && p.seq != 0 && (p.seq - 1) as u32 == rec.compute_idx {
+        let (e, c) = ((rec.engine as usize).min(NUM_ENGINES - 1), core_pos.min(1));
+        match rec.record_kind() {
+            Some(RecordKind::Start) => {
+                p.engines[c][e] = EngineState::EndPending;
+                return;
+            }
+            Some(RecordKind::End) => {
+                if p.engines[c][e] != EngineState::Complete {
+                    p.engines[c][e] = EngineState::Complete;
+                    p.complete += 1;
+                }
+                if p.complete as usize == NUM_ENGINES * p.sg_count as usize {
+                    *ready |= 1 << si;
+                }
+                return;
+            }
+            _ => {}
+        }
+    }
+    on_record_slow(rt, vc, progress, core_pos, rec, ready);
+}
+
+/// [`on_record`] for the first record of an execution, errors, custom records, lockstep
+/// executions and stale records.
+#[inline(never)]
+fn on_record_slow(
     rt: &RuntimeInner,
     vc: &VCore,
     progress: &mut [Progress],
