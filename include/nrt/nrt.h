@@ -300,7 +300,8 @@ NRT_STATUS nrt_get_vnc_memory_stats(uint32_t vnc, nrt_vnc_memory_stats_t *stats,
                                     size_t *stats_size_out);
 
 /* Tracing: records the five stages of every execution (validate, bind, stage, doorbell,
- * harvest) of every model; nrt_trace_stop writes them to `filename` as Chrome trace-event
+ * harvest) of every model, and each device engine's active interval (its START to its END
+ * notification, stamped by the device); nrt_trace_stop writes them to `filename` as Chrome trace-event
  * JSON (open it in https://ui.perfetto.dev) and ends the trace. `trace_mem` records nothing
  * more here. One trace or profile (nrt/nrt_profile.h) at a time; nrt_close ends it. */
 NRT_STATUS nrt_trace_start(bool trace_mem);

@@ -3,7 +3,8 @@
  *
  * Part of nrt-rs (libnrt.so.1 on the software NeuronCore). libnrt writes NTFF device
  * profiles; this library records the five stages of each execution of the model (validate,
- * bind, stage, doorbell, harvest) and writes them as Chrome trace-event JSON, which
+ * bind, stage, doorbell, harvest) and each device engine's active interval (one track per
+ * engine, from the device's timestamps) and writes them as Chrome trace-event JSON, which
  * https://ui.perfetto.dev opens. One profile or trace (nrt_trace_start) at a time; nrt_close
  * ends it. Recording allocates nothing per execution.
  */

@@ -336,11 +336,24 @@ fn inspect(a: &Args) -> Res<()> {
     Ok(())
 }
 
-/// Per-stage medians of the traced executions.
+/// A stage's name; a device engine's is marked as such.
+fn stage_label(s: Stage) -> String {
+    if s.is_pipeline() {
+        s.name().to_owned()
+    } else {
+        format!("device {}", s.name())
+    }
+}
+
+/// Per-stage medians of the traced executions, then per device engine (core 0).
 fn stage_summary(spans: &[nrt_runtime::Span]) -> Vec<(Stage, f64, f64)> {
+    let engines = (0..nrt_hal::NUM_ENGINES as u8).map(|engine| Stage::Engine { core: 0, engine });
     Stage::ALL
         .iter()
-        .map(|&s| {
+        .copied()
+        .chain(engines)
+        .filter(|&s| spans.iter().any(|x| x.stage == s))
+        .map(|s| {
             let mut v: Vec<u64> = spans
                 .iter()
                 .filter(|x| x.stage == s)
@@ -382,8 +395,8 @@ fn trace(a: &Args) -> Res<()> {
     );
     for (s, med, p99) in stage_summary(&spans) {
         println!(
-            "  {:<9} median {:>10}  p99 {:>10}",
-            s.name(),
+            "  {:<11} median {:>10}  p99 {:>10}",
+            stage_label(s),
             fmt_ns(med),
             fmt_ns(p99)
         );
@@ -456,10 +469,12 @@ fn demo(a: &Args) -> Res<()> {
     println!("\n== per-stage latency over {n} executions (median / p99):");
     let mut total = 0.0;
     for (s, med, p99) in stage_summary(&spans) {
-        total += med;
+        if s.is_pipeline() {
+            total += med; // engine spans run inside the harvest
+        }
         println!(
-            "  {:<9} {:>10} / {:>10}",
-            s.name(),
+            "  {:<11} {:>10} / {:>10}",
+            stage_label(s),
             fmt_ns(med),
             fmt_ns(p99)
         );

@@ -239,6 +239,10 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Static facts about the device.
     fn info(&self) -> DeviceInfo;
 
+    /// The device's clock: nanoseconds since an arbitrary start, monotonic. START and END
+    /// records of a traced execution carry it ([`crate::wire::exec_flags::TRACE`]).
+    fn clock_ns(&self) -> u64;
+
     /// Allocates `size` bytes of device memory aligned to `align` (a power of two) and
     /// returns its physical address. (`MEM_ALLOC_V2`)
     fn mem_alloc(&self, size: u64, align: u64) -> Result<DevAddr, HalError>;

@@ -90,7 +90,8 @@ pub mod exec_flags {
     /// it cached about the previous model (decoded instruction blocks, semaphore state) and
     /// reloads. Set by the runtime on the first execution after a model switch only.
     pub const RELOAD_CONFIG: u16 = 1 << 0;
-    /// The device records per-engine busy intervals for this execution (trace mode).
+    /// Trace mode: the device stamps this execution's START and END records with its clock
+    /// ([`NqRecord::timestamp_ns`]), which gives each engine's active interval.
     pub const TRACE: u16 = 1 << 1;
     /// Every defined bit.
     pub const ALL: u16 = RELOAD_CONFIG | TRACE;
@@ -300,10 +301,14 @@ impl ErrorSubtype {
 /// | 1 | 1 | `engine` | [`Engine`] index of the engine that wrote it |
 /// | 2 | 1 | `core` | physical core index |
 /// | 3 | 1 | `subtype` | CUSTOM: custom subtype (6 = tensor); ERROR: [`ErrorSubtype`]; else 0 |
-/// | 4 | 2 | `sub_id` | CUSTOM: custom sub-id (7 = output done); ERROR: 0; else 0 |
+/// | 4 | 2 | `sub_id` | CUSTOM: custom sub-id (7 = output done); START/END in trace mode: bits 32–47 of the timestamp; else 0 |
 /// | 6 | 2 | `seq` | per-ring record counter, low 16 bits (lets a reader see gaps) |
 /// | 8 | 4 | `compute_idx` | the execution the record belongs to |
-/// | 12 | 4 | `payload` | CUSTOM/7: the output's var_id; ERROR: failing instruction index; START/END: 0 |
+/// | 12 | 4 | `payload` | CUSTOM/7: the output's var_id; ERROR: failing instruction index; START/END: 0, or in trace mode ([`exec_flags::TRACE`]) bits 0–31 of the timestamp |
+///
+/// A START/END timestamp is the device clock ([`crate::Device::clock_ns`]) when the engine
+/// started or ended, 48 bits of nanoseconds (78 hours before it wraps); see
+/// [`NqRecord::timestamp_ns`].
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Default, Debug)]
 pub struct NqRecord {
@@ -330,6 +335,20 @@ pub const NQ_RECORD_SIZE: usize = 16;
 const _: () = assert!(core::mem::size_of::<NqRecord>() == NQ_RECORD_SIZE);
 
 impl NqRecord {
+    /// Stamps a START or END record with the device clock (trace mode): the low 48 bits of
+    /// `ns`, split over `payload` and `sub_id`.
+    pub const fn with_timestamp(mut self, ns: u64) -> Self {
+        self.payload = ns as u32;
+        self.sub_id = (ns >> 32) as u16;
+        self
+    }
+
+    /// The timestamp of a START or END record written in trace mode (48 bits of device
+    /// nanoseconds; 0 when the execution was not traced).
+    pub const fn timestamp_ns(&self) -> u64 {
+        (self.sub_id as u64) << 32 | self.payload as u64
+    }
+
     /// A START or END record.
     pub const fn engine_event(
         kind: RecordKind,

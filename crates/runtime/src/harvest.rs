@@ -28,6 +28,7 @@
 //! | harvest progress | the harvest (under the token) | token |
 
 use crate::tensor::Tensor;
+use crate::trace::EngineTimes;
 use crate::{InflightSlot, RuntimeInner, VCore};
 use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR, cause};
 use nrt_hal::{
@@ -92,6 +93,9 @@ pub(crate) struct Harvest {
     pub(crate) progress: Box<[Progress]>,
     /// When deadlines were last swept ([`coarse_now`]).
     pub(crate) last_sweep: Duration,
+    /// Per in-flight slot: the device timestamps of its engines' START/END records (trace
+    /// mode only; zero otherwise).
+    pub(crate) times: Box<[EngineTimes]>,
 }
 
 /// Slots whose engines all ended during the current step: finished only after the ERROR rings
@@ -180,14 +184,15 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
     let mut consumed = 0u32;
     let mut ready: Ready = 0;
     for (pos, plane) in h.rings.iter_mut().enumerate() {
-        let progress = &mut h.progress;
-        consumed += plane.drain_all(|_, rec| on_record(rt, vc, progress, pos, rec, &mut ready));
+        let (progress, times) = (&mut h.progress, &mut h.times);
+        consumed +=
+            plane.drain_all(|_, rec| on_record(rt, vc, progress, times, pos, rec, &mut ready));
     }
     if ready != 0 {
         for (pos, plane) in h.rings.iter_mut().enumerate() {
-            let progress = &mut h.progress;
+            let (progress, times) = (&mut h.progress, &mut h.times);
             consumed += plane.drain(ERROR_RING, |_, rec| {
-                on_record(rt, vc, progress, pos, rec, &mut ready)
+                on_record(rt, vc, progress, times, pos, rec, &mut ready)
             });
         }
         while ready != 0 {
@@ -198,6 +203,9 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
             if p.phase != Phase::Done && slot.ticket.load(Ordering::Acquire) == p.seq {
                 let status = p.error.map_or(NrtStatus::Success, error_status);
                 let seq = p.seq;
+                if rt.trace.enabled() {
+                    record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
+                }
                 finish(rt, vc, slot, p, seq, status);
             }
         }
@@ -235,12 +243,38 @@ fn note_external_harvest(vc: &VCore) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
+/// Hands a traced execution's engine timestamps to the trace ring (before `finish`, which
+/// may retire the slot).
+#[cold]
+fn record_engine_spans(
+    rt: &RuntimeInner,
+    slot: &InflightSlot,
+    seq: u64,
+    times: &EngineTimes,
+    cores: u8,
+) {
+    // SAFETY: ticket set (checked by the caller under the token), completion word not yet
+    // written: `info` is stable.
+    let model = unsafe { (*slot.info.get()).model.as_ref().map_or(0, |m| m.id) };
+    rt.trace.record_engines(seq, model, times, cores);
+}
+
+/// Keeps the device timestamp of a START or END record of a traced execution.
+#[inline(always)]
+fn note_time(times: &mut [EngineTimes], si: usize, c: usize, e: usize, end: bool, rec: &NqRecord) {
+    let ts = rec.timestamp_ns();
+    if ts != 0 {
+        times[si][c][e][end as usize] = ts;
+    }
+}
+
 /// Routes one record to the execution it belongs to.
 #[inline(always)]
 fn on_record(
     rt: &RuntimeInner,
     vc: &VCore,
     progress: &mut [Progress],
+    times: &mut [EngineTimes],
     core_pos: usize,
     rec: NqRecord,
     ready: &mut Ready,
@@ -255,9 +289,11 @@ fn on_record(
         match rec.record_kind() {
             Some(RecordKind::Start) => {
                 p.engines[c][e] = EngineState::EndPending;
+                note_time(times, si, c, e, false, &rec);
                 return;
             }
             Some(RecordKind::End) => {
+                note_time(times, si, c, e, true, &rec);
                 if p.engines[c][e] != EngineState::Complete {
                     p.engines[c][e] = EngineState::Complete;
                     p.complete += 1;
@@ -270,7 +306,7 @@ fn on_record(
             _ => {}
         }
     }
-    on_record_slow(rt, vc, progress, core_pos, rec, ready);
+    on_record_slow(rt, vc, progress, times, core_pos, rec, ready);
 }
 
 /// [`on_record`] for the first record of an execution, errors, custom records, lockstep
@@ -280,6 +316,7 @@ fn on_record_slow(
     rt: &RuntimeInner,
     vc: &VCore,
     progress: &mut [Progress],
+    times: &mut [EngineTimes],
     core_pos: usize,
     rec: NqRecord,
     ready: &mut Ready,
@@ -299,6 +336,7 @@ fn on_record_slow(
         *p = Progress::EMPTY;
         p.seq = seq;
         p.sg_count = info.sg_count;
+        times[si] = [[[0; 2]; NUM_ENGINES]; 2];
         p.phase = if info.sg_count > 1 {
             vc.counters
                 .barrier_proxy_waits
@@ -313,6 +351,7 @@ fn on_record_slow(
     match rec.record_kind() {
         Some(RecordKind::Start) => {
             p.engines[c][e] = EngineState::EndPending;
+            note_time(times, si, c, e, false, &rec);
             if p.phase == Phase::WaitBarrierProxy
                 && (0..p.sg_count as usize)
                     .all(|k| p.engines[k].iter().any(|s| *s != EngineState::StartPending))
@@ -321,6 +360,7 @@ fn on_record_slow(
             }
         }
         Some(RecordKind::End) => {
+            note_time(times, si, c, e, true, &rec);
             if p.engines[c][e] != EngineState::Complete {
                 p.engines[c][e] = EngineState::Complete;
                 p.complete += 1;

@@ -59,7 +59,7 @@ pub use xu::{AsyncCallback, XuKind};
 use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
 use crate::xu::{ImplicitAsync, Xu};
-use nrt_hal::{Device, PlaneConsumer, PlaneWatch, Producer, TriggerPair, tuning};
+use nrt_hal::{Device, NUM_ENGINES, PlaneConsumer, PlaneWatch, Producer, TriggerPair, tuning};
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -419,6 +419,7 @@ impl Runtime {
                 harvest: Mutex::new(Harvest {
                     rings,
                     progress: vec![Progress::EMPTY; slots].into_boxed_slice(),
+                    times: vec![[[[0; 2]; NUM_ENGINES]; 2]; slots].into_boxed_slice(),
                     last_sweep: now,
                 }),
                 slots: (0..slots)
@@ -714,7 +715,8 @@ impl Runtime {
 
     /// Turns per-stage tracing on (clearing the ring) or off.
     pub fn set_tracing(&self, on: bool) {
-        self.0.trace.set_enabled(on);
+        let dev = &self.0.device;
+        self.0.trace.set_enabled(on, || dev.clock_ns());
     }
 
     /// The recorded spans, oldest first.

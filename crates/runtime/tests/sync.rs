@@ -335,7 +335,7 @@ fn unload_during_execution_waits_for_it() {
 }
 
 #[test]
-fn tracing_records_the_five_stages() {
+fn tracing_records_the_five_stages_and_each_engine_on_the_device() {
     let (_d, rt) = runtime();
     let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
     let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
@@ -348,10 +348,42 @@ fn tracing_records_the_five_stages() {
     rt.set_tracing(false);
     rt.execute(&m, &ins, &outs).unwrap();
     let spans = rt.trace_spans();
-    assert_eq!(spans.len(), 15);
-    for w in spans.chunks(5) {
-        assert_eq!(w.iter().map(|s| s.stage).collect::<Vec<_>>(), Stage::ALL);
-        assert!(w.windows(2).all(|p| p[0].end_ns <= p[1].start_ns + 1));
+    // Per execution: the device's five engine spans (recorded by the harvest when the
+    // execution completes), then the host's five stages (recorded by the caller after it).
+    assert_eq!(spans.len(), 30, "{spans:#?}");
+    for w in spans.chunks(10) {
+        let (engines, stages) = w.split_at(5);
+        assert_eq!(
+            stages.iter().map(|s| s.stage).collect::<Vec<_>>(),
+            Stage::ALL
+        );
+        assert!(stages.windows(2).all(|p| p[0].end_ns <= p[1].start_ns + 1));
+        let seq = stages[0].seq;
+        let mut seen: Vec<u8> = engines
+            .iter()
+            .map(|s| match s.stage {
+                Stage::Engine { core: 0, engine } => engine,
+                other => panic!("expected an engine span of core 0, got {other:?}"),
+            })
+            .collect();
+        seen.sort();
+        assert_eq!(seen, [0, 1, 2, 3, 4], "one span per engine");
+        // The device's clock and the host's are both monotonic and were read together when
+        // tracing was enabled: every engine span lies inside the execution's own window,
+        // from the doorbell to the end of the harvest (with a little slack for that pairing).
+        let (doorbell, harvest) = (stages[3], stages[4]);
+        for e in engines {
+            assert_eq!(e.seq, seq);
+            assert!(e.start_ns <= e.end_ns, "{e:?}");
+            assert!(
+                e.start_ns + 2_000 >= doorbell.start_ns,
+                "{e:?} before {doorbell:?}"
+            );
+            assert!(
+                e.end_ns <= harvest.end_ns + 2_000,
+                "{e:?} after {harvest:?}"
+            );
+        }
     }
 }
 

@@ -98,9 +98,16 @@ pub(crate) struct DeviceShared {
     threads_started: AtomicUsize,
     faults: Mutex<Vec<FaultSpec>>,
     has_faults: AtomicBool,
+    /// Zero of the device clock.
+    epoch: Instant,
 }
 
 impl DeviceShared {
+    /// The device clock ([`Device::clock_ns`]).
+    pub(crate) fn clock_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
     pub(crate) fn kernel_memory(&self) -> nrt_kernels::DeviceMemory {
         // SAFETY: the mapping lives as long as `self`, which outlives every kernel call.
         unsafe { nrt_kernels::DeviceMemory::new(self.mem.base(), self.mem.len()) }
@@ -271,6 +278,7 @@ impl SoftDevice {
             threads_started: AtomicUsize::new(0),
             has_faults: AtomicBool::new(!faults.is_empty()),
             faults: Mutex::new(faults),
+            epoch: Instant::now(),
             config,
         });
         let spawned = (0..shared.config.threads as usize)
@@ -374,6 +382,10 @@ impl Device for SoftDevice {
             num_cores: self.shared.config.cores,
             memory_bytes: self.shared.mem.len(),
         }
+    }
+
+    fn clock_ns(&self) -> u64 {
+        self.shared.clock_ns()
     }
 
     fn mem_alloc(&self, size: u64, align: u64) -> Result<DevAddr, HalError> {

@@ -576,9 +576,20 @@ impl CoreInner {
         }
     }
 
-    fn record(&mut self, core: &CoreShared, exec: &Execution, kind: RecordKind, e: Engine) {
+    #[inline(always)]
+    fn record(
+        &mut self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        exec: &Execution,
+        kind: RecordKind,
+        e: Engine,
+    ) {
         let drop = exec.faults.drop_mask & (1 << e.index()) != 0;
-        let rec = NqRecord::engine_event(kind, e, core.index as u8, exec.idx);
+        let mut rec = NqRecord::engine_event(kind, e, core.index as u8, exec.idx);
+        if exec.req.flags & exec_flags::TRACE != 0 {
+            rec = stamped(rec, dev);
+        }
         self.post(core, e.index(), rec, drop);
     }
 
@@ -594,7 +605,7 @@ impl CoreInner {
         let mut started = false;
         if exec.engines[ei].phase == Phase::NotStarted {
             exec.engines[ei].phase = Phase::Running;
-            self.record(core, exec, RecordKind::Start, e);
+            self.record(core, dev, exec, RecordKind::Start, e);
             if let Some((kind, fe)) = exec.faults.error
                 && fe == e
             {
@@ -642,7 +653,7 @@ impl CoreInner {
                         }
                         self.post_error(core, ErrorSubtype::Numerical, e, exec.idx, pc as u32);
                     }
-                    self.record(core, exec, RecordKind::End, e);
+                    self.record(core, dev, exec, RecordKind::End, e);
                     exec.engines[ei].phase = Phase::Done;
                     return Step::Progress;
                 }
@@ -813,6 +824,14 @@ impl CoreInner {
         core.mirrors.active.store(false, Ordering::Relaxed);
         let _ = GLOBAL_SEMAPHORES;
     }
+}
+
+/// Trace mode: a START or END record carries the device clock (the engine's timeline). Out of
+/// line: the clock read must not weigh on the untraced path's code.
+#[cold]
+#[inline(never)]
+fn stamped(rec: NqRecord, dev: &DeviceShared) -> NqRecord {
+    rec.with_timestamp(dev.clock_ns())
 }
 
 /// Whether an instruction does real work (a kernel or a DMA), after which the engine yields.

@@ -3,7 +3,7 @@
 //!
 //! libnrt writes NTFF device profiles; this runtime records the five stages of every
 //! execution (validate, bind, stage, doorbell, harvest — the same spans as `nrt trace`) and
-//! writes them as Chrome trace-event JSON, which <https://ui.perfetto.dev> opens. A profile
+//! each device engine's active interval, and writes them as Chrome trace-event JSON, which <https://ui.perfetto.dev> opens. A profile
 //! keeps the spans of one model; a trace keeps every model's. One session runs at a time, and
 //! a session does not outlive `nrt_close`. Recording allocates nothing per execution (the
 //! span ring is allocated when the session starts).
@@ -106,7 +106,7 @@ fn stop(profile: bool, filename: Option<&str>) -> Res {
         Module::Nrt,
         Level::Info,
         stop_fn,
-        "{} execution stages written to '{path}' (Chrome trace-event JSON)",
+        "{} spans (execution stages and device engines) written to '{path}' (Chrome trace-event JSON)",
         spans.len()
     );
     Ok(())

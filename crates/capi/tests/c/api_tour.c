@@ -325,7 +325,10 @@ static void profile_tour(void) {
     OK(nrt_profile_stop(NULL));                                         /* the start's file */
     TRUE(count_in_file("profile.json", "\"traceEvents\"") == 1);
     TRUE(count_in_file("profile.json", "\"name\":\"harvest\"") == 3); /* 3 executions */
-    TRUE(count_in_file("profile.json", "\"model_name\":\"near-null\"") == 15); /* 5 stages each */
+    /* 5 host stages and 5 device engines each */
+    TRUE(count_in_file("profile.json", "\"model_name\":\"near-null\"") == 30);
+    TRUE(count_in_file("profile.json", "\"cat\":\"engine\"") == 15);
+    TRUE(count_in_file("profile.json", "\"name\":\"device core 0 engine SP\"") == 1);
     EXPECT(nrt_profile_stop(NULL), NRT_INVALID); /* ended */
 
     OK(nrt_trace_start(true));
