@@ -683,6 +683,16 @@ mod tests {
         }
 
         #[test]
+        fn record_timestamps_keep_48_bits_in_payload_and_sub_id(ns in any::<u64>()) {
+            let r = NqRecord::engine_event(RecordKind::End, Engine::Sp, 1, 9).with_timestamp(ns);
+            prop_assert_eq!(r.timestamp_ns(), ns & 0xFFFF_FFFF_FFFF);
+            let b = r.to_bytes();
+            prop_assert_eq!(&b[12..16], &(ns as u32).to_le_bytes()[..]);
+            prop_assert_eq!(&b[4..6], &((ns >> 32) as u16).to_le_bytes()[..]);
+            prop_assert_eq!((b[0], b[1], b[2], &b[8..12]), (2, 4, 1, &9u32.to_le_bytes()[..]));
+        }
+
+        #[test]
         fn trigger_pair_round_trips(b in any::<[u8; 32]>()) {
             prop_assert_eq!(TriggerPair::from_bytes(&b).to_bytes(), b);
         }
