@@ -31,9 +31,10 @@
 //! single-producer / single-consumer contract is enforced by the types. The protocol is the
 //! SPSC ring's ([`crate::ring`]) applied per ring; `tests/loom.rs` model-checks it.
 
-use crate::sync::{
-    Arc, AtomicU32, CachePadded, Ordering, UnsafeCell, prefetch_read, prefetch_write,
-};
+use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
+// The prefetch hints are compiled out under loom (they would be cell accesses to it).
+#[cfg(not(loom))]
+use crate::sync::{prefetch_read, prefetch_write};
 use crate::wire::{NUM_ENGINES, NqKind, NqRecord};
 use core::fmt;
 use core::mem::MaybeUninit;

@@ -25,7 +25,10 @@
 //! (the runtime keeps the DMA producer inside the staging lock and each notification consumer
 //! inside the harvest token). The model-checked protocol is in `tests/loom.rs`.
 
-use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell, prefetch_read};
+use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
+// The prefetch hint is compiled out under loom (it would be a cell access to it).
+#[cfg(not(loom))]
+use crate::sync::prefetch_read;
 use core::fmt;
 use core::mem::MaybeUninit;
 
