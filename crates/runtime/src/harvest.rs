@@ -259,12 +259,41 @@ fn record_engine_spans(
     rt.trace.record_engines(seq, model, times, cores);
 }
 
-/// Keeps the device timestamp of a START or END record of a traced execution.
+/// A START (`end == false`) or END record of the execution tracked in `p` (slot `si`):
+/// advances the engine's sub-state (START_PENDING → END_PENDING → COMPLETE), leaves
+/// WAIT_BARRIER_PROXY once every core has started, marks the slot ready when every engine
+/// ended, and keeps the device timestamp of a traced execution.
 #[inline(always)]
-fn note_time(times: &mut [EngineTimes], si: usize, c: usize, e: usize, end: bool, rec: &NqRecord) {
+fn engine_record(
+    p: &mut Progress,
+    times: &mut [EngineTimes],
+    si: usize,
+    core_pos: usize,
+    end: bool,
+    rec: &NqRecord,
+    ready: &mut Ready,
+) {
+    let (e, c) = ((rec.engine as usize).min(NUM_ENGINES - 1), core_pos.min(1));
     let ts = rec.timestamp_ns();
     if ts != 0 {
         times[si][c][e][end as usize] = ts;
+    }
+    if !end {
+        p.engines[c][e] = EngineState::EndPending;
+        if p.phase == Phase::WaitBarrierProxy
+            && (0..p.sg_count as usize)
+                .all(|k| p.engines[k].iter().any(|s| *s != EngineState::StartPending))
+        {
+            p.phase = Phase::WaitCore;
+        }
+        return;
+    }
+    if p.engines[c][e] != EngineState::Complete {
+        p.engines[c][e] = EngineState::Complete;
+        p.complete += 1;
+    }
+    if p.complete as usize == NUM_ENGINES * p.sg_count as usize {
+        *ready |= 1 << si;
     }
 }
 
@@ -285,26 +314,13 @@ fn on_record(
     // only a finished execution is retired, and finishing sets its phase to DONE.
     let p = &mut progress[si];
     if p.phase == Phase::WaitCore && p.seq != 0 && (p.seq - 1) as u32 == rec.compute_idx {
-        let (e, c) = ((rec.engine as usize).min(NUM_ENGINES - 1), core_pos.min(1));
-        match rec.record_kind() {
-            Some(RecordKind::Start) => {
-                p.engines[c][e] = EngineState::EndPending;
-                note_time(times, si, c, e, false, &rec);
-                return;
-            }
-            Some(RecordKind::End) => {
-                note_time(times, si, c, e, true, &rec);
-                if p.engines[c][e] != EngineState::Complete {
-                    p.engines[c][e] = EngineState::Complete;
-                    p.complete += 1;
-                }
-                if p.complete as usize == NUM_ENGINES * p.sg_count as usize {
-                    *ready |= 1 << si;
-                }
-                return;
-            }
-            _ => {}
-        }
+        let end = match rec.record_kind() {
+            Some(RecordKind::Start) => false,
+            Some(RecordKind::End) => true,
+            _ => return on_record_slow(rt, vc, progress, times, core_pos, rec, ready),
+        };
+        engine_record(p, times, si, core_pos, end, &rec, ready);
+        return;
     }
     on_record_slow(rt, vc, progress, times, core_pos, rec, ready);
 }
@@ -346,29 +362,9 @@ fn on_record_slow(
             Phase::WaitCore
         };
     }
-    let e = (rec.engine as usize).min(NUM_ENGINES - 1);
-    let c = core_pos.min(1);
     match rec.record_kind() {
-        Some(RecordKind::Start) => {
-            p.engines[c][e] = EngineState::EndPending;
-            note_time(times, si, c, e, false, &rec);
-            if p.phase == Phase::WaitBarrierProxy
-                && (0..p.sg_count as usize)
-                    .all(|k| p.engines[k].iter().any(|s| *s != EngineState::StartPending))
-            {
-                p.phase = Phase::WaitCore;
-            }
-        }
-        Some(RecordKind::End) => {
-            note_time(times, si, c, e, true, &rec);
-            if p.engines[c][e] != EngineState::Complete {
-                p.engines[c][e] = EngineState::Complete;
-                p.complete += 1;
-            }
-            if p.complete as usize == NUM_ENGINES * p.sg_count as usize {
-                *ready |= 1 << si;
-            }
-        }
+        Some(RecordKind::Start) => engine_record(p, times, si, core_pos, false, &rec, ready),
+        Some(RecordKind::End) => engine_record(p, times, si, core_pos, true, &rec, ready),
         Some(RecordKind::Error) => {
             rt.device
                 .interrupt_cause_clear(rec.core as u32, cause::ERROR_NOTIFICATION)
