@@ -11,7 +11,8 @@
 //!   [`SeqId`] packing;
 //! - the lock-free protocols the runtime and device share: the SPSC [`ring`] (DMA trigger
 //!   queues), the notification [`plane`] (a core's six notification rings) and the
-//!   [`IdleGate`] park handshake, all model-checked with loom;
+//!   [`IdleGate`] park handshake and the [`UseGate`] admission gate of handles that are freed
+//!   while in use, all model-checked with loom;
 //! - [`tuning`]: every knob of the project with its reason.
 
 pub mod device;
@@ -23,6 +24,7 @@ pub mod seq;
 pub mod status;
 pub mod sync;
 pub mod tuning;
+pub mod use_gate;
 pub mod wire;
 
 pub use device::{
@@ -37,6 +39,7 @@ pub use plane::{
 pub use ring::{Consumer, Producer, ring};
 pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
 pub use status::NrtStatus;
+pub use use_gate::{GateRefused, UseGate};
 pub use wire::{
     DevAddr, DmaDescriptor, DmaKind, Engine, ErrorSubtype, ExecRequest, NUM_ENGINES, NqKind,
     NqRecord, RecordKind, TriggerPair,

@@ -12,7 +12,7 @@ pub use loom::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence},
     },
-    thread::{Thread, current as current_thread, park},
+    thread::{Thread, current as current_thread, park, yield_now},
 };
 
 #[cfg(not(loom))]
@@ -22,7 +22,7 @@ pub use std::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering, fence},
     },
-    thread::{Thread, current as current_thread, park},
+    thread::{Thread, current as current_thread, park, yield_now},
 };
 
 #[cfg(loom)]
