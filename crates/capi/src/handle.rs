@@ -8,28 +8,28 @@
 //!   on purpose (chunk `k` holds `FIRST_CHUNK << k` shells); a pointer is accepted only if it
 //!   is the address of a shell of the right pool — anything else (garbage, another kind,
 //!   a misaligned address) is rejected **without being dereferenced**;
-//! - a shell's state word holds a LIVE bit, an EXCLUSIVE bit and a count of pins. Using a
-//!   handle pins it ([`Pool::pin`]: one atomic add, one atomic sub when done); freeing or
-//!   mutating it takes it exclusively ([`Pool::pin_exclusive`]), which waits for pins to go
-//!   away. A freed shell is not LIVE, so a stale pointer is refused with `NRT_INVALID`;
+//! - a shell is guarded by a [`UseGate`] (nrt-hal; loom-checked): using a handle pins it
+//!   ([`Pool::pin`]: one compare-exchange in, one atomic sub out); mutating it takes it
+//!   exclusively ([`Pool::pin_exclusive`]: newcomers wait, the pins already inside finish);
+//!   freeing it ([`Pool::take`]) closes the gate first — newcomers are refused at once with
+//!   `NRT_INVALID` — and then waits only for the pins already inside, so a thread that keeps
+//!   executing a model can never keep `nrt_unload` waiting. A freed shell's gate is closed,
+//!   so a stale pointer is refused with `NRT_INVALID`;
 //! - freed shells are recycled first-in first-out and only once more than [`QUARANTINE`]
 //!   other shells of the pool are waiting, so a stale pointer is detected until that many
 //!   further frees happened. After that it may name a newer object of the same kind — the
 //!   one thing this scheme cannot detect (the pointer carries no generation).
 //!
-//! Pins are not locks on the fast path: a pin never waits unless another thread is freeing
-//! or mutating the same handle at that moment (a caller race that the public runtime leaves
-//! undefined; here it is serialized instead).
+//! Pins are not locks on the fast path: a pin never waits unless another thread is mutating
+//! the same handle at that moment (a caller race that the public runtime leaves undefined;
+//! here it is serialized instead), and a pin on a handle being freed is refused at once.
 
+use nrt_hal::UseGate;
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-
-const LIVE: u64 = 1 << 63;
-const EXCLUSIVE: u64 = 1 << 62;
-const PINS: u64 = (1 << 32) - 1;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// Shells in the first chunk of a pool; chunk `k` holds `FIRST_CHUNK << k`.
 const FIRST_CHUNK: usize = 64;
@@ -40,26 +40,39 @@ pub const QUARANTINE: usize = 4096;
 
 /// One handle's storage.
 pub(crate) struct Shell<T> {
-    state: AtomicU64,
+    gate: UseGate,
     value: UnsafeCell<Option<T>>,
 }
 
-// SAFETY: `value` is only read under a pin (LIVE observed, no EXCLUSIVE) and only written
-// under EXCLUSIVE or while the shell is not LIVE and owned by the pool's allocator; the
-// protocol is described in the module docs. `T: Send + Sync` because any thread may pin.
+// SAFETY: `value` is only read by a user admitted by the gate, and only written by the
+// holder of its exclusive lock, by its closer, or while the gate is closed and the shell is
+// owned by the pool's allocator; the protocol is described in the module docs and in
+// nrt-hal's `use_gate`. `T: Send + Sync` because any thread may pin.
 unsafe impl<T: Send + Sync> Sync for Shell<T> {}
 
 impl<T> Shell<T> {
     fn new() -> Shell<T> {
         Shell {
-            state: AtomicU64::new(0),
+            gate: UseGate::new_closed(),
             value: UnsafeCell::new(None),
         }
     }
 
     /// Whether the handle is live right now (a hint: it may change at once).
     pub(crate) fn is_live(&self) -> bool {
-        self.state.load(Ordering::Acquire) & LIVE != 0
+        self.gate.is_open()
+    }
+
+    /// Closes the gate (newcomers refused, pins inside drained) and takes the value.
+    fn close_and_take(&self) -> Result<T, Refused> {
+        self.gate.close().map_err(|_| Refused::Dead)?;
+        // SAFETY: the gate is closed and no pin is inside: we are the only accessor.
+        let v = unsafe { (*self.value.get()).take() };
+        self.gate.finish_close();
+        match v {
+            Some(v) => Ok(v),
+            None => unreachable!("a live shell holds a value"),
+        }
     }
 }
 
@@ -71,8 +84,8 @@ pub(crate) struct Pin<'a, T> {
 impl<T> std::ops::Deref for Pin<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: while pinned the shell stays LIVE with no EXCLUSIVE holder, so nobody
-        // writes `value`; it is `Some` whenever LIVE is set.
+        // SAFETY: while pinned (admitted by the gate) nobody writes `value`; it is `Some`
+        // whenever the gate is open.
         match unsafe { &*self.shell.value.get() } {
             Some(v) => v,
             None => unreachable!("a live shell holds a value"),
@@ -82,20 +95,19 @@ impl<T> std::ops::Deref for Pin<'_, T> {
 
 impl<T> Drop for Pin<'_, T> {
     fn drop(&mut self) {
-        self.shell.state.fetch_sub(1, Ordering::AcqRel);
+        self.shell.gate.leave();
     }
 }
 
-/// An exclusive use of a live handle: mutate it, or take its value ([`Exclusive::free`]).
+/// An exclusive use of a live handle, to mutate it.
 pub(crate) struct Exclusive<'a, T> {
     shell: &'a Shell<T>,
-    pool: &'a Pool<T>,
 }
 
 impl<T> std::ops::Deref for Exclusive<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: EXCLUSIVE is ours: no pin and no other exclusive holder exists.
+        // SAFETY: the gate's exclusive lock is ours: no pin and no other exclusive holder.
         match unsafe { &*self.shell.value.get() } {
             Some(v) => v,
             None => unreachable!("a live shell holds a value"),
@@ -113,27 +125,9 @@ impl<T> std::ops::DerefMut for Exclusive<'_, T> {
     }
 }
 
-impl<'a, T> Exclusive<'a, T> {
-    /// Kills the handle and returns its value; the shell goes to the pool's quarantine.
-    pub(crate) fn free(self) -> T {
-        let shell = self.shell;
-        let pool = self.pool;
-        std::mem::forget(self);
-        // SAFETY: we hold EXCLUSIVE; nobody else reads or writes `value`.
-        let v = unsafe { (*shell.value.get()).take() };
-        // Clear LIVE and EXCLUSIVE; pins that arrive from now on see a dead shell.
-        shell.state.fetch_and(!(LIVE | EXCLUSIVE), Ordering::AcqRel);
-        pool.release(shell);
-        match v {
-            Some(v) => v,
-            None => unreachable!("a live shell holds a value"),
-        }
-    }
-}
-
 impl<T> Drop for Exclusive<'_, T> {
     fn drop(&mut self) {
-        self.shell.state.fetch_and(!EXCLUSIVE, Ordering::AcqRel);
+        self.shell.gate.unlock();
     }
 }
 
@@ -191,14 +185,10 @@ impl<T: Send + Sync + 'static> Pool<T> {
     /// Makes a live handle holding `value`; returns the pointer C sees.
     pub(crate) fn insert(&'static self, value: T) -> *mut c_void {
         let shell = self.take_shell();
-        // Wait out stray pins of stale users (they see no LIVE and leave at once).
-        while shell.state.load(Ordering::Acquire) & PINS != 0 {
-            std::hint::spin_loop();
-        }
-        // SAFETY: the shell is not LIVE and came off the free list (or is new): nobody
-        // reads `value` until LIVE is published below with Release.
+        // SAFETY: the shell's gate is closed and idle (it came off the free list after its
+        // close finished, or is new): nobody reads `value` until `open` publishes it.
         unsafe { *shell.value.get() = Some(value) };
-        shell.state.fetch_or(LIVE, Ordering::AcqRel);
+        shell.gate.open();
         (shell as *const Shell<T>).cast_mut().cast()
     }
 
@@ -262,10 +252,21 @@ impl<T: Send + Sync + 'static> Pool<T> {
         pin_shell(shell)
     }
 
-    /// Takes the live handle at `p` exclusively (waits for other users to finish).
+    /// Takes the live handle at `p` exclusively, to mutate it: newcomers wait, the users
+    /// already inside finish first.
     pub(crate) fn pin_exclusive(&self, p: *const c_void) -> Result<Exclusive<'_, T>, Refused> {
         let shell = self.shell(p).ok_or(Refused::Foreign)?;
-        exclusive_shell(self, shell)
+        shell.gate.lock().map_err(|_| Refused::Dead)?;
+        Ok(Exclusive { shell })
+    }
+
+    /// Frees the live handle at `p` and returns its value: newcomers are refused at once,
+    /// the users already inside finish first; the shell goes to the pool's quarantine.
+    pub(crate) fn take(&self, p: *const c_void) -> Result<T, Refused> {
+        let shell = self.shell(p).ok_or(Refused::Foreign)?;
+        let v = shell.close_and_take()?;
+        self.release(shell);
+        Ok(v)
     }
 
     /// Pins the first live handle whose value satisfies `pred` (a linear scan of the pool:
@@ -305,9 +306,10 @@ impl<T: Send + Sync + 'static> Pool<T> {
                 // SAFETY: `i` is inside the leaked chunk `k`.
                 let shell = unsafe { &*base.add(i) };
                 if shell.is_live()
-                    && let Ok(x) = exclusive_shell(self, shell)
+                    && let Ok(x) = shell.close_and_take()
                 {
-                    out.push(x.free());
+                    self.release(shell);
+                    out.push(x);
                 }
             }
         }
@@ -317,40 +319,9 @@ impl<T: Send + Sync + 'static> Pool<T> {
 
 #[inline]
 fn pin_shell<T>(shell: &'static Shell<T>) -> Result<Pin<'static, T>, Refused> {
-    loop {
-        let s = shell.state.fetch_add(1, Ordering::AcqRel);
-        if s & LIVE != 0 && s & EXCLUSIVE == 0 {
-            return Ok(Pin { shell });
-        }
-        shell.state.fetch_sub(1, Ordering::AcqRel);
-        if s & LIVE == 0 {
-            return Err(Refused::Dead);
-        }
-        // Someone is freeing or mutating this handle right now: wait for them.
-        std::thread::yield_now();
-    }
-}
-
-fn exclusive_shell<'a, T>(
-    pool: &'a Pool<T>,
-    shell: &'a Shell<T>,
-) -> Result<Exclusive<'a, T>, Refused> {
-    loop {
-        let s = shell.state.load(Ordering::Acquire);
-        if s & LIVE == 0 {
-            return Err(Refused::Dead);
-        }
-        if s & (EXCLUSIVE | PINS) == 0 {
-            if shell
-                .state
-                .compare_exchange_weak(s, s | EXCLUSIVE, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return Ok(Exclusive { shell, pool });
-            }
-            continue;
-        }
-        std::thread::yield_now();
+    match shell.gate.enter() {
+        Ok(()) => Ok(Pin { shell }),
+        Err(_) => Err(Refused::Dead),
     }
 }
 
@@ -367,7 +338,7 @@ impl<T> Slot<T> {
     pub(crate) const fn new() -> Slot<T> {
         Slot {
             shell: Shell {
-                state: AtomicU64::new(0),
+                gate: UseGate::new_closed(),
                 value: UnsafeCell::new(None),
             },
         }
@@ -382,35 +353,16 @@ impl<T> Slot<T> {
     /// Installs a value. The caller serializes `install` and `take` (the lifecycle lock)
     /// and the slot must be empty.
     pub(crate) fn install(&self, value: T) {
-        while self.shell.state.load(Ordering::Acquire) & PINS != 0 {
-            std::hint::spin_loop();
-        }
-        // SAFETY: the slot is not LIVE (caller contract); stray pins do not read `value`.
+        // SAFETY: the slot is empty and its gate closed and idle (caller contract): nobody
+        // reads `value` until `open` publishes it.
         unsafe { *self.shell.value.get() = Some(value) };
-        self.shell.state.fetch_or(LIVE, Ordering::AcqRel);
+        self.shell.gate.open();
     }
 
-    /// Removes the value, waiting for pins to go away. Serialized with `install`.
+    /// Removes the value: newcomers are refused at once, pins already inside finish first.
+    /// Serialized with `install`.
     pub(crate) fn take(&self) -> Option<T> {
-        loop {
-            let s = self.shell.state.load(Ordering::Acquire);
-            if s & LIVE == 0 {
-                return None;
-            }
-            if s & (EXCLUSIVE | PINS) == 0
-                && self
-                    .shell
-                    .state
-                    .compare_exchange_weak(s, s & !LIVE, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            {
-                break;
-            }
-            std::thread::yield_now();
-        }
-        // SAFETY: LIVE is cleared and there were no pins when we cleared it; later pins see
-        // a dead slot and never read `value`.
-        unsafe { (*self.shell.value.get()).take() }
+        self.shell.close_and_take().ok()
     }
 }
 
@@ -441,9 +393,10 @@ mod tests {
             *x = 8;
         }
         assert_eq!(*P.pin(h).unwrap(), 8);
-        assert_eq!(P.pin_exclusive(h).unwrap().free(), 8);
+        assert_eq!(P.take(h), Ok(8));
         assert_eq!(P.pin(h).err(), Some(Refused::Dead));
         assert!(P.pin_exclusive(h).is_err());
+        assert_eq!(P.take(h), Err(Refused::Dead));
         // Quarantine: the freed shell is not reused by the next allocations.
         let others: Vec<_> = (0..100).map(|i| P.insert(i)).collect();
         assert!(!others.contains(&h));
@@ -455,7 +408,7 @@ mod tests {
         static R: Pool<usize> = Pool::new("r");
         let hs: Vec<_> = (0..QUARANTINE + 10).map(|i| R.insert(i)).collect();
         for &h in &hs {
-            R.pin_exclusive(h).unwrap().free();
+            R.take(h).unwrap();
         }
         let again = R.insert(1);
         assert_eq!(again, hs[0], "oldest freed shell is reused first");
@@ -499,7 +452,7 @@ mod tests {
             })
             .collect();
         std::thread::sleep(std::time::Duration::from_millis(1));
-        let v = C.pin_exclusive(h as *const c_void).unwrap().free();
+        let v = C.take(h as *const c_void).unwrap();
         assert_eq!(v.len(), 64);
         for t in threads {
             t.join().unwrap();

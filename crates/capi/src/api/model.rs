@@ -131,10 +131,16 @@ pub unsafe extern "C" fn nrt_unload(model: *mut c_void) -> NrtStatusC {
         crate::api_in!("nrt_unload", "model={model:p}");
         ensure_open()?;
         nonnull(model, "model")?;
-        let x = MODELS
-            .pin_exclusive(model)
+        if nrt_runtime::in_async_callback() {
+            // It would wait for executions that only this callback's worker retires.
+            return Err(Fail::Err(NrtError::invalid(
+                "nrt_unload cannot be called from the async-exec callback: it waits for executions that only this callback's worker completes (call it from another thread)",
+            )));
+        }
+        // Newcomers are refused from here on; executions already inside finish first.
+        let entry = MODELS
+            .take(model)
             .map_err(|r| refused(MODELS.kind(), model, "model", r))?;
-        let entry = x.free();
         let r = entry.rt.unload(&entry.model);
         drop(entry);
         r?;

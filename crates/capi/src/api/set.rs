@@ -48,9 +48,9 @@ pub unsafe extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut c_void) {
         // SAFETY: as above.
         unsafe { tensor_set.write(core::ptr::null_mut()) };
         let x = SETS
-            .pin_exclusive(p)
+            .take(p)
             .map_err(|r| refused(SETS.kind(), p, "*tensor_set", r))?;
-        drop(x.free());
+        drop(x);
         Ok(())
     });
 }

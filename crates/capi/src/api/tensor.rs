@@ -87,9 +87,9 @@ pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut c_void) {
         // SAFETY: as above.
         unsafe { tensor.write(core::ptr::null_mut()) };
         let x = TENSORS
-            .pin_exclusive(p)
+            .take(p)
             .map_err(|r| refused(TENSORS.kind(), p, "*tensor", r))?;
-        drop(x.free());
+        drop(x);
         Ok(())
     });
 }
