@@ -156,6 +156,51 @@ impl Drop for TensorShared {
     }
 }
 
+/// Zero-filled host memory for a tensor of `size` bytes, or `NRT_RESOURCE`.
+///
+/// The size comes from a caller, so this never aborts: the allocation is fallible
+/// (`alloc_zeroed`, which returns null instead of calling the abort handler), and a request
+/// larger than the host can back ([`host_memory_available`]) is refused up front, because
+/// with overcommit a huge zeroed allocation succeeds and the OOM killer ends the process
+/// later, when the pages are touched. The result is freed as a `Box<[u8]>` of `size` bytes.
+fn alloc_host_zeroed(size: u64, name: &str) -> Result<*mut u8> {
+    let refuse = |why: String| {
+        NrtError::new(
+            NrtStatus::Resource,
+            format!("cannot allocate host tensor '{name}' of {size} bytes: {why}"),
+        )
+    };
+    let len = usize::try_from(size).map_err(|_| refuse("larger than the address space".into()))?;
+    if len == 0 {
+        return Ok(core::ptr::NonNull::<u8>::dangling().as_ptr());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len)
+        .map_err(|_| refuse("larger than the address space".into()))?;
+    if size >= nrt_hal::tuning::HOST_ALLOC_BACKING_CHECK_BYTES
+        && let Some(avail) = host_memory_available()
+        && size > avail
+    {
+        return Err(refuse(format!(
+            "the host has {avail} bytes available (MemAvailable)"
+        )));
+    }
+    // SAFETY: `layout` has a non-zero size (len > 0).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return Err(refuse("out of host memory".into()));
+    }
+    Ok(p)
+}
+
+/// `MemAvailable` of `/proc/meminfo` in bytes: what the host can back without swapping
+/// (`None` where that file is not readable).
+pub(crate) fn host_memory_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// A tensor handle. Clones share the tensor.
 #[derive(Clone)]
 pub struct Tensor(pub(crate) Arc<TensorShared>);
@@ -210,10 +255,9 @@ impl Tensor {
         size: u64,
         name: &str,
     ) -> Result<Tensor> {
-        let len = usize::try_from(size).map_err(|_| {
-            NrtError::new(NrtStatus::Resource, format!("host tensor of {size} bytes"))
-        })?;
-        let ptr = Box::into_raw(vec![0u8; len].into_boxed_slice()).cast::<u8>();
+        let ptr = alloc_host_zeroed(size, name)?;
+        // `alloc_host_zeroed` succeeded, so the size fits in `usize`.
+        let len = size as usize;
         Ok(Tensor::wrap(
             rt,
             name,
@@ -486,7 +530,32 @@ impl Tensor {
     /// notifications (`nrt_tensor_check_output_completion`). `None` waits forever;
     /// `NRT_TIMEOUT` if the count is not reached in time.
     pub fn check_output_completion(&self, timeout: Option<Duration>, expected: u64) -> Result<()> {
-        if self.0.completion.wait(expected, timeout) {
+        let reached = if crate::xu::in_async_callback() {
+            // Nobody else may be harvesting while this worker runs the callback: drive the
+            // harvest here instead of sleeping on the condition variable.
+            let rt = self.rt()?;
+            let deadline = timeout.map(|t| Instant::now() + t);
+            let mut backoff = crate::harvest::Backoff::new();
+            loop {
+                if self.0.completion.count.load(Ordering::Acquire) >= expected {
+                    break true;
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    break false;
+                }
+                let mut progressed = false;
+                for vc in rt.vcores.iter() {
+                    progressed |=
+                        crate::harvest::progress_one_step(&rt, vc, 0) != crate::harvest::Step::Idle;
+                }
+                if !progressed {
+                    backoff.snooze();
+                }
+            }
+        } else {
+            self.0.completion.wait(expected, timeout)
+        };
+        if reached {
             Ok(())
         } else {
             Err(NrtError::new(

@@ -107,12 +107,17 @@ impl Memory {
         if !align.is_power_of_two() || align > 1 << 30 {
             return Err(HalError::BadAlignment(align));
         }
-        let size = size.max(1).next_multiple_of(64);
         let align = align.max(64);
         let mut a = self.lock();
-        let hit = a.free.iter().find_map(|(&start, &len)| {
-            let s = start.next_multiple_of(align);
-            (s + size <= start + len).then_some((start, len, s))
+        // A request larger than the whole space (or one whose rounding overflows, such as
+        // `SIZE_MAX`) is out of memory, not a bad address: checked arithmetic, never a wrap.
+        let rounded = size.max(1).checked_next_multiple_of(64);
+        let hit = rounded.and_then(|size| {
+            a.free.iter().find_map(|(&start, &len)| {
+                let s = start.checked_next_multiple_of(align)?;
+                let end = s.checked_add(size)?;
+                (end <= start + len).then_some((start, len, s))
+            })
         });
         let Some((start, len, s)) = hit else {
             let free = a.free.values().sum();
@@ -121,6 +126,7 @@ impl Memory {
                 free,
             });
         };
+        let size = rounded.unwrap_or(size);
         a.free.remove(&start);
         if s > start {
             a.free.insert(start, s - start);
