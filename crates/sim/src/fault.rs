@@ -158,7 +158,9 @@ impl FaultSpec {
     pub(crate) fn fires_on(&self, core: u32, n: u64) -> bool {
         core == self.core
             && n >= self.execution
-            && (self.count == 0 || n < self.execution + self.count)
+            // `n - execution < count`, not `n < execution + count`: the sum wraps for a
+            // count near u64::MAX and the fault would never fire.
+            && (self.count == 0 || n - self.execution < self.count)
     }
 }
 
@@ -191,7 +193,8 @@ impl std::error::Error for FaultParseError {}
 
 /// Parses a fault plan: entries separated by `;`, each `KIND[@KEY=VALUE[,KEY=VALUE]…]` with
 /// KIND one of `hang drop nan parity transient dma-abort hbm-ue fatal` and keys `core`,
-/// `engine` (`pe act pool dve sp`), `exec` (1-based execution number on the core) and
+/// `engine` (`pe act pool dve sp`), `exec` (1-based execution number on the core; absent or
+/// `0`: the core's next execution once the plan is armed) and
 /// `count` (`0` = every execution from `exec` on). Example:
 /// `NRT_SIM_FAULTS="hang@core=0,engine=act,exec=3;nan@exec=5,count=2"`.
 pub fn parse_faults(s: &str) -> Result<Vec<FaultSpec>, FaultParseError> {
@@ -209,7 +212,9 @@ pub fn parse_faults(s: &str) -> Result<Vec<FaultSpec>, FaultParseError> {
                 FaultKind::ALL.map(|k| k.name()).join(", ")
             ))
         })?;
-        let mut spec = FaultSpec::new(kind).at_execution(1);
+        // Without `exec` (or with `exec=0`): the core's next execution once armed — the
+        // first one for a plan given at start-up.
+        let mut spec = FaultSpec::new(kind);
         for kv in args.split(',').map(str::trim).filter(|a| !a.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
@@ -220,8 +225,11 @@ pub fn parse_faults(s: &str) -> Result<Vec<FaultSpec>, FaultParseError> {
                     .map_err(|_| err(format!("{k}={v:?} is not a number")))
             };
             match k.trim() {
-                "core" => spec.core = num(v)? as u32,
-                "exec" => spec.execution = num(v)?.max(1),
+                "core" => {
+                    spec.core = u32::try_from(num(v)?)
+                        .map_err(|_| err(format!("core={v:?} is not a core index")))?
+                }
+                "exec" => spec.execution = num(v)?,
                 "count" => spec.count = num(v)?,
                 "engine" => {
                     spec.engine = Some(
@@ -260,7 +268,7 @@ mod tests {
                     .on_engine(Engine::Act)
                     .at_execution(3),
                 FaultSpec::new(FaultKind::Nan).at_execution(5).times(2),
-                FaultSpec::new(FaultKind::DropNotifications).at_execution(1),
+                FaultSpec::new(FaultKind::DropNotifications),
             ]
         );
         assert!(

@@ -75,10 +75,30 @@ impl SimConfig {
     /// The default configuration, with `NRT_SIM_FAULTS` parsed into `faults`.
     pub fn from_env() -> Result<SimConfig, FaultParseError> {
         let mut c = SimConfig::default();
-        if let Ok(s) = std::env::var("NRT_SIM_FAULTS") {
-            c.faults = parse_faults(&s)?;
+        if let Some(v) = std::env::var_os("NRT_SIM_FAULTS") {
+            let s = v.to_str().ok_or_else(|| FaultParseError {
+                entry: v.to_string_lossy().into_owned(),
+                reason: "the value is not UTF-8".into(),
+            })?;
+            c.faults = parse_faults(s)?;
         }
+        c.check_faults()?;
         Ok(c)
+    }
+
+    /// Checks that every fault names a core this device has (a fault on a core that does not
+    /// exist would never fire, silently).
+    pub fn check_faults(&self) -> Result<(), FaultParseError> {
+        match self.faults.iter().find(|f| f.core >= self.cores) {
+            Some(f) => Err(FaultParseError {
+                entry: f.to_string(),
+                reason: format!(
+                    "core={} does not exist (the device has {} cores)",
+                    f.core, self.cores
+                ),
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -263,9 +283,25 @@ impl SoftDevice {
         if config.threads == 0 || config.threads > config.cores {
             return Err(HalError::BadParameter("threads must be in 1..=cores"));
         }
+        if config.check_faults().is_err() {
+            return Err(HalError::BadParameter(
+                "a planned fault names a core the device does not have",
+            ));
+        }
         let n = config.cores as usize;
         let mem = Memory::new(config.memory_bytes)?;
-        let faults = config.faults.clone();
+        // A plan given at start-up fires "next execution" faults on the first one.
+        let faults: Vec<FaultSpec> = config
+            .faults
+            .iter()
+            .map(|f| {
+                if f.execution == 0 {
+                    f.at_execution(1)
+                } else {
+                    *f
+                }
+            })
+            .collect();
         let shared = Arc::new(DeviceShared {
             mem,
             cores: (0..n as u32).map(CoreShared::new).collect(),
