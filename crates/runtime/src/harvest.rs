@@ -211,6 +211,11 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
         }
     }
     if consumed == 0 {
+        if vc.unrecoverable.load(Ordering::Acquire) {
+            // An execution staged while the fatal error was being recorded (it read the flag
+            // just before it was set) is failed here, on the next idle step.
+            fail_inflight_unrecoverable(rt, vc, &mut h.progress, 0);
+        }
         // Deadlines are seconds away; idle polls get here once in
         // HARVEST_DEADLINE_EVERY_IDLE_STEPS (above).
         let now = coarse_now();
@@ -383,15 +388,19 @@ fn on_record_slow(
                 nrt_hal::Engine::from_index(rec.engine).map_or("?", |e| e.name()),
                 rec.payload
             );
-            if sub == ErrorSubtype::Fatal {
-                vc.unrecoverable.store(true, Ordering::Release);
-            }
             // The first error wins; an aborting one ends the execution now.
             if p.error.is_none() {
                 p.error = Some(sub);
             }
             if sub.aborts_execution() {
                 finish(rt, vc, slot, p, seq, error_status(sub));
+            }
+            if sub == ErrorSubtype::Fatal {
+                vc.unrecoverable.store(true, Ordering::Release);
+                // The core stopped: nothing queued behind this execution will ever complete.
+                // (Executions ahead of it finished on the device; their END records may
+                // simply not be drained yet.)
+                fail_inflight_unrecoverable(rt, vc, progress, seq);
             }
         }
         Some(RecordKind::Custom)
@@ -471,6 +480,35 @@ fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now
             p.seq = seq;
         }
         finish(rt, vc, slot, p, seq, status);
+    }
+}
+
+/// After a fatal error the vcore's cores stop: every execution still in flight on it after
+/// `after` (a seq; 0 = all) is finished at once with `NRT_EXEC_UNIT_UNRECOVERABLE` (as the
+/// synchronous surface reports for the next submission), instead of waiting out its
+/// deadline and reporting a timeout or dropped notifications. Called under the harvest
+/// token.
+#[cold]
+fn fail_inflight_unrecoverable(
+    rt: &RuntimeInner,
+    vc: &VCore,
+    progress: &mut [Progress],
+    after: u64,
+) {
+    for (si, slot) in vc.slots.iter().enumerate() {
+        let seq = slot.ticket.load(Ordering::Acquire);
+        if seq <= after || completed_status(slot, seq).is_some() {
+            continue;
+        }
+        let p = &mut progress[si];
+        if p.seq != seq {
+            *p = Progress::EMPTY;
+            p.seq = seq;
+        }
+        if p.phase == Phase::Done {
+            continue;
+        }
+        finish(rt, vc, slot, p, seq, NrtStatus::ExecUnitUnrecoverable);
     }
 }
 
