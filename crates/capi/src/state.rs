@@ -45,6 +45,8 @@ static RUNTIME: Slot<RtEntry> = Slot::new();
 pub(crate) struct RtEntry {
     pub(crate) rt: Runtime,
     pub(crate) epoch: u64,
+    /// The software NeuronCore under `rt` (for the `nrt_sim_*` extensions).
+    pub(crate) device: Arc<SoftDevice>,
 }
 
 /// What an `nrt_model_t *` holds.
@@ -190,9 +192,10 @@ pub(crate) fn init() -> Res {
             format!("cannot start the software NeuronCore: {e}"),
         )
     })?;
-    let rt = Runtime::init(Arc::new(device), config)?;
+    let device = Arc::new(device);
+    let rt = Runtime::init(device.clone(), config)?;
     let epoch = EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
-    RUNTIME.install(RtEntry { rt, epoch });
+    RUNTIME.install(RtEntry { rt, epoch, device });
     PHASE.store(OPEN, Ordering::Release);
     Ok(())
 }
@@ -200,6 +203,12 @@ pub(crate) fn init() -> Res {
 /// `nrt_close`: closes the runtime (draining and unloading everything), kills the model
 /// handles, and drops the device.
 pub(crate) fn close() -> Res {
+    if nrt_runtime::in_async_callback() {
+        // Closing drains the workers, and this thread is one of them.
+        return Err(Fail::Err(NrtError::invalid(
+            "nrt_close cannot be called from the async-exec callback: it waits for the worker that runs this callback (call it from another thread); the runtime stays open",
+        )));
+    }
     let _g = LIFECYCLE.lock().unwrap_or_else(|e| e.into_inner());
     match PHASE.load(Ordering::Acquire) {
         OPEN => {}

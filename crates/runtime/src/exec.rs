@@ -205,6 +205,12 @@ pub(crate) fn stage(
 ) -> Result<u64> {
     let mut st = vc.staging.lock().unwrap_or_else(|e| e.into_inner());
     VcoreCounters::bump(&vc.counters.staging_locks);
+    // Checked again under the lock: an unload or close that began after `validate` takes
+    // this lock once after marking its state, so either we see the mark here, or our
+    // execution is counted in `inflight` before the unload waits for it to reach zero.
+    if model.state.load(Ordering::Acquire) != STATE_LOADED || !crate::is_open(rt) {
+        return Err(unloading_error(rt, model));
+    }
     if vc.unrecoverable.load(Ordering::Acquire) {
         return Err(NrtError::new(
             NrtStatus::ExecUnitUnrecoverable,
@@ -310,6 +316,17 @@ pub(crate) fn stage(
     vc.submitted.store(st.submitted, Ordering::Release);
     VcoreCounters::bump(&vc.counters.publishes);
     Ok(seq)
+}
+
+#[cold]
+fn unloading_error(rt: &RuntimeInner, model: &ModelShared) -> NrtError {
+    match crate::ensure_open(rt) {
+        Err(e) => e,
+        Ok(()) => NrtError::invalid(format!(
+            "model '{}' (id {}) is being unloaded",
+            model.name, model.id
+        )),
+    }
 }
 
 /// Stage 5: one doorbell per core of the model — the only device call of submit.
@@ -494,9 +511,14 @@ pub(crate) fn release_pending(model: &ModelShared, s: u32) {
     }
 }
 
-/// Implicit async: a tensor read or write waits while an execution using it is pending.
+/// Implicit async: a tensor read or write waits while an execution using it is pending —
+/// except inside the async callback, where it would wait for the callback's own worker
+/// (see [`crate::xu::in_async_callback`]).
 pub(crate) fn wait_tensor_idle(rt: &RuntimeInner, t: &Tensor) {
     let mut backoff = Backoff::new();
+    if t.0.pending.load(Ordering::Acquire) != 0 && crate::xu::in_async_callback() {
+        return;
+    }
     while t.0.pending.load(Ordering::Acquire) != 0 {
         let mut progressed = false;
         for vc in rt.vcores.iter() {

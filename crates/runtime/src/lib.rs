@@ -54,7 +54,7 @@ pub use model::{LoadOptions, TensorInfo};
 pub use nrt_hal::{DType, NrtStatus, SeqId};
 pub use tensor::{Placement, Tensor, TensorSet};
 pub use trace::{Span, Stage, chrome_json};
-pub use xu::{AsyncCallback, XuKind};
+pub use xu::{AsyncCallback, XuKind, in_async_callback};
 
 use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
@@ -227,6 +227,12 @@ pub(crate) struct RuntimeInner {
     /// XU workers past their start-up (`init` waits for all of them).
     pub(crate) workers_started: AtomicUsize,
     pub(crate) stop: AtomicBool,
+}
+
+/// Whether the runtime is open (one `Acquire` load).
+#[inline]
+pub(crate) fn is_open(rt: &RuntimeInner) -> bool {
+    rt.state.load(Ordering::Acquire) == OPEN
 }
 
 pub(crate) fn ensure_open(rt: &RuntimeInner) -> Result<()> {
@@ -589,6 +595,9 @@ impl Runtime {
     pub fn unload(&self, model: &Model) -> Result<()> {
         let rt = &self.0;
         ensure_open(rt)?;
+        if xu::in_async_callback() {
+            return Err(xu::refused_in_callback("nrt_unload"));
+        }
         if model
             .0
             .state
@@ -748,6 +757,11 @@ impl Runtime {
 fn unload_model(rt: &RuntimeInner, m: &Arc<ModelShared>) {
     m.state.store(STATE_UNLOADING, Ordering::Release);
     let vc = &rt.vcores[m.vnc as usize];
+    // A stager that read STATE_LOADED under the staging lock has counted its execution in
+    // `inflight` before releasing the lock; one that takes the lock after this sees the
+    // mark and refuses (see `exec::stage`). So after this lock round trip, `inflight` only
+    // goes down.
+    drop(vc.staging.lock().unwrap_or_else(|e| e.into_inner()));
     let mut backoff = harvest::Backoff::new();
     while m.inflight.load(Ordering::Acquire) != 0 {
         if harvest::progress_one_step(rt, vc, 0) == harvest::Step::Idle {

@@ -20,6 +20,7 @@ use crate::model::ModelShared;
 use crate::tensor::{Tensor, TensorSet};
 use crate::{Runtime, RuntimeInner, Surface, VCore, ensure_open, nrt_log};
 use nrt_hal::{IdleGate, NrtStatus, SeqId, tuning};
+use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -107,6 +108,50 @@ fn signal_efd(fd: i32) {
 
 struct CallbackBox {
     cb: AsyncCallback,
+}
+
+thread_local! {
+    /// Set while this thread runs the implicit-async callback (an XU worker). `const`-
+    /// initialized `Cell<bool>`: no allocation and no destructor registration.
+    static IN_CALLBACK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is inside the implicit-async completion callback.
+///
+/// The callback contract (`nrt.h`, `nrt_register_async_exec_callback`): the callback runs on
+/// the vcore's XU worker, after its execution was retired. From inside it:
+/// - tensor reads and writes work and do not wait for other pending executions (the
+///   reported execution's outputs are final; an execution still in flight that shares a
+///   tensor may be writing it, as on hardware);
+/// - `nrt_execute` (queues another execution, or `NRT_QUEUE_FULL` at once), tensor and set
+///   management, `nrta_*` polling and `nrt_tensor_check_output_completion` (which then
+///   drives the harvest itself) work;
+/// - the calls that would wait for the worker itself — `nrt_async_drain_queued_execs`,
+///   `nrt_unload`, `nrt_close` — return `NRT_INVALID` at once and change nothing.
+pub fn in_async_callback() -> bool {
+    IN_CALLBACK.with(Cell::get)
+}
+
+/// The error of a call that cannot run inside the callback.
+#[cold]
+pub(crate) fn refused_in_callback(call: &str) -> NrtError {
+    NrtError::invalid(format!(
+        "{call} cannot be called from the async-exec callback: it waits for executions that \
+         only this callback's worker completes (call it from another thread)"
+    ))
+}
+
+/// Runs the callback with [`in_async_callback`] set.
+fn call_marked(ia: &ImplicitAsync, model_id: u32, vnc: u32, job: u64, status: NrtStatus) {
+    struct Unmark;
+    impl Drop for Unmark {
+        fn drop(&mut self) {
+            IN_CALLBACK.with(|c| c.set(false));
+        }
+    }
+    IN_CALLBACK.with(|c| c.set(true));
+    let _unmark = Unmark;
+    ia.call(model_id, vnc, job, status);
 }
 
 /// The implicit-async mode: the seed's process-wide `async_exec_workers`.
@@ -301,7 +346,7 @@ fn retire_done(rt: &RuntimeInner, vc: &VCore, cursor: &mut u64) -> bool {
                     retire(vc, seq, status);
                     if let Some(ia) = rt.implicit_async.as_ref() {
                         ia.inflight[vc.index as usize].fetch_sub(1, Ordering::AcqRel);
-                        ia.call(model_id, model_vnc, job_id, status);
+                        call_marked(ia, model_id, model_vnc, job_id, status);
                     }
                     vc.xu.async_inflight.fetch_sub(1, Ordering::AcqRel);
                     any = true;
@@ -770,6 +815,9 @@ impl Runtime {
     pub fn async_drain(&self, vnc: i32) -> Result<()> {
         let rt = &self.0;
         ensure_open(rt)?;
+        if in_async_callback() {
+            return Err(refused_in_callback("nrt_async_drain_queued_execs"));
+        }
         if vnc < 0 {
             drain_all(rt);
             return Ok(());

@@ -640,3 +640,113 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
         assert_eq!(read_f32(&f)[..4], [0.5; 4]);
     }
 }
+
+/// Issue 11, D6: after a fatal fault, the executions queued behind it finish at once with
+/// `NRT_EXEC_UNIT_UNRECOVERABLE` — on a 1-core and on a 2-core (lockstep) model — instead of
+/// waiting out the timeout and reporting `NRT_TIMEOUT` or dropped notifications.
+#[test]
+fn d6_fatal_fault_fails_the_executions_queued_behind_it_at_once() {
+    for lnc in [1u32, 2] {
+        let dev = device();
+        let rt = runtime_on(
+            &dev,
+            RuntimeConfig {
+                logical_nc: lnc,
+                ..RuntimeConfig::default()
+            },
+        );
+        let opts = nrt_runtime::LoadOptions {
+            exec_timeout: Some(std::time::Duration::from_secs(5)),
+        };
+        let m = rt.load(&near_null(lnc), 0, &opts).unwrap();
+        let (ins, outs, _t) = tensors(&rt, &m, Placement::Device);
+        // The second execution of the (first) core is fatal.
+        let first = rt.execute_schedule(&m, &ins, &outs).unwrap();
+        assert_eq!(rt.wait(first).unwrap(), NrtStatus::Success);
+        dev.inject(FaultSpec::new(FaultKind::Fatal)).unwrap();
+        let start = std::time::Instant::now();
+        let mut statuses = Vec::new();
+        let mut seqs = Vec::new();
+        for _ in 0..4 {
+            match rt.execute_schedule(&m, &ins, &outs) {
+                Ok(s) => seqs.push(s),
+                Err(e) => statuses.push(e.status),
+            }
+        }
+        for s in seqs {
+            statuses.push(rt.wait(s).unwrap());
+        }
+        let took = start.elapsed();
+        assert!(
+            statuses
+                .iter()
+                .all(|s| *s == NrtStatus::ExecUnitUnrecoverable),
+            "lnc {lnc}: {statuses:?}"
+        );
+        assert!(
+            took < std::time::Duration::from_secs(2),
+            "lnc {lnc}: {took:?}"
+        );
+        rt.reset_vnc(0).unwrap();
+        let s = rt.execute_schedule(&m, &ins, &outs).unwrap();
+        assert_eq!(rt.wait(s).unwrap(), NrtStatus::Success, "lnc {lnc}");
+        rt.close();
+    }
+}
+
+/// Unload and close race executions that already passed validation: the staging lock
+/// re-checks the model and runtime state, so such an execution is either counted (and the
+/// unload waits for it) or refused — never staged on a released model, where it waited out
+/// its timeout (issue 11, seen with D3's test).
+#[test]
+fn unload_and_close_while_threads_keep_executing() {
+    for close in [false, true] {
+        let (_dev, rt) = runtime();
+        let m = rt.load(&near_null(1), 0, &quick_timeout()).unwrap();
+        let (ins, outs, _t) = tensors(&rt, &m, Placement::Device);
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (rt, m, ins, outs, stop) = (
+                    rt.clone(),
+                    m.clone(),
+                    ins.clone(),
+                    outs.clone(),
+                    stop.clone(),
+                );
+                std::thread::spawn(move || {
+                    let (mut ok, mut refused) = (0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        match rt.execute(&m, &ins, &outs) {
+                            Ok(()) => ok += 1,
+                            Err(e) => {
+                                assert!(
+                                    matches!(e.status, NrtStatus::Invalid | NrtStatus::Closed),
+                                    "{e}"
+                                );
+                                refused += 1;
+                            }
+                        }
+                    }
+                    (ok, refused)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        let t0 = Instant::now();
+        if close {
+            rt.close();
+        } else {
+            rt.unload(&m).unwrap();
+        }
+        let took = t0.elapsed();
+        std::thread::sleep(Duration::from_millis(5));
+        stop.store(true, Ordering::Relaxed);
+        let mut refused = 0;
+        for t in threads {
+            refused += t.join().unwrap().1;
+        }
+        assert!(refused > 0, "close={close}");
+        assert!(took < Duration::from_secs(5), "close={close}: {took:?}");
+    }
+}
