@@ -44,8 +44,22 @@
  *     NRT_INVALID / logged, harmless.
  *   - A tensor set keeps its own reference to each tensor added: freeing a tensor that is
  *     still in a set leaves the set's bytes valid (they are released with the set).
- *   - Concurrent use of one handle from several threads is safe; freeing a handle while
- *     another thread uses it waits for that use to end.
+ *   - Concurrent use of one handle from several threads is safe.
+ *   - Freeing a handle while other threads use it (nrt_unload of a model that other threads
+ *     keep executing, nrt_tensor_free, nrt_destroy_tensor_set): the free closes the handle
+ *     first — every call that starts using it from then on gets NRT_INVALID at once — and
+ *     then waits only for the calls already inside (an execution: at most its
+ *     NEURON_RT_EXEC_TIMEOUT), never for newcomers.
+ *   - Mutating a set while other threads execute with it (nrt_add_tensor_to_tensor_set):
+ *     the mutation waits for the executions already inside; executions that start meanwhile
+ *     wait for the mutation (microseconds) and then see the new tensor.
+ *   - nrt_close while other threads are inside API calls: calls that start afterwards get
+ *     NRT_CLOSED (or NRT_INVALID for a model handle, which nrt_close unloads); executions
+ *     already inside finish first, or are refused before they reach the device; the close
+ *     never waits for newcomers.
+ *   - Sizes and counts from the caller are checked: a tensor larger than the host can back
+ *     (HOST: MemAvailable) or than device memory, including SIZE_MAX, is NRT_RESOURCE, never
+ *     an abort.
  *   - Not guaranteed: buffers you pass (read/write destinations, attached buffers, *ret of
  *     the async API) must be valid for their stated sizes and lifetimes.
  *

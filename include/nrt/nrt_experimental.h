@@ -38,7 +38,19 @@ typedef struct nrt_tensor_info_array {
     nrt_tensor_info_t tensor_array[];
 } nrt_tensor_info_array_t;
 
-/* Implicit-async completion callback: called on a runtime thread. */
+/* Implicit-async completion callback: called on the logical core's XU worker thread, once
+ * per execution, after the execution was retired (its outputs are final).
+ *
+ * Calls from inside the callback:
+ *   - work: nrt_tensor_read/write (they do not wait for other pending executions there: an
+ *     execution still in flight that shares the tensor may be writing it, as on hardware),
+ *     nrt_execute (queues another execution, or NRT_QUEUE_FULL at once), tensor and set
+ *     allocation/free, nrt_get_model_tensor_info, nrt_tensor_check_output_completion, the
+ *     nrta_* queries, nrt_register_async_exec_callback, the count and stats queries;
+ *   - refused at once with NRT_INVALID (logged) and nothing changed, because each would wait
+ *     for executions that only this worker completes: nrt_async_drain_queued_execs,
+ *     nrt_unload; nrt_close logs the same error and returns with the runtime still open.
+ * Keep callbacks short: the worker reports nothing else while one runs. */
 typedef void (*NRT_ASYNC_EXEC_STATUS_CALLBACK)(void *params, uint32_t model_id, uint32_t vnc, uint64_t job_id,
                                                NRT_STATUS status);
 
@@ -65,9 +77,26 @@ typedef struct nrt_model_info {
 NRT_STATUS nrt_get_model_info(const nrt_model_t *model, nrt_model_info_t *info, size_t info_size_in,
                               size_t *info_size_out);
 
-/* Not provided by this library: nrt_get_model_instance_count, nrt_trace_start/stop,
- * nrt_get_libnccl_net, nrt_set_pool_eng_ucode, nrt_memcpy_to_device, nrt_barrier,
- * nrt_all_gather. */
+/* --- nrt-rs extensions (not in libnrt): the software NeuronCore's controls -------------- */
+
+/* Arms a fault plan on this process's software NeuronCore, in the syntax of the
+ * NRT_SIM_FAULTS environment variable (e.g. "fatal@core=0,exec=2;nan@count=3"). Unlike the
+ * variable, which every child process and every restart inherits, this arms the plan in this
+ * process only (one replica of a service, one test). `exec` counts executions of the core
+ * from 1 since nrt_init; an entry without `exec` fires on the core's next execution.
+ * NRT_INVALID (with a log line naming the entry) for a malformed plan or a core that does
+ * not exist; nothing is armed then. */
+NRT_STATUS nrt_sim_inject_faults(const char *plan);
+
+/* Removes every planned fault that has not fired yet (NRT_SIM_FAULTS's included). */
+NRT_STATUS nrt_sim_clear_faults(void);
+
+/* Resets logical NeuronCore `vnc` after a fatal error (NRT_EXEC_UNIT_UNRECOVERABLE): its
+ * cores are reset and it accepts executions again. Loaded models stay loaded. */
+NRT_STATUS nrt_reset_vnc(int32_t vnc);
+
+/* Not provided by this library (collectives and firmware hooks of the hardware runtime):
+ * nrt_get_libnccl_net, nrt_set_pool_eng_ucode, nrt_barrier, nrt_all_gather. */
 
 #ifdef __cplusplus
 }

@@ -151,3 +151,61 @@ pub extern "C" fn nrt_async_drain_queued_execs(vnc: i32) -> NrtStatusC {
         Ok(())
     })
 }
+
+/// `NRT_STATUS nrt_sim_inject_faults(const char *plan)` (nrt-rs extension, in
+/// `nrt_experimental.h`): arms a fault plan in `NRT_SIM_FAULTS` syntax on this process's
+/// software NeuronCore. The whole plan is checked before anything is armed.
+///
+/// # Safety
+/// `plan` NULL or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nrt_sim_inject_faults(plan: *const std::ffi::c_char) -> NrtStatusC {
+    api("nrt_sim_inject_faults", || {
+        // SAFETY: the caller's contract on `plan`.
+        let plan = unsafe { crate::ffi::cstr(plan, "plan")? };
+        crate::api_in!("nrt_sim_inject_faults", "plan={plan:?}");
+        let rt = state::runtime()?;
+        let specs = nrt_sim::parse_faults(plan)
+            .map_err(|e| Fail::Err(NrtError::invalid(format!("invalid argument: {e}"))))?;
+        let cores = rt.device.config().cores;
+        if let Some(f) = specs.iter().find(|f| f.core >= cores) {
+            return Err(Fail::Err(NrtError::invalid(format!(
+                "invalid argument: fault {f}: core {} does not exist (the device has {cores} cores)",
+                f.core
+            ))));
+        }
+        for spec in specs {
+            rt.device
+                .inject(spec)
+                .map_err(|e| Fail::Err(NrtError::invalid(format!("invalid argument: {e}"))))?;
+        }
+        Ok(())
+    })
+}
+
+/// `NRT_STATUS nrt_sim_clear_faults(void)` (nrt-rs extension): removes every planned fault.
+#[unsafe(no_mangle)]
+pub extern "C" fn nrt_sim_clear_faults() -> NrtStatusC {
+    api("nrt_sim_clear_faults", || {
+        crate::api_in!("nrt_sim_clear_faults", "");
+        state::runtime()?.device.clear_faults();
+        Ok(())
+    })
+}
+
+/// `NRT_STATUS nrt_reset_vnc(int32_t vnc)` (nrt-rs extension): resets logical core `vnc`
+/// after a fatal error, so it accepts executions again.
+#[unsafe(no_mangle)]
+pub extern "C" fn nrt_reset_vnc(vnc: i32) -> NrtStatusC {
+    api("nrt_reset_vnc", || {
+        crate::api_in!("nrt_reset_vnc", "vnc={vnc}");
+        let rt = state::runtime()?;
+        let vnc = u32::try_from(vnc).map_err(|_| {
+            Fail::Err(NrtError::invalid(format!(
+                "invalid argument: vnc {vnc} is not a logical NeuronCore"
+            )))
+        })?;
+        rt.rt.reset_vnc(vnc)?;
+        Ok(())
+    })
+}

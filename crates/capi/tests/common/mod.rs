@@ -63,8 +63,14 @@ pub fn scratch(name: &str) -> PathBuf {
 /// Compiles C sources into `out` with gcc: `-Iinclude -L<lib_dir> -lnrt`, rpath to
 /// `lib_dir`, warnings as errors.
 pub fn gcc(sources: &[PathBuf], out: &Path) {
+    gcc_with(sources, out, &[]);
+}
+
+/// [`gcc`] with extra flags (e.g. `-fsanitize=address,undefined`).
+pub fn gcc_with(sources: &[PathBuf], out: &Path, extra: &[&str]) {
     let lib = lib_dir();
     let mut cmd = Command::new("gcc");
+    cmd.args(extra);
     cmd.args([
         "-std=gnu11",
         "-O1",
