@@ -222,3 +222,65 @@ fn headers_match_the_rust_side_in_c_and_cpp() {
         }
     }
 }
+
+/// Every function the headers declare is exported by `libnrt.so`, and the ones the headers
+/// list as "Not provided" are not (issue 11, D12: the list named four exported functions).
+#[test]
+fn d12_declared_functions_are_exported_and_not_provided_ones_are_not() {
+    let nm = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib_dir().join("libnrt.so"))
+        .output()
+        .expect("nm (binutils) is installed");
+    assert!(nm.status.success());
+    let exported: std::collections::BTreeSet<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_, kind, name) = (f.next()?, f.next()?, f.next()?);
+            (kind == "T").then(|| name.to_owned())
+        })
+        .collect();
+    let mut declared = Vec::new();
+    let mut not_provided = Vec::new();
+    for entry in std::fs::read_dir(root().join("include/nrt")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        // Declarations: `NRT_STATUS name(` / `void name(` / `const char *name(` at a line start.
+        for line in text.lines() {
+            let l = line.trim_start();
+            if l.starts_with("typedef") || l.starts_with("*") || l.starts_with("/*") {
+                continue;
+            }
+            if let Some(open) = l.find('(') {
+                let head = &l[..open];
+                if let Some(name) = head.rsplit([' ', '*']).next()
+                    && (name.starts_with("nrt_") || name.starts_with("nrta_"))
+                    && head.contains(' ')
+                {
+                    declared.push(name.to_owned());
+                }
+            }
+        }
+        if let Some(i) = text.find("Not provided by this library") {
+            let end = text[i..].find("*/").map_or(text.len(), |e| i + e);
+            not_provided.extend(
+                text[i..end]
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .filter(|w| w.starts_with("nrt_"))
+                    .map(str::to_owned),
+            );
+        }
+    }
+    assert!(declared.len() > 50, "found only {declared:?}");
+    let missing: Vec<_> = declared.iter().filter(|d| !exported.contains(*d)).collect();
+    assert!(missing.is_empty(), "declared but not exported: {missing:?}");
+    assert!(!not_provided.is_empty());
+    let wrongly: Vec<_> = not_provided
+        .iter()
+        .filter(|n| exported.contains(*n))
+        .collect();
+    assert!(
+        wrongly.is_empty(),
+        "listed as not provided but exported: {wrongly:?}"
+    );
+}
