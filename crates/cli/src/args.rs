@@ -1,72 +1,199 @@
-//! A small argument parser: positional arguments, `--flag`, `--key value` / `--key=value`,
-//! repeatable keys. Unknown options are errors naming the option.
+//! The command line, declared with clap: one struct per subcommand, the options they share,
+//! and the small parsers of option values (`NAME=VALUE`, `1,3,224,224`).
 
-use std::collections::BTreeMap;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
 
-/// Parsed arguments of one subcommand.
-#[derive(Debug, Default)]
-pub struct Args {
-    pub positional: Vec<String>,
-    values: BTreeMap<String, Vec<String>>,
-    flags: Vec<String>,
+const ENVIRONMENT: &str = "ENVIRONMENT:
+  NEURON_RT_LOG_LEVEL, NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, NEURON_LOGICAL_NC_CONFIG,
+  NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, NEURON_RT_EXEC_TIMEOUT, and NRT_SIM_FAULTS
+  (fault plan for the software NeuronCore, e.g. \"hang@engine=act,exec=3;nan@exec=5\").";
+
+/// nrt — the nrt-rs command line: compile ONNX models, then run, inspect, trace, benchmark
+/// and conformance-test them on the software NeuronCore.
+#[derive(Debug, Parser)]
+#[command(name = "nrt", version, after_help = ENVIRONMENT, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-impl Args {
-    /// Parses `argv` given which options take a value and which are flags.
-    pub fn parse(argv: &[String], valued: &[&str], flags: &[&str]) -> Result<Args, String> {
-        let mut a = Args::default();
-        let mut it = argv.iter();
-        while let Some(arg) = it.next() {
-            if let Some(opt) = arg.strip_prefix("--") {
-                let (key, inline) = match opt.split_once('=') {
-                    Some((k, v)) => (k, Some(v.to_owned())),
-                    None => (opt, None),
-                };
-                if valued.contains(&key) {
-                    let v = match inline {
-                        Some(v) => v,
-                        None => it
-                            .next()
-                            .ok_or_else(|| format!("--{key} needs a value"))?
-                            .clone(),
-                    };
-                    a.values.entry(key.to_owned()).or_default().push(v);
-                } else if flags.contains(&key) && inline.is_none() {
-                    a.flags.push(key.to_owned());
-                } else {
-                    return Err(format!("unknown option --{key}"));
-                }
-            } else if arg == "-o" {
-                let v = it.next().ok_or("-o needs a value")?.clone();
-                a.values.entry("output".into()).or_default().push(v);
-            } else {
-                a.positional.push(arg.clone());
-            }
-        }
-        Ok(a)
-    }
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Builds a small transformer block (or CNN) as ONNX, compiles it, runs it, and prints
+    /// outputs, the memory plan and a per-stage latency summary.
+    Demo(DemoArgs),
+    /// Compiles an ONNX model into an NCM file.
+    Compile(CompileArgs),
+    /// Runs a model once on given (or random) inputs and prints (and writes) its outputs.
+    Run(RunArgs),
+    /// Prints a model's I/O, memory plan and instruction blocks.
+    Inspect(InspectArgs),
+    /// Writes Chrome/Perfetto JSON of the five stages of every execution.
+    Trace(TraceArgs),
+    /// Latency and throughput of the hot path (or one model), with the limits beside.
+    Bench(BenchArgs),
+    /// Runs ONNX node-test folders (model.onnx + test_data_set_*) against their outputs.
+    Conformance(ConformanceArgs),
+    /// Starts a runtime, runs one execution, then reports the process's CPU time while it
+    /// sits idle (device thread and XU workers parked: expect ~0%).
+    Idle(IdleArgs),
+    /// Writes the project's own ONNX models (transformer, encoder, cnn, mlp, mlp_b64) as
+    /// DIR/<name>/model.onnx.
+    Samples(SamplesArgs),
+    /// Prints a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
 
-    pub fn flag(&self, f: &str) -> bool {
-        self.flags.iter().any(|x| x == f)
-    }
+/// The options that fix how an ONNX model is compiled (used wherever a model is given).
+#[derive(Debug, Clone, Default, Args)]
+pub struct CompileOpts {
+    /// An input's shape, for symbolic or -1 dimensions: NAME=D,D,... (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=D,D,..")]
+    pub input_shape: Vec<String>,
+    /// A constant input's value (folded at compile time): NAME=FILE.pb (repeatable).
+    #[arg(long = "input-value", value_name = "NAME=FILE.pb")]
+    pub input_value: Vec<String>,
+    /// NeuronCores the model spans (its matmuls and convolutions are split across them).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub cores: u32,
+}
 
-    pub fn value(&self, k: &str) -> Option<&str> {
-        self.values
-            .get(k)
-            .and_then(|v| v.last())
-            .map(String::as_str)
-    }
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The small CNN instead of the transformer block.
+    #[arg(long)]
+    pub cnn: bool,
+    /// How long the latency summary runs.
+    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    pub seconds: f64,
+}
 
-    pub fn values(&self, k: &str) -> &[String] {
-        self.values.get(k).map(Vec::as_slice).unwrap_or(&[])
-    }
+#[derive(Debug, Args)]
+pub struct CompileArgs {
+    /// The ONNX model.
+    pub model: String,
+    /// The NCM file to write.
+    #[arg(short, long, value_name = "MODEL.ncm")]
+    pub output: String,
+    #[command(flatten)]
+    pub compile: CompileOpts,
+}
 
-    pub fn parsed<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T, String> {
-        match self.value(k) {
-            None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("--{k} {v:?} is not valid")),
-        }
-    }
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The model (.onnx, compiled on the fly, or .ncm).
+    pub model: String,
+    /// An input's value: NAME=FILE (.pb TensorProto or .npy), repeatable; inputs not given
+    /// get random values.
+    #[arg(long, value_name = "NAME=FILE")]
+    pub input: Vec<String>,
+    /// Writes every output there as NAME.pb (and NAME.npy with --npy).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    /// Also write outputs as .npy (NumPy) files.
+    #[arg(long)]
+    pub npy: bool,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub compile: CompileOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The model (.onnx or .ncm).
+    pub model: String,
+    #[command(flatten)]
+    pub compile: CompileOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// The model (.onnx or .ncm), or `near-null` (the built-in model of `nrt bench`).
+    pub model: String,
+    /// The JSON file to write.
+    #[arg(short, long, default_value = "trace.json")]
+    pub output: String,
+    /// Executions to trace.
+    #[arg(long, default_value_t = 100)]
+    pub executions: usize,
+    #[command(flatten)]
+    pub compile: CompileOpts,
+}
+
+/// An execution surface of the runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Surface {
+    /// `nrt_execute`: the whole pipeline on the caller's thread.
+    Sync,
+    /// `nrt_execute` with NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS: completion on a worker.
+    Implicit,
+    /// `nrta_execute_schedule` + polling (NRT 3.0).
+    Explicit,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A model (.onnx or .ncm) instead of the standard rows.
+    pub model: Option<String>,
+    /// One surface only.
+    #[arg(long, value_enum)]
+    pub surface: Option<Surface>,
+    /// Executions kept in flight (async surfaces).
+    #[arg(long, default_value_t = 1)]
+    pub depth: usize,
+    /// Seconds per row.
+    #[arg(long, default_value_t = 2.0, value_name = "S")]
+    pub seconds: f64,
+    /// One JSON object per row (line-delimited) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// MatMul GFLOP/s through the device instead.
+    #[arg(long)]
+    pub gemm: bool,
+    #[command(flatten)]
+    pub compile: CompileOpts,
+}
+
+#[derive(Debug, Args)]
+pub struct ConformanceArgs {
+    /// Folders of node tests (searched recursively).
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// Relative tolerance.
+    #[arg(long, default_value_t = 1e-4)]
+    pub rtol: f64,
+    /// Absolute tolerance.
+    #[arg(long, default_value_t = 1e-5)]
+    pub atol: f64,
+    /// Per-test tolerances: lines `TEST RTOL ATOL`.
+    #[arg(long, value_name = "FILE")]
+    pub tolerances: Option<String>,
+    /// Print only failures, unsupported tests and the summary.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Skip (and count) tests that use ops outside the compiler's list.
+    #[arg(long)]
+    pub only_supported: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct IdleArgs {
+    /// How long to sit idle.
+    #[arg(long, default_value_t = 3.0, value_name = "S")]
+    pub seconds: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct SamplesArgs {
+    /// Where to write the models.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
 }
 
 /// Splits `name=value`.

@@ -7,7 +7,7 @@
 //! the near-null model synchronously (steady state, 1 and 2 cores), the async surfaces at
 //! several queue depths, and first-after-switch on each surface (two models alternating).
 
-use crate::args::Args;
+use crate::args::{BenchArgs, Surface};
 use crate::session::{self, Res, fmt_ns, percentiles};
 use nrt_runtime::builtin::near_null;
 use nrt_runtime::{LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, TensorSet};
@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// One result row.
-#[derive(Clone, Debug)]
+/// One result row (`--json` prints each as one JSON object per line).
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Row {
     pub model: String,
     pub surface: String,
@@ -33,19 +33,7 @@ pub struct Row {
 
 impl Row {
     fn json(&self) -> String {
-        format!(
-            "{{\"model\":\"{}\",\"surface\":\"{}\",\"depth\":{},\"cores\":{},\"n\":{},\"median_ns\":{:.1},\"p99_ns\":{:.1},\"execs_per_s\":{:.1},\"allocs_per_exec\":{:.4},\"note\":\"{}\"}}",
-            self.model,
-            self.surface,
-            self.depth,
-            self.cores,
-            self.n,
-            self.median_ns,
-            self.p99_ns,
-            self.execs_per_s,
-            self.allocs_per_exec,
-            self.note
-        )
+        serde_json::to_string(self).unwrap_or_default()
     }
 }
 
@@ -490,24 +478,34 @@ pub fn print_table(rows: &[Row]) {
     }
 }
 
-pub fn main(a: &Args) -> Res<()> {
-    let seconds: f64 = a.parsed("seconds", 2.0)?;
-    let json = a.flag("json");
-    let surface = a.value("surface").map(str::to_owned);
-    let depth: usize = a.parsed("depth", 1)?;
+pub fn main(a: &BenchArgs) -> Res<()> {
+    let seconds = a.seconds;
+    let json = a.json;
+    let surface = a.surface;
+    let depth = a.depth;
     let mut rows = Vec::new();
+    // Progress on stderr (drawn only on a terminal) between rows — never ticking on its own,
+    // so nothing draws (or allocates) inside a row's timed window.
+    let bar = indicatif::ProgressBar::new_spinner();
     let emit = |r: Row, rows: &mut Vec<Row>| {
         if json {
             println!("{}", r.json());
         }
+        bar.set_message(format!(
+            "{} rows; last: {} {} depth {}",
+            rows.len() + 1,
+            r.model,
+            r.surface,
+            r.depth
+        ));
         rows.push(r);
     };
-    if a.flag("gemm") {
+    if a.gemm {
         for r in gemm_rows(seconds)? {
             emit(r, &mut rows);
         }
-    } else if let Some(path) = a.positional.first() {
-        let opts = session::compile_options(a)?;
+    } else if let Some(path) = &a.model {
+        let opts = session::compile_options(&a.compile)?;
         let p = session::prepare(path, &opts)?;
         let label = std::path::Path::new(path)
             .file_stem()
@@ -517,13 +515,13 @@ pub fn main(a: &Args) -> Res<()> {
             logical_nc: cores,
             ..Default::default()
         };
-        match surface.as_deref().unwrap_or("sync") {
-            "sync" => {
+        match surface.unwrap_or(Surface::Sync) {
+            Surface::Sync => {
                 let (_d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &p.ncm, 0)?;
                 emit(sync_rows(&rt, &m, &label, cores, seconds)?, &mut rows);
             }
-            "explicit" => {
+            Surface::Explicit => {
                 let (_d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &p.ncm, 0)?;
                 emit(
@@ -531,42 +529,29 @@ pub fn main(a: &Args) -> Res<()> {
                     &mut rows,
                 );
             }
-            "implicit" => emit(
+            Surface::Implicit => emit(
                 implicit_rows(&label, &p.ncm, depth.max(1), seconds)?,
                 &mut rows,
             ),
-            s => {
-                return Err(format!(
-                    "--surface {s}: expected sync, implicit or explicit"
-                ));
-            }
         }
     } else if let Some(s) = surface {
-        let (cores, ncm) = (
-            a.parsed("cores", 1u32)?,
-            near_null(a.parsed("cores", 1u32)?),
-        );
+        let (cores, ncm) = (a.compile.cores, near_null(a.compile.cores));
         let lnc = RuntimeConfig {
             logical_nc: cores,
             ..Default::default()
         };
-        let r = match s.as_str() {
-            "sync" => {
+        let r = match s {
+            Surface::Sync => {
                 let (_d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &ncm, 0)?;
                 sync_rows(&rt, &m, "near-null", cores, seconds)?
             }
-            "explicit" => {
+            Surface::Explicit => {
                 let (_d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &ncm, 0)?;
                 explicit_rows(&rt, &m, "near-null", depth.max(1), seconds)?
             }
-            "implicit" => implicit_rows("near-null", &ncm, depth.max(1), seconds)?,
-            s => {
-                return Err(format!(
-                    "--surface {s}: expected sync, implicit or explicit"
-                ));
-            }
+            Surface::Implicit => implicit_rows("near-null", &ncm, depth.max(1), seconds)?,
         };
         emit(r, &mut rows);
     } else {
@@ -635,6 +620,7 @@ pub fn main(a: &Args) -> Res<()> {
             &mut rows,
         );
     }
+    bar.finish_and_clear();
     if !json {
         print_table(&rows);
         if let (Some(limit), Some(sync)) = (

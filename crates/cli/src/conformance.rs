@@ -7,7 +7,7 @@
 //! When a model needs the values of some inputs at compile time (a Reshape shape, Slice
 //! starts, …) the runner specializes it with the data set's values and says so.
 
-use crate::args::Args;
+use crate::args::ConformanceArgs;
 use crate::session::{self, Res};
 use nrt_compiler::{CompileOptions, HostTensor};
 use nrt_runtime::{LoadOptions, Runtime, RuntimeConfig, TensorInfo};
@@ -280,30 +280,33 @@ fn uses_unlisted_op(dir: &Path) -> bool {
         .is_some_and(|ops| nrt_compiler::first_unsupported_op(&ops).is_some())
 }
 
-pub fn main(a: &Args) -> Res<bool> {
-    if a.positional.is_empty() {
-        return Err("usage: nrt conformance DIR... [--rtol R] [--atol A] [--quiet]".into());
-    }
-    let rtol: f64 = a.parsed("rtol", 1e-4)?;
-    let atol: f64 = a.parsed("atol", 1e-5)?;
-    let quiet = a.flag("quiet");
-    let overrides = match a.value("tolerances") {
+pub fn main(a: &ConformanceArgs) -> Res<bool> {
+    let (rtol, atol, quiet) = (a.rtol, a.atol, a.quiet);
+    let overrides = match &a.tolerances {
         Some(f) => read_tolerances(f)?,
         None => Vec::new(),
     };
-    let only_supported = a.flag("only-supported");
+    let only_supported = a.only_supported;
     let mut dirs = Vec::new();
-    for d in &a.positional {
-        find_tests(Path::new(d), &mut dirs);
+    for d in &a.dirs {
+        find_tests(d, &mut dirs);
     }
     let (_dev, rt) = session::runtime(Some(RuntimeConfig::default()))?;
     let (mut pass, mut fail, mut unsup, mut skipped) = (0, 0, 0, 0);
+    // On stderr, drawn only when it is a terminal; report lines go around it.
+    let bar = indicatif::ProgressBar::new(dirs.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {wide_msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let say = |line: String| bar.suspend(|| println!("{line}"));
     for d in &dirs {
+        bar.inc(1);
         let name = d
             .file_name()
             .unwrap_or_default()
             .to_string_lossy()
             .into_owned();
+        bar.set_message(name.clone());
         if only_supported && uses_unlisted_op(d) {
             skipped += 1;
             continue;
@@ -317,22 +320,23 @@ pub fn main(a: &Args) -> Res<bool> {
                 pass += 1;
                 if !quiet {
                     if note.is_empty() {
-                        println!("PASS {name}")
+                        say(format!("PASS {name}"))
                     } else {
-                        println!("PASS {name} ({note})")
+                        say(format!("PASS {name} ({note})"))
                     }
                 }
             }
             Outcome::Fail(why) => {
                 fail += 1;
-                println!("FAIL {name}: {why}");
+                say(format!("FAIL {name}: {why}"));
             }
             Outcome::Unsupported(why) => {
                 unsup += 1;
-                println!("UNSUPPORTED {name}: {why}");
+                say(format!("UNSUPPORTED {name}: {why}"));
             }
         }
     }
+    bar.finish_and_clear();
     if only_supported {
         println!("({skipped} tests use ops outside the supported list and were not run)");
     }

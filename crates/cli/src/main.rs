@@ -1,13 +1,18 @@
 //! `nrt` — compile, run, inspect, trace, benchmark and conformance-test models on the
-//! software NeuronCore. Run `nrt help` for the commands.
+//! software NeuronCore. Run `nrt help` for the commands (the command line is declared with
+//! clap in `args.rs`).
 
 mod args;
 mod bench;
 mod conformance;
+mod npy;
 mod samples;
 mod session;
 
-use args::Args;
+use args::{
+    Cli, Command, CompileArgs, DemoArgs, IdleArgs, InspectArgs, RunArgs, SamplesArgs, TraceArgs,
+};
+use clap::{CommandFactory, Parser};
 use nrt_runtime::{Stage, TensorInfo};
 use session::{Res, fmt_ns, percentiles};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -45,97 +50,57 @@ pub fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
 }
 
-const HELP: &str = "nrt — the nrt-rs command line (runtime on the software NeuronCore)
-
-USAGE:
-  nrt demo [--cnn] [--seconds S]
-      Builds a small transformer block (or CNN) as ONNX, compiles it, runs it, and prints
-      outputs, the memory plan and a per-stage latency summary.
-  nrt compile MODEL.onnx -o MODEL.ncm [--input-shape NAME=D,D,..]... [--input-value NAME=FILE.pb]... [--cores 1|2]
-  nrt run MODEL(.onnx|.ncm) [--input NAME=FILE.pb]... [--output-dir DIR] [--input-shape ...] [--seed N]
-  nrt inspect MODEL(.onnx|.ncm)
-  nrt trace MODEL(.onnx|.ncm)|near-null [-o trace.json] [--executions N]
-      Chrome/Perfetto JSON of the five stages of every execution.
-  nrt bench [MODEL] [--surface sync|implicit|explicit] [--depth N] [--cores 1|2] [--seconds S] [--json]
-  nrt bench --gemm [--seconds S] [--json]     (MatMul GFLOP/s through the device)
-  nrt conformance DIR... [--rtol R] [--atol A] [--tolerances FILE] [--quiet] [--only-supported]
-      Runs ONNX node-test folders (model.onnx + test_data_set_*); --only-supported skips
-      (and counts) tests that use ops outside the compiler's list.
-  nrt idle [--seconds S]
-      Starts a runtime, runs one execution, then reports the process's CPU time while it
-      sits idle (device thread and XU workers parked: expect ~0%).
-  nrt samples --out DIR
-      Writes the project's own ONNX models (transformer, encoder, cnn, mlp, mlp_b64) as
-      DIR/<name>/model.onnx.
-
-ENVIRONMENT:
-  NEURON_RT_LOG_LEVEL, NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, NEURON_LOGICAL_NC_CONFIG,
-  NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, NEURON_RT_EXEC_TIMEOUT, and NRT_SIM_FAULTS
-  (fault plan for the software NeuronCore, e.g. \"hang@engine=act,exec=3;nan@exec=5\").
-";
-
 fn main() {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let (cmd, rest) = match argv.split_first() {
-        Some((c, r)) => (c.as_str(), r),
-        None => ("help", &[][..]),
-    };
-    let code = match dispatch(cmd, rest) {
+    // Like any Unix filter: `nrt inspect m.ncm | head` ends quietly when the pipe closes
+    // (Rust ignores SIGPIPE by default, and printing then panics).
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = Cli::parse();
+    let name = cli.command.name();
+    let code = match dispatch(cli.command) {
         Ok(true) => 0,
         Ok(false) => 1,
         Err(e) => {
-            eprintln!("nrt {cmd}: {e}");
+            eprintln!("nrt {name}: {e}");
             2
         }
     };
     std::process::exit(code);
 }
 
-fn dispatch(cmd: &str, rest: &[String]) -> Res<bool> {
-    if rest.iter().any(|a| a == "--help" || a == "-h") {
-        print!("{HELP}");
-        return Ok(true);
+impl Command {
+    /// The subcommand's name, for error messages.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Demo(_) => "demo",
+            Command::Compile(_) => "compile",
+            Command::Run(_) => "run",
+            Command::Inspect(_) => "inspect",
+            Command::Trace(_) => "trace",
+            Command::Bench(_) => "bench",
+            Command::Conformance(_) => "conformance",
+            Command::Idle(_) => "idle",
+            Command::Samples(_) => "samples",
+            Command::Completions { .. } => "completions",
+        }
     }
-    let shape_opts = ["input-shape", "input-value", "cores"];
+}
+
+fn dispatch(cmd: Command) -> Res<bool> {
     match cmd {
-        "demo" => demo(&Args::parse(rest, &["seconds"], &["cnn"])?).map(|_| true),
-        "compile" => compile(&Args::parse(
-            rest,
-            &[&shape_opts[..], &["output"]].concat(),
-            &[],
-        )?)
-        .map(|_| true),
-        "run" => run(&Args::parse(
-            rest,
-            &[&shape_opts[..], &["input", "output-dir", "seed"]].concat(),
-            &[],
-        )?)
-        .map(|_| true),
-        "inspect" => inspect(&Args::parse(rest, &shape_opts, &[])?).map(|_| true),
-        "trace" => trace(&Args::parse(
-            rest,
-            &[&shape_opts[..], &["output", "executions"]].concat(),
-            &[],
-        )?)
-        .map(|_| true),
-        "bench" => bench::main(&Args::parse(
-            rest,
-            &[&shape_opts[..], &["surface", "depth", "seconds"]].concat(),
-            &["json", "gemm"],
-        )?)
-        .map(|_| true),
-        "conformance" => conformance::main(&Args::parse(
-            rest,
-            &["rtol", "atol", "tolerances"],
-            &["quiet", "only-supported"],
-        )?),
-        "samples" => write_samples(&Args::parse(rest, &["out"], &[])?).map(|_| true),
-        "idle" => idle(&Args::parse(rest, &["seconds"], &[])?).map(|_| true),
-        "help" | "--help" | "-h" => {
-            print!("{HELP}");
+        Command::Demo(a) => demo(&a).map(|_| true),
+        Command::Compile(a) => compile(&a).map(|_| true),
+        Command::Run(a) => run(&a).map(|_| true),
+        Command::Inspect(a) => inspect(&a).map(|_| true),
+        Command::Trace(a) => trace(&a).map(|_| true),
+        Command::Bench(a) => bench::main(&a).map(|_| true),
+        Command::Conformance(a) => conformance::main(&a),
+        Command::Samples(a) => write_samples(&a).map(|_| true),
+        Command::Idle(a) => idle(&a).map(|_| true),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "nrt", &mut std::io::stdout());
             Ok(true)
         }
-        other => Err(format!("unknown command {other:?}; see `nrt help`")),
     }
 }
 
@@ -150,8 +115,8 @@ fn cpu_time() -> std::time::Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-fn idle(a: &Args) -> Res<()> {
-    let seconds: f64 = a.parsed("seconds", 3.0)?;
+fn idle(a: &IdleArgs) -> Res<()> {
+    let seconds = a.seconds;
     let (dev, rt) = session::runtime(None)?;
     let m = session::load(&rt, &nrt_runtime::builtin::near_null(1), 0)?;
     let (ins, outs, _k) = session::io_tensors(&rt, &m)?;
@@ -172,10 +137,9 @@ fn idle(a: &Args) -> Res<()> {
     Ok(())
 }
 
-fn write_samples(a: &Args) -> Res<()> {
-    let out = a.value("out").ok_or("usage: nrt samples --out DIR")?;
+fn write_samples(a: &SamplesArgs) -> Res<()> {
     for (name, bytes) in samples::all() {
-        let dir = Path::new(out).join(name);
+        let dir = a.out.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         std::fs::write(dir.join("model.onnx"), bytes)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -184,15 +148,10 @@ fn write_samples(a: &Args) -> Res<()> {
     Ok(())
 }
 
-fn compile(a: &Args) -> Res<()> {
-    let input = a
-        .positional
-        .first()
-        .ok_or("usage: nrt compile MODEL.onnx -o MODEL.ncm")?;
-    let out = a.value("output").ok_or("missing -o OUTPUT.ncm")?;
-    let opts = session::compile_options(a)?;
-    let c =
-        nrt_compiler::compile_file(Path::new(input), &opts).map_err(|e| format!("{input}: {e}"))?;
+fn compile(a: &CompileArgs) -> Res<()> {
+    let (input, out) = (&a.model, &a.output);
+    let opts = session::compile_options(&a.compile)?;
+    let c = session::compile_with_progress(input, &opts)?;
     std::fs::write(out, c.model.encode()).map_err(|e| format!("writing {out}: {e}"))?;
     println!("compiled {input} -> {out}");
     print!("{}", c.report);
@@ -208,18 +167,15 @@ fn describe(info: &[TensorInfo]) {
     }
 }
 
-fn run(a: &Args) -> Res<()> {
-    let path = a
-        .positional
-        .first()
-        .ok_or("usage: nrt run MODEL [--input NAME=FILE.pb]...")?;
-    let p = session::prepare(path, &session::compile_options(a)?)?;
+fn run(a: &RunArgs) -> Res<()> {
+    let path = &a.model;
+    let p = session::prepare(path, &session::compile_options(&a.compile)?)?;
     let (_dev, rt) = session::runtime(None)?;
     let m = session::load(&rt, &p.ncm, -1)?;
     let (ins, outs, all) = session::io_tensors(&rt, &m)?;
-    let seed: u64 = a.parsed("seed", 1)?;
+    let seed = a.seed;
     let mut given = std::collections::BTreeMap::new();
-    for s in a.values("input") {
+    for s in &a.input {
         let (n, f) = args::name_value(s, "--input")?;
         given.insert(n, f);
     }
@@ -229,8 +185,13 @@ fn run(a: &Args) -> Res<()> {
         }
         let bytes = match given.remove(&info.name) {
             Some(f) => {
-                let (_, h) =
-                    nrt_compiler::read_tensor_pb(Path::new(&f)).map_err(|e| format!("{f}: {e}"))?;
+                let h = if f.ends_with(".npy") {
+                    npy::read(Path::new(&f))?
+                } else {
+                    nrt_compiler::read_tensor_pb(Path::new(&f))
+                        .map_err(|e| format!("{f}: {e}"))?
+                        .1
+                };
                 let b = session::to_device_bytes(&h, info.dtype);
                 if b.len() as u64 != info.size {
                     return Err(format!(
@@ -273,19 +234,24 @@ fn run(a: &Args) -> Res<()> {
             head.join(", "),
             if v.len() > 8 { ", ..." } else { "" }
         );
-        if let Some(dir) = a.value("output-dir") {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
-            let f = Path::new(dir).join(format!("{}.pb", info.name));
+        if let Some(dir) = &a.output_dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let f = dir.join(format!("{}.pb", info.name));
             nrt_compiler::write_tensor_pb(&f, &info.name, &h).map_err(|e| e.to_string())?;
             println!("  written to {}", f.display());
+            if a.npy {
+                let f = dir.join(format!("{}.npy", info.name));
+                npy::write(&f, &h)?;
+                println!("  written to {}", f.display());
+            }
         }
     }
     Ok(())
 }
 
-fn inspect(a: &Args) -> Res<()> {
-    let path = a.positional.first().ok_or("usage: nrt inspect MODEL")?;
-    let p = session::prepare(path, &session::compile_options(a)?)?;
+fn inspect(a: &InspectArgs) -> Res<()> {
+    let path = &a.model;
+    let p = session::prepare(path, &session::compile_options(&a.compile)?)?;
     let m = nrt_model::CompiledModel::decode(&p.ncm).map_err(|e| e.to_string())?;
     println!(
         "model '{}' ({}), {} core(s), {} bytes",
@@ -365,18 +331,15 @@ fn stage_summary(spans: &[nrt_runtime::Span]) -> Vec<(Stage, f64, f64)> {
         .collect()
 }
 
-fn trace(a: &Args) -> Res<()> {
-    let path = a
-        .positional
-        .first()
-        .ok_or("usage: nrt trace MODEL|near-null [-o trace.json]")?;
-    let out = a.value("output").unwrap_or("trace.json");
-    let n: usize = a.parsed("executions", 100)?;
+fn trace(a: &TraceArgs) -> Res<()> {
+    let path = &a.model;
+    let out = &a.output;
+    let n = a.executions;
     // `near-null` is the built-in model of `nrt bench`: the stages of the pure overhead path.
     let ncm = if path == "near-null" {
         nrt_runtime::builtin::near_null(1)
     } else {
-        session::prepare(path, &session::compile_options(a)?)?.ncm
+        session::prepare(path, &session::compile_options(&a.compile)?)?.ncm
     };
     let (_dev, rt) = session::runtime(None)?;
     let m = session::load(&rt, &ncm, -1)?;
@@ -404,9 +367,9 @@ fn trace(a: &Args) -> Res<()> {
     Ok(())
 }
 
-fn demo(a: &Args) -> Res<()> {
-    let seconds: f64 = a.parsed("seconds", 1.0)?;
-    let (name, onnx) = if a.flag("cnn") {
+fn demo(a: &DemoArgs) -> Res<()> {
+    let seconds = a.seconds;
+    let (name, onnx) = if a.cnn {
         ("small CNN (1x3x32x32 -> 10 classes)", samples::small_cnn())
     } else {
         (

@@ -1,7 +1,7 @@
 //! What several subcommands share: the device and runtime, compiling or reading a model,
 //! tensors between `.pb` files, host values and the device.
 
-use crate::args::{self, Args};
+use crate::args::{self, CompileOpts};
 use nrt_compiler::{CompileOptions, HostTensor, PlanReport};
 use nrt_hal::DType;
 use nrt_runtime::{
@@ -34,19 +34,19 @@ pub fn runtime(config: Option<RuntimeConfig>) -> Res<(Arc<SoftDevice>, Runtime)>
 }
 
 /// `--input-shape`, `--input-value`, `--cores` as compile options.
-pub fn compile_options(a: &Args) -> Res<CompileOptions> {
+pub fn compile_options(a: &CompileOpts) -> Res<CompileOptions> {
     let mut o = CompileOptions::default();
-    for s in a.values("input-shape") {
+    for s in &a.input_shape {
         let (n, d) = args::name_value(s, "--input-shape")?;
         o.input_shapes.insert(n, args::dims(&d)?);
     }
-    for s in a.values("input-value") {
+    for s in &a.input_value {
         let (n, f) = args::name_value(s, "--input-value")?;
         let (_, t) =
             nrt_compiler::read_tensor_pb(Path::new(&f)).map_err(|e| format!("{f}: {e}"))?;
         o.input_values.insert(n, t);
     }
-    o.cores = a.parsed("cores", 1)?;
+    o.cores = a.cores;
     Ok(o)
 }
 
@@ -56,11 +56,25 @@ pub struct Prepared {
     pub report: Option<PlanReport>,
 }
 
+/// A spinner on stderr while `what` runs (drawn only when stderr is a terminal).
+pub fn spinner(what: String) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new_spinner().with_message(what);
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    bar
+}
+
+/// Compiles an `.onnx` file (a spinner shows while it runs), or reads a compiled model.
+pub fn compile_with_progress(path: &str, opts: &CompileOptions) -> Res<nrt_compiler::Compiled> {
+    let bar = spinner(format!("compiling {path}"));
+    let c = nrt_compiler::compile_file(Path::new(path), opts).map_err(|e| format!("{path}: {e}"));
+    bar.finish_and_clear();
+    c
+}
+
 /// Compiles an `.onnx` file, or reads a compiled model.
 pub fn prepare(path: &str, opts: &CompileOptions) -> Res<Prepared> {
     if path.ends_with(".onnx") {
-        let c = nrt_compiler::compile_file(Path::new(path), opts)
-            .map_err(|e| format!("{path}: {e}"))?;
+        let c = compile_with_progress(path, opts)?;
         Ok(Prepared {
             ncm: c.model.encode(),
             report: Some(c.report),

@@ -140,9 +140,34 @@ fn idle_process_uses_almost_no_cpu() {
 
 #[test]
 fn help_and_usage_errors() {
-    assert!(ok(&["help"]).contains("USAGE"));
-    assert!(ok(&["bench", "--help"]).contains("nrt bench"));
-    assert!(fails(&["frobnicate"]).contains("unknown command \"frobnicate\""));
+    assert!(ok(&["help"]).contains("Usage: nrt <COMMAND>"));
+    assert!(
+        ok(&["--help"]).contains("NRT_SIM_FAULTS"),
+        "the environment is listed"
+    );
+    // Every subcommand has its own --help.
+    for sub in [
+        "demo",
+        "compile",
+        "run",
+        "inspect",
+        "trace",
+        "bench",
+        "conformance",
+        "idle",
+        "samples",
+        "completions",
+    ] {
+        assert!(
+            ok(&[sub, "--help"]).contains(&format!("Usage: nrt {sub}")),
+            "{sub} --help"
+        );
+    }
+    assert!(fails(&["frobnicate"]).contains("frobnicate"));
+    assert!(
+        fails(&["compile", "m.onnx"]).contains("--output"),
+        "a missing option is named"
+    );
     assert!(fails(&["bench", "--nope"]).contains("--nope"));
     assert!(fails(&["bench", "--surface", "sideways"]).contains("sideways"));
     assert!(fails(&["bench", "--seconds", "soon"]).contains("soon"));
@@ -168,4 +193,84 @@ fn bad_model_files_name_the_file() {
     std::fs::write(&junk, b"\xff\xff\xff not a model").expect("write");
     let err = fails(&["compile", s(&junk), "-o", s(&dir.join("j.ncm"))]);
     assert!(err.contains("junk.onnx"), "{err}");
+}
+
+#[test]
+fn shell_completions() {
+    let bash = ok(&["completions", "bash"]);
+    assert!(
+        bash.contains("_nrt()") && bash.contains("conformance"),
+        "{bash}"
+    );
+    assert!(ok(&["completions", "zsh"]).contains("#compdef nrt"));
+    assert!(fails(&["completions", "tcsh"]).contains("tcsh"));
+}
+
+/// `nrt run` reads `.npy` inputs and writes `.npy` outputs (checked byte by byte against the
+/// `.pb` of the same run, and by ONNX Runtime's NumPy where the venv has it).
+#[test]
+fn run_reads_and_writes_npy() {
+    let dir = scratch("cli-npy");
+    ok(&["samples", "--out", s(&dir)]);
+    let onnx = dir.join("mlp/model.onnx");
+    let out1 = dir.join("out1");
+    ok(&[
+        "run",
+        s(&onnx),
+        "--output-dir",
+        s(&out1),
+        "--npy",
+        "--seed",
+        "3",
+    ]);
+    let npy = std::fs::read_dir(&out1)
+        .expect("outputs")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "npy"))
+        .expect("an .npy output");
+    let bytes = std::fs::read(&npy).expect("npy");
+    assert!(bytes.starts_with(b"\x93NUMPY"), "NumPy magic");
+    assert!(String::from_utf8_lossy(&bytes[..128]).contains("'descr': '<f4'"));
+    // Feed the output back as the input (same shape), once as .npy and once as .pb: the
+    // runs agree byte for byte.
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    let y_npy = out1.join("Y.npy");
+    let y_pb = out1.join("Y.pb");
+    ok(&[
+        "run",
+        s(&onnx),
+        "--input",
+        &format!("X={}", s(&y_npy)),
+        "--output-dir",
+        s(&a),
+        "--npy",
+    ]);
+    ok(&[
+        "run",
+        s(&onnx),
+        "--input",
+        &format!("X={}", s(&y_pb)),
+        "--output-dir",
+        s(&b),
+        "--npy",
+    ]);
+    assert_eq!(
+        std::fs::read(a.join("Y.npy")).expect("a"),
+        std::fs::read(b.join("Y.npy")).expect("b")
+    );
+    // A wrong-sized .npy (float32 [2]) is refused naming the file.
+    let small = dir.join("small.npy");
+    let mut header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }".to_vec();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(b' ');
+    }
+    header.push(b'\n');
+    let mut f = b"\x93NUMPY\x01\x00".to_vec();
+    f.extend((header.len() as u16).to_le_bytes());
+    f.extend(header);
+    f.extend([1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()));
+    std::fs::write(&small, f).expect("write");
+    let err = fails(&["run", s(&onnx), "--input", &format!("X={}", s(&small))]);
+    assert!(err.contains("small.npy"), "{err}");
 }
