@@ -126,9 +126,9 @@ struct Field {
     /// Bytes the operand touches relative to its address (exact).
     lo: i128,
     hi: i128,
-    /// Index of the instruction in its block, its op and the operand (for the error).
+    /// Index of the instruction in its block, its opcode and the operand (for the error).
     instruction: u32,
-    op: &'static str,
+    opcode: u8,
     operand: &'static str,
 }
 
@@ -622,7 +622,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                     lo: a.extent.0,
                     hi: a.extent.1,
                     instruction: index as u32,
-                    op: ins.op.name(),
+                    opcode: ins.op.opcode(),
                     operand: a.name,
                 })
             });
@@ -687,7 +687,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                     fr("offset"),
                     K::OperandOutOfBounds {
                         instruction: fields[k].instruction,
-                        op: fields[k].op,
+                        opcode: fields[k].opcode,
                         operand: fields[k].operand,
                         lo: base + lo,
                         hi: base + hi,

@@ -84,8 +84,8 @@ pub enum ModelErrorKind {
     OperandOutOfBounds {
         /// Index of the instruction in its block.
         instruction: u32,
-        /// Its op (`"Fill"`, `"DmaCopy"`, …).
-        op: &'static str,
+        /// Its opcode (the message shows its name: `Fill`, `DmaCopy`, …).
+        opcode: u8,
         /// The operand (`"out"`, `"src"`, …).
         operand: &'static str,
         /// First byte the operand touches, relative to the entry (exact: an extent can exceed
@@ -189,15 +189,16 @@ impl fmt::Display for ModelErrorKind {
             ),
             OperandOutOfBounds {
                 instruction,
-                op,
+                opcode,
                 operand,
                 lo,
                 hi,
                 size,
             } => write!(
                 f,
-                "instruction {instruction} ({op}): operand `{operand}` touches bytes [{lo}, {hi}) \
-                 of a {size}-byte plan entry"
+                "instruction {instruction} ({}): operand `{operand}` touches bytes [{lo}, {hi}) \
+                 of a {size}-byte plan entry",
+                nrt_isa::opcode_info(*opcode).map_or("?", |i| i.0)
             ),
             TensorTooLarge { shape, elem_size } => write!(
                 f,

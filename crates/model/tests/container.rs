@@ -381,7 +381,7 @@ fn d1_huge_stride_operand_is_out_of_bounds() {
         let e = err(&huge_stride_model(engine).encode());
         let ModelErrorKind::OperandOutOfBounds {
             instruction,
-            op: got_op,
+            opcode,
             operand: got_operand,
             lo,
             hi,
@@ -391,7 +391,11 @@ fn d1_huge_stride_operand_is_out_of_bounds() {
             panic!("{engine}: {e}");
         };
         assert_eq!((instruction, size, lo), (0, 64, 0), "{e}");
-        assert_eq!((got_op, got_operand), (op, operand), "{e}");
+        assert_eq!(
+            (nrt_isa::opcode_info(opcode).unwrap().0, got_operand),
+            (op, operand),
+            "{e}"
+        );
         assert!(
             hi > i64::MAX as i128,
             "the exact extent, not a wrapped one: {e}"
