@@ -3,7 +3,8 @@
 # only the Rust toolchain, gcc and Python 3.11, then runs every test suite.
 #
 #   1. a local venv (.venv) with onnx 1.22.0 (ships the ONNX node tests) and onnxruntime (oracle)
-#   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs)
+#   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs),
+#      then the hostile-input suite (scripts/hostile.py)
 #   3. the loom models of the lock-free protocols
 #   4. conformance: the ONNX node tests within the supported op list, the ONNX `light` models,
 #      the project's own models and the compiler's fusion/layout patterns checked against
@@ -25,6 +26,14 @@ export NRT_PYTHON="$root/.venv/bin/python"
 
 step "cargo test --workspace"
 cargo test --workspace --quiet
+
+# Hostile inputs (issue 11): hostile ONNX files and mutated NCM files through `nrt compile`,
+# `nrt inspect` and `nrt run` (the debug build: overflow checks on). Each must end in a clean
+# error, never a signal, panic or hang. Prints `hostile: N passed, M failed`; fails if M > 0.
+step "hostile inputs (scripts/hostile.py)"
+cargo build --quiet -p nrt-cli
+rm -rf target/hostile
+"$NRT_PYTHON" scripts/hostile.py target/debug/nrt target/hostile
 
 if [ "${NRT_SKIP_LOOM:-0}" != 1 ]; then
   step "loom models (RUSTFLAGS=--cfg loom)"

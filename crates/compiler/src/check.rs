@@ -75,7 +75,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                         accesses.push(Access {
                             mem_ref: t.mem_ref,
                             lo: 0,
-                            hi: t.byte_size() as i64,
+                            hi: t.byte_size() as i128,
                             write: t.usage == Usage::Input,
                         });
                     }
@@ -89,8 +89,8 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                     && matches!(ins.op, Op::MatMul { flags, .. } if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
                 let a = Access {
                     mem_ref: mr,
-                    lo: off as i64 + f.extent.0,
-                    hi: off as i64 + f.extent.1,
+                    lo: off as i128 + f.extent.0,
+                    hi: off as i128 + f.extent.1,
                     write,
                 };
                 accesses.push(a);

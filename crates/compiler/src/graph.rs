@@ -8,7 +8,7 @@
 use crate::CompileOptions;
 use crate::error::{CompileError, ErrorKind, Result, err};
 use crate::onnx::{AttributeProto, ModelProto, attribute_type as at};
-use crate::tensor::{HostTensor, dtype_from_onnx, onnx_type_name};
+use crate::tensor::{HostTensor, budget, dtype_from_onnx, onnx_type_name};
 use nrt_hal::DType;
 use std::collections::HashMap;
 use std::path::Path;
@@ -308,6 +308,8 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
                 format!("input '{name}' has no declared shape: give it with input_shapes"),
             );
         }
+        // The compiler's size budget (D7): `[2^31, 2^31, 2^31]` wrapped to 0 elements.
+        budget(&format!("input '{name}'"), &shape, dtype)?;
         let id = g.values.len();
         let konst = match given {
             Some(t) => {

@@ -12,7 +12,7 @@
 
 use crate::error::{CompileError, ErrorKind, Result};
 use crate::graph::{Graph, Node, Value};
-use crate::tensor::{HostTensor, dtype_from_onnx, is_float, onnx_type_name};
+use crate::tensor::{HostTensor, budget, dtype_from_onnx, is_float, onnx_type_name};
 use nrt_hal::DType;
 use std::rc::Rc;
 
@@ -325,17 +325,15 @@ pub(crate) fn slice_params(c: &Ctx, shape: &[usize]) -> Result<Vec<(i64, usize, 
                 clampi(norm(ends[i]), -1, d - 1),
             )
         };
-        let len = if step > 0 {
-            if end > start {
-                (end - start + step - 1) / step
-            } else {
-                0
-            }
-        } else if start > end {
-            (start - end + (-step) - 1) / (-step)
+        // i128: a step of i64::MAX (or MIN) must not overflow the ceiling division.
+        let (st, en, sp) = (start as i128, end as i128, step as i128);
+        let len = if sp > 0 {
+            if en > st { (en - st + sp - 1) / sp } else { 0 }
+        } else if st > en {
+            (st - en - sp - 1) / -sp
         } else {
             0
-        };
+        } as i64; // ≤ d
         p[ax] = (if len == 0 { 0 } else { start }, len as usize, step);
     }
     Ok(p)
@@ -387,6 +385,27 @@ pub(crate) fn pad_params(c: &Ctx, rank: usize) -> Result<PadParams> {
     for (i, &a) in axes.iter().enumerate() {
         out[a] = (pads[i], pads[i + axes.len()]);
     }
+    // Every later computation (`size + begin + end`, crops, offsets) is on these numbers:
+    // bound them here, once, with exact arithmetic (D11: `[0, i64::MIN, 0, i64::MAX]`
+    // overflowed into an emitted model that did not validate).
+    let x = c.input(0)?;
+    for (axis, &(b, e)) in out.iter().enumerate() {
+        let d = x.shape.get(axis).copied().unwrap_or(0) as i128;
+        let (b, e) = (b as i128, e as i128);
+        let limit = crate::tensor::MAX_TENSOR_BYTES as i128;
+        let why = if b < -d || e < -d {
+            "crops more than the axis holds"
+        } else if d + b + e < 0 {
+            "crops the axis below zero"
+        } else if b > limit || e > limit {
+            "is larger than the compiler's tensor budget"
+        } else {
+            continue;
+        };
+        return Err(c.bad_attr(format!(
+            "pads {pads:?}: axis {axis} (size {d}) pad begin {b} / end {e} {why}"
+        )));
+    }
     Ok((out, mode, value))
 }
 
@@ -403,6 +422,12 @@ pub(crate) struct WindowParams {
     pub out: Vec<usize>,
 }
 
+/// Largest kernel size, stride, dilation, pad or output padding a window attribute may hold
+/// (2^31). With spatial sizes inside the tensor budget (≤ 2^34), every window computation
+/// below (`dilation · (kernel − 1)`, `size + pads`, `(out − 1) · stride`) stays far inside
+/// `usize`/`i64`, so none of them can wrap into a plausible shape.
+pub(crate) const MAX_WINDOW_ATTR: i64 = 1 << 31;
+
 /// Window parameters of Conv / MaxPool / AveragePool on spatial sizes `spatial`.
 pub(crate) fn window_params(
     c: &Ctx,
@@ -415,15 +440,20 @@ pub(crate) fn window_params(
     let get = |name: &str, def: usize| -> Result<Vec<usize>> {
         match n.attr_ints(name)? {
             None => Ok(vec![def; r]),
-            Some(v) if v.len() == r && v.iter().all(|&x| x >= 1) => {
+            Some(v) if v.len() == r && v.iter().all(|&x| (1..=MAX_WINDOW_ATTR).contains(&x)) => {
                 Ok(v.iter().map(|&x| x as usize).collect())
             }
-            Some(v) => Err(c.bad_attr(format!("'{name}' = {v:?} for {r} spatial dims"))),
+            Some(v) => Err(c.bad_attr(format!(
+                "'{name}' = {v:?} for {r} spatial dims (each in 1..={MAX_WINDOW_ATTR})"
+            ))),
         }
     };
     let strides = get("strides", 1)?;
     let dilations = get("dilations", 1)?;
-    if kernel.len() != r || kernel.contains(&0) {
+    if kernel.len() != r
+        || kernel.contains(&0)
+        || kernel.iter().any(|&k| k as i64 > MAX_WINDOW_ATTR)
+    {
         return Err(c.bad_attr(format!("kernel shape {kernel:?} for {r} spatial dims")));
     }
     let auto_pad = n.attr_s("auto_pad", "NOTSET")?;
@@ -432,8 +462,10 @@ pub(crate) fn window_params(
     match auto_pad.as_str() {
         "NOTSET" => {
             if let Some(p) = n.attr_ints("pads")? {
-                if p.len() != 2 * r || p.iter().any(|&x| x < 0) {
-                    return Err(c.bad_attr(format!("pads {p:?} for {r} spatial dims")));
+                if p.len() != 2 * r || p.iter().any(|&x| !(0..=MAX_WINDOW_ATTR).contains(&x)) {
+                    return Err(c.bad_attr(format!(
+                        "pads {p:?} for {r} spatial dims (each in 0..={MAX_WINDOW_ATTR})"
+                    )));
                 }
                 for i in 0..r {
                     pb[i] = p[i] as usize;
@@ -520,17 +552,33 @@ pub(crate) fn conv_transpose_params(
     let strides = get("strides", 1)?;
     let dilations = get("dilations", 1)?;
     let out_pad = get("output_padding", 0)?;
-    if strides.iter().chain(&dilations).any(|&x| x < 1) || out_pad.iter().any(|&x| x < 0) {
-        return Err(c.bad_attr("strides/dilations must be ≥ 1 and output_padding ≥ 0"));
+    let in_window = |x: i64, lo: i64| (lo..=MAX_WINDOW_ATTR).contains(&x);
+    if !strides.iter().chain(&dilations).all(|&x| in_window(x, 1))
+        || !out_pad.iter().all(|&x| in_window(x, 0))
+        || kernel.iter().any(|&k| k as i64 > MAX_WINDOW_ATTR)
+    {
+        return Err(c.bad_attr(format!(
+            "strides {strides:?} / dilations {dilations:?} must be in 1..={MAX_WINDOW_ATTR}, \
+             output_padding {out_pad:?} in 0..={MAX_WINDOW_ATTR}"
+        )));
     }
     let auto_pad = n.attr_s("auto_pad", "NOTSET")?;
     let mut pb = vec![0i64; r];
     let mut pe = vec![0i64; r];
-    let full = |i: usize| {
-        strides[i] * (spatial[i] as i64 - 1)
-            + out_pad[i]
-            + dilations[i] * (kernel[i] as i64 - 1)
-            + 1
+    // The full output extent, exact: stride (≤ 2^31) × size (≤ 2^34) exceeds i64.
+    let full = |i: usize| -> Result<i64> {
+        let f = strides[i] as i128 * (spatial[i] as i128 - 1)
+            + out_pad[i] as i128
+            + dilations[i] as i128 * (kernel[i] as i128 - 1)
+            + 1;
+        i64::try_from(f)
+            .ok()
+            .filter(|&f| f <= 1 << 40)
+            .ok_or_else(|| {
+                c.bad_attr(format!(
+                    "strides {strides:?}: output extent {f} along spatial axis {i} is too large"
+                ))
+            })
     };
     if let Some(os) = n.attr_ints("output_shape")? {
         let os = if os.len() == r + 2 {
@@ -538,12 +586,12 @@ pub(crate) fn conv_transpose_params(
         } else {
             os
         };
-        if os.len() != r {
+        if os.len() != r || !os.iter().all(|&x| in_window(x, 0)) {
             return Err(c.bad_attr(format!("output_shape {os:?} for {r} spatial dims")));
         }
         for i in 0..r {
             // Floor division, as the reference: a negative total extends the end.
-            let total = full(i) - os[i];
+            let total = full(i)? - os[i];
             let half = total.div_euclid(2);
             if auto_pad == "SAME_UPPER" {
                 (pb[i], pe[i]) = (half, total - half);
@@ -555,7 +603,7 @@ pub(crate) fn conv_transpose_params(
         match auto_pad.as_str() {
             "NOTSET" => {
                 if let Some(p) = n.attr_ints("pads")? {
-                    if p.len() != 2 * r {
+                    if p.len() != 2 * r || !p.iter().all(|&x| in_window(x.saturating_abs(), 0)) {
                         return Err(c.bad_attr(format!("pads {p:?} for {r} spatial dims")));
                     }
                     pb.copy_from_slice(&p[..r]);
@@ -565,8 +613,8 @@ pub(crate) fn conv_transpose_params(
             "VALID" => {}
             "SAME_UPPER" | "SAME_LOWER" => {
                 for i in 0..r {
-                    let target = spatial[i] as i64 * strides[i];
-                    let total = (full(i) - target).max(0);
+                    let target = spatial[i] as i128 * strides[i] as i128;
+                    let total = (full(i)? as i128 - target).max(0) as i64; // ≤ full(i)
                     if auto_pad == "SAME_UPPER" {
                         (pb[i], pe[i]) = (total / 2, total - total / 2);
                     } else {
@@ -581,7 +629,7 @@ pub(crate) fn conv_transpose_params(
     let mut cb = Vec::new();
     let mut ce = Vec::new();
     for i in 0..r {
-        let o = full(i) - pb[i] - pe[i];
+        let o = full(i)? - pb[i] - pe[i]; // |pads| ≤ 2^31, full ≤ 2^40: no overflow
         if o < 1 {
             return Err(c.mismatch(format!("output size {o} along spatial axis {i}")));
         }
@@ -813,7 +861,11 @@ fn reshape_shape(c: &Ctx, input: &[usize], spec: &[i64]) -> Result<Vec<usize>> {
             _ => return Err(c.bad_attr(format!("invalid reshape target {spec:?}"))),
         }
     }
-    let known: usize = out.iter().product();
+    // Checked: the target comes from the model; an overflowing product matches nothing.
+    let known = out
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| c.mismatch(format!("cannot reshape {input:?} to {spec:?}")))?;
     if let Some(i) = infer_at {
         if known == 0 || !total.is_multiple_of(known) {
             return Err(c.mismatch(format!("cannot reshape {input:?} to {spec:?}")));
@@ -1059,6 +1111,10 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             if x.shape.len() != 4 || bs < 1 {
                 return Err(c.bad_attr(format!("blocksize {bs} on a {:?} input", x.shape)));
             }
+            // Bounded so that b·b and h·b, w·b (≤ 2^34 · 2^16) cannot overflow.
+            if bs > 1 << 16 {
+                return Err(c.bad_attr(format!("blocksize {bs} (at most 65536)")));
+            }
             let (b, [nn, ch, h, w]) = (
                 bs as usize,
                 [x.shape[0], x.shape[1], x.shape[2], x.shape[3]],
@@ -1116,8 +1172,13 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
                 } else {
                     x.dtype
                 };
-                let ones =
-                    HostTensor::from_f64s(d, x.shape.clone(), (0..x.elements()).map(|_| 1.0));
+                let ones = HostTensor::try_from_f64s(
+                    "the mask",
+                    d,
+                    x.shape.clone(),
+                    std::iter::repeat(1.0),
+                )
+                .map_err(|e| e.at_node(&n.name, &n.op))?;
                 outs.push(konst(ones));
             }
             outs
@@ -1652,12 +1713,14 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             if v.len() != 1 {
                 return Err(c.bad_attr("value must hold one element"));
             }
-            let cnt: usize = shape.iter().product();
-            vec![konst(HostTensor::from_f64s(
+            let t = HostTensor::try_from_f64s(
+                "the output",
                 v.dtype,
                 shape,
-                std::iter::repeat_n(v.get_f64(0), cnt),
-            ))]
+                std::iter::repeat(v.get_f64(0)),
+            )
+            .map_err(|e| e.at_node(&n.name, &n.op))?;
+            vec![konst(t)]
         }
         "Range" => {
             let (s, l, d) = (c.input(0)?, c.konst(1), c.konst(2));
@@ -1671,25 +1734,25 @@ fn infer_node(c: &Ctx) -> Result<Vec<Out>> {
             if dd == 0.0 {
                 return Err(c.bad_attr("delta is 0"));
             }
+            // Saturating float-to-int: NaN gives 0, ±inf and huge counts give usize::MAX,
+            // which the budget then refuses.
             let cnt = ((b - a) / dd).ceil().max(0.0) as usize;
-            if cnt > 1 << 28 {
-                return Err(c.e(ErrorKind::TooLarge, "Range too long"));
-            }
-            vec![konst(HostTensor::from_f64s(
+            let t = HostTensor::try_from_f64s(
+                "the output",
                 s.dtype,
                 vec![cnt],
                 (0..cnt).map(|i| a + i as f64 * dd),
-            ))]
+            )
+            .map_err(|e| e.at_node(&n.name, &n.op))?;
+            vec![konst(t)]
         }
         "Pad" => {
             let x = c.input(0)?;
             let (pads, mode, _) = pad_params(c, x.shape.len())?;
             let mut s = Vec::new();
             for (i, &(b, e)) in pads.iter().enumerate() {
+                // pad_params bounded b and e: this neither overflows nor goes negative.
                 let d = x.shape[i] as i64 + b + e;
-                if d < 0 {
-                    return Err(c.mismatch(format!("pads {pads:?} crop axis {i} below zero")));
-                }
                 if mode == "reflect" && (b.max(e) >= x.shape[i] as i64) && (b > 0 || e > 0) {
                     return Err(c.bad_attr(format!("reflect pad {b}/{e} ≥ size {}", x.shape[i])));
                 }
@@ -1745,6 +1808,18 @@ pub fn infer(g: &mut Graph) -> Result<()> {
         let n = &g.nodes[ni];
         let c = Ctx { g, n };
         let outs = infer_node(&c)?;
+        // One size budget for every value, checked before anything of that size is folded,
+        // planned or emitted (D5, D7): shapes come from the model and may be anything.
+        for (k, o) in outs.iter().enumerate() {
+            let name = n
+                .outputs
+                .get(k)
+                .copied()
+                .flatten()
+                .map_or("", |v| g.values[v].name.as_str());
+            budget(&format!("output {k} ('{name}')"), &o.shape, o.dtype)
+                .map_err(|e| e.at_node(&n.name, &n.op))?;
+        }
         let all_const = n
             .inputs
             .iter()

@@ -26,9 +26,9 @@ pub struct Access {
     /// Plan entry.
     pub mem_ref: u32,
     /// First byte.
-    pub lo: i64,
+    pub lo: i128,
     /// End (exclusive).
-    pub hi: i64,
+    pub hi: i128,
     /// Whether the instruction writes (else reads) them.
     pub write: bool,
 }
@@ -168,7 +168,7 @@ pub fn accesses(op: &Op, io: &[IoInfo], desc_table: Option<u32>, out: &mut Vec<A
                     out.push(Access {
                         mem_ref: t.mem_ref,
                         lo: 0,
-                        hi: t.bytes as i64,
+                        hi: t.bytes as i128,
                         write: t.input,
                     });
                 }
@@ -183,8 +183,8 @@ pub fn accesses(op: &Op, io: &[IoInfo], desc_table: Option<u32>, out: &mut Vec<A
             if lo != hi {
                 out.push(Access {
                     mem_ref: mr,
-                    lo: off as i64 + lo,
-                    hi: off as i64 + hi,
+                    lo: off as i128 + lo,
+                    hi: off as i128 + hi,
                     write,
                 });
             }

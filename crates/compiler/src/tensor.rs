@@ -30,6 +30,48 @@ pub struct HostTensor {
     pub data: Data,
 }
 
+/// The compiler's one size budget: no tensor it imports, folds on the host, plans in device
+/// memory or emits as an input or output may hold more than this many bytes (16 GiB, the
+/// software NeuronCore's default memory). Shapes and attributes come from the model, so every
+/// size is computed checked against it before anything is allocated.
+pub const MAX_TENSOR_BYTES: usize = 1 << 34;
+
+/// The element count of a `dtype` tensor of `shape`, if its size is within
+/// [`MAX_TENSOR_BYTES`] (`None` if it is not, or the product overflows).
+pub fn within_budget(shape: &[usize], dtype: DType) -> Option<usize> {
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+    (n.checked_mul(dtype.size())? <= MAX_TENSOR_BYTES).then_some(n)
+}
+
+/// [`within_budget`], or the "too large" error naming `what` (a tensor, an output).
+pub fn budget(what: &str, shape: &[usize], dtype: DType) -> Result<usize> {
+    within_budget(shape, dtype).ok_or_else(|| {
+        crate::error::CompileError::new(
+            ErrorKind::TooLarge,
+            format!(
+                "{what} of shape {shape:?} ({dtype}) is larger than the compiler's tensor budget \
+                 of {MAX_TENSOR_BYTES} bytes"
+            ),
+        )
+    })
+}
+
+/// Reserves room for `n` values, failing with a "too large" error instead of aborting when
+/// the host cannot provide it (sizes of folded tensors come from the model).
+pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        crate::error::CompileError::new(
+            ErrorKind::TooLarge,
+            format!(
+                "{what}: {n} elements do not fit in the compiler's memory ({} bytes requested)",
+                n.saturating_mul(size_of::<T>())
+            ),
+        )
+    })?;
+    Ok(v)
+}
+
 /// Whether values of `d` are held as `f32`.
 pub fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::Bf16)
@@ -172,6 +214,31 @@ impl HostTensor {
             shape,
             data: Data::I64(values),
         }
+    }
+
+    /// [`HostTensor::from_f64s`] for a size that comes from the model: within the budget and
+    /// allocated fallibly, else a "too large" error naming `what`.
+    pub fn try_from_f64s(
+        what: &str,
+        dtype: DType,
+        shape: Vec<usize>,
+        values: impl Iterator<Item = f64>,
+    ) -> Result<Self> {
+        let n = budget(what, &shape, dtype)?;
+        let data = if is_float(dtype) {
+            let mut v = try_vec(n, what)?;
+            v.extend(values.take(n).map(|x| round_float(dtype, x as f32)));
+            Data::F32(v)
+        } else {
+            let mut v = try_vec(n, what)?;
+            if dtype == DType::Bool {
+                v.extend(values.take(n).map(|x| (x != 0.0) as i64));
+            } else {
+                v.extend(values.take(n).map(|x| wrap_int(dtype, x as i64)));
+            }
+            Data::I64(v)
+        };
+        Ok(HostTensor { dtype, shape, data })
     }
 
     /// A tensor of `dtype` from values given as `f64`s (converted like a cast).
@@ -368,16 +435,7 @@ impl HostTensor {
             }
             shape.push(d as usize);
         }
-        let n = shape
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .filter(|&n| n <= 1 << 34)
-            .ok_or_else(|| {
-                crate::error::CompileError::new(
-                    ErrorKind::TooLarge,
-                    format!("tensor '{name}' has too many elements"),
-                )
-            })?;
+        let n = budget(&format!("tensor '{name}'"), &shape, dtype)?;
         let bad_count = |got: usize| {
             err(
                 ErrorKind::ShapeMismatch,

@@ -62,20 +62,25 @@ impl AccessPattern {
 
     /// The byte range the view touches, relative to `addr`: `(lowest, end)` with `end`
     /// exclusive. `(0, 0)` for an empty view.
-    pub fn byte_extent(&self) -> (i64, i64) {
+    ///
+    /// Exact for every representable view: the shape and stride fields come from untrusted
+    /// files, and `(2^32 − 1) · 2^31 · 4 dims · 8-byte elements` needs 68 bits, so the
+    /// arithmetic is done in `i128`, where it cannot overflow. A caller compares the result
+    /// against what the address may reach (also in `i128`) and never narrows it first.
+    pub fn byte_extent(&self) -> (i128, i128) {
         if self.shape.contains(&0) {
             return (0, 0);
         }
-        let (mut lo, mut hi) = (0i64, 0i64);
+        let (mut lo, mut hi) = (0i128, 0i128);
         for i in 0..MAX_DIMS {
-            let span = (self.shape[i] as i64 - 1) * self.stride[i] as i64;
+            let span = (self.shape[i] as i128 - 1) * self.stride[i] as i128;
             if span < 0 {
                 lo += span;
             } else {
                 hi += span;
             }
         }
-        let es = self.dtype.size() as i64;
+        let es = self.dtype.size() as i128;
         (lo * es, (hi + 1) * es)
     }
 
@@ -111,7 +116,8 @@ impl AccessPattern {
             shape,
             stride,
         };
-        // The extent must be representable: |span| ≤ 2^31 elements per dim keeps i64 math exact.
+        // The element count is bounded (the kernels iterate it); the byte extent may still be
+        // far larger than any memory (huge strides), which `byte_extent` reports exactly.
         let elements = shape
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
@@ -127,7 +133,8 @@ impl AccessPattern {
 }
 
 /// Largest number of elements one access pattern may address (2^40: 4 TiB of fp32, far above
-/// any device's memory, small enough that every extent computation stays exact in `i64`).
+/// any device's memory). It bounds the element count, not the byte extent: strides can still
+/// spread a view over ~2^68 bytes, which is why [`AccessPattern::byte_extent`] is `i128`.
 pub const MAX_ELEMENTS: u64 = 1 << 40;
 
 /// Row-major element strides of `shape`.
@@ -136,7 +143,9 @@ pub fn dense_strides(shape: &[u32; MAX_DIMS]) -> [i32; MAX_DIMS] {
     let mut acc: i64 = 1;
     for i in (0..MAX_DIMS).rev() {
         s[i] = acc.min(i32::MAX as i64) as i32;
-        acc *= shape[i].max(1) as i64;
+        // Saturating: `is_dense` calls this on decoded (untrusted) shapes; 2^32 per dim
+        // would overflow `i64` by the fourth dimension.
+        acc = acc.saturating_mul(shape[i].max(1) as i64);
     }
     s
 }
@@ -165,5 +174,35 @@ mod tests {
         };
         assert_eq!(ap.byte_extent(), (-8, 4));
         assert!(!ap.is_dense());
+    }
+
+    /// D1: `(2^31 − 1) · i32::MAX · 4` bytes overflowed `i64` and wrapped to a small or
+    /// negative extent that passed every bounds check.
+    #[test]
+    fn d1_byte_extent_of_huge_strides_is_exact() {
+        let ap = AccessPattern {
+            addr: 0,
+            dtype: DType::F32,
+            shape: [1, 1, 1, 1 << 31],
+            stride: [0, 0, 0, i32::MAX],
+        };
+        let span = ((1i128 << 31) - 1) * i32::MAX as i128;
+        assert_eq!(ap.byte_extent(), (0, (span + 1) * 4));
+        assert!(ap.byte_extent().1 > i64::MAX as i128);
+        // Every dimension at its most negative and most positive stride: still exact.
+        let ap = AccessPattern {
+            addr: 0,
+            dtype: DType::I64,
+            shape: [u32::MAX; 4],
+            stride: [i32::MIN, i32::MAX, i32::MIN, i32::MAX],
+        };
+        let d = u32::MAX as i128 - 1;
+        assert_eq!(
+            ap.byte_extent(),
+            (
+                2 * d * i32::MIN as i128 * 8,
+                (2 * d * i32::MAX as i128 + 1) * 8
+            )
+        );
     }
 }

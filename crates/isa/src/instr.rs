@@ -647,8 +647,9 @@ pub struct AddressField {
     pub offset: usize,
     /// Operand name (`"a"`, `"table"`, …).
     pub name: &'static str,
-    /// Bytes the instruction touches relative to the address: `[lo, hi)`.
-    pub extent: (i64, i64),
+    /// Bytes the instruction touches relative to the address: `[lo, hi)`. Exact (`i128`,
+    /// see [`AccessPattern::byte_extent`]): a huge stride must never wrap into range.
+    pub extent: (i128, i128),
 }
 
 //===------------------------------------------------------------------------------------===//
@@ -1717,7 +1718,7 @@ impl Instruction {
             f(AddressField {
                 offset: h,
                 name: "table",
-                extent: (0, *count as i64 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i64),
+                extent: (0, *count as i128 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i128),
             });
             return;
         }

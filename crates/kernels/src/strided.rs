@@ -72,8 +72,8 @@ pub fn overlaps(a: &AccessPattern, b: &AccessPattern) -> bool {
     if alo == ahi || blo == bhi {
         return false;
     }
-    let (a0, a1) = (a.addr as i128 + alo as i128, a.addr as i128 + ahi as i128);
-    let (b0, b1) = (b.addr as i128 + blo as i128, b.addr as i128 + bhi as i128);
+    let (a0, a1) = (a.addr as i128 + alo, a.addr as i128 + ahi);
+    let (b0, b1) = (b.addr as i128 + blo, b.addr as i128 + bhi);
     a0 < b1 && b0 < a1
 }
 

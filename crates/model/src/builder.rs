@@ -64,20 +64,22 @@ impl ModelBuilder {
 
     fn add_io(&mut self, name: &str, usage: Usage, dtype: DType, shape: &[u32]) -> u32 {
         let index = self.io.len() as u32;
-        let size = shape.iter().map(|&d| d as u64).product::<u64>() * dtype.size() as u64;
-        let mem_ref = self.mem_ref(MemRef {
-            kind: MemRefKind::Io,
-            align: 64,
-            size,
-            offset: index as u64,
-        });
-        self.io.push(IoTensor {
+        let mut t = IoTensor {
             name: name.to_owned(),
             usage,
             dtype,
             shape: shape.to_vec(),
-            mem_ref,
+            mem_ref: 0,
+        };
+        // Saturating: an oversized shape must reach the decoder's check, not wrap to a
+        // plausible size here.
+        t.mem_ref = self.mem_ref(MemRef {
+            kind: MemRefKind::Io,
+            align: 64,
+            size: t.byte_size(),
+            offset: index as u64,
         });
+        self.io.push(t);
         index
     }
 

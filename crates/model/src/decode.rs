@@ -119,6 +119,19 @@ fn f(s: &'static str) -> impl Fn() -> String {
     move || s.to_owned()
 }
 
+/// An address field of a decoded instruction, with what its relocation is checked against.
+struct Field {
+    /// Offset of the field in the block.
+    at: u64,
+    /// Bytes the operand touches relative to its address (exact).
+    lo: i128,
+    hi: i128,
+    /// Index of the instruction in its block, its opcode and the operand (for the error).
+    instruction: u32,
+    opcode: u8,
+    operand: &'static str,
+}
+
 struct Section {
     offset: u64,
     size: u64,
@@ -317,7 +330,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
         if !align.is_power_of_two() || align > MAX_ALIGN {
             return Err(ModelError::new(at + 4, fi("align"), K::BadAlignment(align)));
         }
-        if size > 1 << 40 {
+        if size > MAX_TENSOR_BYTES {
             return Err(ModelError::new(at + 8, fi("size"), K::OutOfRange(size)));
         }
         match kind {
@@ -350,8 +363,9 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                     return Err(ModelError::new(
                         at + 16,
                         fi("offset"),
+                        // Saturating: the sum is what overflowed or ran past the end (D8).
                         K::OutOfRangeId {
-                            id: offset + size,
+                            id: offset.saturating_add(size),
                             limit: constants.len() as u64,
                         },
                     ));
@@ -441,6 +455,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
         c.zeros(3, &|| fi("reserved"))?;
         let mr_at = c.at();
         let mem_ref = c.u32(&|| fi("mem_ref"))?;
+        let shape_at = c.at();
         let mut shape = Vec::with_capacity(rank);
         for _ in 0..rank {
             shape.push(c.u32(&|| fi("shape"))?);
@@ -479,7 +494,18 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                 ),
             ));
         }
-        if mr.size != t.elements().saturating_mul(dtype.size() as u64) {
+        // Checked (D7): `[2^31, 2^31, 4]` wrapped to 0 elements and matched a 0-byte entry.
+        if t.checked_byte_size().is_none_or(|b| b > MAX_TENSOR_BYTES) {
+            return Err(ModelError::new(
+                shape_at,
+                fi("shape"),
+                K::TensorTooLarge {
+                    shape: t.shape,
+                    elem_size: dtype.size() as u64,
+                },
+            ));
+        }
+        if mr.size != t.byte_size() {
             return Err(ModelError::new(
                 mr_at,
                 fi("mem_ref"),
@@ -581,8 +607,8 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
         let code = c.take(code_size as usize, &|| fi("code"))?;
         c.check_count(reloc_count, RELOC_SIZE, &|| fi("reloc_count"))?;
         // Decode and validate every instruction; collect its address fields.
-        let mut fields: Vec<(u64, i64, i64)> = Vec::new();
-        for r in BlockDecoder::new(code, engine) {
+        let mut fields: Vec<Field> = Vec::new();
+        for (index, r) in BlockDecoder::new(code, engine).enumerate() {
             let (ins_at, ins) = r.map_err(|e| {
                 ModelError::new(
                     code_at + (e.block_offset + e.field_offset) as u64,
@@ -591,7 +617,14 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                 )
             })?;
             ins.address_fields(|a| {
-                fields.push(((ins_at + a.offset) as u64, a.extent.0, a.extent.1))
+                fields.push(Field {
+                    at: (ins_at + a.offset) as u64,
+                    lo: a.extent.0,
+                    hi: a.extent.1,
+                    instruction: index as u32,
+                    opcode: ins.op.opcode(),
+                    operand: a.name,
+                })
             });
         }
         let mut relocations = Vec::with_capacity(reloc_count as usize);
@@ -621,7 +654,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                 },
             ))?;
             let k = fields
-                .binary_search_by_key(&(patch_offset as u64), |x| x.0)
+                .binary_search_by_key(&(patch_offset as u64), |x| x.at)
                 .map_err(|_| {
                     ModelError::new(rat, fr("patch_offset"), K::RelocationMismatch(patch_offset))
                 })?;
@@ -641,20 +674,26 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                     K::Inconsistent("an address field must be zero before relocation"),
                 ));
             }
-            let (lo, hi) = (fields[k].1, fields[k].2);
-            if lo != hi {
-                let base = offset as i128;
-                if base + (lo as i128) < 0 || base + hi as i128 > mr.size as i128 {
-                    return Err(ModelError::new(
-                        rat + 8,
-                        fr("offset"),
-                        K::OperandOutOfBounds {
-                            lo: (base + lo as i128) as i64,
-                            hi: (base + hi as i128).min(i64::MAX as i128) as i64,
-                            size: mr.size,
-                        },
-                    ));
-                }
+            // Exact (`i128`) arithmetic: the offset is any u64 and the extent may span ~2^68
+            // bytes; nothing here may wrap into range (D1).
+            let Field { lo, hi, .. } = fields[k];
+            // An empty operand touches nothing, but its address must still lie inside the
+            // entry: load computes `entry base + offset`, which must not overflow.
+            let (lo, hi) = if lo == hi { (0, 0) } else { (lo, hi) };
+            let base = offset as i128;
+            if base + lo < 0 || base + hi > mr.size as i128 {
+                return Err(ModelError::new(
+                    rat + 8,
+                    fr("offset"),
+                    K::OperandOutOfBounds {
+                        instruction: fields[k].instruction,
+                        opcode: fields[k].opcode,
+                        operand: fields[k].operand,
+                        lo: base + lo,
+                        hi: base + hi,
+                        size: mr.size,
+                    },
+                ));
             }
             relocations.push(Relocation {
                 patch_offset,
@@ -664,9 +703,9 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
         }
         if let Some(k) = covered.iter().position(|c| !c) {
             return Err(ModelError::new(
-                code_at + fields[k].0,
+                code_at + fields[k].at,
                 fi("relocs"),
-                K::RelocationMismatch(fields[k].0 as u32),
+                K::RelocationMismatch(fields[k].at as u32),
             ));
         }
         blocks.push(Block {

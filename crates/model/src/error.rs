@@ -82,12 +82,26 @@ pub enum ModelErrorKind {
     RelocationMismatch(u32),
     /// An operand that reaches outside the plan entry it is relocated against.
     OperandOutOfBounds {
-        /// First byte the operand touches, relative to the entry.
-        lo: i64,
+        /// Index of the instruction in its block.
+        instruction: u32,
+        /// Its opcode (the message shows its name: `Fill`, `DmaCopy`, …).
+        opcode: u8,
+        /// The operand (`"out"`, `"src"`, …).
+        operand: &'static str,
+        /// First byte the operand touches, relative to the entry (exact: an extent can exceed
+        /// the `i64` range).
+        lo: i128,
         /// One past the last byte.
-        hi: i64,
+        hi: i128,
         /// Entry size.
         size: u64,
+    },
+    /// An I/O tensor whose byte size overflows or exceeds [`crate::MAX_TENSOR_BYTES`].
+    TensorTooLarge {
+        /// Its shape.
+        shape: Vec<u32>,
+        /// Bytes per element.
+        elem_size: u64,
     },
     /// An instruction block that does not decode.
     Instruction(nrt_isa::DecodeError),
@@ -173,9 +187,24 @@ impl fmt::Display for ModelErrorKind {
                 f,
                 "relocation/address-field mismatch at block byte {p} (every address field needs exactly one relocation)"
             ),
-            OperandOutOfBounds { lo, hi, size } => write!(
+            OperandOutOfBounds {
+                instruction,
+                opcode,
+                operand,
+                lo,
+                hi,
+                size,
+            } => write!(
                 f,
-                "operand touches bytes [{lo}, {hi}) of a {size}-byte plan entry"
+                "instruction {instruction} ({}): operand `{operand}` touches bytes [{lo}, {hi}) \
+                 of a {size}-byte plan entry",
+                nrt_isa::opcode_info(*opcode).map_or("?", |i| i.0)
+            ),
+            TensorTooLarge { shape, elem_size } => write!(
+                f,
+                "tensor of shape {shape:?} with {elem_size}-byte elements is larger than {} bytes \
+                 (or its size overflows)",
+                crate::MAX_TENSOR_BYTES
             ),
             Instruction(e) => write!(f, "{e}"),
             Inconsistent(why) => write!(f, "{why}"),

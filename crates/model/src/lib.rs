@@ -52,6 +52,9 @@ pub const MAX_RANK: usize = 8;
 pub const MAX_CORES: u32 = 8;
 /// Size of a core's state buffer (the region `Sb` entries are placed in).
 pub const SB_SIZE: u64 = 24 << 20;
+/// Largest plan entry, and so largest I/O tensor, in bytes (1 TiB: far above any device's
+/// memory, small enough that offsets and sizes add without overflow).
+pub const MAX_TENSOR_BYTES: u64 = 1 << 40;
 /// Largest alignment a plan entry may ask for.
 pub const MAX_ALIGN: u64 = 1 << 16;
 
@@ -95,14 +98,28 @@ pub struct IoTensor {
 }
 
 impl IoTensor {
-    /// Number of elements.
-    pub fn elements(&self) -> u64 {
-        self.shape.iter().map(|&d| d as u64).product()
+    /// Number of elements, or `None` if the product of the dimensions overflows `u64`.
+    pub fn checked_elements(&self) -> Option<u64> {
+        self.shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
     }
 
-    /// Size in bytes.
+    /// Size in bytes, or `None` if it overflows `u64`.
+    pub fn checked_byte_size(&self) -> Option<u64> {
+        self.checked_elements()?
+            .checked_mul(self.dtype.size() as u64)
+    }
+
+    /// Number of elements (saturating: a decoded model's tensors hold at most
+    /// [`MAX_TENSOR_BYTES`], so this is exact for every model that validates).
+    pub fn elements(&self) -> u64 {
+        self.checked_elements().unwrap_or(u64::MAX)
+    }
+
+    /// Size in bytes (saturating, exact for every model that validates).
     pub fn byte_size(&self) -> u64 {
-        self.elements() * self.dtype.size() as u64
+        self.checked_byte_size().unwrap_or(u64::MAX)
     }
 }
 

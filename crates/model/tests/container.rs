@@ -220,7 +220,8 @@ fn operand_outside_its_plan_entry() {
             ModelErrorKind::OperandOutOfBounds {
                 lo: 8,
                 hi: 24,
-                size: 16
+                size: 16,
+                ..
             }
         ),
         "{e}"
@@ -350,4 +351,110 @@ fn io_entry_must_match_tensor() {
         err(&m.encode()).kind,
         ModelErrorKind::Inconsistent(_)
     ));
+}
+
+/// The D1 model: one operand of `shape [1,1,1,2^31]`, `stride [0,0,0,i32::MAX]` (its extent
+/// is ~2^64 bytes, which wrapped `i64` to a small number) on a 64-byte scratch entry.
+fn huge_stride_model(engine: Engine) -> CompiledModel {
+    let mut b = ModelBuilder::new("d1", 1);
+    let tmp = b.scratch(0, 64, 64);
+    let huge = AccessPattern {
+        addr: vaddr(tmp, 0),
+        dtype: DType::F32,
+        shape: [1, 1, 1, 1 << 31],
+        stride: [0, 0, 0, i32::MAX],
+    };
+    let ins = match engine {
+        Engine::Dve => Op::Fill { out: huge, bits: 0 },
+        _ => Op::DmaCopy {
+            src: huge,
+            dst: huge,
+        },
+    };
+    b.push(0, engine, Instruction::new(ins));
+    b.build()
+}
+
+#[test]
+fn d1_huge_stride_operand_is_out_of_bounds() {
+    for (engine, op, operand) in [(Engine::Dve, "Fill", "out"), (Engine::Sp, "DmaCopy", "src")] {
+        let e = err(&huge_stride_model(engine).encode());
+        let ModelErrorKind::OperandOutOfBounds {
+            instruction,
+            opcode,
+            operand: got_operand,
+            lo,
+            hi,
+            size,
+        } = e.kind
+        else {
+            panic!("{engine}: {e}");
+        };
+        assert_eq!((instruction, size, lo), (0, 64, 0), "{e}");
+        assert_eq!(
+            (nrt_isa::opcode_info(opcode).unwrap().0, got_operand),
+            (op, operand),
+            "{e}"
+        );
+        assert!(
+            hi > i64::MAX as i128,
+            "the exact extent, not a wrapped one: {e}"
+        );
+        assert!(e.field.ends_with(".offset"), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("`{operand}`")), "{msg}");
+    }
+}
+
+/// D7: `[2^31, 2^31, 4]` f32 is 2^66 bytes; the unchecked product wrapped to 0, matched a
+/// 0-byte I/O entry, and the model loaded and "ran" with an empty output.
+#[test]
+fn d7_io_shape_whose_size_overflows_is_rejected() {
+    let mut b = ModelBuilder::new("d7", 1);
+    let y = b.output("y", DType::F32, &[1 << 31, 1 << 31, 4]);
+    let yr = b.io_mem_ref(y);
+    let mut m = b.build();
+    m.mem_refs[yr as usize].size = 0; // what the wrapped product said
+    let e = err(&m.encode());
+    assert!(
+        matches!(e.kind, ModelErrorKind::TensorTooLarge { ref shape, elem_size: 4 } if shape == &[1 << 31, 1 << 31, 4]),
+        "{e}"
+    );
+    assert_eq!(e.field, "io[0].shape", "{e}");
+    // One that does not overflow u64 but is beyond any device: 2^41 bytes.
+    let mut b = ModelBuilder::new("d7", 1);
+    b.output("y", DType::F32, &[1 << 20, 1 << 19]);
+    let mut m = b.build();
+    m.mem_refs[0].size = 1 << 40;
+    let e = err(&m.encode());
+    assert!(
+        matches!(e.kind, ModelErrorKind::TensorTooLarge { .. }),
+        "{e}"
+    );
+    // The accessors saturate instead of wrapping.
+    let t = &m.io[0];
+    assert_eq!(t.byte_size(), 1 << 41);
+    let mut t = t.clone();
+    t.shape = vec![1 << 31, 1 << 31, 4];
+    assert_eq!((t.checked_elements(), t.elements()), (None, u64::MAX));
+    assert_eq!(t.byte_size(), u64::MAX);
+}
+
+/// D8: the error path of a constants entry computed `offset + size` unchecked (a panic with
+/// overflow checks on, a wrapped id in the message without).
+#[test]
+fn d8_constants_entry_past_u64_is_an_error_not_an_overflow() {
+    let mut m = sample(1, 4, 1);
+    let k = m
+        .mem_refs
+        .iter()
+        .position(|r| r.kind == MemRefKind::Buffer)
+        .unwrap();
+    m.mem_refs[k].offset = u64::MAX - 3; // + 16 bytes overflows
+    let e = err(&m.encode());
+    assert!(
+        matches!(e.kind, ModelErrorKind::OutOfRangeId { id: u64::MAX, .. }),
+        "{e}"
+    );
+    assert_eq!(e.field, format!("plan[{k}].offset"), "{e}");
 }

@@ -416,7 +416,9 @@ impl CoreInner {
             if self.wedged {
                 continue; // a wedged core takes no requests until reset
             }
-            let io_offset = req.io_set as u64 * q.desc.io_set_stride;
+            // Wrapping, like the table address it offsets: the sum is bounds-checked where the
+            // descriptors are read, so a wrapped product is just another rejected address.
+            let io_offset = (req.io_set as u64).wrapping_mul(q.desc.io_set_stride);
             if let Some(mut exec) = self.prepare(core, dev, req) {
                 exec.io_offset = io_offset;
                 self.current = Some(exec);
@@ -886,8 +888,8 @@ fn operands_valid(ins: &Instruction, mem_len: u64) -> bool {
         if lo == hi {
             return; // empty operand: touches nothing
         }
-        let start = addr as i128 + lo as i128;
-        let end = addr as i128 + hi as i128;
+        let start = addr as i128 + lo;
+        let end = addr as i128 + hi;
         if start < 0 || end > mem_len as i128 || addr % align != 0 {
             ok = false;
         }

@@ -315,6 +315,49 @@ fn instruction_operand_outside_memory_is_rejected_by_the_device() {
     );
 }
 
+/// D1: an operand whose byte extent (~2^64 bytes) overflowed `i64` wrapped into range, passed
+/// the device's operand check and made `kernels::copy::fill` write out of bounds (SIGSEGV).
+/// The device must reject it when it decodes the block, for a DVE fill and an SP DMA alike.
+#[test]
+fn d1_device_rejects_operand_with_huge_stride() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    let area = dev.mem_alloc(64, 64).unwrap();
+    let huge = nrt_isa::AccessPattern {
+        addr: area,
+        dtype: nrt_hal::DType::F32,
+        shape: [1, 1, 1, 1 << 31],
+        stride: [0, 0, 0, i32::MAX],
+    };
+    for (engine, op) in [
+        (Engine::Dve, Op::Fill { out: huge, bits: 0 }),
+        (
+            Engine::Sp,
+            Op::DmaCopy {
+                src: huge,
+                dst: huge,
+            },
+        ),
+    ] {
+        let blk = d.load_block(&[Instruction::new(op)]).unwrap();
+        let mut b = blocks;
+        b[engine.index()] = blk;
+        d.stage(b, 1, 0, 0, 1);
+        d.doorbell().unwrap();
+        let t0 = Instant::now();
+        let mut recs = Vec::new();
+        while errors(&recs).is_empty() && t0.elapsed() < T {
+            d.drain(&mut recs);
+        }
+        assert_eq!(
+            errors(&recs),
+            vec![(ErrorSubtype::InvalidInstruction as u8, engine as u8)],
+            "{engine}"
+        );
+    }
+}
+
 #[test]
 fn host_side_bad_arguments_name_the_culprit() {
     let dev = device();

@@ -85,7 +85,7 @@ impl Arena {
         };
         let (lo, hi) = ap.byte_extent();
         let base = self.alloc((hi - lo).max(0) as u64 + 8);
-        ap.addr = (base as i64 - lo) as u64;
+        ap.addr = (base as i128 - lo) as u64;
         ap
     }
 
