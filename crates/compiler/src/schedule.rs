@@ -17,7 +17,7 @@
 //! [`crate::check::check_ordering`] prove the order.
 
 use nrt_hal::{Engine, FIRST_ENGINE_SEMAPHORE, NUM_ENGINES};
-use nrt_isa::{AccessPattern, Instruction, Op, SemRef, matmul_flags};
+use nrt_isa::{AccessPattern, Instruction, Op, SemRef};
 use nrt_model::split_vaddr;
 
 /// One memory access of an instruction: bytes `[lo, hi)` of plan entry `mem_ref`.
@@ -40,108 +40,19 @@ impl Access {
     }
 }
 
-/// Calls `f` on every access pattern of `op` with whether the operand is written.
+/// Calls `f` on every access pattern of `op` with whether the operand is written — from the
+/// ISA's one operand table ([`Op::operands_mut`]). A read-write operand (an accumulating
+/// MatMul's `c`) is visited twice, as a read and then as a write, so the hazard analysis sees
+/// both.
 pub fn for_each_ap_mut(op: &mut Op, mut f: impl FnMut(&mut AccessPattern, bool)) {
-    match op {
-        Op::End
-        | Op::Nop
-        | Op::DmaDescriptors { .. }
-        | Op::SemSet { .. }
-        | Op::Notify { .. }
-        | Op::Barrier { .. } => {}
-        Op::DmaCopy { src, dst } => {
-            f(src, false);
-            f(dst, true);
+    op.operands_mut(|o| {
+        if o.role.reads() {
+            f(o.ap, false);
         }
-        Op::MatMul { a, b, c, flags, .. } => {
-            f(a, false);
-            f(b, false);
-            if *flags & matmul_flags::ACCUMULATE != 0 {
-                f(c, false);
-            }
-            f(c, true);
+        if o.role.writes() {
+            f(o.ap, true);
         }
-        Op::Conv {
-            input,
-            weight,
-            output,
-            bias,
-            workspace,
-            ..
-        } => {
-            f(input, false);
-            f(weight, false);
-            if let Some(b) = bias {
-                f(b, false);
-            }
-            if let Some(w) = workspace {
-                f(w, true);
-            }
-            f(output, true);
-        }
-        Op::Activation {
-            input,
-            output,
-            bias,
-            ..
-        } => {
-            f(input, false);
-            if let Some(b) = bias {
-                f(b, false);
-            }
-            f(output, true);
-        }
-        Op::Binary { a, b, out, .. } => {
-            f(a, false);
-            f(b, false);
-            f(out, true);
-        }
-        Op::TensorScalar { a, out, .. } => {
-            f(a, false);
-            f(out, true);
-        }
-        Op::Copy { input, output } => {
-            f(input, false);
-            f(output, true);
-        }
-        Op::Select { cond, a, b, out } => {
-            f(cond, false);
-            f(a, false);
-            f(b, false);
-            f(out, true);
-        }
-        Op::Fill { out, .. } => f(out, true),
-        Op::Reduce { input, output, .. }
-        | Op::Pool { input, output, .. }
-        | Op::Softmax { input, output, .. }
-        | Op::Resize { input, output, .. } => {
-            f(input, false);
-            f(output, true);
-        }
-        Op::LayerNorm {
-            input,
-            gamma,
-            beta,
-            output,
-            ..
-        } => {
-            f(input, false);
-            f(gamma, false);
-            if let Some(b) = beta {
-                f(b, false);
-            }
-            f(output, true);
-        }
-        Op::Gather {
-            data,
-            indices,
-            output,
-        } => {
-            f(data, false);
-            f(indices, false);
-            f(output, true);
-        }
-    }
+    });
 }
 
 /// One I/O tensor as the scheduler sees it: its plan entry, byte size, and direction.

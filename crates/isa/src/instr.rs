@@ -640,6 +640,215 @@ pub struct Instruction {
     pub op: Op,
 }
 
+/// How an instruction uses one of its operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Only read.
+    Read,
+    /// Only written (every byte it covers may be overwritten; a workspace is written
+    /// before it is read, so it is a write too).
+    Write,
+    /// Read, then written (an accumulating MatMul's `c`).
+    ReadWrite,
+}
+
+impl Role {
+    /// Whether the operand is read.
+    pub fn reads(self) -> bool {
+        matches!(self, Role::Read | Role::ReadWrite)
+    }
+
+    /// Whether the operand is written.
+    pub fn writes(self) -> bool {
+        matches!(self, Role::Write | Role::ReadWrite)
+    }
+}
+
+/// One access-pattern operand of an instruction (see [`Op::operands`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Operand<'a> {
+    /// Its slot in the encoding: the field sits at `HEADER_SIZE + slot * AP_SIZE`.
+    pub slot: usize,
+    /// Its name in decode errors and relocations (`"a"`, `"output"`, …).
+    pub name: &'static str,
+    /// Read, written, or both.
+    pub role: Role,
+    /// The operand.
+    pub ap: &'a AccessPattern,
+}
+
+/// [`Operand`] for rewriting the access pattern (see [`Op::operands_mut`]).
+#[derive(Debug)]
+pub struct OperandMut<'a> {
+    /// As in [`Operand`].
+    pub slot: usize,
+    /// As in [`Operand`].
+    pub name: &'static str,
+    /// As in [`Operand`].
+    pub role: Role,
+    /// The operand, to rewrite (relocation, address assignment).
+    pub ap: &'a mut AccessPattern,
+}
+
+/// THE operand table of the instruction set: for each op, every access-pattern operand in
+/// encoding order with its slot, name and role. `$op` is a `&Op` or a `&mut Op` (match
+/// ergonomics bind the operands by shared or mutable reference accordingly) and `$f` is
+/// called as `$f(slot, name, role, ap)`. [`Op::operands`] and [`Op::operands_mut`] are its
+/// only users, so the scheduler's hazards, the loader's bounds checks and the device's
+/// operand checks all read this one list; a new instruction adds one arm here.
+macro_rules! operand_table {
+    ($op:expr, $f:ident) => {
+        match $op {
+            Op::End
+            | Op::Nop
+            | Op::SemSet { .. }
+            | Op::Notify { .. }
+            | Op::Barrier { .. }
+            | Op::DmaDescriptors { .. } => {}
+            Op::DmaCopy { src, dst } => {
+                $f(0, "src", Role::Read, src);
+                $f(1, "dst", Role::Write, dst);
+            }
+            Op::MatMul { a, b, c, flags, .. } => {
+                $f(0, "a", Role::Read, a);
+                $f(1, "b", Role::Read, b);
+                let accumulate = *flags & matmul_flags::ACCUMULATE != 0;
+                $f(
+                    2,
+                    "c",
+                    if accumulate {
+                        Role::ReadWrite
+                    } else {
+                        Role::Write
+                    },
+                    c,
+                );
+            }
+            Op::Conv {
+                input,
+                weight,
+                output,
+                bias,
+                workspace,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "weight", Role::Read, weight);
+                $f(2, "output", Role::Write, output);
+                if let Some(x) = bias {
+                    $f(3, "bias", Role::Read, x);
+                }
+                if let Some(x) = workspace {
+                    $f(4, "workspace", Role::Write, x);
+                }
+            }
+            Op::Activation {
+                input,
+                output,
+                bias,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "output", Role::Write, output);
+                if let Some(x) = bias {
+                    $f(2, "bias", Role::Read, x);
+                }
+            }
+            Op::Binary { a, b, out, .. } => {
+                $f(0, "a", Role::Read, a);
+                $f(1, "b", Role::Read, b);
+                $f(2, "out", Role::Write, out);
+            }
+            Op::TensorScalar { a, out, .. } => {
+                $f(0, "a", Role::Read, a);
+                $f(1, "out", Role::Write, out);
+            }
+            Op::Copy { input, output } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "output", Role::Write, output);
+            }
+            Op::Select { cond, a, b, out } => {
+                $f(0, "cond", Role::Read, cond);
+                $f(1, "a", Role::Read, a);
+                $f(2, "b", Role::Read, b);
+                $f(3, "out", Role::Write, out);
+            }
+            Op::Fill { out, .. } => $f(0, "out", Role::Write, out),
+            Op::Reduce { input, output, .. }
+            | Op::Pool { input, output, .. }
+            | Op::Softmax { input, output, .. }
+            | Op::Resize { input, output, .. } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "output", Role::Write, output);
+            }
+            Op::LayerNorm {
+                input,
+                gamma,
+                beta,
+                output,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "gamma", Role::Read, gamma);
+                if let Some(x) = beta {
+                    $f(2, "beta", Role::Read, x);
+                }
+                $f(3, "output", Role::Write, output);
+            }
+            Op::Gather {
+                data,
+                indices,
+                output,
+            } => {
+                $f(0, "data", Role::Read, data);
+                $f(1, "indices", Role::Read, indices);
+                $f(2, "output", Role::Write, output);
+            }
+        }
+    };
+}
+
+impl Op {
+    /// Every access-pattern operand of the op, in encoding order, with its role. The DMA
+    /// descriptor table of [`Op::DmaDescriptors`] is an address but not an access pattern,
+    /// and is not listed.
+    pub fn operands<'a>(&'a self, mut f: impl FnMut(Operand<'a>)) {
+        let mut visit = |slot, name, role, ap: &'a AccessPattern| {
+            f(Operand {
+                slot,
+                name,
+                role,
+                ap,
+            })
+        };
+        operand_table!(self, visit)
+    }
+
+    /// [`Op::operands`], to rewrite the access patterns.
+    pub fn operands_mut(&mut self, mut f: impl FnMut(OperandMut<'_>)) {
+        let mut visit = |slot, name, role, ap: &mut AccessPattern| {
+            f(OperandMut {
+                slot,
+                name,
+                role,
+                ap,
+            })
+        };
+        operand_table!(self, visit)
+    }
+
+    /// The first operand the op writes (its result), if any.
+    pub fn output(&self) -> Option<&AccessPattern> {
+        let mut out = None;
+        self.operands(|o| {
+            if out.is_none() && o.role.writes() {
+                out = Some(o.ap);
+            }
+        });
+        out
+    }
+}
+
 /// An address field of an encoded instruction: what relocations patch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AddressField {
@@ -1711,7 +1920,9 @@ impl Instruction {
     }
 
     /// The address fields of the instruction, in encoding order, with the byte extent each
-    /// operand touches: what relocations may patch and what the loader bounds-checks.
+    /// operand touches: what relocations may patch and what the loader bounds-checks. Every
+    /// access-pattern field comes from [`Op::operands`]; the DMA descriptor table is the one
+    /// address that is not an access pattern.
     pub fn address_fields(&self, mut f: impl FnMut(AddressField)) {
         let h = HEADER_SIZE;
         if let Op::DmaDescriptors { count, .. } = &self.op {
@@ -1722,109 +1933,12 @@ impl Instruction {
             });
             return;
         }
-        let mut ap = |i: usize, name: &'static str, ap: &AccessPattern| {
+        self.op.operands(|o| {
             f(AddressField {
-                offset: h + i * AP_SIZE,
-                name,
-                extent: ap.byte_extent(),
+                offset: h + o.slot * AP_SIZE,
+                name: o.name,
+                extent: o.ap.byte_extent(),
             })
-        };
-        match &self.op {
-            Op::End
-            | Op::Nop
-            | Op::SemSet { .. }
-            | Op::Notify { .. }
-            | Op::Barrier { .. }
-            | Op::DmaDescriptors { .. } => {}
-            Op::DmaCopy { src, dst } => {
-                ap(0, "src", src);
-                ap(1, "dst", dst);
-            }
-            Op::MatMul { a, b, c, .. } => {
-                ap(0, "a", a);
-                ap(1, "b", b);
-                ap(2, "c", c);
-            }
-            Op::Conv {
-                input,
-                weight,
-                output,
-                bias,
-                workspace,
-                ..
-            } => {
-                ap(0, "input", input);
-                ap(1, "weight", weight);
-                ap(2, "output", output);
-                if let Some(x) = bias {
-                    ap(3, "bias", x);
-                }
-                if let Some(x) = workspace {
-                    ap(4, "workspace", x);
-                }
-            }
-            Op::Activation {
-                input,
-                output,
-                bias,
-                ..
-            } => {
-                ap(0, "input", input);
-                ap(1, "output", output);
-                if let Some(x) = bias {
-                    ap(2, "bias", x);
-                }
-            }
-            Op::Binary { a, b, out, .. } => {
-                ap(0, "a", a);
-                ap(1, "b", b);
-                ap(2, "out", out);
-            }
-            Op::TensorScalar { a, out, .. } => {
-                ap(0, "a", a);
-                ap(1, "out", out);
-            }
-            Op::Copy { input, output } => {
-                ap(0, "input", input);
-                ap(1, "output", output);
-            }
-            Op::Select { cond, a, b, out } => {
-                ap(0, "cond", cond);
-                ap(1, "a", a);
-                ap(2, "b", b);
-                ap(3, "out", out);
-            }
-            Op::Fill { out, .. } => ap(0, "out", out),
-            Op::Reduce { input, output, .. }
-            | Op::Pool { input, output, .. }
-            | Op::Softmax { input, output, .. }
-            | Op::Resize { input, output, .. } => {
-                ap(0, "input", input);
-                ap(1, "output", output);
-            }
-            Op::LayerNorm {
-                input,
-                gamma,
-                beta,
-                output,
-                ..
-            } => {
-                ap(0, "input", input);
-                ap(1, "gamma", gamma);
-                if let Some(x) = beta {
-                    ap(2, "beta", x);
-                }
-                ap(3, "output", output);
-            }
-            Op::Gather {
-                data,
-                indices,
-                output,
-            } => {
-                ap(0, "data", data);
-                ap(1, "indices", indices);
-                ap(2, "output", output);
-            }
-        }
+        });
     }
 }

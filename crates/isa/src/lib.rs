@@ -33,8 +33,8 @@ pub use ap::{AP_SIZE, AccessPattern, MAX_DIMS, dense_strides};
 pub use error::{DecodeError, Reason};
 pub use instr::{
     ActFunc, AddressField, BinaryOp, CoordMode, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,
-    HEADER_SIZE, Instruction, NearestMode, Op, PoolOp, ReduceOp, ResizeMode, SemRef, Sync, Window,
-    matmul_flags, opcode, opcode_info,
+    HEADER_SIZE, Instruction, NearestMode, Op, Operand, OperandMut, PoolOp, ReduceOp, ResizeMode,
+    Role, SemRef, Sync, Window, matmul_flags, opcode, opcode_info,
 };
 
 use nrt_hal::Engine;

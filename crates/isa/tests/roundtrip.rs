@@ -343,6 +343,48 @@ proptest! {
         }
     }
 
+    /// The operand table agrees with the encoder: adding 4096 to the 8-byte address at each
+    /// listed operand's slot moves exactly that operand (and nothing else), and every
+    /// operand the encoder wrote is listed — a table that names a wrong slot, misses an
+    /// operand or lists one twice fails here, not on the device.
+    #[test]
+    fn operand_table_matches_the_encoding(sync in arb_sync(), op in arb_op()) {
+        let ins = Instruction { sync, op };
+        let mut bytes = Vec::new();
+        ins.encode(&mut bytes);
+        let mut slots = Vec::new();
+        ins.op.operands(|o| slots.push((o.slot, o.name, o.role, *o.ap)));
+        let mut seen = std::collections::BTreeSet::new();
+        for &(slot, _, _, _) in &slots {
+            prop_assert!(seen.insert(slot), "slot {} listed twice", slot);
+        }
+        let mut moved = bytes.clone();
+        for &(slot, _, _, _) in &slots {
+            let at = HEADER_SIZE + slot * nrt_isa::AP_SIZE;
+            let addr = u64::from_le_bytes(moved[at..at + 8].try_into().unwrap());
+            moved[at..at + 8].copy_from_slice(&(addr.wrapping_add(4096)).to_le_bytes());
+        }
+        let (back, _) = Instruction::decode(&moved).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let mut expect = ins;
+        expect.op.operands_mut(|o| o.ap.addr = o.ap.addr.wrapping_add(4096));
+        prop_assert_eq!(back, expect);
+        // The same operands, through address_fields (what relocations and the loader use).
+        let mut fields = Vec::new();
+        ins.address_fields(|f| fields.push((f.offset, f.name)));
+        if !matches!(ins.op, Op::DmaDescriptors { .. }) {
+            let want: Vec<_> = slots.iter().map(|&(s, n, _, _)| (HEADER_SIZE + s * nrt_isa::AP_SIZE, n)).collect();
+            prop_assert_eq!(fields, want);
+        }
+        // Only an accumulating MatMul reads the operand it writes.
+        for &(_, name, role, _) in &slots {
+            if role == nrt_isa::Role::ReadWrite {
+                let accumulating = matches!(ins.op, Op::MatMul { flags, .. } if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
+                prop_assert!(accumulating);
+                prop_assert_eq!(name, "c");
+            }
+        }
+    }
+
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..400), engine in 0u8..5) {
         let _ = decode_block(&bytes, Engine::from_index(engine).unwrap());

@@ -873,107 +873,28 @@ fn run_descriptors(mem: &crate::memory::Memory, table: DevAddr, count: u32) -> R
 }
 
 /// Whether every operand of `ins` lies inside a device memory of `mem_len` bytes and is
-/// aligned to its element size.
+/// aligned to its element size (the DMA descriptor table: to 8 bytes). The operands and their
+/// extents come from the ISA's operand table (`Op::operands`, through `address_fields`).
 fn operands_valid(ins: &Instruction, mem_len: u64) -> bool {
-    let addrs = operand_addresses(ins);
-    let mut i = 0;
-    let mut ok = true;
-    ins.address_fields(|f| {
-        let Some(&(addr, align)) = addrs.get(i) else {
-            ok = false;
-            return;
-        };
-        i += 1;
-        let (lo, hi) = f.extent;
+    let in_memory = |addr: u64, align: u64, (lo, hi): (i128, i128)| {
         if lo == hi {
-            return; // empty operand: touches nothing
+            return true; // empty operand: touches nothing
         }
-        let start = addr as i128 + lo;
-        let end = addr as i128 + hi;
-        if start < 0 || end > mem_len as i128 || addr % align != 0 {
-            ok = false;
-        }
-    });
-    ok && i == addrs.len()
-}
-
-/// The address and required alignment of each operand, in `address_fields` order.
-fn operand_addresses(ins: &Instruction) -> Vec<(u64, u64)> {
-    let ap = |a: &AccessPattern| (a.addr, a.dtype.size() as u64);
-    let mut v = Vec::with_capacity(5);
-    match &ins.op {
-        Op::End | Op::Nop | Op::SemSet { .. } | Op::Notify { .. } | Op::Barrier { .. } => {}
-        Op::DmaDescriptors { table, .. } => v.push((*table, 8)),
-        Op::DmaCopy { src, dst } => v.extend([ap(src), ap(dst)]),
-        Op::MatMul { a, b, c, .. } => v.extend([ap(a), ap(b), ap(c)]),
-        Op::Conv {
-            input,
-            weight,
-            output,
-            bias,
-            workspace,
-            ..
-        } => {
-            v.extend([ap(input), ap(weight), ap(output)]);
-            v.extend(bias.as_ref().map(ap));
-            v.extend(workspace.as_ref().map(ap));
-        }
-        Op::Activation {
-            input,
-            output,
-            bias,
-            ..
-        } => {
-            v.extend([ap(input), ap(output)]);
-            v.extend(bias.as_ref().map(ap));
-        }
-        Op::Binary { a, b, out, .. } => v.extend([ap(a), ap(b), ap(out)]),
-        Op::TensorScalar { a, out, .. } => v.extend([ap(a), ap(out)]),
-        Op::Copy { input, output } => v.extend([ap(input), ap(output)]),
-        Op::Select { cond, a, b, out } => v.extend([ap(cond), ap(a), ap(b), ap(out)]),
-        Op::Fill { out, .. } => v.push(ap(out)),
-        Op::Reduce { input, output, .. }
-        | Op::Pool { input, output, .. }
-        | Op::Softmax { input, output, .. }
-        | Op::Resize { input, output, .. } => v.extend([ap(input), ap(output)]),
-        Op::LayerNorm {
-            input,
-            gamma,
-            beta,
-            output,
-            ..
-        } => {
-            v.extend([ap(input), ap(gamma)]);
-            v.extend(beta.as_ref().map(ap));
-            v.push(ap(output));
-        }
-        Op::Gather {
-            data,
-            indices,
-            output,
-        } => v.extend([ap(data), ap(indices), ap(output)]),
+        let (start, end) = (addr as i128 + lo, addr as i128 + hi);
+        start >= 0 && end <= mem_len as i128 && addr % align == 0
+    };
+    let mut ok = true;
+    if let Op::DmaDescriptors { table, .. } = &ins.op {
+        ins.address_fields(|f| ok &= in_memory(*table, 8, f.extent));
+        return ok;
     }
-    v
+    ins.op.operands(|o| {
+        ok &= in_memory(o.ap.addr, o.ap.dtype.size() as u64, o.ap.byte_extent());
+    });
+    ok
 }
 
 /// The operand an op writes (where an injected NaN lands).
 fn output_operand(op: &Op) -> Option<AccessPattern> {
-    match op {
-        Op::MatMul { c, .. } => Some(*c),
-        Op::Conv { output, .. }
-        | Op::Activation { output, .. }
-        | Op::Copy { output, .. }
-        | Op::Reduce { output, .. }
-        | Op::Pool { output, .. }
-        | Op::Softmax { output, .. }
-        | Op::LayerNorm { output, .. }
-        | Op::Resize { output, .. }
-        | Op::Gather { output, .. } => Some(*output),
-        Op::Binary { out, .. }
-        | Op::TensorScalar { out, .. }
-        | Op::Select { out, .. }
-        | Op::Fill { out, .. } => Some(*out),
-        Op::DmaCopy { dst, .. } => Some(*dst),
-        _ => None,
-    }
+    op.output().copied()
 }
