@@ -881,7 +881,7 @@ fn operands_valid(ins: &Instruction, mem_len: u64) -> bool {
             return true; // empty operand: touches nothing
         }
         let (start, end) = (addr as i128 + lo, addr as i128 + hi);
-        start >= 0 && end <= mem_len as i128 && addr % align == 0
+        start >= 0 && end <= mem_len as i128 && addr.is_multiple_of(align)
     };
     let mut ok = true;
     if let Op::DmaDescriptors { table, .. } = &ins.op {
