@@ -56,10 +56,11 @@ impl RuntimeConfig {
                 tuning::MAX_INFLIGHT_REQUESTS
             )));
         }
-        if self.logical_nc > 2 {
+        if self.logical_nc as usize > crate::MAX_LOCKSTEP_CORES {
             return Err(NrtError::invalid(format!(
-                "NEURON_LOGICAL_NC_CONFIG={} is not supported (1 or 2)",
-                self.logical_nc
+                "NEURON_LOGICAL_NC_CONFIG={} is not supported (1 to {})",
+                self.logical_nc,
+                crate::MAX_LOCKSTEP_CORES
             )));
         }
         Ok(())

@@ -243,8 +243,7 @@ pub(crate) fn stage(
         deadline: harvest::coarse_now() + model.exec_timeout,
         timeout: model.exec_timeout,
         surface,
-        // As the submitters decide (`execute_sync`, `xu::submit_async`).
-        pending_marked: rt.implicit_async.is_some() && !matches!(surface, Surface::Sync),
+        pending_marked: marks_pending(rt, surface),
     };
     slot.done.store(0, Ordering::Relaxed);
     model.inflight.fetch_add(1, Ordering::AcqRel);
@@ -382,8 +381,16 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
     slot.ticket.store(0, Ordering::Release);
 }
 
-/// Marks every bound tensor pending (implicit async: tensor reads/writes wait for it). The
-/// async surfaces do; [`retire`] undoes it for every surface but the synchronous one.
+/// Whether an execution on `surface` marks its tensors pending: the async surfaces do in
+/// implicit async mode (tensor reads and writes then wait for them); a synchronous execution
+/// never does. The one place that decides it: the submitter marks ([`mark_pending`]), the
+/// stager records it in the slot, and [`retire`] undoes it from that record.
+#[inline]
+pub(crate) fn marks_pending(rt: &RuntimeInner, surface: Surface) -> bool {
+    rt.implicit_async.is_some() && !matches!(surface, Surface::Sync)
+}
+
+/// Marks every bound tensor pending (see [`marks_pending`]).
 pub(crate) fn mark_pending(model: &ModelShared, s: u32) {
     let set = &model.io_sets.sets[s as usize];
     // SAFETY: the set is ours (bound, not yet staged).

@@ -68,7 +68,7 @@ pub(crate) struct Progress {
     seq: u64,
     phase: Phase,
     sg_count: u8,
-    engines: [[EngineState; NUM_ENGINES]; 2],
+    engines: [[EngineState; NUM_ENGINES]; crate::MAX_LOCKSTEP_CORES],
     complete: u8,
     error: Option<ErrorSubtype>,
 }
@@ -78,7 +78,7 @@ impl Progress {
         seq: 0,
         phase: Phase::Init,
         sg_count: 1,
-        engines: [[EngineState::StartPending; NUM_ENGINES]; 2],
+        engines: [[EngineState::StartPending; NUM_ENGINES]; crate::MAX_LOCKSTEP_CORES],
         complete: 0,
         error: None,
     };
@@ -206,7 +206,7 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
                 if rt.trace.enabled() {
                     record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
                 }
-                finish(rt, vc, slot, p, seq, status);
+                finish(vc, slot, p, seq, status);
             }
         }
     }
@@ -214,7 +214,7 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
         if vc.unrecoverable.load(Ordering::Acquire) {
             // An execution staged while the fatal error was being recorded (it read the flag
             // just before it was set) is failed here, on the next idle step.
-            fail_inflight_unrecoverable(rt, vc, &mut h.progress, 0);
+            fail_inflight_unrecoverable(vc, &mut h.progress, 0);
         }
         // Deadlines are seconds away; idle polls get here once in
         // HARVEST_DEADLINE_EVERY_IDLE_STEPS (above).
@@ -278,7 +278,10 @@ fn engine_record(
     rec: &NqRecord,
     ready: &mut Ready,
 ) {
-    let (e, c) = ((rec.engine as usize).min(NUM_ENGINES - 1), core_pos.min(1));
+    let (e, c) = (
+        (rec.engine as usize).min(NUM_ENGINES - 1),
+        core_pos.min(crate::MAX_LOCKSTEP_CORES - 1),
+    );
     let ts = rec.timestamp_ns();
     if ts != 0 {
         times[si][c][e][end as usize] = ts;
@@ -357,7 +360,7 @@ fn on_record_slow(
         *p = Progress::EMPTY;
         p.seq = seq;
         p.sg_count = info.sg_count;
-        times[si] = [[[0; 2]; NUM_ENGINES]; 2];
+        times[si] = [[[0; 2]; NUM_ENGINES]; crate::MAX_LOCKSTEP_CORES];
         p.phase = if info.sg_count > 1 {
             vc.counters
                 .barrier_proxy_waits
@@ -393,14 +396,14 @@ fn on_record_slow(
                 p.error = Some(sub);
             }
             if sub.aborts_execution() {
-                finish(rt, vc, slot, p, seq, error_status(sub));
+                finish(vc, slot, p, seq, error_status(sub));
             }
             if sub == ErrorSubtype::Fatal {
                 vc.unrecoverable.store(true, Ordering::Release);
                 // The core stopped: nothing queued behind this execution will ever complete.
                 // (Executions ahead of it finished on the device; their END records may
                 // simply not be drained yet.)
-                fail_inflight_unrecoverable(rt, vc, progress, seq);
+                fail_inflight_unrecoverable(vc, progress, seq);
             }
         }
         Some(RecordKind::Custom)
@@ -479,7 +482,7 @@ fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now
             *p = Progress::EMPTY;
             p.seq = seq;
         }
-        finish(rt, vc, slot, p, seq, status);
+        finish(vc, slot, p, seq, status);
     }
 }
 
@@ -489,12 +492,7 @@ fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now
 /// deadline and reporting a timeout or dropped notifications. Called under the harvest
 /// token.
 #[cold]
-fn fail_inflight_unrecoverable(
-    rt: &RuntimeInner,
-    vc: &VCore,
-    progress: &mut [Progress],
-    after: u64,
-) {
+fn fail_inflight_unrecoverable(vc: &VCore, progress: &mut [Progress], after: u64) {
     for (si, slot) in vc.slots.iter().enumerate() {
         let seq = slot.ticket.load(Ordering::Acquire);
         if seq <= after || completed_status(slot, seq).is_some() {
@@ -508,18 +506,11 @@ fn fail_inflight_unrecoverable(
         if p.phase == Phase::Done {
             continue;
         }
-        finish(rt, vc, slot, p, seq, NrtStatus::ExecUnitUnrecoverable);
+        finish(vc, slot, p, seq, NrtStatus::ExecUnitUnrecoverable);
     }
 }
 
-fn finish(
-    _rt: &RuntimeInner,
-    vc: &VCore,
-    slot: &InflightSlot,
-    p: &mut Progress,
-    seq: u64,
-    status: NrtStatus,
-) {
+fn finish(vc: &VCore, slot: &InflightSlot, p: &mut Progress, seq: u64, status: NrtStatus) {
     p.phase = Phase::Done;
     // SAFETY: ticket set, completion word not yet written: `info` is stable.
     let surface = unsafe { (*slot.info.get()).surface };

@@ -74,7 +74,7 @@ impl Stage {
 }
 
 /// Device timestamps of one execution's engines: `[core][engine] = [start, end]` (ns).
-pub(crate) type EngineTimes = [[[u64; 2]; NUM_ENGINES]; 2];
+pub(crate) type EngineTimes = [[[u64; 2]; NUM_ENGINES]; crate::MAX_LOCKSTEP_CORES];
 
 /// One recorded span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,10 +228,11 @@ pub fn chrome_json(spans: &[Span], names: &[(u32, &str)]) -> String {
     );
     json.push_str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"execute (caller thread)\"}}");
     // One track per engine that appears: tid 2 + core × 5 + engine.
-    let mut named = [false; 2 * NUM_ENGINES];
+    let mut named = [false; crate::MAX_LOCKSTEP_CORES * NUM_ENGINES];
     for s in spans {
         if let Stage::Engine { core, engine } = s.stage {
-            let k = (core as usize).min(1) * NUM_ENGINES + (engine as usize).min(NUM_ENGINES - 1);
+            let k = (core as usize).min(crate::MAX_LOCKSTEP_CORES - 1) * NUM_ENGINES
+                + (engine as usize).min(NUM_ENGINES - 1);
             if !core::mem::replace(&mut named[k], true) {
                 let _ = write!(
                     json,
@@ -247,7 +248,8 @@ pub fn chrome_json(spans: &[Span], names: &[(u32, &str)]) -> String {
         let (cat, tid) = match s.stage {
             Stage::Engine { core, engine } => (
                 "engine",
-                2 + (core as usize).min(1) * NUM_ENGINES + (engine as usize).min(NUM_ENGINES - 1),
+                2 + (core as usize).min(crate::MAX_LOCKSTEP_CORES - 1) * NUM_ENGINES
+                    + (engine as usize).min(NUM_ENGINES - 1),
             ),
             _ => ("stage", 1),
         };

@@ -17,8 +17,8 @@ use crate::error::{NrtError, Result};
 use crate::exec::{bind, doorbell, mark_pending, release_pending, retire, stage, unbind, validate};
 use crate::harvest::{self, Step};
 use crate::model::ModelShared;
-use crate::tensor::{Tensor, TensorSet};
-use crate::{Runtime, RuntimeInner, Surface, VCore, ensure_open, nrt_log};
+use crate::tensor::TensorSet;
+use crate::{RuntimeInner, Surface, VCore, nrt_log};
 use nrt_hal::{IdleGate, NrtStatus, SeqId, tuning};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
@@ -61,17 +61,17 @@ pub(crate) struct Xu {
     /// Async executions staged and not yet retired by the worker.
     async_inflight: AtomicU32,
     /// Tensor-op XU: last seq number (ops run inline and complete at once).
-    tensor_ops: AtomicU64,
+    pub(crate) tensor_ops: AtomicU64,
     /// Eventfd registered for one seq, per in-flight slot: `(seq, fd)`.
-    seq_efd: Box<[(AtomicU64, AtomicI32)]>,
+    pub(crate) seq_efd: Box<[(AtomicU64, AtomicI32)]>,
     /// Eventfd signalled on every completion of the compute XU (-1 = none).
-    compute_efd: AtomicI32,
+    pub(crate) compute_efd: AtomicI32,
     /// Eventfd signalled on every completion of the tensor-op XU (-1 = none).
-    tensor_efd: AtomicI32,
+    pub(crate) tensor_efd: AtomicI32,
 }
 
 impl Xu {
-    pub(crate) fn new(_vnc: u32) -> Xu {
+    pub(crate) fn new() -> Xu {
         Xu {
             gate: IdleGate::new(),
             async_inflight: AtomicU32::new(0),
@@ -97,7 +97,7 @@ impl Xu {
     }
 }
 
-fn signal_efd(fd: i32) {
+pub(crate) fn signal_efd(fd: i32) {
     if fd >= 0 {
         let one: u64 = 1;
         // SAFETY: writing 8 bytes from a valid u64 to a caller-registered eventfd; a bad fd
@@ -106,8 +106,8 @@ fn signal_efd(fd: i32) {
     }
 }
 
-struct CallbackBox {
-    cb: AsyncCallback,
+pub(crate) struct CallbackBox {
+    pub(crate) cb: AsyncCallback,
 }
 
 thread_local! {
@@ -161,12 +161,12 @@ pub(crate) struct ImplicitAsync {
     inflight: Box<[AtomicU32]>,
     /// The registered callback (never null; replaced boxes are kept until close so a worker
     /// that loaded the old pointer can still call it).
-    callback: AtomicPtr<CallbackBox>,
+    pub(crate) callback: AtomicPtr<CallbackBox>,
     #[allow(
         clippy::vec_box,
         reason = "workers hold raw pointers into the boxes: they must not move"
     )]
-    graveyard: Mutex<Vec<Box<CallbackBox>>>,
+    pub(crate) graveyard: Mutex<Vec<Box<CallbackBox>>>,
     next_job: AtomicU64,
 }
 
@@ -262,7 +262,7 @@ pub(crate) fn drain_all(rt: &RuntimeInner) {
     }
 }
 
-fn drain_vcore(rt: &RuntimeInner, vc: &VCore) {
+pub(crate) fn drain_vcore(rt: &RuntimeInner, vc: &VCore) {
     let mut backoff = harvest::Backoff::new();
     while vc.xu.async_inflight.load(Ordering::Acquire) != 0 {
         vc.xu.gate.notify();
@@ -430,7 +430,7 @@ pub(crate) fn execute_implicit(
 }
 
 /// Bind, stage, doorbell for an async surface; the worker owns completion.
-fn submit_async(
+pub(crate) fn submit_async(
     rt: &RuntimeInner,
     vc: &VCore,
     model: &Arc<ModelShared>,
@@ -445,7 +445,7 @@ fn submit_async(
         )
     })?;
     // Pending marks make tensor reads and writes wait; only implicit async mode does.
-    let mark = rt.implicit_async.is_some();
+    let mark = crate::exec::marks_pending(rt, surface);
     if mark {
         mark_pending(model, s);
     }
@@ -476,11 +476,11 @@ fn submit_async(
 // Explicit async (NRT 3.0) and the implicit-mode controls, as Runtime methods
 //===------------------------------------------------------------------------------------===//
 
-fn xu_id(vnc: u32, kind: XuKind) -> u16 {
+pub(crate) fn xu_id(vnc: u32, kind: XuKind) -> u16 {
     (vnc * XU_TYPE_NUM + kind as u32) as u16
 }
 
-fn parse_seq(rt: &RuntimeInner, seq: SeqId) -> Result<(&VCore, XuKind)> {
+pub(crate) fn parse_seq(rt: &RuntimeInner, seq: SeqId) -> Result<(&VCore, XuKind)> {
     let id = seq.xu_id() as u32;
     let (vnc, kind) = (
         id / XU_TYPE_NUM,
@@ -493,345 +493,4 @@ fn parse_seq(rt: &RuntimeInner, seq: SeqId) -> Result<(&VCore, XuKind)> {
         ))
     })?;
     Ok((vc, kind))
-}
-
-impl Runtime {
-    /// Schedules an execution on the compute XU (`nrta_execute_schedule`): returns its seq id
-    /// at once. `queue` must be 0. `status`, if not null, receives the final status when the
-    /// execution completes (before `is_completed` turns true).
-    ///
-    /// # Safety
-    /// `status` must be null or valid for a 4-byte write until the execution completes.
-    pub unsafe fn execute_schedule_raw(
-        &self,
-        model: &crate::Model,
-        inputs: &TensorSet,
-        outputs: &TensorSet,
-        queue: i32,
-        status: *mut i32,
-    ) -> Result<SeqId> {
-        let rt = &self.0;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue}: the compute XU has only queue 0"
-            )));
-        }
-        validate(rt, &model.0, inputs, outputs, 1, false)?;
-        let vc = &rt.vcores[model.0.vnc as usize];
-        if vc.unrecoverable.load(Ordering::Acquire) {
-            return Err(NrtError::new(
-                NrtStatus::ExecUnitUnrecoverable,
-                format!("compute XU of vnc {} is in a fatal state", vc.index),
-            ));
-        }
-        let seq = submit_async(
-            rt,
-            vc,
-            &model.0,
-            inputs,
-            outputs,
-            Surface::Explicit { status },
-        )?;
-        Ok(SeqId::new(xu_id(vc.index, XuKind::Compute), seq))
-    }
-
-    /// [`Runtime::execute_schedule_raw`] without a status slot; read the outcome with
-    /// [`Runtime::wait`].
-    pub fn execute_schedule(
-        &self,
-        model: &crate::Model,
-        inputs: &TensorSet,
-        outputs: &TensorSet,
-    ) -> Result<SeqId> {
-        // SAFETY: a null status slot is never written.
-        unsafe { self.execute_schedule_raw(model, inputs, outputs, 0, core::ptr::null_mut()) }
-    }
-
-    /// Whether `seq` completed (`nrta_is_completed`); `NRT_INVALID` for a seq that was never
-    /// issued.
-    pub fn is_completed(&self, seq: SeqId) -> Result<bool> {
-        let rt = &self.0;
-        ensure_open(rt)?;
-        let (vc, kind) = parse_seq(rt, seq)?;
-        let n = seq.seq_num();
-        match kind {
-            XuKind::Compute => {
-                if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
-                    return Err(NrtError::invalid(format!(
-                        "sequence {:#x} was never issued",
-                        seq.0
-                    )));
-                }
-                if n <= vc.completed.load(Ordering::Acquire)
-                    || harvest::completed_status(vc.slot(n), n).is_some()
-                {
-                    return Ok(true);
-                }
-                // Help the harvest along (re-entrant, non-blocking).
-                Ok(harvest::progress_one_step(rt, vc, n) == Step::Done)
-            }
-            XuKind::TensorOp => {
-                if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
-                    return Err(NrtError::invalid(format!(
-                        "sequence {:#x} was never issued",
-                        seq.0
-                    )));
-                }
-                Ok(true)
-            }
-            XuKind::Collectives => Err(NrtError::invalid(format!(
-                "sequence {:#x}: collectives are not supported",
-                seq.0
-            ))),
-        }
-    }
-
-    /// Waits for `seq` on the calling thread (spinning the harvest) and returns its status.
-    pub fn wait(&self, seq: SeqId) -> Result<NrtStatus> {
-        let rt = &self.0;
-        let (vc, kind) = parse_seq(rt, seq)?;
-        if kind != XuKind::Compute {
-            return self.is_completed(seq).map(|_| NrtStatus::Success);
-        }
-        let n = seq.seq_num();
-        if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
-            return Err(NrtError::invalid(format!(
-                "sequence {:#x} was never issued",
-                seq.0
-            )));
-        }
-        let mut backoff = harvest::Backoff::new();
-        loop {
-            if let Some(s) = harvest::completed_status(vc.slot(n), n) {
-                return Ok(s);
-            }
-            if n <= vc.completed.load(Ordering::Acquire) {
-                return Ok(NrtStatus::Success); // retired long ago; status no longer kept
-            }
-            if harvest::progress_one_step(rt, vc, n) == Step::Idle {
-                backoff.snooze();
-            }
-        }
-    }
-
-    /// The last completed seq of an XU (`nrta_get_sequence`).
-    pub fn get_sequence(&self, vnc: u32, kind: XuKind, queue: i32) -> Result<SeqId> {
-        let rt = &self.0;
-        ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on this XU"
-            )));
-        }
-        let n = match kind {
-            XuKind::Compute => vc.completed.load(Ordering::Acquire),
-            XuKind::TensorOp => vc.xu.tensor_ops.load(Ordering::Acquire),
-            XuKind::Collectives => return Err(NrtError::invalid("collectives are not supported")),
-        };
-        Ok(SeqId::new(xu_id(vnc, kind), n))
-    }
-
-    /// Signals eventfd `efd` when `seq` completes (at once if it already has);
-    /// `efd = -1` deregisters (`nrta_event_register_seq_id_completion`).
-    pub fn register_seq_eventfd(&self, seq: SeqId, efd: i32) -> Result<()> {
-        let rt = &self.0;
-        ensure_open(rt)?;
-        let (vc, kind) = parse_seq(rt, seq)?;
-        let n = seq.seq_num();
-        if kind == XuKind::TensorOp {
-            if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
-                return Err(NrtError::invalid(format!(
-                    "sequence {:#x} was never issued",
-                    seq.0
-                )));
-            }
-            signal_efd(efd);
-            return Ok(());
-        }
-        if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
-            return Err(NrtError::invalid(format!(
-                "sequence {:#x} was never issued",
-                seq.0
-            )));
-        }
-        let (s, fd) = &vc.xu.seq_efd[((n - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
-        if efd < 0 {
-            if s.load(Ordering::Acquire) == n {
-                fd.store(-1, Ordering::Release);
-                s.store(0, Ordering::Release);
-            }
-            return Ok(());
-        }
-        fd.store(efd, Ordering::Release);
-        s.store(n, Ordering::Release);
-        if n <= vc.completed.load(Ordering::Acquire)
-            || harvest::completed_status(vc.slot(n), n).is_some()
-        {
-            // Already complete: signal now (the harvest may also have: eventfds count).
-            if s.compare_exchange(n, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                signal_efd(fd.swap(-1, Ordering::AcqRel));
-            }
-        }
-        Ok(())
-    }
-
-    /// Signals `efd` on every completion of an XU; `-1` deregisters
-    /// (`nrta_event_register_xu_completion`).
-    pub fn register_xu_eventfd(&self, vnc: u32, kind: XuKind, queue: i32, efd: i32) -> Result<()> {
-        let rt = &self.0;
-        ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on this XU"
-            )));
-        }
-        match kind {
-            XuKind::Compute => vc.xu.compute_efd.store(efd.max(-1), Ordering::Release),
-            XuKind::TensorOp => vc.xu.tensor_efd.store(efd.max(-1), Ordering::Release),
-            XuKind::Collectives => return Err(NrtError::invalid("collectives are not supported")),
-        }
-        Ok(())
-    }
-
-    fn tensor_op(
-        &self,
-        vnc: u32,
-        queue: i32,
-        status: *mut i32,
-        op: impl FnOnce() -> Result<()>,
-    ) -> Result<SeqId> {
-        let rt = &self.0;
-        ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on the tensor-op XU"
-            )));
-        }
-        let r = op();
-        let st = r.as_ref().map_or_else(|e| e.status, |_| NrtStatus::Success);
-        if !status.is_null() {
-            // SAFETY: the caller's contract for the status slot (see execute_schedule_raw).
-            unsafe { status.write_volatile(st.as_i32()) };
-        }
-        r?;
-        let n = vc.xu.tensor_ops.fetch_add(1, Ordering::AcqRel) + 1;
-        signal_efd(vc.xu.tensor_efd.load(Ordering::Acquire));
-        Ok(SeqId::new(xu_id(vnc, XuKind::TensorOp), n))
-    }
-
-    /// Schedules a tensor write on the tensor-op XU (`nrta_tensor_write`). The copy is done
-    /// when this returns; the seq completes at once.
-    ///
-    /// # Safety
-    /// `status`: as in [`Runtime::execute_schedule_raw`].
-    pub unsafe fn tensor_write_schedule(
-        &self,
-        t: &Tensor,
-        buf: &[u8],
-        offset: u64,
-        vnc: u32,
-        queue: i32,
-        status: *mut i32,
-    ) -> Result<SeqId> {
-        self.tensor_op(vnc, queue, status, || t.write(buf, offset))
-    }
-
-    /// Schedules a tensor read (`nrta_tensor_read`).
-    ///
-    /// # Safety
-    /// `status`: as in [`Runtime::execute_schedule_raw`].
-    pub unsafe fn tensor_read_schedule(
-        &self,
-        t: &Tensor,
-        buf: &mut [u8],
-        offset: u64,
-        vnc: u32,
-        queue: i32,
-        status: *mut i32,
-    ) -> Result<SeqId> {
-        self.tensor_op(vnc, queue, status, || t.read(buf, offset))
-    }
-
-    /// Schedules a tensor copy (`nrta_tensor_copy`).
-    ///
-    /// # Safety
-    /// `status`: as in [`Runtime::execute_schedule_raw`].
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "mirrors the public nrta_tensor_copy signature"
-    )]
-    pub unsafe fn tensor_copy_schedule(
-        &self,
-        src: &Tensor,
-        src_offset: u64,
-        dst: &Tensor,
-        dst_offset: u64,
-        size: u64,
-        vnc: u32,
-        queue: i32,
-        status: *mut i32,
-    ) -> Result<SeqId> {
-        self.tensor_op(vnc, queue, status, || {
-            dst.copy_from(src, src_offset, dst_offset, size)
-        })
-    }
-
-    /// Registers the implicit-async completion callback, replacing the previous one
-    /// (`nrt_register_async_exec_callback`). `NRT_INVALID` when the runtime is not in
-    /// implicit async mode.
-    pub fn register_async_callback(&self, cb: AsyncCallback) -> Result<()> {
-        let rt = &self.0;
-        ensure_open(rt)?;
-        let ia = rt.implicit_async.as_ref().ok_or_else(|| {
-            NrtError::invalid("not in async mode: set NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS > 0 before nrt_init")
-        })?;
-        let new = Box::into_raw(Box::new(CallbackBox { cb }));
-        let old = ia.callback.swap(new, Ordering::AcqRel);
-        // SAFETY: `old` came from Box::into_raw; it is parked (not freed) because a worker may
-        // still be calling it.
-        ia.graveyard
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(unsafe { Box::from_raw(old) });
-        Ok(())
-    }
-
-    /// Waits until every implicit-async execution on `vnc` completed and was reported
-    /// (`nrt_async_drain_queued_execs`).
-    pub fn async_drain(&self, vnc: i32) -> Result<()> {
-        let rt = &self.0;
-        ensure_open(rt)?;
-        if in_async_callback() {
-            return Err(refused_in_callback("nrt_async_drain_queued_execs"));
-        }
-        if vnc < 0 {
-            drain_all(rt);
-            return Ok(());
-        }
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        drain_vcore(rt, vc);
-        Ok(())
-    }
-
-    /// Whether the runtime runs `nrt_execute` in implicit async mode.
-    pub fn is_implicit_async(&self) -> bool {
-        self.0.implicit_async.is_some()
-    }
 }

@@ -1,0 +1,752 @@
+//! The public API of the runtime: every method of [`Runtime`], in one file. The pipeline
+//! (`exec`), the harvest (`harvest`) and the execution units (`xu`) are internal; these
+//! methods drive them.
+
+use crate::error::{NrtError, Result};
+use crate::exec::validate;
+use crate::harvest::{self, Step};
+use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADING};
+use crate::xu::{
+    self, AsyncCallback, CallbackBox, XuKind, drain_all, drain_vcore, parse_seq,
+    refused_in_callback, signal_efd, submit_async, xu_id,
+};
+use crate::*;
+
+impl Runtime {
+    /// Starts a runtime on `device`: reserves the selected cores (sets up their DMA trigger
+    /// queues and notification rings, exclusively) and, if configured, the implicit-async
+    /// worker pool.
+    pub fn init(device: Arc<dyn Device>, config: RuntimeConfig) -> Result<Runtime> {
+        config.validate()?;
+        let info = device.info();
+        let cores = config::select_cores(&config, info.num_cores)?;
+        let lnc = config.lnc() as usize;
+        let mut vcores = Vec::with_capacity(cores.len() / lnc);
+        let mut reserved: Vec<u32> = Vec::new();
+        let release = |dev: &dyn Device, reserved: &[u32]| {
+            for &c in reserved {
+                let _ = dev.dma_queue_release(c);
+                let _ = dev.notification_release(c);
+            }
+        };
+        for (vi, group) in cores.chunks(lnc).enumerate() {
+            let mut dma = Vec::new();
+            let mut rings = Vec::new();
+            for &c in group {
+                let setup = || -> Result<(Producer<TriggerPair>, PlaneConsumer)> {
+                    let d = device
+                        .dma_queue_init(c, tuning::DMA_QUEUE_CAPACITY)
+                        .map_err(|e| {
+                            NrtError::new(
+                                NrtStatus::Resource,
+                                format!("NeuronCore {c} is not available: {e}"),
+                            )
+                        })?;
+                    let r = device
+                        .notification_init(c, tuning::NQ_RING_CAPACITY)
+                        .map_err(|e| {
+                            let _ = device.dma_queue_release(c);
+                            NrtError::new(
+                                NrtStatus::Resource,
+                                format!("NeuronCore {c} is not available: {e}"),
+                            )
+                        })?;
+                    Ok((d, r))
+                };
+                match setup() {
+                    Ok((d, r)) => {
+                        reserved.push(c);
+                        dma.push(d);
+                        rings.push(r);
+                    }
+                    Err(e) => {
+                        // Only what this call reserved: core `c` may belong to another runtime.
+                        release(&*device, &reserved);
+                        return Err(e);
+                    }
+                }
+            }
+            let slots = tuning::EXEC_RING_SLOTS as usize;
+            let now = harvest::coarse_now();
+            vcores.push(VCore {
+                index: vi as u32,
+                cores: group.to_vec(),
+                staging: Mutex::new(Staging {
+                    submitted: 0,
+                    dma,
+                    last_model: vec![0; group.len()],
+                }),
+                watch: rings.iter().map(PlaneConsumer::watch).collect(),
+                idle_polls: AtomicU32::new(0),
+                harvest: Mutex::new(Harvest {
+                    rings,
+                    progress: vec![Progress::EMPTY; slots].into_boxed_slice(),
+                    times: vec![[[[0; 2]; NUM_ENGINES]; MAX_LOCKSTEP_CORES]; slots]
+                        .into_boxed_slice(),
+                    last_sweep: now,
+                }),
+                slots: (0..slots)
+                    .map(|_| InflightSlot {
+                        ticket: AtomicU64::new(0),
+                        done: AtomicU64::new(0),
+                        info: UnsafeCell::new(SlotInfo {
+                            model: None,
+                            io_set: 0,
+                            sg_count: 1,
+                            deadline: now,
+                            timeout: Duration::ZERO,
+                            surface: Surface::Sync,
+                            pending_marked: false,
+                        }),
+                    })
+                    .collect(),
+                completed: AtomicU64::new(0),
+                unrecoverable: AtomicBool::new(false),
+                counters: VcoreCounters::default(),
+                models: AtomicU32::new(0),
+                submitted: AtomicU64::new(0),
+                xu: Xu::new(),
+            });
+        }
+        let implicit_async = if config.async_inflight > 0 {
+            Some(ImplicitAsync::new(config.async_inflight, vcores.len()))
+        } else {
+            None
+        };
+        let inner = Arc::new(RuntimeInner {
+            device,
+            state: AtomicU8::new(OPEN),
+            config,
+            vcores: vcores.into_boxed_slice(),
+            models: Mutex::new(Vec::new()),
+            next_model_id: AtomicU32::new(1),
+            implicit_async,
+            trace: trace::Trace::new(),
+            workers: Mutex::new(Vec::new()),
+            workers_started: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        if let Err(e) = xu::start_workers(&inner) {
+            release(&*inner.device, &reserved);
+            return Err(e);
+        }
+        nrt_log!(
+            log::Module::Nrt,
+            log::Level::Info,
+            "nrt_init",
+            "reserved {} NeuronCore(s) as {} logical core(s); {}",
+            reserved.len(),
+            inner.vcores.len(),
+            if inner.implicit_async.is_some() {
+                "implicit async mode"
+            } else {
+                "synchronous mode"
+            }
+        );
+        let guard = Arc::new(CloseOnDrop(inner.clone()));
+        Ok(Runtime(inner, guard))
+    }
+
+    /// [`Runtime::init`] with [`RuntimeConfig::from_env`].
+    pub fn init_from_env(device: Arc<dyn Device>) -> Result<Runtime> {
+        log::configure_from_env();
+        Runtime::init(device, RuntimeConfig::from_env()?)
+    }
+
+    /// Closes the runtime: drains in-flight executions, unloads every model, releases the
+    /// cores. Later calls on this runtime or its handles return `NRT_CLOSED`. Closing twice
+    /// is a no-op.
+    pub fn close(&self) {
+        Runtime::close_inner(&self.0);
+    }
+
+    pub(crate) fn close_inner(rt: &Arc<RuntimeInner>) {
+        if rt
+            .state
+            .compare_exchange(OPEN, CLOSING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        xu::drain_all(rt);
+        let models: Vec<Arc<ModelShared>> =
+            std::mem::take(&mut *rt.models.lock().unwrap_or_else(|e| e.into_inner()));
+        for m in &models {
+            unload_model(rt, m);
+        }
+        rt.state.store(CLOSED, Ordering::Release);
+        xu::stop_workers(rt);
+        for vc in rt.vcores.iter() {
+            for &c in &vc.cores {
+                let _ = rt.device.dma_queue_release(c);
+                let _ = rt.device.notification_release(c);
+            }
+        }
+    }
+
+    /// Whether the runtime is open.
+    pub fn is_open(&self) -> bool {
+        ensure_open(&self.0).is_ok()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.0.config
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.0.device
+    }
+
+    /// Logical cores of this runtime (`nrt_get_visible_vnc_count`).
+    pub fn vnc_count(&self) -> u32 {
+        self.0.vcores.len() as u32
+    }
+
+    /// Loads a compiled model (NCM bytes) onto logical core `vnc` (`-1`: the one with the
+    /// fewest models) (`nrt_load`).
+    pub fn load(&self, bytes: &[u8], vnc: i32, opts: &LoadOptions) -> Result<Model> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let vc = if vnc < 0 {
+            rt.vcores
+                .iter()
+                .min_by_key(|v| v.models.load(Ordering::Relaxed))
+                .expect("at least one vcore")
+        } else {
+            rt.vcores.get(vnc as usize).ok_or_else(|| {
+                NrtError::new(
+                    NrtStatus::LoadNotEnoughNc,
+                    format!(
+                        "logical NeuronCore {vnc} does not exist ({} visible)",
+                        rt.vcores.len()
+                    ),
+                )
+            })?
+        };
+        let id = rt.next_model_id.fetch_add(1, Ordering::Relaxed);
+        let m = Arc::new(model::load(rt, bytes, vc, id, opts).inspect_err(|e| {
+            nrt_log!(log::Module::Nrt, log::Level::Error, "nrt_load", "{e}");
+        })?);
+        vc.models.fetch_add(1, Ordering::Relaxed);
+        rt.models
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(m.clone());
+        nrt_log!(
+            log::Module::Nrt,
+            log::Level::Info,
+            "nrt_load",
+            "loaded model '{}' (id {}) on vnc {} ({} core(s))",
+            m.name,
+            m.id,
+            m.vnc,
+            m.sg_count
+        );
+        Ok(Model(m))
+    }
+
+    /// Unloads a model (`nrt_unload`): executions in flight finish first; later executions
+    /// of it fail with `NRT_INVALID`. Unloading twice is `NRT_INVALID`.
+    pub fn unload(&self, model: &Model) -> Result<()> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        if xu::in_async_callback() {
+            return Err(xu::refused_in_callback("nrt_unload"));
+        }
+        if model
+            .0
+            .state
+            .compare_exchange(
+                STATE_LOADED,
+                STATE_UNLOADING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            return Err(NrtError::invalid(format!(
+                "model '{}' (id {}) is already unloaded",
+                model.0.name, model.0.id
+            )));
+        }
+        rt.models
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|m| !Arc::ptr_eq(m, &model.0));
+        unload_model(rt, &model.0);
+        Ok(())
+    }
+
+    /// Allocates a tensor of `size` bytes (`nrt_tensor_allocate`). Device tensors live on
+    /// logical core `vnc`.
+    pub fn allocate_tensor(
+        &self,
+        placement: Placement,
+        vnc: i32,
+        size: u64,
+        name: &str,
+    ) -> Result<Tensor> {
+        ensure_open(&self.0)?;
+        match placement {
+            Placement::Device => {
+                if vnc < 0 || vnc as usize >= self.0.vcores.len() {
+                    return Err(NrtError::invalid(format!(
+                        "logical NeuronCore {vnc} does not exist ({} visible) for tensor '{name}'",
+                        self.0.vcores.len()
+                    )));
+                }
+                Tensor::new_device(&self.0, vnc, size, name)
+            }
+            Placement::Host | Placement::Virtual => {
+                Tensor::new_host(&self.0, placement, size, name)
+            }
+        }
+    }
+
+    /// A tensor with no storage yet (`nrt_tensor_allocate_empty`); attach a buffer with
+    /// [`Tensor::attach_buffer`].
+    pub fn allocate_empty_tensor(&self, name: &str) -> Result<Tensor> {
+        ensure_open(&self.0)?;
+        Ok(Tensor::new_empty(&self.0, name))
+    }
+
+    /// Executes `model` on `inputs`, writing `outputs` (`nrt_execute`). In implicit async
+    /// mode this returns as soon as the execution is staged; completion arrives through the
+    /// registered callback.
+    pub fn execute(&self, model: &Model, inputs: &TensorSet, outputs: &TensorSet) -> Result<()> {
+        self.execute_repeat(model, inputs, outputs, 1)
+    }
+
+    /// `nrt_execute_repeat`: `repeat` must be ≤ 1 (repeated execution needs a specially
+    /// compiled model, which this runtime does not produce).
+    pub fn execute_repeat(
+        &self,
+        model: &Model,
+        inputs: &TensorSet,
+        outputs: &TensorSet,
+        repeat: i32,
+    ) -> Result<()> {
+        match exec::exec_mode(&self.0) {
+            ExecMode::ExplicitAsync => {
+                exec::execute_sync(&self.0, &model.0, inputs, outputs, repeat)
+            }
+            ExecMode::ImplicitAsync => {
+                xu::execute_implicit(&self.0, &model.0, inputs, outputs, repeat)
+            }
+        }
+    }
+
+    /// Device memory in use (`nrt_get_vnc_memory_stats`).
+    pub fn memory_stats(&self, vnc: u32) -> Result<MemoryStats> {
+        ensure_open(&self.0)?;
+        if vnc as usize >= self.0.vcores.len() {
+            return Err(NrtError::invalid(format!(
+                "logical NeuronCore {vnc} does not exist"
+            )));
+        }
+        let u = self.0.device.mem_usage();
+        Ok(MemoryStats {
+            bytes_used: u.bytes_used,
+            bytes_limit: u.bytes_limit,
+        })
+    }
+
+    /// Staging/doorbell/publish counters of logical core `vnc`.
+    pub fn pipeline_counters(&self, vnc: u32) -> PipelineCounters {
+        let c = &self.0.vcores[vnc as usize].counters;
+        PipelineCounters {
+            staging_locks: c.staging_locks.load(Ordering::Relaxed),
+            doorbells: c.doorbells.load(Ordering::Relaxed),
+            publishes: c.publishes.load(Ordering::Relaxed),
+            barrier_proxy_waits: c.barrier_proxy_waits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Model-switch counters.
+    pub fn switch_counters(&self) -> SwitchCounters {
+        let sum = |f: fn(&VcoreCounters) -> &AtomicU64| {
+            self.0
+                .vcores
+                .iter()
+                .map(|v| f(&v.counters).load(Ordering::Relaxed))
+                .sum()
+        };
+        SwitchCounters {
+            model_switches: sum(|c| &c.model_switches),
+            steady: sum(|c| &c.steady_executions),
+        }
+    }
+
+    /// Turns per-stage tracing on (clearing the ring) or off.
+    pub fn set_tracing(&self, on: bool) {
+        let dev = &self.0.device;
+        self.0.trace.set_enabled(on, || dev.clock_ns());
+    }
+
+    /// The recorded spans, oldest first.
+    pub fn trace_spans(&self) -> Vec<Span> {
+        let mut v = Vec::new();
+        self.0.trace.spans(&mut v);
+        v
+    }
+
+    /// Resets logical core `vnc` after a fatal error: resets its cores on the device and makes
+    /// its XU accept work again.
+    pub fn reset_vnc(&self, vnc: u32) -> Result<()> {
+        ensure_open(&self.0)?;
+        let vc = self
+            .0
+            .vcores
+            .get(vnc as usize)
+            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
+        let _st = vc.staging.lock().unwrap_or_else(|e| e.into_inner());
+        for &c in &vc.cores {
+            self.0.device.nc_reset(c)?;
+        }
+        vc.unrecoverable.store(false, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Runtime {
+    /// Schedules an execution on the compute XU (`nrta_execute_schedule`): returns its seq id
+    /// at once. `queue` must be 0. `status`, if not null, receives the final status when the
+    /// execution completes (before `is_completed` turns true).
+    ///
+    /// # Safety
+    /// `status` must be null or valid for a 4-byte write until the execution completes.
+    pub unsafe fn execute_schedule_raw(
+        &self,
+        model: &crate::Model,
+        inputs: &TensorSet,
+        outputs: &TensorSet,
+        queue: i32,
+        status: *mut i32,
+    ) -> Result<SeqId> {
+        let rt = &self.0;
+        if queue != 0 {
+            return Err(NrtError::invalid(format!(
+                "queue {queue}: the compute XU has only queue 0"
+            )));
+        }
+        validate(rt, &model.0, inputs, outputs, 1, false)?;
+        let vc = &rt.vcores[model.0.vnc as usize];
+        if vc.unrecoverable.load(Ordering::Acquire) {
+            return Err(NrtError::new(
+                NrtStatus::ExecUnitUnrecoverable,
+                format!("compute XU of vnc {} is in a fatal state", vc.index),
+            ));
+        }
+        let seq = submit_async(
+            rt,
+            vc,
+            &model.0,
+            inputs,
+            outputs,
+            Surface::Explicit { status },
+        )?;
+        Ok(SeqId::new(xu_id(vc.index, XuKind::Compute), seq))
+    }
+
+    /// [`Runtime::execute_schedule_raw`] without a status slot; read the outcome with
+    /// [`Runtime::wait`].
+    pub fn execute_schedule(
+        &self,
+        model: &crate::Model,
+        inputs: &TensorSet,
+        outputs: &TensorSet,
+    ) -> Result<SeqId> {
+        // SAFETY: a null status slot is never written.
+        unsafe { self.execute_schedule_raw(model, inputs, outputs, 0, core::ptr::null_mut()) }
+    }
+
+    /// Whether `seq` completed (`nrta_is_completed`); `NRT_INVALID` for a seq that was never
+    /// issued.
+    pub fn is_completed(&self, seq: SeqId) -> Result<bool> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let (vc, kind) = parse_seq(rt, seq)?;
+        let n = seq.seq_num();
+        match kind {
+            XuKind::Compute => {
+                if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
+                    return Err(NrtError::invalid(format!(
+                        "sequence {:#x} was never issued",
+                        seq.0
+                    )));
+                }
+                if n <= vc.completed.load(Ordering::Acquire)
+                    || harvest::completed_status(vc.slot(n), n).is_some()
+                {
+                    return Ok(true);
+                }
+                // Help the harvest along (re-entrant, non-blocking).
+                Ok(harvest::progress_one_step(rt, vc, n) == Step::Done)
+            }
+            XuKind::TensorOp => {
+                if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
+                    return Err(NrtError::invalid(format!(
+                        "sequence {:#x} was never issued",
+                        seq.0
+                    )));
+                }
+                Ok(true)
+            }
+            XuKind::Collectives => Err(NrtError::invalid(format!(
+                "sequence {:#x}: collectives are not supported",
+                seq.0
+            ))),
+        }
+    }
+
+    /// Waits for `seq` on the calling thread (spinning the harvest) and returns its status.
+    pub fn wait(&self, seq: SeqId) -> Result<NrtStatus> {
+        let rt = &self.0;
+        let (vc, kind) = parse_seq(rt, seq)?;
+        if kind != XuKind::Compute {
+            return self.is_completed(seq).map(|_| NrtStatus::Success);
+        }
+        let n = seq.seq_num();
+        if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
+            return Err(NrtError::invalid(format!(
+                "sequence {:#x} was never issued",
+                seq.0
+            )));
+        }
+        let mut backoff = harvest::Backoff::new();
+        loop {
+            if let Some(s) = harvest::completed_status(vc.slot(n), n) {
+                return Ok(s);
+            }
+            if n <= vc.completed.load(Ordering::Acquire) {
+                return Ok(NrtStatus::Success); // retired long ago; status no longer kept
+            }
+            if harvest::progress_one_step(rt, vc, n) == Step::Idle {
+                backoff.snooze();
+            }
+        }
+    }
+
+    /// The last completed seq of an XU (`nrta_get_sequence`).
+    pub fn get_sequence(&self, vnc: u32, kind: XuKind, queue: i32) -> Result<SeqId> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let vc = rt
+            .vcores
+            .get(vnc as usize)
+            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
+        if queue != 0 {
+            return Err(NrtError::invalid(format!(
+                "queue {queue} does not exist on this XU"
+            )));
+        }
+        let n = match kind {
+            XuKind::Compute => vc.completed.load(Ordering::Acquire),
+            XuKind::TensorOp => vc.xu.tensor_ops.load(Ordering::Acquire),
+            XuKind::Collectives => return Err(NrtError::invalid("collectives are not supported")),
+        };
+        Ok(SeqId::new(xu_id(vnc, kind), n))
+    }
+
+    /// Signals eventfd `efd` when `seq` completes (at once if it already has);
+    /// `efd = -1` deregisters (`nrta_event_register_seq_id_completion`).
+    pub fn register_seq_eventfd(&self, seq: SeqId, efd: i32) -> Result<()> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let (vc, kind) = parse_seq(rt, seq)?;
+        let n = seq.seq_num();
+        if kind == XuKind::TensorOp {
+            if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
+                return Err(NrtError::invalid(format!(
+                    "sequence {:#x} was never issued",
+                    seq.0
+                )));
+            }
+            signal_efd(efd);
+            return Ok(());
+        }
+        if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
+            return Err(NrtError::invalid(format!(
+                "sequence {:#x} was never issued",
+                seq.0
+            )));
+        }
+        let (s, fd) = &vc.xu.seq_efd[((n - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
+        if efd < 0 {
+            if s.load(Ordering::Acquire) == n {
+                fd.store(-1, Ordering::Release);
+                s.store(0, Ordering::Release);
+            }
+            return Ok(());
+        }
+        fd.store(efd, Ordering::Release);
+        s.store(n, Ordering::Release);
+        if n <= vc.completed.load(Ordering::Acquire)
+            || harvest::completed_status(vc.slot(n), n).is_some()
+        {
+            // Already complete: signal now (the harvest may also have: eventfds count).
+            if s.compare_exchange(n, 0, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                signal_efd(fd.swap(-1, Ordering::AcqRel));
+            }
+        }
+        Ok(())
+    }
+
+    /// Signals `efd` on every completion of an XU; `-1` deregisters
+    /// (`nrta_event_register_xu_completion`).
+    pub fn register_xu_eventfd(&self, vnc: u32, kind: XuKind, queue: i32, efd: i32) -> Result<()> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let vc = rt
+            .vcores
+            .get(vnc as usize)
+            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
+        if queue != 0 {
+            return Err(NrtError::invalid(format!(
+                "queue {queue} does not exist on this XU"
+            )));
+        }
+        match kind {
+            XuKind::Compute => vc.xu.compute_efd.store(efd.max(-1), Ordering::Release),
+            XuKind::TensorOp => vc.xu.tensor_efd.store(efd.max(-1), Ordering::Release),
+            XuKind::Collectives => return Err(NrtError::invalid("collectives are not supported")),
+        }
+        Ok(())
+    }
+
+    fn tensor_op(
+        &self,
+        vnc: u32,
+        queue: i32,
+        status: *mut i32,
+        op: impl FnOnce() -> Result<()>,
+    ) -> Result<SeqId> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let vc = rt
+            .vcores
+            .get(vnc as usize)
+            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
+        if queue != 0 {
+            return Err(NrtError::invalid(format!(
+                "queue {queue} does not exist on the tensor-op XU"
+            )));
+        }
+        let r = op();
+        let st = r.as_ref().map_or_else(|e| e.status, |_| NrtStatus::Success);
+        if !status.is_null() {
+            // SAFETY: the caller's contract for the status slot (see execute_schedule_raw).
+            unsafe { status.write_volatile(st.as_i32()) };
+        }
+        r?;
+        let n = vc.xu.tensor_ops.fetch_add(1, Ordering::AcqRel) + 1;
+        signal_efd(vc.xu.tensor_efd.load(Ordering::Acquire));
+        Ok(SeqId::new(xu_id(vnc, XuKind::TensorOp), n))
+    }
+
+    /// Schedules a tensor write on the tensor-op XU (`nrta_tensor_write`). The copy is done
+    /// when this returns; the seq completes at once.
+    ///
+    /// # Safety
+    /// `status`: as in [`Runtime::execute_schedule_raw`].
+    pub unsafe fn tensor_write_schedule(
+        &self,
+        t: &Tensor,
+        buf: &[u8],
+        offset: u64,
+        vnc: u32,
+        queue: i32,
+        status: *mut i32,
+    ) -> Result<SeqId> {
+        self.tensor_op(vnc, queue, status, || t.write(buf, offset))
+    }
+
+    /// Schedules a tensor read (`nrta_tensor_read`).
+    ///
+    /// # Safety
+    /// `status`: as in [`Runtime::execute_schedule_raw`].
+    pub unsafe fn tensor_read_schedule(
+        &self,
+        t: &Tensor,
+        buf: &mut [u8],
+        offset: u64,
+        vnc: u32,
+        queue: i32,
+        status: *mut i32,
+    ) -> Result<SeqId> {
+        self.tensor_op(vnc, queue, status, || t.read(buf, offset))
+    }
+
+    /// Schedules a tensor copy (`nrta_tensor_copy`).
+    ///
+    /// # Safety
+    /// `status`: as in [`Runtime::execute_schedule_raw`].
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "mirrors the public nrta_tensor_copy signature"
+    )]
+    pub unsafe fn tensor_copy_schedule(
+        &self,
+        src: &Tensor,
+        src_offset: u64,
+        dst: &Tensor,
+        dst_offset: u64,
+        size: u64,
+        vnc: u32,
+        queue: i32,
+        status: *mut i32,
+    ) -> Result<SeqId> {
+        self.tensor_op(vnc, queue, status, || {
+            dst.copy_from(src, src_offset, dst_offset, size)
+        })
+    }
+
+    /// Registers the implicit-async completion callback, replacing the previous one
+    /// (`nrt_register_async_exec_callback`). `NRT_INVALID` when the runtime is not in
+    /// implicit async mode.
+    pub fn register_async_callback(&self, cb: AsyncCallback) -> Result<()> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let ia = rt.implicit_async.as_ref().ok_or_else(|| {
+            NrtError::invalid("not in async mode: set NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS > 0 before nrt_init")
+        })?;
+        let new = Box::into_raw(Box::new(CallbackBox { cb }));
+        let old = ia.callback.swap(new, Ordering::AcqRel);
+        // SAFETY: `old` came from Box::into_raw; it is parked (not freed) because a worker may
+        // still be calling it.
+        ia.graveyard
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(unsafe { Box::from_raw(old) });
+        Ok(())
+    }
+
+    /// Waits until every implicit-async execution on `vnc` completed and was reported
+    /// (`nrt_async_drain_queued_execs`).
+    pub fn async_drain(&self, vnc: i32) -> Result<()> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        if in_async_callback() {
+            return Err(refused_in_callback("nrt_async_drain_queued_execs"));
+        }
+        if vnc < 0 {
+            drain_all(rt);
+            return Ok(());
+        }
+        let vc = rt
+            .vcores
+            .get(vnc as usize)
+            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
+        drain_vcore(rt, vc);
+        Ok(())
+    }
+
+    /// Whether the runtime runs `nrt_execute` in implicit async mode.
+    pub fn is_implicit_async(&self) -> bool {
+        self.0.implicit_async.is_some()
+    }
+}
