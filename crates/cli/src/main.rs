@@ -169,29 +169,38 @@ fn describe(info: &[TensorInfo]) {
 
 fn run(a: &RunArgs) -> Res<()> {
     let path = &a.model;
-    let p = session::prepare(path, &session::compile_options(&a.compile)?)?;
+    // Inputs given as files fix the shapes of symbolic or -1 dimensions (an explicit
+    // --input-shape wins).
+    let mut files = std::collections::BTreeMap::new();
+    for s in &a.input {
+        let (n, f) = args::name_value(s, "--input")?;
+        let h = if f.ends_with(".npy") {
+            npy::read(Path::new(&f))?
+        } else {
+            nrt_compiler::read_tensor_pb(Path::new(&f))
+                .map_err(|e| format!("{f}: {e}"))?
+                .1
+        };
+        files.insert(n, (f, h));
+    }
+    let mut opts = session::compile_options(&a.compile)?;
+    for (n, (_, h)) in &files {
+        opts.input_shapes
+            .entry(n.clone())
+            .or_insert_with(|| h.shape.clone());
+    }
+    let p = session::prepare(path, &opts)?;
     let (_dev, rt) = session::runtime(None)?;
     let m = session::load(&rt, &p.ncm, -1)?;
     let (ins, outs, all) = session::io_tensors(&rt, &m)?;
     let seed = a.seed;
-    let mut given = std::collections::BTreeMap::new();
-    for s in &a.input {
-        let (n, f) = args::name_value(s, "--input")?;
-        given.insert(n, f);
-    }
+    let mut given = files;
     for (i, (info, t)) in all.iter().enumerate() {
         if info.usage != nrt_model::Usage::Input {
             continue;
         }
         let bytes = match given.remove(&info.name) {
-            Some(f) => {
-                let h = if f.ends_with(".npy") {
-                    npy::read(Path::new(&f))?
-                } else {
-                    nrt_compiler::read_tensor_pb(Path::new(&f))
-                        .map_err(|e| format!("{f}: {e}"))?
-                        .1
-                };
+            Some((f, h)) => {
                 let b = session::to_device_bytes(&h, info.dtype);
                 if b.len() as u64 != info.size {
                     return Err(format!(

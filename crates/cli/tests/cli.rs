@@ -274,3 +274,76 @@ fn run_reads_and_writes_npy() {
     let err = fails(&["run", s(&onnx), "--input", &format!("X={}", s(&small))]);
     assert!(err.contains("small.npy"), "{err}");
 }
+
+/// A model exported with `-1` as its batch dimension: `nrt run` takes the shape from the
+/// input file given; without one (and no --input-shape) the error says how to fix it.
+#[test]
+fn run_specializes_minus_one_dims_from_the_inputs_given() {
+    use nrt_compiler::onnx::*;
+    let dim = |v: i64| Dimension {
+        dim_value: Some(v),
+        dim_param: None,
+    };
+    let vi = |name: &str| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: data_type::FLOAT,
+                shape: Some(TensorShapeProto {
+                    dim: vec![dim(-1), dim(2)],
+                }),
+            }),
+            ..Default::default()
+        }),
+    };
+    let onnx = encode_model(&ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            name: "relu".into(),
+            node: vec![NodeProto {
+                input: vec!["x".into()],
+                output: vec!["y".into()],
+                name: "relu".into(),
+                op_type: "Relu".into(),
+                ..Default::default()
+            }],
+            input: vec![vi("x")],
+            output: vec![vi("y")],
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let dir = scratch("cli-minus-one");
+    let model = dir.join("relu.onnx");
+    std::fs::write(&model, onnx).expect("write");
+    let err = fails(&["run", s(&model)]);
+    assert!(
+        err.contains("unknown dimension -1 at axis 0") && err.contains("--input x="),
+        "{err}"
+    );
+    // x: float32 [3, 2] as .npy, built by hand.
+    let mut header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }".to_vec();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(b' ');
+    }
+    header.push(b'\n');
+    let mut f = b"\x93NUMPY\x01\x00".to_vec();
+    f.extend((header.len() as u16).to_le_bytes());
+    f.extend(header);
+    f.extend(
+        [-1.0f32, 2.0, -3.0, 4.0, 5.0, -6.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes()),
+    );
+    let x = dir.join("x.npy");
+    std::fs::write(&x, f).expect("write");
+    let out = ok(&["run", s(&model), "--input", &format!("x={}", s(&x))]);
+    assert!(
+        out.contains("output 'y' [3, 2]: [0.00000, 2.00000, 0.00000, 4.00000, 5.00000, 0.00000]"),
+        "{out}"
+    );
+}

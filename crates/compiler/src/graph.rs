@@ -272,7 +272,10 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
             }
             for (i, d) in dims.iter().enumerate() {
                 let from_user = user.map(|u| u[i]).or(given.map(|t| t.shape[i]));
-                match (d.dim_value, from_user) {
+                // `-1` is a common exporter habit for "unknown" (ONNX Runtime reads it so):
+                // the same as a `dim_param`.
+                let value = d.dim_value.filter(|&v| v != -1);
+                match (value, from_user) {
                     (Some(v), _) if v < 0 => {
                         return err(
                             ErrorKind::BadShape,
@@ -290,11 +293,16 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
                     (Some(v), _) => shape.push(v as usize),
                     (None, Some(u)) => shape.push(u),
                     (None, None) => {
-                        let p = d.dim_param.clone().unwrap_or_default();
+                        let what = match (&d.dim_param, d.dim_value) {
+                            (Some(p), _) if !p.is_empty() => format!("symbolic dimension '{p}'"),
+                            (_, Some(-1)) => "unknown dimension -1".to_owned(),
+                            _ => "an unnamed symbolic dimension".to_owned(),
+                        };
+                        let rank = dims.len();
                         return err(
                             ErrorKind::BadShape,
                             format!(
-                                "input '{name}' has symbolic dimension '{p}' at axis {i}: give its shape with input_shapes"
+                                "input '{name}' has {what} at axis {i} (of {rank}): fix its shape with input_shapes / `--input-shape {name}=D,D,..`, or give an input file (`nrt run --input {name}=FILE`)"
                             ),
                         );
                     }

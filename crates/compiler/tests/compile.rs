@@ -195,6 +195,36 @@ fn symbolic_dims_bind_from_input_shapes() {
     );
 }
 
+/// A literal `-1` dimension (a common exporter habit; ONNX Runtime reads it as unknown) is a
+/// symbolic dimension: fixed by `input_shapes`, and without them the error names the input,
+/// the axis and how to fix it (it used to say "declares negative dimension -1").
+#[test]
+fn minus_one_dims_are_symbolic() {
+    let mut x = vi("X", dt::FLOAT, &[2, 3]);
+    let mut y = vi("Y", dt::FLOAT, &[2, 3]);
+    for v in [&mut x, &mut y] {
+        let shape = v.r#type.as_mut().unwrap().tensor_type.as_mut().unwrap();
+        shape.shape.as_mut().unwrap().dim[0].dim_value = Some(-1);
+    }
+    let m = model(
+        vec![node("Relu", &["X"], &["Y"], vec![])],
+        vec![],
+        vec![x],
+        vec![y],
+        13,
+    );
+    let e = compile(&m, None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadShape);
+    for needle in ["'X'", "unknown dimension -1 at axis 0", "--input-shape X="] {
+        assert!(e.message.contains(needle), "{needle}: {e}");
+    }
+    let mut o = CompileOptions::default();
+    o.input_shapes.insert("X".into(), vec![7, 3]);
+    let c = ok(&m, &o);
+    assert_eq!(c.model.io[0].shape, vec![7, 3]);
+    assert_eq!(c.model.io[1].shape, vec![7, 3]);
+}
+
 /// Shape arithmetic folds: Shape → Gather → Unsqueeze → Concat → Reshape.
 #[test]
 fn shape_subgraph_folds() {
