@@ -77,10 +77,12 @@ pub struct Graph {
 }
 
 /// Lowest and highest default-domain opset accepted. Opsets 23–25 only extend the types of
-/// the operators we support, so their semantics are those of 22. Below 7, only operators
-/// whose semantics did not change are accepted (legacy attributes such as `broadcast` or
-/// `consumed_inputs` are rejected by name).
-pub const OPSET_RANGE: (i64, i64) = (1, 25);
+/// the operators we support, so their semantics are those of 22; opset 26 only adds
+/// operators (BitCast, CumProd) and 27 adds operators and float16/bfloat16 to Range (checked
+/// against onnx 1.22's schema history: no supported operator changed meaning). Below 7, only
+/// operators whose semantics did not change are accepted (legacy attributes such as
+/// `broadcast` or `consumed_inputs` are rejected by name).
+pub const OPSET_RANGE: (i64, i64) = (1, 27);
 
 impl Node {
     fn attr(&self, name: &str) -> Option<&AttributeProto> {

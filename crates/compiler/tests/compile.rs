@@ -225,6 +225,31 @@ fn minus_one_dims_are_symbolic() {
     assert_eq!(c.model.io[1].shape, vec![7, 3]);
 }
 
+/// Opsets 26 and 27 (onnx 1.22) compile: they changed no supported operator; 28 is refused
+/// naming the range.
+#[test]
+fn opsets_up_to_27_are_accepted() {
+    for opset in [7, 22, 25, 26, 27] {
+        let m = model(
+            vec![node("Relu", &["X"], &["Y"], vec![])],
+            vec![],
+            vec![vi("X", dt::FLOAT, &[2, 3])],
+            vec![vi("Y", dt::FLOAT, &[2, 3])],
+            opset,
+        );
+        ok(&m, &CompileOptions::default());
+    }
+    let m = model(
+        vec![node("Relu", &["X"], &["Y"], vec![])],
+        vec![],
+        vec![vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        28,
+    );
+    let e = compile(&m, None, &CompileOptions::default()).unwrap_err();
+    assert!(e.message.contains("27"), "{e}");
+}
+
 /// Shape arithmetic folds: Shape → Gather → Unsqueeze → Concat → Reshape.
 #[test]
 fn shape_subgraph_folds() {
