@@ -1,6 +1,8 @@
 //! Shared helpers of the runtime's integration tests.
 #![allow(dead_code, reason = "each test binary uses a different subset")]
 
+pub mod scripted;
+
 use nrt_runtime::{LoadOptions, Model, Placement, Runtime, RuntimeConfig, Tensor, TensorSet};
 use nrt_sim::{SimConfig, SoftDevice};
 use std::sync::Arc;

@@ -1,0 +1,223 @@
+//! The harvest's step function on a scripted device (`common/scripted.rs`): the records of
+//! an execution arrive in the order a test chooses, so every path of the state machine —
+//! START/END interleavings, two executions' records mixed, errors that abort or not, a stale
+//! record, dropped notifications, an engine hang, a lockstep partner that starts late, a
+//! fatal error with executions queued behind it — is exercised deterministically.
+
+mod common;
+
+use common::scripted::ScriptedDevice;
+use nrt_hal::{Engine, ErrorSubtype, NrtStatus, SeqId, wire::cause};
+use nrt_runtime::builtin::near_null;
+use nrt_runtime::{LoadOptions, Model, Placement, Runtime, RuntimeConfig, TensorSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Rig {
+    dev: Arc<ScriptedDevice>,
+    rt: Runtime,
+    m: Model,
+    ins: TensorSet,
+    outs: TensorSet,
+}
+
+fn rig(lnc: u32, timeout: Duration) -> Rig {
+    let dev = Arc::new(ScriptedDevice::new(2));
+    let rt = Runtime::init(
+        dev.clone(),
+        RuntimeConfig {
+            logical_nc: lnc,
+            ..RuntimeConfig::default()
+        },
+    )
+    .unwrap();
+    let m = rt
+        .load(
+            &near_null(lnc),
+            0,
+            &LoadOptions {
+                exec_timeout: Some(timeout),
+            },
+        )
+        .unwrap();
+    let (mut ins, mut outs) = (TensorSet::new(), TensorSet::new());
+    for info in m.tensor_info() {
+        let t = rt
+            .allocate_tensor(Placement::Device, 0, info.size, &info.name)
+            .unwrap();
+        match info.usage {
+            nrt_model::Usage::Input => ins.add(&info.name, &t),
+            nrt_model::Usage::Output => outs.add(&info.name, &t),
+        }
+    }
+    Rig {
+        dev,
+        rt,
+        m,
+        ins,
+        outs,
+    }
+}
+
+impl Rig {
+    /// Schedules one execution; returns its seq and the compute index the device sees.
+    fn schedule(&self) -> (SeqId, u32) {
+        let s = self
+            .rt
+            .execute_schedule(&self.m, &self.ins, &self.outs)
+            .unwrap();
+        let reqs = self.dev.staged(0);
+        assert_eq!(reqs.len(), 1, "one request per execution and core");
+        (s, reqs[0].compute_idx)
+    }
+
+    fn done(&self, s: SeqId) -> bool {
+        self.rt.is_completed(s).unwrap()
+    }
+}
+
+#[test]
+fn completes_only_after_every_engine_ended_in_any_order() {
+    let r = rig(1, Duration::from_secs(5));
+    let (s, idx) = r.schedule();
+    assert_eq!(r.dev.doorbells(0), 1);
+    // Ends before other engines' starts, reverse order, a duplicate END.
+    let order = [
+        Engine::Sp,
+        Engine::Dve,
+        Engine::Pe,
+        Engine::Act,
+        Engine::Pool,
+    ];
+    for e in order {
+        r.dev.engine(0, e, idx, false);
+    }
+    assert!(!r.done(s));
+    for (k, e) in order.iter().rev().enumerate() {
+        r.dev.engine(0, *e, idx, true);
+        if k == 0 {
+            r.dev.engine(0, *e, idx, true); // a repeated END counts once
+        }
+        assert_eq!(r.done(s), k == order.len() - 1, "after {k} ENDs");
+    }
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success);
+}
+
+#[test]
+fn two_executions_records_interleaved_complete_independently() {
+    let r = rig(1, Duration::from_secs(5));
+    let (s1, i1) = r.schedule();
+    let (s2, i2) = r.schedule();
+    assert_eq!(i2, i1 + 1);
+    // The second one's records first: it completes before the first.
+    r.dev.run_all(0, i2);
+    assert!(r.done(s2) && !r.done(s1));
+    for e in Engine::ALL {
+        r.dev.engine(0, e, i1, false);
+    }
+    assert!(!r.done(s1));
+    for e in Engine::ALL {
+        r.dev.engine(0, e, i1, true);
+    }
+    assert!(r.done(s1));
+    assert_eq!(r.rt.wait(s1).unwrap(), NrtStatus::Success);
+    assert_eq!(r.rt.wait(s2).unwrap(), NrtStatus::Success);
+}
+
+#[test]
+fn a_non_aborting_error_reports_at_the_end_an_aborting_one_at_once() {
+    let r = rig(1, Duration::from_secs(5));
+    let (s, idx) = r.schedule();
+    r.dev.error(0, ErrorSubtype::Numerical, Engine::Act, idx);
+    assert!(!r.done(s), "a numerical error does not end the execution");
+    r.dev.run_all(0, idx);
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::ExecCompletedWithNumErr);
+
+    let (s, idx) = r.schedule();
+    r.dev.engine(0, Engine::Sp, idx, false);
+    r.dev.error(0, ErrorSubtype::DmaAbort, Engine::Sp, idx);
+    assert!(r.done(s), "an aborting error ends it without END records");
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::ExecHwErrDmaAbort);
+    // Its late END records are stale and change nothing.
+    r.dev.run_all(0, idx);
+    let (s, idx) = r.schedule();
+    r.dev.run_all(0, idx);
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success);
+}
+
+#[test]
+fn the_first_error_wins() {
+    let r = rig(1, Duration::from_secs(5));
+    let (s, idx) = r.schedule();
+    r.dev.error(0, ErrorSubtype::Transient, Engine::Pe, idx);
+    r.dev.error(0, ErrorSubtype::Numerical, Engine::Act, idx);
+    r.dev.run_all(0, idx);
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::ExecCompletedWithErr);
+}
+
+#[test]
+fn missing_records_decode_as_dropped_notifications_or_a_hang() {
+    let r = rig(1, Duration::from_millis(100));
+    // No records at all and no cause bit: the notifications were dropped.
+    let (s, idx) = r.schedule();
+    r.dev.engine(0, Engine::Pe, idx, false);
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::ExecSwNqOverflow);
+    // The watchdog's cause bit: a hang.
+    let (s, _) = r.schedule();
+    r.dev.set_cause(0, cause::EXEC_TIMEOUT);
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Timeout);
+    assert_eq!(
+        r.dev.interrupt_cause_now(0) & cause::EXEC_TIMEOUT,
+        0,
+        "the harvest clears the cause bit it decoded"
+    );
+}
+
+#[test]
+fn lockstep_execution_waits_for_the_late_partner() {
+    let r = rig(2, Duration::from_secs(5));
+    let s = r.rt.execute_schedule(&r.m, &r.ins, &r.outs).unwrap();
+    let (q0, q1) = (r.dev.staged(0), r.dev.staged(1));
+    assert_eq!((q0.len(), q1.len()), (1, 1), "one request per core");
+    assert_eq!(q0[0].compute_idx, q1[0].compute_idx, "one compute index");
+    assert_eq!((r.dev.doorbells(0), r.dev.doorbells(1)), (1, 1));
+    let idx = q0[0].compute_idx;
+    r.dev.run_all(0, idx);
+    assert!(!r.done(s), "core 1 has not even started");
+    r.dev.engine(1, Engine::Pe, idx, false);
+    assert!(!r.done(s));
+    for e in Engine::ALL {
+        r.dev.engine(1, e, idx, false);
+        r.dev.engine(1, e, idx, true);
+    }
+    assert!(r.done(s));
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success);
+}
+
+#[test]
+fn a_fatal_error_fails_what_is_queued_behind_it_and_nothing_ahead() {
+    let r = rig(1, Duration::from_secs(30));
+    let (s1, i1) = r.schedule();
+    let (s2, i2) = r.schedule();
+    let (s3, _) = r.schedule();
+    let (s4, _) = r.schedule();
+    // The first ran to its end, but its END records are not drained yet when the fatal
+    // error of the second arrives: it keeps its own status.
+    r.dev.run_all(0, i1);
+    r.dev.error(0, ErrorSubtype::Fatal, Engine::Pe, i2);
+    assert_eq!(r.rt.wait(s1).unwrap(), NrtStatus::Success);
+    for s in [s2, s3, s4] {
+        assert!(r.done(s), "finished at once, not after the 30 s timeout");
+        assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::ExecUnitUnrecoverable);
+    }
+    assert_eq!(
+        r.rt.execute_schedule(&r.m, &r.ins, &r.outs)
+            .unwrap_err()
+            .status,
+        NrtStatus::ExecUnitUnrecoverable
+    );
+    r.rt.reset_vnc(0).unwrap();
+    let (s, idx) = r.schedule();
+    r.dev.run_all(0, idx);
+    assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success);
+}
