@@ -146,13 +146,11 @@ fn run_with_fault(
     dev.inject(spec).unwrap();
     d.stage(blocks, 1, 0, 0, 1);
     d.doorbell().unwrap();
-    // Give the device time to finish, fail, or time out.
-    let t0 = Instant::now();
+    // Wait until the device finished, failed or timed out the execution; a fixed wait (it was
+    // 300 ms) can end first on a machine whose CPUs are shared.
     let mut recs = Vec::new();
-    while t0.elapsed() < Duration::from_millis(300) {
-        d.drain(&mut recs);
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until_done(&dev, 1);
+    d.drain(&mut recs);
     let c = d.cause();
     let dropped: u32 = Engine::ALL.iter().map(|&e| d.dropped(e)).sum();
     dev.interrupt_cause_clear(0, c).unwrap();
@@ -160,7 +158,7 @@ fn run_with_fault(
         // A wedged core takes nothing until reset.
         d.stage(blocks, 2, 0, 0, 1);
         d.doorbell().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        wait_until_done(&dev, 2); // the device took request 2 and is idle again
         let mut none = Vec::new();
         d.drain(&mut none);
         assert!(
@@ -174,6 +172,23 @@ fn run_with_fault(
     d.doorbell().unwrap();
     let next = d.wait_for_ends(5, T);
     (recs, c, dropped, next)
+}
+
+/// Waits (at most `T`) until core 0 has taken `taken` requests in all and the device thread
+/// has parked again: it parks only after a bounded spin with nothing to run (a stalled
+/// execution keeps it polling until the watchdog fires), so every request it took has then
+/// finished, failed or been abandoned, and its records are in the rings. The request count
+/// rules out the moment the thread re-checks for work on its way out of a park (its parked
+/// flag is briefly set then), which a preempted device thread can stretch.
+fn wait_until_done(dev: &SoftDevice, taken: u64) {
+    let t0 = Instant::now();
+    while dev.executions(0).unwrap() < taken || !dev.is_parked() {
+        assert!(
+            t0.elapsed() < T,
+            "the device never finished request {taken}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 fn assert_clean(next: &[NqRecord]) {
