@@ -384,6 +384,30 @@ fn lockstep_pair_synchronizes_through_a_barrier() {
     assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
 }
 
+/// The host rings the two cores of a lockstep execution one after the other; a host thread
+/// preempted between the two doorbells (a co-tenant took its CPU) leaves core 0 waiting at
+/// the barrier for as long as the preemption lasts. That is the host being late, not a
+/// device hang: the watchdog must not fire, however long the wait.
+#[test]
+fn a_late_second_doorbell_of_a_lockstep_pair_is_not_a_hang() {
+    let dev = device();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let g = SemRef::global(0);
+    let barrier = [Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
+    b0[4] = d0.load_block(&barrier).unwrap();
+    b1[4] = d1.load_block(&barrier).unwrap();
+    d0.stage(b0, 0, 0, 0, 2);
+    d1.stage(b1, 0, 0, 1, 2);
+    d0.doorbell().unwrap();
+    std::thread::sleep(dev.config().hang_watchdog * 3);
+    d1.doorbell().unwrap();
+    assert_eq!(kinds(&d0.wait_for_ends(5, T), RecordKind::End).len(), 5);
+    assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
+    assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
+}
+
 #[test]
 fn idle_device_parks() {
     let dev = device();
