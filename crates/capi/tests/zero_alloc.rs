@@ -1,12 +1,15 @@
 //! Zero heap allocations per steady-state execution *through the C layer*: the exported
 //! `extern "C"` functions are called directly (the crate's rlib), with a counting global
-//! allocator that sees every thread (the caller, the device thread, the XU workers).
+//! allocator that sees every thread (the caller, the device thread, the XU workers). Each
+//! entry point is measured quiet and again beside busy-looping co-tenant threads, one per
+//! CPU, so the slow paths that only preemption makes run are measured too (issue #18).
 
 mod common;
 use nrt::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 struct Counting;
 
@@ -53,6 +56,24 @@ fn measure(n: usize, mut f: impl FnMut()) -> (u64, u64) {
     (a1 - a0, f1 - f0)
 }
 
+/// [`measure`] while one busy-looping thread per CPU competes for the CPUs: at least 50
+/// calls and at least 300 ms, so the window spans many preemptions.
+fn measure_contended(mut f: impl FnMut()) -> (u64, u64) {
+    let _co = nrt_sim::testkit::CoTenants::one_per_cpu();
+    for _ in 0..50 {
+        f();
+    }
+    let (a0, f0) = counts();
+    let start = Instant::now();
+    let mut calls = 0;
+    while calls < 50 || start.elapsed() < Duration::from_millis(300) {
+        f();
+        calls += 1;
+    }
+    let (a1, f1) = counts();
+    (a1 - a0, f1 - f0)
+}
+
 const OK: i32 = 0;
 
 /// One test: the runtime is process-global, so everything runs in order here.
@@ -82,8 +103,13 @@ fn c_entry_points_allocate_nothing_per_execution() {
         assert_eq!(nrt_tensor_write(x, input.as_ptr().cast(), 0, 16), OK);
 
         // nrt_execute: the synchronous hot path.
-        let (allocs, frees) = measure(1000, || assert_eq!(nrt_execute(model, ins, outs), OK));
-        assert_eq!((allocs, frees), (0, 0), "nrt_execute allocated");
+        let exec = || assert_eq!(nrt_execute(model, ins, outs), OK);
+        assert_eq!(measure(1000, exec), (0, 0), "nrt_execute allocated");
+        assert_eq!(
+            measure_contended(exec),
+            (0, 0),
+            "nrt_execute allocated beside co-tenants"
+        );
 
         let mut out = [0f32; 4];
         assert_eq!(nrt_tensor_read(y, out.as_mut_ptr().cast(), 0, 16), OK);
@@ -92,7 +118,7 @@ fn c_entry_points_allocate_nothing_per_execution() {
         // nrta_execute_schedule + nrta_is_completed: the NRT 3.0 hot path.
         let mut status = -1i32;
         let mut seq = 0u64;
-        let run = || {
+        let mut run = || {
             assert_eq!(
                 nrta_execute_schedule(model, ins, outs, 0, &mut status, &mut seq),
                 OK
@@ -102,8 +128,16 @@ fn c_entry_points_allocate_nothing_per_execution() {
                 assert_eq!(nrta_is_completed(seq, &mut done), OK);
             }
         };
-        let (allocs, frees) = measure(1000, run);
-        assert_eq!((allocs, frees), (0, 0), "nrta_execute_schedule allocated");
+        assert_eq!(
+            measure(1000, &mut run),
+            (0, 0),
+            "nrta_execute_schedule allocated"
+        );
+        assert_eq!(
+            measure_contended(&mut run),
+            (0, 0),
+            "nrta_execute_schedule allocated beside co-tenants"
+        );
         assert_eq!(status, OK);
 
         nrt_tensor_free(&mut x);

@@ -253,7 +253,12 @@ fn implicit_rows(label: &str, ncm: &[u8], depth: usize, seconds: f64) -> Res<Row
     let mut samples = Vec::with_capacity(4 << 20);
     let mut run = |samples: &mut Vec<u64>, until: Instant| -> Res<()> {
         while Instant::now() < until && samples.len() < samples.capacity() {
-            while submitted - done.load(Ordering::Acquire) < depth as u64 {
+            // Top up to `depth` submissions not yet sampled, not to `depth` in flight: the
+            // worker can complete executions while this loop submits, and topping up to the
+            // in-flight count then kept submitting without sampling, growing `times` past its
+            // capacity (a reallocation in the measured window, issue #18). `times.len()` is
+            // never below the in-flight count, so this also never exceeds the cap.
+            while times.len() < depth {
                 let k = (submitted % depth as u64) as usize;
                 rt.execute(&m, &sets[k].0, &sets[k].1)
                     .map_err(|e| e.to_string())?;

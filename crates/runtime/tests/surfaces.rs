@@ -211,6 +211,7 @@ fn unload_and_close_while_in_flight_on_every_surface() {
             .inject(FaultSpec::new(FaultKind::Hang).on_engine(nrt_hal::Engine::Dve))
             .unwrap();
         // Submit one slow execution from another thread (sync) or directly (async).
+        let before = s.dev.executions(0).unwrap();
         let pending: Option<std::thread::JoinHandle<_>> = match kind {
             Kind::Sync => {
                 let (rt, m2, i, o) = (s.rt.clone(), m.clone(), ins.clone(), outs.clone());
@@ -225,7 +226,7 @@ fn unload_and_close_while_in_flight_on_every_surface() {
                 None
             }
         };
-        std::thread::sleep(Duration::from_millis(30));
+        wait_until_taken(&s.dev, 0, before); // in flight: not a fixed sleep
         s.rt.unload(&m).unwrap(); // waits for the execution
         if let Some(t) = pending {
             assert_eq!(t.join().unwrap().unwrap_err().status, NrtStatus::Timeout);
@@ -245,8 +246,9 @@ fn unload_and_close_while_in_flight_on_every_surface() {
         match kind {
             Kind::Sync => {
                 let (rt, m2) = (s.rt.clone(), m.clone());
+                let before = s.dev.executions(0).unwrap();
                 let t = std::thread::spawn(move || rt.execute(&m2, &ins, &outs));
-                std::thread::sleep(Duration::from_millis(30));
+                wait_until_taken(&s.dev, 0, before);
                 s.rt.close();
                 assert_eq!(t.join().unwrap().unwrap_err().status, NrtStatus::Timeout);
             }
@@ -298,9 +300,12 @@ fn implicit_async_queue_full_drain_and_tensor_waits() {
     assert!(rt.is_implicit_async());
     let m = rt.load(&near_null(1), 0, &quick_timeout()).unwrap();
     let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
-    // Hold the core with a hanging execution so the queue fills up.
+    // Hold the core with a hanging execution so the queue fills up. The clock starts before
+    // it is staged: its 300 ms deadline then lies at least 300 ms after `t0` however long
+    // this thread is preempted, where a clock started at the read could start late.
     dev.inject(FaultSpec::new(FaultKind::Hang).on_engine(nrt_hal::Engine::Dve))
         .unwrap();
+    let t0 = Instant::now();
     for _ in 0..3 {
         rt.execute(&m, &ins, &outs).unwrap();
     }
@@ -312,7 +317,6 @@ fn implicit_async_queue_full_drain_and_tensor_waits() {
         "{e}"
     );
     // A tensor read waits for the pending executions that use the tensor.
-    let t0 = Instant::now();
     let _ = read_f32(outs.get("y").unwrap());
     assert!(
         t0.elapsed() >= Duration::from_millis(100),

@@ -7,7 +7,6 @@ use nrt_hal::NrtStatus;
 use nrt_runtime::builtin::near_null;
 use nrt_runtime::{LoadOptions, Placement, Runtime, RuntimeConfig, Stage, TensorSet};
 use nrt_sim::{FaultKind, FaultSpec};
-use std::time::Duration;
 
 #[test]
 fn near_null_round_trip_device_and_host_tensors() {
@@ -327,8 +326,9 @@ fn unload_during_execution_waits_for_it() {
     d.inject(FaultSpec::new(FaultKind::Hang).on_engine(nrt_hal::Engine::Dve))
         .unwrap();
     let (rt2, m2) = (rt.clone(), m.clone());
+    let before = d.executions(0).unwrap();
     let t = std::thread::spawn(move || rt2.execute(&m2, &ins, &outs));
-    std::thread::sleep(Duration::from_millis(50));
+    wait_until_taken(&d, 0, before); // in flight (not a fixed sleep: see wait_until_taken)
     rt.unload(&m).unwrap(); // returns once the execution finished
     assert!(!m.is_loaded());
     assert_eq!(t.join().unwrap().unwrap_err().status, NrtStatus::Timeout);

@@ -112,6 +112,10 @@ pub(crate) struct DeviceShared {
     global: Box<[AtomicU64]>,
     /// Per lockstep group: `compute_idx + 1` of an execution one core aborted.
     group_abort: Box<[AtomicU64]>,
+    /// Per core: `compute_idx + 1` of the last lockstep request it took off its exec rings
+    /// (0: none since reset). Until every core of a group took an execution, a core waiting
+    /// for a partner waits on the host, not on a hung device (see [`Self::group_taken`]).
+    lockstep_taken: Box<[AtomicU64]>,
     gates: Box<[IdleGate]>,
     stop: AtomicBool,
     /// Device threads past their start-up (the constructor waits for all of them).
@@ -176,6 +180,25 @@ impl DeviceShared {
 
     pub(crate) fn group_aborted(&self, group: u32, idx: u32) -> bool {
         self.group_abort[group as usize].load(Ordering::Acquire) == idx as u64 + 1
+    }
+
+    /// Core `core` took lockstep request `idx` off its exec rings.
+    pub(crate) fn lockstep_take(&self, core: u32, idx: u32) {
+        self.lockstep_taken[core as usize].store(idx as u64 + 1, Ordering::Release);
+    }
+
+    /// Whether every core of the lockstep group starting at `group` took execution `idx` (or
+    /// a later one) off its exec rings. The host rings the cores one after the other, so a
+    /// host thread preempted between two doorbells leaves the first core waiting at a
+    /// barrier for as long as the preemption lasts; so does a partner still busy with earlier
+    /// work. Neither is a hang: the watchdog only runs once this holds.
+    pub(crate) fn group_taken(&self, group: u32, count: u8, idx: u32) -> bool {
+        (group..group + count as u32).all(|c| {
+            self.lockstep_taken.get(c as usize).is_none_or(|t| {
+                let t = t.load(Ordering::Acquire);
+                t != 0 && ((t - 1) as u32).wrapping_sub(idx) as i32 >= 0
+            })
+        })
     }
 
     /// The faults that fire on execution `n` of core `core`.
@@ -309,6 +332,7 @@ impl SoftDevice {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             group_abort: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_taken: (0..n).map(|_| AtomicU64::new(0)).collect(),
             gates: (0..config.threads).map(|_| IdleGate::new()).collect(),
             stop: AtomicBool::new(false),
             threads_started: AtomicUsize::new(0),
@@ -609,6 +633,7 @@ impl Device for SoftDevice {
         let core = self.shared.core(nc)?;
         core.lock().reset(core, &self.shared);
         self.shared.group_abort[nc as usize].store(0, Ordering::Release);
+        self.shared.lockstep_taken[nc as usize].store(0, Ordering::Release);
         Ok(())
     }
 }

@@ -26,7 +26,10 @@
 //! ever handed to another thread. When no engine can progress the execution is *stalled*: the
 //! worker goes on serving its other cores (the partner core of a lockstep pair may be the one
 //! that unblocks it) and the core's watchdog ([`nrt_hal::tuning::DEVICE_HANG_WATCHDOG`]) turns
-//! a stall that lasts into a hang: cause bit 29, and the execution is abandoned.
+//! a stall that lasts into a hang: cause bit 29, and the execution is abandoned. A lockstep
+//! execution's watchdog starts only once every core of the group took the execution: the host
+//! rings the cores one after the other, and a host preempted between the doorbells is late,
+//! not hung.
 
 use crate::DeviceShared;
 use crate::fault::FaultKind;
@@ -413,6 +416,9 @@ impl CoreInner {
             };
             let req = ExecRequest::from_bytes(&bytes);
             self.exec_count += 1;
+            if req.sg_count > 1 {
+                dev.lockstep_take(core.index, req.compute_idx);
+            }
             if self.wedged {
                 continue; // a wedged core takes no requests until reset
             }
@@ -564,6 +570,13 @@ impl CoreInner {
             // Stalled.
             if exec.req.sg_count > 1 && dev.group_aborted(exec.group, exec.idx) {
                 return Poll::Progressed; // the partner core failed this execution
+            }
+            if exec.req.sg_count > 1 && !dev.group_taken(exec.group, exec.req.sg_count, exec.idx) {
+                // A partner has not taken its part yet: the host is late, or the partner
+                // busy. The watchdog starts once every core of the group has the execution.
+                exec.stalled_since = None;
+                self.current = Some(exec);
+                return Poll::Stalled;
             }
             let since = *exec.stalled_since.get_or_insert_with(Instant::now);
             if since.elapsed() >= dev.config.hang_watchdog {

@@ -5,6 +5,9 @@
 //! It exists so the device can be tested and benchmarked without the runtime (the device's
 //! own tests, the device-only round-trip benchmark). The runtime's real staging path lives
 //! in `nrt-runtime`.
+//!
+//! [`CoTenants`]: busy-looping threads that compete for the CPUs, so a test can run the
+//! runtime the way a shared host does (the zero-allocation tests under contention).
 
 use nrt_hal::wire::{
     EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE, REQUEST_SLOT_TAIL_OFFSET,
@@ -15,7 +18,59 @@ use nrt_hal::{
     TriggerPair, tuning,
 };
 use nrt_isa::{Instruction, Op};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Busy-looping threads competing with everything else in the process for the CPUs until
+/// dropped: co-tenants of a shared host, inside the test process. Once started they never
+/// allocate or make a system call, so they are invisible to a counting allocator.
+#[derive(Debug)]
+pub struct CoTenants {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl CoTenants {
+    /// One busy thread per CPU the process may use: every runtime thread then shares a CPU
+    /// with one and is preempted in the middle of whatever it does.
+    pub fn one_per_cpu() -> CoTenants {
+        CoTenants::start(std::thread::available_parallelism().map_or(2, |n| n.get()))
+    }
+
+    /// `n` busy threads. Returns once every one of them runs: a thread's start-up (std frees
+    /// its start-up state on the new thread) must not land in a measured window, and under
+    /// contention a spawned thread can start late.
+    pub fn start(n: usize) -> CoTenants {
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicUsize::new(0));
+        let threads = (0..n)
+            .map(|_| {
+                let (stop, started) = (stop.clone(), started.clone());
+                std::thread::spawn(move || {
+                    started.fetch_add(1, Ordering::Release);
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        while started.load(Ordering::Acquire) < n {
+            std::thread::yield_now();
+        }
+        CoTenants { stop, threads }
+    }
+}
+
+impl Drop for CoTenants {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
 
 /// Drives one core of a device directly.
 #[derive(Debug)]

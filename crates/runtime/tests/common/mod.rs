@@ -6,7 +6,7 @@ pub mod scripted;
 use nrt_runtime::{LoadOptions, Model, Placement, Runtime, RuntimeConfig, Tensor, TensorSet};
 use nrt_sim::{SimConfig, SoftDevice};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub fn device() -> Arc<SoftDevice> {
     Arc::new(
@@ -26,6 +26,21 @@ pub fn runtime() -> (Arc<SoftDevice>, Runtime) {
     let d = device();
     let rt = runtime_on(&d, RuntimeConfig::default());
     (d, rt)
+}
+
+/// Waits until core `nc` of `dev` has taken more than `before` requests off its exec rings
+/// (at most 10 s): a test that must act while an execution submitted from another thread is
+/// in flight waits for it to be in flight, rather than sleeping a fixed time that a
+/// submitter preempted by a co-tenant can outlast.
+pub fn wait_until_taken(dev: &SoftDevice, nc: u32, before: u64) {
+    let t0 = Instant::now();
+    while dev.executions(nc).unwrap() <= before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the device never took the execution"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 pub fn quick_timeout() -> LoadOptions {
