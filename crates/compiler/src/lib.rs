@@ -35,6 +35,7 @@ pub mod graph;
 pub mod infer;
 pub mod lower;
 pub mod onnx;
+pub(crate) mod params;
 pub mod plan;
 pub mod schedule;
 pub mod tensor;

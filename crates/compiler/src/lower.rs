@@ -30,7 +30,7 @@ use crate::error::{CompileError, ErrorKind, Result};
 use crate::eval::dense_strides;
 use crate::fuse::{Fusion, find_activations};
 use crate::graph::{Graph, ValueId};
-use crate::infer::{self, Ctx};
+use crate::params::{self, Ctx};
 use crate::plan::{Interval, plan};
 use crate::schedule::{IoInfo, for_each_ap_mut, schedule};
 use crate::tensor::{HostTensor, f32_to_f16};
@@ -542,7 +542,7 @@ impl<'a> Lowerer<'a> {
                     n: &self.g.nodes[j],
                 };
                 let r = self.g.values[v].shape.len();
-                let perm = infer::transpose_perm(&c, r)?;
+                let perm = params::transpose_perm(&c, r)?;
                 let st = self.alloc(t);
                 let mut strides = vec![0i64; r];
                 for k in 0..r {
@@ -1112,7 +1112,7 @@ impl<'a> Lowerer<'a> {
             "Transpose" => {
                 // A permuted view; consumers that need dense data copy it (once).
                 let xv = c.input(0)?;
-                let perm = infer::transpose_perm(&c, xv.shape.len())?;
+                let perm = params::transpose_perm(&c, xv.shape.len())?;
                 let x = self.sview(n.inputs[0].expect("p"))?.permute(&perm);
                 let stored = self.loc[o0]
                     .as_ref()
@@ -1148,7 +1148,7 @@ impl<'a> Lowerer<'a> {
             "Split" => {
                 let xv = c.input(0)?;
                 let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
-                let sizes = infer::split_sizes(&c, xv.shape[axis])?;
+                let sizes = params::split_sizes(&c, xv.shape[axis])?;
                 // Views of the input (copied only into graph outputs).
                 let x = self.sview(n.inputs[0].expect("p"))?;
                 let mut at = 0usize;
@@ -1161,7 +1161,7 @@ impl<'a> Lowerer<'a> {
             }
             "Slice" => {
                 let xv = c.input(0)?;
-                let p = infer::slice_params(&c, &xv.shape)?;
+                let p = params::slice_params(&c, &xv.shape)?;
                 let mut x = self.sview(n.inputs[0].expect("p"))?;
                 for (axis, &(start, len, step)) in p.iter().enumerate() {
                     x = x.slice(axis, start, len, step);
@@ -1221,7 +1221,7 @@ impl<'a> Lowerer<'a> {
                 if xv.shape.len() > 4 {
                     return Err(c.e(ErrorKind::UnsupportedOp, "Resize of rank > 4"));
                 }
-                let p = infer::resize_params(&c, &xv.shape)?;
+                let p = params::resize_params(&c, &xv.shape)?;
                 let x = self.view(n.inputs[0].expect("p"))?;
                 let y = self.alloc(o0);
                 let mut scales = [0f32; 4];
@@ -1990,7 +1990,7 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let wv = c.input(1)?;
         let group = n.attr_i("group", 1)? as u32;
-        let p = infer::window_params(&c, &xv.shape[2..], wv.shape[2..].to_vec(), false)?;
+        let p = params::window_params(&c, &xv.shape[2..], wv.shape[2..].to_vec(), false)?;
         let x = self.view(n.inputs[0].expect("p"))?;
         // A BatchNormalization that only this convolution feeds folds into its constant
         // weights and bias: w'[o] = w[o]·scale[o], b'[o] = b[o]·scale[o] + shift[o].
@@ -2088,7 +2088,7 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let wv = c.input(1)?;
         let group = n.attr_i("group", 1)? as usize;
-        let p = infer::conv_transpose_params(&c, &xv.shape[2..], wv.shape[2..].to_vec())?;
+        let p = params::conv_transpose_params(&c, &xv.shape[2..], wv.shape[2..].to_vec())?;
         if p.conv_pad_begin
             .iter()
             .chain(&p.conv_pad_end)
@@ -2233,7 +2233,7 @@ impl<'a> Lowerer<'a> {
             .map(|&k| k as usize)
             .collect();
         let ceil = n.attr_i("ceil_mode", 0)? != 0;
-        let p = infer::window_params(&c, &xv.shape[2..], ks, ceil)?;
+        let p = params::window_params(&c, &xv.shape[2..], ks, ceil)?;
         let is_max = n.op == "MaxPool";
         // LpPool: (Σ|x|^p)^(1/p), the sum an average over whole windows (overhang and
         // padding counted) times the window size.
@@ -2939,7 +2939,7 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let x = self.view(n.inputs[0].expect("p"))?;
         let y = self.alloc(o0);
-        let axes = infer::reduce_axes(&c, xv.shape.len())?;
+        let axes = params::reduce_axes(&c, xv.shape.len())?;
         let rop = match n.op.as_str() {
             "ReduceMean" => ReduceOp::Mean,
             "ReduceMax" => ReduceOp::Max,
@@ -3091,7 +3091,7 @@ impl<'a> Lowerer<'a> {
         let c = Ctx { g, n };
         let o0 = self.out(ni, 0)?;
         let xv = c.input(0)?;
-        let (pads, mode, value) = infer::pad_params(&c, xv.shape.len())?;
+        let (pads, mode, value) = params::pad_params(&c, xv.shape.len())?;
         let x = self.view(n.inputs[0].expect("p"))?;
         let y = self.alloc(o0);
         if y.shape.contains(&0) {
