@@ -50,6 +50,12 @@ pub(super) fn register(r: &mut Registry) {
         r.op(name, since, infer_float_same)
             .device(|l, at| l.lower_composite_activation(at));
     }
+    for name in ["Sin", "Cos"] {
+        r.op(name, 7, infer_float_same)
+            .dtypes(Dtypes::Float)
+            .note("DVE polynomial after range reduction")
+            .device(|l, at| l.lower_sin_cos(at));
+    }
     r.op("PRelu", 1, infer_prelu)
         .device(|l, at| l.lower_composite_activation(at));
 }
@@ -269,5 +275,69 @@ impl<'a> Lowerer<'a> {
                 self.select(&neg, &t, &x, &y)
             }
         }
+    }
+
+    /// Sin / Cos without an ACT function of their own: `r = x − 2π·k`, `k = floor(x/2π + ½)`
+    /// (2π in two parts, so `r` is exact for moderate `x`), then the odd (Sin) or even (Cos)
+    /// Taylor polynomial of `r ∈ [−π, π]` by Horner's rule on DVE (truncation < 4e-8).
+    pub(crate) fn lower_sin_cos(&mut self, at: At<'a>) -> Result<()> {
+        // 2π = TAU_HI + TAU_LO, TAU_HI with 8 significant bits (k·TAU_HI is exact).
+        const TAU_HI: f32 = 6.281_25;
+        const TAU_LO: f32 = 0.001_935_307_2;
+        // Coefficients of r^2i, highest degree first (Sin: of r^(2i+1)).
+        const SIN: [f32; 9] = [
+            1.0 / 355_687_428_096_000.0,
+            -1.0 / 1_307_674_368_000.0,
+            1.0 / 6_227_020_800.0,
+            -1.0 / 39_916_800.0,
+            1.0 / 362_880.0,
+            -1.0 / 5_040.0,
+            1.0 / 120.0,
+            -1.0 / 6.0,
+            1.0,
+        ];
+        const COS: [f32; 10] = [
+            -1.0 / 6_402_373_705_728_000.0,
+            1.0 / 20_922_789_888_000.0,
+            -1.0 / 87_178_291_200.0,
+            1.0 / 479_001_600.0,
+            -1.0 / 3_628_800.0,
+            1.0 / 40_320.0,
+            -1.0 / 720.0,
+            1.0 / 24.0,
+            -1.0 / 2.0,
+            1.0,
+        ];
+        let At {
+            n, op, o0, oshape, ..
+        } = at;
+        let x = self.sview(n.inputs[0].expect("p"))?;
+        let total: usize = oshape.iter().product();
+        let y = self.alloc(o0);
+        if total == 0 {
+            return Ok(());
+        }
+        let tmp = |l: &mut Self| View::dense(l.temp(total * 4), DType::F32, oshape);
+        let (k, r, t) = (tmp(self), tmp(self), tmp(self));
+        let half = self.scalar(0.5, oshape);
+        let floor = (ActFunc::Floor, 0.0, 0.0);
+        self.activation(&x, &k, Some(&half), floor, 1.0 / std::f32::consts::TAU)?;
+        self.tensor_scalar(&k, &t, BinaryOp::Mul, TAU_HI)?;
+        self.binary(&x, &t, &r, BinaryOp::Sub)?;
+        self.tensor_scalar(&k, &t, BinaryOp::Mul, TAU_LO)?;
+        self.binary(&r, &t, &r, BinaryOp::Sub)?;
+        let r2 = k;
+        self.binary(&r, &r, &r2, BinaryOp::Mul)?;
+        let coef: &[f32] = if op == "Sin" { &SIN } else { &COS };
+        self.tensor_scalar(&r2, &y, BinaryOp::Mul, coef[0])?;
+        self.tensor_scalar(&y, &y, BinaryOp::Add, coef[1])?;
+        for &cf in &coef[2..] {
+            self.binary(&y, &r2, &y, BinaryOp::Mul)?;
+            self.tensor_scalar(&y, &y, BinaryOp::Add, cf)?;
+        }
+        if op == "Sin" {
+            self.binary(&y, &r, &y, BinaryOp::Mul)?;
+        }
+        Ok(())
     }
 }
