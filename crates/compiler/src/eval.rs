@@ -4,7 +4,7 @@
 //! Operators it does not know return `None` and are computed on the device instead.
 
 use crate::error::{ErrorKind, Result};
-use crate::infer::{Ctx, Out, broadcast_shapes, slice_params, split_sizes, transpose_perm};
+use crate::params::{Ctx, Out, broadcast_shapes, slice_params, split_sizes, transpose_perm};
 use crate::tensor::{Data, HostTensor, is_float};
 use nrt_hal::DType;
 
@@ -436,7 +436,7 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
         }
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" => {
             let x = k(0);
-            let Some(axes) = crate::infer::reduce_axes(c, x.shape.len())? else {
+            let Some(axes) = crate::params::reduce_axes(c, x.shape.len())? else {
                 return one(x.clone());
             };
             let r = x.shape.len();

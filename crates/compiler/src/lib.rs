@@ -7,15 +7,19 @@
 //!    [`CompileOptions::input_shapes`]; inputs named in [`CompileOptions::input_values`]
 //!    become constants (specialization);
 //! 2. **shape inference and constant folding** ([`infer`], [`eval`]);
-//! 3. **lowering** ([`lower`]): activations spelled out as arithmetic (GELU) are recognized
-//!    first (`fuse`); every node becomes engine instructions — MatMul/Conv on PE,
-//!    activations on ACT, elementwise/copies on DVE, reductions/pooling/softmax/layer-norm/
-//!    resize/gather on POOL, I/O DMA and notifications on SP;
-//! 4. **memory planning** ([`plan`]): one scratch arena, offsets by liveness, best fit;
-//! 5. **scheduling** ([`schedule`]): per-engine progress semaphores, waits inserted from
-//!    every read-after-write, write-after-read and write-after-write on overlapping bytes;
-//!    cross-core dependencies through device-wide semaphores;
-//! 6. **emission** with [`nrt_model::ModelBuilder`] and a decode round trip.
+//! 3. the back end, whose stages `pipeline` names in order: dead-node removal; activations
+//!    spelled out as arithmetic (GELU) recognized (`fuse`); **lowering** (`lower`): every
+//!    node becomes engine instructions — MatMul/Conv on PE, activations on ACT,
+//!    elementwise/copies on DVE, reductions/pooling/softmax/layer-norm/resize/gather on
+//!    POOL, I/O DMA and notifications on SP; liveness and **memory planning** ([`plan`]):
+//!    one scratch arena, offsets by liveness, best fit; **scheduling** ([`schedule`]):
+//!    per-engine progress semaphores, waits inserted from every read-after-write,
+//!    write-after-read and write-after-write on overlapping bytes, cross-core dependencies
+//!    through device-wide semaphores; **emission** with [`nrt_model::ModelBuilder`] and a
+//!    decode round trip; the report.
+//!
+//! Every operator is one entry of the operator table ([`ops`]): its shape inference,
+//! folding, device element types and lowering; [`ops::supported_report`] lists it.
 //!
 //! [`check::check_ordering`] independently verifies a compiled model's synchronization (the
 //! tests run it on every model they compile).
@@ -33,19 +37,31 @@ pub mod eval;
 mod fuse;
 pub mod graph;
 pub mod infer;
-pub mod lower;
+mod lower;
 pub mod onnx;
+pub mod ops;
+pub(crate) mod params;
+mod pipeline;
 pub mod plan;
 pub mod schedule;
 pub mod tensor;
 
 pub use error::{CompileError, ErrorKind, NodeRef};
-pub use infer::{FOLD_ONLY_OPS, SUPPORTED_OPS};
+pub use ops::{OpInfo, supported_ops, supported_report};
 pub use tensor::{HostTensor, decode_tensor_pb, encode_tensor_pb, read_tensor_pb, write_tensor_pb};
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::LazyLock;
+
+/// Operators the compiler supports, on the device or folded at compile time (sorted; from
+/// the operator table, [`ops`]).
+pub static SUPPORTED_OPS: LazyLock<Vec<&'static str>> = LazyLock::new(ops::supported_ops);
+
+/// Operators computed only at compile time: a model where their inputs are not constants
+/// is rejected as unsupported.
+pub static FOLD_ONLY_OPS: LazyLock<Vec<&'static str>> = LazyLock::new(ops::fold_only_ops);
 
 /// How to compile.
 #[derive(Clone, Debug)]
@@ -159,7 +175,7 @@ pub fn compile(
     }
     let mut g = graph::import(onnx_bytes, model_dir, opts)?;
     infer::infer(&mut g)?;
-    lower::compile_graph(&g, opts)
+    pipeline::compile_graph(&g, opts)
 }
 
 /// Compiles an ONNX file (external data relative to its directory).
@@ -189,5 +205,5 @@ pub fn model_op_types(onnx_bytes: &[u8]) -> Result<Vec<String>, CompileError> {
 pub fn first_unsupported_op(ops: &[String]) -> Option<&str> {
     ops.iter()
         .map(|s| s.as_str())
-        .find(|o| !SUPPORTED_OPS.contains(o))
+        .find(|o| ops::get(o).is_none())
 }

@@ -1,0 +1,279 @@
+//! Lowering: every node of the inferred graph becomes engine instructions, then memory is
+//! planned, synchronization scheduled, and the model emitted.
+//!
+//! Values live in one of: their input's `MR_IO` buffer, an output's `MR_IO` buffer (the final
+//! producer writes there directly, also through a chain of layout operators), a constant
+//! (`MR_BUFFER`), or a temporary that the planner later places in the scratch arena. A
+//! value's location is a strided view: layout operators (Reshape, Flatten, Squeeze,
+//! Unsqueeze, Identity, Dropout, Transpose, Split, forward Slice) only describe their input
+//! differently and never copy; a consumer that needs dense data copies a strided view once
+//! (`Lowerer::view`). MatMul and the elementwise engines read any strides (attention head
+//! splits and K transposes cost nothing); a producer whose only consumer is a Transpose
+//! feeding something else writes the transposed layout directly, and one whose only consumer
+//! is a Concat writes its part of the Concat's output. Elementwise results overwrite their
+//! input in place when nothing else reads it. Operands are strided views; views of any rank
+//! are merged to ≤ 4 dimensions where contiguous and looped over (several instructions)
+//! where not.
+//!
+//! Engines: MatMul/Gemm/Conv/ConvTranspose on PE (Conv with its im2col scratch from the
+//! arena; a following inference BatchNormalization folded into its weights); activations on
+//! ACT (bias adds, including a Gemm's and a BatchNormalization's shift, fused with a
+//! following activation into one pass in place; GELU decompositions recognized by `fuse`; a
+//! scalar factor after a MatMul goes into its alpha); elementwise, select and casts on DVE;
+//! reductions, pooling, softmax, layer-norm, resize, gather and layout copies on POOL; I/O
+//! DMA on SP. Operators without an instruction of their own (LRN, ArgMax, CumSum, Mod, the
+//! composite activations and reductions, group norms, 3-D and Lp pooling…) are sequences of
+//! these. With `cores: 2`, MatMul and Conv split their N / output channels between the two
+//! cores.
+
+use crate::error::{CompileError, ErrorKind, Result};
+use crate::fuse::Fusion;
+use crate::graph::{Graph, Node, ValueId};
+use crate::ops;
+use crate::params::Ctx;
+use crate::schedule::IoInfo;
+use crate::tensor::HostTensor;
+use nrt_hal::{DType, Engine};
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Instruction, Op};
+use nrt_model::{ModelBuilder, vaddr};
+use std::collections::HashMap;
+use view::{TEMP_BASE, fill_bits, mk_ap, simplify};
+
+mod values;
+pub(crate) mod view;
+
+pub(crate) use view::View;
+
+pub(crate) struct Lowerer<'a> {
+    pub(crate) g: &'a Graph,
+    pub(crate) b: ModelBuilder,
+    pub(crate) cores: u8,
+    pub(crate) prog: Vec<(u8, Engine, Instruction)>,
+    /// Where each computed value lives: a dense view of its own storage, or a strided view
+    /// of another value's (layout operators only describe, never copy).
+    pub(crate) loc: Vec<Option<View>>,
+    /// Whether the value's storage is a temporary allocated for it (it may then be
+    /// overwritten in place by its only consumer).
+    pub(crate) owns: Vec<bool>,
+    /// Dense copies of values whose view is strided, made for consumers that need them.
+    pub(crate) dense_cache: HashMap<ValueId, View>,
+    /// Activations recognized from decompositions (GELU), by the node that ends them.
+    pub(crate) fused: HashMap<usize, Fusion>,
+    pub(crate) temps: Vec<u64>,
+    pub(crate) const_addr: HashMap<ValueId, u64>,
+    pub(crate) io: Vec<IoInfo>,
+    /// Output var_ids of each value.
+    pub(crate) out_vars: HashMap<ValueId, Vec<u32>>,
+    /// Live consumers of each value (nodes).
+    pub(crate) consumers: Vec<Vec<usize>>,
+    pub(crate) skip: Vec<bool>,
+    pub(crate) lowered_nodes: usize,
+}
+
+/// The node being lowered, with what every operator's lowering reads first.
+#[derive(Clone, Copy)]
+pub(crate) struct At<'a> {
+    pub ni: usize,
+    pub g: &'a Graph,
+    pub n: &'a Node,
+    pub c: Ctx<'a>,
+    pub op: &'a str,
+    /// The first output, its shape and element type.
+    pub o0: ValueId,
+    pub oshape: &'a [usize],
+    pub odt: DType,
+}
+
+impl<'a> Lowerer<'a> {
+    pub(crate) fn emit(&mut self, core: u8, engine: Engine, op: Op) {
+        self.prog.push((core, engine, Instruction::new(op)));
+    }
+
+    pub(crate) fn temp(&mut self, bytes: usize) -> u64 {
+        let id = self.temps.len() as u32;
+        self.temps.push(bytes as u64);
+        vaddr(TEMP_BASE + id, 0)
+    }
+
+    pub(crate) fn add_const(&mut self, t: &HostTensor) -> u64 {
+        let mr = self.b.constant(&t.to_bytes(), 64);
+        vaddr(mr, 0)
+    }
+
+    /// Emits `f` over views of one shared shape, merging and looping dimensions.
+    pub(crate) fn emit_nd(
+        &mut self,
+        core: u8,
+        engine: Engine,
+        views: &[&View],
+        f: impl Fn(&[AccessPattern]) -> Op,
+    ) -> Result<()> {
+        let owned: Vec<View> = views.iter().map(|v| (*v).clone()).collect();
+        self.emit_nd_dyn(core, engine, &owned, &f)
+    }
+
+    pub(crate) fn emit_nd_dyn(
+        &mut self,
+        core: u8,
+        engine: Engine,
+        views: &[View],
+        f: &dyn Fn(&[AccessPattern]) -> Op,
+    ) -> Result<()> {
+        let shape = &views[0].shape;
+        // The container validates access patterns before relocation (address 0), so a
+        // negative stride cannot be encoded: walk such dimensions one index at a time.
+        if let Some(d) =
+            (0..shape.len()).find(|&d| shape[d] > 1 && views.iter().any(|v| v.strides[d] < 0))
+        {
+            for k in 0..shape[d] as i64 {
+                let sub: Vec<View> = views.iter().map(|v| v.slice(d, k, 1, 1)).collect();
+                self.emit_nd_dyn(core, engine, &sub, f)?;
+            }
+            return Ok(());
+        }
+        let strides: Vec<Vec<i64>> = views.iter().map(|v| v.strides.clone()).collect();
+        let (s, st, offs) = simplify(shape, &strides, 4);
+        for o in offs {
+            let aps = views
+                .iter()
+                .enumerate()
+                .map(|(i, v)| mk_ap(v.elems(o[i]), v.dtype, &s, &st[i]))
+                .collect::<Result<Vec<_>>>()?;
+            self.emit(core, engine, f(&aps));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn copy(&mut self, engine: Engine, src: &View, dst: &View) -> Result<()> {
+        self.emit_nd(0, engine, &[src, dst], |a| Op::Copy {
+            input: a[0],
+            output: a[1],
+        })
+    }
+
+    pub(crate) fn fill(&mut self, engine: Engine, dst: &View, value: f64) -> Result<()> {
+        let bits = fill_bits(dst.dtype, value);
+        self.emit_nd(0, engine, &[dst], |a| Op::Fill { out: a[0], bits })
+    }
+
+    pub(crate) fn activation(
+        &mut self,
+        x: &View,
+        y: &View,
+        bias: Option<&View>,
+        (func, alpha, beta): (ActFunc, f32, f32),
+        scale: f32,
+    ) -> Result<()> {
+        let mut views = vec![x, y];
+        if let Some(b) = bias {
+            views.push(b);
+        }
+        self.emit_nd(0, Engine::Act, &views, |a| Op::Activation {
+            input: a[0],
+            output: a[1],
+            bias: a.get(2).copied(),
+            func,
+            scale,
+            alpha,
+            beta,
+        })
+    }
+
+    /// The single live consumer of `v`, if `v` has exactly one and is not a graph output.
+    pub(crate) fn sole_consumer(&self, v: ValueId) -> Option<usize> {
+        if self.out_vars.contains_key(&v) || self.consumers[v].len() != 1 {
+            return None;
+        }
+        Some(self.consumers[v][0])
+    }
+
+    pub(crate) fn out(&self, ni: usize, k: usize) -> Result<ValueId> {
+        self.g.nodes[ni]
+            .outputs
+            .get(k)
+            .copied()
+            .flatten()
+            .ok_or_else(|| CompileError::new(ErrorKind::Internal, "missing output"))
+    }
+
+    /// A compile-time scalar broadcast to `shape`.
+    pub(crate) fn scalar(&mut self, v: f32, shape: &[usize]) -> View {
+        let a = self.add_const(&HostTensor::f32(vec![1], vec![v]));
+        View::dense(a, DType::F32, &[1]).broadcast(shape)
+    }
+
+    /// `out = a ∘ b` on DVE.
+    pub(crate) fn binary(&mut self, a: &View, b: &View, out: &View, op: BinaryOp) -> Result<()> {
+        self.emit_nd(0, Engine::Dve, &[a, b, out], |x| Op::Binary {
+            a: x[0],
+            b: x[1],
+            out: x[2],
+            op,
+        })
+    }
+
+    /// `out = a ∘ s` on DVE.
+    pub(crate) fn tensor_scalar(
+        &mut self,
+        a: &View,
+        out: &View,
+        op: BinaryOp,
+        s: f32,
+    ) -> Result<()> {
+        self.emit_nd(0, Engine::Dve, &[a, out], |x| Op::TensorScalar {
+            a: x[0],
+            out: x[1],
+            op,
+            scalar: s,
+            reverse: false,
+        })
+    }
+
+    /// `out = cond ? a : b` on DVE.
+    pub(crate) fn select(&mut self, cond: &View, a: &View, b: &View, out: &View) -> Result<()> {
+        self.emit_nd(0, Engine::Dve, &[cond, a, b, out], |x| Op::Select {
+            cond: x[0],
+            a: x[1],
+            b: x[2],
+            out: x[3],
+        })
+    }
+
+    /// Lowers one node: a recognized activation, else its operator's lowering in [`ops`].
+    pub(crate) fn lower_node(&mut self, ni: usize) -> Result<()> {
+        let g = self.g;
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
+        let op = n.op.as_str();
+        let o0 = self.out(ni, 0)?;
+        let oshape = &g.values[o0].shape[..];
+        let odt = g.values[o0].dtype;
+        let at = At {
+            ni,
+            g,
+            n,
+            c,
+            op,
+            o0,
+            oshape,
+            odt,
+        };
+        if let Some(f) = self.fused.get(&ni).cloned() {
+            // The end of a recognized activation: one ACT pass (in place when it can be).
+            let x = self.sview(f.x)?;
+            let bias = match f.bias {
+                Some(b) => Some(self.sview(b)?.broadcast(oshape)),
+                None => None,
+            };
+            let y = self.alloc_over(f.x, &f.nodes, o0)?;
+            return self.activation(&x, &y, bias.as_ref(), (f.func, 0.0, 0.0), 1.0);
+        }
+        match ops::get(op).and_then(|d| d.lower) {
+            Some(lower) => lower(self, at),
+            None => Err(c.e(
+                ErrorKind::UnsupportedOp,
+                format!("operator '{op}' cannot be computed on the device here (dtype {odt})"),
+            )),
+        }
+    }
+}

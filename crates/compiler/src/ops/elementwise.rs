@@ -1,0 +1,499 @@
+//! Elementwise operators on DVE: broadcasting binary arithmetic and comparisons, variadic
+//! Max / Min / Sum / Mean, Where, Not, Mod, and the casts.
+
+use super::unary::{act_of, infer_same};
+use super::{Dtypes, Registry};
+use crate::error::{ErrorKind, Result};
+use crate::graph::{Value, ValueId};
+use crate::lower::view::View;
+use crate::lower::{At, Lowerer};
+use crate::params::{Ctx, Out, broadcast_all, elementwise_dtype_check, konst, out};
+use crate::tensor::{HostTensor, dtype_from_onnx, is_float, onnx_type_name};
+use nrt_hal::{DType, Engine};
+use nrt_isa::{ActFunc, BinaryOp, Op};
+
+pub(super) fn register(r: &mut Registry) {
+    for name in [
+        "Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater",
+    ] {
+        r.op(name, 1, infer_binary)
+            .dtypes(Dtypes::Elementwise)
+            .device(|l, at| l.lower_binary(at));
+    }
+    for name in ["GreaterOrEqual", "LessOrEqual"] {
+        r.op(name, 12, infer_binary)
+            .dtypes(Dtypes::Elementwise)
+            .device(|l, at| l.lower_binary(at));
+    }
+    for name in ["And", "Or"] {
+        r.op(name, 1, infer_binary)
+            .device(|l, at| l.lower_binary(at));
+    }
+    for name in ["Max", "Min", "Sum"] {
+        r.op(name, 1, infer_variadic)
+            .dtypes(Dtypes::Elementwise)
+            .device(|l, at| l.lower_binary(at));
+    }
+    r.op("Mean", 1, infer_variadic)
+        .device(|l, at| l.lower_mean(at));
+    r.op("Where", 9, infer_where)
+        .device(|l, at| l.lower_where(at));
+    r.op("Not", 1, infer_same).device(|l, at| l.lower_not(at));
+    r.op("Mod", 10, infer_mod)
+        .dtypes(Dtypes::Elementwise)
+        .device(|l, at| l.lower_mod(at));
+    r.op("Cast", 1, infer_cast).device(|l, at| l.lower_cast(at));
+    r.op("CastLike", 15, infer_cast_like)
+        .device(|l, at| l.lower_cast(at));
+}
+
+/// Broadcasting binary operators (comparisons give bool).
+pub(crate) fn infer_binary(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let op = n.op.as_str();
+    let a = c.input(0)?;
+    let b = c.input(1)?;
+    if op != "Pow" {
+        elementwise_dtype_check(c, &[a, b])?;
+    }
+    let s = broadcast_all(c, &[a, b])?;
+    let d = if matches!(
+        op,
+        "Equal" | "Less" | "Greater" | "GreaterOrEqual" | "LessOrEqual"
+    ) {
+        DType::Bool
+    } else {
+        a.dtype
+    };
+    Ok(vec![out(d, s)])
+}
+
+/// Variadic Max / Min / Sum / Mean.
+pub(crate) fn infer_variadic(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let vals: Vec<&Value> = (0..n.inputs.len()).filter_map(|i| c.opt(i)).collect();
+    if vals.is_empty() {
+        return Err(c.bad_attr("no inputs"));
+    }
+    let d = elementwise_dtype_check(c, &vals)?;
+    Ok(vec![out(d, broadcast_all(c, &vals)?)])
+}
+
+/// Where: a bool condition selects between two broadcast inputs.
+pub(crate) fn infer_where(c: &Ctx) -> Result<Vec<Out>> {
+    let (cond, a, b) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    if cond.dtype != DType::Bool {
+        return Err(c.e(ErrorKind::UnsupportedDType, "condition is not bool"));
+    }
+    elementwise_dtype_check(c, &[a, b])?;
+    Ok(vec![out(a.dtype, broadcast_all(c, &[cond, a, b])?)])
+}
+
+/// Mod (floating-point inputs need `fmod = 1`).
+pub(crate) fn infer_mod(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let (a, b) = (c.input(0)?, c.input(1)?);
+    elementwise_dtype_check(c, &[a, b])?;
+    if is_float(a.dtype) && n.attr_i("fmod", 0)? != 1 {
+        return Err(c.bad_attr("fmod must be 1 for floating-point inputs"));
+    }
+    Ok(vec![out(a.dtype, broadcast_all(c, &[a, b])?)])
+}
+
+/// Cast to the `to` element type.
+pub(crate) fn infer_cast(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let to = n.attr_i("to", 0)? as i32;
+    let d = dtype_from_onnx(to).ok_or_else(|| {
+        c.e(
+            ErrorKind::UnsupportedDType,
+            format!("cast to {}", onnx_type_name(to)),
+        )
+    })?;
+    if n.attr_i("saturate", 1)? != 1 && is_float(d) {
+        // saturate only concerns float8 targets
+    }
+    Ok(vec![out(d, x.shape.clone())])
+}
+
+/// CastLike: cast to the element type of the second input.
+pub(crate) fn infer_cast_like(c: &Ctx) -> Result<Vec<Out>> {
+    // Cast to the element type of the second input (only its type matters).
+    let (x, like) = (c.input(0)?, c.input(1)?);
+    Ok(match &x.konst {
+        // Folds whenever the data is constant (the second input is not read).
+        Some(t) => vec![konst(t.cast(like.dtype))],
+        None => vec![out(like.dtype, x.shape.clone())],
+    })
+}
+
+impl<'a> Lowerer<'a> {
+    /// Cast / CastLike: a converting copy on DVE.
+    pub(crate) fn lower_cast(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, .. } = at;
+        let src = self.view(n.inputs[0].expect("present"))?;
+        let dst = self.alloc(o0);
+        self.copy(Engine::Dve, &src, &dst)?;
+        Ok(())
+    }
+
+    /// Where: a select on DVE.
+    pub(crate) fn lower_where(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, oshape, .. } = at;
+        let cond = self.view(n.inputs[0].expect("p"))?.broadcast(oshape);
+        let a = self.view(n.inputs[1].expect("p"))?.broadcast(oshape);
+        let b = self.view(n.inputs[2].expect("p"))?.broadcast(oshape);
+        let y = self.alloc(o0);
+        self.emit_nd(0, Engine::Dve, &[&cond, &a, &b, &y], |x| Op::Select {
+            cond: x[0],
+            a: x[1],
+            b: x[2],
+            out: x[3],
+        })?;
+        Ok(())
+    }
+
+    /// Not: a select between constant false and true.
+    pub(crate) fn lower_not(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, oshape, .. } = at;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let f = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![0]));
+        let t = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![1]));
+        let fv = View::dense(f, DType::Bool, &[1]).broadcast(oshape);
+        let tv = View::dense(t, DType::Bool, &[1]).broadcast(oshape);
+        let y = self.alloc(o0);
+        self.emit_nd(0, Engine::Dve, &[&x, &fv, &tv, &y], |a| Op::Select {
+            cond: a[0],
+            a: a[1],
+            b: a[2],
+            out: a[3],
+        })?;
+        Ok(())
+    }
+
+    /// Mean: the Sum, then one scaling.
+    pub(crate) fn lower_mean(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, .. } = at;
+        self.lower_binary(at)?;
+        let y = self.sview(o0)?;
+        let k = n.inputs.iter().flatten().count() as f32;
+        self.emit_nd(0, Engine::Dve, &[&y, &y], |a| Op::TensorScalar {
+            a: a[0],
+            out: a[1],
+            op: BinaryOp::Mul,
+            scalar: 1.0 / k,
+            reverse: false,
+        })?;
+        Ok(())
+    }
+
+    pub(crate) fn lower_binary(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            ni,
+            g,
+            n,
+            c,
+            op,
+            o0,
+            ..
+        } = at;
+        let oshape = g.values[o0].shape.clone();
+        let bop = match op {
+            "Add" | "Sum" | "Mean" => BinaryOp::Add,
+            "Sub" => BinaryOp::Sub,
+            "Mul" => BinaryOp::Mul,
+            "Div" => BinaryOp::Div,
+            "Pow" => BinaryOp::Pow,
+            "Max" => BinaryOp::Max,
+            "Min" => BinaryOp::Min,
+            "Equal" => BinaryOp::Equal,
+            "Greater" | "GreaterOrEqual" => BinaryOp::Greater,
+            "Less" | "LessOrEqual" => BinaryOp::Less,
+            "And" => BinaryOp::And,
+            _ => BinaryOp::Or,
+        };
+        // a ≥ b is (a > b) ∨ (a = b): false with a NaN, like the operator.
+        let or_equal = matches!(op, "GreaterOrEqual" | "LessOrEqual");
+        let ins: Vec<ValueId> = n.inputs.iter().flatten().copied().collect();
+        // Types the DVE does not compute go through a wider one and back.
+        let wide = |d: DType| match d {
+            DType::F32 | DType::I32 | DType::I64 | DType::Bool => d,
+            DType::F16 | DType::Bf16 => DType::F32,
+            _ => DType::I64,
+        };
+        let cd = if bop == BinaryOp::Pow {
+            DType::F32
+        } else {
+            wide(g.values[ins[0]].dtype)
+        };
+        let odt = g.values[o0].dtype;
+        if ins.iter().any(|&v| g.values[v].dtype != cd) || (odt != cd && odt != DType::Bool) {
+            let mut views = Vec::new();
+            for &v in &ins {
+                let x = self.view(v)?;
+                if x.dtype == cd {
+                    views.push(x.broadcast(&oshape));
+                } else {
+                    let t = View::dense(
+                        self.temp(x.shape.iter().product::<usize>() * cd.size()),
+                        cd,
+                        &x.shape,
+                    );
+                    self.copy(Engine::Dve, &x, &t)?;
+                    views.push(t.broadcast(&oshape));
+                }
+            }
+            let rdt = if bop.is_comparison() { DType::Bool } else { cd };
+            let y = self.alloc(o0);
+            let acc = if rdt == odt {
+                y.clone()
+            } else {
+                View::dense(
+                    self.temp(y.shape.iter().product::<usize>() * rdt.size()),
+                    rdt,
+                    &oshape,
+                )
+            };
+            self.emit_nd(0, Engine::Dve, &[&views[0], &views[1], &acc], |a| {
+                Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: bop,
+                }
+            })?;
+            if or_equal {
+                self.or_equal(&views[0], &views[1], &acc)?;
+            }
+            for v in &views[2..] {
+                self.emit_nd(0, Engine::Dve, &[&acc, v, &acc], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: bop,
+                })?;
+            }
+            if rdt != odt {
+                self.copy(Engine::Dve, &acc, &y)?;
+            }
+            return Ok(());
+        }
+        if ins.len() == 1 {
+            let x = self.view(ins[0])?;
+            let y = self.alloc(o0);
+            return self.copy(Engine::Dve, &x.broadcast(&oshape), &y);
+        }
+        if ins.len() == 2
+            && g.values[ins[0]].dtype == DType::F32
+            && g.values[o0].dtype == DType::F32
+        {
+            // One side a compile-time scalar: TensorScalar (or an activation).
+            for (k, other) in [(1usize, 0usize), (0, 1)] {
+                let kv = &g.values[ins[k]];
+                let Some(t) = kv.konst.as_deref() else {
+                    continue;
+                };
+                if t.len() != 1 || g.values[ins[other]].shape != oshape {
+                    continue;
+                }
+                let s = t.get_f64(0) as f32;
+                let x = self.sview(ins[other])?;
+                if bop == BinaryOp::Pow && k == 1 {
+                    // Small integer and half powers without `powf`.
+                    let f = match s {
+                        1.0 => Some(ActFunc::Identity),
+                        2.0 | 3.0 | 4.0 => Some(ActFunc::Square),
+                        0.5 => Some(ActFunc::Sqrt),
+                        -0.5 => Some(ActFunc::Rsqrt),
+                        -1.0 => Some(ActFunc::Reciprocal),
+                        _ => None,
+                    };
+                    if let Some(f) = f {
+                        if s == 3.0 {
+                            // x² then x²·x (not in place: x is read again).
+                            let y = self.alloc_any(o0)?;
+                            self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0)?;
+                            return self.emit_nd(0, Engine::Dve, &[&y, &x, &y], |a| Op::Binary {
+                                a: a[0],
+                                b: a[1],
+                                out: a[2],
+                                op: BinaryOp::Mul,
+                            });
+                        }
+                        let y = self.alloc_over(ins[other], &[ni], o0)?;
+                        self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0)?;
+                        if s == 4.0 {
+                            self.activation(&y, &y, None, (f, 0.0, 0.0), 1.0)?;
+                        }
+                        return Ok(());
+                    }
+                }
+                if matches!(bop, BinaryOp::Equal | BinaryOp::Less | BinaryOp::Greater) {
+                    break;
+                }
+                let y = self.alloc_over(ins[other], &[ni], o0)?;
+                return self.emit_nd(0, Engine::Dve, &[&x, &y], |a| Op::TensorScalar {
+                    a: a[0],
+                    out: a[1],
+                    op: bop,
+                    scalar: s,
+                    reverse: k == 0,
+                });
+            }
+            // Bias add on ACT, fused with a following activation when possible.
+            if bop == BinaryOp::Add {
+                for (k, other) in [(1usize, 0usize), (0, 1)] {
+                    if g.values[ins[k]].konst.is_none() || g.values[ins[other]].shape != oshape {
+                        continue;
+                    }
+                    let x = self.sview(ins[other])?;
+                    let bias = self.sview(ins[k])?.broadcast(&oshape);
+                    let fused = self.sole_consumer(o0).and_then(|j| {
+                        let cj = Ctx { g, n: &g.nodes[j] };
+                        act_of(&cj).ok().flatten().map(|f| (j, f))
+                    });
+                    if let Some((j, f)) = fused {
+                        let oj = self.out(j, 0)?;
+                        let y = self.alloc_over(ins[other], &[ni], oj)?;
+                        self.activation(&x, &y, Some(&bias), f, 1.0)?;
+                        self.skip[j] = true;
+                        return self.finish_value(oj);
+                    }
+                    let y = self.alloc_over(ins[other], &[ni], o0)?;
+                    return self.activation(
+                        &x,
+                        &y,
+                        Some(&bias),
+                        (ActFunc::Identity, 0.0, 0.0),
+                        1.0,
+                    );
+                }
+            }
+        }
+        let _ = c;
+        let first = self.sview(ins[0])?.broadcast(&oshape);
+        let second = self.sview(ins[1])?.broadcast(&oshape);
+        let y = if ins.len() == 2 && !or_equal {
+            // In place over an operand of the output's shape that nothing else reads.
+            match self.in_place(ins[0], &[ni], o0) {
+                Some(y) => y,
+                None => self.alloc_over(ins[1], &[ni], o0)?,
+            }
+        } else {
+            self.alloc_any(o0)?
+        };
+        self.emit_nd(0, Engine::Dve, &[&first, &second, &y], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: bop,
+        })?;
+        if or_equal {
+            return self.or_equal(&first, &second, &y);
+        }
+        for &v in &ins[2..] {
+            let x = self.view(v)?.broadcast(&oshape);
+            self.emit_nd(0, Engine::Dve, &[&y, &x, &y], |a| Op::Binary {
+                a: a[0],
+                b: a[1],
+                out: a[2],
+                op: bop,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `y ∨= (a = b)` for a boolean `y` of `a` and `b`'s (broadcast) shape.
+    pub(crate) fn or_equal(&mut self, a: &View, b: &View, y: &View) -> Result<()> {
+        let eq = View::dense(
+            self.temp(y.shape.iter().product::<usize>()),
+            DType::Bool,
+            &y.shape,
+        );
+        self.emit_nd(0, Engine::Dve, &[a, b, &eq], |x| Op::Binary {
+            a: x[0],
+            b: x[1],
+            out: x[2],
+            op: BinaryOp::Equal,
+        })?;
+        self.emit_nd(0, Engine::Dve, &[y, &eq, y], |x| Op::Binary {
+            a: x[0],
+            b: x[1],
+            out: x[2],
+            op: BinaryOp::Or,
+        })
+    }
+
+    /// Mod. Integers (through i64 when narrower): `r = a − (a/b)·b` with the truncating
+    /// division, and without `fmod` the remainder takes the divisor's sign: `r + b` where
+    /// `r` and `b` have opposite signs (`b < 0 ? r > 0 : r < 0`). Floats (`fmod` only):
+    /// `a − b·trunc(a/b)`, `trunc` by Floor/Ceil on the quotient's sign.
+    pub(crate) fn lower_mod(&mut self, at: At<'a>) -> Result<()> {
+        let At { g, n, o0, .. } = at;
+        let fmod = n.attr_i("fmod", 0)? != 0;
+        let sh = g.values[o0].shape.clone();
+        let odt = g.values[o0].dtype;
+        let total: usize = sh.iter().product();
+        let float = crate::tensor::is_float(odt);
+        let cd = match odt {
+            DType::I32 | DType::I64 => odt,
+            _ if float => DType::F32,
+            _ => DType::I64,
+        };
+        let mut ops = Vec::new();
+        for v in n.inputs.iter().flatten().copied() {
+            let x = self.sview(v)?;
+            let x = if x.dtype == cd {
+                x
+            } else {
+                let t = View::dense(
+                    self.temp(x.shape.iter().product::<usize>() * cd.size()),
+                    cd,
+                    &x.shape,
+                );
+                self.copy(Engine::Dve, &x, &t)?;
+                t
+            };
+            ops.push(x.broadcast(&sh));
+        }
+        let (a, b) = (ops[0].clone(), ops[1].clone());
+        let y = self.alloc(o0);
+        if total == 0 {
+            return Ok(());
+        }
+        let tmp = |l: &mut Self, d: DType| View::dense(l.temp(total * d.size()), d, &sh);
+        let acc = if odt == cd { y.clone() } else { tmp(self, cd) };
+        let zc = self.add_const(&HostTensor::from_f64s(cd, vec![1], std::iter::once(0.0)));
+        let zero = View::dense(zc, cd, &[1]).broadcast(&sh);
+        let t = tmp(self, cd);
+        self.binary(&a, &b, &t, BinaryOp::Div)?;
+        if float {
+            let neg = tmp(self, DType::Bool);
+            self.binary(&t, &zero, &neg, BinaryOp::Less)?;
+            let fl = tmp(self, cd);
+            self.activation(&t, &fl, None, (ActFunc::Floor, 0.0, 0.0), 1.0)?;
+            self.activation(&t, &t, None, (ActFunc::Ceil, 0.0, 0.0), 1.0)?;
+            self.select(&neg, &t, &fl, &t)?;
+        }
+        self.binary(&t, &b, &t, BinaryOp::Mul)?;
+        self.binary(&a, &t, &acc, BinaryOp::Sub)?;
+        if !fmod && !float {
+            let (neg_r, pos_r, neg_b) = (
+                tmp(self, DType::Bool),
+                tmp(self, DType::Bool),
+                tmp(self, DType::Bool),
+            );
+            self.binary(&acc, &zero, &neg_r, BinaryOp::Less)?;
+            self.binary(&acc, &zero, &pos_r, BinaryOp::Greater)?;
+            self.binary(&b, &zero, &neg_b, BinaryOp::Less)?;
+            self.select(&neg_b, &pos_r, &neg_r, &neg_r)?;
+            self.binary(&acc, &b, &t, BinaryOp::Add)?;
+            self.select(&neg_r, &t, &acc, &acc)?;
+        }
+        if odt != cd {
+            self.copy(Engine::Dve, &acc, &y)?;
+        }
+        Ok(())
+    }
+}

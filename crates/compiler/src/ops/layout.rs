@@ -1,0 +1,579 @@
+//! Layout operators: views of their input that copy nothing (Reshape, Flatten, Squeeze,
+//! Unsqueeze, Identity, Dropout, Transpose, Split, forward Slice), and the copies (Concat,
+//! Expand, Tile, DepthToSpace / SpaceToDepth, Pad, Trilu).
+
+use super::unary::infer_same;
+use super::{Fold, Registry};
+use crate::error::{ErrorKind, Result};
+use crate::graph::Value;
+use crate::lower::view::View;
+use crate::lower::{At, Lowerer};
+use crate::params;
+use crate::params::{
+    Ctx, Out, broadcast_shapes, elementwise_dtype_check, konst, out, pad_params, reshape_shape,
+    slice_params, split_sizes, squeeze_axes, transpose_perm, unsupported_outputs,
+};
+use crate::tensor::HostTensor;
+use nrt_hal::{DType, Engine};
+use nrt_isa::Op;
+
+pub(super) fn register(r: &mut Registry) {
+    r.op("Identity", 1, infer_same)
+        .device(|l, at| l.lower_view(at));
+    r.op("Dropout", 1, infer_dropout)
+        .note("inference; training_mode only with ratio 0")
+        .device(|l, at| l.lower_view(at));
+    r.op("Reshape", 1, infer_reshape)
+        .device(|l, at| l.lower_view(at));
+    r.op("Flatten", 1, infer_flatten)
+        .device(|l, at| l.lower_view(at));
+    r.op("Squeeze", 1, infer_squeeze)
+        .device(|l, at| l.lower_view(at));
+    r.op("Unsqueeze", 1, infer_unsqueeze)
+        .device(|l, at| l.lower_view(at));
+    r.op("Transpose", 1, infer_transpose)
+        .device(|l, at| l.lower_transpose(at));
+    r.op("Concat", 1, infer_concat)
+        .device(|l, at| l.lower_concat(at));
+    r.op("Split", 1, infer_split)
+        .device(|l, at| l.lower_split(at));
+    r.op("Slice", 1, infer_slice)
+        .device(|l, at| l.lower_slice(at));
+    r.op("Expand", 8, infer_expand)
+        .device(|l, at| l.lower_expand(at));
+    r.op("Tile", 1, infer_tile).device(|l, at| l.lower_tile(at));
+    for name in ["DepthToSpace", "SpaceToDepth"] {
+        r.op(name, 1, infer_depth_space)
+            .device(|l, at| l.lower_depth_space(at));
+    }
+    r.op("Pad", 1, infer_pad)
+        .fold(Fold::Never)
+        .note("constant, reflect, edge, wrap")
+        .device(|l, at| l.lower_pad(at));
+    r.op("Trilu", 14, infer_trilu)
+        .device(|l, at| l.lower_trilu(at));
+}
+
+/// Dropout (inference): the data passes, the mask is constant.
+pub(crate) fn infer_dropout(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    if c.opset() >= 12
+        && c.const_ints(2, "training_mode")?
+            .is_some_and(|t| t.first() != Some(&0))
+    {
+        // Training mode drops at random, except with ratio 0 (then it is inference).
+        let ratio = c
+            .const_floats(1, "ratio")?
+            .and_then(|r| r.first().copied())
+            .unwrap_or(0.5);
+        if ratio != 0.0 {
+            return Err(c.e(
+                ErrorKind::UnsupportedOp,
+                format!("training_mode = true with ratio {ratio} (random dropping)"),
+            ));
+        }
+    }
+    unsupported_outputs(c, 2)?;
+    let mut outs = vec![out(x.dtype, x.shape.clone())];
+    if n.outputs.get(1).copied().flatten().is_some() {
+        // Inference: nothing is dropped, the mask is all true (all 1 before opset 10,
+        // where it has the input's type).
+        let d = if c.opset() >= 10 {
+            DType::Bool
+        } else {
+            x.dtype
+        };
+        let ones =
+            HostTensor::try_from_f64s("the mask", d, x.shape.clone(), std::iter::repeat(1.0))
+                .map_err(|e| e.at_node(&n.name, &n.op))?;
+        outs.push(konst(ones));
+    }
+    Ok(outs)
+}
+
+/// Reshape.
+pub(crate) fn infer_reshape(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let spec = if c.opset() < 5 {
+        n.attr_ints("shape")?.unwrap_or_default()
+    } else {
+        c.const_ints(1, "shape")?
+            .ok_or_else(|| c.bad_attr("missing shape"))?
+    };
+    Ok(vec![out(x.dtype, reshape_shape(c, &x.shape, &spec)?)])
+}
+
+/// Flatten.
+pub(crate) fn infer_flatten(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let r = x.shape.len();
+    let a = n.attr_i("axis", 1)?;
+    let axis = if a == r as i64 { r } else { c.norm_axis(a, r)? };
+    let outer: usize = x.shape[..axis].iter().product();
+    let inner: usize = x.shape[axis..].iter().product();
+    Ok(vec![out(x.dtype, vec![outer, inner])])
+}
+
+/// Squeeze.
+pub(crate) fn infer_squeeze(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let axes = squeeze_axes(c)?;
+    let r = x.shape.len();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&v| c.norm_axis(v, r))
+            .collect::<Result<_>>()?,
+        None => (0..r).filter(|&i| x.shape[i] == 1).collect(),
+    };
+    for &a in &axes {
+        if x.shape[a] != 1 {
+            return Err(c.mismatch(format!("cannot squeeze axis {a} of size {}", x.shape[a])));
+        }
+    }
+    let s = (0..r)
+        .filter(|i| !axes.contains(i))
+        .map(|i| x.shape[i])
+        .collect();
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// Unsqueeze.
+pub(crate) fn infer_unsqueeze(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let axes = squeeze_axes(c)?.ok_or_else(|| c.bad_attr("missing axes"))?;
+    let r = x.shape.len() + axes.len();
+    let mut ax: Vec<usize> = axes
+        .iter()
+        .map(|&v| c.norm_axis(v, r))
+        .collect::<Result<_>>()?;
+    ax.sort_unstable();
+    if ax.windows(2).any(|w| w[0] == w[1]) {
+        return Err(c.bad_attr(format!("repeated axes {axes:?}")));
+    }
+    let mut s = Vec::with_capacity(r);
+    let mut it = x.shape.iter();
+    for i in 0..r {
+        if ax.contains(&i) {
+            s.push(1);
+        } else {
+            s.push(*it.next().expect("rank"));
+        }
+    }
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// Transpose.
+pub(crate) fn infer_transpose(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let p = transpose_perm(c, x.shape.len())?;
+    Ok(vec![out(x.dtype, p.iter().map(|&a| x.shape[a]).collect())])
+}
+
+/// Concat.
+pub(crate) fn infer_concat(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let vals: Vec<&Value> = (0..n.inputs.len()).filter_map(|i| c.opt(i)).collect();
+    if vals.is_empty() {
+        return Err(c.bad_attr("no inputs"));
+    }
+    let d = elementwise_dtype_check(c, &vals)?;
+    let r = vals[0].shape.len();
+    let axis = c
+        .norm_axis(
+            n.attr_i("axis", if c.opset() < 4 { 1 } else { i64::MIN })?,
+            r,
+        )
+        .map_err(|_| c.bad_attr("missing or invalid axis"))?;
+    let mut s = vals[0].shape.clone();
+    s[axis] = 0;
+    for v in &vals {
+        if v.shape.len() != r || (0..r).any(|i| i != axis && v.shape[i] != vals[0].shape[i]) {
+            return Err(c.mismatch(format!(
+                "cannot concatenate {:?} and {:?} along axis {axis}",
+                vals[0].shape, v.shape
+            )));
+        }
+        s[axis] += v.shape[axis];
+    }
+    Ok(vec![out(d, s)])
+}
+
+/// Split.
+pub(crate) fn infer_split(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
+    let sizes = split_sizes(c, x.shape[axis])?;
+    Ok(sizes
+        .iter()
+        .map(|&k| {
+            let mut s = x.shape.clone();
+            s[axis] = k;
+            out(x.dtype, s)
+        })
+        .collect())
+}
+
+/// Slice.
+pub(crate) fn infer_slice(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let p = slice_params(c, &x.shape)?;
+    Ok(vec![out(x.dtype, p.iter().map(|t| t.1).collect())])
+}
+
+/// Expand.
+pub(crate) fn infer_expand(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let spec = c
+        .const_ints(1, "shape")?
+        .ok_or_else(|| c.bad_attr("missing shape"))?;
+    if spec.iter().any(|&d| d < 0) {
+        return Err(c.bad_attr(format!("shape {spec:?}")));
+    }
+    let spec: Vec<usize> = spec.iter().map(|&d| d as usize).collect();
+    let s = broadcast_shapes(&x.shape, &spec)
+        .ok_or_else(|| c.mismatch(format!("cannot expand {:?} to {spec:?}", x.shape)))?;
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// Tile.
+pub(crate) fn infer_tile(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let reps = c
+        .const_ints(1, "repeats")?
+        .ok_or_else(|| c.bad_attr("missing repeats"))?;
+    if reps.len() != x.shape.len() || reps.iter().any(|&r| r < 0) {
+        return Err(c.bad_attr(format!("repeats {reps:?} for rank {}", x.shape.len())));
+    }
+    let s = x
+        .shape
+        .iter()
+        .zip(&reps)
+        .map(|(&d, &r)| d.checked_mul(r as usize))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| c.e(ErrorKind::TooLarge, format!("repeats {reps:?}")))?;
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// DepthToSpace / SpaceToDepth.
+pub(crate) fn infer_depth_space(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let op = n.op.as_str();
+    let x = c.input(0)?;
+    let bs = n.attr_i("blocksize", 0)?;
+    if x.shape.len() != 4 || bs < 1 {
+        return Err(c.bad_attr(format!("blocksize {bs} on a {:?} input", x.shape)));
+    }
+    // Bounded so that b·b and h·b, w·b (≤ 2^34 · 2^16) cannot overflow.
+    if bs > 1 << 16 {
+        return Err(c.bad_attr(format!("blocksize {bs} (at most 65536)")));
+    }
+    let (b, [nn, ch, h, w]) = (
+        bs as usize,
+        [x.shape[0], x.shape[1], x.shape[2], x.shape[3]],
+    );
+    let s = if op == "DepthToSpace" {
+        if ch % (b * b) != 0 {
+            return Err(c.mismatch(format!("{ch} channels for blocksize {b}")));
+        }
+        vec![nn, ch / (b * b), h * b, w * b]
+    } else {
+        if h % b != 0 || w % b != 0 {
+            return Err(c.mismatch(format!("{h}×{w} for blocksize {b}")));
+        }
+        vec![nn, ch * b * b, h / b, w / b]
+    };
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// Pad.
+pub(crate) fn infer_pad(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let (pads, mode, _) = pad_params(c, x.shape.len())?;
+    let mut s = Vec::new();
+    for (i, &(b, e)) in pads.iter().enumerate() {
+        // pad_params bounded b and e: this neither overflows nor goes negative.
+        let d = x.shape[i] as i64 + b + e;
+        if mode == "reflect" && (b.max(e) >= x.shape[i] as i64) && (b > 0 || e > 0) {
+            return Err(c.bad_attr(format!("reflect pad {b}/{e} ≥ size {}", x.shape[i])));
+        }
+        if (mode == "edge" || mode == "wrap") && x.shape[i] == 0 && (b > 0 || e > 0) {
+            return Err(c.bad_attr("edge/wrap padding of an empty axis"));
+        }
+        if mode == "wrap" && b.max(e) > x.shape[i] as i64 {
+            return Err(c.e(ErrorKind::UnsupportedOp, "wrap padding wider than the axis"));
+        }
+        s.push(d as usize);
+    }
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// Trilu.
+pub(crate) fn infer_trilu(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    if x.shape.len() < 2 {
+        return Err(c.mismatch(format!("Trilu of a rank-{} input", x.shape.len())));
+    }
+    if let Some(k) = c.const_ints(1, "k")?
+        && k.len() != 1
+    {
+        return Err(c.bad_attr(format!("k has {} values (one expected)", k.len())));
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+impl<'a> Lowerer<'a> {
+    /// Identity, Dropout, Reshape, Flatten, Squeeze, Unsqueeze: a view of the input.
+    pub(crate) fn lower_view(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        // Views of the input's storage; a copy only when the input is a strided view
+        // the new shape cannot describe.
+        let xi = n.inputs[0].expect("present");
+        let x = self.sview(xi)?;
+        let v = match x.reshape(oshape) {
+            Some(v) => v,
+            None => self
+                .view(xi)?
+                .reshape(oshape)
+                .ok_or_else(|| c.e(ErrorKind::Internal, "dense reshape failed"))?,
+        };
+        self.alias_or_copy(o0, v)?;
+        Ok(())
+    }
+
+    /// Transpose: a permuted view.
+    pub(crate) fn lower_transpose(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        // A permuted view; consumers that need dense data copy it (once).
+        let xv = c.input(0)?;
+        let perm = params::transpose_perm(&c, xv.shape.len())?;
+        let x = self.sview(n.inputs[0].expect("p"))?.permute(&perm);
+        let stored = self.loc[o0]
+            .as_ref()
+            .is_some_and(|y| y.addr == x.addr && x.is_dense());
+        if !stored {
+            // (else the producer already wrote the transposed layout: alloc_any)
+            self.alias_or_copy(o0, x)?;
+        }
+        Ok(())
+    }
+
+    /// Concat: the parts not written in place are copied.
+    pub(crate) fn lower_concat(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        // Inputs whose producers wrote their part in place (`concat_slot`) are
+        // already there; the others are copied.
+        let axis = c.norm_axis(n.attr_i("axis", 1)?, oshape.len())?;
+        let y = match self.loc[o0].clone() {
+            Some(y) => y,
+            None => self.alloc(o0),
+        };
+        let mut at = 0usize;
+        for i in 0..n.inputs.len() {
+            let Some(v) = n.inputs[i] else { continue };
+            let x = self.sview(v)?;
+            let len = x.shape[axis];
+            let dst = y.slice(axis, at as i64, len, 1);
+            let placed = x.addr == dst.addr
+                && (0..x.shape.len()).all(|d| x.shape[d] <= 1 || x.strides[d] == dst.strides[d]);
+            if !placed {
+                self.copy(Engine::Pool, &x, &dst)?;
+            }
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Split: views of the input.
+    pub(crate) fn lower_split(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, .. } = at;
+        let xv = c.input(0)?;
+        let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+        let sizes = params::split_sizes(&c, xv.shape[axis])?;
+        // Views of the input (copied only into graph outputs).
+        let x = self.sview(n.inputs[0].expect("p"))?;
+        let mut at = 0usize;
+        for (k, &len) in sizes.iter().enumerate() {
+            if let Some(Some(ov)) = n.outputs.get(k).copied() {
+                self.alias_or_copy(ov, x.slice(axis, at as i64, len, 1))?;
+            }
+            at += len;
+        }
+        Ok(())
+    }
+
+    /// Slice: a view (a copy when reversed).
+    pub(crate) fn lower_slice(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let p = params::slice_params(&c, &xv.shape)?;
+        let mut x = self.sview(n.inputs[0].expect("p"))?;
+        for (axis, &(start, len, step)) in p.iter().enumerate() {
+            x = x.slice(axis, start, len, step);
+        }
+        if x.strides.iter().all(|&s| s >= 0) {
+            // A view (a reversed one would make its readers walk it index by index).
+            self.alias_or_copy(o0, x)?;
+        } else {
+            let y = self.alloc(o0);
+            self.copy(Engine::Pool, &x, &y)?;
+        }
+        Ok(())
+    }
+
+    /// Expand: a broadcast copy.
+    pub(crate) fn lower_expand(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, oshape, .. } = at;
+        let x = self.view(n.inputs[0].expect("p"))?.broadcast(oshape);
+        let y = self.alloc(o0);
+        self.copy(Engine::Pool, &x, &y)?;
+        Ok(())
+    }
+
+    /// Tile: one copy of a broadcast view.
+    pub(crate) fn lower_tile(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        // Each dim d becomes [repeats, d] of a broadcast view: one copy.
+        let x = self.sview(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let reps = c.const_ints(1, "repeats")?.unwrap_or_default();
+        let (mut sh, mut st) = (Vec::new(), Vec::new());
+        for (i, &r) in reps.iter().enumerate() {
+            sh.extend([r as usize, x.shape[i]]);
+            st.extend([0, x.strides[i]]);
+        }
+        let src = View {
+            shape: sh.clone(),
+            strides: st,
+            ..x
+        };
+        self.copy(Engine::Pool, &src, &View::dense(y.addr, y.dtype, &sh))?;
+        Ok(())
+    }
+
+    /// DepthToSpace / SpaceToDepth: a 6-D permutation copied once.
+    pub(crate) fn lower_depth_space(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, op, o0, .. } = at;
+        // A 6-D permutation of the input, copied once.
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let b = n.attr_i("blocksize", 1)? as usize;
+        let [nn, ch, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+        let (split, perm): (Vec<usize>, [usize; 6]) = if op == "SpaceToDepth" {
+            (vec![nn, ch, h / b, b, w / b, b], [0, 3, 5, 1, 2, 4])
+        } else if n.attr_s("mode", "DCR")? == "CRD" {
+            (vec![nn, ch / (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3])
+        } else {
+            (vec![nn, b, b, ch / (b * b), h, w], [0, 3, 4, 1, 5, 2])
+        };
+        let src = View::dense(x.addr, x.dtype, &split).permute(&perm);
+        let dst = View::dense(y.addr, y.dtype, &src.shape);
+        self.copy(Engine::Pool, &src, &dst)?;
+        Ok(())
+    }
+
+    pub(crate) fn lower_pad(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let (pads, mode, value) = params::pad_params(&c, xv.shape.len())?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        if y.shape.contains(&0) {
+            return Ok(());
+        }
+        let r = xv.shape.len();
+        // Interior: the input (cropped where pads are negative) at its place in the output.
+        let mut src = x.clone();
+        let mut dst = y.clone();
+        let mut inner = vec![0usize; r];
+        for (i, &(b, e)) in pads.iter().enumerate() {
+            let crop_b = (-b).max(0);
+            let len = (xv.shape[i] as i64 - crop_b - (-e).max(0)).max(0) as usize;
+            inner[i] = len;
+            src = src.slice(i, crop_b, len, 1);
+            dst = dst.slice(i, b.max(0), len, 1);
+        }
+        let any_pad = pads.iter().any(|&(b, e)| b > 0 || e > 0);
+        if mode == "constant" && any_pad {
+            self.fill(Engine::Pool, &y, value)?;
+        }
+        self.copy(Engine::Pool, &src, &dst)?;
+        if mode == "constant" {
+            return Ok(());
+        }
+        // Axis by axis (like numpy): earlier axes full, later axes interior only.
+        for d in 0..r {
+            let (b, e) = (pads[d].0.max(0), pads[d].1.max(0));
+            if b == 0 && e == 0 {
+                continue;
+            }
+            let mut base = y.clone();
+            for k in d + 1..r {
+                base = base.slice(k, pads[k].0.max(0), inner[k], 1);
+            }
+            let nlen = inner[d] as i64;
+            let (lsrc, lstep, rsrc, rstep) = match mode.as_str() {
+                "edge" => (b, 0, b + nlen - 1, 0),
+                "reflect" => (2 * b, -1, b + nlen - 2, -1),
+                _ => (nlen, 1, b, 1), // wrap
+            };
+            if b > 0 {
+                let s = base.slice(d, lsrc, b as usize, lstep);
+                let t = base.slice(d, 0, b as usize, 1);
+                self.copy(Engine::Pool, &s, &t)?;
+            }
+            if e > 0 {
+                let s = base.slice(d, rsrc, e as usize, rstep);
+                let t = base.slice(d, b + nlen, e as usize, 1);
+                self.copy(Engine::Pool, &s, &t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Trilu: a select through a constant triangular mask.
+    pub(crate) fn lower_trilu(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n,
+            c,
+            o0,
+            oshape,
+            odt,
+            ..
+        } = at;
+        // Select through a constant triangular mask (broadcast over the batch).
+        let xv = c.input(0)?;
+        let r = xv.shape.len();
+        let (rows, cols) = (xv.shape[r - 2], xv.shape[r - 1]);
+        let k = c.const_ints(1, "k")?.map_or(0, |v| v[0]);
+        let upper = n.attr_i("upper", 1)? != 0;
+        let mask: Vec<i64> = (0..rows * cols)
+            .map(|e| {
+                let d = (e % cols) as i64 - (e / cols) as i64;
+                i64::from(if upper { d >= k } else { d <= k })
+            })
+            .collect();
+        let m = self.add_const(&HostTensor::ints(DType::Bool, vec![rows, cols], mask));
+        let mv = View::dense(m, DType::Bool, &[rows, cols]).broadcast(oshape);
+        let zero = HostTensor::from_f64s(odt, vec![1], std::iter::once(0.0));
+        let z = self.add_const(&zero);
+        let zv = View::dense(z, odt, &[1]).broadcast(oshape);
+        let x = self.sview(n.inputs[0].expect("p"))?;
+        let y = self.alloc_any(o0)?;
+        self.emit_nd(0, Engine::Dve, &[&mv, &x, &zv, &y], |a| Op::Select {
+            cond: a[0],
+            a: a[1],
+            b: a[2],
+            out: a[3],
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,381 @@
+//! MatMul and Gemm on PE (split between the cores with `cores: 2`; a following scalar
+//! factor goes into alpha, a following bias add and activation into one ACT pass).
+
+use super::unary::act_of;
+use super::{Dtypes, Fold, Registry};
+use crate::error::Result;
+use crate::graph::ValueId;
+use crate::lower::view::{View, mk_ap, simplify};
+use crate::lower::{At, Lowerer};
+use crate::params::{Ctx, Out, broadcast_shapes, elementwise_dtype_check, matmul_shape, out};
+use crate::tensor::HostTensor;
+use nrt_hal::{DType, Engine};
+use nrt_isa::{AccessPattern, BinaryOp, Op, matmul_flags};
+
+pub(super) fn register(r: &mut Registry) {
+    r.op("MatMul", 1, infer_matmul)
+        .dtypes(Dtypes::Float)
+        .device(|l, at| l.lower_matmul(at));
+    r.op("Gemm", 1, infer_gemm)
+        .dtypes(Dtypes::Float)
+        .fold(Fold::Never)
+        .device(|l, at| l.lower_gemm(at));
+}
+
+/// MatMul (numpy semantics).
+pub(crate) fn infer_matmul(c: &Ctx) -> Result<Vec<Out>> {
+    let (a, b) = (c.input(0)?, c.input(1)?);
+    elementwise_dtype_check(c, &[a, b])?;
+    Ok(vec![out(a.dtype, matmul_shape(c, &a.shape, &b.shape)?)])
+}
+
+/// Gemm: 2-D operands, optional transposes, C broadcast to the result.
+pub(crate) fn infer_gemm(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let (a, b) = (c.input(0)?, c.input(1)?);
+    if a.shape.len() != 2 || b.shape.len() != 2 {
+        return Err(c.mismatch(format!("Gemm of {:?} and {:?}", a.shape, b.shape)));
+    }
+    let ta = n.attr_i("transA", 0)? != 0;
+    let tb = n.attr_i("transB", 0)? != 0;
+    let (m, k) = if ta {
+        (a.shape[1], a.shape[0])
+    } else {
+        (a.shape[0], a.shape[1])
+    };
+    let (kb, nn) = if tb {
+        (b.shape[1], b.shape[0])
+    } else {
+        (b.shape[0], b.shape[1])
+    };
+    if k != kb {
+        return Err(c.mismatch(format!("Gemm inner sizes {k} ≠ {kb}")));
+    }
+    if let Some(cc) = c.opt(2)
+        && broadcast_shapes(&cc.shape, &[m, nn]).as_deref() != Some(&[m, nn][..])
+    {
+        return Err(c.mismatch(format!(
+            "C {:?} does not broadcast to [{m}, {nn}]",
+            cc.shape
+        )));
+    }
+    Ok(vec![out(a.dtype, vec![m, nn])])
+}
+
+impl<'a> Lowerer<'a> {
+    /// Emits one MatMul, split between the cores (N, else M) when there are two.
+    pub(crate) fn matmul_aps(
+        &mut self,
+        a: AccessPattern,
+        b: AccessPattern,
+        c: AccessPattern,
+        alpha: f32,
+        flags: u32,
+    ) {
+        let es = 4i64;
+        let (m, n) = (c.shape[2] as i64, c.shape[3] as i64);
+        let ta = flags & matmul_flags::TRANSPOSE_A != 0;
+        let tb = flags & matmul_flags::TRANSPOSE_B != 0;
+        if self.cores < 2 || (m < 2 && n < 2) {
+            self.emit(
+                0,
+                Engine::Pe,
+                Op::MatMul {
+                    a,
+                    b,
+                    c,
+                    alpha,
+                    flags,
+                },
+            );
+            return;
+        }
+        let split_n = n >= 2;
+        let total = if split_n { n } else { m };
+        let half = total / 2;
+        for (core, start, len) in [(0u8, 0i64, half), (1u8, half, total - half)] {
+            let (mut a2, mut b2, mut c2) = (a, b, c);
+            let adv = |ap: &mut AccessPattern, dim: usize| {
+                ap.shape[dim] = len as u32;
+                ap.addr = (ap.addr as i64 + start * ap.stride[dim] as i64 * es) as u64;
+            };
+            if split_n {
+                adv(&mut c2, 3);
+                adv(&mut b2, if tb { 2 } else { 3 });
+            } else {
+                adv(&mut c2, 2);
+                adv(&mut a2, if ta { 3 } else { 2 });
+            }
+            self.emit(
+                core,
+                Engine::Pe,
+                Op::MatMul {
+                    a: a2,
+                    b: b2,
+                    c: c2,
+                    alpha,
+                    flags,
+                },
+            );
+        }
+    }
+
+    pub(crate) fn lower_matmul(&mut self, at: At<'a>) -> Result<()> {
+        let At { g, n, o0, .. } = at;
+        let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
+        // Fuse a following multiplication (or division) by a compile-time scalar into alpha.
+        let mut alpha = 1.0f32;
+        let mut target = o0;
+        if let Some(j) = self.sole_consumer(o0) {
+            let nj = &g.nodes[j];
+            let ins: Vec<ValueId> = nj.inputs.iter().flatten().copied().collect();
+            let scalar = |v: ValueId| {
+                g.values[v]
+                    .konst
+                    .as_deref()
+                    .filter(|t| t.len() == 1 && t.dtype == DType::F32)
+                    .map(|t| t.get_f64(0) as f32)
+            };
+            let factor = match (nj.op.as_str(), ins.as_slice()) {
+                ("Mul", &[p, q]) if p == o0 && q != o0 => scalar(q),
+                ("Mul", &[p, q]) if q == o0 && p != o0 => scalar(p),
+                ("Div", &[p, q]) if p == o0 && q != o0 => {
+                    scalar(q).filter(|&d| d != 0.0).map(|d| 1.0 / d)
+                }
+                _ => None,
+            };
+            if let Some(f) = factor {
+                let oj = self.out(j, 0)?;
+                if g.values[oj].shape == g.values[o0].shape {
+                    alpha = f;
+                    target = oj;
+                    self.skip[j] = true;
+                }
+            }
+        }
+        // Operands as they are stored: transposed and head-split views need no copy (the
+        // engine takes any strides).
+        let mut a = self.sview(av)?;
+        let mut b = self.sview(bv)?;
+        if a.strides.iter().any(|&s| s < 0) {
+            a = self.view(av)?;
+        }
+        if b.strides.iter().any(|&s| s < 0) {
+            b = self.view(bv)?;
+        }
+        let y = self.alloc_any(target)?;
+        let (a1, b1) = (a.shape.len() == 1, b.shape.len() == 1);
+        if a1 {
+            a = View {
+                shape: vec![1, a.shape[0]],
+                strides: vec![0, a.strides[0]],
+                ..a
+            };
+        }
+        if b1 {
+            b = View {
+                shape: vec![b.shape[0], 1],
+                strides: vec![b.strides[0], 0],
+                ..b
+            };
+        }
+        let mut c = y.clone();
+        if a1 {
+            let at = c.shape.len() - usize::from(!b1);
+            c.shape.insert(at, 1);
+            c.strides.insert(at, 0);
+        }
+        if b1 {
+            c.shape.push(1);
+            c.strides.push(0);
+        }
+        let (ra, rb, rc) = (a.shape.len(), b.shape.len(), c.shape.len());
+        let (mut m, k) = (a.shape[ra - 2], a.shape[ra - 1]);
+        let nn = b.shape[rb - 1];
+        let batch = c.shape[..rc - 2].to_vec();
+        let (a_rs, a_cs) = (a.strides[ra - 2], a.strides[ra - 1]);
+        let (b_rs, b_cs) = (b.strides[rb - 2], b.strides[rb - 1]);
+        let (c_rs, c_cs) = (c.strides[rc - 2], c.strides[rc - 1]);
+        if m * nn == 0 || batch.contains(&0) {
+            return self.finish_fused_target(target, o0);
+        }
+        if k == 0 {
+            self.fill(Engine::Dve, &y, 0.0)?;
+            return self.finish_fused_target(target, o0);
+        }
+        // Batch strides, right-aligned, 0 where an operand broadcasts.
+        let bstr = |v: &View, r: usize| -> Vec<i64> {
+            let vb = &v.shape[..r - 2];
+            let off = batch.len() - vb.len();
+            (0..batch.len())
+                .map(|i| {
+                    if i < off || vb[i - off] == 1 {
+                        0
+                    } else {
+                        v.strides[i - off]
+                    }
+                })
+                .collect()
+        };
+        let (sa, sb, sc) = (bstr(&a, ra), bstr(&b, rb), c.strides[..rc - 2].to_vec());
+        let (mut bs, mut bst, _) = simplify(&batch, &[sa, sb, sc], usize::MAX);
+        // Batches that share B and continue A's and C's rows are more rows (one taller
+        // product, which two cores can split).
+        while let Some(&last) = bs.last() {
+            let d = bs.len() - 1;
+            let rows_a = a_rs * m as i64;
+            let rows_c = c_rs * m as i64;
+            if bst[1][d] == 0 && bst[0][d] == rows_a && bst[2][d] == rows_c {
+                m *= last;
+                bs.pop();
+                for s in &mut bst {
+                    s.pop();
+                }
+            } else {
+                break;
+            }
+        }
+        let (bs, bst, offs) = simplify(&bs, &bst, 2);
+        for o in offs {
+            let shape = |x: usize, y: usize| {
+                let mut s = bs.clone();
+                s.extend([x, y]);
+                s
+            };
+            let strides = |v: usize, r: i64, c: i64| {
+                let mut s = bst[v].clone();
+                s.extend([r, c]);
+                s
+            };
+            let a_ap = mk_ap(
+                a.elems(o[0]),
+                a.dtype,
+                &shape(m, k),
+                &strides(0, a_rs, a_cs),
+            )?;
+            let b_ap = mk_ap(
+                b.elems(o[1]),
+                b.dtype,
+                &shape(k, nn),
+                &strides(1, b_rs, b_cs),
+            )?;
+            let c_ap = mk_ap(
+                c.elems(o[2]),
+                c.dtype,
+                &shape(m, nn),
+                &strides(2, c_rs, c_cs),
+            )?;
+            self.matmul_aps(a_ap, b_ap, c_ap, alpha, 0);
+        }
+        self.finish_fused_target(target, o0)
+    }
+
+    /// After a MatMul that also computed its consumer's output `target`: that output is
+    /// final (the node loop only finishes the MatMul's own outputs).
+    pub(crate) fn finish_fused_target(&mut self, target: ValueId, o0: ValueId) -> Result<()> {
+        if target != o0 {
+            self.finish_value(target)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn lower_gemm(&mut self, at: At<'a>) -> Result<()> {
+        let At { g, n, o0, .. } = at;
+        let alpha = n.attr_f("alpha", 1.0)?;
+        let beta = n.attr_f("beta", 1.0)?;
+        let ta = n.attr_i("transA", 0)? != 0;
+        let tb = n.attr_i("transB", 0)? != 0;
+        let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
+        let mut a = self.sview(av)?;
+        let mut b = self.sview(bv)?;
+        if a.strides.iter().any(|&s| s < 0) {
+            a = self.view(av)?;
+        }
+        if b.strides.iter().any(|&s| s < 0) {
+            b = self.view(bv)?;
+        }
+        let cv = n.inputs.get(2).copied().flatten().filter(|_| beta != 0.0);
+        let (m, nn) = (
+            g.values[o0].shape[0],
+            g.values[o0].shape.get(1).copied().unwrap_or(1),
+        );
+        let k = if ta { a.shape[0] } else { a.shape[1] };
+        // Bias and a following activation: the product, then ONE activation pass in place
+        // (bias + function). The bias must be a constant when beta scales it.
+        let act = self.sole_consumer(o0).and_then(|j| {
+            let cj = Ctx { g, n: &g.nodes[j] };
+            act_of(&cj).ok().flatten().map(|f| (j, f))
+        });
+        let bias_for_act = match (cv, act) {
+            (Some(c), Some(_)) if k > 0 && m * nn > 0 => {
+                if beta == 1.0 {
+                    Some(self.sview(c)?)
+                } else if let Some(t) = g.values[c].konst.as_deref() {
+                    let scaled: Vec<f32> = t.to_f32s().iter().map(|v| v * beta).collect();
+                    let addr = self.add_const(&HostTensor::f32(t.shape.clone(), scaled));
+                    Some(View::dense(addr, DType::F32, &t.shape))
+                } else {
+                    None
+                }
+            }
+            _ => None,
+        };
+        let y = self.alloc_any(o0)?;
+        let mut flags = 0;
+        if let (Some(bias), Some((j, f))) = (bias_for_act, act) {
+            let (a_ap, b_ap, c_ap) = (
+                mk_ap(a.addr, a.dtype, &a.shape, &a.strides)?,
+                mk_ap(b.addr, b.dtype, &b.shape, &b.strides)?,
+                mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?,
+            );
+            if ta {
+                flags |= matmul_flags::TRANSPOSE_A;
+            }
+            if tb {
+                flags |= matmul_flags::TRANSPOSE_B;
+            }
+            self.matmul_aps(a_ap, b_ap, c_ap, alpha, flags);
+            let oj = self.out(j, 0)?;
+            let out = self.alloc_over(o0, &[j], oj)?;
+            let bias = bias.broadcast(&y.shape);
+            self.activation(&y, &out, Some(&bias), f, 1.0)?;
+            self.skip[j] = true;
+            return self.finish_value(oj);
+        }
+        if let Some(cv) = cv {
+            let cview = self.sview(cv)?.broadcast(&y.shape);
+            if beta == 1.0 {
+                self.copy(Engine::Dve, &cview, &y)?;
+            } else {
+                self.emit_nd(0, Engine::Dve, &[&cview, &y], |x| Op::TensorScalar {
+                    a: x[0],
+                    out: x[1],
+                    op: BinaryOp::Mul,
+                    scalar: beta,
+                    reverse: false,
+                })?;
+            }
+            flags |= matmul_flags::ACCUMULATE;
+        }
+        if m * nn == 0 {
+            return Ok(());
+        }
+        if k == 0 {
+            if flags == 0 {
+                self.fill(Engine::Dve, &y, 0.0)?;
+            }
+            return Ok(());
+        }
+        let a_ap = mk_ap(a.addr, a.dtype, &a.shape, &a.strides)?;
+        let b_ap = mk_ap(b.addr, b.dtype, &b.shape, &b.strides)?;
+        let c_ap = mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?;
+        if ta {
+            flags |= matmul_flags::TRANSPOSE_A;
+        }
+        if tb {
+            flags |= matmul_flags::TRANSPOSE_B;
+        }
+        self.matmul_aps(a_ap, b_ap, c_ap, alpha, flags);
+        Ok(())
+    }
+}

@@ -1,0 +1,252 @@
+//! The operator table: every ONNX operator the compiler supports is one [`OpDef`] —
+//! name, first opset, shape inference, constant folding, element-type rule, lowering — that
+//! its family's file registers (`r.op("LRN", 1, infer_lrn).device(…)`, the way tract
+//! registers ops). Shape inference ([`crate::infer`]), folding, the device type check and
+//! lowering ([`crate::lower`]) are lookups in this one table, and [`supported_report`] lists
+//! it. Adding an operator is one `r.op(…)` line and its functions in one family file.
+
+mod constant;
+mod conv;
+mod elementwise;
+mod gather;
+mod layout;
+mod matmul;
+mod norm;
+mod pool;
+mod reduce;
+mod resize;
+mod unary;
+
+use crate::error::{ErrorKind, Result};
+use crate::lower::{At, Lowerer};
+use crate::params::{Ctx, Out, require_float};
+use nrt_hal::DType;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+/// Shape and type inference of a node (constant outputs when the operator always folds).
+pub(crate) type InferFn = fn(&Ctx) -> Result<Vec<Out>>;
+/// Lowering of a node to engine instructions.
+pub(crate) type LowerFn = for<'a> fn(&mut Lowerer<'a>, At<'a>) -> Result<()>;
+
+/// How an operator is computed at compile time.
+#[derive(Clone, Copy)]
+pub(crate) enum Fold {
+    /// By the host evaluator ([`crate::eval`]) when all inputs are constants (an operator
+    /// it does not know is computed on the device).
+    Host,
+    /// Never: always on the device.
+    Never,
+    /// Only: a model where the inputs are not constants is unsupported.
+    Only,
+}
+
+/// Element types the device computes an operator in (checked on input 0 of nodes that are
+/// not folded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dtypes {
+    /// Whatever inference accepts.
+    Any,
+    /// f32 only.
+    Float,
+    /// f32, i32, i64 (reductions).
+    Reduce,
+    /// Not u64 or bool: narrower integers and halves are widened to i64 / f32 around the
+    /// operation; u64 would not survive the round trip.
+    Elementwise,
+}
+
+/// One operator.
+pub(crate) struct OpDef {
+    pub name: &'static str,
+    /// The first ONNX opset (default domain) of the operator; every later one is accepted.
+    pub since: u16,
+    pub infer: InferFn,
+    pub fold: Fold,
+    pub dtypes: Dtypes,
+    /// `None`: computed at compile time only.
+    pub lower: Option<LowerFn>,
+    /// Limits worth listing in the report.
+    pub notes: &'static str,
+}
+
+impl OpDef {
+    /// Sets how the operator folds (default [`Fold::Host`]).
+    pub fn fold(&mut self, f: Fold) -> &mut Self {
+        self.fold = f;
+        self
+    }
+
+    /// Sets its device element-type rule (default [`Dtypes::Any`]).
+    pub fn dtypes(&mut self, d: Dtypes) -> &mut Self {
+        self.dtypes = d;
+        self
+    }
+
+    /// Sets its lowering.
+    pub fn device(&mut self, f: LowerFn) -> &mut Self {
+        self.lower = Some(f);
+        self
+    }
+
+    /// Sets the notes of the report.
+    pub fn note(&mut self, s: &'static str) -> &mut Self {
+        self.notes = s;
+        self
+    }
+
+    /// Rejects element types the device cannot compute for this operator.
+    pub(crate) fn check_device_dtypes(&self, c: &Ctx) -> Result<()> {
+        let Some(x) = c.opt(0) else {
+            return Ok(());
+        };
+        let ok = match self.dtypes {
+            Dtypes::Any => true,
+            Dtypes::Float => return require_float(c, x),
+            Dtypes::Reduce => matches!(x.dtype, DType::F32 | DType::I32 | DType::I64),
+            Dtypes::Elementwise => !matches!(x.dtype, DType::U64 | DType::Bool),
+        };
+        if ok {
+            return Ok(());
+        }
+        let what = if self.dtypes == Dtypes::Reduce {
+            "reductions compute f32, i32 and i64"
+        } else {
+            "the device computes f32, i32 and i64"
+        };
+        Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!("input '{}' is {}; {what}", x.name, x.dtype),
+        ))
+    }
+}
+
+/// The table.
+pub(crate) struct Registry {
+    ops: HashMap<&'static str, OpDef>,
+}
+
+impl Registry {
+    /// Registers operator `name` (opset `since` and later) with its shape inference;
+    /// folded by the host evaluator, any element type, no lowering until set.
+    pub fn op(&mut self, name: &'static str, since: u16, infer: InferFn) -> &mut OpDef {
+        assert!(!self.ops.contains_key(name), "{name} registered twice");
+        self.ops.entry(name).or_insert(OpDef {
+            name,
+            since,
+            infer,
+            fold: Fold::Host,
+            dtypes: Dtypes::Any,
+            lower: None,
+            notes: "",
+        })
+    }
+}
+
+/// The operator table, built once.
+pub(crate) fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
+    REG.get_or_init(|| {
+        let mut r = Registry {
+            ops: HashMap::new(),
+        };
+        constant::register(&mut r);
+        conv::register(&mut r);
+        elementwise::register(&mut r);
+        gather::register(&mut r);
+        layout::register(&mut r);
+        matmul::register(&mut r);
+        norm::register(&mut r);
+        pool::register(&mut r);
+        reduce::register(&mut r);
+        resize::register(&mut r);
+        unary::register(&mut r);
+        r
+    })
+}
+
+/// The definition of operator `op`, if supported.
+pub(crate) fn get(op: &str) -> Option<&'static OpDef> {
+    registry().ops.get(op)
+}
+
+/// Every supported operator, sorted by name.
+fn sorted() -> Vec<&'static OpDef> {
+    let mut v: Vec<&OpDef> = registry().ops.values().collect();
+    v.sort_by_key(|d| d.name);
+    v
+}
+
+/// Operators the compiler supports (on the device, or folded at compile time), sorted.
+pub fn supported_ops() -> Vec<&'static str> {
+    sorted().into_iter().map(|d| d.name).collect()
+}
+
+/// Operators computed only at compile time: a model where their inputs are not constants
+/// is rejected as unsupported.
+pub fn fold_only_ops() -> Vec<&'static str> {
+    sorted()
+        .into_iter()
+        .filter(|d| matches!(d.fold, Fold::Only))
+        .map(|d| d.name)
+        .collect()
+}
+
+/// One row of the conformance report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpInfo {
+    pub name: &'static str,
+    /// First ONNX opset; every later one is accepted.
+    pub since: u16,
+    /// Where it runs: `device`, `compile time` (always folded) or `compile time only`.
+    pub runs: &'static str,
+    /// Element types on the device.
+    pub dtypes: &'static str,
+    pub notes: &'static str,
+}
+
+/// The supported operators, from the table: name, opset range, where they run, notes.
+pub fn supported_report() -> Vec<OpInfo> {
+    sorted()
+        .into_iter()
+        .map(|d| OpInfo {
+            name: d.name,
+            since: d.since,
+            runs: match (d.lower.is_some(), d.fold) {
+                (_, Fold::Only) => "compile time only",
+                (false, _) => "compile time",
+                (true, _) => "device",
+            },
+            dtypes: match d.dtypes {
+                Dtypes::Any => "any",
+                Dtypes::Float => "f32",
+                Dtypes::Reduce => "f32, i32, i64",
+                Dtypes::Elementwise => "all but u64, bool",
+            },
+            notes: d.notes,
+        })
+        .collect()
+}
+
+/// [`supported_report`] as the Markdown of `docs/supported-ops.md`.
+pub fn supported_markdown() -> String {
+    let rows = supported_report();
+    let mut s = String::from(
+        "# Supported ONNX operators\n\n\
+         Generated from the compiler's operator table (`crates/compiler/src/ops/`):\n\
+         `NRT_BLESS=1 cargo test -p nrt-compiler --test supported_ops` rewrites it, and\n\
+         the test fails when it is stale. Do not edit by hand.\n\n",
+    );
+    let _ = writeln!(s, "{} operators (default domain).\n", rows.len());
+    s.push_str("| operator | opsets | runs | device types | notes |\n");
+    s.push_str("| --- | --- | --- | --- | --- |\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {}+ | {} | {} | {} |",
+            r.name, r.since, r.runs, r.dtypes, r.notes
+        );
+    }
+    s
+}

@@ -1,0 +1,568 @@
+//! Normalizations: LayerNormalization, BatchNormalization (inference), Instance / Group /
+//! RMS normalization, LRN, and the row operations Softmax / LogSoftmax.
+
+use super::unary::act_of;
+use super::{Dtypes, Fold, Registry};
+use crate::error::{ErrorKind, Result};
+use crate::graph::ValueId;
+use crate::lower::view::{View, mk_ap, simplify};
+use crate::lower::{At, Lowerer};
+use crate::params::{Ctx, Out, broadcast_shapes, out, require_float, unsupported_outputs};
+use crate::tensor::HostTensor;
+use nrt_hal::{DType, Engine};
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, PoolOp, ReduceOp, Window};
+
+pub(super) fn register(r: &mut Registry) {
+    r.op("LayerNormalization", 17, infer_layer_norm)
+        .dtypes(Dtypes::Float)
+        .fold(Fold::Never)
+        .device(|l, at| l.lower_layer_norm(at));
+    r.op("BatchNormalization", 1, infer_batch_norm)
+        .dtypes(Dtypes::Float)
+        .fold(Fold::Never)
+        .note("inference mode; constant parameters")
+        .device(|l, at| l.lower_batch_norm(at));
+    r.op("InstanceNormalization", 1, infer_group_norm)
+        .device(|l, at| l.lower_group_norm(at));
+    r.op("GroupNormalization", 18, infer_group_norm)
+        .device(|l, at| l.lower_group_norm(at));
+    r.op("RMSNormalization", 23, infer_rms_norm)
+        .device(|l, at| l.lower_rms_norm(at));
+    r.op("LRN", 1, infer_lrn)
+        .dtypes(Dtypes::Float)
+        .fold(Fold::Never)
+        .device(|l, at| l.lower_lrn(at));
+    for name in ["Softmax", "LogSoftmax"] {
+        r.op(name, 1, infer_softmax)
+            .dtypes(Dtypes::Float)
+            .fold(Fold::Never)
+            .device(|l, at| l.lower_softmax(at));
+    }
+}
+
+/// LayerNormalization (with its optional Mean and InvStdDev outputs).
+pub(crate) fn infer_layer_norm(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let axis = c.norm_axis(n.attr_i("axis", -1)?, x.shape.len())?;
+    let norm: usize = x.shape[axis..].iter().product();
+    for i in [1, 2] {
+        if let Some(p) = c.opt(i)
+            && (p.elements() != norm
+                || broadcast_shapes(&p.shape, &x.shape).as_deref() != Some(&x.shape[..]))
+        {
+            return Err(c.mismatch(format!(
+                "scale/bias shape {:?} does not match the normalized shape {:?}",
+                p.shape,
+                &x.shape[axis..]
+            )));
+        }
+    }
+    let mut stat = x.shape[..axis].to_vec();
+    stat.resize(x.shape.len(), 1);
+    Ok(vec![
+        out(x.dtype, x.shape.clone()),
+        out(DType::F32, stat.clone()),
+        out(DType::F32, stat),
+    ])
+}
+
+/// BatchNormalization: inference mode, per-channel constant parameters.
+pub(crate) fn infer_batch_norm(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    if n.attr_i("training_mode", 0)? != 0 {
+        return Err(c.e(ErrorKind::UnsupportedOp, "training_mode = 1"));
+    }
+    unsupported_outputs(c, 1)?;
+    if x.shape.len() < 2 {
+        return Err(c.mismatch("input of rank < 2"));
+    }
+    let ch = x.shape[1];
+    for (i, what) in [(1, "scale"), (2, "bias"), (3, "mean"), (4, "var")] {
+        c.const_floats(i, what)?;
+    }
+    for i in 1..5 {
+        let p = c.input(i)?;
+        if p.elements() != ch {
+            return Err(c.mismatch(format!(
+                "parameter '{}' has {} elements for {ch} channels",
+                p.name,
+                p.elements()
+            )));
+        }
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// Instance / Group normalization.
+pub(crate) fn infer_group_norm(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let op = n.op.as_str();
+    let (x, scale, bias) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    require_float(c, x)?;
+    if x.shape.len() < 3 {
+        return Err(c.mismatch(format!("input of rank {} (N, C, D…)", x.shape.len())));
+    }
+    let ch = x.shape[1];
+    let groups = if op == "GroupNormalization" {
+        let g = n.attr_i("num_groups", 0)?;
+        if g < 1 || ch % g as usize != 0 {
+            return Err(c.bad_attr(format!("num_groups {g} for {ch} channels")));
+        }
+        g as usize
+    } else {
+        ch
+    };
+    for p in [scale, bias] {
+        if p.elements() != ch && p.elements() != groups {
+            return Err(c.mismatch(format!(
+                "parameter '{}' has {} elements for {ch} channels",
+                p.name,
+                p.elements()
+            )));
+        }
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// RMSNormalization.
+pub(crate) fn infer_rms_norm(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let (x, scale) = (c.input(0)?, c.input(1)?);
+    require_float(c, x)?;
+    let r = x.shape.len();
+    c.norm_axis(n.attr_i("axis", -1)?, r)?;
+    if broadcast_shapes(&x.shape, &scale.shape).as_deref() != Some(&x.shape[..]) {
+        return Err(c.mismatch(format!(
+            "scale {:?} does not broadcast to the input {:?}",
+            scale.shape, x.shape
+        )));
+    }
+    unsupported_outputs(c, 1)?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// LRN.
+pub(crate) fn infer_lrn(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    if x.shape.len() < 3 {
+        return Err(c.mismatch(format!("LRN of a rank-{} input", x.shape.len())));
+    }
+    let size = n.attr_i("size", 0)?;
+    if !(1..=1 << 20).contains(&size) {
+        return Err(c.bad_attr(format!("size = {size} (must be in 1..=2^20)")));
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// Softmax / LogSoftmax.
+pub(crate) fn infer_softmax(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let def = if c.opset() >= 13 { -1 } else { 1 };
+    c.norm_axis(n.attr_i("axis", def)?, x.shape.len())?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// BatchNormalization (inference) as a per-channel affine map: `(scale, shift)` with
+/// `scale = gamma/√(var + eps)`, `shift = beta − mean·scale`.
+pub(crate) fn bn_affine(c: &Ctx) -> Result<(Vec<f32>, Vec<f32>)> {
+    let eps = c.n.attr_f("epsilon", 1e-5)?;
+    let mut p = Vec::new();
+    for i in 1..5 {
+        p.push(
+            c.konst(i)
+                .ok_or_else(|| {
+                    c.e(
+                        ErrorKind::UnsupportedOp,
+                        "BatchNormalization needs constant scale, bias, mean and variance",
+                    )
+                })?
+                .to_f32s(),
+        );
+    }
+    let ch = p[0].len();
+    if p.iter().any(|v| v.len() != ch) {
+        return Err(c.e(ErrorKind::ShapeMismatch, "parameters of different lengths"));
+    }
+    let scale: Vec<f32> = (0..ch).map(|i| p[0][i] / (p[3][i] + eps).sqrt()).collect();
+    let shift: Vec<f32> = (0..ch).map(|i| p[1][i] - p[2][i] * scale[i]).collect();
+    Ok((scale, shift))
+}
+
+impl<'a> Lowerer<'a> {
+    /// Softmax / LogSoftmax: one row operation on POOL.
+    pub(crate) fn lower_softmax(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, op, o0, .. } = at;
+        let xv = c.input(0)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let r = xv.shape.len();
+        let axis = c.norm_axis(n.attr_i("axis", if c.opset() >= 13 { -1 } else { 1 })?, r)?;
+        let outer: usize = xv.shape[..axis].iter().product();
+        let (a, inner) = if c.opset() >= 13 {
+            (
+                xv.shape[axis],
+                xv.shape[axis + 1..].iter().product::<usize>(),
+            )
+        } else {
+            (xv.shape[axis..].iter().product(), 1)
+        };
+        let sh = [outer, inner, a];
+        let st = [(a * inner) as i64, 1, inner as i64];
+        let log = op == "LogSoftmax";
+        let xa = View {
+            shape: sh.to_vec(),
+            strides: st.to_vec(),
+            ..x
+        };
+        let ya = View {
+            shape: sh.to_vec(),
+            strides: st.to_vec(),
+            ..y
+        };
+        self.row_op(&xa, &ya, |i, o| Op::Softmax {
+            input: i,
+            output: o,
+            log,
+        })?;
+        Ok(())
+    }
+
+    /// A row operation (softmax) over `[outer, inner, axis]` views: dim 3 is the axis.
+    pub(crate) fn row_op(
+        &mut self,
+        x: &View,
+        y: &View,
+        f: impl Fn(AccessPattern, AccessPattern) -> Op,
+    ) -> Result<()> {
+        // Loop the outer dims beyond what fits in AP dims 0..3.
+        let (s, st, offs) = simplify(
+            &x.shape[..2],
+            &[x.strides[..2].to_vec(), y.strides[..2].to_vec()],
+            2,
+        );
+        if x.shape.contains(&0) {
+            return Ok(());
+        }
+        let a = x.shape[2];
+        for o in offs {
+            let mut sh = s.clone();
+            sh.push(a);
+            let mut sx = st[0].clone();
+            sx.push(x.strides[2]);
+            let mut sy = st[1].clone();
+            sy.push(y.strides[2]);
+            let xa = mk_ap(x.elems(o[0]), x.dtype, &sh, &sx)?;
+            let ya = mk_ap(y.elems(o[1]), y.dtype, &sh, &sy)?;
+            self.emit(0, Engine::Pool, f(xa, ya));
+        }
+        Ok(())
+    }
+
+    /// LayerNormalization on POOL (and its statistics outputs).
+    pub(crate) fn lower_layer_norm(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let r = xv.shape.len();
+        let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
+        let eps = n.attr_f("epsilon", 1e-5)?;
+        let outer: usize = xv.shape[..axis].iter().product();
+        let d: usize = xv.shape[axis..].iter().product();
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let gamma = self.view(n.inputs[1].expect("p"))?;
+        let beta = match n.inputs.get(2).copied().flatten() {
+            Some(b) => Some(self.view(b)?),
+            None => None,
+        };
+        let y = self.alloc(o0);
+        let sh = [outer, d];
+        let row = |v: &View, bcast: bool| View {
+            shape: sh.to_vec(),
+            strides: if bcast { vec![0, 1] } else { vec![d as i64, 1] },
+            ..v.clone()
+        };
+        let (xa, ya, ga) = (row(&x, false), row(&y, false), row(&gamma, true));
+        let ba = beta.as_ref().map(|b| row(b, true));
+        // One instruction over [rows, d] (not emit_nd: dims of size 1 would be
+        // dropped, a normalized axis of size 1 with them).
+        if outer * d > 0 {
+            let ap = |v: &View| mk_ap(v.addr, v.dtype, &v.shape, &v.strides);
+            let op = Op::LayerNorm {
+                input: ap(&xa)?,
+                gamma: ap(&ga)?,
+                beta: ba.as_ref().map(ap).transpose()?,
+                output: ap(&ya)?,
+                eps,
+            };
+            self.emit(0, Engine::Pool, op);
+        }
+        // Optional outputs: Mean and InvStdDev over the normalized axes.
+        let mean_out = n.outputs.get(1).copied().flatten();
+        let inv_out = n.outputs.get(2).copied().flatten();
+        if (mean_out.is_some() || inv_out.is_some()) && outer * d > 0 {
+            let stat = |l: &mut Self, v: Option<ValueId>| match v {
+                Some(v) => l.alloc(v).addr,
+                None => l.temp(outer * 4),
+            };
+            let mean = stat(self, mean_out);
+            let col = |addr: u64| View {
+                addr,
+                dtype: DType::F32,
+                shape: vec![outer, 1],
+                strides: vec![1, 1],
+            };
+            let mean_v = col(mean);
+            self.emit(
+                0,
+                Engine::Pool,
+                Op::Reduce {
+                    input: mk_ap(x.addr, x.dtype, &sh, &[d as i64, 1])?,
+                    output: mk_ap(mean, DType::F32, &[outer, 1], &[1, 1])?,
+                    op: ReduceOp::Mean,
+                    axes: 0b1000,
+                },
+            );
+            if inv_out.is_some() {
+                let centered = View::dense(self.temp(outer * d * 4), DType::F32, &sh);
+                let mb = View {
+                    strides: vec![1, 0],
+                    shape: sh.to_vec(),
+                    ..mean_v.clone()
+                };
+                self.emit_nd(0, Engine::Dve, &[&xa, &mb, &centered], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: BinaryOp::Sub,
+                })?;
+                self.activation(&centered, &centered, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;
+                let inv = stat(self, inv_out);
+                let var = col(self.temp(outer * 4));
+                self.emit(
+                    0,
+                    Engine::Pool,
+                    Op::Reduce {
+                        input: mk_ap(centered.addr, DType::F32, &sh, &[d as i64, 1])?,
+                        output: mk_ap(var.addr, DType::F32, &[outer, 1], &[1, 1])?,
+                        op: ReduceOp::Mean,
+                        axes: 0b1000,
+                    },
+                );
+                self.emit_nd(0, Engine::Dve, &[&var, &var], |a| Op::TensorScalar {
+                    a: a[0],
+                    out: a[1],
+                    op: BinaryOp::Add,
+                    scalar: eps,
+                    reverse: false,
+                })?;
+                self.activation(&var, &col(inv), None, (ActFunc::Rsqrt, 0.0, 0.0), 1.0)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// BatchNormalization: a per-channel product on DVE, the shift (and a following activation) in one ACT pass.
+    pub(crate) fn lower_batch_norm(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            ni,
+            g,
+            n,
+            c,
+            o0,
+            oshape,
+            ..
+        } = at;
+        // y = x·scale[c] + shift[c]: the per-channel product on DVE, then the shift
+        // (and a following activation) as one ACT pass in place.
+        let (scale, shift) = bn_affine(&c)?;
+        let ch = scale.len();
+        let sa = self.add_const(&HostTensor::f32(vec![ch], scale));
+        let sb = self.add_const(&HostTensor::f32(vec![ch], shift));
+        let xi = n.inputs[0].expect("p");
+        let x = self.sview(xi)?;
+        let mut cs = vec![0i64; oshape.len()];
+        cs[1] = 1;
+        let av = View {
+            addr: sa,
+            dtype: DType::F32,
+            shape: oshape.to_vec(),
+            strides: cs.clone(),
+        };
+        let bv = View {
+            addr: sb,
+            dtype: DType::F32,
+            shape: oshape.to_vec(),
+            strides: cs,
+        };
+        let act = self.sole_consumer(o0).and_then(|j| {
+            let cj = Ctx { g, n: &g.nodes[j] };
+            act_of(&cj).ok().flatten().map(|f| (j, f))
+        });
+        let y = self.alloc_over(xi, &[ni], o0)?;
+        self.emit_nd(0, Engine::Dve, &[&x, &av, &y], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: BinaryOp::Mul,
+        })?;
+        match act {
+            Some((j, f)) => {
+                let oj = self.out(j, 0)?;
+                let z = self.alloc_over(o0, &[j], oj)?;
+                self.activation(&y, &z, Some(&bv), f, 1.0)?;
+                self.skip[j] = true;
+                self.finish_value(oj)?;
+            }
+            None => self.activation(&y, &y, Some(&bv), (ActFunc::Identity, 0.0, 0.0), 1.0)?,
+        }
+        Ok(())
+    }
+
+    /// LRN: `y = x · (bias + alpha/size · Σ_window x²)^-beta`, the sum over a window of
+    /// `size` channels. Square on ACT; the channel-window mean is an average Pool over the
+    /// `[N, 1, C, H·W]` view with a `[size, 1]` kernel and zero padding counted in the
+    /// divisor; `(bias + alpha·mean)^-beta` is `exp(-beta · ln(alpha·mean + bias))` (two ACT
+    /// passes, in place); the product on DVE.
+    pub(crate) fn lower_lrn(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, .. } = at;
+        let size = n.attr_i("size", 0)? as usize;
+        let alpha = n.attr_f("alpha", 1e-4)?;
+        let beta = n.attr_f("beta", 0.75)?;
+        let bias = n.attr_f("bias", 1.0)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let total: usize = x.shape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let (nn, ch) = (x.shape[0], x.shape[1]);
+        let sp = total / (nn * ch);
+        let sq = View::dense(self.temp(total * 4), DType::F32, &x.shape);
+        self.activation(&x, &sq, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;
+        let mean = View::dense(self.temp(total * 4), DType::F32, &x.shape);
+        let s4 = [nn, 1, ch, sp];
+        let st4 = [(ch * sp) as i64, (ch * sp) as i64, sp as i64, 1];
+        let window = Window {
+            kernel: [size as u32, 1],
+            stride: [1, 1],
+            pad: [((size - 1) / 2) as u32, 0, (size / 2) as u32, 0],
+            dilation: [1, 1],
+        };
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::Pool {
+                input: mk_ap(sq.addr, DType::F32, &s4, &st4)?,
+                output: mk_ap(mean.addr, DType::F32, &s4, &st4)?,
+                window,
+                op: PoolOp::Avg,
+                count_include_pad: true,
+            },
+        );
+        let b = self.add_const(&HostTensor::f32(vec![1], vec![bias]));
+        let bv = View::dense(b, DType::F32, &[1]).broadcast(&x.shape);
+        self.activation(&mean, &mean, Some(&bv), (ActFunc::Log, 0.0, 0.0), alpha)?;
+        self.activation(&mean, &mean, None, (ActFunc::Exp, 0.0, 0.0), -beta)?;
+        self.emit_nd(0, Engine::Dve, &[&x, &mean, &y], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: BinaryOp::Mul,
+        })
+    }
+
+    /// InstanceNormalization and GroupNormalization with the LayerNorm instruction over the
+    /// `[N, G, (C/G)·spatial]` view. Per-group (and, for instances, per-channel) scale and
+    /// bias ride along as LayerNorm's broadcast gamma/beta; per-channel ones of a group
+    /// norm are a DVE product and an ACT bias pass after it.
+    pub(crate) fn lower_group_norm(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let eps = n.attr_f("epsilon", 1e-5)?;
+        let (nn, ch) = (xv.shape[0], xv.shape[1]);
+        let sp: usize = xv.shape[2..].iter().product();
+        let groups = if n.op == "GroupNormalization" {
+            n.attr_i("num_groups", 1)? as usize
+        } else {
+            ch
+        };
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let scale = self.view(n.inputs[1].expect("p"))?;
+        let bias = self.view(n.inputs[2].expect("p"))?;
+        let y = self.alloc(o0);
+        if nn * ch * sp == 0 {
+            return Ok(());
+        }
+        let d = ch / groups * sp;
+        let sh = [nn, groups, d];
+        let grid = |v: &View, st: [i64; 3]| View {
+            addr: v.addr,
+            dtype: v.dtype,
+            shape: sh.to_vec(),
+            strides: st.to_vec(),
+        };
+        let per_group = scale.shape.iter().product::<usize>() == groups;
+        let (gamma, beta) = if per_group {
+            (grid(&scale, [0, 1, 0]), grid(&bias, [0, 1, 0]))
+        } else {
+            let one = self.scalar(1.0, &sh);
+            (one, self.scalar(0.0, &sh))
+        };
+        let dense = [(groups * d) as i64, d as i64, 1];
+        let (xa, ya) = (grid(&x, dense), grid(&y, dense));
+        // (Not emit_nd: merging dims would merge the normalized one with the groups.)
+        let ap = |v: &View| mk_ap(v.addr, v.dtype, &v.shape, &v.strides);
+        let op = Op::LayerNorm {
+            input: ap(&xa)?,
+            gamma: ap(&gamma)?,
+            beta: Some(ap(&beta)?),
+            output: ap(&ya)?,
+            eps,
+        };
+        self.emit(0, Engine::Pool, op);
+        if !per_group {
+            let cs = [nn, ch, sp];
+            let by_channel = |v: &View| View {
+                addr: v.addr,
+                dtype: v.dtype,
+                shape: cs.to_vec(),
+                strides: vec![0, 1, 0],
+            };
+            let y3 = View::dense(y.addr, y.dtype, &cs);
+            self.binary(&y3, &by_channel(&scale), &y3, BinaryOp::Mul)?;
+            let b = by_channel(&bias);
+            self.activation(&y3, &y3, Some(&b), (ActFunc::Identity, 0.0, 0.0), 1.0)?;
+        }
+        Ok(())
+    }
+
+    /// RMSNormalization: `x / √(mean(x²) + eps) · scale` over the dims from `axis` on.
+    pub(crate) fn lower_rms_norm(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let r = xv.shape.len();
+        let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
+        let eps = n.attr_f("epsilon", 1e-5)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let scale = self.sview(n.inputs[1].expect("p"))?.broadcast(&xv.shape);
+        let y = self.alloc(o0);
+        let outer: usize = xv.shape[..axis].iter().product();
+        let d: usize = xv.shape[axis..].iter().product();
+        if outer * d == 0 {
+            return Ok(());
+        }
+        let sq = View::dense(self.temp(outer * d * 4), DType::F32, &[outer, d]);
+        let x2 = View::dense(x.addr, x.dtype, &[outer, d]);
+        self.activation(&x2, &sq, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;
+        let ms = View::dense(self.temp(outer * 4), DType::F32, &[outer, 1]);
+        self.reduce(&c, &sq, &ms, Some(&[1]), ReduceOp::Mean)?;
+        let e = self.scalar(eps, &[outer, 1]);
+        self.activation(&ms, &ms, Some(&e), (ActFunc::Rsqrt, 0.0, 0.0), 1.0)?;
+        let y2 = View::dense(y.addr, y.dtype, &[outer, d]);
+        self.binary(&x2, &ms.broadcast(&[outer, d]), &y2, BinaryOp::Mul)?;
+        self.binary(&y, &scale, &y, BinaryOp::Mul)
+    }
+}

@@ -1,0 +1,445 @@
+//! Reductions on POOL: Reduce*, ArgMax / ArgMin, Hardmax, and CumSum (a product with a
+//! triangular matrix on PE).
+
+use super::{Dtypes, Registry};
+use crate::error::{ErrorKind, Result};
+use crate::eval::dense_strides;
+use crate::lower::view::{View, mk_ap};
+use crate::lower::{At, Lowerer};
+use crate::params;
+use crate::params::{CUMSUM_MAX_LEN, Ctx, Out, out, reduce_axes, require_float};
+use crate::tensor::HostTensor;
+use nrt_hal::{DType, Engine};
+use nrt_isa::{ActFunc, BinaryOp, Op, ReduceOp};
+
+pub(super) fn register(r: &mut Registry) {
+    for name in ["ReduceSum", "ReduceMax", "ReduceMin"] {
+        r.op(name, 1, infer_reduce)
+            .dtypes(Dtypes::Reduce)
+            .device(|l, at| l.lower_reduce(at));
+    }
+    for name in [
+        "ReduceMean",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceSumSquare",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+    ] {
+        r.op(name, 1, infer_reduce)
+            .dtypes(Dtypes::Float)
+            .device(|l, at| l.lower_reduce(at));
+    }
+    for name in ["ArgMax", "ArgMin"] {
+        r.op(name, 1, infer_arg_reduce)
+            .device(|l, at| l.lower_arg_reduce(at));
+    }
+    r.op("Hardmax", 1, infer_hardmax)
+        .device(|l, at| l.lower_hardmax(at));
+    r.op("CumSum", 11, infer_cumsum)
+        .note("axis length at most 4096")
+        .device(|l, at| l.lower_cumsum(at));
+}
+
+/// Reduce*: axes from `reduce_axes`, `keepdims`.
+pub(crate) fn infer_reduce(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let keep = n.attr_i("keepdims", 1)? != 0;
+    let s = match reduce_axes(c, x.shape.len())? {
+        None => x.shape.clone(),
+        Some(axes) => {
+            let mut s = Vec::new();
+            for (i, &d) in x.shape.iter().enumerate() {
+                if axes.contains(&i) {
+                    if keep {
+                        s.push(1);
+                    }
+                } else {
+                    s.push(d);
+                }
+            }
+            s
+        }
+    };
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// ArgMax / ArgMin (i64 indices).
+pub(crate) fn infer_arg_reduce(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    if !matches!(x.dtype, DType::F32 | DType::I32 | DType::I64) {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!(
+                "input '{}' is {}; f32, i32 and i64 are supported",
+                x.name, x.dtype
+            ),
+        ));
+    }
+    let r = x.shape.len();
+    let axis = c.norm_axis(n.attr_i("axis", 0)?, r)?;
+    if x.shape.get(axis) == Some(&0) {
+        return Err(c.mismatch("arg-reduction over an empty axis"));
+    }
+    let mut s = x.shape.clone();
+    if n.attr_i("keepdims", 1)? != 0 {
+        s[axis] = 1;
+    } else {
+        s.remove(axis);
+    }
+    Ok(vec![out(DType::I64, s)])
+}
+
+/// Hardmax.
+pub(crate) fn infer_hardmax(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    require_float(c, x)?;
+    let def = if c.opset() >= 13 { -1 } else { 1 };
+    c.norm_axis(n.attr_i("axis", def)?, x.shape.len())?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// CumSum along a constant axis of at most `CUMSUM_MAX_LEN`.
+pub(crate) fn infer_cumsum(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    require_float(c, x)?;
+    let axis = c
+        .const_ints(1, "axis")?
+        .and_then(|a| a.first().copied())
+        .ok_or_else(|| c.bad_attr("missing axis"))?;
+    let axis = c.norm_axis(axis, x.shape.len())?;
+    if x.shape[axis] > CUMSUM_MAX_LEN {
+        return Err(c.e(
+            ErrorKind::UnsupportedOp,
+            format!(
+                "CumSum over {} elements (at most {CUMSUM_MAX_LEN}: it is a product with a triangular matrix)",
+                x.shape[axis]
+            ),
+        ));
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+impl<'a> Lowerer<'a> {
+    /// CumSum as a product with a constant triangular 0/1 matrix `T` (`T[i][j] = 1` where
+    /// `j ≤ i`; `<` when exclusive; reversed: `≥`, `>`): along the last axis one GEMM
+    /// `X[rows, L] · Tᵀ`, else `T · X[o]` for each outer index, batched.
+    pub(crate) fn lower_cumsum(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let axis = c.const_ints(1, "axis")?.map_or(0, |a| a[0]);
+        let axis = c.norm_axis(axis, xv.shape.len())?;
+        let exclusive = n.attr_i("exclusive", 0)? != 0;
+        let reverse = n.attr_i("reverse", 0)? != 0;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let len = xv.shape[axis];
+        let outer: usize = xv.shape[..axis].iter().product();
+        let inner: usize = xv.shape[axis + 1..].iter().product();
+        if outer * len * inner == 0 {
+            return Ok(());
+        }
+        let takes = |i: usize, j: usize| match (reverse, exclusive) {
+            (false, false) => j <= i,
+            (false, true) => j < i,
+            (true, false) => j >= i,
+            (true, true) => j > i,
+        };
+        let t: Vec<f32> = (0..len * len)
+            .map(|e| f32::from(u8::from(takes(e / len, e % len))))
+            .collect();
+        let ta = self.add_const(&HostTensor::f32(vec![len, len], t));
+        let l = len as i64;
+        if inner == 1 {
+            // y[r, i] = Σ_j x[r, j]·T[i][j]: B = Tᵀ, read through swapped strides.
+            let a = mk_ap(x.addr, x.dtype, &[outer, len], &[l, 1])?;
+            let b = mk_ap(ta, DType::F32, &[len, len], &[1, l])?;
+            let cc = mk_ap(y.addr, y.dtype, &[outer, len], &[l, 1])?;
+            self.matmul_aps(a, b, cc, 1.0, 0);
+        } else {
+            let (inn, blk) = (inner as i64, (len * inner) as i64);
+            let a = mk_ap(ta, DType::F32, &[outer, len, len], &[0, l, 1])?;
+            let b = mk_ap(x.addr, x.dtype, &[outer, len, inner], &[blk, inn, 1])?;
+            let cc = mk_ap(y.addr, y.dtype, &[outer, len, inner], &[blk, inn, 1])?;
+            self.matmul_aps(a, b, cc, 1.0, 0);
+        }
+        Ok(())
+    }
+
+    /// ArgMax / ArgMin along one axis.
+    pub(crate) fn lower_arg_reduce(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+        let last = n.attr_i("select_last_index", 0)? != 0;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        if xv.elements() == 0 {
+            return Ok(());
+        }
+        let mut kept = xv.shape.clone();
+        kept[axis] = 1;
+        let out = View::dense(y.addr, y.dtype, &kept);
+        self.arg_index(&c, &x, axis, last, n.op == "ArgMax", &out)
+    }
+
+    /// Hardmax: 1 at the first maximum along the axis (of the 2-D `[outer, inner]` view
+    /// before opset 13), 0 elsewhere.
+    pub(crate) fn lower_hardmax(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let r = xv.shape.len();
+        let axis = c.norm_axis(n.attr_i("axis", if c.opset() >= 13 { -1 } else { 1 })?, r)?;
+        let shape = if c.opset() >= 13 {
+            xv.shape.clone()
+        } else {
+            vec![
+                xv.shape[..axis].iter().product(),
+                xv.shape[axis..].iter().product(),
+            ]
+        };
+        let axis = if c.opset() >= 13 { axis } else { 1 };
+        let x0 = self.view(n.inputs[0].expect("p"))?;
+        let y0 = self.alloc(o0);
+        let total = xv.elements();
+        if total == 0 {
+            return Ok(());
+        }
+        let x = View::dense(x0.addr, x0.dtype, &shape);
+        let y = View::dense(y0.addr, y0.dtype, &shape);
+        let mut kept = shape.clone();
+        kept[axis] = 1;
+        let idx = View::dense(
+            self.temp(kept.iter().product::<usize>() * 8),
+            DType::I64,
+            &kept,
+        );
+        self.arg_index(&c, &x, axis, false, true, &idx)?;
+        let rv = self.index_ramp(&shape, axis);
+        let eq = View::dense(self.temp(total), DType::Bool, &shape);
+        let ib = idx.broadcast(&shape);
+        self.emit_nd(0, Engine::Dve, &[&rv, &ib, &eq], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: BinaryOp::Equal,
+        })?;
+        self.copy(Engine::Dve, &eq, &y)
+    }
+
+    /// `[0, 1, …]` along `axis` of `shape` (a constant, broadcast over the other dims).
+    pub(crate) fn index_ramp(&mut self, shape: &[usize], axis: usize) -> View {
+        let len = shape[axis];
+        let ramp = self.add_const(&HostTensor::ints(
+            DType::I64,
+            vec![len],
+            (0..len as i64).collect(),
+        ));
+        let mut st = vec![0i64; shape.len()];
+        st[axis] = 1;
+        View {
+            addr: ramp,
+            dtype: DType::I64,
+            shape: shape.to_vec(),
+            strides: st,
+        }
+    }
+
+    /// The index of the extreme (max, else min) of dense `x` along `axis` into `out` (i64,
+    /// `x`'s shape with 1 at `axis`): the extreme (Reduce, kept dims), where each element
+    /// equals it (DVE), those elements' indices with the others replaced by a sentinel
+    /// (Select from a constant index ramp), and the smallest index (largest with `last`).
+    pub(crate) fn arg_index(
+        &mut self,
+        c: &Ctx,
+        x: &View,
+        axis: usize,
+        last: bool,
+        max: bool,
+        out: &View,
+    ) -> Result<()> {
+        let shape = x.shape.clone();
+        let total: usize = shape.iter().product();
+        let mut kept = shape.clone();
+        kept[axis] = 1;
+        let kn: usize = kept.iter().product();
+        let m = View::dense(self.temp(kn * x.dtype.size()), x.dtype, &kept);
+        let extreme = if max { ReduceOp::Max } else { ReduceOp::Min };
+        self.reduce(c, x, &m, Some(&[axis]), extreme)?;
+        let eq = View::dense(self.temp(total), DType::Bool, &shape);
+        let mb = m.broadcast(&shape);
+        self.emit_nd(0, Engine::Dve, &[x, &mb, &eq], |a| Op::Binary {
+            a: a[0],
+            b: a[1],
+            out: a[2],
+            op: BinaryOp::Equal,
+        })?;
+        let rv = self.index_ramp(&shape, axis);
+        let sentinel = if last { -1 } else { shape[axis] as i64 };
+        let sc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![sentinel]));
+        let sv = View::dense(sc, DType::I64, &[1]).broadcast(&shape);
+        let idx = View::dense(self.temp(total * 8), DType::I64, &shape);
+        self.emit_nd(0, Engine::Dve, &[&eq, &rv, &sv, &idx], |a| Op::Select {
+            cond: a[0],
+            a: a[1],
+            b: a[2],
+            out: a[3],
+        })?;
+        let pick = if last { ReduceOp::Max } else { ReduceOp::Min };
+        self.reduce(c, &idx, out, Some(&[axis]), pick)
+    }
+
+    pub(crate) fn lower_reduce(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        let axes = params::reduce_axes(&c, xv.shape.len())?;
+        let rop = match n.op.as_str() {
+            "ReduceMean" => ReduceOp::Mean,
+            "ReduceMax" => ReduceOp::Max,
+            "ReduceMin" => ReduceOp::Min,
+            _ => ReduceOp::Sum,
+        };
+        let f = |f: ActFunc| (f, 0.0, 0.0);
+        // The composite reductions: an elementwise map before the sum, one after.
+        let (pre, post) = match n.op.as_str() {
+            "ReduceL1" => (Some(f(ActFunc::Abs)), None),
+            "ReduceL2" => (Some(f(ActFunc::Square)), Some(f(ActFunc::Sqrt))),
+            "ReduceSumSquare" => (Some(f(ActFunc::Square)), None),
+            "ReduceLogSum" => (None, Some(f(ActFunc::Log))),
+            "ReduceLogSumExp" => {
+                // max + ln Σ exp(x − max), the max kept for broadcasting.
+                let mut kept = xv.shape.clone();
+                if let Some(a) = &axes {
+                    for &i in a {
+                        kept[i] = 1;
+                    }
+                }
+                let mv = View::dense(
+                    self.temp(kept.iter().product::<usize>() * 4),
+                    DType::F32,
+                    &kept,
+                );
+                self.reduce(&c, &x, &mv, axes.as_deref(), ReduceOp::Max)?;
+                let d = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
+                let mb = mv.broadcast(&xv.shape);
+                self.emit_nd(0, Engine::Dve, &[&x, &mb, &d], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: BinaryOp::Sub,
+                })?;
+                self.activation(&d, &d, None, f(ActFunc::Exp), 1.0)?;
+                self.reduce(&c, &d, &y, axes.as_deref(), ReduceOp::Sum)?;
+                self.activation(&y, &y, None, f(ActFunc::Log), 1.0)?;
+                let m = View::dense(mv.addr, mv.dtype, &y.shape);
+                return self.emit_nd(0, Engine::Dve, &[&y, &m, &y], |a| Op::Binary {
+                    a: a[0],
+                    b: a[1],
+                    out: a[2],
+                    op: BinaryOp::Add,
+                });
+            }
+            _ => (None, None),
+        };
+        let src = match pre {
+            Some(pf) => {
+                let t = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
+                self.activation(&x, &t, None, pf, 1.0)?;
+                t
+            }
+            None => x,
+        };
+        self.reduce(&c, &src, &y, axes.as_deref(), rop)?;
+        if let Some(pf) = post {
+            self.activation(&y, &y, None, pf, 1.0)?;
+        }
+        Ok(())
+    }
+
+    /// Reduces dense `x` over `axes` (`None`: a copy) into dense `y` (same elements as the
+    /// kept dimensions).
+    pub(crate) fn reduce(
+        &mut self,
+        c: &Ctx,
+        x: &View,
+        y: &View,
+        axes: Option<&[usize]>,
+        rop: ReduceOp,
+    ) -> Result<()> {
+        let Some(axes) = axes else {
+            return self.copy(Engine::Pool, x, &View::dense(y.addr, y.dtype, &x.shape));
+        };
+        let xs = x.shape.clone();
+        if xs.iter().product::<usize>() == 0 {
+            if y.shape.iter().product::<usize>() > 0 {
+                let v = match rop {
+                    ReduceOp::Max => f64::NEG_INFINITY,
+                    ReduceOp::Min => f64::INFINITY,
+                    ReduceOp::Mean => f64::NAN,
+                    ReduceOp::Sum => 0.0,
+                };
+                self.fill(Engine::Pool, y, v)?;
+            }
+            return Ok(());
+        }
+        // Groups of consecutive dims, reduced or kept (size-1 dims dropped).
+        let mut groups: Vec<(usize, bool)> = Vec::new();
+        for (i, &d) in xs.iter().enumerate() {
+            if d == 1 {
+                continue;
+            }
+            let red = axes.contains(&i);
+            match groups.last_mut() {
+                Some(l) if l.1 == red => l.0 *= d,
+                _ => groups.push((d, red)),
+            }
+        }
+        if !groups.iter().any(|g| g.1) {
+            return self.copy(Engine::Pool, x, &View::dense(y.addr, y.dtype, &xs));
+        }
+        // Loop over a leading kept group when there are more than four.
+        let (loops, groups) = if groups.len() > 4 {
+            if groups[0].1 || groups.len() > 5 {
+                return Err(c.e(
+                    ErrorKind::UnsupportedOp,
+                    "reduction over more than four alternating axis groups",
+                ));
+            }
+            (groups[0].0, groups[1..].to_vec())
+        } else {
+            (1, groups)
+        };
+        let ishape: Vec<usize> = groups.iter().map(|g| g.0).collect();
+        let oshape: Vec<usize> = groups.iter().map(|g| if g.1 { 1 } else { g.0 }).collect();
+        let ist = dense_strides(&ishape);
+        let ost = dense_strides(&oshape);
+        let mut mask = 0u8;
+        for (i, gr) in groups.iter().enumerate() {
+            if gr.1 {
+                mask |= 1 << (4 - groups.len() + i);
+            }
+        }
+        let in_chunk: usize = ishape.iter().product();
+        let out_chunk: usize = oshape.iter().product();
+        for l in 0..loops {
+            let xa = mk_ap(x.elems((l * in_chunk) as i64), x.dtype, &ishape, &ist)?;
+            let ya = mk_ap(y.elems((l * out_chunk) as i64), y.dtype, &oshape, &ost)?;
+            self.emit(
+                0,
+                Engine::Pool,
+                Op::Reduce {
+                    input: xa,
+                    output: ya,
+                    op: rop,
+                    axes: mask,
+                },
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,343 @@
+//! Unary activations: one ACT instruction each (`act_of` names the function), or a short
+//! sequence of ACT / DVE instructions for the composite ones (Selu, Mish, PRelu, …).
+
+use super::{Dtypes, Registry};
+use crate::error::{ErrorKind, Result};
+use crate::lower::view::View;
+use crate::lower::{At, Lowerer};
+use crate::params::{Ctx, Out, broadcast_shapes, elementwise_dtype_check, out, require_float};
+use nrt_hal::DType;
+use nrt_isa::{ActFunc, BinaryOp};
+
+pub(super) fn register(r: &mut Registry) {
+    for (name, since) in [
+        ("Relu", 1),
+        ("LeakyRelu", 1),
+        ("Sigmoid", 1),
+        ("HardSigmoid", 1),
+        ("Tanh", 1),
+        ("Gelu", 20),
+        ("Erf", 9),
+        ("Exp", 1),
+        ("Log", 1),
+        ("Sqrt", 1),
+        ("Reciprocal", 1),
+        ("Abs", 1),
+        ("Neg", 1),
+        ("Floor", 1),
+        ("Ceil", 1),
+        ("Softplus", 1),
+        ("Elu", 1),
+    ] {
+        r.op(name, since, infer_same)
+            .dtypes(Dtypes::Float)
+            .device(|l, at| l.lower_activation(at));
+    }
+    r.op("Clip", 1, infer_clip)
+        .dtypes(Dtypes::Float)
+        .device(|l, at| l.lower_activation(at));
+    for (name, since) in [
+        ("Selu", 1),
+        ("Celu", 12),
+        ("HardSwish", 14),
+        ("Softsign", 1),
+        ("ThresholdedRelu", 10),
+        ("Shrink", 9),
+        ("Sign", 9),
+        ("Swish", 24),
+        ("Mish", 18),
+    ] {
+        r.op(name, since, infer_float_same)
+            .device(|l, at| l.lower_composite_activation(at));
+    }
+    for name in ["Sin", "Cos"] {
+        r.op(name, 7, infer_float_same)
+            .dtypes(Dtypes::Float)
+            .note("DVE polynomial after range reduction")
+            .device(|l, at| l.lower_sin_cos(at));
+    }
+    r.op("PRelu", 1, infer_prelu)
+        .device(|l, at| l.lower_composite_activation(at));
+}
+
+/// Same shape and type as the input (Gelu: its `approximate` attribute checked).
+pub(crate) fn infer_same(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let op = n.op.as_str();
+    let x = c.input(0)?;
+    if op == "Gelu" {
+        let a = n.attr_s("approximate", "none")?;
+        if a != "none" && a != "tanh" {
+            return Err(c.bad_attr(format!("approximate '{a}'")));
+        }
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// Same shape and type as an f32 input.
+pub(crate) fn infer_float_same(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    require_float(c, x)?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// PRelu: the slope broadcasts to the input.
+pub(crate) fn infer_prelu(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, slope) = (c.input(0)?, c.input(1)?);
+    require_float(c, x)?;
+    elementwise_dtype_check(c, &[x, slope])?;
+    if broadcast_shapes(&x.shape, &slope.shape).as_deref() != Some(&x.shape[..]) {
+        return Err(c.mismatch(format!(
+            "slope {:?} does not broadcast to the input {:?}",
+            slope.shape, x.shape
+        )));
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// Clip: min / max (inputs from opset 11) must be constants.
+pub(crate) fn infer_clip(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    if c.opset() >= 11 {
+        c.const_floats(1, "min")?;
+        c.const_floats(2, "max")?;
+    }
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// The activation a node computes on ACT: `(function, alpha, beta)`.
+pub(crate) fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
+    let n = c.n;
+    Ok(Some(match n.op.as_str() {
+        "Relu" => (ActFunc::Relu, 0.0, 0.0),
+        "LeakyRelu" => (ActFunc::LeakyRelu, n.attr_f("alpha", 0.01)?, 0.0),
+        "Sigmoid" => (ActFunc::Sigmoid, 0.0, 0.0),
+        "HardSigmoid" => (
+            ActFunc::HardSigmoid,
+            n.attr_f("alpha", 0.2)?,
+            n.attr_f("beta", 0.5)?,
+        ),
+        "Tanh" => (ActFunc::Tanh, 0.0, 0.0),
+        "Gelu" => {
+            if n.attr_s("approximate", "none")? == "tanh" {
+                (ActFunc::GeluTanh, 0.0, 0.0)
+            } else {
+                (ActFunc::GeluErf, 0.0, 0.0)
+            }
+        }
+        "Erf" => (ActFunc::Erf, 0.0, 0.0),
+        "Exp" => (ActFunc::Exp, 0.0, 0.0),
+        "Log" => (ActFunc::Log, 0.0, 0.0),
+        "Sqrt" => (ActFunc::Sqrt, 0.0, 0.0),
+        "Reciprocal" => (ActFunc::Reciprocal, 0.0, 0.0),
+        "Abs" => (ActFunc::Abs, 0.0, 0.0),
+        "Neg" => (ActFunc::Neg, 0.0, 0.0),
+        "Floor" => (ActFunc::Floor, 0.0, 0.0),
+        "Ceil" => (ActFunc::Ceil, 0.0, 0.0),
+        "Softplus" => (ActFunc::Softplus, 0.0, 0.0),
+        "Elu" => (ActFunc::Elu, n.attr_f("alpha", 1.0)?, 0.0),
+        "Clip" => {
+            let (lo, hi) = if c.opset() >= 11 {
+                (
+                    c.konst(1)
+                        .map_or(f32::NEG_INFINITY, |t| t.get_f64(0) as f32),
+                    c.konst(2).map_or(f32::INFINITY, |t| t.get_f64(0) as f32),
+                )
+            } else {
+                (
+                    n.attr_f("min", f32::NEG_INFINITY)?,
+                    n.attr_f("max", f32::INFINITY)?,
+                )
+            };
+            (ActFunc::Clip, lo, hi)
+        }
+        _ => return Ok(None),
+    }))
+}
+
+impl<'a> Lowerer<'a> {
+    /// An activation on ACT (in place when it can be).
+    pub(crate) fn lower_activation(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            ni,
+            n,
+            c,
+            o0,
+            op,
+            odt,
+            ..
+        } = at;
+        let Some(f) = act_of(&c)? else {
+            return Err(c.e(
+                ErrorKind::UnsupportedOp,
+                format!("operator '{op}' cannot be computed on the device here (dtype {odt})"),
+            ));
+        };
+        let xi = n.inputs[0].expect("p");
+        let x = self.sview(xi)?;
+        let y = self.alloc_over(xi, &[ni], o0)?;
+        self.activation(&x, &y, None, f, 1.0)
+    }
+
+    /// Activations without an ACT function of their own, from those and DVE operations.
+    pub(crate) fn lower_composite_activation(&mut self, at: At<'a>) -> Result<()> {
+        let At { g, n, o0, .. } = at;
+        let xi = n.inputs[0].expect("p");
+        let x = self.sview(xi)?;
+        let sh = g.values[o0].shape.clone();
+        let total: usize = sh.iter().product();
+        let f = |f: ActFunc| (f, 0.0, 0.0);
+        let tmp = |l: &mut Self, d: DType| View::dense(l.temp(total * d.size()), d, &sh);
+        let y = self.alloc(o0);
+        if total == 0 {
+            return Ok(());
+        }
+        match n.op.as_str() {
+            "Selu" => {
+                let alpha = n.attr_f("alpha", 1.673_263_2)?;
+                let gamma = n.attr_f("gamma", 1.050_701)?;
+                self.activation(&x, &y, None, (ActFunc::Elu, alpha, 0.0), 1.0)?;
+                self.tensor_scalar(&y, &y, BinaryOp::Mul, gamma)
+            }
+            "Celu" => {
+                // alpha · Elu(x / alpha) with Elu's own alpha 1.
+                let alpha = n.attr_f("alpha", 1.0)?;
+                self.activation(&x, &y, None, (ActFunc::Elu, 1.0, 0.0), 1.0 / alpha)?;
+                self.tensor_scalar(&y, &y, BinaryOp::Mul, alpha)
+            }
+            "HardSwish" => {
+                self.activation(&x, &y, None, (ActFunc::HardSigmoid, 1.0 / 6.0, 0.5), 1.0)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "Swish" => {
+                let alpha = n.attr_f("alpha", 1.0)?;
+                self.activation(&x, &y, None, f(ActFunc::Sigmoid), alpha)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "Mish" => {
+                self.activation(&x, &y, None, f(ActFunc::Softplus), 1.0)?;
+                self.activation(&y, &y, None, f(ActFunc::Tanh), 1.0)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "Softsign" => {
+                // x / (1 + |x|): |x|, then 1/(|x| + 1) with the 1 as the ACT bias.
+                self.activation(&x, &y, None, f(ActFunc::Abs), 1.0)?;
+                let one = self.scalar(1.0, &sh);
+                self.activation(&y, &y, Some(&one), f(ActFunc::Reciprocal), 1.0)?;
+                self.binary(&x, &y, &y, BinaryOp::Mul)
+            }
+            "ThresholdedRelu" => {
+                let alpha = n.attr_f("alpha", 1.0)?;
+                let (a, zero) = (self.scalar(alpha, &sh), self.scalar(0.0, &sh));
+                let cond = tmp(self, DType::Bool);
+                self.binary(&x, &a, &cond, BinaryOp::Greater)?;
+                self.select(&cond, &x, &zero, &y)
+            }
+            "Shrink" => {
+                let bias = n.attr_f("bias", 0.0)?;
+                let lambd = n.attr_f("lambd", 0.5)?;
+                let (lo, hi, zero) = (
+                    self.scalar(-lambd, &sh),
+                    self.scalar(lambd, &sh),
+                    self.scalar(0.0, &sh),
+                );
+                let (c_lo, c_hi) = (tmp(self, DType::Bool), tmp(self, DType::Bool));
+                self.binary(&x, &lo, &c_lo, BinaryOp::Less)?;
+                self.binary(&x, &hi, &c_hi, BinaryOp::Greater)?;
+                let t = tmp(self, DType::F32);
+                self.tensor_scalar(&x, &t, BinaryOp::Sub, bias)?;
+                self.select(&c_hi, &t, &zero, &y)?;
+                self.tensor_scalar(&x, &t, BinaryOp::Add, bias)?;
+                self.select(&c_lo, &t, &y, &y)
+            }
+            "Sign" => {
+                // 1, −1, or x·0 (0, or NaN for NaN).
+                let (one, minus, zero) = (
+                    self.scalar(1.0, &sh),
+                    self.scalar(-1.0, &sh),
+                    self.scalar(0.0, &sh),
+                );
+                let (pos, neg) = (tmp(self, DType::Bool), tmp(self, DType::Bool));
+                self.binary(&x, &zero, &pos, BinaryOp::Greater)?;
+                self.binary(&x, &zero, &neg, BinaryOp::Less)?;
+                self.tensor_scalar(&x, &y, BinaryOp::Mul, 0.0)?;
+                self.select(&neg, &minus, &y, &y)?;
+                self.select(&pos, &one, &y, &y)
+            }
+            _ => {
+                // PRelu: x < 0 ? slope·x : x.
+                let slope = self.sview(n.inputs[1].expect("p"))?.broadcast(&sh);
+                let zero = self.scalar(0.0, &sh);
+                let neg = tmp(self, DType::Bool);
+                self.binary(&x, &zero, &neg, BinaryOp::Less)?;
+                let t = tmp(self, DType::F32);
+                self.binary(&x, &slope, &t, BinaryOp::Mul)?;
+                self.select(&neg, &t, &x, &y)
+            }
+        }
+    }
+
+    /// Sin / Cos without an ACT function of their own: `r = x − 2π·k`, `k = floor(x/2π + ½)`
+    /// (2π in two parts, so `r` is exact for moderate `x`), then the odd (Sin) or even (Cos)
+    /// Taylor polynomial of `r ∈ [−π, π]` by Horner's rule on DVE (truncation < 4e-8).
+    pub(crate) fn lower_sin_cos(&mut self, at: At<'a>) -> Result<()> {
+        // 2π = TAU_HI + TAU_LO, TAU_HI with 8 significant bits (k·TAU_HI is exact).
+        const TAU_HI: f32 = 6.281_25;
+        const TAU_LO: f32 = 0.001_935_307_2;
+        // Coefficients of r^2i, highest degree first (Sin: of r^(2i+1)).
+        const SIN: [f32; 9] = [
+            1.0 / 355_687_428_096_000.0,
+            -1.0 / 1_307_674_368_000.0,
+            1.0 / 6_227_020_800.0,
+            -1.0 / 39_916_800.0,
+            1.0 / 362_880.0,
+            -1.0 / 5_040.0,
+            1.0 / 120.0,
+            -1.0 / 6.0,
+            1.0,
+        ];
+        const COS: [f32; 10] = [
+            -1.0 / 6_402_373_705_728_000.0,
+            1.0 / 20_922_789_888_000.0,
+            -1.0 / 87_178_291_200.0,
+            1.0 / 479_001_600.0,
+            -1.0 / 3_628_800.0,
+            1.0 / 40_320.0,
+            -1.0 / 720.0,
+            1.0 / 24.0,
+            -1.0 / 2.0,
+            1.0,
+        ];
+        let At {
+            n, op, o0, oshape, ..
+        } = at;
+        let x = self.sview(n.inputs[0].expect("p"))?;
+        let total: usize = oshape.iter().product();
+        let y = self.alloc(o0);
+        if total == 0 {
+            return Ok(());
+        }
+        let tmp = |l: &mut Self| View::dense(l.temp(total * 4), DType::F32, oshape);
+        let (k, r, t) = (tmp(self), tmp(self), tmp(self));
+        let half = self.scalar(0.5, oshape);
+        let floor = (ActFunc::Floor, 0.0, 0.0);
+        self.activation(&x, &k, Some(&half), floor, 1.0 / std::f32::consts::TAU)?;
+        self.tensor_scalar(&k, &t, BinaryOp::Mul, TAU_HI)?;
+        self.binary(&x, &t, &r, BinaryOp::Sub)?;
+        self.tensor_scalar(&k, &t, BinaryOp::Mul, TAU_LO)?;
+        self.binary(&r, &t, &r, BinaryOp::Sub)?;
+        let r2 = k;
+        self.binary(&r, &r, &r2, BinaryOp::Mul)?;
+        let coef: &[f32] = if op == "Sin" { &SIN } else { &COS };
+        self.tensor_scalar(&r2, &y, BinaryOp::Mul, coef[0])?;
+        self.tensor_scalar(&y, &y, BinaryOp::Add, coef[1])?;
+        for &cf in &coef[2..] {
+            self.binary(&y, &r2, &y, BinaryOp::Mul)?;
+            self.tensor_scalar(&y, &y, BinaryOp::Add, cf)?;
+        }
+        if op == "Sin" {
+            self.binary(&y, &r, &y, BinaryOp::Mul)?;
+        }
+        Ok(())
+    }
+}

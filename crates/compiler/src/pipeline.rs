@@ -1,0 +1,272 @@
+//! The back end, stage by stage: I/O and live nodes (dead-node removal), activation fusion,
+//! lowering of every live node ([`crate::lower`]), liveness of the temporaries, arena
+//! placement ([`crate::plan`]), scheduling ([`crate::schedule`]), emission and its decode
+//! round trip, and the report.
+
+use crate::error::{CompileError, ErrorKind, Result};
+use crate::fuse::find_activations;
+use crate::graph::{Graph, ValueId};
+use crate::lower::{
+    Lowerer, View,
+    view::{TEMP_BASE, too_large},
+};
+use crate::plan::{Interval, plan};
+use crate::schedule::{IoInfo, for_each_ap_mut, schedule};
+use crate::{CompileOptions, Compiled, PlanReport};
+use nrt_hal::Engine;
+use nrt_isa::Op;
+use nrt_model::{CompiledModel, ModelBuilder};
+use nrt_model::{split_vaddr, vaddr};
+use std::collections::HashMap;
+
+/// Lowers an inferred graph, plans memory, schedules and emits the model.
+pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled> {
+    let name = opts.name.clone().unwrap_or_else(|| {
+        if g.name.is_empty() {
+            "model".to_owned()
+        } else {
+            g.name.clone()
+        }
+    });
+    let mut b = ModelBuilder::new(&name, opts.cores);
+    b.producer(concat!("nrt-rs compiler ", env!("CARGO_PKG_VERSION")));
+    let dims = |v: ValueId| -> Result<Vec<u32>> {
+        let val = &g.values[v];
+        if val.shape.len() > nrt_model::MAX_RANK {
+            return Err(CompileError::new(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "I/O tensor '{}' has rank {} > {}",
+                    val.name,
+                    val.shape.len(),
+                    nrt_model::MAX_RANK
+                ),
+            ));
+        }
+        val.shape
+            .iter()
+            .map(|&d| u32::try_from(d).map_err(|_| too_large("an I/O dimension")))
+            .collect()
+    };
+    let mut io = Vec::new();
+    let mut names = std::collections::HashSet::new();
+    for &v in &g.inputs {
+        let val = &g.values[v];
+        names.insert(val.name.clone());
+        let var = b.input(&val.name, val.dtype, &dims(v)?);
+        io.push(IoInfo {
+            mem_ref: b.io_mem_ref(var),
+            bytes: val.bytes() as u64,
+            input: true,
+        });
+    }
+    let mut out_vars: HashMap<ValueId, Vec<u32>> = HashMap::new();
+    for &v in &g.outputs {
+        let val = &g.values[v];
+        if !names.insert(val.name.clone()) {
+            return Err(CompileError::new(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "'{}' is listed twice among the model's inputs and outputs",
+                    val.name
+                ),
+            ));
+        }
+        let var = b.output(&val.name, val.dtype, &dims(v)?);
+        io.push(IoInfo {
+            mem_ref: b.io_mem_ref(var),
+            bytes: val.bytes() as u64,
+            input: false,
+        });
+        out_vars.entry(v).or_default().push(var);
+    }
+    // Live nodes: those an output needs (constants need nothing).
+    let mut needed = vec![false; g.values.len()];
+    for &v in &g.outputs {
+        needed[v] = true;
+    }
+    let mut live = vec![false; g.nodes.len()];
+    for (ni, n) in g.nodes.iter().enumerate().rev() {
+        let wanted = n
+            .outputs
+            .iter()
+            .flatten()
+            .any(|&o| needed[o] && g.values[o].konst.is_none());
+        if wanted {
+            live[ni] = true;
+            for &i in n.inputs.iter().flatten() {
+                if g.values[i].konst.is_none() {
+                    needed[i] = true;
+                }
+            }
+        }
+    }
+    let mut consumers = vec![Vec::new(); g.values.len()];
+    for (ni, n) in g.nodes.iter().enumerate() {
+        if live[ni] {
+            for &i in n.inputs.iter().flatten() {
+                if !consumers[i].contains(&ni) {
+                    consumers[i].push(ni);
+                }
+            }
+        }
+    }
+    let graph_outputs: std::collections::HashSet<ValueId> = g.outputs.iter().copied().collect();
+    let fused = find_activations(g, &live, &consumers, &graph_outputs);
+    let mut skip = vec![false; g.nodes.len()];
+    for (&root, f) in &fused {
+        for &i in &f.nodes {
+            skip[i] = i != root;
+        }
+    }
+    let mut l = Lowerer {
+        g,
+        b,
+        cores: opts.cores as u8,
+        prog: Vec::new(),
+        loc: vec![None; g.values.len()],
+        owns: vec![false; g.values.len()],
+        dense_cache: HashMap::new(),
+        fused,
+        temps: Vec::new(),
+        const_addr: HashMap::new(),
+        io: io.clone(),
+        out_vars,
+        consumers,
+        skip,
+        lowered_nodes: 0,
+    };
+    if !g.inputs.is_empty() {
+        let table = l.b.io_descriptor(0);
+        l.emit(
+            0,
+            Engine::Sp,
+            Op::DmaDescriptors {
+                table,
+                count: g.inputs.len() as u32,
+            },
+        );
+    }
+    for (k, &v) in g.inputs.iter().enumerate() {
+        let val = &g.values[v];
+        l.loc[v] = Some(View::dense(
+            vaddr(l.b.io_mem_ref(k as u32), 0),
+            val.dtype,
+            &val.shape,
+        ));
+    }
+    // Outputs that are inputs or constants.
+    let mut early: Vec<ValueId> = g
+        .outputs
+        .iter()
+        .copied()
+        .filter(|&v| g.values[v].konst.is_some() || g.inputs.contains(&v))
+        .collect();
+    early.dedup();
+    for v in early {
+        l.finish_value(v)?;
+    }
+    for (ni, &is_live) in live.iter().enumerate() {
+        if !is_live || l.skip[ni] {
+            continue;
+        }
+        l.lowered_nodes += 1;
+        let n = &g.nodes[ni];
+        l.lower_node(ni).map_err(|e| e.at_node(&n.name, &n.op))?;
+        for &o in n.outputs.iter().flatten() {
+            if l.loc[o].is_some() {
+                l.finish_value(o).map_err(|e| e.at_node(&n.name, &n.op))?;
+            }
+        }
+    }
+    let Lowerer {
+        b: mut builder,
+        prog: mut program,
+        temps,
+        io,
+        lowered_nodes,
+        ..
+    } = l;
+
+    // Liveness of the temporaries, then placement.
+    let mut iv: Vec<Interval> = temps
+        .iter()
+        .map(|&s| Interval {
+            size: s,
+            first: usize::MAX,
+            last: 0,
+        })
+        .collect();
+    for (i, (_, _, ins)) in program.iter_mut().enumerate() {
+        for_each_ap_mut(&mut ins.op, |ap, _| {
+            if let Some((mr, _)) = split_vaddr(ap.addr)
+                && mr >= TEMP_BASE
+            {
+                let t = &mut iv[(mr - TEMP_BASE) as usize];
+                t.first = t.first.min(i);
+                t.last = t.last.max(i);
+            }
+        });
+    }
+    for t in &mut iv {
+        if t.first == usize::MAX {
+            t.size = 0;
+            t.first = 0;
+        }
+    }
+    let p = plan(&iv, 64);
+    if p.arena_bytes > 0 {
+        let arena = builder.scratch(0, p.arena_bytes, 64);
+        for (_, _, ins) in program.iter_mut() {
+            for_each_ap_mut(&mut ins.op, |ap, _| {
+                if let Some((mr, off)) = split_vaddr(ap.addr)
+                    && mr >= TEMP_BASE
+                {
+                    ap.addr = vaddr(arena, p.offsets[(mr - TEMP_BASE) as usize] + off);
+                }
+            });
+        }
+    }
+    let desc = if io.is_empty() {
+        None
+    } else {
+        Some(split_vaddr(builder.io_descriptor(0)).expect("vaddr").0)
+    };
+    let streams = schedule(&program, opts.cores as usize, &io, desc);
+    let mut counts = vec![[0usize; nrt_hal::NUM_ENGINES]; opts.cores as usize];
+    for (s, instrs) in streams.into_iter().enumerate() {
+        let core = (s / nrt_hal::NUM_ENGINES) as u8;
+        let engine = Engine::ALL[s % nrt_hal::NUM_ENGINES];
+        counts[core as usize][engine.index()] = instrs.len();
+        for ins in instrs {
+            builder.push(core, engine, ins);
+        }
+    }
+    let model = builder.build();
+    let model = CompiledModel::decode(&model.encode()).map_err(|e| {
+        CompileError::new(
+            ErrorKind::Internal,
+            format!("the emitted model does not validate: {e:?}"),
+        )
+    })?;
+    let folded = g
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.outputs
+                .iter()
+                .flatten()
+                .all(|&o| g.values[o].konst.is_some())
+        })
+        .count();
+    let report = PlanReport {
+        mem_refs: model.mem_refs.len(),
+        arena_bytes: p.arena_bytes,
+        live_bytes_lower_bound: p.lower_bound,
+        constant_bytes: model.constants.len() as u64,
+        instructions: counts,
+        specialized_inputs: g.specialized.clone(),
+        nodes: (g.nodes.len(), folded, lowered_nodes),
+    };
+    Ok(Compiled { model, report })
+}
