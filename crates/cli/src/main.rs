@@ -184,12 +184,23 @@ fn run(a: &RunArgs) -> Res<()> {
         files.insert(n, (f, h));
     }
     let mut opts = session::compile_options(&a.compile)?;
-    for (n, (_, h)) in &files {
-        opts.input_shapes
-            .entry(n.clone())
-            .or_insert_with(|| h.shape.clone());
+    let mut from_files = Vec::new();
+    for (n, (f, h)) in &files {
+        if !opts.input_shapes.contains_key(n) {
+            opts.input_shapes.insert(n.clone(), h.shape.clone());
+            from_files.push(format!("{n}={f} {:?}", h.shape));
+        }
     }
-    let p = session::prepare(path, &opts)?;
+    let p = session::prepare(path, &opts).map_err(|e| {
+        if from_files.is_empty() {
+            e
+        } else {
+            format!(
+                "{e} (input shapes taken from --input {})",
+                from_files.join(", ")
+            )
+        }
+    })?;
     let (_dev, rt) = session::runtime(None)?;
     let m = session::load(&rt, &p.ncm, -1)?;
     let (ins, outs, all) = session::io_tensors(&rt, &m)?;
