@@ -6,13 +6,13 @@
 #   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs)
 #   3. the loom models of the lock-free protocols
 #   4. the Python package (python/, `import nrt`): built with maturin into .venv, its pytest
-#      suite (python/tests)
+#      suite (python/tests), then the Ray Serve example's test (examples/ray, ray[serve] pinned)
 #   5. conformance: the ONNX node tests within the supported op list, the ONNX `light` models,
 #      the project's own models and the compiler's fusion/layout patterns checked against
 #      ONNX Runtime
 #
 # Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_PYTHON=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 / 5
-# (for quick local runs).
+# (for quick local runs); NRT_SKIP_RAY=1 skips only the Ray part of step 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -47,6 +47,13 @@ if [ "${NRT_SKIP_PYTHON:-0}" != 1 ]; then
   PATH="$root/.venv/bin:$PATH" .venv/bin/python -m pip install --quiet --disable-pip-version-check \
     --no-build-isolation --force-reinstall --no-deps ./python
   NRT_CLI="$root/target/release/nrt" .venv/bin/python -m pytest -q -p no:cacheprovider python/tests
+
+  if [ "${NRT_SKIP_RAY:-0}" != 1 ]; then
+    step "Ray Serve: examples/ray (ray[serve] pinned in examples/ray/requirements.txt)"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r examples/ray/requirements.txt
+    # Ray's usage-stats prompt and telemetry stay off in tests.
+    RAY_USAGE_STATS_ENABLED=0 .venv/bin/python -m pytest -q -p no:cacheprovider examples/ray
+  fi
 fi
 #===------------------------------------------------------------------------------------===#
 
