@@ -164,21 +164,23 @@ fn start_runtime(s: &Settings) -> Result<Global, RtError> {
     })
 }
 
-/// The open runtime, started now if there is none (or the last one was closed).
-fn global(py: Python<'_>) -> PyResult<Arc<Global>> {
+/// The open runtime, started now if there is none (or the last one was closed). Takes the
+/// GIL token: it is called with the GIL held.
+fn global(_py: Python<'_>) -> PyResult<Arc<Global>> {
     let mut g = lock(&GLOBAL);
     if let Some(rt) = g.as_ref().filter(|g| g.rt.is_open()) {
         return Ok(rt.clone());
     }
     let s = lock(&SETTINGS).clone();
-    let started = py.allow_threads(|| start_runtime(&s)).map_err(from_rt)?;
+    // Started with the GIL held: releasing it while holding GLOBAL would deadlock against a
+    // thread that holds the GIL and waits for GLOBAL. It takes milliseconds, once.
+    let started = start_runtime(&s).map_err(from_rt)?;
     let started = Arc::new(started);
     *g = Some(started.clone());
     Ok(started)
 }
 
-fn parse_cores(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
-    let _ = py;
+fn parse_cores(v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
     if let Ok(s) = v.extract::<String>() {
         return nrt_runtime::config::parse_core_list(&s).map_err(from_rt);
     }
@@ -204,7 +206,6 @@ fn parse_cores(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Vec<u32>> {
 #[pyfunction]
 #[pyo3(signature = (visible_cores=None, *, num_cores=None, logical_nc_config=None, log_level=None))]
 fn configure(
-    py: Python<'_>,
     visible_cores: Option<&Bound<'_, PyAny>>,
     num_cores: Option<u32>,
     logical_nc_config: Option<u32>,
@@ -218,7 +219,7 @@ fn configure(
         })?),
         None => None,
     };
-    let cores = visible_cores.map(|v| parse_cores(py, v)).transpose()?;
+    let cores = visible_cores.map(parse_cores).transpose()?;
     let running = lock(&GLOBAL).as_ref().is_some_and(|g| g.rt.is_open());
     if running && (cores.is_some() || num_cores.is_some() || logical_nc_config.is_some()) {
         return Err(invalid(

@@ -240,3 +240,26 @@ def test_two_core_model(tmp_path):
     assert lines[0] == "MISMATCH 2"
     assert lines[1] == "2 [[0, 1]]"
     np.testing.assert_allclose(np.array(json.loads(lines[2])), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_first_use_from_many_threads_at_once(tmp_path):
+    # The lazily started runtime: 8 threads racing to start it get the same one.
+    path = tiny_model(tmp_path / "tiny.onnx", batch=2)
+    code = textwrap.dedent(
+        f"""
+        import threading, numpy as np, nrt
+        barrier = threading.Barrier(8)
+        out = []
+        def work():
+            barrier.wait(timeout=30)
+            m = nrt.Model.load({str(path)!r})
+            out.append(m({{"X": np.ones((2, 4), np.float32)}})["Y"].sum())
+        ts = [threading.Thread(target=work) for _ in range(8)]
+        [t.start() for t in ts]
+        [t.join(timeout=60) for t in ts]
+        print(len(out), len(set(out)), nrt.visible_cores())
+        """
+    )
+    r = run_py(code, timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "8 1 [[0], [1]]"
