@@ -6,11 +6,14 @@
 #   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs),
 #      then the hostile-input suite (scripts/hostile.py)
 #   3. the loom models of the lock-free protocols
-#   4. conformance: the ONNX node tests within the supported op list, the ONNX `light` models,
+#   4. the Python package (python/, `import nrt`): built with maturin into .venv, its pytest
+#      suite (python/tests), then the Ray Serve example's test (examples/ray, ray[serve] pinned)
+#   5. conformance: the ONNX node tests within the supported op list, the ONNX `light` models,
 #      the project's own models and the compiler's fusion/layout patterns checked against
 #      ONNX Runtime
 #
-# Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 (for quick local runs).
+# Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_PYTHON=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 / 5
+# (for quick local runs); NRT_SKIP_RAY=1 skips only the Ray part of step 4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -40,6 +43,28 @@ if [ "${NRT_SKIP_LOOM:-0}" != 1 ]; then
   RUSTFLAGS="--cfg loom -C target-cpu=x86-64-v3" LOOM_MAX_PREEMPTIONS=3 \
     cargo test --quiet -p nrt-hal --release --test loom --target-dir target/loom
 fi
+
+#===------------------------------------------------------------------------------------===#
+# The Python package (python/): build it into .venv with maturin, run its pytest suite.
+#===------------------------------------------------------------------------------------===#
+if [ "${NRT_SKIP_PYTHON:-0}" != 1 ]; then
+  step "python package: pip install ./python (maturin) into .venv, pytest python/tests"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
+  # The samples the tests compare against ONNX Runtime come from `nrt samples`.
+  cargo build --quiet --release -p nrt-cli
+  # maturin (the build backend) is pinned in python/requirements-dev.txt and found on PATH.
+  PATH="$root/.venv/bin:$PATH" .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    --no-build-isolation --force-reinstall --no-deps ./python
+  NRT_CLI="$root/target/release/nrt" .venv/bin/python -m pytest -q -p no:cacheprovider python/tests
+
+  if [ "${NRT_SKIP_RAY:-0}" != 1 ]; then
+    step "Ray Serve: examples/ray (ray[serve] pinned in examples/ray/requirements.txt)"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -r examples/ray/requirements.txt
+    # Ray's usage-stats prompt and telemetry stay off in tests.
+    RAY_USAGE_STATS_ENABLED=0 .venv/bin/python -m pytest -q -p no:cacheprovider examples/ray
+  fi
+fi
+#===------------------------------------------------------------------------------------===#
 
 if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   step "conformance"

@@ -1,0 +1,276 @@
+"""nrt — run models on the software NeuronCore of nrt-rs from Python.
+
+Two conventions users know:
+
+* the Neuron runtime's own (``nrt.Model.load(path, core=0)``, call with a dict of numpy
+  arrays, get a dict back, ``benchmark()``, device tensors with ``nrt.Tensor``), and
+* ONNX Runtime's (``nrt.InferenceSession(path).run(None, feeds)``).
+
+One process-global runtime serves every model. It starts on first use from the environment
+(``NEURON_RT_VISIBLE_CORES``, ``NEURON_RT_NUM_CORES``, ``NEURON_LOGICAL_NC_CONFIG``,
+``NEURON_RT_LOG_LEVEL``, ``NRT_SIM_FAULTS``); :func:`configure` called before first use
+overrides those. Every runtime failure raises :class:`NrtError` with ``.status`` (the
+``NRT_STATUS`` code) and ``.status_name``.
+
+Data path: a numpy input that is C-contiguous and of the model's dtype is read in place (this
+layer copies nothing; the runtime stages it into device memory, as for any host tensor).
+Anything else (a strided view, Fortran order, a list) costs one copy into a contiguous array
+first; a wrong dtype raises. Outputs are new numpy arrays that the runtime writes directly.
+The GIL is released for the whole execution, so threads run models concurrently.
+
+bfloat16 tensors are ``ml_dtypes.bfloat16`` arrays when the ``ml_dtypes`` package is
+installed, otherwise ``uint16`` arrays holding the raw bf16 bits (inputs accept both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import threading
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _nrt
+from ._nrt import (
+    Model,
+    NrtError,
+    Tensor,
+    TensorInfo,
+    clear_faults,
+    close,
+    compile,
+    configure,
+    inject_faults,
+    reset,
+    visible_cores,
+)
+
+__all__ = [
+    "Model",
+    "Tensor",
+    "TensorInfo",
+    "NrtError",
+    "Future",
+    "InferenceSession",
+    "NodeArg",
+    "configure",
+    "close",
+    "compile",
+    "profile",
+    "inject_faults",
+    "clear_faults",
+    "reset",
+    "visible_cores",
+    "STATUS",
+    "bfloat16",
+]
+
+__version__ = "0.1.0"
+
+#: Every ``NRT_STATUS``: ``{"NRT_SUCCESS": 0, "NRT_INVALID": 2, "NRT_TIMEOUT": 5, ...}``.
+STATUS: Dict[str, int] = dict(_nrt._statuses())
+
+try:  # bf16 as a real numpy dtype when ml_dtypes is installed
+    import ml_dtypes as _ml_dtypes
+
+    #: The numpy dtype bf16 tensors use: ``ml_dtypes.bfloat16`` if installed, else ``uint16``.
+    bfloat16: np.dtype = np.dtype(_ml_dtypes.bfloat16)
+    _nrt._set_bf16_dtype(bfloat16)
+except ImportError:  # pragma: no cover - depends on the environment
+    bfloat16 = np.dtype(np.uint16)
+
+
+#===----------------------------------------------------------------------------------===#
+# Futures: Model.submit
+#===----------------------------------------------------------------------------------===#
+
+
+class Future(concurrent.futures.Future):
+    """The result of :meth:`Model.submit`: a :class:`concurrent.futures.Future` (``result(
+    timeout)``, ``done()``, ``add_done_callback``...) that can also be awaited in asyncio."""
+
+    def __await__(self):  # type: ignore[override]
+        return asyncio.wrap_future(self).__await__()
+
+
+_executor_lock = threading.Lock()
+_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            workers = int(os.environ.get("NRT_PY_SUBMIT_THREADS", "4"))
+            _executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max(1, workers), thread_name_prefix="nrt-submit"
+            )
+        return _executor
+
+
+def _submit(self: Model, inputs: Mapping[str, Any]) -> Future:
+    """Runs the model on a worker thread (the GIL is released while it executes) and returns
+    a :class:`Future` of the output dict; ``await`` it in asyncio or call ``.result(timeout)``.
+    Errors (NrtError) are raised by ``result()`` / ``await``."""
+    fut = Future()
+    feeds = dict(inputs)
+
+    def work() -> None:
+        if not fut.set_running_or_notify_cancel():
+            return
+        try:
+            fut.set_result(self.run(feeds))
+        except BaseException as e:  # delivered to the waiter
+            fut.set_exception(e)
+
+    _pool().submit(work)
+    return fut
+
+
+Model.submit = _submit  # type: ignore[attr-defined]
+
+
+#===----------------------------------------------------------------------------------===#
+# Profiling
+#===----------------------------------------------------------------------------------===#
+
+
+@contextlib.contextmanager
+def profile(path: Union[str, "os.PathLike[str]"]) -> Iterator[None]:
+    """Records every execution inside the ``with`` block (the five host stages validate,
+    bind, stage, doorbell, harvest of each) and writes them to ``path`` as Chrome trace-event
+    JSON (open it in https://ui.perfetto.dev or chrome://tracing)."""
+    _nrt._trace_start()
+    try:
+        yield
+    finally:
+        _nrt._trace_stop(os.fspath(path))
+
+
+#===----------------------------------------------------------------------------------===#
+# The ONNX Runtime convention
+#===----------------------------------------------------------------------------------===#
+
+# ONNX TensorProto.DataType -> ONNX Runtime's type string and numpy dtype.
+_ONNX_TYPES: Dict[int, Tuple[str, Any]] = {
+    1: ("tensor(float)", np.float32),
+    2: ("tensor(uint8)", np.uint8),
+    3: ("tensor(int8)", np.int8),
+    4: ("tensor(uint16)", np.uint16),
+    5: ("tensor(int16)", np.int16),
+    6: ("tensor(int32)", np.int32),
+    7: ("tensor(int64)", np.int64),
+    9: ("tensor(bool)", np.bool_),
+    10: ("tensor(float16)", np.float16),
+    11: ("tensor(double)", np.float64),
+    12: ("tensor(uint32)", np.uint32),
+    13: ("tensor(uint64)", np.uint64),
+    16: ("tensor(bfloat16)", None),
+}
+
+
+class NodeArg:
+    """An input or output of an :class:`InferenceSession` (ONNX Runtime's ``NodeArg``):
+    ``name``, ``shape`` (ints, with a str or None for symbolic dimensions) and ``type``
+    (``'tensor(float)'``...)."""
+
+    __slots__ = ("name", "shape", "type")
+
+    def __init__(self, name: str, shape: List[Union[int, str, None]], type: str) -> None:
+        self.name = name
+        self.shape = shape
+        self.type = type
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+class InferenceSession:
+    """ONNX Runtime's convention over the software NeuronCore.
+
+    ``InferenceSession(path).run(None, {"x": x})`` returns the outputs as a list in the
+    model's order. A model whose inputs have ``-1``/symbolic dimensions is compiled once per
+    distinct set of input shapes, on first use of that shape, and the compiled model cached.
+    ``providers``/``sess_options`` are accepted for compatibility and ignored."""
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        sess_options: Any = None,
+        providers: Any = None,
+        *,
+        core: int = 0,
+        cores: int = 1,
+    ) -> None:
+        self._path = os.fspath(path)
+        self._core = core
+        self._cores = cores
+        ins, outs = _nrt._onnx_signature(self._path)
+        self._inputs = [NodeArg(n, list(d), _ONNX_TYPES.get(t, (f"tensor({t})", None))[0]) for n, d, t in ins]
+        self._outputs = [NodeArg(n, list(d), _ONNX_TYPES.get(t, (f"tensor({t})", None))[0]) for n, d, t in outs]
+        self._static = all(isinstance(d, int) and d >= 0 for i in self._inputs for d in i.shape)
+        self._models: Dict[Tuple[Tuple[int, ...], ...], Model] = {}
+        self._lock = threading.Lock()
+        if self._static:
+            self._models[()] = Model.load(self._path, core=core, cores=cores)
+
+    def get_inputs(self) -> List[NodeArg]:
+        """The graph's inputs (initializers excluded), in order."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> List[NodeArg]:
+        """The graph's outputs, in order."""
+        return list(self._outputs)
+
+    def get_providers(self) -> List[str]:
+        """The one execution provider: the software NeuronCore."""
+        return ["NrtSoftNeuronCoreExecutionProvider"]
+
+    def _model_for(self, feeds: Mapping[str, Any]) -> Model:
+        if self._static:
+            return self._models[()]
+        shapes: Dict[str, List[int]] = {}
+        for i in self._inputs:
+            if i.name not in feeds:
+                raise _nrt_error(2, f"input '{i.name}' of model {self._path} is missing")
+            shapes[i.name] = list(np.shape(feeds[i.name]))
+        key = tuple(tuple(shapes[i.name]) for i in self._inputs)
+        with self._lock:
+            m = self._models.get(key)
+            if m is None:
+                m = Model.load(self._path, core=self._core, cores=self._cores, input_shapes=shapes)
+                self._models[key] = m
+            return m
+
+    def run(
+        self,
+        output_names: Optional[Sequence[str]],
+        input_feed: Mapping[str, Any],
+        run_options: Any = None,
+    ) -> List[np.ndarray]:
+        """Runs the model; returns the outputs named by ``output_names`` (all, in the model's
+        order, when None) as a list of numpy arrays."""
+        out = self._model_for(input_feed)(dict(input_feed))
+        names = [o.name for o in self._outputs] if output_names is None else list(output_names)
+        missing = [n for n in names if n not in out]
+        if missing:
+            raise _nrt_error(2, f"model {self._path} has no output named {missing[0]!r}")
+        return [out[n] for n in names]
+
+    @property
+    def compiled_shapes(self) -> List[Tuple[Tuple[int, ...], ...]]:
+        """The input-shape keys compiled so far (one entry for a static model)."""
+        return list(self._models)
+
+
+def _nrt_error(status: int, message: str) -> NrtError:
+    """An :class:`NrtError` built in Python, with ``status``/``status_name``/``message``."""
+    name = next((k for k, v in STATUS.items() if v == status), f"NRT_STATUS_{status}")
+    e = NrtError(f"{name}: {message}")
+    e.status = status  # type: ignore[attr-defined]
+    e.status_name = name  # type: ignore[attr-defined]
+    e.message = message  # type: ignore[attr-defined]
+    return e
