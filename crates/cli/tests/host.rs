@@ -46,7 +46,11 @@ fn ls_json(dir: &PathBuf) -> Value {
 }
 
 /// Starts `nrt idle` (loads the near-null model, runs it once, sits idle) and waits until
-/// it is published.
+/// it is published. The caller kills and reaps it ([`kill9`]).
+#[allow(
+    clippy::zombie_processes,
+    reason = "returned to the caller, which reaps it"
+)]
 fn holder(dir: &PathBuf, extra_env: &[(&str, &str)]) -> Child {
     let mut c = nrt(dir);
     c.args(["idle", "--seconds", "60"])
@@ -239,9 +243,12 @@ fn ls_and_monitor_report_a_running_process_field_by_field() {
     kill9(&mut a);
 }
 
+/// A sample: metric name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
 /// Parses the Prometheus text exposition format (0.0.4): `# HELP`/`# TYPE` lines, then
 /// `name{label="value",...} number` samples. Returns (name, labels, value) triples.
-fn parse_prometheus(text: &str) -> Vec<(String, Vec<(String, String)>, f64)> {
+fn parse_prometheus(text: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     let mut typed = std::collections::HashSet::new();
     for line in text.lines() {

@@ -597,10 +597,16 @@ pub fn parse_record(bytes: &[u8]) -> Option<ProcessRecord> {
     if bytes.len() < std::mem::size_of::<Record>() {
         return None;
     }
-    let mut rec: Box<Record> = {
-        // SAFETY: Record is atomics only; all-zero is valid. Allocated zeroed on the heap
-        // (it is ~600 KB).
-        unsafe { Box::<Record>::new_zeroed().assume_init() }
+    let layout = std::alloc::Layout::new::<Record>();
+    // SAFETY: the layout has a non-zero size; the pointer is checked for null; Record is
+    // atomics only, so all-zero bytes are a valid Record, and the Box frees it with the same
+    // layout. (On the heap: it is ~350 KB.)
+    let mut rec: Box<Record> = unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<Record>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(p)
     };
     // SAFETY: `rec` is a Record-sized allocation we own exclusively; `bytes` holds at least
     // that many bytes (checked above); the two cannot overlap.
