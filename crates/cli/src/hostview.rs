@@ -112,8 +112,8 @@ pub fn ls(a: &LsArgs) -> Res<()> {
         let first = procs.first();
         println!(
             "{:>6} {:>5} {:>7}G {:>10} {:>8} {:>8}  {}",
-            d["neuron_device"],
-            d["nc_count"],
+            d["neuron_device"].to_string(),
+            d["nc_count"].to_string(),
             d["memory_size"].as_u64().unwrap_or(0) >> 30,
             conn,
             d["bdf"].as_str().unwrap_or(""),
@@ -132,7 +132,7 @@ pub fn ls(a: &LsArgs) -> Res<()> {
                 "",
                 "",
                 "",
-                p["pid"],
+                p["pid"].to_string(),
                 p["command"].as_str().unwrap_or(""),
                 p["neuroncore_ids"]
             );
