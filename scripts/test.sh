@@ -27,6 +27,11 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-test.txt
 export NRT_PYTHON="$root/.venv/bin/python"
 
+# Core ownership (issue 16): this checkout's own runtime directory, so the programs run
+# below never contend with other checkouts' (or a user's) runtimes for NeuronCores; tests
+# that start runtimes in parallel give each its own directory.
+export NRT_RUNTIME_DIR="$root/target/nrt-run"
+
 step "cargo test --workspace"
 cargo test --workspace --quiet
 

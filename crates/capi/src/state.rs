@@ -184,8 +184,7 @@ pub(crate) fn init() -> Res {
     }
     // (nrt_init configured the log levels from the environment already.)
     let config = RuntimeConfig::from_env()?;
-    let sim =
-        SimConfig::from_env().map_err(|e| NrtError::invalid(format!("NRT_SIM_FAULTS: {e}")))?;
+    let sim = SimConfig::from_env().map_err(|e| NrtError::invalid(e.to_string()))?;
     let device = SoftDevice::new(sim).map_err(|e| {
         NrtError::new(
             NrtStatus::Resource,
@@ -248,8 +247,7 @@ pub(crate) fn close() -> Res {
 /// The number of physical cores of the software device a runtime would get, and the
 /// logical-core size, from the environment — for the counts that work before `nrt_init`.
 pub(crate) fn device_cores_from_env() -> Res<(u32, RuntimeConfig)> {
-    let sim =
-        SimConfig::from_env().map_err(|e| NrtError::invalid(format!("NRT_SIM_FAULTS: {e}")))?;
+    let sim = SimConfig::from_env().map_err(|e| NrtError::invalid(e.to_string()))?;
     let config = RuntimeConfig::from_env()?;
     Ok((sim.cores, config))
 }

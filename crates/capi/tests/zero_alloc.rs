@@ -81,6 +81,10 @@ const OK: i32 = 0;
 fn c_entry_points_allocate_nothing_per_execution() {
     // SAFETY: nothing else runs yet (one test in this binary): no concurrent env access.
     unsafe { std::env::remove_var("NEURON_RT_LOG_LEVEL") };
+    // A runtime directory of its own: nrt_init takes ownership of the cores (and publishes
+    // its statistics, which must not allocate either).
+    // SAFETY: as above.
+    unsafe { std::env::set_var("NRT_RUNTIME_DIR", common::private_runtime_dir()) };
     let bytes = common::near_null();
     // SAFETY: every pointer passed below is valid for what the C API does with it: the
     // model bytes, NUL-terminated literals, out-pointers to locals, buffers of 16 bytes.

@@ -7,7 +7,11 @@ use std::path::PathBuf;
 const ENVIRONMENT: &str = "ENVIRONMENT:
   NEURON_RT_LOG_LEVEL, NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, NEURON_LOGICAL_NC_CONFIG,
   NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, NEURON_RT_EXEC_TIMEOUT, and NRT_SIM_FAULTS
-  (fault plan for the software NeuronCore, e.g. \"hang@engine=act,exec=3;nan@exec=5\").";
+  (fault plan for the software NeuronCore, e.g. \"hang@engine=act,exec=3;nan@exec=5\");
+  NRT_SIM_INSTANCE (inf2.xlarge, inf2.48xlarge, trn1.2xlarge, trn1.32xlarge, trn2.48xlarge, ...),
+  NRT_SIM_DEVICES, NRT_SIM_CORES_PER_DEVICE, NRT_SIM_DEVICE_MEMORY (the virtual host);
+  NRT_RUNTIME_DIR (where cores are locked and statistics published; default
+  $XDG_RUNTIME_DIR/nrt-rs, else /dev/shm/nrt-rs).";
 
 /// nrt — the nrt-rs command line: compile ONNX models, then run, inspect, trace, benchmark
 /// and conformance-test them on the software NeuronCore.
@@ -41,6 +45,13 @@ pub enum Command {
     /// Writes the project's own ONNX models (transformer, encoder, cnn, mlp, mlp_b64) as
     /// DIR/<name>/model.onnx.
     Samples(SamplesArgs),
+    /// Lists the virtual host's Neuron devices, their cores and memory, and the processes
+    /// that hold them (the `neuron-ls` table, or its JSON with --json-output).
+    Ls(LsArgs),
+    /// Reports, every period, one JSON object per line in the `neuron-monitor` schema: the
+    /// runtimes' execution statistics, memory, core utilization and vCPU use, and the host's;
+    /// optionally serves them to Prometheus.
+    Monitor(MonitorArgs),
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -187,6 +198,31 @@ pub struct IdleArgs {
     /// How long to sit idle.
     #[arg(long, default_value_t = 3.0, value_name = "S")]
     pub seconds: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// One JSON array of devices (neuron-ls's --json-output).
+    #[arg(long, short = 'j')]
+    pub json_output: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MonitorArgs {
+    /// A neuron-monitor configuration file (JSON: "period", "neuron_runtimes"[].metrics[].type,
+    /// "system_metrics"[].type).
+    #[arg(short = 'c', long = "config-file", value_name = "CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Seconds between reports (overrides the config file; default 5).
+    #[arg(long, value_name = "S")]
+    pub period: Option<f64>,
+    /// Serve the metrics in the Prometheus text format at http://ADDR:PORT/metrics
+    /// (e.g. 127.0.0.1:8000; bind to loopback unless the network must scrape it).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub prometheus: Option<String>,
+    /// Stop after this many reports.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
 }
 
 #[derive(Debug, Args)]

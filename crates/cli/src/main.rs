@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod conformance;
+mod hostview;
 mod npy;
 mod samples;
 mod session;
@@ -81,6 +82,8 @@ impl Command {
             Command::Conformance(_) => "conformance",
             Command::Idle(_) => "idle",
             Command::Samples(_) => "samples",
+            Command::Ls(_) => "ls",
+            Command::Monitor(_) => "monitor",
             Command::Completions { .. } => "completions",
         }
     }
@@ -97,6 +100,8 @@ fn dispatch(cmd: Command) -> Res<bool> {
         Command::Conformance(a) => conformance::main(&a),
         Command::Samples(a) => write_samples(&a).map(|_| true),
         Command::Idle(a) => idle(&a).map(|_| true),
+        Command::Ls(a) => hostview::ls(&a).map(|_| true),
+        Command::Monitor(a) => hostview::monitor(&a).map(|_| true),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "nrt", &mut std::io::stdout());
             Ok(true)

@@ -4,9 +4,20 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// A runtime directory of its own (`NRT_RUNTIME_DIR`), so parallel tests never contend for
+/// core ownership.
+fn private_runtime_dir() -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("nrt-run")
+        .join(format!("{}-{n}", std::process::id()))
+}
+
 fn nrt(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nrt"))
         .args(args)
+        .env("NRT_RUNTIME_DIR", private_runtime_dir())
         .env_remove("NRT_SIM_FAULTS")
         .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS")
         .output()

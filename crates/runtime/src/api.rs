@@ -21,6 +21,16 @@ impl Runtime {
         let info = device.info();
         let cores = config::select_cores(&config, info.num_cores)?;
         let lnc = config.lnc() as usize;
+        let nvc = cores.len() / lnc;
+        // Ownership first: a core another process holds is refused before this runtime
+        // touches the device.
+        let (ownership, stats) = match &config.ownership {
+            Some(dir) => {
+                let (o, s) = host::acquire(dir, &cores, lnc as u32, nvc)?;
+                (Some(o), s)
+            }
+            None => (None, host::StatsArea::private(nvc)),
+        };
         let mut vcores = Vec::with_capacity(cores.len() / lnc);
         let mut reserved: Vec<u32> = Vec::new();
         let release = |dev: &dyn Device, reserved: &[u32]| {
@@ -68,6 +78,10 @@ impl Runtime {
             }
             let slots = tuning::EXEC_RING_SLOTS as usize;
             let now = harvest::coarse_now();
+            let st = stats.core(vi);
+            st.first_core.store(group[0] as u64, Ordering::Relaxed);
+            st.cores.store(group.len() as u64, Ordering::Relaxed);
+            let stats_ref = StatsRef(st);
             vcores.push(VCore {
                 index: vi as u32,
                 cores: group.to_vec(),
@@ -97,6 +111,7 @@ impl Runtime {
                             timeout: Duration::ZERO,
                             surface: Surface::Sync,
                             pending_marked: false,
+                            t0_ns: 0,
                         }),
                     })
                     .collect(),
@@ -106,6 +121,7 @@ impl Runtime {
                 models: AtomicU32::new(0),
                 submitted: AtomicU64::new(0),
                 xu: Xu::new(),
+                stats: stats_ref,
             });
         }
         let implicit_async = if config.async_inflight > 0 {
@@ -125,6 +141,8 @@ impl Runtime {
             workers: Mutex::new(Vec::new()),
             workers_started: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
+            ownership: Mutex::new(ownership),
+            stats,
         });
         if let Err(e) = xu::start_workers(&inner) {
             release(&*inner.device, &reserved);
@@ -182,6 +200,20 @@ impl Runtime {
                 let _ = rt.device.notification_release(c);
             }
         }
+        // The cores are free for other processes now (the record goes with them).
+        drop(
+            rt.ownership
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
+    }
+
+    /// The statistics of logical core `vnc` as published ([`host`]); `None` past the
+    /// last vcore.
+    pub fn stats(&self, vnc: u32) -> Option<host::VcoreSnapshot> {
+        let vc = self.0.vcores.get(vnc as usize)?;
+        Some(host::snapshot(vc.stats()))
     }
 
     /// Whether the runtime is open.
@@ -230,6 +262,11 @@ impl Runtime {
             nrt_log!(log::Module::Nrt, log::Level::Error, "nrt_load", "{e}");
         })?);
         vc.models.fetch_add(1, Ordering::Relaxed);
+        let st = vc.stats();
+        st.models.fetch_add(1, Ordering::Relaxed);
+        for (c, b) in m.mem.iter().enumerate() {
+            st.mem[c].fetch_add(*b, Ordering::Relaxed);
+        }
         rt.models
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -8,6 +8,10 @@
 //! | `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS` | init | 0 = synchronous; N in 1..=63 = implicit async with N in flight |
 //! | `NEURON_RT_EXEC_TIMEOUT` | load | seconds an execution may take (fractional seconds accepted; default 30) |
 //! | `NEURON_RT_LOG_LEVEL[_NRT/_NMGR/_TDRV]` | init | see [`crate::log`] |
+//! | `NRT_RUNTIME_DIR` | init | where cores are locked and statistics published ([`crate::host`]); default `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs` |
+//!
+//! Global core ids count over the virtual host's devices (`NRT_SIM_INSTANCE`, see
+//! `nrt_sim::host`): device `d` of `n` cores per device holds cores `d*n ..= d*n+n-1`.
 
 use crate::error::{NrtError, Result};
 use nrt_hal::{NrtStatus, tuning};
@@ -24,6 +28,11 @@ pub struct RuntimeConfig {
     pub logical_nc: u32,
     /// Implicit async in-flight cap (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`); 0 = sync.
     pub async_inflight: u32,
+    /// The runtime directory in which to lock the reserved cores against other processes
+    /// and publish statistics ([`crate::host`]). [`RuntimeConfig::from_env`] sets it
+    /// (`NRT_RUNTIME_DIR` or its default), as a real process would; `None` (the default of a
+    /// configuration built in code) takes no locks and keeps the statistics private.
+    pub ownership: Option<std::path::PathBuf>,
 }
 
 impl RuntimeConfig {
@@ -43,6 +52,7 @@ impl RuntimeConfig {
         if let Some(v) = var("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS") {
             c.async_inflight = parse_u32("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS", &v)?;
         }
+        c.ownership = Some(crate::host::runtime_dir_from_env());
         c.validate()?;
         Ok(c)
     }

@@ -58,8 +58,35 @@ pub(crate) fn exec_mode(rt: &RuntimeInner) -> ExecMode {
     }
 }
 
-/// Stage 1: checks everything that can be checked without touching state.
+/// Stage 1: checks everything that can be checked without touching state. A refusal is
+/// counted as `incorrect_input` in the vcore's statistics.
+#[inline(always)]
 pub(crate) fn validate(
+    rt: &RuntimeInner,
+    model: &ModelShared,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+    repeat: i32,
+    allow_host: bool,
+) -> Result<bool> {
+    validate_inner(rt, model, inputs, outputs, repeat, allow_host).inspect_err(|_| {
+        if let Some(vc) = rt.vcores.get(model.vnc as usize) {
+            count_refused(vc, NrtStatus::Invalid, crate::host::status::INCORRECT_INPUT);
+        }
+    })
+}
+
+/// Counts an execution refused before staging (a cold error path, any thread: `fetch_add`).
+#[cold]
+pub(crate) fn count_refused(vc: &VCore, class_of: NrtStatus, summary: usize) {
+    let st = vc.stats();
+    st.status[summary].fetch_add(1, Ordering::Relaxed);
+    if let Some(c) = crate::host::error_class(class_of) {
+        st.errors[c].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn validate_inner(
     rt: &RuntimeInner,
     model: &ModelShared,
     inputs: &TensorSet,
@@ -209,9 +236,15 @@ pub(crate) fn stage(
     // this lock once after marking its state, so either we see the mark here, or our
     // execution is counted in `inflight` before the unload waits for it to reach zero.
     if model.state.load(Ordering::Acquire) != STATE_LOADED || !crate::is_open(rt) {
+        count_refused(vc, NrtStatus::Invalid, crate::host::status::FAILED_TO_QUEUE);
         return Err(unloading_error(rt, model));
     }
     if vc.unrecoverable.load(Ordering::Acquire) {
+        count_refused(
+            vc,
+            NrtStatus::ExecUnitUnrecoverable,
+            crate::host::status::FAILED_TO_QUEUE,
+        );
         return Err(NrtError::new(
             NrtStatus::ExecUnitUnrecoverable,
             format!(
@@ -244,6 +277,11 @@ pub(crate) fn stage(
         timeout: model.exec_timeout,
         surface,
         pending_marked: marks_pending(rt, surface),
+        t0_ns: if seq % crate::host::TOTAL_LATENCY_SAMPLE == 1 {
+            crate::host::now_ns()
+        } else {
+            0
+        },
     };
     slot.done.store(0, Ordering::Relaxed);
     model.inflight.fetch_add(1, Ordering::AcqRel);

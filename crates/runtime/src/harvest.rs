@@ -206,6 +206,7 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
                 if rt.trace.enabled() {
                     record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
                 }
+                record_device_time(vc, &h.times[si], p.sg_count);
                 finish(vc, slot, p, seq, status);
             }
         }
@@ -510,10 +511,47 @@ fn fail_inflight_unrecoverable(vc: &VCore, progress: &mut [Progress], after: u64
     }
 }
 
+/// Device latency of an execution whose engines all ended, from the engines' own
+/// timestamps, present in trace mode only (harvest token: single writer, load + store).
+#[inline(always)]
+fn record_device_time(vc: &VCore, times: &EngineTimes, cores: u8) {
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    for core in times.iter().take(cores as usize) {
+        for [s, e] in core {
+            if *s != 0 && *s < lo {
+                lo = *s;
+            }
+            if *e > hi {
+                hi = *e;
+            }
+        }
+    }
+    if hi > lo {
+        let st = vc.stats();
+        let ns = hi - lo;
+        crate::host::bump(&st.lat_device[crate::host::latency_bucket(ns)], 1);
+    }
+}
+
 fn finish(vc: &VCore, slot: &InflightSlot, p: &mut Progress, seq: u64, status: NrtStatus) {
     p.phase = Phase::Done;
     // SAFETY: ticket set, completion word not yet written: `info` is stable.
-    let surface = unsafe { (*slot.info.get()).surface };
+    let (surface, t0) = unsafe { ((*slot.info.get()).surface, (*slot.info.get()).t0_ns) };
+    // Statistics (harvest token: single writer, load + store, no allocation).
+    let st = vc.stats();
+    crate::host::bump(&st.status[crate::host::status_index(status)], 1);
+    if let Some(c) = crate::host::error_class(status) {
+        crate::host::bump(&st.errors[c], 1);
+    }
+    if t0 != 0 {
+        let ns = crate::host::now_ns().saturating_sub(t0);
+        crate::host::bump(&st.lat_total[crate::host::latency_bucket(ns)], 1);
+        // Busy time, estimated from the sample (see `CoreStats::busy_ns`).
+        crate::host::bump(
+            &st.busy_ns,
+            ns.saturating_mul(crate::host::TOTAL_LATENCY_SAMPLE),
+        );
+    }
     crate::xu::write_status(surface, status);
     slot.done.store(done_word(seq, status), Ordering::Release);
     vc.advance_completed();

@@ -47,6 +47,7 @@ pub mod config;
 pub mod error;
 pub(crate) mod exec;
 pub mod harvest;
+pub mod host;
 pub mod log;
 pub mod model;
 pub mod tensor;
@@ -97,6 +98,9 @@ pub(crate) struct SlotInfo {
     pub(crate) surface: Surface,
     /// The bound tensors were marked pending ([`exec::mark_pending`]): retire unmarks them.
     pub(crate) pending_marked: bool,
+    /// [`host::now_ns`] at staging for the executions whose total latency is sampled
+    /// ([`host::TOTAL_LATENCY_SAMPLE`]); 0 otherwise.
+    pub(crate) t0_ns: u64,
 }
 
 /// One entry of a vcore's in-flight table, indexed by `compute_idx % EXEC_RING_SLOTS`.
@@ -183,7 +187,18 @@ pub(crate) struct VCore {
     /// Mirror of `Staging::submitted` for lock-free readers (seq validity checks).
     pub(crate) submitted: AtomicU64,
     pub(crate) xu: Xu,
+    /// The published statistics of this vcore ([`host`]).
+    pub(crate) stats: StatsRef,
 }
+
+/// A pointer to a vcore's [`host::CoreStats`] in the runtime's [`host::StatsArea`] (the
+/// area is a field of the same [`RuntimeInner`], so it outlives every use).
+pub(crate) struct StatsRef(*const host::CoreStats);
+
+// SAFETY: the target is atomics only, and lives as long as the runtime that holds both.
+unsafe impl Send for StatsRef {}
+// SAFETY: as above.
+unsafe impl Sync for StatsRef {}
 
 impl VCore {
     #[inline]
@@ -195,6 +210,13 @@ impl VCore {
     #[inline]
     pub(crate) fn core_pos(&self, phys: u32) -> usize {
         self.cores.iter().position(|&c| c == phys).unwrap_or(0)
+    }
+
+    /// The vcore's statistics.
+    #[inline(always)]
+    pub(crate) fn stats(&self) -> &host::CoreStats {
+        // SAFETY: see `StatsRef`: the area is owned by the runtime that owns this vcore.
+        unsafe { &*self.stats.0 }
     }
 
     /// Advances `completed` over the contiguous prefix of done executions (harvest token).
@@ -233,6 +255,13 @@ pub(crate) struct RuntimeInner {
     /// XU workers past their start-up (`init` waits for all of them).
     pub(crate) workers_started: AtomicUsize,
     pub(crate) stop: AtomicBool,
+    /// The cores held in the runtime directory and the published record (`None` without
+    /// ownership, and after close).
+    pub(crate) ownership: Mutex<Option<host::Ownership>>,
+    /// Where the vcores' statistics live (read through [`VCore::stats`]); after `vcores`
+    /// so it is dropped last.
+    #[allow(dead_code, reason = "held for the vcores' StatsRef pointers")]
+    pub(crate) stats: host::StatsArea,
 }
 
 /// Whether the runtime is open (one `Acquire` load).
@@ -379,5 +408,10 @@ fn unload_model(rt: &RuntimeInner, m: &Arc<ModelShared>) {
     }
     m.release(&*rt.device);
     vc.models.fetch_sub(1, Ordering::Relaxed);
+    let st = vc.stats();
+    st.models.fetch_sub(1, Ordering::Relaxed);
+    for (c, b) in m.mem.iter().enumerate() {
+        st.mem[c].fetch_sub(*b, Ordering::Relaxed);
+    }
     m.state.store(STATE_UNLOADED, Ordering::Release);
 }

@@ -154,6 +154,8 @@ pub(crate) struct ModelShared {
     /// Executions staged and not yet retired.
     pub(crate) inflight: AtomicU32,
     allocations: Mutex<Vec<DevAddr>>,
+    /// Device bytes by [`crate::host::MEM_NAMES`] (published while loaded).
+    pub(crate) mem: [u64; 6],
 }
 
 impl ModelShared {
@@ -177,6 +179,22 @@ impl ModelShared {
 struct Allocs<'d> {
     dev: &'d dyn Device,
     list: Vec<DevAddr>,
+    /// Bytes by [`crate::host::MEM_NAMES`].
+    bytes: [u64; 6],
+}
+
+/// The memory category ([`crate::host::mem`]) of a load allocation, by what it is for.
+fn category(what: &str) -> usize {
+    use crate::host::mem;
+    if what == "constants" {
+        mem::CONSTANTS
+    } else if what == "instruction blocks" {
+        mem::MODEL_CODE
+    } else if what.starts_with("the scratch") || what.starts_with("the state buffer") {
+        mem::SCRATCHPAD
+    } else {
+        mem::RUNTIME
+    }
 }
 
 impl Allocs<'_> {
@@ -191,6 +209,8 @@ impl Allocs<'_> {
                 )
             })?;
         self.list.push(a);
+        let c = category(what);
+        self.bytes[c] = self.bytes[c].saturating_add(size);
         Ok(a)
     }
 
@@ -235,6 +255,7 @@ pub(crate) fn load(
     let mut allocs = Allocs {
         dev,
         list: Vec::new(),
+        bytes: [0; 6],
     };
 
     // 1. Instantiate the static plan: a physical address for every entry.
@@ -445,6 +466,7 @@ pub(crate) fn load(
         }
     }
     let list = std::mem::take(&mut allocs.list);
+    let mem = allocs.bytes;
     Ok(ModelShared {
         id,
         name: m.name.clone(),
@@ -457,5 +479,6 @@ pub(crate) fn load(
         state: AtomicU8::new(STATE_LOADED),
         inflight: AtomicU32::new(0),
         allocations: Mutex::new(list),
+        mem,
     })
 }

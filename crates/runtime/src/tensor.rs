@@ -137,6 +137,10 @@ impl Drop for TensorShared {
             Storage::Device { alloc: Some(a), .. } => {
                 if let Some(rt) = self.rt.upgrade() {
                     let _ = rt.device.mem_free(*a);
+                    if let Some(vc) = rt.vcores.get(self.vnc as usize) {
+                        vc.stats().mem[crate::host::mem::TENSORS]
+                            .fetch_sub(self.size, Ordering::Relaxed);
+                    }
                 }
             }
             Storage::Host {
@@ -234,6 +238,9 @@ impl Tensor {
             }
         };
         dev.memset(addr, 0, size)?;
+        if let Some(vc) = rt.vcores.get(vnc as usize) {
+            vc.stats().mem[crate::host::mem::TENSORS].fetch_add(size, Ordering::Relaxed);
+        }
         Ok(Tensor::wrap(
             rt,
             name,

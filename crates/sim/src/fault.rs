@@ -185,6 +185,10 @@ pub struct FaultParseError {
 
 impl fmt::Display for FaultParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.entry.is_empty() {
+            // Not a fault entry: a setting of the virtual host, named in the reason.
+            return f.write_str(&self.reason);
+        }
         write!(f, "NRT_SIM_FAULTS entry {:?}: {}", self.entry, self.reason)
     }
 }

@@ -20,11 +20,13 @@
 //!   DMA abort, HBM UE, fatal — each writing what hardware would.
 
 pub mod fault;
+pub mod host;
 pub mod memory;
 pub mod neuron_core;
 pub mod testkit;
 
 pub use fault::{FaultKind, FaultParseError, FaultSpec, parse_faults};
+pub use host::{HostError, HostShape};
 
 use crate::memory::Memory;
 use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
@@ -72,9 +74,15 @@ impl Default for SimConfig {
 }
 
 impl SimConfig {
-    /// The default configuration, with `NRT_SIM_FAULTS` parsed into `faults`.
+    /// The default configuration shaped as the virtual host of the environment
+    /// ([`HostShape::from_env`]: `NRT_SIM_INSTANCE` and its overrides; unset = 2 cores,
+    /// 16 GiB as before), with `NRT_SIM_FAULTS` parsed into `faults`.
     pub fn from_env() -> Result<SimConfig, FaultParseError> {
-        let mut c = SimConfig::default();
+        let host = HostShape::from_env().map_err(|e| FaultParseError {
+            entry: String::new(),
+            reason: e.0,
+        })?;
+        let mut c = SimConfig::for_host(&host);
         if let Some(v) = std::env::var_os("NRT_SIM_FAULTS") {
             let s = v.to_str().ok_or_else(|| FaultParseError {
                 entry: v.to_string_lossy().into_owned(),
@@ -84,6 +92,15 @@ impl SimConfig {
         }
         c.check_faults()?;
         Ok(c)
+    }
+
+    /// The default configuration with the cores and memory of `host`.
+    pub fn for_host(host: &HostShape) -> SimConfig {
+        SimConfig {
+            cores: host.total_cores(),
+            memory_bytes: host.total_memory().unwrap_or(u64::MAX),
+            ..SimConfig::default()
+        }
     }
 
     /// Checks that every fault names a core this device has (a fault on a core that does not

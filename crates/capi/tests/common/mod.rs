@@ -229,8 +229,13 @@ pub fn model_inputs(model: &[u8]) -> Vec<(String, usize)> {
 /// Runs a command in `cwd`, returning its output (stdout and stderr shown on failure).
 /// `LD_LIBRARY_PATH` is [`lib_dir`] alone: cargo's own value lists `target/<profile>`, whose
 /// `libnrt.so` may be stale, and it would win over the programs' rpath.
+/// Each program gets its own runtime directory (`NRT_RUNTIME_DIR`), so the suite's parallel
+/// programs never contend for core ownership (the ownership tests set theirs).
 pub fn run(cmd: &mut Command, cwd: &Path) -> Output {
     cmd.current_dir(cwd).env("LD_LIBRARY_PATH", lib_dir());
+    if !cmd.get_envs().any(|(k, _)| k == "NRT_RUNTIME_DIR") {
+        cmd.env("NRT_RUNTIME_DIR", private_runtime_dir());
+    }
     let o = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
@@ -241,6 +246,15 @@ pub fn run(cmd: &mut Command, cwd: &Path) -> Output {
         String::from_utf8_lossy(&o.stderr)
     );
     o
+}
+
+/// A runtime directory of its own (under the target's tmp dir; unique per call).
+pub fn private_runtime_dir() -> PathBuf {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("nrt-run")
+        .join(format!("{}-{n}", std::process::id()))
 }
 
 /// Whether valgrind is on PATH.

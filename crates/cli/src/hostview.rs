@@ -1,0 +1,729 @@
+//! `nrt ls` and `nrt monitor`: the host view in the formats of `neuron-ls` and
+//! `neuron-monitor` (and Prometheus), read from the records the runtimes publish in the
+//! runtime directory (`NRT_RUNTIME_DIR`, see `nrt_runtime::host`).
+
+use crate::args::{LsArgs, MonitorArgs};
+use crate::session::Res;
+use nrt_runtime::host::{self, ERROR_CLASS_NAMES, ProcessRecord, STATUS_NAMES, VcoreSnapshot};
+use nrt_sim::HostShape;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn shape() -> Res<HostShape> {
+    HostShape::from_env().map_err(|e| e.to_string())
+}
+
+/// The device family of an instance type (`neuron_hardware_info`).
+fn device_type(h: &HostShape) -> (&'static str, &'static str, &'static str) {
+    match h.instance_type.split('.').next().unwrap_or("") {
+        "inf2" => ("inferentia2", "v3", "v2"),
+        "trn1" | "trn1n" => ("trainium", "v3", "v2"),
+        "trn2" => ("trainium2", "v4", "v3"),
+        _ => ("nrt-sim", "v3", "v2"),
+    }
+}
+
+fn bdf(d: u32) -> String {
+    format!("{:02x}:{:02x}.0", d / 32, 0x10 + d % 32)
+}
+
+fn neighbours(h: &HostShape, d: u32) -> Value {
+    match h.devices {
+        1 => Value::Null,
+        2 => json!([1 - d]),
+        n => json!([(d + n - 1) % n, (d + 1) % n]),
+    }
+}
+
+/// The `neuron-ls --json-output` array.
+pub fn ls_json(h: &HostShape, recs: &[ProcessRecord]) -> Value {
+    let cpd = h.cores_per_device;
+    let devices: Vec<Value> = (0..h.devices)
+        .map(|d| {
+            let ids: Vec<u32> = (d * cpd..(d + 1) * cpd).collect();
+            let procs: Vec<Value> = recs
+                .iter()
+                .filter_map(|r| {
+                    let mine: Vec<u32> = r
+                        .cores
+                        .iter()
+                        .copied()
+                        .filter(|c| ids.contains(c))
+                        .collect();
+                    (!mine.is_empty()).then(|| {
+                        json!({
+                            "pid": r.pid,
+                            "command": r.cmdline,
+                            "neuroncore_ids": mine,
+                            "neuron_runtime_version": env!("CARGO_PKG_VERSION"),
+                        })
+                    })
+                })
+                .collect();
+            json!({
+                "neuron_device": d,
+                "bdf": bdf(d),
+                "connected_to": neighbours(h, d),
+                "nc_count": cpd,
+                "neuroncore_ids": ids,
+                "memory_size": h.device_memory,
+                "numa_node": "-1",
+                "neuron_processes": procs,
+            })
+        })
+        .collect();
+    Value::Array(devices)
+}
+
+/// `nrt ls`.
+pub fn ls(a: &LsArgs) -> Res<()> {
+    let h = shape()?;
+    let recs = host::read_records(&host::runtime_dir_from_env());
+    let j = ls_json(&h, &recs);
+    if a.json_output {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&j).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    let (ty, _, _) = device_type(&h);
+    println!("instance-type: {} ({ty})", h.instance_type);
+    println!(
+        "{:>6} {:>5} {:>8} {:>10} {:>8} {:>8}  COMMAND",
+        "DEVICE", "CORES", "MEMORY", "CONNECTED", "BDF", "PID"
+    );
+    for d in j.as_array().into_iter().flatten() {
+        let conn = match &d["connected_to"] {
+            Value::Array(v) => v
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            _ => "-".into(),
+        };
+        let procs = d["neuron_processes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let first = procs.first();
+        println!(
+            "{:>6} {:>5} {:>7}G {:>10} {:>8} {:>8}  {}",
+            d["neuron_device"].to_string(),
+            d["nc_count"].to_string(),
+            d["memory_size"].as_u64().unwrap_or(0) >> 30,
+            conn,
+            d["bdf"].as_str().unwrap_or(""),
+            first.map_or("-".into(), |p| p["pid"].to_string()),
+            first.map_or(String::new(), |p| format!(
+                "{} (cores {})",
+                p["command"].as_str().unwrap_or(""),
+                p["neuroncore_ids"]
+            )),
+        );
+        for p in procs.iter().skip(1) {
+            println!(
+                "{:>6} {:>5} {:>8} {:>10} {:>8} {:>8}  {} (cores {})",
+                "",
+                "",
+                "",
+                "",
+                "",
+                p["pid"].to_string(),
+                p["command"].as_str().unwrap_or(""),
+                p["neuroncore_ids"]
+            );
+        }
+    }
+    Ok(())
+}
+
+//===------------------------------------------------------------------------------------===//
+// monitor
+//===------------------------------------------------------------------------------------===//
+
+/// What the config file (`-c`) selects.
+struct MonitorConfig {
+    period: Duration,
+    runtime_metrics: Vec<String>,
+    system_metrics: Vec<String>,
+}
+
+const RUNTIME_METRICS: [&str; 4] = [
+    "neuroncore_counters",
+    "execution_stats",
+    "memory_used",
+    "neuron_runtime_vcpu_usage",
+];
+const SYSTEM_METRICS: [&str; 3] = ["vcpu_usage", "memory_info", "neuron_hw_counters"];
+
+fn parse_period(s: &str) -> Res<Duration> {
+    let t = s.trim();
+    let (num, mul) = if let Some(v) = t.strip_suffix("ms") {
+        (v, 1e-3)
+    } else if let Some(v) = t.strip_suffix('s') {
+        (v, 1.0)
+    } else if let Some(v) = t.strip_suffix('m') {
+        (v, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("period {s:?} is not a duration (e.g. 5s, 500ms)"))?;
+    if !(0.01..=86400.0).contains(&(v * mul)) {
+        return Err(format!("period {s:?} is out of range (10ms to 1 day)"));
+    }
+    Ok(Duration::from_secs_f64(v * mul))
+}
+
+fn load_config(a: &MonitorArgs) -> Res<MonitorConfig> {
+    let mut c = MonitorConfig {
+        period: Duration::from_secs(5),
+        runtime_metrics: RUNTIME_METRICS.iter().map(|s| s.to_string()).collect(),
+        system_metrics: SYSTEM_METRICS.iter().map(|s| s.to_string()).collect(),
+    };
+    if let Some(path) = &a.config {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(p) = v.get("period").and_then(Value::as_str) {
+            c.period = parse_period(p)?;
+        }
+        let types = |x: Option<&Value>| -> Option<Vec<String>> {
+            Some(
+                x?.as_array()?
+                    .iter()
+                    .filter_map(|m| m.get("type")?.as_str().map(str::to_owned))
+                    .collect(),
+            )
+        };
+        if let Some(rts) = v.get("neuron_runtimes").and_then(Value::as_array) {
+            c.runtime_metrics = rts
+                .iter()
+                .flat_map(|r| types(r.get("metrics")).unwrap_or_default())
+                .collect();
+        }
+        if let Some(s) = types(v.get("system_metrics")) {
+            c.system_metrics = s;
+        }
+    }
+    if let Some(p) = a.period {
+        if !(0.01..=86400.0).contains(&p) {
+            return Err(format!("--period {p} is out of range (0.01 to 86400 s)"));
+        }
+        c.period = Duration::from_secs_f64(p);
+    }
+    Ok(c)
+}
+
+/// CPU times of a process from `/proc/<pid>/stat`: (user, system) in clock ticks.
+fn proc_cpu(pid: u32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
+}
+
+/// The first line of `/proc/stat`: user nice system idle iowait irq softirq.
+fn system_cpu() -> [u64; 7] {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let mut out = [0u64; 7];
+    if let Some(l) = s.lines().next() {
+        for (i, v) in l.split_whitespace().skip(1).take(7).enumerate() {
+            out[i] = v.parse().unwrap_or(0);
+        }
+    }
+    out
+}
+
+fn meminfo() -> (u64, u64, u64, u64) {
+    let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let get = |k: &str| -> u64 {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0)
+            .saturating_mul(1024)
+    };
+    let (t, a) = (get("MemTotal:"), get("MemAvailable:"));
+    let (st, sf) = (get("SwapTotal:"), get("SwapFree:"));
+    (t, t.saturating_sub(a), st, st.saturating_sub(sf))
+}
+
+fn vcpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+fn clk_tck() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+/// What the previous period saw, for the deltas.
+#[derive(Default)]
+struct Prev {
+    recs: HashMap<(u32, u64), Vec<VcoreSnapshot>>,
+    cpu: HashMap<(u32, u64), (u64, u64)>,
+    sys: Option<[u64; 7]>,
+}
+
+fn sub(a: &[u64], b: Option<&[u64]>) -> Vec<u64> {
+    a.iter()
+        .enumerate()
+        .map(|(i, x)| x.saturating_sub(b.and_then(|b| b.get(i)).copied().unwrap_or(0)))
+        .collect()
+}
+
+fn latency_json(hist: &[u64]) -> Value {
+    let mut m = serde_json::Map::new();
+    for (k, p) in [
+        ("p0", 0.0),
+        ("p1", 1.0),
+        ("p25", 25.0),
+        ("p50", 50.0),
+        ("p75", 75.0),
+        ("p99", 99.0),
+        ("p100", 100.0),
+    ] {
+        m.insert(
+            k.into(),
+            host::percentile(hist, p).map_or(Value::Null, |ns| json!(ns * 1e-9)),
+        );
+    }
+    Value::Object(m)
+}
+
+/// One period's report for one runtime.
+fn runtime_report(r: &ProcessRecord, prev: &mut Prev, period: f64, want: &[String]) -> Value {
+    let key = (r.pid, r.start_unix_ns);
+    let before = prev.recs.get(&key);
+    let mut status = [0u64; 6];
+    let mut errors = [0u64; 6];
+    let mut lat_t = vec![0u64; host::HIST_BUCKETS];
+    let mut lat_d = vec![0u64; host::HIST_BUCKETS];
+    let mut cores = serde_json::Map::new();
+    let mut mem_cores = serde_json::Map::new();
+    let mut device_bytes = 0u64;
+    let mut host_bytes = 0u64;
+    for (i, v) in r.vcores.iter().enumerate() {
+        let b = before.and_then(|b| b.get(i));
+        for (k, d) in sub(&v.status, b.map(|b| &b.status[..])).iter().enumerate() {
+            status[k] += d;
+        }
+        for (k, d) in sub(&v.errors, b.map(|b| &b.errors[..])).iter().enumerate() {
+            errors[k] += d;
+        }
+        for (k, d) in sub(&v.lat_total, b.map(|b| &b.lat_total[..]))
+            .iter()
+            .enumerate()
+        {
+            lat_t[k] += d;
+        }
+        for (k, d) in sub(&v.lat_device, b.map(|b| &b.lat_device[..]))
+            .iter()
+            .enumerate()
+        {
+            lat_d[k] += d;
+        }
+        let busy = v.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns)) as f64 * 1e-9;
+        let util = (100.0 * busy / period).clamp(0.0, 100.0);
+        for c in v.first_core..v.first_core + v.cores.max(1) {
+            cores.insert(
+                c.to_string(),
+                json!({"neuroncore_utilization": util, "flops": 0}),
+            );
+        }
+        let m = &v.mem;
+        device_bytes += m[..5].iter().sum::<u64>();
+        host_bytes += m[host::mem::HOST_TENSORS];
+        mem_cores.insert(
+            v.first_core.to_string(),
+            json!({
+                "constants": m[host::mem::CONSTANTS],
+                "model_code": m[host::mem::MODEL_CODE],
+                "model_shared_scratchpad": m[host::mem::SCRATCHPAD],
+                "runtime_memory": m[host::mem::RUNTIME],
+                "tensors": m[host::mem::TENSORS],
+            }),
+        );
+    }
+    prev.recs.insert(key, r.vcores.clone());
+    let (cu, cs) = proc_cpu(r.pid).unwrap_or((0, 0));
+    let (pu, ps) = prev.cpu.insert(key, (cu, cs)).unwrap_or((cu, cs));
+    let tck = clk_tck();
+    let vcpu = |now: u64, was: u64| {
+        (100.0 * now.saturating_sub(was) as f64 / tck / period / vcpus() as f64).clamp(0.0, 100.0)
+    };
+    let mut report = serde_json::Map::new();
+    let named = |names: &[&str], v: &[u64]| -> Value {
+        Value::Object(
+            names
+                .iter()
+                .zip(v)
+                .map(|(n, x)| ((*n).to_owned(), json!(x)))
+                .collect(),
+        )
+    };
+    for w in want {
+        let v = match w.as_str() {
+            "execution_stats" => json!({
+                "period": period,
+                "error_summary": named(&ERROR_CLASS_NAMES, &errors),
+                "execution_summary": named(&STATUS_NAMES, &status),
+                "latency_stats": {
+                    "total_latency": latency_json(&lat_t),
+                    "device_latency": latency_json(&lat_d),
+                },
+                "error": "",
+            }),
+            "memory_used" => json!({
+                "period": period,
+                "neuron_runtime_used_bytes": {
+                    "host": host_bytes,
+                    "neuron_device": device_bytes,
+                    "usage_breakdown": {
+                        "host": {"application_memory": 0, "constants": 0, "dma_buffers": 0, "tensors": host_bytes},
+                        "neuroncore_memory_usage": mem_cores,
+                    },
+                },
+                "loaded_models": r.vcores.iter().map(|v| json!({"neuroncore": v.first_core, "models": v.models})).collect::<Vec<_>>(),
+                "error": "",
+            }),
+            "neuroncore_counters" => json!({
+                "period": period,
+                "neuroncores_in_use": cores,
+                "error": "",
+            }),
+            "neuron_runtime_vcpu_usage" => json!({
+                "period": period,
+                "vcpu_usage": {"user": vcpu(cu, pu), "system": vcpu(cs, ps)},
+                "error": "",
+            }),
+            _ => continue,
+        };
+        report.insert(w.clone(), v);
+    }
+    json!({
+        "pid": r.pid,
+        "neuron_runtime_tag": r.pid.to_string(),
+        "command": r.cmdline,
+        "error": "",
+        "report": report,
+    })
+}
+
+fn system_report(h: &HostShape, prev: &mut Prev, period: f64, want: &[String]) -> Value {
+    let mut out = serde_json::Map::new();
+    for w in want {
+        let v = match w.as_str() {
+            "vcpu_usage" => {
+                let now = system_cpu();
+                let was = prev.sys.replace(now).unwrap_or([0; 7]);
+                let d: Vec<u64> = now
+                    .iter()
+                    .zip(was)
+                    .map(|(a, b)| a.saturating_sub(b))
+                    .collect();
+                let total = d.iter().sum::<u64>().max(1) as f64;
+                let pct = |i: usize| 100.0 * d[i] as f64 / total;
+                json!({
+                    "period": period,
+                    "average_usage": {
+                        "user": pct(0), "nice": pct(1), "system": pct(2), "idle": pct(3),
+                        "io_wait": pct(4), "irq": pct(5), "soft_irq": pct(6),
+                    },
+                    "error": "",
+                })
+            }
+            "memory_info" => {
+                let (t, u, st, su) = meminfo();
+                json!({
+                    "period": period,
+                    "memory_total_bytes": t,
+                    "memory_used_bytes": u,
+                    "swap_total_bytes": st,
+                    "swap_used_bytes": su,
+                    "error": "",
+                })
+            }
+            "neuron_hw_counters" => json!({
+                "period": period,
+                "neuron_devices": (0..h.devices).map(|d| json!({
+                    "neuron_device_index": d,
+                    "mem_ecc_corrected": 0, "mem_ecc_uncorrected": 0,
+                    "sram_ecc_corrected": 0, "sram_ecc_uncorrected": 0,
+                })).collect::<Vec<_>>(),
+                "error": "",
+            }),
+            _ => continue,
+        };
+        out.insert(w.clone(), v);
+    }
+    Value::Object(out)
+}
+
+/// One monitor report (one line of `nrt monitor`).
+fn report(h: &HostShape, prev: &mut Prev, period: f64, c: &MonitorConfig) -> Value {
+    let recs = host::read_records(&host::runtime_dir_from_env());
+    let (ty, ver, ncver) = device_type(h);
+    json!({
+        "neuron_runtime_data": recs.iter().map(|r| runtime_report(r, prev, period, &c.runtime_metrics)).collect::<Vec<_>>(),
+        "system_data": system_report(h, prev, period, &c.system_metrics),
+        "instance_info": {
+            "instance_name": "",
+            "instance_id": "",
+            "instance_type": h.instance_type,
+            "instance_availability_zone": "",
+            "instance_availability_zone_id": "",
+            "instance_region": "",
+            "ami_id": "",
+            "subnet_id": "",
+            "error": "",
+        },
+        "neuron_hardware_info": {
+            "neuron_device_type": ty,
+            "neuron_device_version": ver,
+            "neuroncore_version": ncver,
+            "neuron_device_count": h.devices,
+            "neuroncore_per_device_count": h.cores_per_device,
+            "logical_neuroncore_config": 1,
+            "error": "",
+        },
+    })
+}
+
+/// The Prometheus text exposition of a report, with the metric names of the public Neuron
+/// Grafana dashboard.
+pub fn prometheus_text(r: &Value, totals: &[u64; 6], errors: &[u64; 6]) -> String {
+    let mut s = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
+        s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, v) in rows {
+            if labels.is_empty() {
+                s.push_str(&format!("{name} {v}\n"));
+            } else {
+                s.push_str(&format!("{name}{{{labels}}} {v}\n"));
+            }
+        }
+    };
+    let it = &r["instance_info"]["instance_type"];
+    metric(
+        "instance_info",
+        "gauge",
+        "The instance (value 1).",
+        vec![(format!("instance_type={it}"), 1.0)],
+    );
+    metric(
+        "execution_status_total",
+        "counter",
+        "Executions by outcome.",
+        STATUS_NAMES
+            .iter()
+            .zip(totals)
+            .map(|(n, v)| (format!("status_type=\"{n}\""), *v as f64))
+            .collect(),
+    );
+    metric(
+        "execution_errors_total",
+        "counter",
+        "Failed executions by error class.",
+        ERROR_CLASS_NAMES
+            .iter()
+            .zip(errors)
+            .map(|(n, v)| (format!("error_type=\"{n}\""), *v as f64))
+            .collect(),
+    );
+    let rts = r["neuron_runtime_data"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut lat = Vec::new();
+    let mut util = Vec::new();
+    let mut mem = Vec::new();
+    let mut vcpu = Vec::new();
+    for rt in &rts {
+        let tag = &rt["neuron_runtime_tag"];
+        let rep = &rt["report"];
+        if let Some(m) = rep["execution_stats"]["latency_stats"]["total_latency"].as_object() {
+            for (p, v) in m {
+                if let Some(v) = v.as_f64() {
+                    lat.push((format!("runtime_tag={tag},percentile=\"{p}\""), v));
+                }
+            }
+        }
+        if let Some(m) = rep["neuroncore_counters"]["neuroncores_in_use"].as_object() {
+            for (c, v) in m {
+                let u = v["neuroncore_utilization"].as_f64().unwrap_or(0.0) / 100.0;
+                util.push((format!("runtime_tag={tag},neuroncore=\"{c}\""), u));
+            }
+        }
+        let b = &rep["memory_used"]["neuron_runtime_used_bytes"];
+        for loc in ["host", "neuron_device"] {
+            if let Some(v) = b[loc].as_f64() {
+                mem.push((format!("runtime_tag={tag},memory_location=\"{loc}\""), v));
+            }
+        }
+        for ty in ["user", "system"] {
+            if let Some(v) = rep["neuron_runtime_vcpu_usage"]["vcpu_usage"][ty].as_f64() {
+                vcpu.push((format!("runtime_tag={tag},usage_type=\"{ty}\""), v / 100.0));
+            }
+        }
+    }
+    metric(
+        "execution_latency_seconds",
+        "gauge",
+        "Total execution latency by percentile over the last period.",
+        lat,
+    );
+    metric(
+        "neuroncore_utilization_ratio",
+        "gauge",
+        "NeuronCore utilization over the last period (0 to 1).",
+        util,
+    );
+    metric(
+        "neuron_runtime_memory_used_bytes",
+        "gauge",
+        "Memory used by the runtime, by location.",
+        mem,
+    );
+    metric(
+        "neuron_runtime_vcpu_usage_ratio",
+        "gauge",
+        "vCPU use of the runtime's process (0 to 1).",
+        vcpu,
+    );
+    let sys = &r["system_data"];
+    if let Some(m) = sys["vcpu_usage"]["average_usage"].as_object() {
+        metric(
+            "system_vcpu_usage_ratio",
+            "gauge",
+            "Host vCPU use by type (0 to 1).",
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        format!("usage_type=\"{k}\""),
+                        v.as_f64().unwrap_or(0.0) / 100.0,
+                    )
+                })
+                .collect(),
+        );
+    }
+    let mi = &sys["memory_info"];
+    for (name, key, help) in [
+        (
+            "system_memory_used_bytes",
+            "memory_used_bytes",
+            "Host memory in use.",
+        ),
+        (
+            "system_memory_total_bytes",
+            "memory_total_bytes",
+            "Host memory in all.",
+        ),
+    ] {
+        if let Some(v) = mi[key].as_f64() {
+            metric(name, "gauge", help, vec![(String::new(), v)]);
+        }
+    }
+    metric(
+        "system_vcpu_count",
+        "gauge",
+        "Host vCPUs.",
+        vec![(String::new(), vcpus() as f64)],
+    );
+    s
+}
+
+/// Serves `/metrics` from `text` on `addr` (a small blocking server, one connection at a
+/// time).
+fn serve(addr: &str, text: Arc<Mutex<String>>) -> Res<std::net::SocketAddr> {
+    let l = std::net::TcpListener::bind(addr).map_err(|e| format!("--prometheus {addr}: {e}"))?;
+    let local = l.local_addr().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        for conn in l.incoming().flatten() {
+            let mut conn = conn;
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            // The request head, up to its blank line (a client may send it in pieces;
+            // closing with unread bytes would reset the connection).
+            let mut buf = [0u8; 4096];
+            let mut n = 0;
+            while n < buf.len() {
+                match conn.read(&mut buf[n..]) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+                if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let req = String::from_utf8_lossy(&buf[..n]);
+            let path = req.split_whitespace().nth(1).unwrap_or("");
+            let (status, body, ty) = if path == "/metrics" {
+                let t = text.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                ("200 OK", t, "text/plain; version=0.0.4; charset=utf-8")
+            } else {
+                ("404 Not Found", "try /metrics\n".to_owned(), "text/plain")
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(resp.as_bytes());
+        }
+    });
+    Ok(local)
+}
+
+/// `nrt monitor`.
+pub fn monitor(a: &MonitorArgs) -> Res<()> {
+    let h = shape()?;
+    let c = load_config(a)?;
+    let text = Arc::new(Mutex::new(String::new()));
+    if let Some(addr) = &a.prometheus {
+        let local = serve(addr, text.clone())?;
+        eprintln!("nrt monitor: serving Prometheus metrics on http://{local}/metrics");
+    }
+    let mut prev = Prev::default();
+    // Cumulative counters for Prometheus, summed over the periods' deltas.
+    let (mut totals, mut errors) = ([0u64; 6], [0u64; 6]);
+    let mut last = Instant::now();
+    // The first report covers the time since each runtime started (its counters so far);
+    // later ones cover one period.
+    let mut period = c.period.as_secs_f64();
+    let mut n = 0u64;
+    loop {
+        let r = report(&h, &mut prev, period, &c);
+        for rt in r["neuron_runtime_data"].as_array().into_iter().flatten() {
+            let es = &rt["report"]["execution_stats"];
+            for (i, k) in STATUS_NAMES.iter().enumerate() {
+                totals[i] += es["execution_summary"][k].as_u64().unwrap_or(0);
+            }
+            for (i, k) in ERROR_CLASS_NAMES.iter().enumerate() {
+                errors[i] += es["error_summary"][k].as_u64().unwrap_or(0);
+            }
+        }
+        *text.lock().unwrap_or_else(|e| e.into_inner()) = prometheus_text(&r, &totals, &errors);
+        let line = serde_json::to_string(&r).map_err(|e| e.to_string())?;
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}")
+            .and_then(|_| out.flush())
+            .map_err(|e| e.to_string())?;
+        drop(out);
+        n += 1;
+        if a.count.is_some_and(|k| n >= k) {
+            return Ok(());
+        }
+        let next = last + c.period;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        let now = Instant::now();
+        period = (now - last).as_secs_f64();
+        last = now;
+    }
+}

@@ -1,0 +1,384 @@
+//! The host view across processes: core ownership between `nrt` processes (refusal naming
+//! the owner, SIGKILL frees the cores at once), `nrt ls --json-output` and `nrt monitor`
+//! checked field by field while another process holds a loaded model, and a Prometheus
+//! scrape of `/metrics` over loopback, parsed.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn run_dir(name: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("nrt-run")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn nrt(dir: &PathBuf) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt"));
+    for k in [
+        "NRT_SIM_FAULTS",
+        "NEURON_RT_VISIBLE_CORES",
+        "NEURON_RT_NUM_CORES",
+        "NRT_SIM_INSTANCE",
+        "NRT_SIM_DEVICES",
+        "NRT_SIM_CORES_PER_DEVICE",
+        "NRT_SIM_DEVICE_MEMORY",
+        "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS",
+    ] {
+        c.env_remove(k);
+    }
+    c.env("NRT_RUNTIME_DIR", dir);
+    c
+}
+
+fn output(c: &mut Command) -> Output {
+    c.output().expect("run nrt")
+}
+
+fn ls_json(dir: &PathBuf) -> Value {
+    let o = output(nrt(dir).args(["ls", "--json-output"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("one JSON array")
+}
+
+/// Starts `nrt idle` (loads the near-null model, runs it once, sits idle) and waits until
+/// it is published. The caller kills and reaps it ([`kill9`]).
+#[allow(
+    clippy::zombie_processes,
+    reason = "returned to the caller, which reaps it"
+)]
+fn holder(dir: &PathBuf, extra_env: &[(&str, &str)]) -> Child {
+    let mut c = nrt(dir);
+    c.args(["idle", "--seconds", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in extra_env {
+        c.env(k, v);
+    }
+    let child = c.spawn().unwrap();
+    let t0 = Instant::now();
+    loop {
+        let j = ls_json(dir);
+        let up = j.as_array().unwrap().iter().any(|d| {
+            d["neuron_processes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["pid"] == child.id())
+        });
+        if up {
+            // Its one execution is done once the model is loaded and it went idle.
+            std::thread::sleep(Duration::from_millis(300));
+            return child;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the holder never showed up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn kill9(c: &mut Child) {
+    // SAFETY: signalling a child we started and have not reaped.
+    unsafe { libc::kill(c.id() as i32, libc::SIGKILL) };
+    c.wait().unwrap();
+}
+
+#[test]
+fn a_held_core_is_refused_naming_the_owner_and_sigkill_frees_it() {
+    let dir = run_dir("own");
+    let mut a = holder(&dir, &[]);
+    // A second process with no NEURON_RT_VISIBLE_CORES wants every core: refused.
+    let o = output(nrt(&dir).args(["idle", "--seconds", "0"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("NeuronCore 0 is in use by pid {} (", a.id()))
+            && err.contains("idle --seconds 60"),
+        "{err}"
+    );
+    kill9(&mut a);
+    // At once: the kernel released the locks with the process.
+    let o = output(nrt(&dir).args(["idle", "--seconds", "0"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The dead process's record is gone as well.
+    let j = ls_json(&dir);
+    assert!(
+        j[0]["neuron_processes"].as_array().unwrap().is_empty(),
+        "{j}"
+    );
+}
+
+#[test]
+fn ls_and_monitor_report_a_running_process_field_by_field() {
+    let dir = run_dir("view");
+    let mut a = holder(&dir, &[("NEURON_RT_VISIBLE_CORES", "1")]);
+    let pid = a.id();
+
+    // nrt ls --json-output: one array, neuron-ls's fields.
+    let j = ls_json(&dir);
+    let devs = j.as_array().unwrap();
+    assert_eq!(devs.len(), 1);
+    let d = &devs[0];
+    assert_eq!(d["neuron_device"], 0);
+    assert_eq!(d["nc_count"], 2);
+    assert_eq!(d["neuroncore_ids"], serde_json::json!([0, 1]));
+    assert_eq!(d["memory_size"], 16u64 << 30);
+    assert!(d["bdf"].as_str().unwrap().contains(':'));
+    assert!(d["connected_to"].is_null());
+    assert!(d["numa_node"].is_string());
+    let p = &d["neuron_processes"][0];
+    assert_eq!(p["pid"], pid);
+    assert_eq!(p["neuroncore_ids"], serde_json::json!([1]));
+    assert!(p["command"].as_str().unwrap().contains("idle --seconds 60"));
+    // Ray counts the cores by summing nc_count.
+    let o = output(
+        nrt(&dir)
+            .args(["ls", "--json-output"])
+            .env("NRT_SIM_INSTANCE", "trn1.32xlarge"),
+    );
+    let big: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let total: u64 = big
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["nc_count"].as_u64().unwrap())
+        .sum();
+    assert_eq!((big.as_array().unwrap().len(), total), (16, 32));
+    // The table.
+    let o = output(nrt(&dir).arg("ls"));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains(&pid.to_string()) && table.contains("sim"),
+        "{table}"
+    );
+
+    // nrt monitor: one JSON object per line, neuron-monitor's schema.
+    let o = output(nrt(&dir).args(["monitor", "--period", "0.2", "--count", "2"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let r: Value = serde_json::from_str(lines[0]).unwrap();
+    let rt = &r["neuron_runtime_data"][0];
+    assert_eq!(rt["pid"], pid);
+    assert_eq!(rt["error"], "");
+    let es = &rt["report"]["execution_stats"];
+    let sum = &es["execution_summary"];
+    assert_eq!(sum["completed"], 1, "{es}");
+    for k in [
+        "completed_with_err",
+        "completed_with_num_err",
+        "timed_out",
+        "incorrect_input",
+        "failed_to_queue",
+    ] {
+        assert_eq!(sum[k], 0, "{k}");
+    }
+    for k in [
+        "generic",
+        "numerical",
+        "transient",
+        "model",
+        "runtime",
+        "hardware",
+    ] {
+        assert_eq!(es["error_summary"][k], 0, "{k}");
+    }
+    let tl = &es["latency_stats"]["total_latency"];
+    for k in ["p0", "p1", "p25", "p50", "p75", "p99", "p100"] {
+        assert!(tl[k].as_f64().unwrap() > 0.0, "{k}: {tl}");
+    }
+    let mu = &rt["report"]["memory_used"]["neuron_runtime_used_bytes"];
+    assert!(mu["neuron_device"].as_u64().unwrap() > 0);
+    let nc1 = &mu["usage_breakdown"]["neuroncore_memory_usage"]["1"];
+    assert!(
+        nc1["model_code"].as_u64().unwrap() > 0 && nc1["runtime_memory"].as_u64().unwrap() > 0,
+        "{nc1}"
+    );
+    assert!(nc1["tensors"].as_u64().unwrap() > 0, "{nc1}");
+    let cores = &rt["report"]["neuroncore_counters"]["neuroncores_in_use"];
+    assert!(cores["1"]["neuroncore_utilization"].is_number(), "{cores}");
+    assert!(cores.get("0").is_none());
+    assert!(rt["report"]["neuron_runtime_vcpu_usage"]["vcpu_usage"]["user"].is_number());
+    let sys = &r["system_data"];
+    assert!(sys["memory_info"]["memory_total_bytes"].as_u64().unwrap() > 0);
+    assert!(sys["vcpu_usage"]["average_usage"]["idle"].is_number());
+    assert_eq!(r["instance_info"]["instance_type"], "sim");
+    let hw = &r["neuron_hardware_info"];
+    assert_eq!(
+        (
+            hw["neuron_device_count"].as_u64(),
+            hw["neuroncore_per_device_count"].as_u64()
+        ),
+        (Some(1), Some(2))
+    );
+    // The second report covers one period: nothing ran in it.
+    let r2: Value = serde_json::from_str(lines[1]).unwrap();
+    assert_eq!(
+        r2["neuron_runtime_data"][0]["report"]["execution_stats"]["execution_summary"]["completed"],
+        0
+    );
+
+    // A config file choosing one metric group.
+    let cfg = dir.join("monitor.json");
+    std::fs::write(&cfg, r#"{"period": "100ms", "neuron_runtimes": [{"tag_filter": ".*", "metrics": [{"type": "neuroncore_counters"}]}], "system_metrics": [{"type": "memory_info"}]}"#).unwrap();
+    let o = output(nrt(&dir).args(["monitor", "--count", "1", "-c"]).arg(&cfg));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rep = r["neuron_runtime_data"][0]["report"].as_object().unwrap();
+    assert_eq!(rep.keys().collect::<Vec<_>>(), vec!["neuroncore_counters"]);
+    assert_eq!(
+        r["system_data"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        vec!["memory_info"]
+    );
+    kill9(&mut a);
+}
+
+/// A sample: metric name, labels, value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses the Prometheus text exposition format (0.0.4): `# HELP`/`# TYPE` lines, then
+/// `name{label="value",...} number` samples. Returns (name, labels, value) triples.
+fn parse_prometheus(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let mut typed = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split_whitespace();
+            let name = it.next().unwrap().to_owned();
+            let kind = it.next().unwrap();
+            assert!(
+                ["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind),
+                "{line}"
+            );
+            typed.insert(name);
+            continue;
+        }
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("bad sample {line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("bad value in {line:?}"));
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => {
+                let l = l
+                    .strip_suffix('}')
+                    .unwrap_or_else(|| panic!("unclosed labels {line:?}"));
+                let labels = l
+                    .split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(|kv| {
+                        let (k, v) = kv
+                            .split_once('=')
+                            .unwrap_or_else(|| panic!("bad label {kv:?}"));
+                        assert!(
+                            v.starts_with('"') && v.ends_with('"') && v.len() >= 2,
+                            "unquoted {kv:?}"
+                        );
+                        (k.to_owned(), v[1..v.len() - 1].to_owned())
+                    })
+                    .collect();
+                (n.to_owned(), labels)
+            }
+            None => (series.to_owned(), Vec::new()),
+        };
+        assert!(
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "{name}"
+        );
+        assert!(typed.contains(&name), "{name} has no # TYPE");
+        out.push((name, labels, value));
+    }
+    out
+}
+
+#[test]
+fn prometheus_metrics_over_loopback() {
+    let dir = run_dir("prom");
+    let mut a = holder(&dir, &[]);
+    let mut mon = nrt(&dir)
+        // The first report covers everything since the holder started; the scrape comes
+        // before the next period.
+        .args(["monitor", "--period", "30", "--prometheus", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(mon.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let url = line
+        .split("http://")
+        .nth(1)
+        .expect("the address")
+        .trim()
+        .to_owned();
+    let addr = url.trim_end_matches("/metrics").to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{line}");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let samples = parse_prometheus(body);
+    let get = |n: &str, l: &[(&str, &str)]| {
+        samples
+            .iter()
+            .find(|(name, labels, _)| {
+                name == n
+                    && l.iter()
+                        .all(|(k, v)| labels.iter().any(|(a, b)| a == k && b == v))
+            })
+            .map(|s| s.2)
+    };
+    assert_eq!(
+        get("execution_status_total", &[("status_type", "completed")]),
+        Some(1.0),
+        "{body}"
+    );
+    assert_eq!(
+        get("execution_status_total", &[("status_type", "timed_out")]),
+        Some(0.0)
+    );
+    assert!(
+        get("execution_latency_seconds", &[("percentile", "p50")]).is_some_and(|v| v > 0.0),
+        "{body}"
+    );
+    assert!(
+        get("neuroncore_utilization_ratio", &[("neuroncore", "0")]).is_some(),
+        "{body}"
+    );
+    assert!(
+        get(
+            "neuron_runtime_memory_used_bytes",
+            &[("memory_location", "neuron_device")]
+        )
+        .is_some_and(|v| v > 0.0)
+    );
+    assert!(get("neuron_runtime_vcpu_usage_ratio", &[("usage_type", "user")]).is_some());
+    assert!(get("system_vcpu_usage_ratio", &[("usage_type", "idle")]).is_some());
+    assert!(get("system_memory_used_bytes", &[]).is_some_and(|v| v > 0.0));
+    assert!(get("system_memory_total_bytes", &[]).is_some_and(|v| v > 0.0));
+    assert!(get("system_vcpu_count", &[]).is_some_and(|v| v >= 1.0));
+    assert_eq!(get("instance_info", &[("instance_type", "sim")]), Some(1.0));
+    kill9(&mut mon);
+    kill9(&mut a);
+}

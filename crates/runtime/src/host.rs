@@ -1,0 +1,717 @@
+//! The host view: core ownership across processes and the statistics each runtime publishes.
+//!
+//! # Ownership
+//!
+//! A runtime whose [`crate::RuntimeConfig::ownership`] names a directory (the *runtime
+//! directory*: `NRT_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs`; see
+//! [`runtime_dir_from_env`]) takes, for every physical core it reserves, an exclusive `flock`
+//! on `core-<id>.lock` there. The kernel releases a lock when its process dies, so a crashed
+//! or killed process never leaves cores held. A core held by another runtime is refused with
+//! `NRT_RESOURCE` and a message naming the core, the owner's PID and its command line:
+//! `NeuronCore 0 is in use by pid 4321 (python serve.py)`.
+//!
+//! Ownership is per runtime: two runtimes of one process that both opt in cannot share a core
+//! either (`flock` locks belong to the open file). `RuntimeConfig::from_env` (and so
+//! `nrt_init`, the CLI) opts in; a `RuntimeConfig` built in code does not, so the many
+//! runtimes of a test process never contend.
+//!
+//! # The published record
+//!
+//! Each owning runtime publishes `proc-<pid>-<n>.rec`: a fixed-size file of little-endian
+//! 64-bit words ([`Record`]), mapped shared and written with relaxed atomics — who it is (pid,
+//! start time, command line, cores) and, per logical core, the statistics ([`CoreStats`]).
+//! The record file itself is `flock`ed by its owner: a reader that can lock it has found the
+//! record of a dead process and removes it. A runtime without ownership keeps the same
+//! statistics in private memory ([`Runtime::stats`](crate::Runtime::stats) reads either).
+//!
+//! # Statistics on the hot path
+//!
+//! Counters of completed executions, latency histograms and busy time are written by the
+//! harvest-token holder only, with a load and a store ([`bump`]), never a locked
+//! read-modify-write, and never allocate. Errors found before staging (bad input, failure to
+//! queue) are counted on their (cold) error path with `fetch_add`.
+
+use crate::error::{NrtError, Result};
+use nrt_hal::NrtStatus;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `NRTHOST1` as a little-endian word.
+pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"NRTHOST1");
+/// The record layout's version.
+pub const RECORD_VERSION: u64 = 1;
+/// Logical cores one record describes at most.
+pub const MAX_RECORD_VCORES: usize = 128;
+/// Buckets of a latency histogram ([`latency_bucket`]).
+pub const HIST_BUCKETS: usize = 160;
+/// Bytes of the command line kept in a record.
+pub const CMDLINE_BYTES: usize = 512;
+/// Words of the core bitmap (256 cores).
+pub const CORE_WORDS: usize = 4;
+
+/// `execution_summary` of neuron-monitor, in this order.
+pub const STATUS_NAMES: [&str; 6] = [
+    "completed",
+    "completed_with_err",
+    "completed_with_num_err",
+    "timed_out",
+    "incorrect_input",
+    "failed_to_queue",
+];
+/// Index into [`CoreStats::status`].
+pub mod status {
+    /// Completed successfully.
+    pub const COMPLETED: usize = 0;
+    /// Completed with an error (transient, hardware).
+    pub const COMPLETED_WITH_ERR: usize = 1;
+    /// Completed with a numerical error (NaN).
+    pub const COMPLETED_WITH_NUM_ERR: usize = 2;
+    /// Timed out (hang, dropped notifications).
+    pub const TIMED_OUT: usize = 3;
+    /// Refused or failed for its input (validation, invalid instruction).
+    pub const INCORRECT_INPUT: usize = 4;
+    /// Could not be queued (fatal core, unloading, closed).
+    pub const FAILED_TO_QUEUE: usize = 5;
+}
+
+/// `error_summary` of neuron-monitor, in this order.
+pub const ERROR_CLASS_NAMES: [&str; 6] = [
+    "generic",
+    "numerical",
+    "transient",
+    "model",
+    "runtime",
+    "hardware",
+];
+
+/// Memory categories of [`CoreStats::mem`]: device memory by neuron-top's categories, then
+/// host memory of tensors.
+pub const MEM_NAMES: [&str; 6] = [
+    "tensors",
+    "constants",
+    "model_code",
+    "scratchpad",
+    "runtime",
+    "host_tensors",
+];
+/// Index into [`CoreStats::mem`].
+pub mod mem {
+    /// Device tensors allocated by the application.
+    pub const TENSORS: usize = 0;
+    /// Model constants (weights).
+    pub const CONSTANTS: usize = 1;
+    /// Instruction blocks.
+    pub const MODEL_CODE: usize = 2;
+    /// Scratch arenas and state buffers.
+    pub const SCRATCHPAD: usize = 3;
+    /// Exec rings, request buffers, descriptor sets, the model's I/O buffers.
+    pub const RUNTIME: usize = 4;
+    /// Host tensors.
+    pub const HOST_TENSORS: usize = 5;
+}
+
+/// The error class (`error_summary`) of an execution's final status. The mapping, documented
+/// in `nrt.h` and the README:
+///
+/// | status | fault kind (`NRT_SIM_FAULTS`) | class |
+/// |---|---|---|
+/// | `NRT_EXEC_COMPLETED_WITH_NUM_ERR` | `nan` | numerical |
+/// | `NRT_EXEC_COMPLETED_WITH_ERR` | `transient` | transient |
+/// | `NRT_EXEC_BAD_INPUT`, `NRT_EXEC_OOB`, `NRT_INVALID` | invalid instruction, out of bounds | model |
+/// | `NRT_TIMEOUT`, `NRT_EXEC_SW_NQ_OVERFLOW`, `NRT_QUEUE_FULL` | `hang`, `drop` | runtime |
+/// | `NRT_EXEC_HW_ERR_*`, `NRT_EXEC_UNIT_UNRECOVERABLE` | `parity`, `dma_abort`, `hbm_ue`, `fatal` | hardware |
+/// | anything else | | generic |
+pub fn error_class(s: NrtStatus) -> Option<usize> {
+    use NrtStatus as S;
+    Some(match s {
+        S::Success => return None,
+        S::ExecCompletedWithNumErr => 1,
+        S::ExecCompletedWithErr => 2,
+        S::ExecBadInput | S::ExecOob | S::Invalid => 3,
+        S::Timeout | S::ExecSwNqOverflow | S::QueueFull => 4,
+        S::ExecHwErrNcUe | S::ExecHwErrDmaAbort | S::ExecHwErrHbmUe | S::ExecUnitUnrecoverable => 5,
+        _ => 0,
+    })
+}
+
+/// The `execution_summary` entry of a finished execution's status.
+pub fn status_index(s: NrtStatus) -> usize {
+    use NrtStatus as S;
+    match s {
+        S::Success => status::COMPLETED,
+        S::ExecCompletedWithNumErr => status::COMPLETED_WITH_NUM_ERR,
+        S::Timeout | S::ExecSwNqOverflow => status::TIMED_OUT,
+        S::ExecBadInput | S::Invalid => status::INCORRECT_INPUT,
+        _ => status::COMPLETED_WITH_ERR,
+    }
+}
+
+/// The statistics of one logical core.
+#[repr(C)]
+#[derive(Debug)]
+pub struct CoreStats {
+    /// The vcore's first global core id.
+    pub first_core: AtomicU64,
+    /// Physical cores of the vcore.
+    pub cores: AtomicU64,
+    /// Executions by [`STATUS_NAMES`].
+    pub status: [AtomicU64; 6],
+    /// Failed executions by [`ERROR_CLASS_NAMES`].
+    pub errors: [AtomicU64; 6],
+    /// Nanoseconds the core spent executing, estimated from the sampled total latency
+    /// (each sample counts [`TOTAL_LATENCY_SAMPLE`] times).
+    pub busy_ns: AtomicU64,
+    /// Models loaded.
+    pub models: AtomicU64,
+    /// Bytes by [`MEM_NAMES`].
+    pub mem: [AtomicU64; 6],
+    /// Host-measured latency from submission to completion, ns ([`latency_bucket`]); one
+    /// execution in [`TOTAL_LATENCY_SAMPLE`] is measured.
+    pub lat_total: [AtomicU64; HIST_BUCKETS],
+    /// Device latency from the engines' own START/END timestamps, ns: the device stamps
+    /// them in trace mode only (`nrt trace`, `NEURON_RT_INSPECT_ENABLE`), so only traced
+    /// executions are counted here (the decision: no clock reads added to the device).
+    pub lat_device: [AtomicU64; HIST_BUCKETS],
+}
+
+/// One execution in this many has its total latency measured (two clock reads).
+pub const TOTAL_LATENCY_SAMPLE: u64 = 16;
+
+/// The header of a record.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Header {
+    /// [`RECORD_MAGIC`].
+    pub magic: AtomicU64,
+    /// [`RECORD_VERSION`].
+    pub version: AtomicU64,
+    /// 0 = acquiring its cores, 1 = holding them, 2 = closed.
+    pub state: AtomicU64,
+    /// Process id.
+    pub pid: AtomicU64,
+    /// Start time, ns since the Unix epoch.
+    pub start_unix_ns: AtomicU64,
+    /// Physical cores per logical core.
+    pub lnc: AtomicU64,
+    /// Logical cores described.
+    pub vcores: AtomicU64,
+    /// Bitmap of the physical cores held.
+    pub cores: [AtomicU64; CORE_WORDS],
+    /// Length of the command line.
+    pub cmdline_len: AtomicU64,
+    /// The command line, NUL separators as spaces.
+    pub cmdline: [AtomicU64; CMDLINE_BYTES / 8],
+    /// Reserved (zero).
+    pub reserved: [AtomicU64; 8],
+}
+
+/// The published record.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Record {
+    /// Who.
+    pub header: Header,
+    /// Per logical core.
+    pub vcores: [CoreStats; MAX_RECORD_VCORES],
+}
+
+const STATE_ACQUIRING: u64 = 0;
+const STATE_HOLDING: u64 = 1;
+
+/// Adds `v` to a counter that only one thread writes at a time (the harvest token holder):
+/// a load and a store, not a locked read-modify-write.
+#[inline(always)]
+pub(crate) fn bump(c: &AtomicU64, v: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+}
+
+/// The histogram bucket of `ns`: exact below 4, then four buckets per power of two, capped
+/// at 2^40 ns (18 minutes).
+#[inline(always)]
+pub fn latency_bucket(ns: u64) -> usize {
+    let v = ns.min((1 << 40) - 1);
+    if v < 4 {
+        return v as usize;
+    }
+    let o = 63 - v.leading_zeros() as usize;
+    (o - 1) * 4 + ((v >> (o - 2)) & 3) as usize
+}
+
+/// The smallest value of bucket `b`.
+pub fn bucket_low(b: usize) -> u64 {
+    if b < 4 {
+        return b as u64;
+    }
+    let (o, sub) = (b / 4 + 1, (b % 4) as u64);
+    (4 + sub) << (o - 2)
+}
+
+/// The `p`-th percentile (0–100) of a histogram, in ns (the bucket's midpoint); `None` when
+/// empty.
+pub fn percentile(hist: &[u64], p: f64) -> Option<f64> {
+    let n: u64 = hist.iter().sum();
+    if n == 0 {
+        return None;
+    }
+    let rank = ((p / 100.0) * (n - 1) as f64).round() as u64;
+    let mut seen = 0u64;
+    for (b, &c) in hist.iter().enumerate() {
+        seen += c;
+        if seen > rank {
+            let lo = bucket_low(b) as f64;
+            let hi = bucket_low(b + 1) as f64;
+            return Some((lo + hi) / 2.0);
+        }
+    }
+    None
+}
+
+/// Monotonic nanoseconds (`CLOCK_MONOTONIC`, the vDSO; no allocation).
+#[inline]
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// The runtime directory: `NRT_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/nrt-rs`, else
+/// `/dev/shm/nrt-rs`.
+pub fn runtime_dir_from_env() -> PathBuf {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = var("NRT_RUNTIME_DIR") {
+        return PathBuf::from(d);
+    }
+    match var("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("nrt-rs"),
+        None => PathBuf::from("/dev/shm/nrt-rs"),
+    }
+}
+
+/// A shared, writable mapping of a record file.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    ptr: *mut Record,
+}
+
+// SAFETY: the mapping is only accessed through atomics.
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(f: &File) -> std::io::Result<Mapping> {
+        let len = std::mem::size_of::<Record>();
+        f.set_len(len as u64)?;
+        // SAFETY: a shared mapping of `len` bytes of a file we just sized to `len`; the
+        // result is checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr: p.cast() })
+    }
+
+    fn record(&self) -> &Record {
+        // SAFETY: the mapping is page-aligned, as long as a Record, zero-filled by
+        // ftruncate (all-zero is a valid Record of atomics), and lives as long as `self`.
+        unsafe { &*self.ptr }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `new` mapped; no reference outlives `self` (the
+        // statistics area that hands them out owns the mapping).
+        unsafe { libc::munmap(self.ptr.cast(), std::mem::size_of::<Record>()) };
+    }
+}
+
+/// Where a runtime's statistics live: the published record, or private memory.
+#[derive(Debug)]
+pub(crate) enum StatsArea {
+    Shared(Mapping),
+    Private(Box<[CoreStats]>),
+}
+
+impl StatsArea {
+    pub(crate) fn private(n: usize) -> StatsArea {
+        StatsArea::Private((0..n).map(|_| zeroed_stats()).collect())
+    }
+
+    /// The statistics of vcore `i` (a dummy past the record's capacity is never handed out:
+    /// `acquire` refuses more vcores than a record holds).
+    pub(crate) fn core(&self, i: usize) -> &CoreStats {
+        match self {
+            StatsArea::Shared(m) => &m.record().vcores[i],
+            StatsArea::Private(b) => &b[i],
+        }
+    }
+}
+
+fn zeroed_stats() -> CoreStats {
+    // SAFETY: CoreStats is atomics only; all-zero bytes are a valid value of each.
+    unsafe { std::mem::zeroed() }
+}
+
+/// Held cores and the published record of one runtime.
+#[derive(Debug)]
+pub(crate) struct Ownership {
+    locks: Vec<File>,
+    record_path: PathBuf,
+    _record: File,
+}
+
+impl Drop for Ownership {
+    fn drop(&mut self) {
+        // Unlink first: a reader must never find the record unlocked while this process
+        // lives. The locks go with the files.
+        let _ = std::fs::remove_file(&self.record_path);
+    }
+}
+
+fn flock(f: &File, op: i32) -> bool {
+    // SAFETY: flock on a descriptor we own.
+    unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) == 0 }
+}
+
+fn own_cmdline() -> String {
+    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    cmdline_text(&raw)
+}
+
+fn cmdline_text(raw: &[u8]) -> String {
+    let s: String = String::from_utf8_lossy(raw)
+        .split('\0')
+        .filter(|a| !a.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut end = s.len().min(CMDLINE_BYTES);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> NrtError {
+    NrtError::new(
+        NrtStatus::Resource,
+        format!(
+            "cannot use the runtime directory (NRT_RUNTIME_DIR): {what} {}: {e}",
+            path.display()
+        ),
+    )
+}
+
+static RECORD_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Takes the cores' locks in `dir` and publishes the record; returns the ownership and the
+/// statistics area (the record's mapping).
+pub(crate) fn acquire(
+    dir: &Path,
+    cores: &[u32],
+    lnc: u32,
+    vcores: usize,
+) -> Result<(Ownership, StatsArea)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if vcores > MAX_RECORD_VCORES || cores.iter().any(|&c| c as usize >= CORE_WORDS * 64) {
+        return Err(NrtError::invalid(format!(
+            "a runtime directory record describes at most {MAX_RECORD_VCORES} logical cores of ids below {}",
+            CORE_WORDS * 64
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io_err("creating", dir, e))?;
+    let pid = std::process::id();
+    let n = RECORD_SEQ.fetch_add(1, Ordering::Relaxed);
+    // Created under a temporary name and locked before the rename, so a reader never finds
+    // an unlocked live record.
+    let tmp = dir.join(format!(".proc-{pid}-{n}.tmp"));
+    let record_path = dir.join(format!("proc-{pid}-{n}.rec"));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .open(&tmp)
+        .map_err(|e| io_err("creating", &tmp, e))?;
+    if !flock(&f, libc::LOCK_EX) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_err("locking", &tmp, std::io::Error::last_os_error()));
+    }
+    let map = Mapping::new(&f).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err("mapping", &tmp, e)
+    })?;
+    let h = &map.record().header;
+    h.pid.store(pid as u64, Ordering::Relaxed);
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    h.start_unix_ns.store(start, Ordering::Relaxed);
+    h.lnc.store(lnc as u64, Ordering::Relaxed);
+    h.vcores.store(vcores as u64, Ordering::Relaxed);
+    for &c in cores {
+        let w = &h.cores[c as usize / 64];
+        w.store(w.load(Ordering::Relaxed) | 1 << (c % 64), Ordering::Relaxed);
+    }
+    let cmd = own_cmdline();
+    for (i, chunk) in cmd.as_bytes().chunks(8).enumerate() {
+        let mut w = [0u8; 8];
+        w[..chunk.len()].copy_from_slice(chunk);
+        h.cmdline[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
+    }
+    h.cmdline_len.store(cmd.len() as u64, Ordering::Relaxed);
+    h.version.store(RECORD_VERSION, Ordering::Relaxed);
+    h.state.store(STATE_ACQUIRING, Ordering::Relaxed);
+    h.magic.store(RECORD_MAGIC, Ordering::Release);
+    std::fs::rename(&tmp, &record_path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err("publishing", &record_path, e)
+    })?;
+    let mut own = Ownership {
+        locks: Vec::with_capacity(cores.len()),
+        record_path,
+        _record: f,
+    };
+    for &c in cores {
+        let path = dir.join(format!("core-{c}.lock"));
+        let lf = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .open(&path)
+            .map_err(|e| io_err("opening", &path, e))?;
+        if !flock(&lf, libc::LOCK_EX) {
+            drop(own); // unlinks our record, releases the cores taken so far
+            return Err(in_use_error(dir, c));
+        }
+        own.locks.push(lf);
+    }
+    h.state.store(STATE_HOLDING, Ordering::Release);
+    Ok((own, StatsArea::Shared(map)))
+}
+
+#[cold]
+fn in_use_error(dir: &Path, core: u32) -> NrtError {
+    // The holder published its record before it took the lock; a record still acquiring
+    // (a process that is about to be refused as well) is the fallback. Our own record is
+    // gone already.
+    let mut best: Option<ProcessRecord> = None;
+    for r in read_records(dir) {
+        if r.cores.contains(&core) && best.as_ref().is_none_or(|b| !b.holding && r.holding) {
+            best = Some(r);
+        }
+    }
+    let who = match best {
+        Some(r) => format!("pid {} ({})", r.pid, r.cmdline),
+        None => "another process".to_owned(),
+    };
+    NrtError::new(
+        NrtStatus::Resource,
+        format!(
+            "NeuronCore {core} is in use by {who} (runtime directory {}; NEURON_RT_VISIBLE_CORES selects other cores)",
+            dir.display()
+        ),
+    )
+}
+
+/// A record as a reader sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcessRecord {
+    /// Process id.
+    pub pid: u32,
+    /// Start time, ns since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// Command line.
+    pub cmdline: String,
+    /// Physical cores held (global ids).
+    pub cores: Vec<u32>,
+    /// Whether it holds them (else it is still acquiring).
+    pub holding: bool,
+    /// Physical cores per logical core.
+    pub lnc: u32,
+    /// Per logical core.
+    pub vcores: Vec<VcoreSnapshot>,
+}
+
+/// One logical core's statistics, read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VcoreSnapshot {
+    /// Its first global core id.
+    pub first_core: u32,
+    /// Physical cores it spans.
+    pub cores: u32,
+    /// By [`STATUS_NAMES`].
+    pub status: [u64; 6],
+    /// By [`ERROR_CLASS_NAMES`].
+    pub errors: [u64; 6],
+    /// Device busy time, ns.
+    pub busy_ns: u64,
+    /// Models loaded.
+    pub models: u64,
+    /// Bytes by [`MEM_NAMES`].
+    pub mem: [u64; 6],
+    /// Total-latency histogram.
+    pub lat_total: Vec<u64>,
+    /// Device-latency histogram.
+    pub lat_device: Vec<u64>,
+}
+
+/// Reads a statistics block.
+pub fn snapshot(s: &CoreStats) -> VcoreSnapshot {
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    VcoreSnapshot {
+        first_core: l(&s.first_core) as u32,
+        cores: l(&s.cores) as u32,
+        status: s.status.each_ref().map(l),
+        errors: s.errors.each_ref().map(l),
+        busy_ns: l(&s.busy_ns),
+        models: l(&s.models),
+        mem: s.mem.each_ref().map(l),
+        lat_total: s.lat_total.iter().map(l).collect(),
+        lat_device: s.lat_device.iter().map(l).collect(),
+    }
+}
+
+/// Parses a record file's bytes (`None`: not a record of this version, or truncated).
+pub fn parse_record(bytes: &[u8]) -> Option<ProcessRecord> {
+    if bytes.len() < std::mem::size_of::<Record>() {
+        return None;
+    }
+    let layout = std::alloc::Layout::new::<Record>();
+    // SAFETY: the layout has a non-zero size; the pointer is checked for null; Record is
+    // atomics only, so all-zero bytes are a valid Record, and the Box frees it with the same
+    // layout. (On the heap: it is ~350 KB.)
+    let mut rec: Box<Record> = unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<Record>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(p)
+    };
+    // SAFETY: `rec` is a Record-sized allocation we own exclusively; `bytes` holds at least
+    // that many bytes (checked above); the two cannot overlap.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            (&mut *rec as *mut Record).cast::<u8>(),
+            std::mem::size_of::<Record>(),
+        )
+    };
+    let h = &rec.header;
+    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    if l(&h.magic) != RECORD_MAGIC || l(&h.version) != RECORD_VERSION {
+        return None;
+    }
+    let len = (l(&h.cmdline_len) as usize).min(CMDLINE_BYTES);
+    let raw: Vec<u8> = h.cmdline.iter().flat_map(|w| l(w).to_le_bytes()).collect();
+    let cores = (0..(CORE_WORDS * 64) as u32)
+        .filter(|&c| l(&h.cores[c as usize / 64]) & (1 << (c % 64)) != 0)
+        .collect();
+    let nv = (l(&h.vcores) as usize).min(MAX_RECORD_VCORES);
+    Some(ProcessRecord {
+        pid: u32::try_from(l(&h.pid)).ok()?,
+        start_unix_ns: l(&h.start_unix_ns),
+        cmdline: String::from_utf8_lossy(&raw[..len]).into_owned(),
+        cores,
+        holding: l(&h.state) == STATE_HOLDING,
+        lnc: u32::try_from(l(&h.lnc)).ok()?,
+        vcores: rec.vcores[..nv].iter().map(snapshot).collect(),
+    })
+}
+
+/// The records of the live runtimes in `dir`, by pid; removes those of dead processes.
+pub fn read_records(dir: &Path) -> Vec<ProcessRecord> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("proc-") && name.ends_with(".rec")) {
+            continue;
+        }
+        let Ok(f) = File::open(e.path()) else {
+            continue;
+        };
+        if flock(&f, libc::LOCK_SH) {
+            // Nobody holds it: its process is gone (or closed its runtime).
+            let _ = std::fs::remove_file(e.path());
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(e.path()) else {
+            continue;
+        };
+        if let Some(r) = parse_record(&bytes) {
+            out.push(r);
+        }
+    }
+    out.sort_by_key(|r| (r.pid, r.start_unix_ns));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_invert() {
+        let mut last = 0;
+        for v in [
+            0u64,
+            1,
+            3,
+            4,
+            5,
+            7,
+            8,
+            100,
+            1000,
+            123_456,
+            1 << 39,
+            u64::MAX,
+        ] {
+            let b = latency_bucket(v);
+            assert!(b >= last && b < HIST_BUCKETS, "{v} -> {b}");
+            assert!(bucket_low(b) <= v.min((1 << 40) - 1), "{v}");
+            assert!(bucket_low(b + 1) > v.min((1 << 40) - 1), "{v}");
+            last = b;
+        }
+        let mut h = vec![0u64; HIST_BUCKETS];
+        h[latency_bucket(1000)] = 99;
+        h[latency_bucket(1_000_000)] = 1;
+        let p50 = percentile(&h, 50.0).unwrap();
+        assert!((800.0..1300.0).contains(&p50), "{p50}");
+        assert!(percentile(&h, 100.0).unwrap() > 800_000.0);
+        assert_eq!(cmdline_text(b"python\0serve.py\0"), "python serve.py");
+    }
+
+    #[test]
+    fn classes() {
+        assert_eq!(error_class(NrtStatus::Success), None);
+        assert_eq!(error_class(NrtStatus::ExecCompletedWithNumErr), Some(1));
+        assert_eq!(error_class(NrtStatus::Timeout), Some(4));
+        assert_eq!(error_class(NrtStatus::ExecHwErrHbmUe), Some(5));
+        assert_eq!(status_index(NrtStatus::ExecSwNqOverflow), status::TIMED_OUT);
+    }
+}
