@@ -98,3 +98,37 @@ fn misuse_under_valgrind() {
     );
     assert!(err.contains("ERROR SUMMARY: 0 errors"), "{err}");
 }
+
+/// The same misuse program built with AddressSanitizer and UndefinedBehaviorSanitizer
+/// (issue 11: the C misuse programs run clean under ASan/UBSan; `tests/hostile.rs` covers
+/// huge sizes, concurrency and the callback the same way).
+#[test]
+fn misuse_under_asan_and_ubsan() {
+    let dir = scratch("bad_handles_asan");
+    let exe = dir.join("bad_handles");
+    gcc_with(
+        &[std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_handles.c")],
+        &exe,
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer",
+        ],
+    );
+    std::fs::write(dir.join("near_null.ncm"), near_null()).unwrap();
+    let o = run(
+        Command::new(&exe)
+            .arg("near_null.ncm")
+            .env("ASAN_OPTIONS", "allocator_may_return_null=1:detect_leaks=0")
+            .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1"),
+        &dir,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "bad_handles under ASan/UBSan failed:\n{err}"
+    );
+    for bad in ["AddressSanitizer", "runtime error:"] {
+        assert!(!err.contains(bad), "{bad}:\n{err}");
+    }
+}
