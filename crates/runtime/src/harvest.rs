@@ -204,9 +204,10 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
                 let status = p.error.map_or(NrtStatus::Success, error_status);
                 let seq = p.seq;
                 if rt.trace.enabled() {
+                    // The device stamps engine times in trace mode only.
                     record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
+                    record_device_time(vc, &h.times[si], p.sg_count);
                 }
-                record_device_time(vc, &h.times[si], p.sg_count);
                 finish(vc, slot, p, seq, status);
             }
         }
