@@ -30,6 +30,24 @@
  *     NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, NRT_SIM_FAULTS) are read by nrt_init;
  *     NEURON_RT_EXEC_TIMEOUT by nrt_load.
  *
+ * Faults and statistics:
+ *   - The software NeuronCore injects faults from NRT_SIM_FAULTS (read by nrt_init) or, in
+ *     this process only, from nrt_sim_inject_faults (nrt_experimental.h). Non-fatal faults
+ *     (transient, nan, parity, dma-abort, hbm-ue, hang, drop) affect the executions
+ *     they hit; the next execution succeeds. A fatal fault makes the logical core return
+ *     NRT_EXEC_UNIT_UNRECOVERABLE (101) for the execution it hits, for every execution queued
+ *     behind it (at once, not after a timeout) and for every new submission, until
+ *     nrt_reset_vnc.
+ *   - Each process publishes execution statistics for `nrt monitor` / `nrt ls` (the host
+ *     view); the error summary classes the final statuses so:
+ *       numerical  NRT_EXEC_COMPLETED_WITH_NUM_ERR                    (fault kind nan)
+ *       transient  NRT_EXEC_COMPLETED_WITH_ERR                        (transient)
+ *       model      NRT_EXEC_BAD_INPUT, NRT_EXEC_OOB, a refused input
+ *       runtime    NRT_TIMEOUT, NRT_EXEC_SW_NQ_OVERFLOW, NRT_QUEUE_FULL  (hang, drop)
+ *       hardware   NRT_EXEC_HW_ERR_*, NRT_EXEC_UNIT_UNRECOVERABLE     (parity, dma-abort,
+ *                                                                      hbm-ue, fatal)
+ *       generic    anything else.
+ *
  * Handles (nrt_model_t *, nrt_tensor_t *, nrt_tensor_set_t *):
  *   - NULL where a handle or pointer is required gives NRT_INVALID and a log line naming
  *     the argument.
