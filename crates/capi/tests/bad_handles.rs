@@ -106,29 +106,16 @@ fn misuse_under_valgrind() {
 fn misuse_under_asan_and_ubsan() {
     let dir = scratch("bad_handles_asan");
     let exe = dir.join("bad_handles");
-    gcc_with(
+    gcc_sanitized(
         &[std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/bad_handles.c")],
         &exe,
-        &[
-            "-fsanitize=address,undefined",
-            "-fno-sanitize-recover=undefined",
-            "-fno-omit-frame-pointer",
-        ],
     );
     std::fs::write(dir.join("near_null.ncm"), near_null()).unwrap();
-    let o = run(
-        Command::new(&exe)
-            .arg("near_null.ncm")
-            .env("ASAN_OPTIONS", "allocator_may_return_null=1:detect_leaks=0")
-            .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1"),
-        &dir,
-    );
+    let o = run(sanitizer_env(Command::new(&exe).arg("near_null.ncm")), &dir);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         o.status.success(),
         "bad_handles under ASan/UBSan failed:\n{err}"
     );
-    for bad in ["AddressSanitizer", "runtime error:"] {
-        assert!(!err.contains(bad), "{bad}:\n{err}");
-    }
+    assert_no_sanitizer_report(&err);
 }

@@ -60,6 +60,27 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
+/// Writes a float32 C-order `.npy` file by hand (the format's version 1.0 header).
+fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    // NumPy's own spelling: `(2,)` for one dimension, `(3, 2)` for more.
+    let tuple = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header =
+        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}").into_bytes();
+    while !(10 + header.len() + 1).is_multiple_of(64) {
+        header.push(b' ');
+    }
+    header.push(b'\n');
+    let mut f = b"\x93NUMPY\x01\x00".to_vec();
+    f.extend((header.len() as u16).to_le_bytes());
+    f.extend(header);
+    f.extend(data.iter().flat_map(|x| x.to_le_bytes()));
+    std::fs::write(path, f).expect("write .npy");
+}
+
 #[test]
 fn compile_inspect_run_trace_and_bench_a_sample_model() {
     let dir = scratch("cli-mlp");
@@ -272,16 +293,7 @@ fn run_reads_and_writes_npy() {
     );
     // A wrong-sized .npy (float32 [2]) is refused naming the file.
     let small = dir.join("small.npy");
-    let mut header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }".to_vec();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(b' ');
-    }
-    header.push(b'\n');
-    let mut f = b"\x93NUMPY\x01\x00".to_vec();
-    f.extend((header.len() as u16).to_le_bytes());
-    f.extend(header);
-    f.extend([1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()));
-    std::fs::write(&small, f).expect("write");
+    write_npy_f32(&small, &[2], &[1.0, 2.0]);
     let err = fails(&["run", s(&onnx), "--input", &format!("X={}", s(&small))]);
     assert!(err.contains("small.npy"), "{err}");
 }
@@ -336,22 +348,8 @@ fn run_specializes_minus_one_dims_from_the_inputs_given() {
         err.contains("unknown dimension -1 at axis 0") && err.contains("--input x="),
         "{err}"
     );
-    // x: float32 [3, 2] as .npy, built by hand.
-    let mut header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }".to_vec();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(b' ');
-    }
-    header.push(b'\n');
-    let mut f = b"\x93NUMPY\x01\x00".to_vec();
-    f.extend((header.len() as u16).to_le_bytes());
-    f.extend(header);
-    f.extend(
-        [-1.0f32, 2.0, -3.0, 4.0, 5.0, -6.0]
-            .iter()
-            .flat_map(|x| x.to_le_bytes()),
-    );
     let x = dir.join("x.npy");
-    std::fs::write(&x, f).expect("write");
+    write_npy_f32(&x, &[3, 2], &[-1.0, 2.0, -3.0, 4.0, 5.0, -6.0]);
     let out = ok(&["run", s(&model), "--input", &format!("x={}", s(&x))]);
     assert!(
         out.contains("output 'y' [3, 2]: [0.00000, 2.00000, 0.00000, 4.00000, 5.00000, 0.00000]"),

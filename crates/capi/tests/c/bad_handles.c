@@ -14,45 +14,9 @@
 #include "nrt/nrt_experimental.h"
 #include "nrt/nrt_version.h"
 
-static int checks = 0, failures = 0;
+#define CHECK_PROGRAM "bad_handles"
+#include "checks.h"
 
-static void expect_status(const char *what, NRT_STATUS got, NRT_STATUS want, int line) {
-    checks++;
-    if (got != want) {
-        failures++;
-        fprintf(stderr, "bad_handles:%d: %s returned %s (%d), expected %s (%d)\n", line, what,
-                nrt_get_status_as_str(got), (int)got, nrt_get_status_as_str(want), (int)want);
-    }
-}
-
-static void expect_true(const char *what, int ok, int line) {
-    checks++;
-    if (!ok) {
-        failures++;
-        fprintf(stderr, "bad_handles:%d: check failed: %s\n", line, what);
-    }
-}
-
-#define EXPECT(call, want) expect_status(#call, (call), (want), __LINE__)
-#define TRUE(cond) expect_true(#cond, (cond) ? 1 : 0, __LINE__)
-
-static void *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        perror(path);
-        exit(2);
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc((size_t)n);
-    if (buf == NULL || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        exit(2);
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
-}
 
 /* Writes x, executes, checks y == x. */
 static void good_execute(nrt_model_t *model, nrt_tensor_t *x, nrt_tensor_t *y, nrt_tensor_set_t *in,

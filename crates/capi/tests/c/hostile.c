@@ -28,51 +28,15 @@
 #include "nrt/nrt_async.h"
 #include "nrt/nrt_experimental.h"
 
-static int checks = 0, failures = 0;
+#define CHECK_PROGRAM "hostile"
+#include "checks.h"
+
 static const char *scenario = "";
-
-static void expect_status(const char *what, NRT_STATUS got, NRT_STATUS want, int line) {
-    checks++;
-    if (got != want) {
-        failures++;
-        fprintf(stderr, "hostile %s:%d: %s returned %s (%d), expected %s (%d)\n", scenario, line, what,
-                nrt_get_status_as_str(got), (int)got, nrt_get_status_as_str(want), (int)want);
-    }
-}
-
-static void expect_true(const char *what, int ok, int line) {
-    checks++;
-    if (!ok) {
-        failures++;
-        fprintf(stderr, "hostile %s:%d: check failed: %s\n", scenario, line, what);
-    }
-}
-
-#define EXPECT(call, want) expect_status(#call, (call), (want), __LINE__)
-#define TRUE(cond) expect_true(#cond, (cond) ? 1 : 0, __LINE__)
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void *read_file(const char *path, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        perror(path);
-        exit(2);
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc((size_t)n);
-    if (buf == NULL || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        exit(2);
-    }
-    fclose(f);
-    *size = (size_t)n;
-    return buf;
 }
 
 /* One loaded model with its tensors and sets. */
@@ -448,6 +412,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     scenario = argv[2];
+    check_context = scenario;
     model_bytes = read_file(argv[1], &model_size);
     alarm(60); /* a hang fails the scenario (SIGALRM) instead of the test run */
     if (!strcmp(scenario, "alloc")) {

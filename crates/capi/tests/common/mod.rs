@@ -66,6 +66,35 @@ pub fn gcc(sources: &[PathBuf], out: &Path) {
     gcc_with(sources, out, &[]);
 }
 
+/// Compiles C sources like [`gcc`], with AddressSanitizer and UndefinedBehaviorSanitizer
+/// (UB aborts: no recovery).
+pub fn gcc_sanitized(sources: &[PathBuf], out: &Path) {
+    gcc_with(
+        sources,
+        out,
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=undefined",
+            "-fno-omit-frame-pointer",
+        ],
+    );
+}
+
+/// The environment of a program built by [`gcc_sanitized`]: a huge request is answered
+/// with NULL (as malloc does), not with ASan's abort; leak detection is off (the library's
+/// handle pools are leaked on purpose: they outlive every handle); UB prints a stack.
+pub fn sanitizer_env(cmd: &mut Command) -> &mut Command {
+    cmd.env("ASAN_OPTIONS", "allocator_may_return_null=1:detect_leaks=0")
+        .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
+}
+
+/// Fails if a sanitizer reported anything on `stderr`.
+pub fn assert_no_sanitizer_report(stderr: &str) {
+    for bad in ["AddressSanitizer", "runtime error:"] {
+        assert!(!stderr.contains(bad), "{bad} in stderr:\n{stderr}");
+    }
+}
+
 /// [`gcc`] with extra flags (e.g. `-fsanitize=address,undefined`).
 pub fn gcc_with(sources: &[PathBuf], out: &Path, extra: &[&str]) {
     let lib = lib_dir();
