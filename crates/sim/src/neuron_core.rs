@@ -819,9 +819,12 @@ impl CoreInner {
         self.cache.clear();
         self.last_blocks = None;
         self.wedged = false;
-        if let Some(d) = self.dma.as_mut() {
-            d.drain(|_| {});
-        }
+        // Triggers the host staged before the reset still run their copies (they only move
+        // bytes: request, event word, tail word) — dropping them would leave an exec ring's
+        // tail word behind the host's tail, and the next request after the reset would make
+        // the core run the stale slots in between. Their requests are skipped just below.
+        self.drain_dma(core, dev);
+        self.ready.clear();
         for q in self.queues.iter_mut().flatten() {
             // SAFETY: validated at registration.
             q.head = unsafe { (dev.mem.ptr(q.desc.tail_addr) as *const u32).read_volatile() };

@@ -472,3 +472,37 @@ fn idle_device_parks() {
     d.doorbell().unwrap();
     assert_eq!(kinds(&d.wait_for_ends(5, T), RecordKind::End).len(), 5);
 }
+
+/// A reset while the host has triggers staged that the device has not run yet (a device
+/// thread that lags, as under a co-tenant): the reset runs their copies and skips their
+/// requests, so the exec ring's tail word keeps up with the host and the next request after
+/// the reset runs alone. Dropping them left the tail word behind: the core then ran the
+/// stale slots in between (seen as a lockstep execution timing out after `nrt_reset_vnc`).
+#[test]
+fn reset_with_triggers_not_yet_run_keeps_the_exec_ring_consistent() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    // Let the device thread park: it looks at the trigger queue again only on a doorbell.
+    wait_until_done(&dev, 0);
+    assert!(d.stage(blocks, 7, 0, 0, 1), "staged, no doorbell");
+    dev.nc_reset(0).unwrap();
+    d.stage(blocks, 8, 0, 0, 1);
+    d.doorbell().unwrap();
+    let recs = d.wait_for_ends(5, T);
+    wait_until_done(&dev, 1);
+    let mut rest = Vec::new();
+    d.drain(&mut rest);
+    let all: Vec<_> = recs.iter().chain(&rest).copied().collect();
+    assert!(errors(&all).is_empty(), "errors after the reset: {all:?}");
+    assert!(
+        all.iter().all(|r| r.compute_idx == 8),
+        "only the request after the reset runs: {all:?}"
+    );
+    assert_eq!(kinds(&all, RecordKind::End).len(), 5);
+    assert_eq!(
+        dev.executions(0).unwrap(),
+        1,
+        "the skipped request never ran"
+    );
+}
