@@ -35,7 +35,8 @@ pub(super) fn register(r: &mut Registry) {
     }
     r.op("Clip", 1, infer_clip)
         .dtypes(Dtypes::Float)
-        .device(|l, at| l.lower_activation(at));
+        .note("bounds computed in the graph are read on the device (DVE max/min)")
+        .device(|l, at| l.lower_clip(at));
     for (name, since) in [
         ("Selu", 1),
         ("Celu", 12),
@@ -99,8 +100,32 @@ pub(crate) fn infer_prelu(c: &Ctx) -> Result<Vec<Out>> {
 pub(crate) fn infer_clip(c: &Ctx) -> Result<Vec<Out>> {
     let x = c.input(0)?;
     if c.opset() >= 11 {
-        c.const_floats(1, "min")?;
-        c.const_floats(2, "max")?;
+        // `min` and `max` are scalars; constant ones fold into ACT's clip, the others are
+        // read on the device at execution time (see `lower_clip`).
+        for (i, what) in [(1, "min"), (2, "max")] {
+            if let Some(v) = c.opt(i)
+                && v.konst.is_none()
+            {
+                if v.elements() != 1 {
+                    return Err(c.e(
+                        ErrorKind::ShapeMismatch,
+                        format!(
+                            "input '{}' ({what}) must be a scalar; it has shape {:?}",
+                            v.name, v.shape
+                        ),
+                    ));
+                }
+                if v.dtype != x.dtype {
+                    return Err(c.e(
+                        ErrorKind::ShapeMismatch,
+                        format!(
+                            "input '{}' ({what}) is {}; the input is {}",
+                            v.name, v.dtype, x.dtype
+                        ),
+                    ));
+                }
+            }
+        }
     }
     Ok(vec![out(x.dtype, x.shape.clone())])
 }
@@ -177,6 +202,32 @@ impl<'a> Lowerer<'a> {
         let x = self.sview(xi)?;
         let y = self.alloc_over(xi, &[ni], o0)?;
         self.activation(&x, &y, None, f, 1.0)
+    }
+
+    /// `Clip`: ACT's clip when the bounds are constants (or attributes); otherwise the
+    /// bounds are read on the device: `y = min(max(x, lo), hi)` on DVE with the scalar
+    /// bounds broadcast (a bound that is absent is skipped).
+    pub(crate) fn lower_clip(&mut self, at: At<'a>) -> Result<()> {
+        let At { g, n, c, o0, .. } = at;
+        let computed = |i: usize| c.opset() >= 11 && c.opt(i).is_some_and(|v| v.konst.is_none());
+        if !computed(1) && !computed(2) {
+            return self.lower_activation(at);
+        }
+        let shape = g.values[o0].shape.clone();
+        let x = self.view(n.inputs[0].expect("p"))?;
+        let y = self.alloc(o0);
+        if shape.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        let mut from = x;
+        for (i, op) in [(1, BinaryOp::Max), (2, BinaryOp::Min)] {
+            if let Some(Some(b)) = n.inputs.get(i) {
+                let bound = self.view(*b)?.broadcast(&shape);
+                self.binary(&from, &bound, &y, op)?;
+                from = y.clone();
+            }
+        }
+        Ok(())
     }
 
     /// Activations without an ACT function of their own, from those and DVE operations.

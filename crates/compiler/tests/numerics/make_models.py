@@ -251,8 +251,23 @@ def cumsums(out):
                 ], [("X", [3, 5, 4])], [("Y", [3, 5, 4])], [i64("axis", axis)], opset=14)
 
 
+def computed_operands(out):
+    # Clip whose bounds other nodes compute (issue 13): read on the device at execution time,
+    # not folded. Both bounds from the input, only one, and one constant with one computed.
+    lo = [N("ReduceMean", ["X"], ["lo"], keepdims=0),
+          N("Add", ["lo", "half"], ["hi"])]
+    save(out, "clip_computed_bounds", lo + [N("Clip", ["X", "lo", "hi"], ["Y"])],
+         [("X", [3, 5])], [("Y", [3, 5])], [f32("half", 0.5)], opset=13)
+    save(out, "clip_computed_min_only", lo + [N("Clip", ["X", "lo"], ["Y"])],
+         [("X", [3, 5])], [("Y", [3, 5])], [f32("half", 0.5)], opset=13)
+    save(out, "clip_computed_max_constant_min", lo + [N("Clip", ["X", "neg", "hi"], ["Y"])],
+         [("X", [2, 3, 4])], [("Y", [2, 3, 4])], [f32("half", 0.5), f32("neg", -0.25)],
+         opset=13)
+
+
 def main():
     out = sys.argv[1]
+    computed_operands(out)
     gelu_models(out)
     attention(out, "Mul")
     attention(out, "Div")
