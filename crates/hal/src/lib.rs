@@ -11,8 +11,9 @@
 //!   [`SeqId`] packing;
 //! - the lock-free protocols the runtime and device share: the SPSC [`ring`] (DMA trigger
 //!   queues), the notification [`plane`] (a core's six notification rings) and the
-//!   [`IdleGate`] park handshake and the [`UseGate`] admission gate of handles that are freed
-//!   while in use, all model-checked with loom;
+//!   [`IdleGate`] park handshake, the [`UseGate`] admission gate of handles that are freed
+//!   while in use and the [`SlotTicket`] ownership protocol of an in-flight slot, all
+//!   model-checked with loom;
 //! - [`tuning`]: every knob of the project with its reason.
 
 pub mod device;
@@ -21,6 +22,7 @@ pub mod gate;
 pub mod plane;
 pub mod ring;
 pub mod seq;
+pub mod slot_ticket;
 pub mod status;
 pub mod sync;
 pub mod tuning;
@@ -38,6 +40,7 @@ pub use plane::{
 };
 pub use ring::{Consumer, Producer, ring};
 pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
+pub use slot_ticket::SlotTicket;
 pub use status::NrtStatus;
 pub use use_gate::{GateRefused, UseGate};
 pub use wire::{

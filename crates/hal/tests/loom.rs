@@ -8,7 +8,7 @@
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
-use nrt_hal::{GateRefused, IdleGate, NqRecord, UseGate, plane, ring};
+use nrt_hal::{GateRefused, IdleGate, NqRecord, SlotTicket, UseGate, plane, ring};
 
 /// Producer and consumer on a 2-slot ring: every value arrives once, in order, across a wrap.
 #[test]
@@ -336,5 +336,67 @@ fn use_gate_mutation_and_free_serialize() {
         assert!(v == 1 || v == 2);
         m.join().unwrap();
         assert_eq!(g.0.lock(), Err(GateRefused::Closed));
+    });
+}
+
+/// One in-flight slot's record guarded by a [`SlotTicket`], as the runtime keeps it.
+type Slot = Arc<(SlotTicket, loom::cell::UnsafeCell<u64>)>;
+
+/// The slot/ticket protocol through one slot's life and its reuse: the stager writes the
+/// record and publishes; the harvest reads it while the ticket names its execution and then
+/// writes the completion word; the owner reads and clears it after the completion word and
+/// frees the ticket; the stager reuses the slot only once it is free. loom reports a data
+/// race on the record if any hand-off is missing or too weak (each was checked by making its
+/// store Relaxed). The harvest and the owner try a bounded number of times, so the model
+/// also covers them running before the step they wait for.
+#[test]
+fn slot_ticket_hands_the_record_from_stager_to_harvest_to_owner_and_back() {
+    loom::model(|| {
+        let slot: Slot = Arc::new((SlotTicket::new(), loom::cell::UnsafeCell::new(0)));
+        let harvest = {
+            let s = slot.clone();
+            loom::thread::spawn(move || {
+                for _ in 0..2 {
+                    if s.0.current() == 1 {
+                        // SAFETY: the ticket names execution 1, not yet completed.
+                        assert_eq!(s.1.with(|p| unsafe { *p }), 100);
+                        s.0.complete(1, 7);
+                        return;
+                    }
+                    loom::thread::yield_now();
+                }
+            })
+        };
+        let owner = {
+            let s = slot.clone();
+            loom::thread::spawn(move || {
+                for _ in 0..3 {
+                    if let Some(status) = s.0.completed(1) {
+                        assert_eq!(status, 7);
+                        // SAFETY: completed: the harvest no longer reads the record.
+                        let v = s.1.with_mut(|p| unsafe { std::mem::replace(&mut *p, 0) });
+                        assert_eq!(v, 100);
+                        s.0.release();
+                        return;
+                    }
+                    loom::thread::yield_now();
+                }
+            })
+        };
+        // The stager: execution 1 into the free slot.
+        assert!(slot.0.is_free());
+        // SAFETY: free: nobody else touches the record.
+        slot.1.with_mut(|p| unsafe { *p = 100 });
+        slot.0.publish(1);
+        loom::thread::yield_now();
+        // Reuse for execution 2 once the owner freed it (one look).
+        if slot.0.is_free() {
+            // SAFETY: freed by the owner after its last access.
+            slot.1.with_mut(|p| unsafe { *p = 200 });
+            slot.0.publish(2);
+            assert_eq!(slot.0.completed(2), None, "a fresh completion word");
+        }
+        harvest.join().unwrap();
+        owner.join().unwrap();
     });
 }

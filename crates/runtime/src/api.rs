@@ -101,8 +101,7 @@ impl Runtime {
                 }),
                 slots: (0..slots)
                     .map(|_| InflightSlot {
-                        ticket: AtomicU64::new(0),
-                        done: AtomicU64::new(0),
+                        ticket: nrt_hal::SlotTicket::new(),
                         info: UnsafeCell::new(SlotInfo {
                             model: None,
                             io_set: 0,

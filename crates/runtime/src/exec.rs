@@ -256,7 +256,7 @@ pub(crate) fn stage(
     let seq = st.submitted + 1;
     let idx = st.submitted as u32;
     let slot: &InflightSlot = vc.slot(seq);
-    if slot.ticket.load(Ordering::Acquire) != 0 {
+    if !slot.ticket.is_free() {
         return Err(NrtError::new(
             NrtStatus::QueueFull,
             format!(
@@ -283,11 +283,10 @@ pub(crate) fn stage(
             0
         },
     };
-    slot.done.store(0, Ordering::Relaxed);
     model.inflight.fetch_add(1, Ordering::AcqRel);
     // Publish before the device can possibly see the request: records for this compute index
     // must find the ticket.
-    slot.ticket.store(seq, Ordering::Release);
+    slot.ticket.publish(seq);
     for (c, cr) in model.cores.iter().enumerate() {
         let pos = vc.core_pos(cr.phys);
         let mut flags = 0;
@@ -416,7 +415,7 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
         model.io_sets.release(s);
         model.inflight.fetch_sub(1, Ordering::AcqRel);
     }
-    slot.ticket.store(0, Ordering::Release);
+    slot.ticket.release();
 }
 
 /// Whether an execution on `surface` marks its tensors pending: the async surfaces do in

@@ -22,9 +22,12 @@
 //!
 //! | field | written by | ordering |
 //! |---|---|---|
-//! | `ticket` | the stager, under the staging lock, *before* the triggers are pushed; the retirer clears it | `Release` / read `Acquire` |
+//! | `ticket` | the stager, under the staging lock, *before* the triggers are pushed (`SlotTicket::publish`); the retirer clears it (`release`) | `Release` / read `Acquire` |
 //! | `info` | the stager before `ticket`; read by the harvest and the owner while the ticket is set | ordered by `ticket` |
-//! | `done` | the harvest (under the token), once | `Release` / read `Acquire` |
+//! | completion word | the harvest (under the token), once (`SlotTicket::complete`) | `Release` / read `Acquire` |
+//!
+//! The ticket and completion word are `nrt_hal::SlotTicket`, whose protocol is model-checked
+//! with loom (`hal/tests/loom.rs`, `slot_ticket_*`).
 //! | harvest progress | the harvest (under the token) | token |
 
 use crate::tensor::Tensor;
@@ -133,20 +136,12 @@ pub fn error_status(sub: ErrorSubtype) -> NrtStatus {
     }
 }
 
-/// Packs a completion word: the seq in the high bits, the status in the low 16.
-pub(crate) fn done_word(seq: u64, status: NrtStatus) -> u64 {
-    seq << 16 | status.as_i32() as u16 as u64
-}
-
 /// The status of `seq` if its completion word is written.
 #[inline]
 pub(crate) fn completed_status(slot: &InflightSlot, seq: u64) -> Option<NrtStatus> {
-    let w = slot.done.load(Ordering::Acquire);
-    if w >> 16 == seq {
-        Some(NrtStatus::try_from((w & 0xFFFF) as i32).unwrap_or(NrtStatus::Failure))
-    } else {
-        None
-    }
+    slot.ticket
+        .completed(seq)
+        .map(|s| NrtStatus::try_from(s as i32).unwrap_or(NrtStatus::Failure))
 }
 
 /// One step of the harvest machine on vcore `vc`, on behalf of execution `target` (a seq;
@@ -200,7 +195,7 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
             ready &= ready - 1;
             let p = &mut h.progress[si];
             let slot = &vc.slots[si];
-            if p.phase != Phase::Done && slot.ticket.load(Ordering::Acquire) == p.seq {
+            if p.phase != Phase::Done && slot.ticket.current() == p.seq {
                 let status = p.error.map_or(NrtStatus::Success, error_status);
                 let seq = p.seq;
                 if rt.trace.enabled() {
@@ -349,7 +344,7 @@ fn on_record_slow(
 ) {
     let si = rec.compute_idx as usize % tuning::EXEC_RING_SLOTS as usize;
     let slot = &vc.slots[si];
-    let seq = slot.ticket.load(Ordering::Acquire);
+    let seq = slot.ticket.current();
     if seq == 0 || (seq - 1) as u32 != rec.compute_idx || completed_status(slot, seq).is_some() {
         return; // a record of an execution that already finished (timed out, aborted)
     }
@@ -440,7 +435,7 @@ fn streaming_output(info: &crate::SlotInfo, var_id: u32) {
 /// were dropped) and finish them.
 fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now: Duration) {
     for (si, slot) in vc.slots.iter().enumerate() {
-        let seq = slot.ticket.load(Ordering::Acquire);
+        let seq = slot.ticket.current();
         if seq == 0 || completed_status(slot, seq).is_some() {
             continue;
         }
@@ -496,7 +491,7 @@ fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now
 #[cold]
 fn fail_inflight_unrecoverable(vc: &VCore, progress: &mut [Progress], after: u64) {
     for (si, slot) in vc.slots.iter().enumerate() {
-        let seq = slot.ticket.load(Ordering::Acquire);
+        let seq = slot.ticket.current();
         if seq <= after || completed_status(slot, seq).is_some() {
             continue;
         }
@@ -554,7 +549,7 @@ fn finish(vc: &VCore, slot: &InflightSlot, p: &mut Progress, seq: u64, status: N
         );
     }
     crate::xu::write_status(surface, status);
-    slot.done.store(done_word(seq, status), Ordering::Release);
+    slot.ticket.complete(seq, status.as_i32() as u16);
     vc.advance_completed();
     if let crate::Surface::Explicit { .. } = surface {
         // The explicit surface has nothing left to do after the status slot: retire here, so

@@ -106,16 +106,16 @@ pub(crate) struct SlotInfo {
 /// One entry of a vcore's in-flight table, indexed by `compute_idx % EXEC_RING_SLOTS`.
 /// See [`harvest`] for who writes which field.
 pub(crate) struct InflightSlot {
-    /// Seq of the execution occupying the slot; 0 = free.
-    pub(crate) ticket: AtomicU64,
-    /// Completion word: `seq << 16 | status`; written once, by the harvest.
-    pub(crate) done: AtomicU64,
+    /// Seq of the occupying execution and its completion word: the ownership protocol of
+    /// `info` (`nrt_hal::slot_ticket`, loom-checked).
+    pub(crate) ticket: nrt_hal::SlotTicket,
     pub(crate) info: UnsafeCell<SlotInfo>,
 }
 
-// SAFETY: `info` follows the ticket protocol documented in `harvest`: written by the stager
-// before the ticket's Release store, read by the harvest and the owner after acquiring it,
-// cleared by the owner after the completion word; never accessed concurrently for writing.
+// SAFETY: `info` follows the slot/ticket protocol (`nrt_hal::slot_ticket`, model-checked):
+// written by the stager before `publish`, read by the harvest while `current` names its
+// execution, read and cleared by the owner after `completed`, reused after `release`; never
+// accessed concurrently for writing.
 unsafe impl Sync for InflightSlot {}
 // SAFETY: the raw status pointer in `Surface::Explicit` is only dereferenced by the retirer,
 // under the C API's contract that it stays valid until completion.

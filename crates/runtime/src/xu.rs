@@ -328,7 +328,7 @@ fn retire_done(rt: &RuntimeInner, vc: &VCore, cursor: &mut u64) -> bool {
     let mut advance = true;
     while seq <= submitted {
         let slot = vc.slot(seq);
-        let owned = slot.ticket.load(Ordering::Acquire) == seq;
+        let owned = slot.ticket.current() == seq;
         if owned {
             // SAFETY: the ticket is ours to read (see harvest's protocol).
             let surface = unsafe { (*slot.info.get()).surface };
