@@ -271,7 +271,7 @@ pub(crate) fn is_open(rt: &RuntimeInner) -> bool {
 }
 
 pub(crate) fn ensure_open(rt: &RuntimeInner) -> Result<()> {
-    if rt.state.load(Ordering::Acquire) == OPEN {
+    if is_open(rt) {
         Ok(())
     } else {
         Err(NrtError::new(
