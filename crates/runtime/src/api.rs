@@ -484,18 +484,9 @@ impl Runtime {
         let rt = &self.0;
         ensure_open(rt)?;
         let (vc, kind) = parse_seq(rt, seq)?;
-        let n = seq.seq_num();
         match kind {
             XuKind::Compute => explicit::is_completed(rt, vc, seq),
-            XuKind::TensorOp => {
-                if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
-                    return Err(NrtError::invalid(format!(
-                        "sequence {:#x} was never issued",
-                        seq.0
-                    )));
-                }
-                Ok(true)
-            }
+            XuKind::TensorOp => explicit::check_issued(vc, kind, seq).map(|_| true),
             XuKind::Collectives => Err(NrtError::invalid(format!(
                 "sequence {:#x}: collectives are not supported",
                 seq.0
@@ -517,15 +508,7 @@ impl Runtime {
     pub fn get_sequence(&self, vnc: u32, kind: XuKind, queue: i32) -> Result<SeqId> {
         let rt = &self.0;
         ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on this XU"
-            )));
-        }
+        let vc = explicit::xu_vcore(rt, vnc, queue)?;
         let n = match kind {
             XuKind::Compute => vc.completed.load(Ordering::Acquire),
             XuKind::TensorOp => vc.xu.tensor_ops.load(Ordering::Acquire),
@@ -540,22 +523,10 @@ impl Runtime {
         let rt = &self.0;
         ensure_open(rt)?;
         let (vc, kind) = parse_seq(rt, seq)?;
-        let n = seq.seq_num();
+        let n = explicit::check_issued(vc, kind, seq)?;
         if kind == XuKind::TensorOp {
-            if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
-                return Err(NrtError::invalid(format!(
-                    "sequence {:#x} was never issued",
-                    seq.0
-                )));
-            }
             signal_efd(efd);
             return Ok(());
-        }
-        if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
-            return Err(NrtError::invalid(format!(
-                "sequence {:#x} was never issued",
-                seq.0
-            )));
         }
         let (s, fd) = &vc.xu.seq_efd[((n - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
         if efd < 0 {
@@ -583,15 +554,7 @@ impl Runtime {
     pub fn register_xu_eventfd(&self, vnc: u32, kind: XuKind, queue: i32, efd: i32) -> Result<()> {
         let rt = &self.0;
         ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on this XU"
-            )));
-        }
+        let vc = explicit::xu_vcore(rt, vnc, queue)?;
         match kind {
             XuKind::Compute => vc.xu.compute_efd.store(efd.max(-1), Ordering::Release),
             XuKind::TensorOp => vc.xu.tensor_efd.store(efd.max(-1), Ordering::Release),
@@ -609,15 +572,7 @@ impl Runtime {
     ) -> Result<SeqId> {
         let rt = &self.0;
         ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on the tensor-op XU"
-            )));
-        }
+        let vc = explicit::xu_vcore(rt, vnc, queue)?;
         let r = op();
         let st = r.as_ref().map_or_else(|e| e.status, |_| NrtStatus::Success);
         if !status.is_null() {

@@ -71,10 +71,15 @@ pub(crate) fn parse_seq(rt: &RuntimeInner, seq: SeqId) -> Result<(&VCore, XuKind
     Ok((vc, kind))
 }
 
-/// Checks that compute seq `n` of `vc` was issued.
-fn check_issued(vc: &VCore, seq: SeqId) -> Result<u64> {
+/// Checks that `seq` was issued on `vc`'s XU of `kind` and returns its seq number.
+pub(crate) fn check_issued(vc: &VCore, kind: XuKind, seq: SeqId) -> Result<u64> {
     let n = seq.seq_num();
-    if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
+    let issued = match kind {
+        XuKind::Compute => vc.submitted.load(Ordering::Acquire),
+        XuKind::TensorOp => vc.xu.tensor_ops.load(Ordering::Acquire),
+        XuKind::Collectives => 0,
+    };
+    if n == 0 || n > issued {
         return Err(NrtError::invalid(format!(
             "sequence {:#x} was never issued",
             seq.0
@@ -83,10 +88,24 @@ fn check_issued(vc: &VCore, seq: SeqId) -> Result<u64> {
     Ok(n)
 }
 
+/// The vcore of an XU named by `vnc` and `queue` (every XU has only queue 0).
+pub(crate) fn xu_vcore(rt: &RuntimeInner, vnc: u32, queue: i32) -> Result<&VCore> {
+    let vc = rt
+        .vcores
+        .get(vnc as usize)
+        .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
+    if queue != 0 {
+        return Err(NrtError::invalid(format!(
+            "queue {queue} does not exist on the XUs of logical NeuronCore {vnc}"
+        )));
+    }
+    Ok(vc)
+}
+
 /// Whether compute execution `seq` completed (`nrta_is_completed`), helping the harvest
 /// once if not.
 pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<bool> {
-    let n = check_issued(vc, seq)?;
+    let n = check_issued(vc, XuKind::Compute, seq)?;
     if retired(vc, n) {
         return Ok(true);
     }
@@ -98,7 +117,7 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
 /// Waits for compute execution `seq` on the calling thread (driving the harvest) and
 /// returns its status.
 pub(crate) fn wait(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<NrtStatus> {
-    let n = check_issued(vc, seq)?;
+    let n = check_issued(vc, XuKind::Compute, seq)?;
     let mut backoff = Backoff::new();
     while !retired(vc, n) {
         if drive(rt, vc, n) == Step::Idle {
