@@ -1,6 +1,6 @@
-//! Half-precision tensors through operators that compute in f32 only.
+//! Half-precision (and double) tensors through operators that compute in f32 only.
 //!
-//! The engines compute in f32; `float16` and `bfloat16` are storage types (elementwise
+//! The engines compute in f32; `float16`, `bfloat16` and `double` are storage types (elementwise
 //! operators widen them themselves, see `ops/elementwise.rs`). An operator whose device rule
 //! is f32-only ([`Dtypes::Float`], [`Dtypes::Reduce`]: MatMul, Gemm, Conv, pooling,
 //! normalizations, reductions, activations, Resize, …) gets its half inputs through `Cast`
@@ -16,9 +16,10 @@ use crate::ops::{Dtypes, OpDef};
 use crate::tensor::dtype_to_onnx;
 use nrt_hal::DType;
 
-/// Whether `d` is stored narrower than the engines compute.
+/// Whether `d` is a float type the engines do not compute in (they compute f32): the halves,
+/// and double (computed in f32: ~7 significant digits, not 16).
 fn is_half(d: DType) -> bool {
-    matches!(d, DType::F16 | DType::Bf16)
+    matches!(d, DType::F16 | DType::Bf16 | DType::F64)
 }
 
 /// The half type node `ni`'s inputs are widened from, if the node needs it: an f32-only

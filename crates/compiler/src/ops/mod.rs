@@ -236,7 +236,10 @@ pub fn supported_markdown() -> String {
         "# Supported ONNX operators\n\n\
          Generated from the compiler's operator table (`crates/compiler/src/ops/`):\n\
          `NRT_BLESS=1 cargo test -p nrt-compiler --test supported_ops` rewrites it, and\n\
-         the test fails when it is stale. Do not edit by hand.\n\n",
+         the test fails when it is stale. Do not edit by hand.\n\n\
+         Device types: the engines compute f32 (and i32/i64 where listed); \
+         float16, bfloat16 and double tensors go through f32 \
+         (`crates/compiler/src/widen.rs`): an `f32` operator accepts them too.\n\n",
     );
     let _ = writeln!(s, "{} operators (default domain).\n", rows.len());
     s.push_str("| operator | opsets | runs | device types | notes |\n");

@@ -294,9 +294,23 @@ def halves(out):
         [f16("g", (8,), 1.0), f16("b", (8,)), i64("ax", [1])], elem=H)
 
 
+def doubles(out):
+    # double models (issue 13): storage only, computed in f32 (compiler/src/widen.rs); ONNX
+    # Runtime computes them in double.
+    D = TensorProto.DOUBLE
+    d = lambda name, shape, scale=0.2: numpy_helper.from_array(
+        (scale * RNG.standard_normal(shape)).astype(np.float64), name)
+    save(out, "f64_mlp_logsumexp", [
+        N("MatMul", ["X", "W"], ["h"]), N("Add", ["h", "b"], ["a"]), N("Tanh", ["a"], ["t"]),
+        N("ReduceLogSumExp", ["t", "ax"], ["Y"], keepdims=1),
+    ], [("X", [3, 8])], [("Y", [3, 1])], [d("W", (8, 6)), d("b", (6,)), i64("ax", [1])],
+        opset=18, elem=D)
+
+
 def main():
     out = sys.argv[1]
     halves(out)
+    doubles(out)
     computed_operands(out)
     gelu_models(out)
     attention(out, "Mul")
