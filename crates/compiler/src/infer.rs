@@ -32,6 +32,10 @@ pub fn infer(g: &mut Graph) -> Result<()> {
                 format!("operator '{}' is not supported", c.n.op),
             ));
         };
+        if let Some(expand) = def.expand {
+            expand(g, ni)?;
+            continue; // infer the decomposition, from its first node
+        }
         if widened.is_none_or(|(at, _)| at != ni)
             && let Some(half) = crate::widen::needed(g, ni, def)
         {

@@ -5,6 +5,7 @@
 //! lowering ([`crate::lower`]) are lookups in this one table, and [`supported_report`] lists
 //! it. Adding an operator is one `r.op(…)` line and its functions in one family file.
 
+mod attention;
 mod constant;
 mod conv;
 mod elementwise;
@@ -29,6 +30,9 @@ use std::sync::OnceLock;
 pub(crate) type InferFn = fn(&Ctx) -> Result<Vec<Out>>;
 /// Lowering of a node to engine instructions.
 pub(crate) type LowerFn = for<'a> fn(&mut Lowerer<'a>, At<'a>) -> Result<()>;
+/// Replaces node `ni` of the graph by the nodes that define the operator (inferred next),
+/// for operators ONNX defines as a function of others (`Attention`).
+pub(crate) type ExpandFn = fn(&mut crate::graph::Graph, usize) -> Result<()>;
 
 /// How an operator is computed at compile time.
 #[derive(Clone, Copy)]
@@ -67,6 +71,9 @@ pub(crate) struct OpDef {
     pub dtypes: Dtypes,
     /// `None`: computed at compile time only.
     pub lower: Option<LowerFn>,
+    /// Decomposed into other operators before inference (then `infer` and `lower` are
+    /// never reached).
+    pub expand: Option<ExpandFn>,
     /// Limits worth listing in the report.
     pub notes: &'static str,
 }
@@ -87,6 +94,12 @@ impl OpDef {
     /// Sets its lowering.
     pub fn device(&mut self, f: LowerFn) -> &mut Self {
         self.lower = Some(f);
+        self
+    }
+
+    /// Makes it decompose into other operators ([`ExpandFn`]).
+    pub fn expands(&mut self, f: ExpandFn) -> &mut Self {
+        self.expand = Some(f);
         self
     }
 
@@ -139,6 +152,7 @@ impl Registry {
             fold: Fold::Host,
             dtypes: Dtypes::Any,
             lower: None,
+            expand: None,
             notes: "",
         })
     }
@@ -151,6 +165,7 @@ pub(crate) fn registry() -> &'static Registry {
         let mut r = Registry {
             ops: HashMap::new(),
         };
+        attention::register(&mut r);
         constant::register(&mut r);
         conv::register(&mut r);
         elementwise::register(&mut r);
@@ -214,6 +229,7 @@ pub fn supported_report() -> Vec<OpInfo> {
             name: d.name,
             since: d.since,
             runs: match (d.lower.is_some(), d.fold) {
+                _ if d.expand.is_some() => "device (decomposed)",
                 (_, Fold::Only) => "compile time only",
                 (false, _) => "compile time",
                 (true, _) => "device",

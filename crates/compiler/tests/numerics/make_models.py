@@ -307,8 +307,43 @@ def doubles(out):
         opset=18, elem=D)
 
 
+def decoder_block(out):
+    # A decoder block with a KV cache passed in and out (issue 13): LayerNorm, Q/K/V
+    # projections, Attention (opset 23: 3-D inputs, grouped-query heads 4/2, causal, past
+    # and present key/value), output projection and the residual.
+    hid, hq, hkv, d, past = 16, 4, 2, 4, 3
+    nodes = [
+        N("LayerNormalization", ["X", "g", "b"], ["n"], axis=-1),
+        N("MatMul", ["n", "Wq"], ["q"]), N("MatMul", ["n", "Wk"], ["k"]),
+        N("MatMul", ["n", "Wv"], ["v"]),
+        N("Attention", ["q", "k", "v", "", "past_key", "past_value"],
+          ["a", "present_key", "present_value"], is_causal=1, q_num_heads=hq,
+          kv_num_heads=hkv),
+        N("MatMul", ["a", "Wo"], ["o"]), N("Add", ["X", "o"], ["Y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "decoder_block",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 5, hid]),
+         helper.make_tensor_value_info("past_key", TensorProto.FLOAT, [1, hkv, past, d]),
+         helper.make_tensor_value_info("past_value", TensorProto.FLOAT, [1, hkv, past, d])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 5, hid]),
+         helper.make_tensor_value_info("present_key", TensorProto.FLOAT, [1, hkv, past + 5, d]),
+         helper.make_tensor_value_info("present_value", TensorProto.FLOAT,
+                                       [1, hkv, past + 5, d])],
+        [w("g", (hid,), 1.0), w("b", (hid,)), w("Wq", (hid, hq * d)), w("Wk", (hid, hkv * d)),
+         w("Wv", (hid, hkv * d)), w("Wo", (hq * d, hid))],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    dd = os.path.join(out, "decoder_block_kv_cache")
+    os.makedirs(dd, exist_ok=True)
+    onnx.save(m, os.path.join(dd, "model.onnx"))
+
+
 def main():
     out = sys.argv[1]
+    decoder_block(out)
     halves(out)
     doubles(out)
     computed_operands(out)
