@@ -143,6 +143,9 @@ impl Runtime {
             ownership: Mutex::new(ownership),
             stats,
         });
+        inner
+            .trace
+            .start_inspect(&inner.config, || inner.device.clock_ns());
         if let Err(e) = xu::start_workers(&inner) {
             release(&*inner.device, &reserved);
             return Err(e);
@@ -191,6 +194,7 @@ impl Runtime {
         for m in &models {
             unload_model(rt, m);
         }
+        rt.trace.finish_inspect();
         rt.state.store(CLOSED, Ordering::Release);
         xu::stop_workers(rt);
         for vc in rt.vcores.iter() {

@@ -60,7 +60,7 @@ pub use exec::ExecMode;
 pub use model::{LoadOptions, TensorInfo};
 pub use nrt_hal::{DType, NrtStatus, SeqId};
 pub use tensor::{Placement, Tensor, TensorSet};
-pub use trace::{Span, Stage, chrome_json};
+pub use trace::{InspectConfig, InspectMode, Span, Stage, chrome_json};
 pub use xu::{AsyncCallback, XuKind, in_async_callback};
 
 use crate::harvest::{Harvest, Progress};
@@ -260,7 +260,6 @@ pub(crate) struct RuntimeInner {
     pub(crate) ownership: Mutex<Option<host::Ownership>>,
     /// Where the vcores' statistics live (read through [`VCore::stats`]); after `vcores`
     /// so it is dropped last.
-    #[allow(dead_code, reason = "held for the vcores' StatsRef pointers")]
     pub(crate) stats: host::StatsArea,
 }
 
@@ -413,5 +412,7 @@ fn unload_model(rt: &RuntimeInner, m: &Arc<ModelShared>) {
     for (c, b) in m.mem.iter().enumerate() {
         st.mem[c].fetch_sub(*b, Ordering::Relaxed);
     }
+    rt.stats.unpublish_model(m.published);
+    rt.trace.flush_model(m.id);
     m.state.store(STATE_UNLOADED, Ordering::Release);
 }
