@@ -32,12 +32,12 @@ def w(name, shape, scale=0.2):
     return f32(name, scale * RNG.standard_normal(shape))
 
 
-def save(out, name, nodes, inputs, outputs, inits, opset=17):
+def save(out, name, nodes, inputs, outputs, inits, opset=17, elem=TensorProto.FLOAT):
     g = helper.make_graph(
         nodes,
         name,
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        [helper.make_tensor_value_info(n, elem, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, elem, s) for n, s in outputs],
         inits,
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
@@ -265,8 +265,38 @@ def computed_operands(out):
          opset=13)
 
 
+def f16(name, shape, scale=0.2):
+    return numpy_helper.from_array((scale * RNG.standard_normal(shape)).astype(np.float16), name)
+
+
+def halves(out):
+    # float16 models (issue 13): f32-only operators (MatMul, Gemm, Conv, pooling, norms,
+    # Softmax, reductions) run on f16 tensors through f32 (compiler/src/widen.rs); the
+    # elementwise ones widen themselves. ONNX Runtime computes them on its CPU backend.
+    H = TensorProto.FLOAT16
+    save(out, "f16_mlp", [
+        N("MatMul", ["X", "W1"], ["h"]), N("Add", ["h", "b1"], ["a"]), N("Relu", ["a"], ["r"]),
+        N("Gemm", ["r", "W2", "b2"], ["Y"], transB=1),
+    ], [("X", [4, 16])], [("Y", [4, 8])],
+        [f16("W1", (16, 32)), f16("b1", (32,), 0.5), f16("W2", (8, 32)), f16("b2", (8,), 0.5)],
+        elem=H)
+    save(out, "f16_conv_pool", [
+        N("Conv", ["X", "K", "kb"], ["c"], pads=[1, 1, 1, 1]),
+        N("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        N("GlobalAveragePool", ["p"], ["Y"]),
+    ], [("X", [1, 3, 8, 8])], [("Y", [1, 4, 1, 1])], [f16("K", (4, 3, 3, 3)), f16("kb", (4,))],
+        elem=H)
+    save(out, "f16_layernorm_softmax", [
+        N("LayerNormalization", ["X", "g", "b"], ["n"], axis=-1),
+        N("Softmax", ["n"], ["s"], axis=-1),
+        N("ReduceSum", ["s", "ax"], ["Y"], keepdims=1),
+    ], [("X", [2, 3, 8])], [("Y", [2, 1, 8])],
+        [f16("g", (8,), 1.0), f16("b", (8,)), i64("ax", [1])], elem=H)
+
+
 def main():
     out = sys.argv[1]
+    halves(out)
     computed_operands(out)
     gelu_models(out)
     attention(out, "Mul")
