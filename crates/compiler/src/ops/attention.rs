@@ -1,3 +1,6 @@
+//! The transformer blocks ONNX defines as functions of other operators, decomposed during
+//! inference: `Attention` and `RotaryEmbedding` (opset 23).
+//!
 //! `Attention` (opset 23/24): decomposed, during inference, into the operators ONNX defines
 //! it with — Reshape/Transpose of 3-D inputs into heads, the KV cache's Concat, grouped-query
 //! head repetition, scaled `Q·Kᵀ`, softcap, the causal/mask/padding bias, Softmax and the
@@ -25,11 +28,17 @@ pub(super) fn register(r: &mut Registry) {
     r.op("Attention", 23, never_inferred)
         .expands(expand_attention)
         .note("decomposed into MatMul/Softmax/…; softmax_precision computes in f32");
+    r.op("RotaryEmbedding", 23, never_inferred)
+        .expands(expand_rotary)
+        .note("decomposed into Gather/Slice/Mul/Concat");
 }
 
-/// `Attention` is replaced before inference reaches it ([`expand_attention`]).
+/// The operators of this file are replaced before inference reaches them.
 fn never_inferred(c: &crate::params::Ctx) -> Result<Vec<Out>> {
-    Err(c.e(ErrorKind::UnsupportedOp, "Attention was not decomposed"))
+    Err(c.e(
+        ErrorKind::UnsupportedOp,
+        format!("{} was not decomposed", c.n.op),
+    ))
 }
 
 fn a_int(name: &str, i: i64) -> AttributeProto {
@@ -354,4 +363,135 @@ fn expand_attention(g: &mut Graph, ni: usize) -> Result<()> {
 
 fn g_splice(g: &mut Graph, ni: usize, nodes: Vec<Node>) {
     g.nodes.splice(ni..=ni, nodes);
+}
+
+/// Replaces `RotaryEmbedding` node `ni` (X, cos_cache, sin_cache, position_ids?) by its
+/// decomposition, in the layout of the ONNX reference: X as [B, S, H, D]; the first
+/// `rotary_embedding_dim` (default D) channels rotate — as two halves, or as (even, odd)
+/// pairs when `interleaved` — by the cos/sin rows of each position: `real = cos·x1 − sin·x2`,
+/// `imag = sin·x1 + cos·x2`; the other channels pass through.
+fn expand_rotary(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let bad = |msg: String| n.error(ErrorKind::BadAttribute, msg);
+    let input = |k: usize| n.inputs.get(k).copied().flatten();
+    let (Some(x), Some(cos), Some(sin)) = (input(0), input(1), input(2)) else {
+        return Err(bad("input, cos_cache and sin_cache are required".into()));
+    };
+    let Some(y) = n.outputs.first().copied().flatten() else {
+        return Err(bad("the output is required".into()));
+    };
+    let pos = input(3);
+    let xs = g.values[x].shape.clone();
+    let interleaved = n.attr_i("interleaved", 0)? != 0;
+    let (b, s, h, d) = match xs.len() {
+        4 => (xs[0], xs[2], xs[1], xs[3]),
+        3 => {
+            let h = n.attr_i("num_heads", 0)?;
+            if h <= 0 || !xs[2].is_multiple_of(h as usize) {
+                return Err(bad(format!(
+                    "a 3-D input needs num_heads dividing its hidden size {} (num_heads = {h})",
+                    xs[2]
+                )));
+            }
+            (xs[0], xs[1], h as usize, xs[2] / h as usize)
+        }
+        r => {
+            return Err(n.error(
+                ErrorKind::ShapeMismatch,
+                format!("input must be 3-D or 4-D, not {r}-D"),
+            ));
+        }
+    };
+    let rd = match n.attr_i("rotary_embedding_dim", 0)? {
+        0 => d,
+        r if r > 0 && (r as usize) <= d && r % 2 == 0 => r as usize,
+        r => return Err(bad(format!("rotary_embedding_dim {r} (even, at most {d})"))),
+    };
+    let half = rd / 2;
+    let (bi, si, hi, di) = (b as i64, s as i64, h as i64, d as i64);
+    let mut e = Expansion {
+        name: n.name.clone(),
+        g,
+        nodes: Vec::new(),
+    };
+    // [B, S, H, D]
+    let xt = if xs.len() == 4 {
+        e.node("Transpose", &[x], vec![a_ints("perm", &[0, 2, 1, 3])], None)
+    } else {
+        let shape = e.ints("shape", &[bi, si, hi, di]);
+        e.node("Reshape", &[x, shape], vec![], None)
+    };
+    let slice = |e: &mut Expansion, v: ValueId, from: i64, to: i64, axis: i64| {
+        let (st, en, ax) = (
+            e.ints("starts", &[from]),
+            e.ints("ends", &[to]),
+            e.ints("axes", &[axis]),
+        );
+        e.node("Slice", &[v, st, en, ax], vec![], None)
+    };
+    let rot_in = if rd < d {
+        slice(&mut e, xt, 0, rd as i64, 3)
+    } else {
+        xt
+    };
+    // cos/sin rows per position: [B, S, half] → [B, S, 1, half] (· 1 more when interleaved).
+    let rows = |e: &mut Expansion, c: ValueId| {
+        let c = match pos {
+            Some(p) => e.node("Gather", &[c, p], vec![a_int("axis", 0)], None),
+            None => c,
+        };
+        let axes = if interleaved {
+            e.ints("axes", &[2, 4])
+        } else {
+            e.ints("axes", &[2])
+        };
+        e.node("Unsqueeze", &[c, axes], vec![], None)
+    };
+    let (c, sn) = (rows(&mut e, cos), rows(&mut e, sin));
+    let (x1, x2, pairs) = if interleaved {
+        let shape = e.ints("pairs", &[bi, si, hi, half as i64, 2]);
+        let p = e.node("Reshape", &[rot_in, shape], vec![], None);
+        (slice(&mut e, p, 0, 1, 4), slice(&mut e, p, 1, 2, 4), true)
+    } else {
+        (
+            slice(&mut e, rot_in, 0, half as i64, 3),
+            slice(&mut e, rot_in, half as i64, rd as i64, 3),
+            false,
+        )
+    };
+    let (cx1, sx2) = (
+        e.node("Mul", &[c, x1], vec![], None),
+        e.node("Mul", &[sn, x2], vec![], None),
+    );
+    let real = e.node("Sub", &[cx1, sx2], vec![], None);
+    let (sx1, cx2) = (
+        e.node("Mul", &[sn, x1], vec![], None),
+        e.node("Mul", &[c, x2], vec![], None),
+    );
+    let imag = e.node("Add", &[sx1, cx2], vec![], None);
+    let mut rot = if pairs {
+        let both = e.node("Concat", &[real, imag], vec![a_int("axis", 4)], None);
+        let shape = e.ints("shape", &[bi, si, hi, rd as i64]);
+        e.node("Reshape", &[both, shape], vec![], None)
+    } else {
+        e.node("Concat", &[real, imag], vec![a_int("axis", 3)], None)
+    };
+    if rd < d {
+        let pass = slice(&mut e, xt, rd as i64, di, 3);
+        rot = e.node("Concat", &[rot, pass], vec![a_int("axis", 3)], None);
+    }
+    if xs.len() == 4 {
+        e.node(
+            "Transpose",
+            &[rot],
+            vec![a_ints("perm", &[0, 2, 1, 3])],
+            Some(y),
+        );
+    } else {
+        let shape = e.ints("shape", &[bi, si, hi * di]);
+        e.node("Reshape", &[rot, shape], vec![], Some(y));
+    }
+    let nodes = std::mem::take(&mut e.nodes);
+    g_splice(e.g, ni, nodes);
+    Ok(())
 }
