@@ -34,14 +34,14 @@ pub(super) fn register(r: &mut Registry) {
 }
 
 /// The operators of this file are replaced before inference reaches them.
-fn never_inferred(c: &crate::params::Ctx) -> Result<Vec<Out>> {
+pub(super) fn never_inferred(c: &crate::params::Ctx) -> Result<Vec<Out>> {
     Err(c.e(
         ErrorKind::UnsupportedOp,
         format!("{} was not decomposed", c.n.op),
     ))
 }
 
-fn a_int(name: &str, i: i64) -> AttributeProto {
+pub(super) fn a_int(name: &str, i: i64) -> AttributeProto {
     AttributeProto {
         name: name.to_owned(),
         r#type: at::INT,
@@ -50,7 +50,7 @@ fn a_int(name: &str, i: i64) -> AttributeProto {
     }
 }
 
-fn a_ints(name: &str, ints: &[i64]) -> AttributeProto {
+pub(super) fn a_ints(name: &str, ints: &[i64]) -> AttributeProto {
     AttributeProto {
         name: name.to_owned(),
         r#type: at::INTS,
@@ -60,14 +60,14 @@ fn a_ints(name: &str, ints: &[i64]) -> AttributeProto {
 }
 
 /// Builds the nodes that replace one node, naming every new value after it.
-struct Expansion<'g> {
-    g: &'g mut Graph,
-    name: String,
-    nodes: Vec<Node>,
+pub(super) struct Expansion<'g> {
+    pub(super) g: &'g mut Graph,
+    pub(super) name: String,
+    pub(super) nodes: Vec<Node>,
 }
 
 impl Expansion<'_> {
-    fn value(&mut self, what: &str) -> ValueId {
+    pub(super) fn value(&mut self, what: &str) -> ValueId {
         let name = format!("{}__{what}_{}", self.name, self.g.values.len());
         self.g.values.push(Value {
             name,
@@ -78,7 +78,7 @@ impl Expansion<'_> {
         self.g.values.len() - 1
     }
 
-    fn konst(&mut self, what: &str, t: HostTensor) -> ValueId {
+    pub(super) fn konst(&mut self, what: &str, t: HostTensor) -> ValueId {
         let v = self.value(what);
         self.g.values[v].dtype = t.dtype;
         self.g.values[v].shape = t.shape.clone();
@@ -86,14 +86,14 @@ impl Expansion<'_> {
         v
     }
 
-    fn ints(&mut self, what: &str, v: &[i64]) -> ValueId {
+    pub(super) fn ints(&mut self, what: &str, v: &[i64]) -> ValueId {
         self.konst(
             what,
             HostTensor::ints(DType::I64, vec![v.len()], v.to_vec()),
         )
     }
 
-    fn scalar(&mut self, what: &str, dtype: DType, x: f64) -> ValueId {
+    pub(super) fn scalar(&mut self, what: &str, dtype: DType, x: f64) -> ValueId {
         self.konst(
             what,
             HostTensor::from_f64s(dtype, vec![], std::iter::once(x)),
@@ -101,7 +101,7 @@ impl Expansion<'_> {
     }
 
     /// Appends `op(inputs)` writing `output` (a new value if `None`); returns the output.
-    fn node(
+    pub(super) fn node(
         &mut self,
         op: &str,
         inputs: &[ValueId],
@@ -361,7 +361,7 @@ fn expand_attention(g: &mut Graph, ni: usize) -> Result<()> {
     Ok(())
 }
 
-fn g_splice(g: &mut Graph, ni: usize, nodes: Vec<Node>) {
+pub(super) fn g_splice(g: &mut Graph, ni: usize, nodes: Vec<Node>) {
     g.nodes.splice(ni..=ni, nodes);
 }
 

@@ -11,6 +11,7 @@ mod conv;
 mod elementwise;
 mod gather;
 mod layout;
+mod loss;
 mod matmul;
 mod norm;
 mod pool;
@@ -171,6 +172,7 @@ pub(crate) fn registry() -> &'static Registry {
         elementwise::register(&mut r);
         gather::register(&mut r);
         layout::register(&mut r);
+        loss::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
         pool::register(&mut r);
