@@ -6,6 +6,7 @@
 //! it. Adding an operator is one `r.op(…)` line and its functions in one family file.
 
 mod attention;
+mod composite;
 mod constant;
 mod conv;
 mod elementwise;
@@ -167,6 +168,7 @@ pub(crate) fn registry() -> &'static Registry {
             ops: HashMap::new(),
         };
         attention::register(&mut r);
+        composite::register(&mut r);
         constant::register(&mut r);
         conv::register(&mut r);
         elementwise::register(&mut r);
