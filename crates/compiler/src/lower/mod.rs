@@ -89,6 +89,37 @@ impl<'a> Lowerer<'a> {
         self.prog.push((core, engine, Instruction::new(op)));
     }
 
+    /// A POOL reduction of `input` into `output` over the dimensions in `axes`.
+    pub(crate) fn emit_reduce(
+        &mut self,
+        input: AccessPattern,
+        output: AccessPattern,
+        op: nrt_isa::ReduceOp,
+        axes: u8,
+    ) {
+        let r = Op::Reduce {
+            input,
+            output,
+            op,
+            axes,
+        };
+        self.emit(0, Engine::Pool, r);
+    }
+
+    /// `x` in element type `dt`: itself, or a converting DVE copy into a dense temporary.
+    pub(crate) fn converted(&mut self, x: View, dt: DType) -> Result<View> {
+        if x.dtype == dt {
+            return Ok(x);
+        }
+        let t = View::dense(
+            self.temp(x.shape.iter().product::<usize>() * dt.size()),
+            dt,
+            &x.shape,
+        );
+        self.copy(Engine::Dve, &x, &t)?;
+        Ok(t)
+    }
+
     pub(crate) fn temp(&mut self, bytes: usize) -> u64 {
         let id = self.temps.len() as u32;
         self.temps.push(bytes as u64);
@@ -200,6 +231,12 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn scalar(&mut self, v: f32, shape: &[usize]) -> View {
         let a = self.add_const(&HostTensor::f32(vec![1], vec![v]));
         View::dense(a, DType::F32, &[1]).broadcast(shape)
+    }
+
+    /// Allocates output `o` and copies `src` into it on `engine`.
+    pub(crate) fn copy_out(&mut self, engine: Engine, src: &View, o: ValueId) -> Result<()> {
+        let y = self.alloc(o);
+        self.copy(engine, src, &y)
     }
 
     /// `out = a ∘ b` on DVE.

@@ -2,15 +2,14 @@
 
 use super::Registry;
 use crate::error::{ErrorKind, Result};
-use crate::lower::view::mk_ap;
+use crate::lower::view::dense_ap;
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
 use nrt_hal::{DType, Engine};
 use nrt_isa::Op;
 
 pub(super) fn register(r: &mut Registry) {
-    r.op("Gather", 1, infer_gather)
-        .device(|l, at| l.lower_gather(at));
+    r.op("Gather", 1, infer_gather).device(lower!(lower_gather));
 }
 
 /// Gather (constant indices are range-checked).
@@ -46,27 +45,17 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let iv = c.input(1)?;
         let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let idx = self.view(n.inputs[1].expect("p"))?;
+        let x = self.input_view(n, 0)?;
+        let idx = self.input_view(n, 1)?;
         let y = self.alloc(o0);
         let outer: usize = xv.shape[..axis].iter().product();
         let a = xv.shape[axis];
         let inner: usize = xv.shape[axis + 1..].iter().product();
         let ni_ = iv.elements();
         if outer * inner * ni_ > 0 {
-            let data = mk_ap(
-                x.addr,
-                x.dtype,
-                &[outer, a, inner],
-                &[(a * inner) as i64, inner as i64, 1],
-            )?;
-            let ind = mk_ap(idx.addr, idx.dtype, &[ni_], &[1])?;
-            let out = mk_ap(
-                y.addr,
-                y.dtype,
-                &[outer, ni_, inner],
-                &[(ni_ * inner) as i64, inner as i64, 1],
-            )?;
+            let data = dense_ap(x.addr, x.dtype, &[outer, a, inner])?;
+            let ind = dense_ap(idx.addr, idx.dtype, &[ni_])?;
+            let out = dense_ap(y.addr, y.dtype, &[outer, ni_, inner])?;
             self.emit(
                 0,
                 Engine::Pool,

@@ -1,9 +1,18 @@
 //! The operator table: every ONNX operator the compiler supports is one [`OpDef`] —
 //! name, first opset, shape inference, constant folding, element-type rule, lowering — that
-//! its family's file registers (`r.op("LRN", 1, infer_lrn).device(…)`, the way tract
+//! its family's file registers (`r.op("LRN", 1, infer_lrn).device(lower!(lower_lrn))`, the way tract
 //! registers ops). Shape inference ([`crate::infer`]), folding, the device type check and
 //! lowering ([`crate::lower`]) are lookups in this one table, and [`supported_report`] lists
 //! it. Adding an operator is one `r.op(…)` line and its functions in one family file.
+
+/// `lower!(lower_x)`: the lowering `|l, at| l.lower_x(at)` of a registration, as a
+/// [`LowerFn`] (a method of `impl<'a> Lowerer<'a>` is not itself one: its lifetime is the
+/// impl's, not higher-ranked).
+macro_rules! lower {
+    ($f:ident) => {
+        |l, at| l.$f(at)
+    };
+}
 
 mod constant;
 mod conv;
@@ -82,6 +91,11 @@ impl OpDef {
     pub fn dtypes(&mut self, d: Dtypes) -> &mut Self {
         self.dtypes = d;
         self
+    }
+
+    /// f32 only and never folded: a floating-point kernel that always runs on the device.
+    pub fn f32_on_device(&mut self) -> &mut Self {
+        self.dtypes(Dtypes::Float).fold(Fold::Never)
     }
 
     /// Sets its lowering.

@@ -10,13 +10,13 @@ use crate::params;
 use crate::params::{CUMSUM_MAX_LEN, Ctx, Out, out, reduce_axes, require_float};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
-use nrt_isa::{ActFunc, BinaryOp, Op, ReduceOp};
+use nrt_isa::{ActFunc, BinaryOp, ReduceOp};
 
 pub(super) fn register(r: &mut Registry) {
     for name in ["ReduceSum", "ReduceMax", "ReduceMin"] {
         r.op(name, 1, infer_reduce)
             .dtypes(Dtypes::Reduce)
-            .device(|l, at| l.lower_reduce(at));
+            .device(lower!(lower_reduce));
     }
     for name in [
         "ReduceMean",
@@ -28,17 +28,17 @@ pub(super) fn register(r: &mut Registry) {
     ] {
         r.op(name, 1, infer_reduce)
             .dtypes(Dtypes::Float)
-            .device(|l, at| l.lower_reduce(at));
+            .device(lower!(lower_reduce));
     }
     for name in ["ArgMax", "ArgMin"] {
         r.op(name, 1, infer_arg_reduce)
-            .device(|l, at| l.lower_arg_reduce(at));
+            .device(lower!(lower_arg_reduce));
     }
     r.op("Hardmax", 1, infer_hardmax)
-        .device(|l, at| l.lower_hardmax(at));
+        .device(lower!(lower_hardmax));
     r.op("CumSum", 11, infer_cumsum)
         .note("axis length at most 4096")
-        .device(|l, at| l.lower_cumsum(at));
+        .device(lower!(lower_cumsum));
 }
 
 /// Reduce*: axes from `reduce_axes`, `keepdims`.
@@ -134,8 +134,7 @@ impl<'a> Lowerer<'a> {
         let axis = c.norm_axis(axis, xv.shape.len())?;
         let exclusive = n.attr_i("exclusive", 0)? != 0;
         let reverse = n.attr_i("reverse", 0)? != 0;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let len = xv.shape[axis];
         let outer: usize = xv.shape[..axis].iter().product();
         let inner: usize = xv.shape[axis + 1..].iter().product();
@@ -175,8 +174,7 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
         let last = n.attr_i("select_last_index", 0)? != 0;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         if xv.elements() == 0 {
             return Ok(());
         }
@@ -202,7 +200,7 @@ impl<'a> Lowerer<'a> {
             ]
         };
         let axis = if c.opset() >= 13 { axis } else { 1 };
-        let x0 = self.view(n.inputs[0].expect("p"))?;
+        let x0 = self.input_view(n, 0)?;
         let y0 = self.alloc(o0);
         let total = xv.elements();
         if total == 0 {
@@ -221,12 +219,7 @@ impl<'a> Lowerer<'a> {
         let rv = self.index_ramp(&shape, axis);
         let eq = View::dense(self.temp(total), DType::Bool, &shape);
         let ib = idx.broadcast(&shape);
-        self.emit_nd(0, Engine::Dve, &[&rv, &ib, &eq], |a| Op::Binary {
-            a: a[0],
-            b: a[1],
-            out: a[2],
-            op: BinaryOp::Equal,
-        })?;
+        self.binary(&rv, &ib, &eq, BinaryOp::Equal)?;
         self.copy(Engine::Dve, &eq, &y)
     }
 
@@ -271,23 +264,13 @@ impl<'a> Lowerer<'a> {
         self.reduce(c, x, &m, Some(&[axis]), extreme)?;
         let eq = View::dense(self.temp(total), DType::Bool, &shape);
         let mb = m.broadcast(&shape);
-        self.emit_nd(0, Engine::Dve, &[x, &mb, &eq], |a| Op::Binary {
-            a: a[0],
-            b: a[1],
-            out: a[2],
-            op: BinaryOp::Equal,
-        })?;
+        self.binary(x, &mb, &eq, BinaryOp::Equal)?;
         let rv = self.index_ramp(&shape, axis);
         let sentinel = if last { -1 } else { shape[axis] as i64 };
         let sc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![sentinel]));
         let sv = View::dense(sc, DType::I64, &[1]).broadcast(&shape);
         let idx = View::dense(self.temp(total * 8), DType::I64, &shape);
-        self.emit_nd(0, Engine::Dve, &[&eq, &rv, &sv, &idx], |a| Op::Select {
-            cond: a[0],
-            a: a[1],
-            b: a[2],
-            out: a[3],
-        })?;
+        self.select(&eq, &rv, &sv, &idx)?;
         let pick = if last { ReduceOp::Max } else { ReduceOp::Min };
         self.reduce(c, &idx, out, Some(&[axis]), pick)
     }
@@ -295,8 +278,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_reduce(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let axes = params::reduce_axes(&c, xv.shape.len())?;
         let rop = match n.op.as_str() {
             "ReduceMean" => ReduceOp::Mean,
@@ -327,22 +309,12 @@ impl<'a> Lowerer<'a> {
                 self.reduce(&c, &x, &mv, axes.as_deref(), ReduceOp::Max)?;
                 let d = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
                 let mb = mv.broadcast(&xv.shape);
-                self.emit_nd(0, Engine::Dve, &[&x, &mb, &d], |a| Op::Binary {
-                    a: a[0],
-                    b: a[1],
-                    out: a[2],
-                    op: BinaryOp::Sub,
-                })?;
+                self.binary(&x, &mb, &d, BinaryOp::Sub)?;
                 self.activation(&d, &d, None, f(ActFunc::Exp), 1.0)?;
                 self.reduce(&c, &d, &y, axes.as_deref(), ReduceOp::Sum)?;
                 self.activation(&y, &y, None, f(ActFunc::Log), 1.0)?;
                 let m = View::dense(mv.addr, mv.dtype, &y.shape);
-                return self.emit_nd(0, Engine::Dve, &[&y, &m, &y], |a| Op::Binary {
-                    a: a[0],
-                    b: a[1],
-                    out: a[2],
-                    op: BinaryOp::Add,
-                });
+                return self.binary(&y, &m, &y, BinaryOp::Add);
             }
             _ => (None, None),
         };
@@ -429,16 +401,7 @@ impl<'a> Lowerer<'a> {
         for l in 0..loops {
             let xa = mk_ap(x.elems((l * in_chunk) as i64), x.dtype, &ishape, &ist)?;
             let ya = mk_ap(y.elems((l * out_chunk) as i64), y.dtype, &oshape, &ost)?;
-            self.emit(
-                0,
-                Engine::Pool,
-                Op::Reduce {
-                    input: xa,
-                    output: ya,
-                    op: rop,
-                    axes: mask,
-                },
-            );
+            self.emit_reduce(xa, ya, rop, mask);
         }
         Ok(())
     }
