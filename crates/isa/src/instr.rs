@@ -187,6 +187,22 @@ wire_enum!(
 );
 
 wire_enum!(
+    /// How [`Op::ScatterElements`] combines an update with the element it lands on.
+    ScatterReduce {
+        /// Replace.
+        None = 0,
+        /// Add.
+        Add = 1,
+        /// Multiply.
+        Mul = 2,
+        /// Maximum.
+        Max = 3,
+        /// Minimum.
+        Min = 4,
+    }
+);
+
+wire_enum!(
     /// Pooling-window operations.
     PoolOp {
         /// Maximum over the window.
@@ -493,6 +509,36 @@ pub enum Op {
         /// `[d0, d1, N, d3]`.
         output: AccessPattern,
     },
+    /// POOL: gather along dimension `axis`, one index per output element:
+    /// `out[p] = data[p with p[axis] = idx[p]]` (ONNX GatherElements; with a broadcast
+    /// indices operand it gathers whole rows). An index outside `[-A, A)` (negative counts
+    /// from the end) is a device error (`NRT_EXEC_OOB`) and nothing is written.
+    GatherElements {
+        /// The shape of `output` except `A` at `axis`.
+        data: AccessPattern,
+        /// i32 or i64, the shape of `output`.
+        indices: AccessPattern,
+        /// Output.
+        output: AccessPattern,
+        /// The indexed dimension (0..4).
+        axis: u8,
+    },
+    /// POOL: scatter along dimension `axis`, in element order:
+    /// `out[p with p[axis] = idx[p]] = out[…] ∘ updates[p]` for every position `p` of
+    /// `updates` (ONNX ScatterElements / ScatterND with a broadcast indices operand). Indices
+    /// are checked as for [`Op::GatherElements`] before anything is written.
+    ScatterElements {
+        /// i32 or i64, the shape of `updates`.
+        indices: AccessPattern,
+        /// The values.
+        updates: AccessPattern,
+        /// Read and written: the shape of `updates` except `A` at `axis`.
+        output: AccessPattern,
+        /// The indexed dimension (0..4).
+        axis: u8,
+        /// How an update combines with the element (a reduction: f32, i32 or i64).
+        reduce: ScatterReduce,
+    },
 }
 
 /// Opcode bytes.
@@ -539,6 +585,10 @@ pub mod opcode {
     pub const RESIZE: u8 = 0x54;
     /// [`super::Op::Gather`].
     pub const GATHER: u8 = 0x55;
+    /// [`super::Op::GatherElements`].
+    pub const GATHER_ELEMENTS: u8 = 0x56;
+    /// [`super::Op::ScatterElements`].
+    pub const SCATTER_ELEMENTS: u8 = 0x57;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -566,6 +616,8 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         LAYER_NORM => ("LayerNorm", HEADER_SIZE + 4 * AP_SIZE + 8),
         RESIZE => ("Resize", HEADER_SIZE + 2 * AP_SIZE + 24),
         GATHER => ("Gather", HEADER_SIZE + 3 * AP_SIZE),
+        GATHER_ELEMENTS => ("GatherElements", HEADER_SIZE + 3 * AP_SIZE + 8),
+        SCATTER_ELEMENTS => ("ScatterElements", HEADER_SIZE + 3 * AP_SIZE + 8),
         _ => return None,
     })
 }
@@ -596,6 +648,8 @@ impl Op {
             Op::LayerNorm { .. } => LAYER_NORM,
             Op::Resize { .. } => RESIZE,
             Op::Gather { .. } => GATHER,
+            Op::GatherElements { .. } => GATHER_ELEMENTS,
+            Op::ScatterElements { .. } => SCATTER_ELEMENTS,
         }
     }
 
@@ -626,7 +680,9 @@ impl Op {
             | Op::Softmax { .. }
             | Op::LayerNorm { .. }
             | Op::Resize { .. }
-            | Op::Gather { .. } => matches!(engine, Engine::Pool),
+            | Op::Gather { .. }
+            | Op::GatherElements { .. }
+            | Op::ScatterElements { .. } => matches!(engine, Engine::Pool),
         }
     }
 }
@@ -803,6 +859,26 @@ macro_rules! operand_table {
                 $f(0, "data", Role::Read, data);
                 $f(1, "indices", Role::Read, indices);
                 $f(2, "output", Role::Write, output);
+            }
+            Op::GatherElements {
+                data,
+                indices,
+                output,
+                ..
+            } => {
+                $f(0, "data", Role::Read, data);
+                $f(1, "indices", Role::Read, indices);
+                $f(2, "output", Role::Write, output);
+            }
+            Op::ScatterElements {
+                indices,
+                updates,
+                output,
+                ..
+            } => {
+                $f(0, "indices", Role::Read, indices);
+                $f(1, "updates", Role::Read, updates);
+                $f(2, "output", Role::ReadWrite, output);
             }
         }
     };
@@ -1140,6 +1216,32 @@ impl Instruction {
                 w.ap(indices);
                 w.ap(output);
             }
+            Op::GatherElements {
+                data,
+                indices,
+                output,
+                axis,
+            } => {
+                w.ap(data);
+                w.ap(indices);
+                w.ap(output);
+                w.u8(*axis);
+                w.zeros(7);
+            }
+            Op::ScatterElements {
+                indices,
+                updates,
+                output,
+                axis,
+                reduce,
+            } => {
+                w.ap(indices);
+                w.ap(updates);
+                w.ap(output);
+                w.u8(*axis);
+                w.u8(*reduce as u8);
+                w.zeros(6);
+            }
         }
         debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
     }
@@ -1231,6 +1333,15 @@ impl<'a> R<'a> {
         let at = self.pos;
         let v = self.u8();
         f(v).ok_or(DecodeError::field(field, Reason::BadEnum(v as u32)).at(at))
+    }
+    /// A dimension index of an access pattern (0..4).
+    fn axis(&mut self) -> Result<u8, DecodeError> {
+        let at = self.pos;
+        let a = self.u8();
+        if a > 3 {
+            return Err(DecodeError::field("axis", Reason::OutOfRange(a as u64)).at(at));
+        }
+        Ok(a)
     }
     fn window(&mut self, pooling: bool) -> Result<Window, DecodeError> {
         let at = self.pos;
@@ -1912,6 +2023,67 @@ impl Instruction {
                     data,
                     indices,
                     output,
+                }
+            }
+            opcode::GATHER_ELEMENTS => {
+                let data = r.ap("data")?;
+                let indices = r.ap("indices")?;
+                let output = r.ap("output")?;
+                let axis = r.axis()?;
+                r.zeros(7, "reserved")?;
+                require_dtype(&indices, "indices.dtype", &[DType::I32, DType::I64])
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                if output.dtype != data.dtype {
+                    return Err(DecodeError::field(
+                        "output.dtype",
+                        Reason::UnsupportedDType(output.dtype),
+                    )
+                    .at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                }
+                same_shape("indices.shape", &output.shape, &indices)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let mut want = output.shape;
+                want[axis as usize] = data.shape[axis as usize];
+                same_shape("data.shape", &want, &data).map_err(|e| e.shifted(HEADER_SIZE))?;
+                Op::GatherElements {
+                    data,
+                    indices,
+                    output,
+                    axis,
+                }
+            }
+            opcode::SCATTER_ELEMENTS => {
+                let indices = r.ap("indices")?;
+                let updates = r.ap("updates")?;
+                let output = r.ap("output")?;
+                let axis = r.axis()?;
+                let reduce = r.enum_u8("reduce", ScatterReduce::from_u8)?;
+                r.zeros(6, "reserved")?;
+                require_dtype(&indices, "indices.dtype", &[DType::I32, DType::I64])
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                if reduce != ScatterReduce::None {
+                    require_dtype(&output, "output.dtype", NUMERIC)
+                        .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                }
+                if updates.dtype != output.dtype {
+                    return Err(DecodeError::field(
+                        "updates.dtype",
+                        Reason::UnsupportedDType(updates.dtype),
+                    )
+                    .at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                same_shape("indices.shape", &updates.shape, &indices)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                let mut want = updates.shape;
+                want[axis as usize] = output.shape[axis as usize];
+                same_shape("output.shape", &want, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::ScatterElements {
+                    indices,
+                    updates,
+                    output,
+                    axis,
+                    reduce,
                 }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),

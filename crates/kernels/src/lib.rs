@@ -16,7 +16,7 @@
 //! | [`pool`] | `Pool` |
 //! | [`norm`] | `Softmax`, `LayerNorm` |
 //! | [`resize`] | `Resize` (ONNX reference semantics) |
-//! | [`gather`] | `Gather` |
+//! | [`gather`] | `Gather`, `GatherElements`, `ScatterElements` |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
 //! drivers, memcpy-free bulk copies), [`elem`] (element types, f16/bf16, casts), [`vmath`]
@@ -349,6 +349,25 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
         } => {
             // SAFETY: see above.
             unsafe { gather::gather(data, indices, output, mem) }
+        }
+        Op::GatherElements {
+            data,
+            indices,
+            output,
+            axis,
+        } => {
+            // SAFETY: see above.
+            unsafe { gather::gather_elements(data, indices, output, *axis, mem) }
+        }
+        Op::ScatterElements {
+            indices,
+            updates,
+            output,
+            axis,
+            reduce,
+        } => {
+            // SAFETY: see above.
+            unsafe { gather::scatter_elements(indices, updates, output, *axis, *reduce, mem) }
         }
     }
 }

@@ -11,7 +11,7 @@ use common::{Arena, Rng, assert_close, close, erf64, indices, random_shape};
 use nrt_hal::DType;
 use nrt_isa::{
     AccessPattern, ActFunc, BinaryOp, CoordMode, NearestMode, Op, PoolOp, ReduceOp, ResizeMode,
-    Window, matmul_flags,
+    ScatterReduce, Window, matmul_flags,
 };
 use nrt_kernels::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use nrt_kernels::{KernelError, Workspace};
@@ -1287,6 +1287,147 @@ proptest! {
         for [p, q, i, d] in indices([dshape[0], dshape[1], n, dshape[3]]) {
             let src = if idxs[i] < 0 { idxs[i] + a as i64 } else { idxs[i] } as usize;
             prop_assert_eq!(m.get_raw(&output, [p, q, i, d]), m.get_raw(&data, [p, q, src, d]));
+        }
+    }
+}
+
+/// Random i32/i64 indices for `ap` (shape `shape`) within `[-a, a)`, one of them out of
+/// range when `bad`; returns them in row-major order.
+fn put_indices(
+    m: &mut Arena,
+    rng: &mut Rng,
+    ap: &AccessPattern,
+    shape: [u32; 4],
+    a: u32,
+    bad: bool,
+) -> Vec<i64> {
+    let mut idxs = Vec::new();
+    for p in indices(shape) {
+        let v = rng.below(2 * a as u64) as i64 - a as i64;
+        idxs.push(v);
+        let bits = if ap.dtype == DType::I32 {
+            v as i32 as u32 as u64
+        } else {
+            v as u64
+        };
+        m.set_raw(ap, p, bits);
+    }
+    if bad && !idxs.is_empty() {
+        let k = rng.below(idxs.len() as u64) as usize;
+        let v = if rng.chance(0.5) {
+            a as i64 + rng.below(3) as i64
+        } else {
+            -(a as i64) - 1 - rng.below(3) as i64
+        };
+        idxs[k] = v;
+        let p = indices(shape).nth(k).unwrap();
+        let bits = if ap.dtype == DType::I32 {
+            v as i32 as u32 as u64
+        } else {
+            v as u64
+        };
+        m.set_raw(ap, p, bits);
+    }
+    idxs
+}
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn gather_elements_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let dt = DType::ALL[rng.below(12) as usize];
+        let axis = rng.below(4) as usize;
+        let a = 1 + rng.below(5) as u32;
+        let shape = [1 + rng.below(2) as u32, 1 + rng.below(3) as u32, rng.below(4) as u32, 1 + rng.below(4) as u32];
+        let mut dshape = shape;
+        dshape[axis] = a;
+        let data = m.random(&mut rng, dt, dshape, true);
+        let it = if rng.chance(0.5) { DType::I32 } else { DType::I64 };
+        let idx = m.random(&mut rng, it, shape, false);
+        let output = m.random(&mut rng, dt, shape, false);
+        m.fill_with(&data, || random_bits(&mut rng, dt));
+        let bad = rng.chance(0.15);
+        let idxs = put_indices(&mut m, &mut rng, &idx, shape, a, bad);
+        let before = m.read_raw(&output);
+        let r = m.run(&Op::GatherElements { data, indices: idx, output, axis: axis as u8 }, &mut Workspace::new());
+        if let Some(first) = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64) {
+            prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
+            prop_assert_eq!(m.read_raw(&output), before, "output untouched");
+            return Ok(());
+        }
+        r.unwrap();
+        for (k, p) in indices(shape).enumerate() {
+            let mut q = p;
+            q[axis] = if idxs[k] < 0 { idxs[k] + a as i64 } else { idxs[k] } as usize;
+            prop_assert_eq!(m.get_raw(&output, p), m.get_raw(&data, q));
+        }
+    }
+
+    #[test]
+    fn scatter_elements_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let reduce = ScatterReduce::ALL[rng.below(5) as usize];
+        let dt = if reduce == ScatterReduce::None {
+            DType::ALL[rng.below(12) as usize]
+        } else {
+            [DType::F32, DType::I32, DType::I64][rng.below(3) as usize]
+        };
+        let axis = rng.below(4) as usize;
+        let a = 1 + rng.below(5) as u32;
+        let shape = [1 + rng.below(2) as u32, 1 + rng.below(3) as u32, rng.below(4) as u32, 1 + rng.below(4) as u32];
+        let mut oshape = shape;
+        oshape[axis] = a;
+        let output = m.random(&mut rng, dt, oshape, false);
+        let it = if rng.chance(0.5) { DType::I32 } else { DType::I64 };
+        let idx = m.random(&mut rng, it, shape, false);
+        let updates = m.random(&mut rng, dt, shape, false);
+        let small = |rng: &mut Rng| match dt {
+            DType::F32 => (rng.below(9) as f32 - 4.0).to_bits() as u64,
+            DType::I32 => (rng.below(9) as i32 - 4) as u32 as u64,
+            DType::I64 => (rng.below(9) as i64 - 4) as u64,
+            _ => random_bits(rng, dt),
+        };
+        m.fill_with(&output, || small(&mut rng));
+        m.fill_with(&updates, || small(&mut rng));
+        let bad = rng.chance(0.15);
+        let idxs = put_indices(&mut m, &mut rng, &idx, shape, a, bad);
+        let before = m.read_raw(&output);
+        let r = m.run(&Op::ScatterElements { indices: idx, updates, output, axis: axis as u8, reduce }, &mut Workspace::new());
+        if let Some(first) = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64) {
+            prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
+            prop_assert_eq!(m.read_raw(&output), before, "output untouched");
+            return Ok(());
+        }
+        r.unwrap();
+        // The reference: the same updates in row-major order on a copy of the output.
+        let mut want: std::collections::HashMap<[usize; 4], u64> = indices(oshape).zip(before.iter().copied()).collect();
+        for (k, p) in indices(shape).enumerate() {
+            let mut q = p;
+            q[axis] = if idxs[k] < 0 { idxs[k] + a as i64 } else { idxs[k] } as usize;
+            let (old, u) = (want[&q], m.get_raw(&updates, p));
+            let v = match (reduce, dt) {
+                (ScatterReduce::None, _) => u,
+                (r, DType::F32) => {
+                    let (x, y) = (f32::from_bits(old as u32), f32::from_bits(u as u32));
+                    (match r { ScatterReduce::Add => x + y, ScatterReduce::Mul => x * y, ScatterReduce::Max => x.max(y), _ => x.min(y) }).to_bits() as u64
+                }
+                (r, DType::I32) => {
+                    let (x, y) = (old as u32 as i32, u as u32 as i32);
+                    (match r { ScatterReduce::Add => x.wrapping_add(y), ScatterReduce::Mul => x.wrapping_mul(y), ScatterReduce::Max => x.max(y), _ => x.min(y) }) as u32 as u64
+                }
+                (r, _) => {
+                    let (x, y) = (old as i64, u as i64);
+                    (match r { ScatterReduce::Add => x.wrapping_add(y), ScatterReduce::Mul => x.wrapping_mul(y), ScatterReduce::Max => x.max(y), _ => x.min(y) }) as u64
+                }
+            };
+            want.insert(q, v);
+        }
+        for p in indices(oshape) {
+            prop_assert_eq!(m.get_raw(&output, p), want[&p], "at {:?}", p);
         }
     }
 }
