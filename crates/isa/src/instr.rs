@@ -539,6 +539,19 @@ pub enum Op {
         /// How an update combines with the element (a reduction: f32, i32 or i64).
         reduce: ScatterReduce,
     },
+    /// POOL: the `K` largest (or smallest) elements of every row along dimension 3, in
+    /// order (equal elements: the lower index first; NaN above every number), and their
+    /// indices (ONNX TopK).
+    TopK {
+        /// `[d0, d1, d2, N]`: f32 or any integer type.
+        input: AccessPattern,
+        /// `[d0, d1, d2, K]`, `K ≤ N`, the input's type.
+        values: AccessPattern,
+        /// `[d0, d1, d2, K]` of i64.
+        indices: AccessPattern,
+        /// The largest (else the smallest).
+        largest: bool,
+    },
 }
 
 /// Opcode bytes.
@@ -589,6 +602,8 @@ pub mod opcode {
     pub const GATHER_ELEMENTS: u8 = 0x56;
     /// [`super::Op::ScatterElements`].
     pub const SCATTER_ELEMENTS: u8 = 0x57;
+    /// [`super::Op::TopK`].
+    pub const TOP_K: u8 = 0x58;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -618,6 +633,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         GATHER => ("Gather", HEADER_SIZE + 3 * AP_SIZE),
         GATHER_ELEMENTS => ("GatherElements", HEADER_SIZE + 3 * AP_SIZE + 8),
         SCATTER_ELEMENTS => ("ScatterElements", HEADER_SIZE + 3 * AP_SIZE + 8),
+        TOP_K => ("TopK", HEADER_SIZE + 3 * AP_SIZE + 8),
         _ => return None,
     })
 }
@@ -650,6 +666,7 @@ impl Op {
             Op::Gather { .. } => GATHER,
             Op::GatherElements { .. } => GATHER_ELEMENTS,
             Op::ScatterElements { .. } => SCATTER_ELEMENTS,
+            Op::TopK { .. } => TOP_K,
         }
     }
 
@@ -682,7 +699,8 @@ impl Op {
             | Op::Resize { .. }
             | Op::Gather { .. }
             | Op::GatherElements { .. }
-            | Op::ScatterElements { .. } => matches!(engine, Engine::Pool),
+            | Op::ScatterElements { .. }
+            | Op::TopK { .. } => matches!(engine, Engine::Pool),
         }
     }
 }
@@ -879,6 +897,16 @@ macro_rules! operand_table {
                 $f(0, "indices", Role::Read, indices);
                 $f(1, "updates", Role::Read, updates);
                 $f(2, "output", Role::ReadWrite, output);
+            }
+            Op::TopK {
+                input,
+                values,
+                indices,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "values", Role::Write, values);
+                $f(2, "indices", Role::Write, indices);
             }
         }
     };
@@ -1242,6 +1270,18 @@ impl Instruction {
                 w.u8(*reduce as u8);
                 w.zeros(6);
             }
+            Op::TopK {
+                input,
+                values,
+                indices,
+                largest,
+            } => {
+                w.ap(input);
+                w.ap(values);
+                w.ap(indices);
+                w.u32(*largest as u32);
+                w.u32(0);
+            }
         }
         debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
     }
@@ -1430,6 +1470,18 @@ fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<
 
 const F32: &[DType] = &[DType::F32];
 const NUMERIC: &[DType] = &[DType::F32, DType::I32, DType::I64];
+/// What [`Op::TopK`] orders: f32 and every integer type.
+const TOP_K_TYPES: &[DType] = &[
+    DType::F32,
+    DType::I64,
+    DType::I32,
+    DType::I16,
+    DType::I8,
+    DType::U64,
+    DType::U32,
+    DType::U16,
+    DType::U8,
+];
 
 impl Instruction {
     /// Decodes and validates one instruction from the start of `bytes`, returning it and its
@@ -2084,6 +2136,39 @@ impl Instruction {
                     output,
                     axis,
                     reduce,
+                }
+            }
+            opcode::TOP_K => {
+                let input = r.ap("input")?;
+                let values = r.ap("values")?;
+                let indices = r.ap("indices")?;
+                let largest = r.bool32("largest")?;
+                r.zeros(4, "reserved")?;
+                require_dtype(&input, "input.dtype", TOP_K_TYPES)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                if values.dtype != input.dtype {
+                    return Err(DecodeError::field(
+                        "values.dtype",
+                        Reason::UnsupportedDType(values.dtype),
+                    )
+                    .at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                require_dtype(&indices, "indices.dtype", &[DType::I64])
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                let k = values.shape[3];
+                dim_eq("values.shape", 3, k.min(input.shape[3]), k)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let mut want = input.shape;
+                want[3] = k;
+                same_shape("values.shape", &want, &values)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("indices.shape", &want, &indices)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::TopK {
+                    input,
+                    values,
+                    indices,
+                    largest,
                 }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),

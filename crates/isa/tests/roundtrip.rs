@@ -331,6 +331,19 @@ fn arb_op() -> impl Strategy<Value = Op> {
                 },
             )
         }),
+        (arb_dims(), 0u32..4, any::<bool>()).prop_flat_map(move |(s, k, largest)| {
+            let k = k.min(s[3]);
+            let mut vs = s;
+            vs[3] = k;
+            (arb_ap(f, s), arb_ap(f, vs), arb_ap(DType::I64, vs)).prop_map(
+                move |(input, values, indices)| Op::TopK {
+                    input,
+                    values,
+                    indices,
+                    largest,
+                },
+            )
+        }),
     ]
 }
 

@@ -17,6 +17,7 @@
 //! | [`norm`] | `Softmax`, `LayerNorm` |
 //! | [`resize`] | `Resize` (ONNX reference semantics) |
 //! | [`gather`] | `Gather`, `GatherElements`, `ScatterElements` |
+//! | [`topk`] | `TopK` |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
 //! drivers, memcpy-free bulk copies), [`elem`] (element types, f16/bf16, casts), [`vmath`]
@@ -47,6 +48,7 @@ pub mod pool;
 pub mod reduce;
 pub mod resize;
 pub mod strided;
+pub mod topk;
 pub mod vmath;
 
 use nrt_isa::Op;
@@ -368,6 +370,15 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
         } => {
             // SAFETY: see above.
             unsafe { gather::scatter_elements(indices, updates, output, *axis, *reduce, mem) }
+        }
+        Op::TopK {
+            input,
+            values,
+            indices,
+            largest,
+        } => {
+            // SAFETY: see above.
+            unsafe { topk::top_k(input, values, indices, *largest, mem, ws) }
         }
     }
 }

@@ -1432,6 +1432,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn top_k_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let dt = [DType::F32, DType::I32, DType::I64, DType::U8, DType::U64][rng.below(5) as usize];
+        let n = 1 + rng.below(12) as u32;
+        let k = rng.below(n as u64 + 1) as u32;
+        let shape = [1 + rng.below(2) as u32, 1 + rng.below(2) as u32, 1 + rng.below(3) as u32, n];
+        let vshape = [shape[0], shape[1], shape[2], k];
+        let input = m.random(&mut rng, dt, shape, true);
+        let values = m.random(&mut rng, dt, vshape, false);
+        let idx = m.random(&mut rng, DType::I64, vshape, false);
+        // Few distinct values, so that ties (lower index first) are common; some NaN.
+        m.fill_with(&input, || {
+            let v = rng.below(5);
+            match dt {
+                DType::F32 if rng.chance(0.05) => f32::NAN.to_bits() as u64,
+                DType::F32 => (v as f32 - 2.0).to_bits() as u64,
+                _ => v,
+            }
+        });
+        let largest = rng.chance(0.5);
+        m.run(&Op::TopK { input, values, indices: idx, largest }, &mut Workspace::new()).unwrap();
+        for [a, b, c, _] in indices([shape[0], shape[1], shape[2], 1]) {
+            let mut keys = Vec::new();
+            for j in 0..n as usize {
+                let bits = m.get_raw(&input, [a, b, c, j]);
+                let x = match dt {
+                    DType::F32 => {
+                        let x = f32::from_bits(bits as u32) as f64;
+                        if x.is_nan() { f64::INFINITY } else { x }
+                    }
+                    _ => bits as f64,
+                };
+                keys.push((x, j));
+            }
+            let mut order: Vec<usize> = (0..n as usize).collect();
+            order.sort_by(|&x, &y| {
+                let o = keys[x].0.partial_cmp(&keys[y].0).unwrap();
+                (if largest { o.reverse() } else { o }).then(x.cmp(&y))
+            });
+            for j in 0..k as usize {
+                let got = m.get_raw(&idx, [a, b, c, j]) as usize;
+                prop_assert_eq!(got, order[j], "row {:?} rank {}", [a, b, c], j);
+                prop_assert_eq!(m.get_raw(&values, [a, b, c, j]), m.get_raw(&input, [a, b, c, got]));
+            }
+        }
+    }
+}
+
 //===--- scheduler ops ---------------------------------------------------------------===//
 
 #[test]

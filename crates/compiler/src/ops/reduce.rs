@@ -1,5 +1,5 @@
-//! Reductions on POOL: Reduce*, ArgMax / ArgMin, Hardmax, and CumSum (a product with a
-//! triangular matrix on PE).
+//! Reductions on POOL: Reduce*, ArgMax / ArgMin, Hardmax, TopK (`Op::TopK`), and CumSum (a
+//! product with a triangular matrix on PE).
 
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
@@ -10,7 +10,7 @@ use crate::params;
 use crate::params::{CUMSUM_MAX_LEN, Ctx, Out, out, reduce_axes, require_float};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
-use nrt_isa::{ActFunc, BinaryOp, ReduceOp};
+use nrt_isa::{ActFunc, BinaryOp, Op, ReduceOp};
 
 pub(super) fn register(r: &mut Registry) {
     for name in ["ReduceSum", "ReduceMax", "ReduceMin"] {
@@ -36,9 +36,54 @@ pub(super) fn register(r: &mut Registry) {
     }
     r.op("Hardmax", 1, infer_hardmax)
         .device(lower!(lower_hardmax));
+    r.op("TopK", 1, infer_top_k)
+        .note("f32 and integers; K known at compile time; always sorted")
+        .device(lower!(lower_top_k));
     r.op("CumSum", 11, infer_cumsum)
         .note("axis length at most 4096")
         .device(lower!(lower_cumsum));
+}
+
+/// TopK's axis, K (input 1 from opset 10, attribute `k` before) and `largest`.
+fn top_k_params(c: &Ctx) -> Result<(usize, usize, bool)> {
+    let x = c.input(0)?;
+    if x.shape.is_empty() {
+        return Err(c.mismatch("TopK of a scalar"));
+    }
+    if matches!(x.dtype, DType::Bool | DType::F16 | DType::Bf16) {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!("input '{}' is {}; TopK orders f32 and integers", x.name, x.dtype),
+        ));
+    }
+    let axis = c.norm_axis(c.n.attr_i("axis", -1)?, x.shape.len())?;
+    let k = if c.opset() >= 10 {
+        match c.const_ints(1, "K")?.as_deref() {
+            Some([k]) => *k,
+            _ => return Err(c.mismatch("K must hold one value")),
+        }
+    } else {
+        c.n.attr_i("k", -1)?
+    };
+    let largest = match c.n.attr_i("largest", 1)? {
+        0 => false,
+        1 => true,
+        v => return Err(c.bad_attr(format!("largest = {v} (0 or 1)"))),
+    };
+    let n = x.shape[axis];
+    match usize::try_from(k) {
+        Ok(k) if k <= n => Ok((axis, k, largest)),
+        _ => Err(c.bad_attr(format!("K = {k} for an axis of {n} elements"))),
+    }
+}
+
+/// TopK: values (the input's type) and i64 indices, K along the axis.
+pub(crate) fn infer_top_k(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let (axis, k, _) = top_k_params(c)?;
+    let mut s = x.shape.clone();
+    s[axis] = k;
+    Ok(vec![out(x.dtype, s.clone()), out(DType::I64, s)])
 }
 
 /// Reduce*: axes from `reduce_axes`, `keepdims`.
@@ -403,6 +448,51 @@ impl<'a> Lowerer<'a> {
             let ya = mk_ap(y.elems((l * out_chunk) as i64), y.dtype, &oshape, &ost)?;
             self.emit_reduce(xa, ya, rop, mask);
         }
+        Ok(())
+    }
+}
+
+impl<'a> Lowerer<'a> {
+    /// TopK: one instruction on POOL over the input seen as `[outer, inner, N]` (the axis
+    /// last, strided), the outputs likewise.
+    pub(crate) fn lower_top_k(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let (axis, k, largest) = top_k_params(&c)?;
+        let x = self.input_view(n, 0)?;
+        let vals = self.alloc(o0);
+        let outer: usize = xv.shape[..axis].iter().product();
+        let inner: usize = xv.shape[axis + 1..].iter().product();
+        let len = xv.shape[axis];
+        let idx = match n.outputs.get(1).copied().flatten() {
+            Some(v) => self.alloc(v),
+            None => View::dense(
+                self.temp(outer * inner * k * 8),
+                DType::I64,
+                &[outer, inner, k],
+            ),
+        };
+        if outer * inner * k == 0 {
+            return Ok(());
+        }
+        let rows = |v: &View, m: usize| {
+            mk_ap(
+                v.addr,
+                v.dtype,
+                &[outer, inner, m],
+                &[(m * inner) as i64, 1, inner as i64],
+            )
+        };
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::TopK {
+                input: rows(&x, len)?,
+                values: rows(&vals, k)?,
+                indices: rows(&idx, k)?,
+                largest,
+            },
+        );
         Ok(())
     }
 }
