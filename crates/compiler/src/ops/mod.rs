@@ -22,6 +22,7 @@ mod layout;
 mod matmul;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
 mod unary;
@@ -173,6 +174,7 @@ pub(crate) fn registry() -> &'static Registry {
         matmul::register(&mut r);
         norm::register(&mut r);
         pool::register(&mut r);
+        quant::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
         unary::register(&mut r);

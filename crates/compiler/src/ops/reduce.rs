@@ -53,7 +53,10 @@ fn top_k_params(c: &Ctx) -> Result<(usize, usize, bool)> {
     if matches!(x.dtype, DType::Bool | DType::F16 | DType::Bf16) {
         return Err(c.e(
             ErrorKind::UnsupportedDType,
-            format!("input '{}' is {}; TopK orders f32 and integers", x.name, x.dtype),
+            format!(
+                "input '{}' is {}; TopK orders f32 and integers",
+                x.name, x.dtype
+            ),
         ));
     }
     let axis = c.norm_axis(c.n.attr_i("axis", -1)?, x.shape.len())?;

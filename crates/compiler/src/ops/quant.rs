@@ -1,0 +1,330 @@
+//! Rounding and linear quantization, as sequences of existing DVE / ACT / POOL instructions:
+//! Round, QuantizeLinear, DequantizeLinear (per tensor and per axis), DynamicQuantizeLinear.
+//!
+//! Rounding to nearest, ties to even, is exact f32 arithmetic: for `|x| ≤ 2^22`,
+//! `(x + 1.5·2^23) − 1.5·2^23` lands on the integer grid of `[2^23, 2^24)` with the FPU's
+//! round-to-nearest-even (two DVE `TensorScalar`s). Quantization clamps to `±2^22` first (any
+//! value beyond saturates anyway); `Round` keeps values with `|x| ≥ 2^22` (already integers)
+//! and NaN through a select. Integer results are exact f32 integers in the target range, so
+//! the final converting copy (which truncates) is exact. Blocked quantization (opset 21's
+//! `block_size`) and float8 / int4 / int2 types are not supported and are named in the error.
+
+use super::unary::infer_same;
+use super::{Dtypes, Registry};
+use crate::error::{ErrorKind, Result};
+use crate::graph::{Node, Value};
+use crate::lower::view::{View, dense_ap};
+use crate::lower::{At, Lowerer};
+use crate::params::{Ctx, Out, out};
+use crate::tensor::dtype_from_onnx;
+use nrt_hal::DType;
+use nrt_isa::{ActFunc, BinaryOp, ReduceOp};
+
+pub(super) fn register(r: &mut Registry) {
+    r.op("Round", 11, infer_same)
+        .dtypes(Dtypes::Float)
+        .note("ties to even")
+        .device(lower!(lower_round));
+    r.op("QuantizeLinear", 10, infer_quantize)
+        .dtypes(Dtypes::Float)
+        .note("per tensor or per axis; u8, i8, u16, i16")
+        .device(lower!(lower_quantize));
+    r.op("DequantizeLinear", 10, infer_dequantize)
+        .note("per tensor or per axis; u8, i8, u16, i16, i32 to f32")
+        .device(lower!(lower_dequantize));
+    r.op("DynamicQuantizeLinear", 11, infer_dynamic_quantize)
+        .dtypes(Dtypes::Float)
+        .device(lower!(lower_dynamic_quantize));
+}
+
+/// `1.5·2^23`: adding then subtracting it rounds an f32 of magnitude ≤ 2^22 to an integer.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+/// The largest magnitude [`ROUND_MAGIC`] rounds correctly.
+const ROUND_LIMIT: f32 = 4_194_304.0;
+
+/// The range of a quantized type.
+fn q_range(dt: DType) -> (f32, f32) {
+    match dt {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        DType::U16 => (0.0, 65535.0),
+        DType::I16 => (-32768.0, 32767.0),
+        _ => (i32::MIN as f32, i32::MAX as f32),
+    }
+}
+
+/// Scale / zero-point geometry: `None` per tensor, `Some(axis)` per axis.
+fn q_axis(c: &Ctx, x: &Value, scale: &Value, zp: Option<&Value>) -> Result<Option<usize>> {
+    let block = c.n.attr_i("block_size", 0)?;
+    if block != 0 {
+        return Err(c.e(
+            ErrorKind::UnsupportedOp,
+            format!("block_size {block} (blocked quantization is not supported)"),
+        ));
+    }
+    if scale.dtype != DType::F32 {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!(
+                "scale '{}' is {}; the device quantizes with f32 scales",
+                scale.name, scale.dtype
+            ),
+        ));
+    }
+    if let Some(z) = zp
+        && z.shape != scale.shape
+    {
+        return Err(c.mismatch(format!(
+            "zero point {:?} for scale {:?}",
+            z.shape, scale.shape
+        )));
+    }
+    if scale.shape.iter().product::<usize>() == 1 && scale.shape.len() <= 1 {
+        return Ok(None);
+    }
+    if scale.shape.len() != 1 {
+        return Err(c.e(
+            ErrorKind::UnsupportedOp,
+            format!(
+                "scale of shape {:?} (blocked quantization is not supported)",
+                scale.shape
+            ),
+        ));
+    }
+    let axis = c.norm_axis(c.n.attr_i("axis", 1)?, x.shape.len())?;
+    if scale.shape[0] != x.shape[axis] {
+        return Err(c.mismatch(format!(
+            "{} scales for axis {axis} of size {}",
+            scale.shape[0], x.shape[axis]
+        )));
+    }
+    Ok(Some(axis))
+}
+
+/// Checks a quantized element type (`what` names the tensor).
+fn q_type(c: &Ctx, name: &str, dt: DType, i32_too: bool) -> Result<()> {
+    if matches!(dt, DType::U8 | DType::I8 | DType::U16 | DType::I16)
+        || (i32_too && dt == DType::I32)
+    {
+        return Ok(());
+    }
+    Err(c.e(
+        ErrorKind::UnsupportedDType,
+        format!("'{name}' is {dt}; the device quantizes to u8, i8, u16 and i16"),
+    ))
+}
+
+/// QuantizeLinear: the zero point's type, else `output_dtype`, else u8.
+pub(crate) fn infer_quantize(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, s, z) = (c.input(0)?, c.input(1)?, c.opt(2));
+    q_axis(c, x, s, z)?;
+    let dt = match z {
+        Some(z) => z.dtype,
+        None => match c.n.attr_i("output_dtype", 0)? {
+            0 => DType::U8,
+            t => i32::try_from(t)
+                .ok()
+                .and_then(dtype_from_onnx)
+                .ok_or_else(|| c.e(ErrorKind::UnsupportedDType, format!("output_dtype {t}")))?,
+        },
+    };
+    q_type(c, "y_zero_point", dt, false)?;
+    Ok(vec![out(dt, x.shape.clone())])
+}
+
+/// DequantizeLinear: f32.
+pub(crate) fn infer_dequantize(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, s, z) = (c.input(0)?, c.input(1)?, c.opt(2));
+    q_type(c, &x.name, x.dtype, true)?;
+    if let Some(z) = z
+        && z.dtype != x.dtype
+    {
+        return Err(c.mismatch(format!("zero point of type {} for {}", z.dtype, x.dtype)));
+    }
+    q_axis(c, x, s, z)?;
+    Ok(vec![out(DType::F32, x.shape.clone())])
+}
+
+/// DynamicQuantizeLinear: u8 data, f32 scale, u8 zero point (scalars).
+pub(crate) fn infer_dynamic_quantize(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    Ok(vec![
+        out(DType::U8, x.shape.clone()),
+        out(DType::F32, vec![]),
+        out(DType::U8, vec![]),
+    ])
+}
+
+impl<'a> Lowerer<'a> {
+    /// A dense f32 temporary of `shape`.
+    fn f32_temp(&mut self, shape: &[usize]) -> View {
+        let n: usize = shape.iter().product();
+        View::dense(self.temp(n.max(1) * 4), DType::F32, shape)
+    }
+
+    /// `t ← round(t)` in place, for `|t| ≤ 2^22` (see the module comment).
+    fn round_small(&mut self, t: &View) -> Result<()> {
+        self.tensor_scalar(t, t, BinaryOp::Add, ROUND_MAGIC)?;
+        self.tensor_scalar(t, t, BinaryOp::Sub, ROUND_MAGIC)
+    }
+
+    /// `t ← clamp(t, lo, hi)` in place on ACT.
+    fn clamp(&mut self, t: &View, lo: f32, hi: f32) -> Result<()> {
+        self.activation(t, t, None, (ActFunc::Clip, lo, hi), 1.0)
+    }
+
+    /// Scale or zero point input `i` of `n` seen with `x`'s shape (per tensor or along
+    /// `axis`), converted to `dt`.
+    fn q_param(
+        &mut self,
+        n: &Node,
+        i: usize,
+        xshape: &[usize],
+        axis: Option<usize>,
+        dt: DType,
+    ) -> Result<View> {
+        let v = self.input_view(n, i)?;
+        let v = self.converted(v, dt)?;
+        let mut shape = vec![1; xshape.len()];
+        if let Some(a) = axis {
+            shape[a] = xshape[a];
+        }
+        Ok(View::dense(v.addr, v.dtype, &shape).broadcast(xshape))
+    }
+
+    /// `y ← saturate(round(t) + zp)` as `y`'s type, `t` an f32 temporary (overwritten).
+    fn q_store(&mut self, t: &View, zp: Option<&View>, y: &View) -> Result<()> {
+        self.clamp(t, -ROUND_LIMIT, ROUND_LIMIT)?;
+        self.round_small(t)?;
+        if let Some(z) = zp {
+            self.binary(t, z, t, BinaryOp::Add)?;
+        }
+        let (lo, hi) = q_range(y.dtype);
+        self.clamp(t, lo, hi)?;
+        self.copy(nrt_hal::Engine::Dve, t, y)
+    }
+
+    /// Round: ties to even; values of magnitude ≥ 2^22 (integers already), ±inf and NaN
+    /// pass through a select.
+    pub(crate) fn lower_round(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, oshape, .. } = at;
+        let (x, y) = self.unary_io(n, o0)?;
+        if oshape.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        let a = self.f32_temp(oshape);
+        self.activation(&x, &a, None, (ActFunc::Abs, 0.0, 0.0), 1.0)?;
+        let small = View::dense(
+            self.temp(oshape.iter().product::<usize>()),
+            DType::Bool,
+            oshape,
+        );
+        let lim = self.scalar(ROUND_LIMIT, oshape);
+        self.binary(&a, &lim, &small, BinaryOp::Less)?;
+        self.activation(
+            &x,
+            &a,
+            None,
+            (ActFunc::Clip, -ROUND_LIMIT, ROUND_LIMIT),
+            1.0,
+        )?;
+        self.round_small(&a)?;
+        self.select(&small, &a, &x, &y)
+    }
+
+    /// QuantizeLinear: `saturate(round(x / scale) + zero_point)`.
+    pub(crate) fn lower_quantize(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let (xv, sv, zv) = (c.input(0)?, c.input(1)?, c.opt(2));
+        let axis = q_axis(&c, xv, sv, zv)?;
+        let (x, y) = self.unary_io(n, o0)?;
+        if oshape.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        let s = self.q_param(n, 1, oshape, axis, DType::F32)?;
+        let z = match zv {
+            Some(_) => Some(self.q_param(n, 2, oshape, axis, DType::F32)?),
+            None => None,
+        };
+        let t = self.f32_temp(oshape);
+        self.binary(&x, &s, &t, BinaryOp::Div)?;
+        self.q_store(&t, z.as_ref(), &y)
+    }
+
+    /// DequantizeLinear: `(x − zero_point) · scale`, the difference in i32.
+    pub(crate) fn lower_dequantize(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let (xv, sv, zv) = (c.input(0)?, c.input(1)?, c.opt(2));
+        let axis = q_axis(&c, xv, sv, zv)?;
+        let (x, y) = self.unary_io(n, o0)?;
+        if oshape.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        let s = self.q_param(n, 1, oshape, axis, DType::F32)?;
+        if zv.is_some() {
+            let z = self.q_param(n, 2, oshape, axis, DType::I32)?;
+            let xi = self.converted(x, DType::I32)?;
+            let d = View::dense(
+                self.temp(oshape.iter().product::<usize>() * 4),
+                DType::I32,
+                oshape,
+            );
+            self.binary(&xi, &z, &d, BinaryOp::Sub)?;
+            self.copy(nrt_hal::Engine::Dve, &d, &y)?;
+        } else {
+            self.copy(nrt_hal::Engine::Dve, &x, &y)?;
+        }
+        self.binary(&y, &s, &y, BinaryOp::Mul)
+    }
+
+    /// DynamicQuantizeLinear (u8): the range of `x` widened to include 0 gives
+    /// `scale = (max − min) / 255` and `zero_point = saturate(round(−min / scale))`, then
+    /// `y = saturate(round(x / scale) + zero_point)` (the ONNX reference's order).
+    pub(crate) fn lower_dynamic_quantize(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, oshape, .. } = at;
+        let total: usize = oshape.iter().product();
+        let (x, y) = self.unary_io(n, o0)?;
+        let scale = match n.outputs.get(1).copied().flatten() {
+            Some(v) => self.alloc(v),
+            None => self.f32_temp(&[]),
+        };
+        let scale = View::dense(scale.addr, DType::F32, &[1]);
+        let (mx, mn) = (self.f32_temp(&[1]), self.f32_temp(&[1]));
+        if total > 0 {
+            let xa = dense_ap(x.addr, x.dtype, &[total])?;
+            self.emit_reduce(xa, mx.ap()?, ReduceOp::Max, 0b1000);
+            self.emit_reduce(xa, mn.ap()?, ReduceOp::Min, 0b1000);
+            self.tensor_scalar(&mx, &mx, BinaryOp::Max, 0.0)?;
+            self.tensor_scalar(&mn, &mn, BinaryOp::Min, 0.0)?;
+        } else {
+            self.fill(nrt_hal::Engine::Dve, &mx, 0.0)?;
+            self.fill(nrt_hal::Engine::Dve, &mn, 0.0)?;
+        }
+        self.binary(&mx, &mn, &scale, BinaryOp::Sub)?;
+        self.tensor_scalar(&scale, &scale, BinaryOp::Div, 255.0)?;
+        // zero_point = round(clamp(0 − min / scale, 0, 255)).
+        let zf = self.f32_temp(&[1]);
+        self.binary(&mn, &scale, &zf, BinaryOp::Div)?;
+        self.tensor_scalar(&zf, &zf, BinaryOp::Mul, -1.0)?;
+        self.clamp(&zf, 0.0, 255.0)?;
+        self.round_small(&zf)?;
+        if let Some(v) = n.outputs.get(2).copied().flatten() {
+            let zq = self.alloc(v);
+            self.copy(
+                nrt_hal::Engine::Dve,
+                &zf,
+                &View::dense(zq.addr, DType::U8, &[1]),
+            )?;
+        }
+        if total == 0 {
+            return Ok(());
+        }
+        let t = self.f32_temp(oshape);
+        self.binary(&x, &scale.broadcast(oshape), &t, BinaryOp::Div)?;
+        self.q_store(&t, Some(&zf.broadcast(oshape)), &y)
+    }
+}
