@@ -352,6 +352,20 @@ pub enum Op {
         /// [`matmul_flags`].
         flags: u32,
     },
+    /// PE: integer matrix product, `C = (A − a_zero)·(B − b_zero)` in i32 (wrapping),
+    /// batched over the two leading dimensions (ONNX MatMulInteger).
+    MatMulInteger {
+        /// `[b1, b2, M, K]` u8 or i8.
+        a: AccessPattern,
+        /// `[b1, b2, K, N]` u8 or i8.
+        b: AccessPattern,
+        /// `[b1, b2, M, N]` i32.
+        c: AccessPattern,
+        /// `[b1, b2, M, 1]` of A's type (per row, usually broadcast), if any.
+        a_zero: Option<AccessPattern>,
+        /// `[b1, b2, 1, N]` of B's type (per column, usually broadcast), if any.
+        b_zero: Option<AccessPattern>,
+    },
     /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
     Conv {
         /// `[N, C, H, W]`.
@@ -574,6 +588,8 @@ pub mod opcode {
     pub const MATMUL: u8 = 0x20;
     /// [`super::Op::Conv`].
     pub const CONV: u8 = 0x21;
+    /// [`super::Op::MatMulInteger`].
+    pub const MATMUL_INTEGER: u8 = 0x23;
     /// [`super::Op::Activation`].
     pub const ACTIVATION: u8 = 0x30;
     /// [`super::Op::Binary`].
@@ -619,6 +635,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         BARRIER => ("Barrier", HEADER_SIZE + 8),
         MATMUL => ("MatMul", HEADER_SIZE + 3 * AP_SIZE + 8),
         CONV => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 48),
+        MATMUL_INTEGER => ("MatMulInteger", HEADER_SIZE + 5 * AP_SIZE + 8),
         ACTIVATION => ("Activation", HEADER_SIZE + 3 * AP_SIZE + 24),
         BINARY => ("Binary", HEADER_SIZE + 3 * AP_SIZE + 8),
         TENSOR_SCALAR => ("TensorScalar", HEADER_SIZE + 2 * AP_SIZE + 16),
@@ -652,6 +669,7 @@ impl Op {
             Op::Barrier { .. } => BARRIER,
             Op::MatMul { .. } => MATMUL,
             Op::Conv { .. } => CONV,
+            Op::MatMulInteger { .. } => MATMUL_INTEGER,
             Op::Activation { .. } => ACTIVATION,
             Op::Binary { .. } => BINARY,
             Op::TensorScalar { .. } => TENSOR_SCALAR,
@@ -686,7 +704,9 @@ impl Op {
             | Op::SemSet { .. }
             | Op::Notify { .. }
             | Op::Barrier { .. } => matches!(engine, Engine::Sp),
-            Op::MatMul { .. } | Op::Conv { .. } => matches!(engine, Engine::Pe),
+            Op::MatMul { .. } | Op::Conv { .. } | Op::MatMulInteger { .. } => {
+                matches!(engine, Engine::Pe)
+            }
             Op::Activation { .. } => matches!(engine, Engine::Act),
             Op::Binary { .. } | Op::TensorScalar { .. } | Op::Select { .. } => {
                 matches!(engine, Engine::Dve)
@@ -797,6 +817,23 @@ macro_rules! operand_table {
                     },
                     c,
                 );
+            }
+            Op::MatMulInteger {
+                a,
+                b,
+                c,
+                a_zero,
+                b_zero,
+            } => {
+                $f(0, "a", Role::Read, a);
+                $f(1, "b", Role::Read, b);
+                $f(2, "c", Role::Write, c);
+                if let Some(x) = a_zero {
+                    $f(3, "a_zero", Role::Read, x);
+                }
+                if let Some(x) = b_zero {
+                    $f(4, "b_zero", Role::Read, x);
+                }
             }
             Op::Conv {
                 input,
@@ -1114,6 +1151,21 @@ impl Instruction {
                 w.window(window);
                 w.u32(*groups);
                 w.u32(bias.is_some() as u32 | (workspace.is_some() as u32) << 1);
+            }
+            Op::MatMulInteger {
+                a,
+                b,
+                c,
+                a_zero,
+                b_zero,
+            } => {
+                w.ap(a);
+                w.ap(b);
+                w.ap(c);
+                w.opt_ap(a_zero);
+                w.opt_ap(b_zero);
+                w.u32(a_zero.is_some() as u32 | (b_zero.is_some() as u32) << 1);
+                w.u32(0);
             }
             Op::Activation {
                 input,
@@ -2136,6 +2188,50 @@ impl Instruction {
                     output,
                     axis,
                     reduce,
+                }
+            }
+            opcode::MATMUL_INTEGER => {
+                let flags_at = HEADER_SIZE + 5 * AP_SIZE;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !3 != 0 {
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at)
+                    );
+                }
+                let a = r.ap("a")?;
+                let b_ = r.ap("b")?;
+                let c = r.ap("c")?;
+                let a_zero = r.opt_ap("a_zero", flags & 1 != 0)?;
+                let b_zero = r.opt_ap("b_zero", flags & 2 != 0)?;
+                r.u32();
+                r.zeros(4, "reserved")?;
+                const Q: &[DType] = &[DType::U8, DType::I8];
+                require_dtype(&a, "a.dtype", Q).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&b_, "b.dtype", Q).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                require_dtype(&c, "c.dtype", &[DType::I32])
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                let [b1, b2, m, k] = a.shape;
+                let n = c.shape[3];
+                same_shape("b.shape", &[b1, b2, k, n], &b_)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("c.shape", &[b1, b2, m, n], &c)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                if let Some(z) = &a_zero {
+                    let at = HEADER_SIZE + 3 * AP_SIZE;
+                    require_dtype(z, "a_zero.dtype", &[a.dtype]).map_err(|e| e.shifted(at))?;
+                    same_shape("a_zero.shape", &[b1, b2, m, 1], z).map_err(|e| e.shifted(at))?;
+                }
+                if let Some(z) = &b_zero {
+                    let at = HEADER_SIZE + 4 * AP_SIZE;
+                    require_dtype(z, "b_zero.dtype", &[b_.dtype]).map_err(|e| e.shifted(at))?;
+                    same_shape("b_zero.shape", &[b1, b2, 1, n], z).map_err(|e| e.shifted(at))?;
+                }
+                Op::MatMulInteger {
+                    a,
+                    b: b_,
+                    c,
+                    a_zero,
+                    b_zero,
                 }
             }
             opcode::TOP_K => {

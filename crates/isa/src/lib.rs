@@ -18,7 +18,7 @@
 //!
 //! | engine | operations |
 //! |---|---|
-//! | PE | [`Op::MatMul`] (accumulate, transpose, batched), [`Op::Conv`] (direct or im2col) |
+//! | PE | [`Op::MatMul`] (accumulate, transpose, batched), [`Op::MatMulInteger`] (u8/i8 → i32), [`Op::Conv`] (direct or im2col) |
 //! | ACT | [`Op::Activation`]: `y = f(x·scale + bias)` for every [`ActFunc`] |
 //! | DVE | [`Op::Binary`], [`Op::TensorScalar`], [`Op::Select`], [`Op::Copy`] (cast, transpose), [`Op::Fill`] |
 //! | POOL | [`Op::Reduce`], [`Op::Pool`], [`Op::Softmax`], [`Op::LayerNorm`], [`Op::Resize`], [`Op::Gather`], [`Op::GatherElements`], [`Op::ScatterElements`], [`Op::TopK`], [`Op::Copy`], [`Op::Fill`] |

@@ -331,6 +331,33 @@ fn arb_op() -> impl Strategy<Value = Op> {
                 },
             )
         }),
+        (
+            arb_dims(),
+            1u32..6,
+            0usize..4,
+            any::<(bool, bool, bool, bool)>()
+        )
+            .prop_flat_map(move |(s, n, zps, (ai8, bi8, _, _))| {
+                let (at, bt) = (
+                    if ai8 { DType::I8 } else { DType::U8 },
+                    if bi8 { DType::I8 } else { DType::U8 },
+                );
+                let [b1, b2, m, k] = s;
+                (
+                    arb_ap(at, s),
+                    arb_ap(bt, [b1, b2, k, n]),
+                    arb_ap(DType::I32, [b1, b2, m, n]),
+                    arb_ap(at, [b1, b2, m, 1]),
+                    arb_ap(bt, [b1, b2, 1, n]),
+                )
+                    .prop_map(move |(a, b, c, za, zb)| Op::MatMulInteger {
+                        a,
+                        b,
+                        c,
+                        a_zero: (zps & 1 != 0).then_some(za),
+                        b_zero: (zps & 2 != 0).then_some(zb),
+                    })
+            },),
         (arb_dims(), 0u32..4, any::<bool>()).prop_flat_map(move |(s, k, largest)| {
             let k = k.min(s[3]);
             let mut vs = s;

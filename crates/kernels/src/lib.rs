@@ -18,6 +18,7 @@
 //! | [`resize`] | `Resize` (ONNX reference semantics) |
 //! | [`gather`] | `Gather`, `GatherElements`, `ScatterElements` |
 //! | [`topk`] | `TopK` |
+//! | [`qmatmul`] | `MatMulInteger` (AVX-512 VNNI `vpdpbusd` when present, else portable) |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
 //! drivers, memcpy-free bulk copies), [`elem`] (element types, f16/bf16, casts), [`vmath`]
@@ -45,6 +46,7 @@ pub mod gather;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
+pub mod qmatmul;
 pub mod reduce;
 pub mod resize;
 pub mod strided;
@@ -251,6 +253,24 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             };
             // SAFETY: see above.
             unsafe { conv::conv(&args, mem, ws) };
+            Ok(())
+        }
+        Op::MatMulInteger {
+            a,
+            b,
+            c,
+            a_zero,
+            b_zero,
+        } => {
+            let args = qmatmul::Args {
+                a,
+                b,
+                c,
+                a_zero: a_zero.as_ref(),
+                b_zero: b_zero.as_ref(),
+            };
+            // SAFETY: see above.
+            unsafe { qmatmul::matmul_integer(&args, mem, ws) };
             Ok(())
         }
         Op::Activation {

@@ -1485,6 +1485,47 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(cfg(200))]
+
+    /// MatMulInteger against the definition, every signedness pair, with and without zero
+    /// points (runs the VNNI path where the CPU has it, the portable one elsewhere).
+    #[test]
+    fn matmul_integer_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let at = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
+        let bt = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
+        let (b2, mm, k, n) = (1 + rng.below(2) as u32, 1 + rng.below(9) as u32, rng.below(70) as u32, 1 + rng.below(70) as u32);
+        let a = m.random(&mut rng, at, [1, b2, mm, k], true);
+        let b = m.random(&mut rng, bt, [1, b2, k, n], true);
+        let c = m.random(&mut rng, DType::I32, [1, b2, mm, n], false);
+        let za = m.random(&mut rng, at, [1, b2, mm, 1], true);
+        let zb = m.random(&mut rng, bt, [1, b2, 1, n], true);
+        for ap in [&a, &b, &za, &zb] {
+            m.fill_with(ap, || rng.below(256));
+        }
+        let (use_za, use_zb) = (rng.chance(0.6), rng.chance(0.6));
+        let op = Op::MatMulInteger { a, b, c, a_zero: use_za.then_some(za), b_zero: use_zb.then_some(zb) };
+        m.run(&op, &mut Workspace::new()).unwrap();
+        let val = |bits: u64, t: DType| if t == DType::I8 { bits as u8 as i8 as i64 } else { bits as u8 as i64 };
+        for q in 0..b2 as usize {
+            for i in 0..mm as usize {
+                for j in 0..n as usize {
+                    let zav = if use_za { val(m.get_raw(&za, [0, q, i, 0]), at) } else { 0 };
+                    let zbv = if use_zb { val(m.get_raw(&zb, [0, q, 0, j]), bt) } else { 0 };
+                    let mut want = 0i64;
+                    for kk in 0..k as usize {
+                        want += (val(m.get_raw(&a, [0, q, i, kk]), at) - zav) * (val(m.get_raw(&b, [0, q, kk, j]), bt) - zbv);
+                    }
+                    let got = m.get_raw(&c, [0, q, i, j]) as u32 as i32;
+                    prop_assert_eq!(got, want as i32, "at {:?} ({:?} x {:?}, k {})", [q, i, j], at, bt, k);
+                }
+            }
+        }
+    }
+}
+
 //===--- scheduler ops ---------------------------------------------------------------===//
 
 #[test]

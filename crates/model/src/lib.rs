@@ -34,8 +34,8 @@ pub const MAGIC: [u8; 4] = *b"NCMF";
 /// Major version this crate reads and writes. A different major is rejected.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version this crate writes; files with a higher minor are rejected too (they may use
-/// fields we do not know). Every older minor still loads. 1.1: the `GatherElements`,
-/// `ScatterElements` and `TopK` instructions (opcodes 0x56–0x58).
+/// fields we do not know). Every older minor still loads. 1.1: the `MatMulInteger`,
+/// `GatherElements`, `ScatterElements` and `TopK` instructions (opcodes 0x23, 0x56–0x58).
 pub const VERSION_MINOR: u16 = 1;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;

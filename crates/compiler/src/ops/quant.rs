@@ -1,5 +1,8 @@
 //! Rounding and linear quantization, as sequences of existing DVE / ACT / POOL instructions:
-//! Round, QuantizeLinear, DequantizeLinear (per tensor and per axis), DynamicQuantizeLinear.
+//! Round, QuantizeLinear, DequantizeLinear (per tensor and per axis), DynamicQuantizeLinear;
+//! and the integer products on PE's `Op::MatMulInteger` (u8/i8 → i32, AVX-512 VNNI on the
+//! simulator when the CPU has it): MatMulInteger, and QLinearMatMul as that product
+//! requantized (`round(acc · a_scale·b_scale/y_scale) + y_zero_point`, saturated).
 //!
 //! Rounding to nearest, ties to even, is exact f32 arithmetic: for `|x| ≤ 2^22`,
 //! `(x + 1.5·2^23) − 1.5·2^23` lands on the integer grid of `[2^23, 2^24)` with the FPU's
@@ -15,10 +18,10 @@ use crate::error::{ErrorKind, Result};
 use crate::graph::{Node, Value};
 use crate::lower::view::{View, dense_ap};
 use crate::lower::{At, Lowerer};
-use crate::params::{Ctx, Out, out};
+use crate::params::{Ctx, Out, matmul_shape, out};
 use crate::tensor::dtype_from_onnx;
 use nrt_hal::DType;
-use nrt_isa::{ActFunc, BinaryOp, ReduceOp};
+use nrt_isa::{ActFunc, BinaryOp, Op, ReduceOp};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Round", 11, infer_same)
@@ -32,6 +35,12 @@ pub(super) fn register(r: &mut Registry) {
     r.op("DequantizeLinear", 10, infer_dequantize)
         .note("per tensor or per axis; u8, i8, u16, i16, i32 to f32")
         .device(lower!(lower_dequantize));
+    r.op("MatMulInteger", 10, infer_matmul_integer)
+        .note("u8/i8; zero points per tensor, per row of A, per column of B")
+        .device(lower!(lower_matmul_integer));
+    r.op("QLinearMatMul", 10, infer_qlinear_matmul)
+        .note("u8/i8; scales per tensor (B's also per column), f16/bf16 ones widened")
+        .device(lower!(lower_qlinear_matmul));
     r.op("DynamicQuantizeLinear", 11, infer_dynamic_quantize)
         .dtypes(Dtypes::Float)
         .device(lower!(lower_dynamic_quantize));
@@ -155,7 +164,187 @@ pub(crate) fn infer_dynamic_quantize(c: &Ctx) -> Result<Vec<Out>> {
     ])
 }
 
+/// An integer product's operands (inputs `ia`, `ib` with zero points `iza`, `izb`): the
+/// output shape. A and B are u8/i8 of rank 2 to 4; a zero point is a scalar, or per row of
+/// A (`[M]`) / per column of B (`[N]`), of its operand's type.
+fn int_product(c: &Ctx, ia: usize, iza: usize, ib: usize, izb: usize) -> Result<Vec<usize>> {
+    let (a, b) = (c.input(ia)?, c.input(ib)?);
+    for v in [a, b] {
+        if !matches!(v.dtype, DType::U8 | DType::I8) {
+            return Err(c.e(
+                ErrorKind::UnsupportedDType,
+                format!(
+                    "'{}' is {}; integer products take u8 and i8",
+                    v.name, v.dtype
+                ),
+            ));
+        }
+        if !(2..=4).contains(&v.shape.len()) {
+            return Err(c.e(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "'{}' of rank {} (the device multiplies ranks 2 to 4)",
+                    v.name,
+                    v.shape.len()
+                ),
+            ));
+        }
+    }
+    let s = matmul_shape(c, &a.shape, &b.shape)?;
+    if s.len() > 4 {
+        return Err(c.e(
+            ErrorKind::UnsupportedOp,
+            format!("output of rank {}", s.len()),
+        ));
+    }
+    let (m, n) = (a.shape[a.shape.len() - 2], b.shape[b.shape.len() - 1]);
+    for (iz, of, len) in [(iza, a, m), (izb, b, n)] {
+        if let Some(z) = c.opt(iz) {
+            let ok = z.dtype == of.dtype
+                && (z.elements() == 1 && z.shape.len() <= 1
+                    || z.shape.len() == 1 && z.shape[0] == len);
+            if !ok {
+                return Err(c.mismatch(format!(
+                    "zero point '{}' {:?} ({}) for '{}' ({}): a scalar or {len} values of its type",
+                    z.name, z.shape, z.dtype, of.name, of.dtype
+                )));
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// MatMulInteger: i32.
+pub(crate) fn infer_matmul_integer(c: &Ctx) -> Result<Vec<Out>> {
+    Ok(vec![out(DType::I32, int_product(c, 0, 2, 1, 3)?)])
+}
+
+/// QLinearMatMul: the type of `y_zero_point`.
+pub(crate) fn infer_qlinear_matmul(c: &Ctx) -> Result<Vec<Out>> {
+    let s = int_product(c, 0, 2, 3, 5)?;
+    let n = *s.last().expect("rank ≥ 2");
+    for i in [1, 4, 6] {
+        let v = c.input(i)?;
+        let per_col = i == 4 && v.shape == [n];
+        let float = matches!(v.dtype, DType::F32 | DType::F16 | DType::Bf16);
+        if !float || !(v.elements() == 1 && v.shape.len() <= 1 || per_col) {
+            return Err(c.e(
+                ErrorKind::UnsupportedDType,
+                format!(
+                    "scale '{}' {:?} ({}): an f32 scalar (B's may be per column)",
+                    v.name, v.shape, v.dtype
+                ),
+            ));
+        }
+    }
+    let z = c.input(7)?;
+    q_type(c, &z.name, z.dtype, false)?;
+    if z.elements() != 1 {
+        return Err(c.mismatch(format!("y_zero_point of shape {:?} (a scalar)", z.shape)));
+    }
+    Ok(vec![out(z.dtype, s)])
+}
+
 impl<'a> Lowerer<'a> {
+    /// `acc ← (A − za)·(B − zb)` into the i32 view `acc` (of the product's shape), one
+    /// `MatMulInteger` on PE (inputs as in [`int_product`]).
+    fn int_matmul(
+        &mut self,
+        n: &Node,
+        ia: usize,
+        iza: usize,
+        ib: usize,
+        izb: usize,
+        acc: &View,
+    ) -> Result<()> {
+        let s = &acc.shape;
+        let r = s.len();
+        let (m, nn) = (s[r - 2], s[r - 1]);
+        let a = self.input_view(n, ia)?;
+        let b = self.input_view(n, ib)?;
+        let k = a.shape[a.shape.len() - 1];
+        if s.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        let mut ashape = s[..r - 2].to_vec();
+        ashape.extend([m, k]);
+        let mut bshape = s[..r - 2].to_vec();
+        bshape.extend([k, nn]);
+        let zero = |l: &mut Self, iz: usize, rows: usize, cols: usize| -> Result<Option<View>> {
+            if n.inputs.get(iz).copied().flatten().is_none() {
+                return Ok(None);
+            }
+            let z = l.input_view(n, iz)?;
+            let zs = if z.shape.iter().product::<usize>() == 1 {
+                [1, 1]
+            } else {
+                [rows, cols]
+            };
+            let mut full = s[..r - 2].to_vec();
+            full.extend([rows, cols]);
+            Ok(Some(View::dense(z.addr, z.dtype, &zs).broadcast(&full)))
+        };
+        let za = zero(self, iza, m, 1)?;
+        let zb = zero(self, izb, 1, nn)?;
+        let op = Op::MatMulInteger {
+            a: a.broadcast(&ashape).ap()?,
+            b: b.broadcast(&bshape).ap()?,
+            c: acc.ap()?,
+            a_zero: za.map(|z| z.ap()).transpose()?,
+            b_zero: zb.map(|z| z.ap()).transpose()?,
+        };
+        self.emit(0, nrt_hal::Engine::Pe, op);
+        Ok(())
+    }
+
+    /// MatMulInteger: one instruction on PE.
+    pub(crate) fn lower_matmul_integer(&mut self, at: At<'a>) -> Result<()> {
+        let y = self.alloc(at.o0);
+        self.int_matmul(at.n, 0, 2, 1, 3, &y)
+    }
+
+    /// QLinearMatMul: the integer product, then `round(acc · a_scale·b_scale/y_scale)` plus
+    /// the output zero point, saturated (as ONNX Runtime's requantization).
+    pub(crate) fn lower_qlinear_matmul(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, oshape, .. } = at;
+        let y = self.alloc(o0);
+        let total: usize = oshape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let acc = View::dense(self.temp(total * 4), DType::I32, oshape);
+        self.int_matmul(n, 0, 2, 3, 5, &acc)?;
+        let nn = *oshape.last().expect("rank ≥ 2");
+        // Scales in f32 (f16 / bf16 ones widened exactly).
+        let mut sc = Vec::new();
+        for i in [1, 4, 6] {
+            let v = self.input_view(n, i)?;
+            sc.push(self.converted(v, DType::F32)?);
+        }
+        let (sa, sb, sy) = (sc[0].clone(), sc[1].clone(), sc[2].clone());
+        let per_col = sb.shape.iter().product::<usize>() != 1;
+        let mult = self.f32_temp(&[if per_col { nn } else { 1 }]);
+        let one = |v: &View| View::dense(v.addr, DType::F32, &[1]).broadcast(&mult.shape);
+        let sbv = if per_col {
+            View::dense(sb.addr, DType::F32, &[nn])
+        } else {
+            one(&sb)
+        };
+        self.binary(&one(&sa), &sbv, &mult, BinaryOp::Mul)?;
+        self.binary(&mult, &one(&sy), &mult, BinaryOp::Div)?;
+        let t = self.f32_temp(oshape);
+        self.copy(nrt_hal::Engine::Dve, &acc, &t)?;
+        let mb = if per_col {
+            mult.broadcast(oshape)
+        } else {
+            View::dense(mult.addr, DType::F32, &[1]).broadcast(oshape)
+        };
+        self.binary(&t, &mb, &t, BinaryOp::Mul)?;
+        let z = self.input_view(n, 7)?;
+        let zf = self.converted(View::dense(z.addr, z.dtype, &[1]), DType::F32)?;
+        self.q_store(&t, Some(&zf.broadcast(oshape)), &y)
+    }
+
     /// A dense f32 temporary of `shape`.
     fn f32_temp(&mut self, shape: &[usize]) -> View {
         let n: usize = shape.iter().product();

@@ -265,8 +265,45 @@ def computed_operands(out):
          opset=13)
 
 
+def quantized_attention(out):
+    # The quantized-transformer pieces (issue 13) in one graph, at sizes that leave partial
+    # tiles in the int8 kernel (M = 13 rows, K = 70, N = 40 columns): a dynamically
+    # quantized activation times int8 weights (MatMulInteger), dequantized; TopK over it,
+    # GatherElements with TopK's indices, GatherND / ScatterND of whole rows (reduction add),
+    # and a per-axis QuantizeLinear / DequantizeLinear round trip.
+    wq = RNG.integers(-64, 64, (70, 40)).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(wq, "Wq"),
+        numpy_helper.from_array(np.array(3, dtype=np.int8), "wzp"),
+        f32("wscale", 0.02),
+        i64("K", [5]),
+        i64("rows_from", [[0, 7], [0, 1], [0, 7]]),
+        i64("rows_to", [[0, 2], [0, 5], [0, 2]]),
+        f32("qscale", RNG.uniform(0.01, 0.05, 40)),
+        numpy_helper.from_array(RNG.integers(100, 156, 40).astype(np.uint8), "qzp"),
+    ]
+    nodes = [
+        N("DynamicQuantizeLinear", ["X"], ["xq", "xs", "xzp"]),
+        N("MatMulInteger", ["xq", "Wq", "xzp", "wzp"], ["acc"]),
+        N("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        N("Mul", ["xs", "wscale"], ["s"]),
+        N("Mul", ["accf", "s"], ["Y1"]),
+        N("TopK", ["Y1", "K"], ["top", "top_i"], axis=-1),
+        N("GatherElements", ["Y1", "top_i"], ["picked"], axis=2),
+        N("Sub", ["picked", "top"], ["Y2"]),
+        N("GatherND", ["Y1", "rows_from"], ["rows"]),
+        N("ScatterND", ["Y1", "rows_to", "rows"], ["Y3"], reduction="add"),
+        N("QuantizeLinear", ["Y3", "qscale", "qzp"], ["q"], axis=2),
+        N("DequantizeLinear", ["q", "qscale", "qzp"], ["Y4"], axis=2),
+    ]
+    save(out, "quantized_attention_pieces", nodes, [("X", [1, 13, 70])],
+         [("Y1", [1, 13, 40]), ("top", [1, 13, 5]), ("Y2", [1, 13, 5]), ("Y3", [1, 13, 40]),
+          ("Y4", [1, 13, 40])], inits, opset=18)
+
+
 def main():
     out = sys.argv[1]
+    quantized_attention(out)
     computed_operands(out)
     gelu_models(out)
     attention(out, "Mul")
