@@ -138,6 +138,22 @@ impl Node {
         }
     }
 
+    /// String-list attribute.
+    pub fn attr_strings(&self, name: &str) -> Result<Option<Vec<String>>> {
+        match self.typed(name, at::STRINGS)? {
+            None => Ok(None),
+            Some(a) => a
+                .strings
+                .iter()
+                .map(|s| {
+                    String::from_utf8(s.clone())
+                        .map_err(|_| self.bad(format!("attribute '{name}' is not UTF-8")))
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+        }
+    }
+
     /// Tensor attribute.
     pub fn attr_t(&self, name: &str) -> Result<Option<HostTensor>> {
         match self.typed(name, at::TENSOR)? {

@@ -230,7 +230,8 @@ impl<'a> Lowerer<'a> {
     /// A compile-time scalar broadcast to `shape`.
     pub(crate) fn scalar(&mut self, v: f32, shape: &[usize]) -> View {
         let a = self.add_const(&HostTensor::f32(vec![1], vec![v]));
-        View::dense(a, DType::F32, &[1]).broadcast(shape)
+        // Rank-matched ones (a rank-0 `shape` included), then broadcast.
+        View::dense(a, DType::F32, &vec![1; shape.len()]).broadcast(shape)
     }
 
     /// Allocates output `o` and copies `src` into it on `engine`.
@@ -282,7 +283,11 @@ impl<'a> Lowerer<'a> {
         let n = &g.nodes[ni];
         let c = Ctx { g, n };
         let op = n.op.as_str();
-        let o0 = self.out(ni, 0)?;
+        // The first output the model uses (an RNN's Y may be omitted, leaving Y_h).
+        let o0 = match n.outputs.iter().flatten().next() {
+            Some(&v) => v,
+            None => self.out(ni, 0)?,
+        };
         let oshape = &g.values[o0].shape[..];
         let odt = g.values[o0].dtype;
         let at = At {

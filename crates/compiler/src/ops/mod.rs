@@ -25,6 +25,7 @@ mod pool;
 mod quant;
 mod reduce;
 mod resize;
+mod rnn;
 mod unary;
 
 use crate::error::{ErrorKind, Result};
@@ -177,6 +178,7 @@ pub(crate) fn registry() -> &'static Registry {
         quant::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
+        rnn::register(&mut r);
         unary::register(&mut r);
         r
     })

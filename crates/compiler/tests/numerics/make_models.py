@@ -301,8 +301,35 @@ def quantized_attention(out):
           ("Y4", [1, 13, 40])], inits, opset=18)
 
 
+def recurrent(out):
+    # Recurrent networks unrolled on the device (issue 13), against ONNX Runtime: a
+    # streaming LSTM step block with its state in and out (Y omitted, peepholes, biases), a
+    # bidirectional GRU with linear_before_reset, a reverse RNN with clip. (ONNX Runtime
+    # refuses layout = 1; the node tests' *_batchwise cases check it.)
+    s, b, i, h = 6, 3, 5, 7
+    save(out, "lstm_streaming_state", [
+        N("LSTM", ["X", "W", "R", "B", "", "H0", "C0", "P"], ["", "Yh", "Yc"], hidden_size=h)],
+        [("X", [s, b, i]), ("H0", [1, b, h]), ("C0", [1, b, h])],
+        [("Yh", [1, b, h]), ("Yc", [1, b, h])],
+        [w("W", (1, 4 * h, i), 0.4), w("R", (1, 4 * h, h), 0.4), w("B", (1, 8 * h), 0.3),
+         w("P", (1, 3 * h), 0.3)], opset=14)
+    save(out, "gru_bidirectional", [
+        N("GRU", ["X", "W", "R", "B", "", "H0"], ["Y", "Yh"], hidden_size=h,
+          direction="bidirectional", linear_before_reset=1)],
+        [("X", [s, b, i]), ("H0", [2, b, h])],
+        [("Y", [s, 2, b, h]), ("Yh", [2, b, h])],
+        [w("W", (2, 3 * h, i), 0.4), w("R", (2, 3 * h, h), 0.4), w("B", (2, 6 * h), 0.3)],
+        opset=14)
+    save(out, "rnn_reverse_clip", [
+        N("RNN", ["X", "W", "R", "B"], ["Y", "Yh"], hidden_size=h, direction="reverse",
+          clip=0.5)],
+        [("X", [s, b, i])], [("Y", [s, 1, b, h]), ("Yh", [1, b, h])],
+        [w("W", (1, h, i), 0.5), w("R", (1, h, h), 0.5), w("B", (1, 2 * h), 0.3)], opset=14)
+
+
 def main():
     out = sys.argv[1]
+    recurrent(out)
     quantized_attention(out)
     computed_operands(out)
     gelu_models(out)
