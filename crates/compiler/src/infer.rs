@@ -19,7 +19,13 @@ use std::rc::Rc;
 
 /// Infers every value's type and shape and folds what can be computed at compile time.
 pub fn infer(g: &mut Graph) -> Result<()> {
-    for ni in 0..g.nodes.len() {
+    let mut ni = 0;
+    while ni < g.nodes.len() {
+        // An If with a compile-time condition becomes its branch's nodes, inferred next.
+        if g.nodes[ni].op == "If" {
+            crate::graph::inline_if(g, ni)?;
+            continue;
+        }
         let n = &g.nodes[ni];
         let c = Ctx { g, n };
         let Some(def) = ops::get(&n.op) else {
@@ -87,6 +93,7 @@ pub fn infer(g: &mut Graph) -> Result<()> {
                 None => o.konst.clone().map(Rc::new),
             };
         }
+        ni += 1;
     }
     Ok(())
 }

@@ -15,6 +15,7 @@ macro_rules! lower {
 }
 
 mod constant;
+mod control;
 mod conv;
 mod elementwise;
 mod gather;
@@ -168,6 +169,7 @@ pub(crate) fn registry() -> &'static Registry {
             ops: HashMap::new(),
         };
         constant::register(&mut r);
+        control::register(&mut r);
         conv::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);

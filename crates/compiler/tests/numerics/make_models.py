@@ -327,8 +327,37 @@ def recurrent(out):
         [w("W", (1, h, i), 0.5), w("R", (1, h, h), 0.5), w("B", (1, 2 * h), 0.3)], opset=14)
 
 
+def if_gated(out):
+    # An If whose condition is a shape comparison (folded at compile time, issue 13): the
+    # branches read outer-scope values (X, a computed value, an initializer) and the taken
+    # branch holds a nested If on a constant.
+    def branch(name, nodes, outs, inits=()):
+        return helper.make_graph(nodes, name, [],
+                                 [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                  for o in outs], list(inits))
+    inner_then = branch("inner_then", [N("Mul", ["t", "two"], ["y_in"])], ["y_in"],
+                        [f32("two", 2.0)])
+    inner_else = branch("inner_else", [N("Neg", ["t"], ["y_in2"])], ["y_in2"])
+    then_g = branch("then", [
+        N("Relu", ["X"], ["r"]),
+        N("Add", ["r", "bias"], ["t"]),
+        N("If", ["always"], ["y_then"], then_branch=inner_then, else_branch=inner_else),
+    ], ["y_then"], [numpy_helper.from_array(np.array(True), "always")])
+    else_g = branch("else", [N("Sub", ["X", "s"], ["y_else"])], ["y_else"])
+    nodes = [
+        N("ReduceSum", ["X"], ["s"], keepdims=1),
+        N("Shape", ["X"], ["shp"]),
+        N("Gather", ["shp", "one"], ["d1"]),
+        N("Greater", ["d1", "four"], ["wide"]),
+        N("If", ["wide"], ["Y"], then_branch=then_g, else_branch=else_g),
+    ]
+    inits = [i64("one", 1), i64("four", 4), w("bias", (6,), 0.5)]
+    save(out, "if_shape_gated", nodes, [("X", [3, 6])], [("Y", [3, 6])], inits, opset=13)
+
+
 def main():
     out = sys.argv[1]
+    if_gated(out)
     recurrent(out)
     quantized_attention(out)
     computed_operands(out)
