@@ -910,12 +910,8 @@ macro_rules! operand_table {
                 data,
                 indices,
                 output,
-            } => {
-                $f(0, "data", Role::Read, data);
-                $f(1, "indices", Role::Read, indices);
-                $f(2, "output", Role::Write, output);
             }
-            Op::GatherElements {
+            | Op::GatherElements {
                 data,
                 indices,
                 output,

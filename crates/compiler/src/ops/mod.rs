@@ -249,6 +249,42 @@ pub fn supported_report() -> Vec<OpInfo> {
         .collect()
 }
 
+/// What stays unsupported by decision (out of scope), with the reason: operator or type,
+/// and why.
+pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
+    (
+        "ImageDecoder",
+        "decodes encoded image bytes (JPEG, PNG, …): not a computation on numeric tensors",
+    ),
+    (
+        "string operators (StringNormalizer, StringConcat, StringSplit, RegexFullMatch, \
+         TfIdfVectorizer, LabelEncoder …) and string tensors",
+        "the device holds numeric tensors only",
+    ),
+    (
+        "sequence and optional operators (SequenceConstruct, SequenceAt, SplitToSequence, \
+         ConcatFromSequence, Optional, OptionalGetElement, OptionalHasElement …)",
+        "sequence and optional values are not tensors",
+    ),
+    (
+        "the `ai.onnx.ml` domain",
+        "classical-ML operators (trees, encoders, scalers) outside the default domain",
+    ),
+    (
+        "the `ai.onnx.preview.training` domain",
+        "training operators (gradients, optimizers); this is an inference runtime",
+    ),
+    (
+        "float8, float4, int4, int2 element types (Cast, QuantizeLinear, DequantizeLinear \
+         … on them)",
+        "sub-byte and 8-bit float storage formats the device does not hold",
+    ),
+    (
+        "Dropout with `training_mode` = 1 and `ratio` > 0",
+        "its output depends on a random generator (with ratio 0 it is supported)",
+    ),
+];
+
 /// [`supported_report`] as the Markdown of `docs/supported-ops.md`.
 pub fn supported_markdown() -> String {
     let rows = supported_report();
@@ -267,6 +303,12 @@ pub fn supported_markdown() -> String {
             "| {} | {}+ | {} | {} | {} |",
             r.name, r.since, r.runs, r.dtypes, r.notes
         );
+    }
+    s.push_str("\n## Unsupported by decision\n\n");
+    s.push_str("Out of scope by the project's decisions (the compiler rejects them, naming the node):\n\n");
+    s.push_str("| operator or type | reason |\n| --- | --- |\n");
+    for (what, why) in OUT_OF_SCOPE {
+        let _ = writeln!(s, "| {what} | {why} |");
     }
     s
 }

@@ -421,19 +421,28 @@ impl<'a> Lowerer<'a> {
         self.select(&small, &a, &x, &y)
     }
 
+    /// Quantize / Dequantize operands: the axis of the scale (`None` per tensor), the input
+    /// and the allocated output, and the scale seen with the input's shape; `None` for an
+    /// empty tensor.
+    #[allow(clippy::type_complexity)]
+    fn q_operands(&mut self, at: &At<'a>) -> Result<Option<(Option<usize>, View, View, View)>> {
+        let c = &at.c;
+        let axis = q_axis(c, c.input(0)?, c.input(1)?, c.opt(2))?;
+        let (x, y) = self.unary_io(at.n, at.o0)?;
+        if at.oshape.iter().product::<usize>() == 0 {
+            return Ok(None);
+        }
+        let s = self.q_param(at.n, 1, at.oshape, axis, DType::F32)?;
+        Ok(Some((axis, x, y, s)))
+    }
+
     /// QuantizeLinear: `saturate(round(x / scale) + zero_point)`.
     pub(crate) fn lower_quantize(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            n, c, o0, oshape, ..
-        } = at;
-        let (xv, sv, zv) = (c.input(0)?, c.input(1)?, c.opt(2));
-        let axis = q_axis(&c, xv, sv, zv)?;
-        let (x, y) = self.unary_io(n, o0)?;
-        if oshape.iter().product::<usize>() == 0 {
+        let (n, oshape) = (at.n, at.oshape);
+        let Some((axis, x, y, s)) = self.q_operands(&at)? else {
             return Ok(());
-        }
-        let s = self.q_param(n, 1, oshape, axis, DType::F32)?;
-        let z = match zv {
+        };
+        let z = match at.c.opt(2) {
             Some(_) => Some(self.q_param(n, 2, oshape, axis, DType::F32)?),
             None => None,
         };
@@ -444,17 +453,11 @@ impl<'a> Lowerer<'a> {
 
     /// DequantizeLinear: `(x − zero_point) · scale`, the difference in i32.
     pub(crate) fn lower_dequantize(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            n, c, o0, oshape, ..
-        } = at;
-        let (xv, sv, zv) = (c.input(0)?, c.input(1)?, c.opt(2));
-        let axis = q_axis(&c, xv, sv, zv)?;
-        let (x, y) = self.unary_io(n, o0)?;
-        if oshape.iter().product::<usize>() == 0 {
+        let (n, oshape) = (at.n, at.oshape);
+        let Some((axis, x, y, s)) = self.q_operands(&at)? else {
             return Ok(());
-        }
-        let s = self.q_param(n, 1, oshape, axis, DType::F32)?;
-        if zv.is_some() {
+        };
+        if at.c.opt(2).is_some() {
             let z = self.q_param(n, 2, oshape, axis, DType::I32)?;
             let xi = self.converted(x, DType::I32)?;
             let d = View::dense(
