@@ -143,7 +143,11 @@ fn bad_magic_and_version() {
 #[test]
 fn older_minor_loads_newer_minor_is_refused() {
     let v10 = include_bytes!("../../../fuzz/seeds/ncm/conv_s2.ncm");
-    assert_eq!(&v10[4..8], &[1, 0, 0, 0], "the committed file is version 1.0");
+    assert_eq!(
+        &v10[4..8],
+        &[1, 0, 0, 0],
+        "the committed file is version 1.0"
+    );
     CompiledModel::decode(v10).expect("a 1.0 file loads");
 
     let mut b = sample(1, 4, 1).encode();

@@ -305,7 +305,9 @@ pub fn supported_markdown() -> String {
         );
     }
     s.push_str("\n## Unsupported by decision\n\n");
-    s.push_str("Out of scope by the project's decisions (the compiler rejects them, naming the node):\n\n");
+    s.push_str(
+        "Out of scope by the project's decisions (the compiler rejects them, naming the node):\n\n",
+    );
     s.push_str("| operator or type | reason |\n| --- | --- |\n");
     for (what, why) in OUT_OF_SCOPE {
         let _ = writeln!(s, "| {what} | {why} |");

@@ -10,7 +10,8 @@
 //! value beyond saturates anyway); `Round` keeps values with `|x| ≥ 2^22` (already integers)
 //! and NaN through a select. Integer results are exact f32 integers in the target range, so
 //! the final converting copy (which truncates) is exact. Blocked quantization (opset 21's
-//! `block_size`) and float8 / int4 / int2 types are not supported and are named in the error.
+//! `block_size`) expands each parameter to the input's shape with one POOL `Gather`.
+//! Float8 / int4 / int2 types are not supported and are named in the error.
 
 use super::unary::infer_same;
 use super::{Dtypes, Registry};
@@ -30,10 +31,10 @@ pub(super) fn register(r: &mut Registry) {
         .device(lower!(lower_round));
     r.op("QuantizeLinear", 10, infer_quantize)
         .dtypes(Dtypes::Float)
-        .note("per tensor or per axis; u8, i8, u16, i16")
+        .note("per tensor, per axis or blocked; u8, i8, u16, i16")
         .device(lower!(lower_quantize));
     r.op("DequantizeLinear", 10, infer_dequantize)
-        .note("per tensor or per axis; u8, i8, u16, i16, i32 to f32")
+        .note("per tensor, per axis or blocked; u8, i8, u16, i16, i32 to f32")
         .device(lower!(lower_dequantize));
     r.op("MatMulInteger", 10, infer_matmul_integer)
         .note("u8/i8; zero points per tensor, per row of A, per column of B")
@@ -62,15 +63,10 @@ fn q_range(dt: DType) -> (f32, f32) {
     }
 }
 
-/// Scale / zero-point geometry: `None` per tensor, `Some(axis)` per axis.
+/// Scale / zero-point geometry: `None` per tensor, `Some(axis)` per axis or, with a
+/// `block_size`, per block along the axis.
 fn q_axis(c: &Ctx, x: &Value, scale: &Value, zp: Option<&Value>) -> Result<Option<usize>> {
     let block = c.n.attr_i("block_size", 0)?;
-    if block != 0 {
-        return Err(c.e(
-            ErrorKind::UnsupportedOp,
-            format!("block_size {block} (blocked quantization is not supported)"),
-        ));
-    }
     if scale.dtype != DType::F32 {
         return Err(c.e(
             ErrorKind::UnsupportedDType,
@@ -87,6 +83,20 @@ fn q_axis(c: &Ctx, x: &Value, scale: &Value, zp: Option<&Value>) -> Result<Optio
             "zero point {:?} for scale {:?}",
             z.shape, scale.shape
         )));
+    }
+    if block != 0 {
+        // Blocked: the scale has the input's shape with ⌈D/block⌉ along the axis.
+        let axis = c.norm_axis(c.n.attr_i("axis", 1)?, x.shape.len())?;
+        let b = usize::try_from(block).map_err(|_| c.bad_attr(format!("block_size {block}")))?;
+        let mut want = x.shape.clone();
+        want[axis] = x.shape[axis].div_ceil(b);
+        if scale.shape != want {
+            return Err(c.mismatch(format!(
+                "scale of shape {:?} for blocks of {b} along axis {axis} of {:?} ({want:?} expected)",
+                scale.shape, x.shape
+            )));
+        }
+        return Ok(Some(axis));
     }
     if scale.shape.iter().product::<usize>() == 1 && scale.shape.len() <= 1 {
         return Ok(None);
@@ -373,6 +383,28 @@ impl<'a> Lowerer<'a> {
         dt: DType,
     ) -> Result<View> {
         let v = self.input_view(n, i)?;
+        let block = n.attr_i("block_size", 0)?;
+        if let (Some(a), Ok(b @ 1..)) = (axis, usize::try_from(block)) {
+            // Blocked: one POOL Gather repeats each block's parameter `block` times along
+            // the axis (the last block may be shorter), giving the input's shape.
+            let d = xshape[a];
+            let outer: usize = xshape[..a].iter().product();
+            let inner: usize = xshape[a + 1..].iter().product();
+            let idx: Vec<i64> = (0..d).map(|j| (j / b) as i64).collect();
+            let ia = self.add_const(&crate::tensor::HostTensor::i64(vec![d], idx));
+            let full = View::dense(
+                self.temp(xshape.iter().product::<usize>() * v.dtype.size()),
+                v.dtype,
+                xshape,
+            );
+            let op = nrt_isa::Op::Gather {
+                data: dense_ap(v.addr, v.dtype, &[outer, d.div_ceil(b), inner])?,
+                indices: dense_ap(ia, DType::I64, &[d])?,
+                output: dense_ap(full.addr, v.dtype, &[outer, d, inner])?,
+            };
+            self.emit(0, nrt_hal::Engine::Pool, op);
+            return self.converted(full, dt);
+        }
         let v = self.converted(v, dt)?;
         let mut shape = vec![1; xshape.len()];
         if let Some(a) = axis {

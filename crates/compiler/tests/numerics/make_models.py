@@ -355,8 +355,20 @@ def if_gated(out):
     save(out, "if_shape_gated", nodes, [("X", [3, 6])], [("Y", [3, 6])], inits, opset=13)
 
 
+def blocked_qdq(out):
+    # Blocked quantization (opset 21) with a ragged last block: 10 columns in blocks of 4.
+    qs = RNG.uniform(0.01, 0.05, (3, 3)).astype(np.float32)
+    qz = RNG.integers(100, 156, (3, 3)).astype(np.uint8)
+    save(out, "blocked_quantize_dequantize", [
+        N("QuantizeLinear", ["X", "qs", "qz"], ["q"], axis=1, block_size=4),
+        N("DequantizeLinear", ["q", "qs", "qz"], ["Y"], axis=1, block_size=4)],
+        [("X", [3, 10])], [("Y", [3, 10])],
+        [numpy_helper.from_array(qs, "qs"), numpy_helper.from_array(qz, "qz")], opset=21)
+
+
 def main():
     out = sys.argv[1]
+    blocked_qdq(out)
     if_gated(out)
     recurrent(out)
     quantized_attention(out)
