@@ -18,8 +18,8 @@ use crate::{DeviceMemory, Workspace};
 use nrt_hal::DType;
 use nrt_isa::AccessPattern;
 
-/// Rows of a tile.
-const MR: usize = 4;
+/// Rows of a tile (with two 16-lane accumulators each: 16 of the 32 vector registers).
+const MR: usize = 8;
 /// Columns of a tile (two 16-lane vectors).
 const NR: usize = 32;
 
@@ -126,22 +126,18 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
                 }
                 rowsum[i] = sum;
             }
-            // Pack B (i8) with its column sums.
+            // Pack B (i8) with its column sums: row by row (k outer), so that a row-major B
+            // is read in memory order; each byte goes to its place in its column's word.
             colsum.fill(0);
-            for w in 0..k4 {
-                for j in 0..np {
-                    let mut bytes = [0u8; 4];
-                    if j < n {
-                        for (t, byte) in bytes.iter_mut().enumerate() {
-                            let kk = 4 * w + t;
-                            if kk < k {
-                                // SAFETY: (p, q, kk, j) inside B.
-                                *byte = unsafe { *vb.at([p, q, kk, j]) } ^ b_flip;
-                                colsum[j] += *byte as i8 as i32;
-                            }
-                        }
-                    }
-                    bpack[w * np + j] = i32::from_le_bytes(bytes);
+            bpack.fill(0);
+            for kk in 0..k {
+                let (w, shift) = (kk / 4, 8 * (kk % 4));
+                let words = &mut bpack[w * np..][..n];
+                for (j, (word, sum)) in words.iter_mut().zip(colsum.iter_mut()).enumerate() {
+                    // SAFETY: (p, q, kk, j) inside B.
+                    let byte = unsafe { *vb.at([p, q, kk, j]) } ^ b_flip;
+                    *sum += byte as i8 as i32;
+                    *word |= ((byte as u32) << shift) as i32;
                 }
             }
             // Tiles.

@@ -1555,3 +1555,53 @@ fn scheduler_ops_are_not_kernels() {
         ));
     }
 }
+
+/// Throughput of the int8 GEMM, VNNI beside portable (`cargo test --release -p nrt-kernels
+/// --test reference -- --ignored int8_gemm_throughput --nocapture`); prints GOPS, checks the
+/// two paths agree. Timings on a shared machine are indicative only.
+#[test]
+#[ignore]
+fn int8_gemm_throughput() {
+    use nrt_kernels::qmatmul::{Args, matmul_integer, matmul_integer_portable};
+    let mut rng = Rng::new(3);
+    let mut m = Arena::new(64 << 20);
+    for (mm, k, n) in [(64u32, 512u32, 512u32), (128, 768, 768)] {
+        let a = m.dense(DType::U8, [1, 1, mm, k]);
+        let b = m.dense(DType::I8, [1, 1, k, n]);
+        let c1 = m.dense(DType::I32, [1, 1, mm, n]);
+        let c2 = m.dense(DType::I32, [1, 1, mm, n]);
+        m.fill_with(&a, || rng.below(256));
+        m.fill_with(&b, || rng.below(256));
+        let mut ws = Workspace::new();
+        let ops = 2.0 * mm as f64 * k as f64 * n as f64;
+        let mut best = [f64::MAX; 2];
+        for _ in 0..20 {
+            for (p, c) in [&c1, &c2].into_iter().enumerate() {
+                let args = Args {
+                    a: &a,
+                    b: &b,
+                    c,
+                    a_zero: None,
+                    b_zero: None,
+                };
+                let mem = m.mem();
+                let t = std::time::Instant::now();
+                // SAFETY: operands inside the arena, aligned, shapes as the decoder checks.
+                unsafe {
+                    if p == 0 {
+                        matmul_integer(&args, mem, &mut ws)
+                    } else {
+                        matmul_integer_portable(&args, mem, &mut ws)
+                    }
+                }
+                best[p] = best[p].min(t.elapsed().as_secs_f64());
+            }
+        }
+        assert_eq!(m.read_raw(&c1), m.read_raw(&c2));
+        println!(
+            "int8 GEMM {mm}x{k}x{n}: dispatched {:.1} GOPS, portable {:.1} GOPS",
+            ops / best[0] / 1e9,
+            ops / best[1] / 1e9
+        );
+    }
+}
