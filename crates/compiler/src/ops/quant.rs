@@ -17,12 +17,12 @@ use super::unary::infer_same;
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
 use crate::graph::{Node, Value};
-use crate::lower::view::{View, dense_ap};
+use crate::lower::view::{View, dense_ap, mk_ap};
 use crate::lower::{At, Lowerer};
-use crate::params::{Ctx, Out, matmul_shape, out};
+use crate::params::{Ctx, Out, matmul_shape, out, window_params};
 use crate::tensor::dtype_from_onnx;
 use nrt_hal::DType;
-use nrt_isa::{ActFunc, BinaryOp, Op, ReduceOp};
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, ReduceOp};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Round", 11, infer_same)
@@ -42,6 +42,12 @@ pub(super) fn register(r: &mut Registry) {
     r.op("QLinearMatMul", 10, infer_qlinear_matmul)
         .note("u8/i8; scales per tensor (B's also per column), f16/bf16 ones widened")
         .device(lower!(lower_qlinear_matmul));
+    r.op("ConvInteger", 10, infer_conv_integer)
+        .note("1-D and 2-D, group 1: im2col copies on POOL, then MatMulInteger")
+        .device(lower!(lower_conv_integer));
+    r.op("QLinearConv", 10, infer_qlinear_conv)
+        .note("as ConvInteger, requantized")
+        .device(lower!(lower_qlinear_conv));
     r.op("DynamicQuantizeLinear", 11, infer_dynamic_quantize)
         .dtypes(Dtypes::Float)
         .device(lower!(lower_dynamic_quantize));
@@ -224,6 +230,83 @@ fn int_product(c: &Ctx, ia: usize, iza: usize, ib: usize, izb: usize) -> Result<
     Ok(s)
 }
 
+/// An integer convolution's output shape (inputs `ix`, `ixz`, `iw`, `iwz` as in
+/// ConvInteger): u8/i8, 1-D or 2-D, group 1; the input zero point a scalar, the weights'
+/// a scalar or one per output channel.
+fn int_conv_shape(c: &Ctx, ix: usize, ixz: usize, iw: usize, iwz: usize) -> Result<Vec<usize>> {
+    let (x, w) = (c.input(ix)?, c.input(iw)?);
+    for v in [x, w] {
+        if !matches!(v.dtype, DType::U8 | DType::I8) {
+            return Err(c.e(
+                ErrorKind::UnsupportedDType,
+                format!(
+                    "'{}' is {}; integer convolutions take u8 and i8",
+                    v.name, v.dtype
+                ),
+            ));
+        }
+    }
+    let r = x.shape.len();
+    if !(3..=4).contains(&r) || w.shape.len() != r || w.shape[1] != x.shape[1] {
+        return Err(c.mismatch(format!(
+            "input {:?} with weights {:?} (1-D or 2-D, group 1)",
+            x.shape, w.shape
+        )));
+    }
+    if c.n.attr_i("group", 1)? != 1 {
+        return Err(c.e(ErrorKind::UnsupportedOp, "group other than 1"));
+    }
+    for (iz, of, len) in [(ixz, x, 1), (iwz, w, w.shape[0])] {
+        if let Some(z) = c.opt(iz)
+            && (z.dtype != of.dtype || (z.elements() != 1 && z.shape != [len]))
+        {
+            return Err(c.mismatch(format!(
+                "zero point '{}' {:?} ({}) for '{}'",
+                z.name, z.shape, z.dtype, of.name
+            )));
+        }
+    }
+    let p = window_params(c, &x.shape[2..], w.shape[2..].to_vec(), false)?;
+    let mut s = vec![x.shape[0], w.shape[0]];
+    s.extend(&p.out);
+    Ok(s)
+}
+
+/// ConvInteger: i32.
+pub(crate) fn infer_conv_integer(c: &Ctx) -> Result<Vec<Out>> {
+    Ok(vec![out(DType::I32, int_conv_shape(c, 0, 2, 1, 3)?)])
+}
+
+/// QLinearConv: the type of `y_zero_point`; an optional i32 bias per output channel.
+pub(crate) fn infer_qlinear_conv(c: &Ctx) -> Result<Vec<Out>> {
+    let s = int_conv_shape(c, 0, 2, 3, 5)?;
+    for i in [1, 4, 6] {
+        let v = c.input(i)?;
+        let per_ch = i == 4 && v.shape == [s[1]];
+        let float = matches!(v.dtype, DType::F32 | DType::F16 | DType::Bf16);
+        if !float || !(v.elements() == 1 && v.shape.len() <= 1 || per_ch) {
+            return Err(c.e(
+                ErrorKind::UnsupportedDType,
+                format!(
+                    "scale '{}' {:?} ({}): a float scalar (the weights' may be per channel)",
+                    v.name, v.shape, v.dtype
+                ),
+            ));
+        }
+    }
+    if let Some(b) = c.opt(8)
+        && (b.dtype != DType::I32 || b.shape != [s[1]])
+    {
+        return Err(c.mismatch(format!(
+            "bias {:?} ({}): {} i32 values",
+            b.shape, b.dtype, s[1]
+        )));
+    }
+    let z = c.input(7)?;
+    q_type(c, &z.name, z.dtype, false)?;
+    Ok(vec![out(z.dtype, s)])
+}
+
 /// MatMulInteger: i32.
 pub(crate) fn infer_matmul_integer(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(DType::I32, int_product(c, 0, 2, 1, 3)?)])
@@ -305,6 +388,207 @@ impl<'a> Lowerer<'a> {
         };
         self.emit(0, nrt_hal::Engine::Pe, op);
         Ok(())
+    }
+
+    /// `acc ← conv(x − x_zero, w − w_zero)` into the i32 view `acc` (`[N, M, OH, OW]` or
+    /// 1-D): the input padded with its zero point, im2col by `KH·KW` strided POOL copies
+    /// into `[N, C·KH·KW, OH·OW]`, then one `MatMulInteger` with the weights as A (their
+    /// zero point per row) broadcast over the batch.
+    fn int_conv(
+        &mut self,
+        c: &Ctx,
+        ix: usize,
+        ixz: usize,
+        iw: usize,
+        iwz: usize,
+        acc: &View,
+    ) -> Result<()> {
+        let n = c.n;
+        let (xv, wv) = (c.input(ix)?, c.input(iw)?);
+        let two = |s: &[usize]| -> Vec<usize> {
+            if s.len() == 3 {
+                vec![s[0], s[1], 1, s[2]]
+            } else {
+                s.to_vec()
+            }
+        };
+        let (xs, ws) = (two(&xv.shape), two(&wv.shape));
+        let p = window_params(c, &xv.shape[2..], wv.shape[2..].to_vec(), false)?;
+        let one_d = xv.shape.len() == 3;
+        let g2 = |v: &[usize], d: usize| {
+            if one_d {
+                if d == 0 { 0 } else { v[0] }
+            } else {
+                v[d]
+            }
+        };
+        let (pt, pl) = (g2(&p.pad_begin, 0), g2(&p.pad_begin, 1));
+        let (pb, pr) = (g2(&p.pad_end, 0), g2(&p.pad_end, 1));
+        let (sh, sw) = (
+            if one_d { 1 } else { p.strides[0] },
+            *p.strides.last().expect("1-D+"),
+        );
+        let (dh, dw) = (
+            if one_d { 1 } else { p.dilations[0] },
+            *p.dilations.last().expect("1-D+"),
+        );
+        let (nb, ch, hh, ww) = (xs[0], xs[1], xs[2], xs[3]);
+        let (m, kh, kw) = (ws[0], ws[2], ws[3]);
+        let (oh, ow) = (
+            if one_d { 1 } else { p.out[0] },
+            *p.out.last().expect("1-D+"),
+        );
+        if nb * m * oh * ow == 0 {
+            return Ok(());
+        }
+        let (hp, wp) = (hh + pt + pb, ww + pl + pr);
+        let x = self.input_view(n, ix)?;
+        let dt = x.dtype;
+        // The input padded with its zero point (constant, else the pad must be empty).
+        let xp = if pt + pb + pl + pr == 0 {
+            View::dense(x.addr, dt, &[nb, ch, hp, wp])
+        } else {
+            let zp = match c.opt(ixz) {
+                None => 0.0,
+                Some(z) => match &z.konst {
+                    Some(t) => t.get_f64(0),
+                    None => {
+                        return Err(c.e(
+                            ErrorKind::UnsupportedOp,
+                            format!(
+                                "input zero point '{}' computed at run time with padding",
+                                z.name
+                            ),
+                        ));
+                    }
+                },
+            };
+            let xp = View::dense(self.temp(nb * ch * hp * wp), dt, &[nb, ch, hp, wp]);
+            self.fill(nrt_hal::Engine::Pool, &xp, zp)?;
+            let inner = View {
+                addr: xp.elems((pt * wp + pl) as i64),
+                dtype: dt,
+                shape: vec![nb, ch, hh, ww],
+                strides: xp.strides.clone(),
+            };
+            self.copy(
+                nrt_hal::Engine::Pool,
+                &View::dense(x.addr, dt, &[nb, ch, hh, ww]),
+                &inner,
+            )?;
+            xp
+        };
+        // im2col: col[n, c, i, j, oy, ox] = xp[n, c, oy·sh + i·dh, ox·sw + j·dw].
+        let ckk = ch * kh * kw;
+        let col = View::dense(self.temp(nb * ckk * oh * ow), dt, &[nb, ckk, oh * ow]);
+        for i in 0..kh {
+            for j in 0..kw {
+                let src = View {
+                    addr: xp.elems((i * dh * wp + j * dw) as i64),
+                    dtype: dt,
+                    shape: vec![nb, ch, oh, ow],
+                    strides: vec![
+                        (ch * hp * wp) as i64,
+                        (hp * wp) as i64,
+                        (sh * wp) as i64,
+                        sw as i64,
+                    ],
+                };
+                let dst = View {
+                    addr: col.elems(((i * kw + j) * oh * ow) as i64),
+                    dtype: dt,
+                    shape: vec![nb, ch, oh, ow],
+                    strides: vec![
+                        (ckk * oh * ow) as i64,
+                        (kh * kw * oh * ow) as i64,
+                        ow as i64,
+                        1,
+                    ],
+                };
+                self.copy(nrt_hal::Engine::Pool, &src, &dst)?;
+            }
+        }
+        let w = self.input_view(n, iw)?;
+        let zero = |l: &mut Self,
+                    iz: usize,
+                    shape: [usize; 3],
+                    strides: [i64; 3]|
+         -> Result<Option<AccessPattern>> {
+            if n.inputs.get(iz).copied().flatten().is_none() {
+                return Ok(None);
+            }
+            let z = l.input_view(n, iz)?;
+            let per = z.shape.iter().product::<usize>() != 1;
+            let st = if per { strides } else { [0, 0, 0] };
+            Ok(Some(mk_ap(z.addr, z.dtype, &shape, &st)?))
+        };
+        let a_zero = zero(self, iwz, [nb, m, 1], [0, 1, 0])?;
+        let b_zero = zero(self, ixz, [nb, 1, oh * ow], [0, 0, 0])?;
+        let op = Op::MatMulInteger {
+            a: mk_ap(w.addr, w.dtype, &[nb, m, ckk], &[0, ckk as i64, 1])?,
+            b: dense_ap(col.addr, dt, &[nb, ckk, oh * ow])?,
+            c: dense_ap(acc.addr, DType::I32, &[nb, m, oh * ow])?,
+            a_zero,
+            b_zero,
+        };
+        self.emit(0, nrt_hal::Engine::Pe, op);
+        Ok(())
+    }
+
+    /// ConvInteger: [`Self::int_conv`] into the output.
+    pub(crate) fn lower_conv_integer(&mut self, at: At<'a>) -> Result<()> {
+        let y = self.alloc(at.o0);
+        self.int_conv(&at.c, 0, 2, 1, 3, &y)
+    }
+
+    /// QLinearConv: [`Self::int_conv`], the bias added in i32, then requantized as
+    /// QLinearMatMul (`round(acc · x_scale·w_scale/y_scale) + y_zero_point`, saturated).
+    pub(crate) fn lower_qlinear_conv(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let y = self.alloc(o0);
+        let total: usize = oshape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let acc = View::dense(self.temp(total * 4), DType::I32, oshape);
+        self.int_conv(&c, 0, 2, 3, 5, &acc)?;
+        let mch = oshape[1];
+        let mut cshape = vec![1; oshape.len()];
+        cshape[1] = mch;
+        if n.inputs.get(8).copied().flatten().is_some() {
+            let b = self.input_view(n, 8)?;
+            let bb = View::dense(b.addr, DType::I32, &cshape).broadcast(oshape);
+            self.binary(&acc, &bb, &acc, BinaryOp::Add)?;
+        }
+        let mut sc = Vec::new();
+        for i in [1, 4, 6] {
+            let v = self.input_view(n, i)?;
+            sc.push(self.converted(v, DType::F32)?);
+        }
+        let per_ch = sc[1].shape.iter().product::<usize>() != 1;
+        let mult = self.f32_temp(&[if per_ch { mch } else { 1 }]);
+        let one = |v: &View| View::dense(v.addr, DType::F32, &[1]).broadcast(&mult.shape);
+        let sw = if per_ch {
+            View::dense(sc[1].addr, DType::F32, &[mch])
+        } else {
+            one(&sc[1])
+        };
+        self.binary(&one(&sc[0]), &sw, &mult, BinaryOp::Mul)?;
+        self.binary(&mult, &one(&sc[2]), &mult, BinaryOp::Div)?;
+        let t = self.f32_temp(oshape);
+        self.copy(nrt_hal::Engine::Dve, &acc, &t)?;
+        let ms = if per_ch {
+            cshape.clone()
+        } else {
+            vec![1; oshape.len()]
+        };
+        let mb = View::dense(mult.addr, DType::F32, &ms).broadcast(oshape);
+        self.binary(&t, &mb, &t, BinaryOp::Mul)?;
+        let z = self.input_view(n, 7)?;
+        let zf = self.converted(View::dense(z.addr, z.dtype, &[1]), DType::F32)?;
+        self.q_store(&t, Some(&zf.broadcast(oshape)), &y)
     }
 
     /// MatMulInteger: one instruction on PE.

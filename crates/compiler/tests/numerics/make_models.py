@@ -366,8 +366,34 @@ def blocked_qdq(out):
         [numpy_helper.from_array(qs, "qs"), numpy_helper.from_array(qz, "qz")], opset=21)
 
 
+def quantized_convs(out):
+    # QLinearConv (u8 activations, i8 weights with per-channel scales, i32 bias, padding,
+    # stride 2) and ConvInteger (u8 x u8 with zero points), on a quantized float input.
+    wq = RNG.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8)
+    wc = RNG.integers(0, 255, (2, 3, 2, 2)).astype(np.uint8)
+    inits = [
+        f32("xs", 0.05), numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+        numpy_helper.from_array(wq, "Wq"), f32("ws", RNG.uniform(0.005, 0.02, 4)),
+        numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
+        f32("ys", 0.1), numpy_helper.from_array(np.array(100, np.uint8), "yz"),
+        numpy_helper.from_array(RNG.integers(-500, 500, 4).astype(np.int32), "B"),
+        numpy_helper.from_array(wc, "Wc"), numpy_helper.from_array(np.array(7, np.uint8), "wcz"),
+    ]
+    nodes = [
+        N("QuantizeLinear", ["X", "xs", "xz"], ["xq"]),
+        N("QLinearConv", ["xq", "xs", "xz", "Wq", "ws", "wz", "ys", "yz", "B"], ["yq"],
+          pads=[1, 1, 1, 1], strides=[2, 2]),
+        N("DequantizeLinear", ["yq", "ys", "yz"], ["Y"]),
+        N("ConvInteger", ["xq", "Wc", "xz", "wcz"], ["ci"], pads=[0, 1, 1, 0]),
+        N("Cast", ["ci"], ["Y2"], to=TensorProto.FLOAT),
+    ]
+    save(out, "quantized_convs", nodes, [("X", [1, 3, 9, 9])],
+         [("Y", [1, 4, 5, 5]), ("Y2", [1, 2, 9, 9])], inits, opset=13)
+
+
 def main():
     out = sys.argv[1]
+    quantized_convs(out)
     blocked_qdq(out)
     if_gated(out)
     recurrent(out)
