@@ -180,21 +180,53 @@ pub(crate) fn infer_dynamic_quantize(c: &Ctx) -> Result<Vec<Out>> {
     ])
 }
 
+/// Checks that `v` is an integer-product operand (u8 or i8).
+fn int8_type(c: &Ctx, v: &Value) -> Result<()> {
+    if matches!(v.dtype, DType::U8 | DType::I8) {
+        return Ok(());
+    }
+    Err(c.e(
+        ErrorKind::UnsupportedDType,
+        format!(
+            "'{}' is {}; integer products take u8 and i8",
+            v.name, v.dtype
+        ),
+    ))
+}
+
+/// The requantization inputs of QLinearMatMul / QLinearConv: float scales 1, 4 and 6
+/// (input 4's may hold `per` values, one per output channel) and the scalar output zero
+/// point 7, whose type is the output's (returned).
+fn requant_params(c: &Ctx, per: usize) -> Result<DType> {
+    for i in [1, 4, 6] {
+        let v = c.input(i)?;
+        let per_ch = i == 4 && v.shape == [per];
+        let float = matches!(v.dtype, DType::F32 | DType::F16 | DType::Bf16);
+        if !float || !(v.elements() == 1 && v.shape.len() <= 1 || per_ch) {
+            return Err(c.e(
+                ErrorKind::UnsupportedDType,
+                format!(
+                    "scale '{}' {:?} ({}): a float scalar (the weights' may be per output channel)",
+                    v.name, v.shape, v.dtype
+                ),
+            ));
+        }
+    }
+    let z = c.input(7)?;
+    q_type(c, &z.name, z.dtype, false)?;
+    if z.elements() != 1 {
+        return Err(c.mismatch(format!("y_zero_point of shape {:?} (a scalar)", z.shape)));
+    }
+    Ok(z.dtype)
+}
+
 /// An integer product's operands (inputs `ia`, `ib` with zero points `iza`, `izb`): the
 /// output shape. A and B are u8/i8 of rank 2 to 4; a zero point is a scalar, or per row of
 /// A (`[M]`) / per column of B (`[N]`), of its operand's type.
 fn int_product(c: &Ctx, ia: usize, iza: usize, ib: usize, izb: usize) -> Result<Vec<usize>> {
     let (a, b) = (c.input(ia)?, c.input(ib)?);
     for v in [a, b] {
-        if !matches!(v.dtype, DType::U8 | DType::I8) {
-            return Err(c.e(
-                ErrorKind::UnsupportedDType,
-                format!(
-                    "'{}' is {}; integer products take u8 and i8",
-                    v.name, v.dtype
-                ),
-            ));
-        }
+        int8_type(c, v)?;
         if !(2..=4).contains(&v.shape.len()) {
             return Err(c.e(
                 ErrorKind::UnsupportedOp,
@@ -235,17 +267,8 @@ fn int_product(c: &Ctx, ia: usize, iza: usize, ib: usize, izb: usize) -> Result<
 /// a scalar or one per output channel.
 fn int_conv_shape(c: &Ctx, ix: usize, ixz: usize, iw: usize, iwz: usize) -> Result<Vec<usize>> {
     let (x, w) = (c.input(ix)?, c.input(iw)?);
-    for v in [x, w] {
-        if !matches!(v.dtype, DType::U8 | DType::I8) {
-            return Err(c.e(
-                ErrorKind::UnsupportedDType,
-                format!(
-                    "'{}' is {}; integer convolutions take u8 and i8",
-                    v.name, v.dtype
-                ),
-            ));
-        }
-    }
+    int8_type(c, x)?;
+    int8_type(c, w)?;
     let r = x.shape.len();
     if !(3..=4).contains(&r) || w.shape.len() != r || w.shape[1] != x.shape[1] {
         return Err(c.mismatch(format!(
@@ -280,20 +303,7 @@ pub(crate) fn infer_conv_integer(c: &Ctx) -> Result<Vec<Out>> {
 /// QLinearConv: the type of `y_zero_point`; an optional i32 bias per output channel.
 pub(crate) fn infer_qlinear_conv(c: &Ctx) -> Result<Vec<Out>> {
     let s = int_conv_shape(c, 0, 2, 3, 5)?;
-    for i in [1, 4, 6] {
-        let v = c.input(i)?;
-        let per_ch = i == 4 && v.shape == [s[1]];
-        let float = matches!(v.dtype, DType::F32 | DType::F16 | DType::Bf16);
-        if !float || !(v.elements() == 1 && v.shape.len() <= 1 || per_ch) {
-            return Err(c.e(
-                ErrorKind::UnsupportedDType,
-                format!(
-                    "scale '{}' {:?} ({}): a float scalar (the weights' may be per channel)",
-                    v.name, v.shape, v.dtype
-                ),
-            ));
-        }
-    }
+    let dt = requant_params(c, s[1])?;
     if let Some(b) = c.opt(8)
         && (b.dtype != DType::I32 || b.shape != [s[1]])
     {
@@ -302,9 +312,7 @@ pub(crate) fn infer_qlinear_conv(c: &Ctx) -> Result<Vec<Out>> {
             b.shape, b.dtype, s[1]
         )));
     }
-    let z = c.input(7)?;
-    q_type(c, &z.name, z.dtype, false)?;
-    Ok(vec![out(z.dtype, s)])
+    Ok(vec![out(dt, s)])
 }
 
 /// MatMulInteger: i32.
@@ -315,27 +323,8 @@ pub(crate) fn infer_matmul_integer(c: &Ctx) -> Result<Vec<Out>> {
 /// QLinearMatMul: the type of `y_zero_point`.
 pub(crate) fn infer_qlinear_matmul(c: &Ctx) -> Result<Vec<Out>> {
     let s = int_product(c, 0, 2, 3, 5)?;
-    let n = *s.last().expect("rank ≥ 2");
-    for i in [1, 4, 6] {
-        let v = c.input(i)?;
-        let per_col = i == 4 && v.shape == [n];
-        let float = matches!(v.dtype, DType::F32 | DType::F16 | DType::Bf16);
-        if !float || !(v.elements() == 1 && v.shape.len() <= 1 || per_col) {
-            return Err(c.e(
-                ErrorKind::UnsupportedDType,
-                format!(
-                    "scale '{}' {:?} ({}): an f32 scalar (B's may be per column)",
-                    v.name, v.shape, v.dtype
-                ),
-            ));
-        }
-    }
-    let z = c.input(7)?;
-    q_type(c, &z.name, z.dtype, false)?;
-    if z.elements() != 1 {
-        return Err(c.mismatch(format!("y_zero_point of shape {:?} (a scalar)", z.shape)));
-    }
-    Ok(vec![out(z.dtype, s)])
+    let dt = requant_params(c, *s.last().expect("rank ≥ 2"))?;
+    Ok(vec![out(dt, s)])
 }
 
 impl<'a> Lowerer<'a> {
@@ -562,33 +551,41 @@ impl<'a> Lowerer<'a> {
             let bb = View::dense(b.addr, DType::I32, &cshape).broadcast(oshape);
             self.binary(&acc, &bb, &acc, BinaryOp::Add)?;
         }
+        self.requantize(n, &acc, &y, 1)
+    }
+
+    /// `y ← saturate(round(acc · s1·s4/s6) + z7)` for QLinearMatMul / QLinearConv (inputs
+    /// as in [`requant_params`]): input 4's scale per output channel along `axis` of
+    /// `acc` when it holds more than one value; f16 / bf16 scales widened exactly.
+    fn requantize(&mut self, n: &Node, acc: &View, y: &View, axis: usize) -> Result<()> {
+        let shape = acc.shape.clone();
         let mut sc = Vec::new();
         for i in [1, 4, 6] {
             let v = self.input_view(n, i)?;
             sc.push(self.converted(v, DType::F32)?);
         }
-        let per_ch = sc[1].shape.iter().product::<usize>() != 1;
-        let mult = self.f32_temp(&[if per_ch { mch } else { 1 }]);
+        let ch = shape[axis];
+        let per = sc[1].shape.iter().product::<usize>() != 1;
+        let mult = self.f32_temp(&[if per { ch } else { 1 }]);
         let one = |v: &View| View::dense(v.addr, DType::F32, &[1]).broadcast(&mult.shape);
-        let sw = if per_ch {
-            View::dense(sc[1].addr, DType::F32, &[mch])
+        let s4 = if per {
+            View::dense(sc[1].addr, DType::F32, &[ch])
         } else {
             one(&sc[1])
         };
-        self.binary(&one(&sc[0]), &sw, &mult, BinaryOp::Mul)?;
+        self.binary(&one(&sc[0]), &s4, &mult, BinaryOp::Mul)?;
         self.binary(&mult, &one(&sc[2]), &mult, BinaryOp::Div)?;
-        let t = self.f32_temp(oshape);
-        self.copy(nrt_hal::Engine::Dve, &acc, &t)?;
-        let ms = if per_ch {
-            cshape.clone()
-        } else {
-            vec![1; oshape.len()]
-        };
-        let mb = View::dense(mult.addr, DType::F32, &ms).broadcast(oshape);
+        let t = self.f32_temp(&shape);
+        self.copy(nrt_hal::Engine::Dve, acc, &t)?;
+        let mut ms = vec![1; shape.len()];
+        if per {
+            ms[axis] = ch;
+        }
+        let mb = View::dense(mult.addr, DType::F32, &ms).broadcast(&shape);
         self.binary(&t, &mb, &t, BinaryOp::Mul)?;
         let z = self.input_view(n, 7)?;
         let zf = self.converted(View::dense(z.addr, z.dtype, &[1]), DType::F32)?;
-        self.q_store(&t, Some(&zf.broadcast(oshape)), &y)
+        self.q_store(&t, Some(&zf.broadcast(&shape)), y)
     }
 
     /// MatMulInteger: one instruction on PE.
@@ -608,35 +605,7 @@ impl<'a> Lowerer<'a> {
         }
         let acc = View::dense(self.temp(total * 4), DType::I32, oshape);
         self.int_matmul(n, 0, 2, 3, 5, &acc)?;
-        let nn = *oshape.last().expect("rank ≥ 2");
-        // Scales in f32 (f16 / bf16 ones widened exactly).
-        let mut sc = Vec::new();
-        for i in [1, 4, 6] {
-            let v = self.input_view(n, i)?;
-            sc.push(self.converted(v, DType::F32)?);
-        }
-        let (sa, sb, sy) = (sc[0].clone(), sc[1].clone(), sc[2].clone());
-        let per_col = sb.shape.iter().product::<usize>() != 1;
-        let mult = self.f32_temp(&[if per_col { nn } else { 1 }]);
-        let one = |v: &View| View::dense(v.addr, DType::F32, &[1]).broadcast(&mult.shape);
-        let sbv = if per_col {
-            View::dense(sb.addr, DType::F32, &[nn])
-        } else {
-            one(&sb)
-        };
-        self.binary(&one(&sa), &sbv, &mult, BinaryOp::Mul)?;
-        self.binary(&mult, &one(&sy), &mult, BinaryOp::Div)?;
-        let t = self.f32_temp(oshape);
-        self.copy(nrt_hal::Engine::Dve, &acc, &t)?;
-        let mb = if per_col {
-            mult.broadcast(oshape)
-        } else {
-            View::dense(mult.addr, DType::F32, &[1]).broadcast(oshape)
-        };
-        self.binary(&t, &mb, &t, BinaryOp::Mul)?;
-        let z = self.input_view(n, 7)?;
-        let zf = self.converted(View::dense(z.addr, z.dtype, &[1]), DType::F32)?;
-        self.q_store(&t, Some(&zf.broadcast(oshape)), &y)
+        self.requantize(n, &acc, &y, oshape.len() - 1)
     }
 
     /// A dense f32 temporary of `shape`.
