@@ -7,7 +7,7 @@
 
 use crate::CompileOptions;
 use crate::error::{CompileError, ErrorKind, Result, err};
-use crate::onnx::{AttributeProto, ModelProto, attribute_type as at};
+use crate::onnx::{AttributeProto, GraphProto, ModelProto, NodeProto, attribute_type as at};
 use crate::tensor::{HostTensor, budget, dtype_from_onnx, onnx_type_name};
 use nrt_hal::DType;
 use std::collections::HashMap;
@@ -135,6 +135,22 @@ impl Node {
             None => Ok(default.to_owned()),
             Some(a) => String::from_utf8(a.s.clone())
                 .map_err(|_| self.bad(format!("attribute '{name}' is not UTF-8"))),
+        }
+    }
+
+    /// String-list attribute.
+    pub fn attr_strings(&self, name: &str) -> Result<Option<Vec<String>>> {
+        match self.typed(name, at::STRINGS)? {
+            None => Ok(None),
+            Some(a) => a
+                .strings
+                .iter()
+                .map(|s| {
+                    String::from_utf8(s.clone())
+                        .map_err(|_| self.bad(format!("attribute '{name}' is not UTF-8")))
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
         }
     }
 
@@ -349,8 +365,11 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
         by_name.insert(name.clone(), id);
     }
 
+    // An `If` also reads the outer values its branches use (captured): they become extra
+    // inputs after the condition, so that the sort orders their producers first.
+    let nodes: Vec<NodeProto> = gp.node.iter().map(with_captures).collect::<Result<_>>()?;
+    let nodes = &nodes;
     // Topological order (Kahn), keeping the model's order among ready nodes.
-    let nodes = &gp.node;
     let mut producer: HashMap<&str, usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
         for o in &n.output {
@@ -430,7 +449,7 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
                 )
                 .at_node(&name, &n.op_type));
             }
-            if !a.ref_attr_name.is_empty() || a.g.is_some() {
+            if !a.ref_attr_name.is_empty() || (a.g.is_some() && n.op_type != "If") {
                 return Err(CompileError::new(
                     ErrorKind::UnsupportedOp,
                     format!(
@@ -496,6 +515,243 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
         return err(ErrorKind::BadShape, "the graph has no outputs");
     }
     Ok(g)
+}
+
+/// The subgraph attribute `name` of node `n`, decoded.
+fn subgraph(a: &AttributeProto) -> Result<GraphProto> {
+    use prost::Message;
+    GraphProto::decode(a.g.as_deref().unwrap_or_default()).map_err(decode_error)
+}
+
+/// The names a subgraph reads from outside itself (its own nested subgraphs included).
+fn free_names(gp: &GraphProto, out: &mut Vec<String>) -> Result<()> {
+    let mut local: std::collections::HashSet<&str> = gp
+        .initializer
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(gp.input.iter().map(|i| i.name.as_str()))
+        .collect();
+    for n in &gp.node {
+        let mut reads: Vec<String> = n.input.clone();
+        for a in n.attribute.iter().filter(|a| a.g.is_some()) {
+            free_names(&subgraph(a)?, &mut reads)?;
+        }
+        for i in reads {
+            if !i.is_empty() && !local.contains(i.as_str()) && !out.contains(&i) {
+                out.push(i);
+            }
+        }
+        local.extend(n.output.iter().map(|o| o.as_str()));
+    }
+    Ok(())
+}
+
+/// The outer names the subgraphs of node attributes `attrs` read, in a fixed order.
+fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
+    let mut free = Vec::new();
+    for a in attrs.iter().filter(|a| a.g.is_some()) {
+        free_names(&subgraph(a)?, &mut free)?;
+    }
+    Ok(free)
+}
+
+/// Node `n` with, for an `If`, the outer values its branches read ([`captured`]) appended
+/// to its inputs after the condition.
+fn with_captures(n: &NodeProto) -> Result<NodeProto> {
+    let mut n = n.clone();
+    if n.op_type == "If" {
+        n.input.truncate(1);
+        n.input.extend(captured(&n.attribute)?);
+    }
+    Ok(n)
+}
+
+/// Inlines the `If` node `ni`, whose condition is a compile-time constant, as the nodes of
+/// the branch it takes: the branch's values are renamed `<If name>/<name>`, its outputs
+/// become the `If`'s outputs, and the values it reads from outside resolve in the
+/// enclosing scope (a nested `If` keeps its own branches for later). An `If` whose
+/// condition is only known at run time is an error naming it.
+pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let bad = |kind, msg: String| n.error(kind, msg);
+    let cond = n.inputs.first().copied().flatten().ok_or_else(|| {
+        bad(
+            ErrorKind::ShapeMismatch,
+            "the condition input is missing".into(),
+        )
+    })?;
+    let cv = &g.values[cond];
+    let Some(k) = cv.konst.clone() else {
+        return Err(bad(
+            ErrorKind::UnsupportedOp,
+            format!(
+                "condition '{}' is computed at run time: only an If whose condition is known at compile time (a constant, a folded shape comparison, an input given with input_values) is supported; it is folded to its branch",
+                cv.name
+            ),
+        ));
+    };
+    if k.len() != 1 {
+        return Err(bad(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "condition '{}' has {} elements (one expected)",
+                cv.name,
+                k.len()
+            ),
+        ));
+    }
+    let branch = if k.get_f64(0) != 0.0 {
+        "then_branch"
+    } else {
+        "else_branch"
+    };
+    let a = n
+        .attrs
+        .iter()
+        .find(|a| a.name == branch && a.g.is_some())
+        .ok_or_else(|| bad(ErrorKind::BadAttribute, format!("no {branch} subgraph")))?;
+    let gp = subgraph(a).map_err(|e| e.at_node(&n.name, &n.op))?;
+    if gp.output.len() != n.outputs.len() {
+        return Err(bad(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "{branch} has {} outputs for the If's {}",
+                gp.output.len(),
+                n.outputs.len()
+            ),
+        ));
+    }
+    // The enclosing scope: the values the branches capture, as the If's inputs after the
+    // condition (resolved where the If stood, so a nested If sees its parent branch's
+    // names); the branch's own names are added (and shadow them) below.
+    let mut scope: HashMap<String, ValueId> = HashMap::new();
+    for (name, id) in captured(&n.attrs)?.into_iter().zip(n.inputs.iter().skip(1)) {
+        if let Some(id) = id {
+            scope.insert(name, *id);
+        }
+    }
+    let prefix = format!("{}/", n.name);
+    for t in &gp.initializer {
+        let h = HostTensor::from_proto(t, None).map_err(|e| e.at_node(&n.name, &n.op))?;
+        let id = g.values.len();
+        g.values.push(Value {
+            name: format!("{prefix}{}", t.name),
+            dtype: h.dtype,
+            shape: h.shape.clone(),
+            konst: Some(Rc::new(h)),
+        });
+        scope.insert(t.name.clone(), id);
+    }
+    let out_index: HashMap<&str, usize> = gp
+        .output
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.name.as_str(), i))
+        .collect();
+    let mut new_nodes = Vec::new();
+    for (i, bn) in gp.node.iter().enumerate() {
+        let name = format!(
+            "{prefix}{}",
+            if bn.name.is_empty() {
+                bn.output
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| format!("#{i}"))
+            } else {
+                bn.name.clone()
+            }
+        );
+        let err_here = |kind, msg: String| CompileError::new(kind, msg).at_node(&name, &bn.op_type);
+        if !(bn.domain.is_empty() || bn.domain == "ai.onnx") {
+            return Err(err_here(
+                ErrorKind::UnsupportedOp,
+                format!("operator domain '{}' is not supported", bn.domain),
+            ));
+        }
+        for a in &bn.attribute {
+            if !a.ref_attr_name.is_empty() || (a.g.is_some() && bn.op_type != "If") {
+                return Err(err_here(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "attribute '{}' holds a subgraph or function reference",
+                        a.name
+                    ),
+                ));
+            }
+        }
+        let bn = with_captures(bn)?;
+        let mut inputs = Vec::new();
+        for s in &bn.input {
+            if s.is_empty() {
+                inputs.push(None);
+                continue;
+            }
+            let id = scope.get(s).copied().ok_or_else(|| {
+                err_here(
+                    ErrorKind::DanglingEdge,
+                    format!("input '{s}' is produced by nothing in scope"),
+                )
+            })?;
+            inputs.push(Some(id));
+        }
+        let mut outputs = Vec::new();
+        for o in &bn.output {
+            if o.is_empty() {
+                outputs.push(None);
+                continue;
+            }
+            let id = match out_index.get(o.as_str()).and_then(|&k| n.outputs[k]) {
+                Some(id) => id,
+                None => {
+                    let id = g.values.len();
+                    g.values.push(Value {
+                        name: format!("{prefix}{o}"),
+                        dtype: DType::F32,
+                        shape: Vec::new(),
+                        konst: None,
+                    });
+                    id
+                }
+            };
+            scope.insert(o.clone(), id);
+            outputs.push(Some(id));
+        }
+        // A nested If's captured names resolved in this scope (its inputs after the
+        // condition).
+        let attrs = bn.attribute.clone();
+        new_nodes.push(Node {
+            name,
+            op: bn.op_type.clone(),
+            inputs,
+            outputs,
+            attrs,
+        });
+    }
+    // Branch outputs that no branch node produces (an outer value or a constant) pass
+    // through an Identity.
+    for (k, o) in gp.output.iter().enumerate() {
+        let Some(target) = n.outputs[k] else { continue };
+        let produced = new_nodes
+            .iter()
+            .any(|bn| bn.outputs.contains(&Some(target)));
+        if !produced {
+            let src = scope.get(&o.name).copied().ok_or_else(|| {
+                bad(
+                    ErrorKind::DanglingEdge,
+                    format!("{branch} output '{}' is produced by nothing", o.name),
+                )
+            })?;
+            new_nodes.push(Node {
+                name: format!("{prefix}{}", o.name),
+                op: "Identity".into(),
+                inputs: vec![Some(src)],
+                outputs: vec![Some(target)],
+                attrs: Vec::new(),
+            });
+        }
+    }
+    g.nodes.splice(ni..=ni, new_nodes);
+    Ok(())
 }
 
 /// A declared output: name, ONNX element type, dims (`None` where symbolic).

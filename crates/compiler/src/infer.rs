@@ -25,6 +25,11 @@ pub fn infer(g: &mut Graph) -> Result<()> {
     let mut widened: Option<(usize, DType)> = None;
     let mut ni = 0;
     while ni < g.nodes.len() {
+        // An If with a compile-time condition becomes its branch's nodes, inferred next.
+        if g.nodes[ni].op == "If" {
+            crate::graph::inline_if(g, ni)?;
+            continue;
+        }
         let Some(def) = ops::get(&g.nodes[ni].op) else {
             let c = Ctx { g, n: &g.nodes[ni] };
             return Err(c.e(

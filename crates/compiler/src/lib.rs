@@ -193,10 +193,22 @@ pub fn model_op_types(onnx_bytes: &[u8]) -> Result<Vec<String>, CompileError> {
     let m = onnx::decode_model(onnx_bytes).map_err(|e| {
         CompileError::new(ErrorKind::Decode, format!("not a valid ONNX model: {e}"))
     })?;
-    let mut ops: Vec<String> = m
-        .graph
-        .map(|g| g.node.into_iter().map(|n| n.op_type).collect())
-        .unwrap_or_default();
+    // Operators of subgraphs (an If's branches) count too.
+    fn collect(g: &onnx::GraphProto, ops: &mut Vec<String>) {
+        use prost::Message;
+        for n in &g.node {
+            ops.push(n.op_type.clone());
+            for a in &n.attribute {
+                if let Some(Ok(sub)) = a.g.as_deref().map(onnx::GraphProto::decode) {
+                    collect(&sub, ops);
+                }
+            }
+        }
+    }
+    let mut ops = Vec::new();
+    if let Some(g) = &m.graph {
+        collect(g, &mut ops);
+    }
     ops.sort();
     ops.dedup();
     Ok(ops)

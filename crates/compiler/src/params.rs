@@ -78,6 +78,17 @@ impl<'a> Ctx<'a> {
         self.opt(i).and_then(|v| v.konst.as_deref())
     }
 
+    /// The error for input `v` (`what`) that must be a compile-time constant and is not.
+    fn not_constant(&self, v: &Value, what: &str) -> CompileError {
+        self.e(
+            ErrorKind::UnsupportedOp,
+            format!(
+                "input '{}' ({what}) must be known at compile time; give its value with input_values",
+                v.name
+            ),
+        )
+    }
+
     /// Input `i` as compile-time integers (`None` if absent); an error if it is not constant.
     pub fn const_ints(&self, i: usize, what: &str) -> Result<Option<Vec<i64>>> {
         match self.opt(i) {
@@ -85,13 +96,7 @@ impl<'a> Ctx<'a> {
             Some(v) if v.elements() == 0 && v.konst.is_none() => Ok(Some(Vec::new())),
             Some(v) => match &v.konst {
                 Some(t) => Ok(Some(t.to_i64s())),
-                None => Err(self.e(
-                    ErrorKind::UnsupportedOp,
-                    format!(
-                        "input '{}' ({what}) must be known at compile time; give its value with input_values",
-                        v.name
-                    ),
-                )),
+                None => Err(self.not_constant(v, what)),
             },
         }
     }
@@ -102,13 +107,7 @@ impl<'a> Ctx<'a> {
             None => Ok(None),
             Some(v) => match &v.konst {
                 Some(t) => Ok(Some(t.to_f32s())),
-                None => Err(self.e(
-                    ErrorKind::UnsupportedOp,
-                    format!(
-                        "input '{}' ({what}) must be known at compile time; give its value with input_values",
-                        v.name
-                    ),
-                )),
+                None => Err(self.not_constant(v, what)),
             },
         }
     }

@@ -5,6 +5,7 @@ mod common;
 use common::*;
 use nrt_compiler::check::check_ordering;
 use nrt_compiler::onnx::data_type as dt;
+use nrt_compiler::onnx::{AttributeProto, GraphProto, attribute_type};
 use nrt_compiler::{CompileOptions, Compiled, ErrorKind, HostTensor, compile};
 use nrt_hal::Engine;
 use nrt_isa::{Op, decode_block};
@@ -605,5 +606,63 @@ fn half_tensors_through_f32_only_operators() {
         );
         let pe = decode_block(&c.model.block(0, Engine::Pe).unwrap().code, Engine::Pe).unwrap();
         assert!(pe.iter().any(|(_, i)| matches!(i.op, Op::MatMul { .. })));
+    }
+}
+
+/// An `If` on a condition known only at run time is refused, naming the node and the
+/// condition; the same model with the condition given at compile time folds to a branch.
+#[test]
+fn if_on_a_run_time_condition_is_named_and_a_constant_one_folds() {
+    use prost::Message;
+    let branch = |name: &str, op: &str| {
+        let g = GraphProto {
+            node: vec![node(op, &["X"], &[name], vec![])],
+            name: name.into(),
+            output: vec![vi(name, dt::FLOAT, &[2, 3])],
+            ..Default::default()
+        };
+        AttributeProto {
+            name: if op == "Relu" {
+                "then_branch"
+            } else {
+                "else_branch"
+            }
+            .into(),
+            r#type: attribute_type::GRAPH,
+            g: Some(g.encode_to_vec()),
+            ..Default::default()
+        }
+    };
+    let bytes = model(
+        vec![node(
+            "If",
+            &["cond"],
+            &["Y"],
+            vec![branch("yt", "Relu"), branch("ye", "Neg")],
+        )],
+        vec![],
+        vec![vi("cond", dt::BOOL, &[]), vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    let msg = fails(&bytes, ErrorKind::UnsupportedOp, Some("If_Y"));
+    assert!(msg.contains("condition 'cond'"), "{msg}");
+    for (v, want) in [(1, nrt_isa::ActFunc::Relu), (0, nrt_isa::ActFunc::Neg)] {
+        let mut o = CompileOptions::default();
+        o.input_values.insert(
+            "cond".into(),
+            HostTensor::ints(nrt_hal::DType::Bool, vec![], vec![v]),
+        );
+        let c = ok(&bytes, &o);
+        let code = &c.model.block(0, Engine::Act).unwrap().code;
+        let funcs: Vec<_> = decode_block(code, Engine::Act)
+            .unwrap()
+            .iter()
+            .filter_map(|(_, i)| match i.op {
+                Op::Activation { func, .. } => Some(func),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(funcs, [want], "cond {v}");
     }
 }

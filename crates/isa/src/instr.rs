@@ -187,6 +187,22 @@ wire_enum!(
 );
 
 wire_enum!(
+    /// How [`Op::ScatterElements`] combines an update with the element it lands on.
+    ScatterReduce {
+        /// Replace.
+        None = 0,
+        /// Add.
+        Add = 1,
+        /// Multiply.
+        Mul = 2,
+        /// Maximum.
+        Max = 3,
+        /// Minimum.
+        Min = 4,
+    }
+);
+
+wire_enum!(
     /// Pooling-window operations.
     PoolOp {
         /// Maximum over the window.
@@ -335,6 +351,20 @@ pub enum Op {
         alpha: f32,
         /// [`matmul_flags`].
         flags: u32,
+    },
+    /// PE: integer matrix product, `C = (A − a_zero)·(B − b_zero)` in i32 (wrapping),
+    /// batched over the two leading dimensions (ONNX MatMulInteger).
+    MatMulInteger {
+        /// `[b1, b2, M, K]` u8 or i8.
+        a: AccessPattern,
+        /// `[b1, b2, K, N]` u8 or i8.
+        b: AccessPattern,
+        /// `[b1, b2, M, N]` i32.
+        c: AccessPattern,
+        /// `[b1, b2, M, 1]` of A's type (per row, usually broadcast), if any.
+        a_zero: Option<AccessPattern>,
+        /// `[b1, b2, 1, N]` of B's type (per column, usually broadcast), if any.
+        b_zero: Option<AccessPattern>,
     },
     /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
     Conv {
@@ -493,6 +523,49 @@ pub enum Op {
         /// `[d0, d1, N, d3]`.
         output: AccessPattern,
     },
+    /// POOL: gather along dimension `axis`, one index per output element:
+    /// `out[p] = data[p with p[axis] = idx[p]]` (ONNX GatherElements; with a broadcast
+    /// indices operand it gathers whole rows). An index outside `[-A, A)` (negative counts
+    /// from the end) is a device error (`NRT_EXEC_OOB`) and nothing is written.
+    GatherElements {
+        /// The shape of `output` except `A` at `axis`.
+        data: AccessPattern,
+        /// i32 or i64, the shape of `output`.
+        indices: AccessPattern,
+        /// Output.
+        output: AccessPattern,
+        /// The indexed dimension (0..4).
+        axis: u8,
+    },
+    /// POOL: scatter along dimension `axis`, in element order:
+    /// `out[p with p[axis] = idx[p]] = out[…] ∘ updates[p]` for every position `p` of
+    /// `updates` (ONNX ScatterElements / ScatterND with a broadcast indices operand). Indices
+    /// are checked as for [`Op::GatherElements`] before anything is written.
+    ScatterElements {
+        /// i32 or i64, the shape of `updates`.
+        indices: AccessPattern,
+        /// The values.
+        updates: AccessPattern,
+        /// Read and written: the shape of `updates` except `A` at `axis`.
+        output: AccessPattern,
+        /// The indexed dimension (0..4).
+        axis: u8,
+        /// How an update combines with the element (a reduction: f32, i32 or i64).
+        reduce: ScatterReduce,
+    },
+    /// POOL: the `K` largest (or smallest) elements of every row along dimension 3, in
+    /// order (equal elements: the lower index first; NaN above every number), and their
+    /// indices (ONNX TopK).
+    TopK {
+        /// `[d0, d1, d2, N]`: f32 or any integer type.
+        input: AccessPattern,
+        /// `[d0, d1, d2, K]`, `K ≤ N`, the input's type.
+        values: AccessPattern,
+        /// `[d0, d1, d2, K]` of i64.
+        indices: AccessPattern,
+        /// The largest (else the smallest).
+        largest: bool,
+    },
 }
 
 /// Opcode bytes.
@@ -515,6 +588,8 @@ pub mod opcode {
     pub const MATMUL: u8 = 0x20;
     /// [`super::Op::Conv`].
     pub const CONV: u8 = 0x21;
+    /// [`super::Op::MatMulInteger`].
+    pub const MATMUL_INTEGER: u8 = 0x23;
     /// [`super::Op::Activation`].
     pub const ACTIVATION: u8 = 0x30;
     /// [`super::Op::Binary`].
@@ -539,6 +614,12 @@ pub mod opcode {
     pub const RESIZE: u8 = 0x54;
     /// [`super::Op::Gather`].
     pub const GATHER: u8 = 0x55;
+    /// [`super::Op::GatherElements`].
+    pub const GATHER_ELEMENTS: u8 = 0x56;
+    /// [`super::Op::ScatterElements`].
+    pub const SCATTER_ELEMENTS: u8 = 0x57;
+    /// [`super::Op::TopK`].
+    pub const TOP_K: u8 = 0x58;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -554,6 +635,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         BARRIER => ("Barrier", HEADER_SIZE + 8),
         MATMUL => ("MatMul", HEADER_SIZE + 3 * AP_SIZE + 8),
         CONV => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 48),
+        MATMUL_INTEGER => ("MatMulInteger", HEADER_SIZE + 5 * AP_SIZE + 8),
         ACTIVATION => ("Activation", HEADER_SIZE + 3 * AP_SIZE + 24),
         BINARY => ("Binary", HEADER_SIZE + 3 * AP_SIZE + 8),
         TENSOR_SCALAR => ("TensorScalar", HEADER_SIZE + 2 * AP_SIZE + 16),
@@ -566,6 +648,9 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         LAYER_NORM => ("LayerNorm", HEADER_SIZE + 4 * AP_SIZE + 8),
         RESIZE => ("Resize", HEADER_SIZE + 2 * AP_SIZE + 24),
         GATHER => ("Gather", HEADER_SIZE + 3 * AP_SIZE),
+        GATHER_ELEMENTS => ("GatherElements", HEADER_SIZE + 3 * AP_SIZE + 8),
+        SCATTER_ELEMENTS => ("ScatterElements", HEADER_SIZE + 3 * AP_SIZE + 8),
+        TOP_K => ("TopK", HEADER_SIZE + 3 * AP_SIZE + 8),
         _ => return None,
     })
 }
@@ -584,6 +669,7 @@ impl Op {
             Op::Barrier { .. } => BARRIER,
             Op::MatMul { .. } => MATMUL,
             Op::Conv { .. } => CONV,
+            Op::MatMulInteger { .. } => MATMUL_INTEGER,
             Op::Activation { .. } => ACTIVATION,
             Op::Binary { .. } => BINARY,
             Op::TensorScalar { .. } => TENSOR_SCALAR,
@@ -596,6 +682,9 @@ impl Op {
             Op::LayerNorm { .. } => LAYER_NORM,
             Op::Resize { .. } => RESIZE,
             Op::Gather { .. } => GATHER,
+            Op::GatherElements { .. } => GATHER_ELEMENTS,
+            Op::ScatterElements { .. } => SCATTER_ELEMENTS,
+            Op::TopK { .. } => TOP_K,
         }
     }
 
@@ -615,7 +704,9 @@ impl Op {
             | Op::SemSet { .. }
             | Op::Notify { .. }
             | Op::Barrier { .. } => matches!(engine, Engine::Sp),
-            Op::MatMul { .. } | Op::Conv { .. } => matches!(engine, Engine::Pe),
+            Op::MatMul { .. } | Op::Conv { .. } | Op::MatMulInteger { .. } => {
+                matches!(engine, Engine::Pe)
+            }
             Op::Activation { .. } => matches!(engine, Engine::Act),
             Op::Binary { .. } | Op::TensorScalar { .. } | Op::Select { .. } => {
                 matches!(engine, Engine::Dve)
@@ -626,7 +717,10 @@ impl Op {
             | Op::Softmax { .. }
             | Op::LayerNorm { .. }
             | Op::Resize { .. }
-            | Op::Gather { .. } => matches!(engine, Engine::Pool),
+            | Op::Gather { .. }
+            | Op::GatherElements { .. }
+            | Op::ScatterElements { .. }
+            | Op::TopK { .. } => matches!(engine, Engine::Pool),
         }
     }
 }
@@ -724,6 +818,23 @@ macro_rules! operand_table {
                     c,
                 );
             }
+            Op::MatMulInteger {
+                a,
+                b,
+                c,
+                a_zero,
+                b_zero,
+            } => {
+                $f(0, "a", Role::Read, a);
+                $f(1, "b", Role::Read, b);
+                $f(2, "c", Role::Write, c);
+                if let Some(x) = a_zero {
+                    $f(3, "a_zero", Role::Read, x);
+                }
+                if let Some(x) = b_zero {
+                    $f(4, "b_zero", Role::Read, x);
+                }
+            }
             Op::Conv {
                 input,
                 weight,
@@ -799,10 +910,36 @@ macro_rules! operand_table {
                 data,
                 indices,
                 output,
+            }
+            | Op::GatherElements {
+                data,
+                indices,
+                output,
+                ..
             } => {
                 $f(0, "data", Role::Read, data);
                 $f(1, "indices", Role::Read, indices);
                 $f(2, "output", Role::Write, output);
+            }
+            Op::ScatterElements {
+                indices,
+                updates,
+                output,
+                ..
+            } => {
+                $f(0, "indices", Role::Read, indices);
+                $f(1, "updates", Role::Read, updates);
+                $f(2, "output", Role::ReadWrite, output);
+            }
+            Op::TopK {
+                input,
+                values,
+                indices,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "values", Role::Write, values);
+                $f(2, "indices", Role::Write, indices);
             }
         }
     };
@@ -1011,6 +1148,21 @@ impl Instruction {
                 w.u32(*groups);
                 w.u32(bias.is_some() as u32 | (workspace.is_some() as u32) << 1);
             }
+            Op::MatMulInteger {
+                a,
+                b,
+                c,
+                a_zero,
+                b_zero,
+            } => {
+                w.ap(a);
+                w.ap(b);
+                w.ap(c);
+                w.opt_ap(a_zero);
+                w.opt_ap(b_zero);
+                w.u32(a_zero.is_some() as u32 | (b_zero.is_some() as u32) << 1);
+                w.u32(0);
+            }
             Op::Activation {
                 input,
                 output,
@@ -1140,6 +1292,44 @@ impl Instruction {
                 w.ap(indices);
                 w.ap(output);
             }
+            Op::GatherElements {
+                data,
+                indices,
+                output,
+                axis,
+            } => {
+                w.ap(data);
+                w.ap(indices);
+                w.ap(output);
+                w.u8(*axis);
+                w.zeros(7);
+            }
+            Op::ScatterElements {
+                indices,
+                updates,
+                output,
+                axis,
+                reduce,
+            } => {
+                w.ap(indices);
+                w.ap(updates);
+                w.ap(output);
+                w.u8(*axis);
+                w.u8(*reduce as u8);
+                w.zeros(6);
+            }
+            Op::TopK {
+                input,
+                values,
+                indices,
+                largest,
+            } => {
+                w.ap(input);
+                w.ap(values);
+                w.ap(indices);
+                w.u32(*largest as u32);
+                w.u32(0);
+            }
         }
         debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
     }
@@ -1232,6 +1422,15 @@ impl<'a> R<'a> {
         let v = self.u8();
         f(v).ok_or(DecodeError::field(field, Reason::BadEnum(v as u32)).at(at))
     }
+    /// A dimension index of an access pattern (0..4).
+    fn axis(&mut self) -> Result<u8, DecodeError> {
+        let at = self.pos;
+        let a = self.u8();
+        if a > 3 {
+            return Err(DecodeError::field("axis", Reason::OutOfRange(a as u64)).at(at));
+        }
+        Ok(a)
+    }
     fn window(&mut self, pooling: bool) -> Result<Window, DecodeError> {
         let at = self.pos;
         let mut v = [0u32; 10];
@@ -1319,6 +1518,18 @@ fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<
 
 const F32: &[DType] = &[DType::F32];
 const NUMERIC: &[DType] = &[DType::F32, DType::I32, DType::I64];
+/// What [`Op::TopK`] orders: f32 and every integer type.
+const TOP_K_TYPES: &[DType] = &[
+    DType::F32,
+    DType::I64,
+    DType::I32,
+    DType::I16,
+    DType::I8,
+    DType::U64,
+    DType::U32,
+    DType::U16,
+    DType::U8,
+];
 
 impl Instruction {
     /// Decodes and validates one instruction from the start of `bytes`, returning it and its
@@ -1912,6 +2123,144 @@ impl Instruction {
                     data,
                     indices,
                     output,
+                }
+            }
+            opcode::GATHER_ELEMENTS => {
+                let data = r.ap("data")?;
+                let indices = r.ap("indices")?;
+                let output = r.ap("output")?;
+                let axis = r.axis()?;
+                r.zeros(7, "reserved")?;
+                require_dtype(&indices, "indices.dtype", &[DType::I32, DType::I64])
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                if output.dtype != data.dtype {
+                    return Err(DecodeError::field(
+                        "output.dtype",
+                        Reason::UnsupportedDType(output.dtype),
+                    )
+                    .at(HEADER_SIZE + 2 * AP_SIZE + 8));
+                }
+                same_shape("indices.shape", &output.shape, &indices)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let mut want = output.shape;
+                want[axis as usize] = data.shape[axis as usize];
+                same_shape("data.shape", &want, &data).map_err(|e| e.shifted(HEADER_SIZE))?;
+                Op::GatherElements {
+                    data,
+                    indices,
+                    output,
+                    axis,
+                }
+            }
+            opcode::SCATTER_ELEMENTS => {
+                let indices = r.ap("indices")?;
+                let updates = r.ap("updates")?;
+                let output = r.ap("output")?;
+                let axis = r.axis()?;
+                let reduce = r.enum_u8("reduce", ScatterReduce::from_u8)?;
+                r.zeros(6, "reserved")?;
+                require_dtype(&indices, "indices.dtype", &[DType::I32, DType::I64])
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                if reduce != ScatterReduce::None {
+                    require_dtype(&output, "output.dtype", NUMERIC)
+                        .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                }
+                if updates.dtype != output.dtype {
+                    return Err(DecodeError::field(
+                        "updates.dtype",
+                        Reason::UnsupportedDType(updates.dtype),
+                    )
+                    .at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                same_shape("indices.shape", &updates.shape, &indices)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                let mut want = updates.shape;
+                want[axis as usize] = output.shape[axis as usize];
+                same_shape("output.shape", &want, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::ScatterElements {
+                    indices,
+                    updates,
+                    output,
+                    axis,
+                    reduce,
+                }
+            }
+            opcode::MATMUL_INTEGER => {
+                let flags_at = HEADER_SIZE + 5 * AP_SIZE;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !3 != 0 {
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at)
+                    );
+                }
+                let a = r.ap("a")?;
+                let b_ = r.ap("b")?;
+                let c = r.ap("c")?;
+                let a_zero = r.opt_ap("a_zero", flags & 1 != 0)?;
+                let b_zero = r.opt_ap("b_zero", flags & 2 != 0)?;
+                r.u32();
+                r.zeros(4, "reserved")?;
+                const Q: &[DType] = &[DType::U8, DType::I8];
+                require_dtype(&a, "a.dtype", Q).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&b_, "b.dtype", Q).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                require_dtype(&c, "c.dtype", &[DType::I32])
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                let [b1, b2, m, k] = a.shape;
+                let n = c.shape[3];
+                same_shape("b.shape", &[b1, b2, k, n], &b_)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("c.shape", &[b1, b2, m, n], &c)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                if let Some(z) = &a_zero {
+                    let at = HEADER_SIZE + 3 * AP_SIZE;
+                    require_dtype(z, "a_zero.dtype", &[a.dtype]).map_err(|e| e.shifted(at))?;
+                    same_shape("a_zero.shape", &[b1, b2, m, 1], z).map_err(|e| e.shifted(at))?;
+                }
+                if let Some(z) = &b_zero {
+                    let at = HEADER_SIZE + 4 * AP_SIZE;
+                    require_dtype(z, "b_zero.dtype", &[b_.dtype]).map_err(|e| e.shifted(at))?;
+                    same_shape("b_zero.shape", &[b1, b2, 1, n], z).map_err(|e| e.shifted(at))?;
+                }
+                Op::MatMulInteger {
+                    a,
+                    b: b_,
+                    c,
+                    a_zero,
+                    b_zero,
+                }
+            }
+            opcode::TOP_K => {
+                let input = r.ap("input")?;
+                let values = r.ap("values")?;
+                let indices = r.ap("indices")?;
+                let largest = r.bool32("largest")?;
+                r.zeros(4, "reserved")?;
+                require_dtype(&input, "input.dtype", TOP_K_TYPES)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                if values.dtype != input.dtype {
+                    return Err(DecodeError::field(
+                        "values.dtype",
+                        Reason::UnsupportedDType(values.dtype),
+                    )
+                    .at(HEADER_SIZE + AP_SIZE + 8));
+                }
+                require_dtype(&indices, "indices.dtype", &[DType::I64])
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                let k = values.shape[3];
+                dim_eq("values.shape", 3, k.min(input.shape[3]), k)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let mut want = input.shape;
+                want[3] = k;
+                same_shape("values.shape", &want, &values)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("indices.shape", &want, &indices)
+                    .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+                Op::TopK {
+                    input,
+                    values,
+                    indices,
+                    largest,
                 }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),

@@ -305,6 +305,72 @@ fn arb_op() -> impl Strategy<Value = Op> {
                     output,
                 })
         }),
+        (arb_dims(), 0u8..4, 1u32..6, any::<bool>()).prop_flat_map(move |(s, axis, a, i64_)| {
+            let it = if i64_ { DType::I64 } else { DType::I32 };
+            let mut ds = s;
+            ds[axis as usize] = a;
+            (arb_ap(f, ds), arb_ap(it, s), arb_ap(f, s)).prop_map(move |(data, indices, output)| {
+                Op::GatherElements {
+                    data,
+                    indices,
+                    output,
+                    axis,
+                }
+            })
+        }),
+        (arb_dims(), 0u8..4, 1u32..6, 0usize..5).prop_flat_map(move |(s, axis, a, r)| {
+            let mut os = s;
+            os[axis as usize] = a;
+            (arb_ap(DType::I64, s), arb_ap(f, s), arb_ap(f, os)).prop_map(
+                move |(indices, updates, output)| Op::ScatterElements {
+                    indices,
+                    updates,
+                    output,
+                    axis,
+                    reduce: ScatterReduce::ALL[r],
+                },
+            )
+        }),
+        (
+            arb_dims(),
+            1u32..6,
+            0usize..4,
+            any::<(bool, bool, bool, bool)>()
+        )
+            .prop_flat_map(move |(s, n, zps, (ai8, bi8, _, _))| {
+                let (at, bt) = (
+                    if ai8 { DType::I8 } else { DType::U8 },
+                    if bi8 { DType::I8 } else { DType::U8 },
+                );
+                let [b1, b2, m, k] = s;
+                (
+                    arb_ap(at, s),
+                    arb_ap(bt, [b1, b2, k, n]),
+                    arb_ap(DType::I32, [b1, b2, m, n]),
+                    arb_ap(at, [b1, b2, m, 1]),
+                    arb_ap(bt, [b1, b2, 1, n]),
+                )
+                    .prop_map(move |(a, b, c, za, zb)| Op::MatMulInteger {
+                        a,
+                        b,
+                        c,
+                        a_zero: (zps & 1 != 0).then_some(za),
+                        b_zero: (zps & 2 != 0).then_some(zb),
+                    })
+            },),
+        (arb_dims(), 0u32..4, any::<bool>()).prop_flat_map(move |(s, k, largest)| {
+            let k = k.min(s[3]);
+            let mut vs = s;
+            vs[3] = k;
+            (arb_ap(f, s), arb_ap(f, vs), arb_ap(DType::I64, vs)).prop_map(
+                move |(input, values, indices)| Op::TopK {
+                    input,
+                    values,
+                    indices,
+                    largest,
+                },
+            )
+        }),
     ]
 }
 
@@ -375,12 +441,13 @@ proptest! {
             let want: Vec<_> = slots.iter().map(|&(s, n, _, _)| (HEADER_SIZE + s * nrt_isa::AP_SIZE, n)).collect();
             prop_assert_eq!(fields, want);
         }
-        // Only an accumulating MatMul reads the operand it writes.
+        // Only an accumulating MatMul and a scatter read the operand they write.
         for &(_, name, role, _) in &slots {
             if role == nrt_isa::Role::ReadWrite {
                 let accumulating = matches!(ins.op, Op::MatMul { flags, .. } if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
-                prop_assert!(accumulating);
-                prop_assert_eq!(name, "c");
+                let scatter = matches!(ins.op, Op::ScatterElements { .. });
+                prop_assert!(accumulating || scatter);
+                prop_assert_eq!(name, if scatter { "output" } else { "c" });
             }
         }
     }

@@ -16,7 +16,9 @@
 //! | [`pool`] | `Pool` |
 //! | [`norm`] | `Softmax`, `LayerNorm` |
 //! | [`resize`] | `Resize` (ONNX reference semantics) |
-//! | [`gather`] | `Gather` |
+//! | [`gather`] | `Gather`, `GatherElements`, `ScatterElements` |
+//! | [`topk`] | `TopK` |
+//! | [`qmatmul`] | `MatMulInteger` (AVX-512 VNNI `vpdpbusd` when present, else portable) |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
 //! drivers, memcpy-free bulk copies), [`elem`] (element types, f16/bf16, casts), [`vmath`]
@@ -44,9 +46,11 @@ pub mod gather;
 pub mod matmul;
 pub mod norm;
 pub mod pool;
+pub mod qmatmul;
 pub mod reduce;
 pub mod resize;
 pub mod strided;
+pub mod topk;
 pub mod vmath;
 
 use nrt_isa::Op;
@@ -251,6 +255,24 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             unsafe { conv::conv(&args, mem, ws) };
             Ok(())
         }
+        Op::MatMulInteger {
+            a,
+            b,
+            c,
+            a_zero,
+            b_zero,
+        } => {
+            let args = qmatmul::Args {
+                a,
+                b,
+                c,
+                a_zero: a_zero.as_ref(),
+                b_zero: b_zero.as_ref(),
+            };
+            // SAFETY: see above.
+            unsafe { qmatmul::matmul_integer(&args, mem, ws) };
+            Ok(())
+        }
         Op::Activation {
             input,
             output,
@@ -349,6 +371,34 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
         } => {
             // SAFETY: see above.
             unsafe { gather::gather(data, indices, output, mem) }
+        }
+        Op::GatherElements {
+            data,
+            indices,
+            output,
+            axis,
+        } => {
+            // SAFETY: see above.
+            unsafe { gather::gather_elements(data, indices, output, *axis, mem) }
+        }
+        Op::ScatterElements {
+            indices,
+            updates,
+            output,
+            axis,
+            reduce,
+        } => {
+            // SAFETY: see above.
+            unsafe { gather::scatter_elements(indices, updates, output, *axis, *reduce, mem) }
+        }
+        Op::TopK {
+            input,
+            values,
+            indices,
+            largest,
+        } => {
+            // SAFETY: see above.
+            unsafe { topk::top_k(input, values, indices, *largest, mem, ws) }
         }
     }
 }

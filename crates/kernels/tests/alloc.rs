@@ -311,6 +311,53 @@ fn second_calls_allocate_nothing() {
         },
     ));
 
+    // Element-wise gather / scatter (index scratch: none), TopK (index scratch in the
+    // workspace), MatMulInteger (packed operands in the workspace).
+    let eidx = m.dense(DType::I64, [2, 3, 4, 33]);
+    ops.push((
+        "gather elements",
+        Op::GatherElements {
+            data: x,
+            indices: eidx,
+            output: gathered,
+            axis: 2,
+        },
+    ));
+    ops.push((
+        "scatter elements",
+        Op::ScatterElements {
+            indices: eidx,
+            updates: gathered,
+            output: x,
+            axis: 2,
+            reduce: nrt_isa::ScatterReduce::Add,
+        },
+    ));
+    let top = m.dense(DType::F32, [2, 3, 4, 5]);
+    let top_i = m.dense(DType::I64, [2, 3, 4, 5]);
+    ops.push((
+        "top k",
+        Op::TopK {
+            input: gathered,
+            values: top,
+            indices: top_i,
+            largest: true,
+        },
+    ));
+    let qa = m.dense(DType::U8, [1, 2, 13, 70]);
+    let qb = m.dense(DType::I8, [1, 2, 70, 40]);
+    let qc = m.dense(DType::I32, [1, 2, 13, 40]);
+    ops.push((
+        "matmul integer",
+        Op::MatMulInteger {
+            a: qa,
+            b: qb,
+            c: qc,
+            a_zero: None,
+            b_zero: None,
+        },
+    ));
+
     // The counter sees allocations at all.
     let before = allocs();
     let v = std::hint::black_box(vec![1u8; 10]);

@@ -11,7 +11,7 @@ use common::{Arena, Rng, assert_close, close, erf64, indices, random_shape};
 use nrt_hal::DType;
 use nrt_isa::{
     AccessPattern, ActFunc, BinaryOp, CoordMode, NearestMode, Op, PoolOp, ReduceOp, ResizeMode,
-    Window, matmul_flags,
+    ScatterReduce, Window, matmul_flags,
 };
 use nrt_kernels::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use nrt_kernels::{KernelError, Workspace};
@@ -1300,6 +1300,241 @@ proptest! {
     }
 }
 
+/// Random i32/i64 indices for `ap` (shape `shape`) within `[-a, a)`, one of them out of
+/// range when `bad`; returns them in row-major order.
+fn put_indices(
+    m: &mut Arena,
+    rng: &mut Rng,
+    ap: &AccessPattern,
+    shape: [u32; 4],
+    a: u32,
+    bad: bool,
+) -> Vec<i64> {
+    let mut idxs = Vec::new();
+    for p in indices(shape) {
+        let v = rng.below(2 * a as u64) as i64 - a as i64;
+        idxs.push(v);
+        let bits = if ap.dtype == DType::I32 {
+            v as i32 as u32 as u64
+        } else {
+            v as u64
+        };
+        m.set_raw(ap, p, bits);
+    }
+    if bad && !idxs.is_empty() {
+        let k = rng.below(idxs.len() as u64) as usize;
+        let v = if rng.chance(0.5) {
+            a as i64 + rng.below(3) as i64
+        } else {
+            -(a as i64) - 1 - rng.below(3) as i64
+        };
+        idxs[k] = v;
+        let p = indices(shape).nth(k).unwrap();
+        let bits = if ap.dtype == DType::I32 {
+            v as i32 as u32 as u64
+        } else {
+            v as u64
+        };
+        m.set_raw(ap, p, bits);
+    }
+    idxs
+}
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn gather_elements_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let dt = DType::ALL[rng.below(12) as usize];
+        let axis = rng.below(4) as usize;
+        let a = 1 + rng.below(5) as u32;
+        let shape = [1 + rng.below(2) as u32, 1 + rng.below(3) as u32, rng.below(4) as u32, 1 + rng.below(4) as u32];
+        let mut dshape = shape;
+        dshape[axis] = a;
+        let data = m.random(&mut rng, dt, dshape, true);
+        let it = if rng.chance(0.5) { DType::I32 } else { DType::I64 };
+        let idx = m.random(&mut rng, it, shape, false);
+        let output = m.random(&mut rng, dt, shape, false);
+        m.fill_with(&data, || random_bits(&mut rng, dt));
+        let bad = rng.chance(0.15);
+        let idxs = put_indices(&mut m, &mut rng, &idx, shape, a, bad);
+        let before = m.read_raw(&output);
+        let r = m.run(&Op::GatherElements { data, indices: idx, output, axis: axis as u8 }, &mut Workspace::new());
+        if let Some(first) = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64) {
+            prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
+            prop_assert_eq!(m.read_raw(&output), before, "output untouched");
+            return Ok(());
+        }
+        r.unwrap();
+        for (k, p) in indices(shape).enumerate() {
+            let mut q = p;
+            q[axis] = if idxs[k] < 0 { idxs[k] + a as i64 } else { idxs[k] } as usize;
+            prop_assert_eq!(m.get_raw(&output, p), m.get_raw(&data, q));
+        }
+    }
+
+    #[test]
+    fn scatter_elements_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let reduce = ScatterReduce::ALL[rng.below(5) as usize];
+        let dt = if reduce == ScatterReduce::None {
+            DType::ALL[rng.below(12) as usize]
+        } else {
+            [DType::F32, DType::I32, DType::I64][rng.below(3) as usize]
+        };
+        let axis = rng.below(4) as usize;
+        let a = 1 + rng.below(5) as u32;
+        let shape = [1 + rng.below(2) as u32, 1 + rng.below(3) as u32, rng.below(4) as u32, 1 + rng.below(4) as u32];
+        let mut oshape = shape;
+        oshape[axis] = a;
+        let output = m.random(&mut rng, dt, oshape, false);
+        let it = if rng.chance(0.5) { DType::I32 } else { DType::I64 };
+        let idx = m.random(&mut rng, it, shape, false);
+        let updates = m.random(&mut rng, dt, shape, false);
+        let small = |rng: &mut Rng| match dt {
+            DType::F32 => (rng.below(9) as f32 - 4.0).to_bits() as u64,
+            DType::I32 => (rng.below(9) as i32 - 4) as u32 as u64,
+            DType::I64 => (rng.below(9) as i64 - 4) as u64,
+            _ => random_bits(rng, dt),
+        };
+        m.fill_with(&output, || small(&mut rng));
+        m.fill_with(&updates, || small(&mut rng));
+        let bad = rng.chance(0.15);
+        let idxs = put_indices(&mut m, &mut rng, &idx, shape, a, bad);
+        let before = m.read_raw(&output);
+        let r = m.run(&Op::ScatterElements { indices: idx, updates, output, axis: axis as u8, reduce }, &mut Workspace::new());
+        if let Some(first) = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64) {
+            prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
+            prop_assert_eq!(m.read_raw(&output), before, "output untouched");
+            return Ok(());
+        }
+        r.unwrap();
+        // The reference: the same updates in row-major order on a copy of the output.
+        let mut want: std::collections::HashMap<[usize; 4], u64> = indices(oshape).zip(before.iter().copied()).collect();
+        for (k, p) in indices(shape).enumerate() {
+            let mut q = p;
+            q[axis] = if idxs[k] < 0 { idxs[k] + a as i64 } else { idxs[k] } as usize;
+            let (old, u) = (want[&q], m.get_raw(&updates, p));
+            let v = match (reduce, dt) {
+                (ScatterReduce::None, _) => u,
+                (r, DType::F32) => {
+                    let (x, y) = (f32::from_bits(old as u32), f32::from_bits(u as u32));
+                    (match r { ScatterReduce::Add => x + y, ScatterReduce::Mul => x * y, ScatterReduce::Max => x.max(y), _ => x.min(y) }).to_bits() as u64
+                }
+                (r, DType::I32) => {
+                    let (x, y) = (old as u32 as i32, u as u32 as i32);
+                    (match r { ScatterReduce::Add => x.wrapping_add(y), ScatterReduce::Mul => x.wrapping_mul(y), ScatterReduce::Max => x.max(y), _ => x.min(y) }) as u32 as u64
+                }
+                (r, _) => {
+                    let (x, y) = (old as i64, u as i64);
+                    (match r { ScatterReduce::Add => x.wrapping_add(y), ScatterReduce::Mul => x.wrapping_mul(y), ScatterReduce::Max => x.max(y), _ => x.min(y) }) as u64
+                }
+            };
+            want.insert(q, v);
+        }
+        for p in indices(oshape) {
+            prop_assert_eq!(m.get_raw(&output, p), want[&p], "at {:?}", p);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    #[test]
+    fn top_k_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let dt = [DType::F32, DType::I32, DType::I64, DType::U8, DType::U64][rng.below(5) as usize];
+        let n = 1 + rng.below(12) as u32;
+        let k = rng.below(n as u64 + 1) as u32;
+        let shape = [1 + rng.below(2) as u32, 1 + rng.below(2) as u32, 1 + rng.below(3) as u32, n];
+        let vshape = [shape[0], shape[1], shape[2], k];
+        let input = m.random(&mut rng, dt, shape, true);
+        let values = m.random(&mut rng, dt, vshape, false);
+        let idx = m.random(&mut rng, DType::I64, vshape, false);
+        // Few distinct values, so that ties (lower index first) are common; some NaN.
+        m.fill_with(&input, || {
+            let v = rng.below(5);
+            match dt {
+                DType::F32 if rng.chance(0.05) => f32::NAN.to_bits() as u64,
+                DType::F32 => (v as f32 - 2.0).to_bits() as u64,
+                _ => v,
+            }
+        });
+        let largest = rng.chance(0.5);
+        m.run(&Op::TopK { input, values, indices: idx, largest }, &mut Workspace::new()).unwrap();
+        for [a, b, c, _] in indices([shape[0], shape[1], shape[2], 1]) {
+            let mut keys = Vec::new();
+            for j in 0..n as usize {
+                let bits = m.get_raw(&input, [a, b, c, j]);
+                let x = match dt {
+                    DType::F32 => {
+                        let x = f32::from_bits(bits as u32) as f64;
+                        if x.is_nan() { f64::INFINITY } else { x }
+                    }
+                    _ => bits as f64,
+                };
+                keys.push((x, j));
+            }
+            let mut order: Vec<usize> = (0..n as usize).collect();
+            order.sort_by(|&x, &y| {
+                let o = keys[x].0.partial_cmp(&keys[y].0).unwrap();
+                (if largest { o.reverse() } else { o }).then(x.cmp(&y))
+            });
+            for j in 0..k as usize {
+                let got = m.get_raw(&idx, [a, b, c, j]) as usize;
+                prop_assert_eq!(got, order[j], "row {:?} rank {}", [a, b, c], j);
+                prop_assert_eq!(m.get_raw(&values, [a, b, c, j]), m.get_raw(&input, [a, b, c, got]));
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(200))]
+
+    /// MatMulInteger against the definition, every signedness pair, with and without zero
+    /// points (runs the VNNI path where the CPU has it, the portable one elsewhere).
+    #[test]
+    fn matmul_integer_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let at = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
+        let bt = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
+        let (b2, mm, k, n) = (1 + rng.below(2) as u32, 1 + rng.below(9) as u32, rng.below(70) as u32, 1 + rng.below(70) as u32);
+        let a = m.random(&mut rng, at, [1, b2, mm, k], true);
+        let b = m.random(&mut rng, bt, [1, b2, k, n], true);
+        let c = m.random(&mut rng, DType::I32, [1, b2, mm, n], false);
+        let za = m.random(&mut rng, at, [1, b2, mm, 1], true);
+        let zb = m.random(&mut rng, bt, [1, b2, 1, n], true);
+        for ap in [&a, &b, &za, &zb] {
+            m.fill_with(ap, || rng.below(256));
+        }
+        let (use_za, use_zb) = (rng.chance(0.6), rng.chance(0.6));
+        let op = Op::MatMulInteger { a, b, c, a_zero: use_za.then_some(za), b_zero: use_zb.then_some(zb) };
+        m.run(&op, &mut Workspace::new()).unwrap();
+        let val = |bits: u64, t: DType| if t == DType::I8 { bits as u8 as i8 as i64 } else { bits as u8 as i64 };
+        for q in 0..b2 as usize {
+            for i in 0..mm as usize {
+                for j in 0..n as usize {
+                    let zav = if use_za { val(m.get_raw(&za, [0, q, i, 0]), at) } else { 0 };
+                    let zbv = if use_zb { val(m.get_raw(&zb, [0, q, 0, j]), bt) } else { 0 };
+                    let mut want = 0i64;
+                    for kk in 0..k as usize {
+                        want += (val(m.get_raw(&a, [0, q, i, kk]), at) - zav) * (val(m.get_raw(&b, [0, q, kk, j]), bt) - zbv);
+                    }
+                    let got = m.get_raw(&c, [0, q, i, j]) as u32 as i32;
+                    prop_assert_eq!(got, want as i32, "at {:?} ({:?} x {:?}, k {})", [q, i, j], at, bt, k);
+                }
+            }
+        }
+    }
+}
+
 //===--- scheduler ops ---------------------------------------------------------------===//
 
 #[test]
@@ -1327,5 +1562,55 @@ fn scheduler_ops_are_not_kernels() {
             m.run(&op, &mut Workspace::new()),
             Err(KernelError::Unsupported(_))
         ));
+    }
+}
+
+/// Throughput of the int8 GEMM, VNNI beside portable (`cargo test --release -p nrt-kernels
+/// --test reference -- --ignored int8_gemm_throughput --nocapture`); prints GOPS, checks the
+/// two paths agree. Timings on a shared machine are indicative only.
+#[test]
+#[ignore]
+fn int8_gemm_throughput() {
+    use nrt_kernels::qmatmul::{Args, matmul_integer, matmul_integer_portable};
+    let mut rng = Rng::new(3);
+    let mut m = Arena::new(64 << 20);
+    for (mm, k, n) in [(64u32, 512u32, 512u32), (128, 768, 768)] {
+        let a = m.dense(DType::U8, [1, 1, mm, k]);
+        let b = m.dense(DType::I8, [1, 1, k, n]);
+        let c1 = m.dense(DType::I32, [1, 1, mm, n]);
+        let c2 = m.dense(DType::I32, [1, 1, mm, n]);
+        m.fill_with(&a, || rng.below(256));
+        m.fill_with(&b, || rng.below(256));
+        let mut ws = Workspace::new();
+        let ops = 2.0 * mm as f64 * k as f64 * n as f64;
+        let mut best = [f64::MAX; 2];
+        for _ in 0..20 {
+            for (p, c) in [&c1, &c2].into_iter().enumerate() {
+                let args = Args {
+                    a: &a,
+                    b: &b,
+                    c,
+                    a_zero: None,
+                    b_zero: None,
+                };
+                let mem = m.mem();
+                let t = std::time::Instant::now();
+                // SAFETY: operands inside the arena, aligned, shapes as the decoder checks.
+                unsafe {
+                    if p == 0 {
+                        matmul_integer(&args, mem, &mut ws)
+                    } else {
+                        matmul_integer_portable(&args, mem, &mut ws)
+                    }
+                }
+                best[p] = best[p].min(t.elapsed().as_secs_f64());
+            }
+        }
+        assert_eq!(m.read_raw(&c1), m.read_raw(&c2));
+        println!(
+            "int8 GEMM {mm}x{k}x{n}: dispatched {:.1} GOPS, portable {:.1} GOPS",
+            ops / best[0] / 1e9,
+            ops / best[1] / 1e9
+        );
     }
 }

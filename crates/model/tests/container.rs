@@ -138,6 +138,26 @@ fn bad_magic_and_version() {
     assert_eq!(e.field, "header.version");
 }
 
+/// A file written by format 1.0 (before the minor bump to 1.1) still loads; a newer minor
+/// than this crate's is refused.
+#[test]
+fn older_minor_loads_newer_minor_is_refused() {
+    let v10 = include_bytes!("../../../fuzz/seeds/ncm/conv_s2.ncm");
+    assert_eq!(
+        &v10[4..8],
+        &[1, 0, 0, 0],
+        "the committed file is version 1.0"
+    );
+    CompiledModel::decode(v10).expect("a 1.0 file loads");
+
+    let mut b = sample(1, 4, 1).encode();
+    assert_eq!(u16::from_le_bytes([b[6], b[7]]), VERSION_MINOR);
+    b[6..8].copy_from_slice(&(VERSION_MINOR + 1).to_le_bytes());
+    fix_crc(&mut b);
+    let e = err(&b);
+    assert!(e.is_unsupported_version(), "{e}");
+}
+
 #[test]
 fn checksum_and_size() {
     let mut b = sample(1, 4, 1).encode();

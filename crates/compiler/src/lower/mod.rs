@@ -89,6 +89,37 @@ impl<'a> Lowerer<'a> {
         self.prog.push((core, engine, Instruction::new(op)));
     }
 
+    /// A POOL reduction of `input` into `output` over the dimensions in `axes`.
+    pub(crate) fn emit_reduce(
+        &mut self,
+        input: AccessPattern,
+        output: AccessPattern,
+        op: nrt_isa::ReduceOp,
+        axes: u8,
+    ) {
+        let r = Op::Reduce {
+            input,
+            output,
+            op,
+            axes,
+        };
+        self.emit(0, Engine::Pool, r);
+    }
+
+    /// `x` in element type `dt`: itself, or a converting DVE copy into a dense temporary.
+    pub(crate) fn converted(&mut self, x: View, dt: DType) -> Result<View> {
+        if x.dtype == dt {
+            return Ok(x);
+        }
+        let t = View::dense(
+            self.temp(x.shape.iter().product::<usize>() * dt.size()),
+            dt,
+            &x.shape,
+        );
+        self.copy(Engine::Dve, &x, &t)?;
+        Ok(t)
+    }
+
     pub(crate) fn temp(&mut self, bytes: usize) -> u64 {
         let id = self.temps.len() as u32;
         self.temps.push(bytes as u64);
@@ -199,7 +230,14 @@ impl<'a> Lowerer<'a> {
     /// A compile-time scalar broadcast to `shape`.
     pub(crate) fn scalar(&mut self, v: f32, shape: &[usize]) -> View {
         let a = self.add_const(&HostTensor::f32(vec![1], vec![v]));
-        View::dense(a, DType::F32, &[1]).broadcast(shape)
+        // Rank-matched ones (a rank-0 `shape` included), then broadcast.
+        View::dense(a, DType::F32, &vec![1; shape.len()]).broadcast(shape)
+    }
+
+    /// Allocates output `o` and copies `src` into it on `engine`.
+    pub(crate) fn copy_out(&mut self, engine: Engine, src: &View, o: ValueId) -> Result<()> {
+        let y = self.alloc(o);
+        self.copy(engine, src, &y)
     }
 
     /// `out = a ∘ b` on DVE.
@@ -245,7 +283,11 @@ impl<'a> Lowerer<'a> {
         let n = &g.nodes[ni];
         let c = Ctx { g, n };
         let op = n.op.as_str();
-        let o0 = self.out(ni, 0)?;
+        // The first output the model uses (an RNN's Y may be omitted, leaving Y_h).
+        let o0 = match n.outputs.iter().flatten().next() {
+            Some(&v) => v,
+            None => self.out(ni, 0)?,
+        };
         let oshape = &g.values[o0].shape[..];
         let odt = g.values[o0].dtype;
         let at = At {

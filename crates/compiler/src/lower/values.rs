@@ -4,7 +4,7 @@
 
 use super::{Lowerer, View};
 use crate::error::{CompileError, ErrorKind, Result};
-use crate::graph::ValueId;
+use crate::graph::{Node, ValueId};
 use crate::params;
 use crate::params::Ctx;
 use nrt_hal::Engine;
@@ -34,6 +34,33 @@ impl<'a> Lowerer<'a> {
                 format!("value '{}' used before it was computed", val.name),
             )
         })
+    }
+
+    /// Input `i` of node `n` (present: inference checked the node's arity).
+    fn input_id(n: &Node, i: usize) -> Result<ValueId> {
+        n.inputs.get(i).copied().flatten().ok_or_else(|| {
+            n.error(
+                ErrorKind::Internal,
+                format!("input {i} is absent at lowering"),
+            )
+        })
+    }
+
+    /// [`Self::sview`] of node `n`'s input `i`.
+    pub(crate) fn input_sview(&mut self, n: &Node, i: usize) -> Result<View> {
+        self.sview(Self::input_id(n, i)?)
+    }
+
+    /// A unary operator's operands: the dense view of `n`'s input 0, and its output `o0`
+    /// allocated.
+    pub(crate) fn unary_io(&mut self, n: &Node, o0: ValueId) -> Result<(View, View)> {
+        let x = self.input_view(n, 0)?;
+        Ok((x, self.alloc(o0)))
+    }
+
+    /// [`Self::view`] of node `n`'s input `i`.
+    pub(crate) fn input_view(&mut self, n: &Node, i: usize) -> Result<View> {
+        self.view(Self::input_id(n, i)?)
     }
 
     /// A dense row-major view of `v`: its storage, or (made once, then reused) a dense copy

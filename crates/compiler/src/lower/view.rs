@@ -22,6 +22,11 @@ pub(crate) struct View {
 }
 
 impl View {
+    /// The access pattern of this view (rank ≤ 4).
+    pub(crate) fn ap(&self) -> Result<AccessPattern> {
+        mk_ap(self.addr, self.dtype, &self.shape, &self.strides)
+    }
+
     pub(crate) fn dense(addr: u64, dtype: DType, shape: &[usize]) -> View {
         View {
             addr,
@@ -148,6 +153,15 @@ pub(crate) fn too_large(what: &str) -> CompileError {
 }
 
 /// An access pattern from up to 4 dims (right-aligned).
+/// [`mk_ap`] over a dense (row-major, contiguous) `shape`.
+pub(crate) fn dense_ap(addr: u64, dtype: DType, shape: &[usize]) -> Result<AccessPattern> {
+    let mut strides = vec![1i64; shape.len()];
+    for i in (1..shape.len()).rev() {
+        strides[i - 1] = strides[i] * shape[i] as i64;
+    }
+    mk_ap(addr, dtype, shape, &strides)
+}
+
 pub(crate) fn mk_ap(
     addr: u64,
     dtype: DType,

@@ -1,8 +1,8 @@
 //! Conv and ConvTranspose on PE (im2col scratch from the arena; a following inference
 //! BatchNormalization folded into the weights).
 
+use super::Registry;
 use super::norm::bn_affine;
-use super::{Dtypes, Fold, Registry};
 use crate::error::{ErrorKind, Result};
 use crate::eval::dense_strides;
 use crate::lower::view::{View, mk_ap};
@@ -15,15 +15,13 @@ use nrt_isa::{AccessPattern, Op, Window};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Conv", 1, infer_conv)
-        .dtypes(Dtypes::Float)
-        .fold(Fold::Never)
+        .f32_on_device()
         .note("1-D and 2-D")
-        .device(|l, at| l.lower_conv(at));
+        .device(lower!(lower_conv));
     r.op("ConvTranspose", 1, infer_conv_transpose)
-        .dtypes(Dtypes::Float)
-        .fold(Fold::Never)
+        .f32_on_device()
         .note("1-D and 2-D")
-        .device(|l, at| l.lower_conv_transpose(at));
+        .device(lower!(lower_conv_transpose));
 }
 
 /// Conv: grouped, 1-D or 2-D, window geometry from `window_params`.
@@ -237,7 +235,7 @@ impl<'a> Lowerer<'a> {
         let wv = c.input(1)?;
         let group = n.attr_i("group", 1)? as u32;
         let p = params::window_params(&c, &xv.shape[2..], wv.shape[2..].to_vec(), false)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
+        let x = self.input_view(n, 0)?;
         // A BatchNormalization that only this convolution feeds folds into its constant
         // weights and bias: w'[o] = w[o]·scale[o], b'[o] = b[o]·scale[o] + shift[o].
         let bn = self.sole_consumer(o0).filter(|&j| {
@@ -280,7 +278,7 @@ impl<'a> Lowerer<'a> {
         let (w, bias, target) = match folded {
             Some((j, w, b)) => (w, Some(b), self.out(j, 0)?),
             None => (
-                self.view(n.inputs[1].expect("p"))?,
+                self.input_view(n, 1)?,
                 match n.inputs.get(2).copied().flatten() {
                     Some(b) => Some(self.view(b)?),
                     None => None,
@@ -366,7 +364,7 @@ impl<'a> Lowerer<'a> {
         } else {
             (p.conv_pad_begin.clone(), p.conv_pad_end.clone())
         };
-        let x = self.view(n.inputs[0].expect("p"))?;
+        let x = self.input_view(n, 0)?;
         let x4 = View::dense(x.addr, x.dtype, &xs);
         // 1. Zero-insert the input when strided.
         let xz = if sp.iter().all(|&s| s == 1) {
@@ -412,7 +410,7 @@ impl<'a> Lowerer<'a> {
             }
             self.add_const(&HostTensor::f32(wshape.clone(), dst))
         } else {
-            let w = self.view(n.inputs[1].expect("p"))?;
+            let w = self.input_view(n, 1)?;
             let t = View::dense(self.temp(o * cg * kh * kw * 4), DType::F32, &wshape);
             for gi in 0..group {
                 // src[o', c', i, j] = W[gi*cg + c', o', kh-1-i, kw-1-j]
@@ -441,7 +439,7 @@ impl<'a> Lowerer<'a> {
         if ys.contains(&0) {
             return Ok(());
         }
-        let xa = mk_ap(xz.addr, xz.dtype, &xz.shape, &xz.strides)?;
+        let xa = xz.ap()?;
         let wa = mk_ap(waddr, DType::F32, &wshape, &dense_strides(&wshape))?;
         let ya = mk_ap(y.addr, y.dtype, &ys, &dense_strides(&ys))?;
         let ba = match &bias {

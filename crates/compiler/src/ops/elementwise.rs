@@ -18,33 +18,30 @@ pub(super) fn register(r: &mut Registry) {
     ] {
         r.op(name, 1, infer_binary)
             .dtypes(Dtypes::Elementwise)
-            .device(|l, at| l.lower_binary(at));
+            .device(lower!(lower_binary));
     }
     for name in ["GreaterOrEqual", "LessOrEqual"] {
         r.op(name, 12, infer_binary)
             .dtypes(Dtypes::Elementwise)
-            .device(|l, at| l.lower_binary(at));
+            .device(lower!(lower_binary));
     }
     for name in ["And", "Or"] {
-        r.op(name, 1, infer_binary)
-            .device(|l, at| l.lower_binary(at));
+        r.op(name, 1, infer_binary).device(lower!(lower_binary));
     }
     for name in ["Max", "Min", "Sum"] {
         r.op(name, 1, infer_variadic)
             .dtypes(Dtypes::Elementwise)
-            .device(|l, at| l.lower_binary(at));
+            .device(lower!(lower_binary));
     }
-    r.op("Mean", 1, infer_variadic)
-        .device(|l, at| l.lower_mean(at));
-    r.op("Where", 9, infer_where)
-        .device(|l, at| l.lower_where(at));
-    r.op("Not", 1, infer_same).device(|l, at| l.lower_not(at));
+    r.op("Mean", 1, infer_variadic).device(lower!(lower_mean));
+    r.op("Where", 9, infer_where).device(lower!(lower_where));
+    r.op("Not", 1, infer_same).device(lower!(lower_not));
     r.op("Mod", 10, infer_mod)
         .dtypes(Dtypes::Elementwise)
-        .device(|l, at| l.lower_mod(at));
-    r.op("Cast", 1, infer_cast).device(|l, at| l.lower_cast(at));
+        .device(lower!(lower_mod));
+    r.op("Cast", 1, infer_cast).device(lower!(lower_cast));
     r.op("CastLike", 15, infer_cast_like)
-        .device(|l, at| l.lower_cast(at));
+        .device(lower!(lower_cast));
 }
 
 /// Broadcasting binary operators (comparisons give bool).
@@ -131,44 +128,31 @@ pub(crate) fn infer_cast_like(c: &Ctx) -> Result<Vec<Out>> {
 impl<'a> Lowerer<'a> {
     /// Cast / CastLike: a converting copy on DVE.
     pub(crate) fn lower_cast(&mut self, at: At<'a>) -> Result<()> {
-        let At { n, o0, .. } = at;
-        let src = self.view(n.inputs[0].expect("present"))?;
-        let dst = self.alloc(o0);
-        self.copy(Engine::Dve, &src, &dst)?;
-        Ok(())
+        let src = self.input_view(at.n, 0)?;
+        self.copy_out(Engine::Dve, &src, at.o0)
     }
 
     /// Where: a select on DVE.
     pub(crate) fn lower_where(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, oshape, .. } = at;
-        let cond = self.view(n.inputs[0].expect("p"))?.broadcast(oshape);
-        let a = self.view(n.inputs[1].expect("p"))?.broadcast(oshape);
-        let b = self.view(n.inputs[2].expect("p"))?.broadcast(oshape);
+        let cond = self.input_view(n, 0)?.broadcast(oshape);
+        let a = self.input_view(n, 1)?.broadcast(oshape);
+        let b = self.input_view(n, 2)?.broadcast(oshape);
         let y = self.alloc(o0);
-        self.emit_nd(0, Engine::Dve, &[&cond, &a, &b, &y], |x| Op::Select {
-            cond: x[0],
-            a: x[1],
-            b: x[2],
-            out: x[3],
-        })?;
+        self.select(&cond, &a, &b, &y)?;
         Ok(())
     }
 
     /// Not: a select between constant false and true.
     pub(crate) fn lower_not(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, oshape, .. } = at;
-        let x = self.view(n.inputs[0].expect("p"))?;
+        let x = self.input_view(n, 0)?;
         let f = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![0]));
         let t = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![1]));
         let fv = View::dense(f, DType::Bool, &[1]).broadcast(oshape);
         let tv = View::dense(t, DType::Bool, &[1]).broadcast(oshape);
         let y = self.alloc(o0);
-        self.emit_nd(0, Engine::Dve, &[&x, &fv, &tv, &y], |a| Op::Select {
-            cond: a[0],
-            a: a[1],
-            b: a[2],
-            out: a[3],
-        })?;
+        self.select(&x, &fv, &tv, &y)?;
         Ok(())
     }
 
@@ -189,15 +173,7 @@ impl<'a> Lowerer<'a> {
     }
 
     pub(crate) fn lower_binary(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            ni,
-            g,
-            n,
-            c,
-            op,
-            o0,
-            ..
-        } = at;
+        let (ni, g, n, c, op, o0) = (at.ni, at.g, at.n, at.c, at.op, at.o0);
         let oshape = g.values[o0].shape.clone();
         let bop = match op {
             "Add" | "Sum" | "Mean" => BinaryOp::Add,
@@ -232,17 +208,7 @@ impl<'a> Lowerer<'a> {
             let mut views = Vec::new();
             for &v in &ins {
                 let x = self.view(v)?;
-                if x.dtype == cd {
-                    views.push(x.broadcast(&oshape));
-                } else {
-                    let t = View::dense(
-                        self.temp(x.shape.iter().product::<usize>() * cd.size()),
-                        cd,
-                        &x.shape,
-                    );
-                    self.copy(Engine::Dve, &x, &t)?;
-                    views.push(t.broadcast(&oshape));
-                }
+                views.push(self.converted(x, cd)?.broadcast(&oshape));
             }
             let rdt = if bop.is_comparison() { DType::Bool } else { cd };
             let y = self.alloc(o0);
@@ -255,24 +221,12 @@ impl<'a> Lowerer<'a> {
                     &oshape,
                 )
             };
-            self.emit_nd(0, Engine::Dve, &[&views[0], &views[1], &acc], |a| {
-                Op::Binary {
-                    a: a[0],
-                    b: a[1],
-                    out: a[2],
-                    op: bop,
-                }
-            })?;
+            self.binary(&views[0], &views[1], &acc, bop)?;
             if or_equal {
                 self.or_equal(&views[0], &views[1], &acc)?;
             }
             for v in &views[2..] {
-                self.emit_nd(0, Engine::Dve, &[&acc, v, &acc], |a| Op::Binary {
-                    a: a[0],
-                    b: a[1],
-                    out: a[2],
-                    op: bop,
-                })?;
+                self.binary(&acc, v, &acc, bop)?;
             }
             if rdt != odt {
                 self.copy(Engine::Dve, &acc, &y)?;
@@ -314,12 +268,7 @@ impl<'a> Lowerer<'a> {
                             // x² then x²·x (not in place: x is read again).
                             let y = self.alloc_any(o0)?;
                             self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0)?;
-                            return self.emit_nd(0, Engine::Dve, &[&y, &x, &y], |a| Op::Binary {
-                                a: a[0],
-                                b: a[1],
-                                out: a[2],
-                                op: BinaryOp::Mul,
-                            });
+                            return self.binary(&y, &x, &y, BinaryOp::Mul);
                         }
                         let y = self.alloc_over(ins[other], &[ni], o0)?;
                         self.activation(&x, &y, None, (f, 0.0, 0.0), 1.0)?;
@@ -383,23 +332,13 @@ impl<'a> Lowerer<'a> {
         } else {
             self.alloc_any(o0)?
         };
-        self.emit_nd(0, Engine::Dve, &[&first, &second, &y], |a| Op::Binary {
-            a: a[0],
-            b: a[1],
-            out: a[2],
-            op: bop,
-        })?;
+        self.binary(&first, &second, &y, bop)?;
         if or_equal {
             return self.or_equal(&first, &second, &y);
         }
         for &v in &ins[2..] {
             let x = self.view(v)?.broadcast(&oshape);
-            self.emit_nd(0, Engine::Dve, &[&y, &x, &y], |a| Op::Binary {
-                a: a[0],
-                b: a[1],
-                out: a[2],
-                op: bop,
-            })?;
+            self.binary(&y, &x, &y, bop)?;
         }
         Ok(())
     }
@@ -411,18 +350,8 @@ impl<'a> Lowerer<'a> {
             DType::Bool,
             &y.shape,
         );
-        self.emit_nd(0, Engine::Dve, &[a, b, &eq], |x| Op::Binary {
-            a: x[0],
-            b: x[1],
-            out: x[2],
-            op: BinaryOp::Equal,
-        })?;
-        self.emit_nd(0, Engine::Dve, &[y, &eq, y], |x| Op::Binary {
-            a: x[0],
-            b: x[1],
-            out: x[2],
-            op: BinaryOp::Or,
-        })
+        self.binary(a, b, &eq, BinaryOp::Equal)?;
+        self.binary(y, &eq, y, BinaryOp::Or)
     }
 
     /// Mod. Integers (through i64 when narrower): `r = a − (a/b)·b` with the truncating
@@ -444,18 +373,7 @@ impl<'a> Lowerer<'a> {
         let mut ops = Vec::new();
         for v in n.inputs.iter().flatten().copied() {
             let x = self.sview(v)?;
-            let x = if x.dtype == cd {
-                x
-            } else {
-                let t = View::dense(
-                    self.temp(x.shape.iter().product::<usize>() * cd.size()),
-                    cd,
-                    &x.shape,
-                );
-                self.copy(Engine::Dve, &x, &t)?;
-                t
-            };
-            ops.push(x.broadcast(&sh));
+            ops.push(self.converted(x, cd)?.broadcast(&sh));
         }
         let (a, b) = (ops[0].clone(), ops[1].clone());
         let y = self.alloc(o0);

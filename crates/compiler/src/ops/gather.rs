@@ -1,16 +1,234 @@
-//! Gather on POOL.
+//! Indexed gathers and scatters on POOL: Gather (rows), GatherElements / ScatterElements
+//! (one index per element, `Op::GatherElements` / `Op::ScatterElements`), and GatherND /
+//! ScatterND: each index tuple becomes one flat row number — every component through a
+//! `GatherElements` from a constant table of row strides, which range-checks it on the
+//! device — and the rows then move with `Op::Gather` / `Op::ScatterElements`.
 
 use super::Registry;
 use crate::error::{ErrorKind, Result};
-use crate::lower::view::mk_ap;
+use crate::graph::Value;
+use crate::lower::view::{View, dense_ap, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
+use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
-use nrt_isa::Op;
+use nrt_isa::{AccessPattern, BinaryOp, Op, ScatterReduce};
 
 pub(super) fn register(r: &mut Registry) {
-    r.op("Gather", 1, infer_gather)
-        .device(|l, at| l.lower_gather(at));
+    r.op("Gather", 1, infer_gather).device(lower!(lower_gather));
+    r.op("GatherElements", 11, infer_gather_elements)
+        .note("≤ 4 dimensions after merging those the indices cover whole")
+        .device(lower!(lower_gather_elements));
+    for name in ["ScatterElements", "Scatter"] {
+        r.op(name, 9, infer_scatter_elements)
+            .note("as GatherElements; reductions in f32, i32, i64")
+            .device(lower!(lower_scatter_elements));
+    }
+    r.op("GatherND", 11, infer_gather_nd)
+        .device(lower!(lower_gather_nd));
+    r.op("ScatterND", 11, infer_scatter_nd)
+        .note("reductions in f32, i32, i64")
+        .device(lower!(lower_scatter_nd));
+}
+
+/// Checks that `i` is an index tensor (i32 or i64).
+fn index_type(c: &Ctx, i: &Value) -> Result<()> {
+    if !matches!(i.dtype, DType::I32 | DType::I64) {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!("indices '{}' of type {}", i.name, i.dtype),
+        ));
+    }
+    Ok(())
+}
+
+/// Constant indices `i` outside `[-lim, lim)` (per `lim_of` position) are a compile error.
+fn check_const_indices(c: &Ctx, i: usize, lim_of: impl Fn(usize) -> usize) -> Result<()> {
+    if let Some(t) = c.konst(i) {
+        for (p, v) in t.to_i64s().into_iter().enumerate() {
+            let lim = lim_of(p) as i64;
+            if v < -lim || v >= lim {
+                return Err(c.bad_attr(format!("index {v} is out of range for size {lim}")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// GatherElements / ScatterElements: data and indices of one rank ≤ 4, the indices no
+/// larger than the data off the axis; returns the axis.
+fn elements_axis(c: &Ctx, x: &Value, i: &Value) -> Result<usize> {
+    index_type(c, i)?;
+    let r = x.shape.len();
+    if r == 0 || i.shape.len() != r {
+        return Err(c.mismatch(format!(
+            "data of shape {:?} with indices of shape {:?} (same rank ≥ 1)",
+            x.shape, i.shape
+        )));
+    }
+    let axis = c.norm_axis(c.n.attr_i("axis", 0)?, r)?;
+    if (0..r).any(|d| d != axis && i.shape[d] > x.shape[d]) {
+        return Err(c.mismatch(format!(
+            "indices of shape {:?} exceed data of shape {:?} off axis {axis}",
+            i.shape, x.shape
+        )));
+    }
+    let (is, _, _) = merge_dims(&i.shape, &x.shape, axis);
+    if is.len() > 4 {
+        return Err(c.e(
+            ErrorKind::UnsupportedOp,
+            format!(
+                "indices of shape {:?} into data of shape {:?}: rank {} after merging (the device indexes ≤ 4 dimensions)",
+                i.shape,
+                x.shape,
+                is.len()
+            ),
+        ));
+    }
+    Ok(axis)
+}
+
+/// Merges the dimensions of an element-wise indexing (indices of shape `is` into dense data
+/// of shape `ds` along `axis`): a dimension off the axis that the indices cover whole joins
+/// the one before it (also off the axis). Returns the merged indices and data shapes and the
+/// merged axis; dense strides over each stay valid.
+fn merge_dims(is: &[usize], ds: &[usize], axis: usize) -> (Vec<usize>, Vec<usize>, usize) {
+    let (mut mi, mut md, mut ma) = (Vec::new(), Vec::new(), 0);
+    for d in 0..is.len() {
+        let joins = d != axis && d > 0 && d - 1 != axis && is[d] == ds[d];
+        if joins {
+            *mi.last_mut().expect("d > 0") *= is[d];
+            *md.last_mut().expect("d > 0") *= ds[d];
+        } else {
+            if d == axis {
+                ma = mi.len();
+            }
+            mi.push(is[d]);
+            md.push(ds[d]);
+        }
+    }
+    (mi, md, ma)
+}
+
+/// The element-wise indexing operands after [`merge_dims`]: the data-side access pattern of
+/// `v` (dense over `ds`, seen with the indices' extent off the axis), and the dense
+/// access patterns of the index-side views `sides`, with the merged axis (of 4).
+fn elements_aps(
+    is: &[usize],
+    ds: &[usize],
+    axis: usize,
+    v: &View,
+    sides: &[&View],
+) -> Result<(AccessPattern, Vec<AccessPattern>, u8)> {
+    let (mi, md, ma) = merge_dims(is, ds, axis);
+    let mut vs = mi.clone();
+    vs[ma] = md[ma];
+    let mut st = vec![1i64; md.len()];
+    for d in (1..md.len()).rev() {
+        st[d - 1] = st[d] * md[d] as i64;
+    }
+    let data = mk_ap(v.addr, v.dtype, &vs, &st)?;
+    let aps = sides
+        .iter()
+        .map(|x| dense_ap(x.addr, x.dtype, &mi))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((data, aps, (ma + 4 - mi.len()) as u8))
+}
+
+/// GatherElements: the output has the indices' shape.
+pub(crate) fn infer_gather_elements(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, i) = (c.input(0)?, c.input(1)?);
+    let axis = elements_axis(c, x, i)?;
+    check_const_indices(c, 1, |_| x.shape[axis])?;
+    Ok(vec![out(x.dtype, i.shape.clone())])
+}
+
+/// The `reduction` attribute of ScatterElements / ScatterND (opset 16+).
+fn scatter_reduce(c: &Ctx, dtype: DType) -> Result<ScatterReduce> {
+    let r = match c.n.attr_s("reduction", "none")?.as_str() {
+        "none" => ScatterReduce::None,
+        "add" => ScatterReduce::Add,
+        "mul" => ScatterReduce::Mul,
+        "max" => ScatterReduce::Max,
+        "min" => ScatterReduce::Min,
+        other => return Err(c.bad_attr(format!("reduction '{other}'"))),
+    };
+    if r != ScatterReduce::None && !matches!(dtype, DType::F32 | DType::I32 | DType::I64) {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!("reduction on {dtype} (the device reduces f32, i32 and i64)"),
+        ));
+    }
+    Ok(r)
+}
+
+/// ScatterElements (and its opset-9 name Scatter): the output is the data.
+pub(crate) fn infer_scatter_elements(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, i, u) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    let axis = elements_axis(c, x, i)?;
+    if u.shape != i.shape || u.dtype != x.dtype {
+        return Err(c.mismatch(format!(
+            "updates {:?} ({}) for indices {:?} into data of {}",
+            u.shape, u.dtype, i.shape, x.dtype
+        )));
+    }
+    scatter_reduce(c, x.dtype)?;
+    check_const_indices(c, 1, |_| x.shape[axis])?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// GatherND / ScatterND geometry: `(b, k)`, batch dimensions and index tuple length.
+fn nd_geometry(c: &Ctx, x: &Value, i: &Value, b: usize) -> Result<(usize, usize)> {
+    index_type(c, i)?;
+    let (r, q) = (x.shape.len(), i.shape.len());
+    if q == 0 || r == 0 {
+        return Err(c.mismatch("data and indices of rank ≥ 1"));
+    }
+    let k = i.shape[q - 1];
+    if b >= q || b + k > r || x.shape[..b] != i.shape[..b] {
+        return Err(c.mismatch(format!(
+            "indices of shape {:?} into data of shape {:?} with batch_dims {b}",
+            i.shape, x.shape
+        )));
+    }
+    if k == 0 {
+        return Err(c.e(
+            ErrorKind::UnsupportedOp,
+            "index tuples of length 0 (whole-data slices)",
+        ));
+    }
+    Ok((b, k))
+}
+
+/// GatherND: `indices.shape[..-1] + data.shape[b + k..]`.
+pub(crate) fn infer_gather_nd(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, i) = (c.input(0)?, c.input(1)?);
+    let b = usize::try_from(c.n.attr_i("batch_dims", 0)?)
+        .map_err(|_| c.bad_attr("negative batch_dims"))?;
+    let (b, k) = nd_geometry(c, x, i, b)?;
+    let q = i.shape.len();
+    check_const_indices(c, 1, |p| x.shape[b + p % k])?;
+    let mut s = i.shape[..q - 1].to_vec();
+    s.extend(&x.shape[b + k..]);
+    Ok(vec![out(x.dtype, s)])
+}
+
+/// ScatterND: the output is the data; updates are `indices.shape[..-1] + data.shape[k..]`.
+pub(crate) fn infer_scatter_nd(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, i, u) = (c.input(0)?, c.input(1)?, c.input(2)?);
+    let (_, k) = nd_geometry(c, x, i, 0)?;
+    let q = i.shape.len();
+    let mut want = i.shape[..q - 1].to_vec();
+    want.extend(&x.shape[k..]);
+    if u.shape != want || u.dtype != x.dtype {
+        return Err(c.mismatch(format!(
+            "updates of shape {:?} ({}) where {want:?} ({}) is expected",
+            u.shape, u.dtype, x.dtype
+        )));
+    }
+    scatter_reduce(c, x.dtype)?;
+    check_const_indices(c, 1, |p| x.shape[p % k])?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
 }
 
 /// Gather (constant indices are range-checked).
@@ -46,27 +264,17 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let iv = c.input(1)?;
         let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let idx = self.view(n.inputs[1].expect("p"))?;
+        let x = self.input_view(n, 0)?;
+        let idx = self.input_view(n, 1)?;
         let y = self.alloc(o0);
         let outer: usize = xv.shape[..axis].iter().product();
         let a = xv.shape[axis];
         let inner: usize = xv.shape[axis + 1..].iter().product();
         let ni_ = iv.elements();
         if outer * inner * ni_ > 0 {
-            let data = mk_ap(
-                x.addr,
-                x.dtype,
-                &[outer, a, inner],
-                &[(a * inner) as i64, inner as i64, 1],
-            )?;
-            let ind = mk_ap(idx.addr, idx.dtype, &[ni_], &[1])?;
-            let out = mk_ap(
-                y.addr,
-                y.dtype,
-                &[outer, ni_, inner],
-                &[(ni_ * inner) as i64, inner as i64, 1],
-            )?;
+            let data = dense_ap(x.addr, x.dtype, &[outer, a, inner])?;
+            let ind = dense_ap(idx.addr, idx.dtype, &[ni_])?;
+            let out = dense_ap(y.addr, y.dtype, &[outer, ni_, inner])?;
             self.emit(
                 0,
                 Engine::Pool,
@@ -79,4 +287,176 @@ impl<'a> Lowerer<'a> {
         }
         Ok(())
     }
+
+    /// GatherElements: one instruction on POOL.
+    pub(crate) fn lower_gather_elements(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (xv, iv) = (c.input(0)?, c.input(1)?);
+        let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+        let x = self.input_view(n, 0)?;
+        let idx = self.input_view(n, 1)?;
+        let y = self.alloc(o0);
+        if iv.elements() == 0 {
+            return Ok(());
+        }
+        let (data, aps, axis) = elements_aps(&iv.shape, &xv.shape, axis, &x, &[&idx, &y])?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::GatherElements {
+                data,
+                indices: aps[0],
+                output: aps[1],
+                axis,
+            },
+        );
+        Ok(())
+    }
+
+    /// ScatterElements: a copy of the data, then one scatter on POOL.
+    pub(crate) fn lower_scatter_elements(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (xv, iv) = (c.input(0)?, c.input(1)?);
+        let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+        let reduce = scatter_reduce(&c, xv.dtype)?;
+        let x = self.input_view(n, 0)?;
+        let idx = self.input_view(n, 1)?;
+        let upd = self.input_view(n, 2)?;
+        let y = self.alloc(o0);
+        self.copy(Engine::Pool, &x, &y)?;
+        if iv.elements() == 0 {
+            return Ok(());
+        }
+        let (output, aps, axis) = elements_aps(&iv.shape, &xv.shape, axis, &y, &[&idx, &upd])?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::ScatterElements {
+                indices: aps[0],
+                updates: aps[1],
+                output,
+                axis,
+                reduce,
+            },
+        );
+        Ok(())
+    }
+
+    /// The flat row number of each index tuple of GatherND / ScatterND: `[N]` i64 (N the
+    /// number of tuples) over the data seen as `[rows, slice]`. Component `j` becomes
+    /// `idx·stride_j` through a `GatherElements` from the constant table
+    /// `[0, stride_j, 2·stride_j, …]` (which also range-checks it and resolves negative
+    /// indices on the device); batch offsets are one more constant.
+    fn nd_rows(&mut self, n: &crate::graph::Node, x: &Value, i: &Value, b: usize) -> Result<View> {
+        let q = i.shape.len();
+        let k = i.shape[q - 1];
+        let tuples: usize = i.shape[..q - 1].iter().product();
+        let idx = self.input_view(n, 1)?;
+        let rows = View::dense(self.temp(tuples * 8), DType::I64, &[tuples]);
+        let part = View::dense(self.temp(tuples * 8), DType::I64, &[tuples]);
+        let mut stride = 1i64;
+        for j in (0..k).rev() {
+            let dim = x.shape[b + j];
+            let table = HostTensor::i64(vec![dim], (0..dim as i64).map(|v| v * stride).collect());
+            let t = self.add_const(&table);
+            let dst = if j == k - 1 { &rows } else { &part };
+            self.emit(
+                0,
+                Engine::Pool,
+                Op::GatherElements {
+                    data: mk_ap(t, DType::I64, &[tuples, dim], &[0, 1])?,
+                    indices: mk_ap(idx.elems(j as i64), idx.dtype, &[tuples, 1], &[k as i64, 1])?,
+                    output: dense_ap(dst.addr, DType::I64, &[tuples, 1])?,
+                    axis: 3,
+                },
+            );
+            if j != k - 1 {
+                self.binary(&rows, &part, &rows, BinaryOp::Add)?;
+            }
+            stride = stride
+                .checked_mul(dim as i64)
+                .ok_or_else(|| c_too_large(n))?;
+        }
+        if b > 0 {
+            // Tuple t of batch β (β = t / per_batch) adds β · (rows per batch).
+            let per_batch = tuples / i.shape[..b].iter().product::<usize>().max(1);
+            let offs: Vec<i64> = (0..tuples)
+                .map(|t| (t / per_batch.max(1)) as i64 * stride)
+                .collect();
+            let o = self.add_const(&HostTensor::i64(vec![tuples], offs));
+            self.binary(
+                &rows,
+                &View::dense(o, DType::I64, &[tuples]),
+                &rows,
+                BinaryOp::Add,
+            )?;
+        }
+        Ok(rows)
+    }
+
+    /// GatherND: the row numbers ([`Self::nd_rows`]), then one row `Gather`.
+    pub(crate) fn lower_gather_nd(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (xv, iv) = (c.input(0)?, c.input(1)?);
+        let b = n.attr_i("batch_dims", 0)? as usize;
+        let q = iv.shape.len();
+        let k = iv.shape[q - 1];
+        let tuples: usize = iv.shape[..q - 1].iter().product();
+        let slice: usize = xv.shape[b + k..].iter().product();
+        let total_rows: usize = xv.shape[..b + k].iter().product();
+        let y = self.alloc(o0);
+        if tuples * slice == 0 {
+            return Ok(());
+        }
+        let rows = self.nd_rows(n, xv, iv, b)?;
+        let x = self.input_view(n, 0)?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::Gather {
+                data: dense_ap(x.addr, x.dtype, &[total_rows, slice])?,
+                indices: dense_ap(rows.addr, DType::I64, &[tuples])?,
+                output: dense_ap(y.addr, y.dtype, &[tuples, slice])?,
+            },
+        );
+        Ok(())
+    }
+
+    /// ScatterND: a copy of the data, the row numbers ([`Self::nd_rows`]), then one
+    /// scatter of whole rows (the row number broadcast along the slice).
+    pub(crate) fn lower_scatter_nd(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (xv, iv) = (c.input(0)?, c.input(1)?);
+        let reduce = scatter_reduce(&c, xv.dtype)?;
+        let q = iv.shape.len();
+        let k = iv.shape[q - 1];
+        let tuples: usize = iv.shape[..q - 1].iter().product();
+        let slice: usize = xv.shape[k..].iter().product();
+        let total_rows: usize = xv.shape[..k].iter().product();
+        let x = self.input_view(n, 0)?;
+        let y = self.alloc(o0);
+        self.copy(Engine::Pool, &x, &y)?;
+        if tuples * slice == 0 {
+            return Ok(());
+        }
+        let rows = self.nd_rows(n, xv, iv, 0)?;
+        let upd = self.input_view(n, 2)?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::ScatterElements {
+                indices: mk_ap(rows.addr, DType::I64, &[tuples, slice], &[1, 0])?,
+                updates: dense_ap(upd.addr, upd.dtype, &[tuples, slice])?,
+                output: dense_ap(y.addr, y.dtype, &[total_rows, slice])?,
+                axis: 2,
+                reduce,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// The error for index strides that overflow.
+fn c_too_large(n: &crate::graph::Node) -> crate::error::CompileError {
+    n.error(ErrorKind::UnsupportedOp, "data too large to index")
 }

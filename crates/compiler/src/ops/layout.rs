@@ -15,43 +15,33 @@ use crate::params::{
 };
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
-use nrt_isa::Op;
 
 pub(super) fn register(r: &mut Registry) {
-    r.op("Identity", 1, infer_same)
-        .device(|l, at| l.lower_view(at));
+    r.op("Identity", 1, infer_same).device(lower!(lower_view));
     r.op("Dropout", 1, infer_dropout)
         .note("inference; training_mode only with ratio 0")
-        .device(|l, at| l.lower_view(at));
-    r.op("Reshape", 1, infer_reshape)
-        .device(|l, at| l.lower_view(at));
-    r.op("Flatten", 1, infer_flatten)
-        .device(|l, at| l.lower_view(at));
-    r.op("Squeeze", 1, infer_squeeze)
-        .device(|l, at| l.lower_view(at));
+        .device(lower!(lower_view));
+    r.op("Reshape", 1, infer_reshape).device(lower!(lower_view));
+    r.op("Flatten", 1, infer_flatten).device(lower!(lower_view));
+    r.op("Squeeze", 1, infer_squeeze).device(lower!(lower_view));
     r.op("Unsqueeze", 1, infer_unsqueeze)
-        .device(|l, at| l.lower_view(at));
+        .device(lower!(lower_view));
     r.op("Transpose", 1, infer_transpose)
-        .device(|l, at| l.lower_transpose(at));
-    r.op("Concat", 1, infer_concat)
-        .device(|l, at| l.lower_concat(at));
-    r.op("Split", 1, infer_split)
-        .device(|l, at| l.lower_split(at));
-    r.op("Slice", 1, infer_slice)
-        .device(|l, at| l.lower_slice(at));
-    r.op("Expand", 8, infer_expand)
-        .device(|l, at| l.lower_expand(at));
-    r.op("Tile", 1, infer_tile).device(|l, at| l.lower_tile(at));
+        .device(lower!(lower_transpose));
+    r.op("Concat", 1, infer_concat).device(lower!(lower_concat));
+    r.op("Split", 1, infer_split).device(lower!(lower_split));
+    r.op("Slice", 1, infer_slice).device(lower!(lower_slice));
+    r.op("Expand", 8, infer_expand).device(lower!(lower_expand));
+    r.op("Tile", 1, infer_tile).device(lower!(lower_tile));
     for name in ["DepthToSpace", "SpaceToDepth"] {
         r.op(name, 1, infer_depth_space)
-            .device(|l, at| l.lower_depth_space(at));
+            .device(lower!(lower_depth_space));
     }
     r.op("Pad", 1, infer_pad)
         .fold(Fold::Never)
         .note("constant, reflect, edge, wrap")
-        .device(|l, at| l.lower_pad(at));
-    r.op("Trilu", 14, infer_trilu)
-        .device(|l, at| l.lower_trilu(at));
+        .device(lower!(lower_pad));
+    r.op("Trilu", 14, infer_trilu).device(lower!(lower_trilu));
 }
 
 /// Dropout (inference): the data passes, the mask is constant.
@@ -329,9 +319,7 @@ pub(crate) fn infer_trilu(c: &Ctx) -> Result<Vec<Out>> {
 impl<'a> Lowerer<'a> {
     /// Identity, Dropout, Reshape, Flatten, Squeeze, Unsqueeze: a view of the input.
     pub(crate) fn lower_view(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            n, c, o0, oshape, ..
-        } = at;
+        let (n, c, o0, oshape) = (at.n, at.c, at.o0, at.oshape);
         // Views of the input's storage; a copy only when the input is a strided view
         // the new shape cannot describe.
         let xi = n.inputs[0].expect("present");
@@ -353,7 +341,7 @@ impl<'a> Lowerer<'a> {
         // A permuted view; consumers that need dense data copy it (once).
         let xv = c.input(0)?;
         let perm = params::transpose_perm(&c, xv.shape.len())?;
-        let x = self.sview(n.inputs[0].expect("p"))?.permute(&perm);
+        let x = self.input_sview(n, 0)?.permute(&perm);
         let stored = self.loc[o0]
             .as_ref()
             .is_some_and(|y| y.addr == x.addr && x.is_dense());
@@ -366,9 +354,7 @@ impl<'a> Lowerer<'a> {
 
     /// Concat: the parts not written in place are copied.
     pub(crate) fn lower_concat(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            n, c, o0, oshape, ..
-        } = at;
+        let (n, c, o0, oshape) = (at.n, at.c, at.o0, at.oshape);
         // Inputs whose producers wrote their part in place (`concat_slot`) are
         // already there; the others are copied.
         let axis = c.norm_axis(n.attr_i("axis", 1)?, oshape.len())?;
@@ -399,7 +385,7 @@ impl<'a> Lowerer<'a> {
         let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
         let sizes = params::split_sizes(&c, xv.shape[axis])?;
         // Views of the input (copied only into graph outputs).
-        let x = self.sview(n.inputs[0].expect("p"))?;
+        let x = self.input_sview(n, 0)?;
         let mut at = 0usize;
         for (k, &len) in sizes.iter().enumerate() {
             if let Some(Some(ov)) = n.outputs.get(k).copied() {
@@ -415,7 +401,7 @@ impl<'a> Lowerer<'a> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
         let p = params::slice_params(&c, &xv.shape)?;
-        let mut x = self.sview(n.inputs[0].expect("p"))?;
+        let mut x = self.input_sview(n, 0)?;
         for (axis, &(start, len, step)) in p.iter().enumerate() {
             x = x.slice(axis, start, len, step);
         }
@@ -423,8 +409,7 @@ impl<'a> Lowerer<'a> {
             // A view (a reversed one would make its readers walk it index by index).
             self.alias_or_copy(o0, x)?;
         } else {
-            let y = self.alloc(o0);
-            self.copy(Engine::Pool, &x, &y)?;
+            self.copy_out(Engine::Pool, &x, o0)?;
         }
         Ok(())
     }
@@ -432,17 +417,15 @@ impl<'a> Lowerer<'a> {
     /// Expand: a broadcast copy.
     pub(crate) fn lower_expand(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, oshape, .. } = at;
-        let x = self.view(n.inputs[0].expect("p"))?.broadcast(oshape);
-        let y = self.alloc(o0);
-        self.copy(Engine::Pool, &x, &y)?;
-        Ok(())
+        let x = self.input_view(n, 0)?.broadcast(oshape);
+        self.copy_out(Engine::Pool, &x, o0)
     }
 
     /// Tile: one copy of a broadcast view.
     pub(crate) fn lower_tile(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;
         // Each dim d becomes [repeats, d] of a broadcast view: one copy.
-        let x = self.sview(n.inputs[0].expect("p"))?;
+        let x = self.input_sview(n, 0)?;
         let y = self.alloc(o0);
         let reps = c.const_ints(1, "repeats")?.unwrap_or_default();
         let (mut sh, mut st) = (Vec::new(), Vec::new());
@@ -463,8 +446,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_depth_space(&mut self, at: At<'a>) -> Result<()> {
         let At { n, op, o0, .. } = at;
         // A 6-D permutation of the input, copied once.
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let b = n.attr_i("blocksize", 1)? as usize;
         let [nn, ch, h, w] = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
         let (split, perm): (Vec<usize>, [usize; 6]) = if op == "SpaceToDepth" {
@@ -484,8 +466,7 @@ impl<'a> Lowerer<'a> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
         let (pads, mode, value) = params::pad_params(&c, xv.shape.len())?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         if y.shape.contains(&0) {
             return Ok(());
         }
@@ -541,14 +522,7 @@ impl<'a> Lowerer<'a> {
 
     /// Trilu: a select through a constant triangular mask.
     pub(crate) fn lower_trilu(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            n,
-            c,
-            o0,
-            oshape,
-            odt,
-            ..
-        } = at;
+        let (n, c, o0, oshape, odt) = (at.n, at.c, at.o0, at.oshape, at.odt);
         // Select through a constant triangular mask (broadcast over the batch).
         let xv = c.input(0)?;
         let r = xv.shape.len();
@@ -566,14 +540,9 @@ impl<'a> Lowerer<'a> {
         let zero = HostTensor::from_f64s(odt, vec![1], std::iter::once(0.0));
         let z = self.add_const(&zero);
         let zv = View::dense(z, odt, &[1]).broadcast(oshape);
-        let x = self.sview(n.inputs[0].expect("p"))?;
+        let x = self.input_sview(n, 0)?;
         let y = self.alloc_any(o0)?;
-        self.emit_nd(0, Engine::Dve, &[&mv, &x, &zv, &y], |a| Op::Select {
-            cond: a[0],
-            a: a[1],
-            b: a[2],
-            out: a[3],
-        })?;
+        self.select(&mv, &x, &zv, &y)?;
         Ok(())
     }
 }

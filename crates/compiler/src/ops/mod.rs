@@ -1,13 +1,23 @@
 //! The operator table: every ONNX operator the compiler supports is one [`OpDef`] —
 //! name, first opset, shape inference, constant folding, element-type rule, lowering — that
-//! its family's file registers (`r.op("LRN", 1, infer_lrn).device(…)`, the way tract
+//! its family's file registers (`r.op("LRN", 1, infer_lrn).device(lower!(lower_lrn))`, the way tract
 //! registers ops). Shape inference ([`crate::infer`]), folding, the device type check and
 //! lowering ([`crate::lower`]) are lookups in this one table, and [`supported_report`] lists
 //! it. Adding an operator is one `r.op(…)` line and its functions in one family file.
 
+/// `lower!(lower_x)`: the lowering `|l, at| l.lower_x(at)` of a registration, as a
+/// [`LowerFn`] (a method of `impl<'a> Lowerer<'a>` is not itself one: its lifetime is the
+/// impl's, not higher-ranked).
+macro_rules! lower {
+    ($f:ident) => {
+        |l, at| l.$f(at)
+    };
+}
+
 mod attention;
 mod composite;
 mod constant;
+mod control;
 mod conv;
 mod elementwise;
 mod gather;
@@ -16,8 +26,10 @@ mod loss;
 mod matmul;
 mod norm;
 mod pool;
+mod quant;
 mod reduce;
 mod resize;
+mod rnn;
 mod unary;
 
 use crate::error::{ErrorKind, Result};
@@ -91,6 +103,11 @@ impl OpDef {
     pub fn dtypes(&mut self, d: Dtypes) -> &mut Self {
         self.dtypes = d;
         self
+    }
+
+    /// f32 only and never folded: a floating-point kernel that always runs on the device.
+    pub fn f32_on_device(&mut self) -> &mut Self {
+        self.dtypes(Dtypes::Float).fold(Fold::Never)
     }
 
     /// Sets its lowering.
@@ -170,6 +187,7 @@ pub(crate) fn registry() -> &'static Registry {
         attention::register(&mut r);
         composite::register(&mut r);
         constant::register(&mut r);
+        control::register(&mut r);
         conv::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
@@ -178,8 +196,10 @@ pub(crate) fn registry() -> &'static Registry {
         matmul::register(&mut r);
         norm::register(&mut r);
         pool::register(&mut r);
+        quant::register(&mut r);
         reduce::register(&mut r);
         resize::register(&mut r);
+        rnn::register(&mut r);
         unary::register(&mut r);
         r
     })
@@ -249,6 +269,42 @@ pub fn supported_report() -> Vec<OpInfo> {
         .collect()
 }
 
+/// What stays unsupported by decision (out of scope), with the reason: operator or type,
+/// and why.
+pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
+    (
+        "ImageDecoder",
+        "decodes encoded image bytes (JPEG, PNG, …): not a computation on numeric tensors",
+    ),
+    (
+        "string operators (StringNormalizer, StringConcat, StringSplit, RegexFullMatch, \
+         TfIdfVectorizer, LabelEncoder …) and string tensors",
+        "the device holds numeric tensors only",
+    ),
+    (
+        "sequence and optional operators (SequenceConstruct, SequenceAt, SplitToSequence, \
+         ConcatFromSequence, Optional, OptionalGetElement, OptionalHasElement …)",
+        "sequence and optional values are not tensors",
+    ),
+    (
+        "the `ai.onnx.ml` domain",
+        "classical-ML operators (trees, encoders, scalers) outside the default domain",
+    ),
+    (
+        "the `ai.onnx.preview.training` domain",
+        "training operators (gradients, optimizers); this is an inference runtime",
+    ),
+    (
+        "float8, float4, int4, int2 element types (Cast, QuantizeLinear, DequantizeLinear \
+         … on them)",
+        "sub-byte and 8-bit float storage formats the device does not hold",
+    ),
+    (
+        "Dropout with `training_mode` = 1 and `ratio` > 0",
+        "its output depends on a random generator (with ratio 0 it is supported)",
+    ),
+];
+
 /// [`supported_report`] as the Markdown of `docs/supported-ops.md`.
 pub fn supported_markdown() -> String {
     let rows = supported_report();
@@ -270,6 +326,14 @@ pub fn supported_markdown() -> String {
             "| {} | {}+ | {} | {} | {} |",
             r.name, r.since, r.runs, r.dtypes, r.notes
         );
+    }
+    s.push_str("\n## Unsupported by decision\n\n");
+    s.push_str(
+        "Out of scope by the project's decisions (the compiler rejects them, naming the node):\n\n",
+    );
+    s.push_str("| operator or type | reason |\n| --- | --- |\n");
+    for (what, why) in OUT_OF_SCOPE {
+        let _ = writeln!(s, "| {what} | {why} |");
     }
     s
 }

@@ -1,10 +1,10 @@
 //! Normalizations: LayerNormalization, BatchNormalization (inference), Instance / Group /
 //! RMS normalization, LRN, and the row operations Softmax / LogSoftmax.
 
+use super::Registry;
 use super::unary::act_of;
-use super::{Dtypes, Fold, Registry};
 use crate::error::{ErrorKind, Result};
-use crate::graph::ValueId;
+use crate::graph::{Value, ValueId};
 use crate::lower::view::{View, mk_ap, simplify};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_shapes, out, require_float, unsupported_outputs};
@@ -14,29 +14,25 @@ use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, PoolOp, ReduceOp, Window};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("LayerNormalization", 17, infer_layer_norm)
-        .dtypes(Dtypes::Float)
-        .fold(Fold::Never)
-        .device(|l, at| l.lower_layer_norm(at));
+        .f32_on_device()
+        .device(lower!(lower_layer_norm));
     r.op("BatchNormalization", 1, infer_batch_norm)
-        .dtypes(Dtypes::Float)
-        .fold(Fold::Never)
+        .f32_on_device()
         .note("inference mode; constant parameters")
-        .device(|l, at| l.lower_batch_norm(at));
+        .device(lower!(lower_batch_norm));
     r.op("InstanceNormalization", 1, infer_group_norm)
-        .device(|l, at| l.lower_group_norm(at));
+        .device(lower!(lower_group_norm));
     r.op("GroupNormalization", 18, infer_group_norm)
-        .device(|l, at| l.lower_group_norm(at));
+        .device(lower!(lower_group_norm));
     r.op("RMSNormalization", 23, infer_rms_norm)
-        .device(|l, at| l.lower_rms_norm(at));
+        .device(lower!(lower_rms_norm));
     r.op("LRN", 1, infer_lrn)
-        .dtypes(Dtypes::Float)
-        .fold(Fold::Never)
-        .device(|l, at| l.lower_lrn(at));
+        .f32_on_device()
+        .device(lower!(lower_lrn));
     for name in ["Softmax", "LogSoftmax"] {
         r.op(name, 1, infer_softmax)
-            .dtypes(Dtypes::Float)
-            .fold(Fold::Never)
-            .device(|l, at| l.lower_softmax(at));
+            .f32_on_device()
+            .device(lower!(lower_softmax));
     }
 }
 
@@ -83,16 +79,21 @@ pub(crate) fn infer_batch_norm(c: &Ctx) -> Result<Vec<Out>> {
         c.const_floats(i, what)?;
     }
     for i in 1..5 {
-        let p = c.input(i)?;
-        if p.elements() != ch {
-            return Err(c.mismatch(format!(
-                "parameter '{}' has {} elements for {ch} channels",
-                p.name,
-                p.elements()
-            )));
-        }
+        channel_param(c, c.input(i)?, ch, ch)?;
     }
     Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// Checks that per-channel parameter `p` has `ch` (or `alt`) elements.
+fn channel_param(c: &Ctx, p: &Value, ch: usize, alt: usize) -> Result<()> {
+    if p.elements() != ch && p.elements() != alt {
+        return Err(c.mismatch(format!(
+            "parameter '{}' has {} elements for {ch} channels",
+            p.name,
+            p.elements()
+        )));
+    }
+    Ok(())
 }
 
 /// Instance / Group normalization.
@@ -115,13 +116,7 @@ pub(crate) fn infer_group_norm(c: &Ctx) -> Result<Vec<Out>> {
         ch
     };
     for p in [scale, bias] {
-        if p.elements() != ch && p.elements() != groups {
-            return Err(c.mismatch(format!(
-                "parameter '{}' has {} elements for {ch} channels",
-                p.name,
-                p.elements()
-            )));
-        }
+        channel_param(c, p, ch, groups)?;
     }
     Ok(vec![out(x.dtype, x.shape.clone())])
 }
@@ -197,8 +192,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_softmax(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, op, o0, .. } = at;
         let xv = c.input(0)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let r = xv.shape.len();
         let axis = c.norm_axis(n.attr_i("axis", if c.opset() >= 13 { -1 } else { 1 })?, r)?;
         let outer: usize = xv.shape[..axis].iter().product();
@@ -271,8 +265,8 @@ impl<'a> Lowerer<'a> {
         let eps = n.attr_f("epsilon", 1e-5)?;
         let outer: usize = xv.shape[..axis].iter().product();
         let d: usize = xv.shape[axis..].iter().product();
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let gamma = self.view(n.inputs[1].expect("p"))?;
+        let x = self.input_view(n, 0)?;
+        let gamma = self.input_view(n, 1)?;
         let beta = match n.inputs.get(2).copied().flatten() {
             Some(b) => Some(self.view(b)?),
             None => None,
@@ -289,7 +283,7 @@ impl<'a> Lowerer<'a> {
         // One instruction over [rows, d] (not emit_nd: dims of size 1 would be
         // dropped, a normalized axis of size 1 with them).
         if outer * d > 0 {
-            let ap = |v: &View| mk_ap(v.addr, v.dtype, &v.shape, &v.strides);
+            let ap = |v: &View| v.ap();
             let op = Op::LayerNorm {
                 input: ap(&xa)?,
                 gamma: ap(&ga)?,
@@ -315,15 +309,11 @@ impl<'a> Lowerer<'a> {
                 strides: vec![1, 1],
             };
             let mean_v = col(mean);
-            self.emit(
-                0,
-                Engine::Pool,
-                Op::Reduce {
-                    input: mk_ap(x.addr, x.dtype, &sh, &[d as i64, 1])?,
-                    output: mk_ap(mean, DType::F32, &[outer, 1], &[1, 1])?,
-                    op: ReduceOp::Mean,
-                    axes: 0b1000,
-                },
+            self.emit_reduce(
+                mk_ap(x.addr, x.dtype, &sh, &[d as i64, 1])?,
+                mk_ap(mean, DType::F32, &[outer, 1], &[1, 1])?,
+                ReduceOp::Mean,
+                0b1000,
             );
             if inv_out.is_some() {
                 let centered = View::dense(self.temp(outer * d * 4), DType::F32, &sh);
@@ -332,24 +322,15 @@ impl<'a> Lowerer<'a> {
                     shape: sh.to_vec(),
                     ..mean_v.clone()
                 };
-                self.emit_nd(0, Engine::Dve, &[&xa, &mb, &centered], |a| Op::Binary {
-                    a: a[0],
-                    b: a[1],
-                    out: a[2],
-                    op: BinaryOp::Sub,
-                })?;
+                self.binary(&xa, &mb, &centered, BinaryOp::Sub)?;
                 self.activation(&centered, &centered, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;
                 let inv = stat(self, inv_out);
                 let var = col(self.temp(outer * 4));
-                self.emit(
-                    0,
-                    Engine::Pool,
-                    Op::Reduce {
-                        input: mk_ap(centered.addr, DType::F32, &sh, &[d as i64, 1])?,
-                        output: mk_ap(var.addr, DType::F32, &[outer, 1], &[1, 1])?,
-                        op: ReduceOp::Mean,
-                        axes: 0b1000,
-                    },
+                self.emit_reduce(
+                    mk_ap(centered.addr, DType::F32, &sh, &[d as i64, 1])?,
+                    mk_ap(var.addr, DType::F32, &[outer, 1], &[1, 1])?,
+                    ReduceOp::Mean,
+                    0b1000,
                 );
                 self.emit_nd(0, Engine::Dve, &[&var, &var], |a| Op::TensorScalar {
                     a: a[0],
@@ -366,15 +347,7 @@ impl<'a> Lowerer<'a> {
 
     /// BatchNormalization: a per-channel product on DVE, the shift (and a following activation) in one ACT pass.
     pub(crate) fn lower_batch_norm(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            ni,
-            g,
-            n,
-            c,
-            o0,
-            oshape,
-            ..
-        } = at;
+        let (ni, g, n, c, o0, oshape) = (at.ni, at.g, at.n, at.c, at.o0, at.oshape);
         // y = x·scale[c] + shift[c]: the per-channel product on DVE, then the shift
         // (and a following activation) as one ACT pass in place.
         let (scale, shift) = bn_affine(&c)?;
@@ -402,12 +375,7 @@ impl<'a> Lowerer<'a> {
             act_of(&cj).ok().flatten().map(|f| (j, f))
         });
         let y = self.alloc_over(xi, &[ni], o0)?;
-        self.emit_nd(0, Engine::Dve, &[&x, &av, &y], |a| Op::Binary {
-            a: a[0],
-            b: a[1],
-            out: a[2],
-            op: BinaryOp::Mul,
-        })?;
+        self.binary(&x, &av, &y, BinaryOp::Mul)?;
         match act {
             Some((j, f)) => {
                 let oj = self.out(j, 0)?;
@@ -432,8 +400,7 @@ impl<'a> Lowerer<'a> {
         let alpha = n.attr_f("alpha", 1e-4)?;
         let beta = n.attr_f("beta", 0.75)?;
         let bias = n.attr_f("bias", 1.0)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let total: usize = x.shape.iter().product();
         if total == 0 {
             return Ok(());
@@ -466,12 +433,7 @@ impl<'a> Lowerer<'a> {
         let bv = View::dense(b, DType::F32, &[1]).broadcast(&x.shape);
         self.activation(&mean, &mean, Some(&bv), (ActFunc::Log, 0.0, 0.0), alpha)?;
         self.activation(&mean, &mean, None, (ActFunc::Exp, 0.0, 0.0), -beta)?;
-        self.emit_nd(0, Engine::Dve, &[&x, &mean, &y], |a| Op::Binary {
-            a: a[0],
-            b: a[1],
-            out: a[2],
-            op: BinaryOp::Mul,
-        })
+        self.binary(&x, &mean, &y, BinaryOp::Mul)
     }
 
     /// InstanceNormalization and GroupNormalization with the LayerNorm instruction over the
@@ -489,9 +451,9 @@ impl<'a> Lowerer<'a> {
         } else {
             ch
         };
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let scale = self.view(n.inputs[1].expect("p"))?;
-        let bias = self.view(n.inputs[2].expect("p"))?;
+        let x = self.input_view(n, 0)?;
+        let scale = self.input_view(n, 1)?;
+        let bias = self.input_view(n, 2)?;
         let y = self.alloc(o0);
         if nn * ch * sp == 0 {
             return Ok(());
@@ -514,7 +476,7 @@ impl<'a> Lowerer<'a> {
         let dense = [(groups * d) as i64, d as i64, 1];
         let (xa, ya) = (grid(&x, dense), grid(&y, dense));
         // (Not emit_nd: merging dims would merge the normalized one with the groups.)
-        let ap = |v: &View| mk_ap(v.addr, v.dtype, &v.shape, &v.strides);
+        let ap = |v: &View| v.ap();
         let op = Op::LayerNorm {
             input: ap(&xa)?,
             gamma: ap(&gamma)?,
@@ -546,8 +508,8 @@ impl<'a> Lowerer<'a> {
         let r = xv.shape.len();
         let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
         let eps = n.attr_f("epsilon", 1e-5)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let scale = self.sview(n.inputs[1].expect("p"))?.broadcast(&xv.shape);
+        let x = self.input_view(n, 0)?;
+        let scale = self.input_sview(n, 1)?.broadcast(&xv.shape);
         let y = self.alloc(o0);
         let outer: usize = xv.shape[..axis].iter().product();
         let d: usize = xv.shape[axis..].iter().product();

@@ -1,9 +1,9 @@
 //! Pooling on POOL: MaxPool / AveragePool / LpPool over 1 to 3 spatial dimensions and the
 //! global poolings.
 
-use super::{Dtypes, Fold, Registry};
+use super::Registry;
 use crate::error::{ErrorKind, Result};
-use crate::lower::view::{View, mk_ap};
+use crate::lower::view::{View, dense_ap};
 use crate::lower::{At, Lowerer};
 use crate::params;
 use crate::params::{Ctx, Out, out, unsupported_outputs, window_params};
@@ -13,16 +13,14 @@ use nrt_isa::{ActFunc, BinaryOp, Op, PoolOp, ReduceOp, Window};
 pub(super) fn register(r: &mut Registry) {
     for name in ["MaxPool", "AveragePool", "LpPool"] {
         r.op(name, 1, infer_pool)
-            .dtypes(Dtypes::Float)
-            .fold(Fold::Never)
+            .f32_on_device()
             .note("1-D to 3-D")
-            .device(|l, at| l.lower_pool(at));
+            .device(lower!(lower_pool));
     }
     for name in ["GlobalAveragePool", "GlobalMaxPool"] {
         r.op(name, 1, infer_global_pool)
-            .dtypes(Dtypes::Float)
-            .fold(Fold::Never)
-            .device(|l, at| l.lower_global_pool(at));
+            .f32_on_device()
+            .device(lower!(lower_global_pool));
     }
 }
 
@@ -84,8 +82,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_global_pool(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, op, o0, .. } = at;
         let xv = c.input(0)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let (nn, ch) = (xv.shape[0], xv.shape[1]);
         let s: usize = xv.shape[2..].iter().product();
         let rop = if op == "GlobalMaxPool" {
@@ -93,24 +90,10 @@ impl<'a> Lowerer<'a> {
         } else {
             ReduceOp::Mean
         };
-        let xa = mk_ap(
-            x.addr,
-            x.dtype,
-            &[nn, ch, s],
-            &[(ch * s) as i64, s as i64, 1],
-        )?;
-        let ya = mk_ap(y.addr, y.dtype, &[nn, ch, 1], &[ch as i64, 1, 1])?;
+        let xa = dense_ap(x.addr, x.dtype, &[nn, ch, s])?;
+        let ya = dense_ap(y.addr, y.dtype, &[nn, ch, 1])?;
         if nn * ch * s > 0 {
-            self.emit(
-                0,
-                Engine::Pool,
-                Op::Reduce {
-                    input: xa,
-                    output: ya,
-                    op: rop,
-                    axes: 0b1000,
-                },
-            );
+            self.emit_reduce(xa, ya, rop, 0b1000);
         }
         Ok(())
     }
@@ -136,7 +119,7 @@ impl<'a> Lowerer<'a> {
         // padding counted) times the window size.
         let lp = (n.op == "LpPool").then(|| n.attr_i("p", 2)).transpose()?;
         let include_pad = lp.is_some() || (!is_max && n.attr_i("count_include_pad", 0)? != 0);
-        let mut x = self.view(n.inputs[0].expect("p"))?;
+        let mut x = self.input_view(n, 0)?;
         let y = self.alloc(o0);
         if y.shape.contains(&0) || x.shape.contains(&0) {
             return Ok(());
@@ -271,8 +254,8 @@ impl<'a> Lowerer<'a> {
             ],
             dilation: d.map(|v| v.dilation as u32),
         };
-        let xa = mk_ap(x.addr, x.dtype, &x.shape, &x.strides)?;
-        let ya = mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?;
+        let xa = x.ap()?;
+        let ya = y.ap()?;
         self.emit(
             0,
             Engine::Pool,

@@ -1,5 +1,5 @@
-//! Reductions on POOL: Reduce*, ArgMax / ArgMin, Hardmax, and CumSum (a product with a
-//! triangular matrix on PE).
+//! Reductions on POOL: Reduce*, ArgMax / ArgMin, Hardmax, TopK (`Op::TopK`), and CumSum (a
+//! product with a triangular matrix on PE).
 
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
@@ -16,7 +16,7 @@ pub(super) fn register(r: &mut Registry) {
     for name in ["ReduceSum", "ReduceMax", "ReduceMin"] {
         r.op(name, 1, infer_reduce)
             .dtypes(Dtypes::Reduce)
-            .device(|l, at| l.lower_reduce(at));
+            .device(lower!(lower_reduce));
     }
     for name in [
         "ReduceMean",
@@ -28,19 +28,67 @@ pub(super) fn register(r: &mut Registry) {
     ] {
         r.op(name, 1, infer_reduce)
             .dtypes(Dtypes::Float)
-            .device(|l, at| l.lower_reduce(at));
+            .device(lower!(lower_reduce));
     }
     for name in ["ArgMax", "ArgMin"] {
         r.op(name, 1, infer_arg_reduce)
-            .device(|l, at| l.lower_arg_reduce(at));
+            .device(lower!(lower_arg_reduce));
     }
     r.op("Hardmax", 1, infer_hardmax)
         .dtypes(Dtypes::Float)
-        .device(|l, at| l.lower_hardmax(at));
+        .device(lower!(lower_hardmax));
+    r.op("TopK", 1, infer_top_k)
+        .note("f32 and integers; K known at compile time; always sorted")
+        .device(lower!(lower_top_k));
     r.op("CumSum", 11, infer_cumsum)
         .dtypes(Dtypes::Float)
         .note("axis length at most 4096")
-        .device(|l, at| l.lower_cumsum(at));
+        .device(lower!(lower_cumsum));
+}
+
+/// TopK's axis, K (input 1 from opset 10, attribute `k` before) and `largest`.
+fn top_k_params(c: &Ctx) -> Result<(usize, usize, bool)> {
+    let x = c.input(0)?;
+    if x.shape.is_empty() {
+        return Err(c.mismatch("TopK of a scalar"));
+    }
+    if matches!(x.dtype, DType::Bool | DType::F16 | DType::Bf16) {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!(
+                "input '{}' is {}; TopK orders f32 and integers",
+                x.name, x.dtype
+            ),
+        ));
+    }
+    let axis = c.norm_axis(c.n.attr_i("axis", -1)?, x.shape.len())?;
+    let k = if c.opset() >= 10 {
+        match c.const_ints(1, "K")?.as_deref() {
+            Some([k]) => *k,
+            _ => return Err(c.mismatch("K must hold one value")),
+        }
+    } else {
+        c.n.attr_i("k", -1)?
+    };
+    let largest = match c.n.attr_i("largest", 1)? {
+        0 => false,
+        1 => true,
+        v => return Err(c.bad_attr(format!("largest = {v} (0 or 1)"))),
+    };
+    let n = x.shape[axis];
+    match usize::try_from(k) {
+        Ok(k) if k <= n => Ok((axis, k, largest)),
+        _ => Err(c.bad_attr(format!("K = {k} for an axis of {n} elements"))),
+    }
+}
+
+/// TopK: values (the input's type) and i64 indices, K along the axis.
+pub(crate) fn infer_top_k(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let (axis, k, _) = top_k_params(c)?;
+    let mut s = x.shape.clone();
+    s[axis] = k;
+    Ok(vec![out(x.dtype, s.clone()), out(DType::I64, s)])
 }
 
 /// Reduce*: axes from `reduce_axes`, `keepdims`.
@@ -136,8 +184,7 @@ impl<'a> Lowerer<'a> {
         let axis = c.norm_axis(axis, xv.shape.len())?;
         let exclusive = n.attr_i("exclusive", 0)? != 0;
         let reverse = n.attr_i("reverse", 0)? != 0;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let len = xv.shape[axis];
         let outer: usize = xv.shape[..axis].iter().product();
         let inner: usize = xv.shape[axis + 1..].iter().product();
@@ -177,8 +224,7 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
         let last = n.attr_i("select_last_index", 0)? != 0;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         if xv.elements() == 0 {
             return Ok(());
         }
@@ -204,7 +250,7 @@ impl<'a> Lowerer<'a> {
             ]
         };
         let axis = if c.opset() >= 13 { axis } else { 1 };
-        let x0 = self.view(n.inputs[0].expect("p"))?;
+        let x0 = self.input_view(n, 0)?;
         let y0 = self.alloc(o0);
         let total = xv.elements();
         if total == 0 {
@@ -223,12 +269,7 @@ impl<'a> Lowerer<'a> {
         let rv = self.index_ramp(&shape, axis);
         let eq = View::dense(self.temp(total), DType::Bool, &shape);
         let ib = idx.broadcast(&shape);
-        self.emit_nd(0, Engine::Dve, &[&rv, &ib, &eq], |a| Op::Binary {
-            a: a[0],
-            b: a[1],
-            out: a[2],
-            op: BinaryOp::Equal,
-        })?;
+        self.binary(&rv, &ib, &eq, BinaryOp::Equal)?;
         self.copy(Engine::Dve, &eq, &y)
     }
 
@@ -273,23 +314,13 @@ impl<'a> Lowerer<'a> {
         self.reduce(c, x, &m, Some(&[axis]), extreme)?;
         let eq = View::dense(self.temp(total), DType::Bool, &shape);
         let mb = m.broadcast(&shape);
-        self.emit_nd(0, Engine::Dve, &[x, &mb, &eq], |a| Op::Binary {
-            a: a[0],
-            b: a[1],
-            out: a[2],
-            op: BinaryOp::Equal,
-        })?;
+        self.binary(x, &mb, &eq, BinaryOp::Equal)?;
         let rv = self.index_ramp(&shape, axis);
         let sentinel = if last { -1 } else { shape[axis] as i64 };
         let sc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![sentinel]));
         let sv = View::dense(sc, DType::I64, &[1]).broadcast(&shape);
         let idx = View::dense(self.temp(total * 8), DType::I64, &shape);
-        self.emit_nd(0, Engine::Dve, &[&eq, &rv, &sv, &idx], |a| Op::Select {
-            cond: a[0],
-            a: a[1],
-            b: a[2],
-            out: a[3],
-        })?;
+        self.select(&eq, &rv, &sv, &idx)?;
         let pick = if last { ReduceOp::Max } else { ReduceOp::Min };
         self.reduce(c, &idx, out, Some(&[axis]), pick)
     }
@@ -297,8 +328,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_reduce(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let axes = params::reduce_axes(&c, xv.shape.len())?;
         let rop = match n.op.as_str() {
             "ReduceMean" => ReduceOp::Mean,
@@ -329,22 +359,12 @@ impl<'a> Lowerer<'a> {
                 self.reduce(&c, &x, &mv, axes.as_deref(), ReduceOp::Max)?;
                 let d = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
                 let mb = mv.broadcast(&xv.shape);
-                self.emit_nd(0, Engine::Dve, &[&x, &mb, &d], |a| Op::Binary {
-                    a: a[0],
-                    b: a[1],
-                    out: a[2],
-                    op: BinaryOp::Sub,
-                })?;
+                self.binary(&x, &mb, &d, BinaryOp::Sub)?;
                 self.activation(&d, &d, None, f(ActFunc::Exp), 1.0)?;
                 self.reduce(&c, &d, &y, axes.as_deref(), ReduceOp::Sum)?;
                 self.activation(&y, &y, None, f(ActFunc::Log), 1.0)?;
                 let m = View::dense(mv.addr, mv.dtype, &y.shape);
-                return self.emit_nd(0, Engine::Dve, &[&y, &m, &y], |a| Op::Binary {
-                    a: a[0],
-                    b: a[1],
-                    out: a[2],
-                    op: BinaryOp::Add,
-                });
+                return self.binary(&y, &m, &y, BinaryOp::Add);
             }
             _ => (None, None),
         };
@@ -431,17 +451,53 @@ impl<'a> Lowerer<'a> {
         for l in 0..loops {
             let xa = mk_ap(x.elems((l * in_chunk) as i64), x.dtype, &ishape, &ist)?;
             let ya = mk_ap(y.elems((l * out_chunk) as i64), y.dtype, &oshape, &ost)?;
-            self.emit(
-                0,
-                Engine::Pool,
-                Op::Reduce {
-                    input: xa,
-                    output: ya,
-                    op: rop,
-                    axes: mask,
-                },
-            );
+            self.emit_reduce(xa, ya, rop, mask);
         }
+        Ok(())
+    }
+}
+
+impl<'a> Lowerer<'a> {
+    /// TopK: one instruction on POOL over the input seen as `[outer, inner, N]` (the axis
+    /// last, strided), the outputs likewise.
+    pub(crate) fn lower_top_k(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let (axis, k, largest) = top_k_params(&c)?;
+        let x = self.input_view(n, 0)?;
+        let vals = self.alloc(o0);
+        let outer: usize = xv.shape[..axis].iter().product();
+        let inner: usize = xv.shape[axis + 1..].iter().product();
+        let len = xv.shape[axis];
+        let idx = match n.outputs.get(1).copied().flatten() {
+            Some(v) => self.alloc(v),
+            None => View::dense(
+                self.temp(outer * inner * k * 8),
+                DType::I64,
+                &[outer, inner, k],
+            ),
+        };
+        if outer * inner * k == 0 {
+            return Ok(());
+        }
+        let rows = |v: &View, m: usize| {
+            mk_ap(
+                v.addr,
+                v.dtype,
+                &[outer, inner, m],
+                &[(m * inner) as i64, 1, inner as i64],
+            )
+        };
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::TopK {
+                input: rows(&x, len)?,
+                values: rows(&vals, k)?,
+                indices: rows(&idx, k)?,
+                largest,
+            },
+        );
         Ok(())
     }
 }

@@ -1,8 +1,7 @@
 //! Resize on POOL (nearest and linear, up to rank 4).
 
-use super::{Dtypes, Fold, Registry};
+use super::Registry;
 use crate::error::{ErrorKind, Result};
-use crate::lower::view::mk_ap;
 use crate::lower::{At, Lowerer};
 use crate::params;
 use crate::params::{Ctx, Out, out, resize_params};
@@ -11,10 +10,9 @@ use nrt_isa::Op;
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Resize", 10, infer_resize)
-        .dtypes(Dtypes::Float)
-        .fold(Fold::Never)
+        .f32_on_device()
         .note("nearest and linear, rank ≤ 4")
-        .device(|l, at| l.lower_resize(at));
+        .device(lower!(lower_resize));
 }
 
 /// Resize: output sizes from `resize_params`.
@@ -33,15 +31,14 @@ impl<'a> Lowerer<'a> {
             return Err(c.e(ErrorKind::UnsupportedOp, "Resize of rank > 4"));
         }
         let p = params::resize_params(&c, &xv.shape)?;
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         let mut scales = [0f32; 4];
         let off = 4 - xv.shape.len();
         for (i, &s) in p.scales.iter().enumerate() {
             scales[off + i] = s;
         }
-        let xa = mk_ap(x.addr, x.dtype, &x.shape, &x.strides)?;
-        let ya = mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?;
+        let xa = x.ap()?;
+        let ya = y.ap()?;
         self.emit(
             0,
             Engine::Pool,

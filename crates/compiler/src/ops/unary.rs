@@ -31,12 +31,12 @@ pub(super) fn register(r: &mut Registry) {
     ] {
         r.op(name, since, infer_same)
             .dtypes(Dtypes::Float)
-            .device(|l, at| l.lower_activation(at));
+            .device(lower!(lower_activation));
     }
     r.op("Clip", 1, infer_clip)
         .dtypes(Dtypes::Float)
         .note("bounds computed in the graph are read on the device (DVE max/min)")
-        .device(|l, at| l.lower_clip(at));
+        .device(lower!(lower_clip));
     for (name, since) in [
         ("Selu", 1),
         ("Celu", 12),
@@ -49,16 +49,16 @@ pub(super) fn register(r: &mut Registry) {
         ("Mish", 18),
     ] {
         r.op(name, since, infer_float_same)
-            .device(|l, at| l.lower_composite_activation(at));
+            .device(lower!(lower_composite_activation));
     }
     for name in ["Sin", "Cos"] {
         r.op(name, 7, infer_float_same)
             .dtypes(Dtypes::Float)
             .note("DVE polynomial after range reduction")
-            .device(|l, at| l.lower_sin_cos(at));
+            .device(lower!(lower_sin_cos));
     }
     r.op("PRelu", 1, infer_prelu)
-        .device(|l, at| l.lower_composite_activation(at));
+        .device(lower!(lower_composite_activation));
 }
 
 /// Same shape and type as the input (Gelu: its `approximate` attribute checked).
@@ -183,15 +183,7 @@ pub(crate) fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
 impl<'a> Lowerer<'a> {
     /// An activation on ACT (in place when it can be).
     pub(crate) fn lower_activation(&mut self, at: At<'a>) -> Result<()> {
-        let At {
-            ni,
-            n,
-            c,
-            o0,
-            op,
-            odt,
-            ..
-        } = at;
+        let (ni, n, c, o0, op, odt) = (at.ni, at.n, at.c, at.o0, at.op, at.odt);
         let Some(f) = act_of(&c)? else {
             return Err(c.e(
                 ErrorKind::UnsupportedOp,
@@ -214,8 +206,7 @@ impl<'a> Lowerer<'a> {
             return self.lower_activation(at);
         }
         let shape = g.values[o0].shape.clone();
-        let x = self.view(n.inputs[0].expect("p"))?;
-        let y = self.alloc(o0);
+        let (x, y) = self.unary_io(n, o0)?;
         if shape.iter().product::<usize>() == 0 {
             return Ok(());
         }
@@ -317,7 +308,7 @@ impl<'a> Lowerer<'a> {
             }
             _ => {
                 // PRelu: x < 0 ? slope·x : x.
-                let slope = self.sview(n.inputs[1].expect("p"))?.broadcast(&sh);
+                let slope = self.input_sview(n, 1)?.broadcast(&sh);
                 let zero = self.scalar(0.0, &sh);
                 let neg = tmp(self, DType::Bool);
                 self.binary(&x, &zero, &neg, BinaryOp::Less)?;
@@ -359,10 +350,8 @@ impl<'a> Lowerer<'a> {
             -1.0 / 2.0,
             1.0,
         ];
-        let At {
-            n, op, o0, oshape, ..
-        } = at;
-        let x = self.sview(n.inputs[0].expect("p"))?;
+        let (n, op, o0, oshape) = (at.n, at.op, at.o0, at.oshape);
+        let x = self.input_sview(n, 0)?;
         let total: usize = oshape.iter().product();
         let y = self.alloc(o0);
         if total == 0 {

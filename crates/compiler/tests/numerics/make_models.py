@@ -340,12 +340,143 @@ def decoder_block(out):
     os.makedirs(dd, exist_ok=True)
     onnx.save(m, os.path.join(dd, "model.onnx"))
 
+def quantized_attention(out):
+    # The quantized-transformer pieces (issue 13) in one graph, at sizes that leave partial
+    # tiles in the int8 kernel (M = 13 rows, K = 70, N = 40 columns): a dynamically
+    # quantized activation times int8 weights (MatMulInteger), dequantized; TopK over it,
+    # GatherElements with TopK's indices, GatherND / ScatterND of whole rows (reduction add),
+    # and a per-axis QuantizeLinear / DequantizeLinear round trip.
+    wq = RNG.integers(-64, 64, (70, 40)).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(wq, "Wq"),
+        numpy_helper.from_array(np.array(3, dtype=np.int8), "wzp"),
+        f32("wscale", 0.02),
+        i64("K", [5]),
+        i64("rows_from", [[0, 7], [0, 1], [0, 7]]),
+        i64("rows_to", [[0, 2], [0, 5], [0, 2]]),
+        f32("qscale", RNG.uniform(0.01, 0.05, 40)),
+        numpy_helper.from_array(RNG.integers(100, 156, 40).astype(np.uint8), "qzp"),
+    ]
+    nodes = [
+        N("DynamicQuantizeLinear", ["X"], ["xq", "xs", "xzp"]),
+        N("MatMulInteger", ["xq", "Wq", "xzp", "wzp"], ["acc"]),
+        N("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        N("Mul", ["xs", "wscale"], ["s"]),
+        N("Mul", ["accf", "s"], ["Y1"]),
+        N("TopK", ["Y1", "K"], ["top", "top_i"], axis=-1),
+        N("GatherElements", ["Y1", "top_i"], ["picked"], axis=2),
+        N("Sub", ["picked", "top"], ["Y2"]),
+        N("GatherND", ["Y1", "rows_from"], ["rows"]),
+        N("ScatterND", ["Y1", "rows_to", "rows"], ["Y3"], reduction="add"),
+        N("QuantizeLinear", ["Y3", "qscale", "qzp"], ["q"], axis=2),
+        N("DequantizeLinear", ["q", "qscale", "qzp"], ["Y4"], axis=2),
+    ]
+    save(out, "quantized_attention_pieces", nodes, [("X", [1, 13, 70])],
+         [("Y1", [1, 13, 40]), ("top", [1, 13, 5]), ("Y2", [1, 13, 5]), ("Y3", [1, 13, 40]),
+          ("Y4", [1, 13, 40])], inits, opset=18)
+
+
+def recurrent(out):
+    # Recurrent networks unrolled on the device (issue 13), against ONNX Runtime: a
+    # streaming LSTM step block with its state in and out (Y omitted, peepholes, biases), a
+    # bidirectional GRU with linear_before_reset, a reverse RNN with clip. (ONNX Runtime
+    # refuses layout = 1; the node tests' *_batchwise cases check it.)
+    s, b, i, h = 6, 3, 5, 7
+    save(out, "lstm_streaming_state", [
+        N("LSTM", ["X", "W", "R", "B", "", "H0", "C0", "P"], ["", "Yh", "Yc"], hidden_size=h)],
+        [("X", [s, b, i]), ("H0", [1, b, h]), ("C0", [1, b, h])],
+        [("Yh", [1, b, h]), ("Yc", [1, b, h])],
+        [w("W", (1, 4 * h, i), 0.4), w("R", (1, 4 * h, h), 0.4), w("B", (1, 8 * h), 0.3),
+         w("P", (1, 3 * h), 0.3)], opset=14)
+    save(out, "gru_bidirectional", [
+        N("GRU", ["X", "W", "R", "B", "", "H0"], ["Y", "Yh"], hidden_size=h,
+          direction="bidirectional", linear_before_reset=1)],
+        [("X", [s, b, i]), ("H0", [2, b, h])],
+        [("Y", [s, 2, b, h]), ("Yh", [2, b, h])],
+        [w("W", (2, 3 * h, i), 0.4), w("R", (2, 3 * h, h), 0.4), w("B", (2, 6 * h), 0.3)],
+        opset=14)
+    save(out, "rnn_reverse_clip", [
+        N("RNN", ["X", "W", "R", "B"], ["Y", "Yh"], hidden_size=h, direction="reverse",
+          clip=0.5)],
+        [("X", [s, b, i])], [("Y", [s, 1, b, h]), ("Yh", [1, b, h])],
+        [w("W", (1, h, i), 0.5), w("R", (1, h, h), 0.5), w("B", (1, 2 * h), 0.3)], opset=14)
+
+
+def if_gated(out):
+    # An If whose condition is a shape comparison (folded at compile time, issue 13): the
+    # branches read outer-scope values (X, a computed value, an initializer) and the taken
+    # branch holds a nested If on a constant.
+    def branch(name, nodes, outs, inits=()):
+        return helper.make_graph(nodes, name, [],
+                                 [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                  for o in outs], list(inits))
+    inner_then = branch("inner_then", [N("Mul", ["t", "two"], ["y_in"])], ["y_in"],
+                        [f32("two", 2.0)])
+    inner_else = branch("inner_else", [N("Neg", ["t"], ["y_in2"])], ["y_in2"])
+    then_g = branch("then", [
+        N("Relu", ["X"], ["r"]),
+        N("Add", ["r", "bias"], ["t"]),
+        N("If", ["always"], ["y_then"], then_branch=inner_then, else_branch=inner_else),
+    ], ["y_then"], [numpy_helper.from_array(np.array(True), "always")])
+    else_g = branch("else", [N("Sub", ["X", "s"], ["y_else"])], ["y_else"])
+    nodes = [
+        N("ReduceSum", ["X"], ["s"], keepdims=1),
+        N("Shape", ["X"], ["shp"]),
+        N("Gather", ["shp", "one"], ["d1"]),
+        N("Greater", ["d1", "four"], ["wide"]),
+        N("If", ["wide"], ["Y"], then_branch=then_g, else_branch=else_g),
+    ]
+    inits = [i64("one", 1), i64("four", 4), w("bias", (6,), 0.5)]
+    save(out, "if_shape_gated", nodes, [("X", [3, 6])], [("Y", [3, 6])], inits, opset=13)
+
+
+def blocked_qdq(out):
+    # Blocked quantization (opset 21) with a ragged last block: 10 columns in blocks of 4.
+    qs = RNG.uniform(0.01, 0.05, (3, 3)).astype(np.float32)
+    qz = RNG.integers(100, 156, (3, 3)).astype(np.uint8)
+    save(out, "blocked_quantize_dequantize", [
+        N("QuantizeLinear", ["X", "qs", "qz"], ["q"], axis=1, block_size=4),
+        N("DequantizeLinear", ["q", "qs", "qz"], ["Y"], axis=1, block_size=4)],
+        [("X", [3, 10])], [("Y", [3, 10])],
+        [numpy_helper.from_array(qs, "qs"), numpy_helper.from_array(qz, "qz")], opset=21)
+
+
+def quantized_convs(out):
+    # QLinearConv (u8 activations, i8 weights with per-channel scales, i32 bias, padding,
+    # stride 2) and ConvInteger (u8 x u8 with zero points), on a quantized float input.
+    wq = RNG.integers(-100, 100, (4, 3, 3, 3)).astype(np.int8)
+    wc = RNG.integers(0, 255, (2, 3, 2, 2)).astype(np.uint8)
+    inits = [
+        f32("xs", 0.05), numpy_helper.from_array(np.array(128, np.uint8), "xz"),
+        numpy_helper.from_array(wq, "Wq"), f32("ws", RNG.uniform(0.005, 0.02, 4)),
+        numpy_helper.from_array(np.zeros(4, np.int8), "wz"),
+        f32("ys", 0.1), numpy_helper.from_array(np.array(100, np.uint8), "yz"),
+        numpy_helper.from_array(RNG.integers(-500, 500, 4).astype(np.int32), "B"),
+        numpy_helper.from_array(wc, "Wc"), numpy_helper.from_array(np.array(7, np.uint8), "wcz"),
+    ]
+    nodes = [
+        N("QuantizeLinear", ["X", "xs", "xz"], ["xq"]),
+        N("QLinearConv", ["xq", "xs", "xz", "Wq", "ws", "wz", "ys", "yz", "B"], ["yq"],
+          pads=[1, 1, 1, 1], strides=[2, 2]),
+        N("DequantizeLinear", ["yq", "ys", "yz"], ["Y"]),
+        N("ConvInteger", ["xq", "Wc", "xz", "wcz"], ["ci"], pads=[0, 1, 1, 0]),
+        N("Cast", ["ci"], ["Y2"], to=TensorProto.FLOAT),
+    ]
+    save(out, "quantized_convs", nodes, [("X", [1, 3, 9, 9])],
+         [("Y", [1, 4, 5, 5]), ("Y2", [1, 2, 9, 9])], inits, opset=13)
+
 
 def main():
     out = sys.argv[1]
     decoder_block(out)
     halves(out)
     doubles(out)
+
+    quantized_convs(out)
+    blocked_qdq(out)
+    if_gated(out)
+    recurrent(out)
+    quantized_attention(out)
     computed_operands(out)
     gelu_models(out)
     attention(out, "Mul")

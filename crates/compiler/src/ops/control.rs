@@ -1,0 +1,22 @@
+//! Control flow. `If` whose condition is known at compile time (a constant, a folded shape
+//! comparison, an input given with `input_values`) is replaced before inference by the
+//! nodes of the branch it takes ([`crate::graph::inline_if`]); nothing of it reaches the
+//! device. One whose condition is computed at run time is an error naming the node.
+//! `Loop` and `Scan` are not supported.
+
+use super::Registry;
+use crate::error::{ErrorKind, Result};
+use crate::params::{Ctx, Out};
+
+pub(super) fn register(r: &mut Registry) {
+    r.op("If", 1, infer_if)
+        .note("condition known at compile time: folded to its branch");
+}
+
+/// Never reached: inference inlines every `If` first.
+fn infer_if(c: &Ctx) -> Result<Vec<Out>> {
+    Err(c.e(
+        ErrorKind::Internal,
+        "If reached inference without being inlined",
+    ))
+}
