@@ -86,7 +86,10 @@ fn compare(got: &HostTensor, want: &HostTensor, rtol: f64, atol: f64) -> Option<
         DType::Bf16 => f64::powi(2.0, -7),
         _ => 0.0,
     };
-    let scale = w.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
+    let scale = w
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(0.0f64, |m, x| m.max(x.abs()));
     let (rtol, atol) = (rtol.max(ulp), atol.max(ulp * scale));
     let mut worst: Option<(f64, usize)> = None;
     for (i, (&a, &b)) in g.iter().zip(&w).enumerate() {
