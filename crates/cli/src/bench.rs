@@ -416,6 +416,7 @@ fn matmul_model(m: u32, k: u32, n: u32) -> Vec<u8> {
             c: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[m, n]),
             alpha: 1.0,
             flags: 0,
+            epilogue: nrt_isa::Epilogue::NONE,
         })
         .wait(inp, 1)
         .signal(done, 1),

@@ -224,9 +224,10 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             c,
             alpha,
             flags,
+            epilogue,
         } => {
             // SAFETY: see above.
-            unsafe { matmul::matmul(a, b, c, *alpha, *flags, mem, ws) };
+            unsafe { matmul::matmul(a, b, c, *alpha, *flags, epilogue, mem, ws) };
             Ok(())
         }
         Op::Conv {

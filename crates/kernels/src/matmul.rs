@@ -54,8 +54,8 @@
 
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
-use nrt_hal::tuning::GEMV_MAX_ROWS;
-use nrt_isa::{AccessPattern, matmul_flags};
+use nrt_hal::tuning::{EPILOGUE_MIN_ROWS, EPILOGUE_TILE_BYTES, GEMV_MAX_ROWS};
+use nrt_isa::{AccessPattern, Epilogue, matmul_flags};
 
 /// A strided f32 matrix: pointer, row stride and column stride in elements.
 #[derive(Clone, Copy, Debug)]
@@ -263,16 +263,103 @@ pub unsafe fn gemm_f32(
     }
 }
 
-/// Executes `Op::MatMul`.
+/// A strided f32 operand of the epilogue, in one batch: element `[i, j]` at
+/// `ptr + i·rs + j·cs`.
+#[derive(Clone, Copy, Debug)]
+struct Addend {
+    ptr: *const f32,
+    rs: isize,
+    cs: isize,
+}
+
+/// `row[j] += p[j·cs]`.
 ///
 /// # Safety
-/// The operands must lie inside `mem`, aligned; C must not overlap A or B.
+/// `p` readable for the row's elements, not overlapping `row`.
+#[inline(always)]
+unsafe fn add_row(row: &mut [f32], p: *const f32, cs: isize) {
+    match cs {
+        1 => {
+            // SAFETY: readable per the contract, distinct from `row`.
+            let src = unsafe { core::slice::from_raw_parts(p, row.len()) };
+            for (o, v) in row.iter_mut().zip(src) {
+                *o += *v;
+            }
+        }
+        0 => {
+            // SAFETY: readable per the contract.
+            let v = unsafe { *p };
+            for o in row.iter_mut() {
+                *o += v;
+            }
+        }
+        _ => {
+            for (j, o) in row.iter_mut().enumerate() {
+                // SAFETY: readable per the contract.
+                *o += unsafe { *p.offset(j as isize * cs) };
+            }
+        }
+    }
+}
+
+/// Applies the epilogue to rows `r0..r1` of one batch of C (`n` columns), just computed.
+///
+/// # Safety
+/// C's rows writable, the addends readable for them, not overlapping C.
+#[allow(clippy::too_many_arguments)]
+unsafe fn epilogue_rows(
+    c: Mat,
+    n: usize,
+    rows: core::ops::Range<usize>,
+    addends: &[Option<Addend>; 2],
+    epi: &Epilogue,
+    ws: &mut Workspace,
+) {
+    let scratch = if c.cs == 1 { &mut [][..] } else { ws.f32(2, n) };
+    for i in rows {
+        let cp = c.ptr.wrapping_offset(i as isize * c.rs);
+        let row: &mut [f32] = if c.cs == 1 {
+            // SAFETY: the row is writable and nothing else refers to it during the call.
+            unsafe { core::slice::from_raw_parts_mut(cp, n) }
+        } else {
+            // SAFETY: readable per the contract; `scratch` is distinct.
+            unsafe { crate::strided::gather_into(cp, c.cs, scratch) };
+            &mut scratch[..]
+        };
+        for x in addends.iter().flatten() {
+            // SAFETY: readable per the contract, not overlapping C.
+            unsafe { add_row(row, x.ptr.wrapping_offset(i as isize * x.rs), x.cs) };
+        }
+        crate::act::apply_in_place(epi.func, epi.act_alpha, epi.act_beta, row);
+        if c.cs != 1 {
+            for (j, v) in scratch.iter().enumerate() {
+                // SAFETY: writable per the contract.
+                unsafe { *cp.offset(j as isize * c.cs) = *v };
+            }
+        }
+    }
+}
+
+/// Rows of C per block of a MatMul with an epilogue (see
+/// [`nrt_hal::tuning::EPILOGUE_TILE_BYTES`]).
+pub fn epilogue_block_rows(n: usize) -> usize {
+    (EPILOGUE_TILE_BYTES / (4 * n.max(1))).max(EPILOGUE_MIN_ROWS)
+}
+
+/// Executes `Op::MatMul`: the product, then the epilogue (if any) on each block of rows of C
+/// right after the block is computed, while it is still in cache.
+///
+/// # Safety
+/// The operands must lie inside `mem`, aligned; C must not overlap A, B or the epilogue's
+/// operands.
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn matmul(
     a: &AccessPattern,
     b: &AccessPattern,
     c: &AccessPattern,
     alpha: f32,
     flags: u32,
+    epilogue: &Epilogue,
     mem: DeviceMemory,
     ws: &mut Workspace,
 ) {
@@ -281,6 +368,10 @@ pub unsafe fn matmul(
         View::<f32>::new(b, mem),
         View::<f32>::new(c, mem),
     );
+    let ve = [
+        epilogue.bias.as_ref().map(|x| View::<f32>::new(x, mem)),
+        epilogue.residual.as_ref().map(|x| View::<f32>::new(x, mem)),
+    ];
     let ta = flags & matmul_flags::TRANSPOSE_A != 0;
     let tb = flags & matmul_flags::TRANSPOSE_B != 0;
     let acc = flags & matmul_flags::ACCUMULATE != 0;
@@ -299,20 +390,31 @@ pub unsafe fn matmul(
     } else {
         (vb.stride[2], vb.stride[3])
     };
-    // Batches that share one B (stride 0) and lie evenly spaced along M in A and C are one
-    // taller product (a Linear layer over [batch, seq, K] is one GEMM, not batch·seq GEMVs).
+    // Batches that share one B (stride 0) and lie evenly spaced along M in A and C (and the
+    // epilogue's operands) are one taller product (a Linear layer over [batch, seq, K] is one
+    // GEMM, not batch·seq GEMVs).
     let (mut m, mut nb) = (m, [vc.shape[0], vc.shape[1]]);
     for d in [1, 0] {
         let mergeable = nb[d] == 1
             || (vb.stride[d] == 0
                 && va.stride[d] == m as isize * ars
-                && vc.stride[d] == m as isize * vc.stride[2]);
+                && vc.stride[d] == m as isize * vc.stride[2]
+                && ve
+                    .iter()
+                    .flatten()
+                    .all(|e| e.stride[d] == m as isize * e.stride[2]));
         if !mergeable {
             break;
         }
         m *= nb[d];
         nb[d] = 1;
     }
+    let fused = !epilogue.is_none();
+    let block = if fused {
+        epilogue_block_rows(n).min(m)
+    } else {
+        m
+    };
     for i0 in 0..nb[0] {
         for i1 in 0..nb[1] {
             let ma = Mat {
@@ -330,8 +432,29 @@ pub unsafe fn matmul(
                 rs: vc.stride[2],
                 cs: vc.stride[3],
             };
-            // SAFETY: the caller's contract covers every element of every batch.
-            unsafe { gemm_auto(m, n, k, ma, mb, mc, alpha, acc, ws) };
+            let addends = ve.map(|e| {
+                e.map(|e| Addend {
+                    ptr: e.at([i0, i1, 0, 0]),
+                    rs: e.stride[2],
+                    cs: e.stride[3],
+                })
+            });
+            let mut r0 = 0;
+            while r0 < m {
+                let rb = block.min(m - r0);
+                let off = |x: Mat| Mat {
+                    ptr: x.ptr.wrapping_offset(r0 as isize * x.rs),
+                    ..x
+                };
+                // SAFETY: the caller's contract covers every element of every batch; the
+                // block's rows are a subset.
+                unsafe { gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws) };
+                if fused {
+                    // SAFETY: as above; the addends do not overlap C per the contract.
+                    unsafe { epilogue_rows(mc, n, r0..r0 + rb, &addends, epilogue, ws) };
+                }
+                r0 += rb;
+            }
         }
     }
 }

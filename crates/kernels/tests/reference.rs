@@ -10,8 +10,8 @@ mod common;
 use common::{Arena, Rng, assert_close, close, erf64, indices, random_shape};
 use nrt_hal::DType;
 use nrt_isa::{
-    AccessPattern, ActFunc, BinaryOp, CoordMode, NearestMode, Op, PoolOp, ReduceOp, ResizeMode,
-    Window, matmul_flags,
+    AccessPattern, ActFunc, BinaryOp, CoordMode, Epilogue, NearestMode, Op, PoolOp, ReduceOp,
+    ResizeMode, Window, matmul_flags,
 };
 use nrt_kernels::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use nrt_kernels::{KernelError, Workspace};
@@ -262,7 +262,58 @@ fn copy_transposes_large_tiles() {
 
 //===--- matmul ----------------------------------------------------------------------===//
 
+/// A random epilogue for a `csh` output: a bias broadcast per column, per row, as a scalar
+/// or full, a residual in a random layout, and an activation, each maybe absent.
+fn random_epilogue(rng: &mut Rng, m: &mut Arena, csh: [u32; 4]) -> Epilogue {
+    let n = csh[3];
+    let mut e = Epilogue::NONE;
+    e.bias = match rng.below(5) {
+        0 => None,
+        1 => Some(m.random(rng, DType::F32, csh, true)),
+        2 => Some(AccessPattern {
+            shape: csh,
+            stride: [0, 0, 1, 0],
+            ..m.dense(DType::F32, [1, 1, 1, csh[2]])
+        }),
+        3 => Some(AccessPattern {
+            shape: csh,
+            stride: [0; 4],
+            ..m.dense(DType::F32, [1, 1, 1, 1])
+        }),
+        _ => Some(AccessPattern {
+            shape: csh,
+            stride: [0, 0, 0, 1],
+            ..m.dense(DType::F32, [1, 1, 1, n])
+        }),
+    };
+    if rng.chance(0.5) {
+        e.residual = Some(m.random(rng, DType::F32, csh, true));
+    }
+    const FUNCS: [ActFunc; 8] = [
+        ActFunc::Identity,
+        ActFunc::Relu,
+        ActFunc::LeakyRelu,
+        ActFunc::Sigmoid,
+        ActFunc::Tanh,
+        ActFunc::GeluErf,
+        ActFunc::GeluTanh,
+        ActFunc::Clip,
+    ];
+    e.func = FUNCS[rng.below(FUNCS.len() as u64) as usize];
+    (e.act_alpha, e.act_beta) = match e.func {
+        ActFunc::LeakyRelu => (0.1, 0.0),
+        ActFunc::Clip => (-0.5, 0.75),
+        _ => (0.0, 0.0),
+    };
+    for x in [&e.bias, &e.residual].into_iter().flatten() {
+        m.fill_f32(x, rng, -1.0, 1.0);
+    }
+    e
+}
+
 /// `layouts`: `Some(true)` random operand layouts, `Some(false)` dense, `None` either.
+/// `epi`: whether a random [`Epilogue`] is added (`None`: either).
+#[allow(clippy::too_many_arguments)]
 fn matmul_case(
     m_: usize,
     k: usize,
@@ -271,6 +322,7 @@ fn matmul_case(
     flags: u32,
     batch: [u32; 2],
     layouts: Option<bool>,
+    epi: Option<bool>,
 ) {
     let mut rng = Rng::new(seed);
     let mut m = Arena::new(16 << 20);
@@ -312,6 +364,11 @@ fn matmul_case(
     } else {
         rng.f32(-2.0, 2.0)
     };
+    let epilogue = if epi.unwrap_or_else(|| rng.chance(0.5)) {
+        random_epilogue(&mut rng, &mut m, csh)
+    } else {
+        Epilogue::NONE
+    };
     m.run(
         &Op::MatMul {
             a,
@@ -319,6 +376,7 @@ fn matmul_case(
             c,
             alpha,
             flags,
+            epilogue,
         },
         &mut Workspace::new(),
     )
@@ -336,13 +394,23 @@ fn matmul_case(
             sa += (av * bv).abs();
         }
         let prev = c0[want.len()] as f64;
-        want.push(alpha as f64 * s + if acc { prev } else { 0.0 });
-        tol.push(1e-5 * (sa * alpha.abs() as f64 + prev.abs()) + 1e-6);
+        let mut y = alpha as f64 * s + if acc { prev } else { 0.0 };
+        let mut t = 1e-5 * (sa * alpha.abs() as f64 + prev.abs()) + 1e-6;
+        for x in [&epilogue.bias, &epilogue.residual].into_iter().flatten() {
+            let v = m.get_f32(x, idx) as f64;
+            y += v;
+            t += 1e-6 * v.abs();
+        }
+        let (p, q) = (epilogue.act_alpha as f64, epilogue.act_beta as f64);
+        let fy = act_ref(epilogue.func, y, p, q);
+        // Every drawn function is 1.2-Lipschitz; its f32 evaluation adds a few ulp.
+        want.push(fy);
+        tol.push(1.2 * t + 4e-6 * fy.abs() + 1e-6);
     }
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
             ((*g as f64) - w).abs() <= tol[i],
-            "m{m_} k{k} n{n} f{flags}: [{i}] {g} vs {w}"
+            "m{m_} k{k} n{n} f{flags} {epilogue:?}: [{i}] {g} vs {w}"
         );
     }
 }
@@ -360,7 +428,7 @@ proptest! {
         b0 in 1u32..3,
         b1 in 1u32..3,
     ) {
-        matmul_case(m_, k, n, seed, flags, [b0, b1], None);
+        matmul_case(m_, k, n, seed, flags, [b0, b1], None, None);
     }
 }
 
@@ -389,9 +457,40 @@ fn matmul_shapes_of_interest() {
         for flags in 0..8 {
             for layouts in [false, true] {
                 let seed = i as u64 * 31 + flags as u64;
-                matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts));
+                matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts), None);
             }
         }
+    }
+}
+
+#[test]
+fn matmul_epilogues_on_gemv_gemm_and_row_blocks() {
+    // M ≤ 4 (GEMV), the GEMM crate, and N wide enough that the epilogue runs on several row
+    // blocks with a short last one (`epilogue_block_rows(2048)` = 64 rows: 64 + 64 + 22).
+    assert_eq!(nrt_kernels::matmul::epilogue_block_rows(2048), 64);
+    for (i, &(m_, k, n)) in [
+        (1, 40, 33),
+        (3, 17, 70),
+        (4, 64, 8),
+        (9, 33, 47),
+        (64, 64, 64),
+        (150, 9, 2048),
+        (65, 5, 4096),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for flags in 0..8 {
+            for seed in 0..3u64 {
+                let seed = i as u64 * 97 + flags as u64 * 7 + seed;
+                let layouts = seed.is_multiple_of(2);
+                matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts), Some(true));
+            }
+        }
+    }
+    // Batched, with the epilogue's operands following C's batches.
+    for seed in 0..12 {
+        matmul_case(5, 11, 13, seed, (seed % 8) as u32, [2, 3], None, Some(true));
     }
 }
 
@@ -427,6 +526,7 @@ fn matmul_batches_sharing_b_fold_into_m() {
                 c,
                 alpha: 0.5,
                 flags,
+                epilogue: nrt_isa::Epilogue::NONE,
             },
             &mut Workspace::new(),
         )
