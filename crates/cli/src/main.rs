@@ -321,10 +321,62 @@ fn inspect(a: &InspectArgs) -> Res<()> {
             b.relocations.len()
         );
     }
+    print_epilogues(&m);
     if let Some(r) = p.report {
         print!("{r}");
     }
     Ok(())
+}
+
+/// The MatMuls that carry a fused epilogue, one line each: what the PE engine computes on
+/// each output tile besides the product.
+fn print_epilogues(m: &nrt_model::CompiledModel) {
+    let mut lines = Vec::new();
+    for b in &m.blocks {
+        let Ok(ops) = nrt_isa::decode_block(&b.code, b.engine) else {
+            continue;
+        };
+        for (i, (_, ins)) in ops.iter().enumerate() {
+            let nrt_isa::Op::MatMul {
+                c,
+                alpha,
+                epilogue: e,
+                ..
+            } = &ins.op
+            else {
+                continue;
+            };
+            if e.is_none() {
+                continue;
+            }
+            let mut what = Vec::new();
+            if *alpha != 1.0 {
+                what.push(format!("scale {alpha}"));
+            }
+            if let Some(x) = &e.bias {
+                what.push(format!("bias (strides {:?})", x.stride));
+            }
+            if let Some(x) = &e.residual {
+                what.push(format!("residual (strides {:?})", x.stride));
+            }
+            if e.func != nrt_isa::ActFunc::Identity {
+                what.push(format!("{:?}", e.func));
+            }
+            lines.push(format!(
+                "  core {} {} #{i}: MatMul -> {:?} + {}",
+                b.core,
+                b.engine.name(),
+                c.shape,
+                what.join(" + ")
+            ));
+        }
+    }
+    if !lines.is_empty() {
+        println!("fused epilogues ({}):", lines.len());
+        for l in lines {
+            println!("{l}");
+        }
+    }
 }
 
 /// A stage's name; a device engine's is marked as such.

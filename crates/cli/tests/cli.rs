@@ -97,6 +97,12 @@ fn compile_inspect_run_trace_and_bench_a_sample_model() {
         inspect.contains("Input X") && inspect.contains("Output Y"),
         "inspect lists the I/O:\n{inspect}"
     );
+    // The sample MLP's layers are MatMul + Add + Relu: each one MatMul with its epilogue.
+    assert!(
+        inspect.contains("fused epilogues (")
+            && inspect.contains("+ bias (strides [0, 0, 0, 1]) + Relu"),
+        "inspect shows the fused epilogues:\n{inspect}"
+    );
 
     let outputs = dir.join("out");
     ok(&["run", s(&ncm), "--output-dir", s(&outputs), "--seed", "7"]);
