@@ -366,7 +366,9 @@ pub enum Op {
         count: u32,
     },
     /// PE: `C (+)= alpha · op(A) · op(B)`, batched over the two leading dimensions, then the
-    /// optional [`Epilogue`] (bias, residual, activation) on each output tile.
+    /// optional [`Epilogue`] (bias, residual, activation) on each output tile. A and C are
+    /// f32; B is f32, or bf16/f16 weights (NCM 1.1; the products accumulate in f32, and
+    /// with bf16 B the device rounds A to bf16 too).
     MatMul {
         /// `[b1, b2, M, K]` (or `[b1, b2, K, M]` with `TRANSPOSE_A`).
         a: AccessPattern,
@@ -1611,7 +1613,9 @@ impl Instruction {
                 }
                 let base = HEADER_SIZE;
                 require_dtype(&a, "a.dtype", F32).map_err(|e| e.shifted(base))?;
-                require_dtype(&b_, "b.dtype", F32).map_err(|e| e.shifted(base + AP_SIZE))?;
+                // B may hold half-precision weights (auto-cast): bf16 or f16, f32 accumulation.
+                require_dtype(&b_, "b.dtype", &[DType::F32, DType::Bf16, DType::F16])
+                    .map_err(|e| e.shifted(base + AP_SIZE))?;
                 require_dtype(&c, "c.dtype", F32).map_err(|e| e.shifted(base + 2 * AP_SIZE))?;
                 let (m, k) = if flags & matmul_flags::TRANSPOSE_A != 0 {
                     (a.shape[3], a.shape[2])

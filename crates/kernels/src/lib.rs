@@ -8,7 +8,8 @@
 //! | module | ops |
 //! |---|---|
 //! | [`copy`] | `DmaCopy`, `Copy` (element-type conversion, blocked transposes), `Fill` |
-//! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels) |
+//! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels, fused epilogue) |
+//! | [`matmul_half`] | `MatMul` with bf16/f16 weights (`vdpbf16ps`, F16C; portable fallback) |
 //! | [`conv`] | `Conv` (pointwise GEMM, banded im2col + GEMM, register-blocked direct) |
 //! | [`act`] | `Activation` (every `ActFunc`) |
 //! | [`binary`] | `Binary`, `TensorScalar`, `Select` |
@@ -42,6 +43,7 @@ pub mod copy;
 pub mod elem;
 pub mod gather;
 pub mod matmul;
+pub mod matmul_half;
 pub mod norm;
 pub mod pool;
 pub mod reduce;

@@ -52,8 +52,10 @@
 //! At M = 1 these run at the machine's memory bandwidth (a 512×512 B is 1 MiB: 17–20 µs here;
 //! a plain 1 MiB read takes 18 µs); the GEMM crate needs 35 µs (88 µs with B transposed).
 
+use crate::matmul_half::{Half, HalfMat, gemm_half};
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
+use nrt_hal::DType;
 use nrt_hal::tuning::{EPILOGUE_MIN_ROWS, EPILOGUE_TILE_BYTES, GEMV_MAX_ROWS};
 use nrt_isa::{AccessPattern, Epilogue, matmul_flags};
 
@@ -346,7 +348,9 @@ pub fn epilogue_block_rows(n: usize) -> usize {
     (EPILOGUE_TILE_BYTES / (4 * n.max(1))).max(EPILOGUE_MIN_ROWS)
 }
 
-/// Executes `Op::MatMul`: the product, then the epilogue (if any) on each block of rows of C
+/// Executes `Op::MatMul` — the one entry point for every element type of B: f32, or bf16 /
+/// f16 weights ([`crate::matmul_half`], AVX-512 BF16 / F16C chosen at run time): the product,
+/// then the epilogue (if any) on each block of rows of C
 /// right after the block is computed, while it is still in cache.
 ///
 /// # Safety
@@ -368,6 +372,13 @@ pub unsafe fn matmul(
         View::<f32>::new(b, mem),
         View::<f32>::new(c, mem),
     );
+    // Half-precision weights (`--auto-cast`): the same element strides, 16-bit elements.
+    let half = match b.dtype {
+        DType::Bf16 => Some(Half::Bf16),
+        DType::F16 => Some(Half::F16),
+        _ => None,
+    };
+    let vh = View::<u16>::new(b, mem);
     let ve = [
         epilogue.bias.as_ref().map(|x| View::<f32>::new(x, mem)),
         epilogue.residual.as_ref().map(|x| View::<f32>::new(x, mem)),
@@ -448,7 +459,24 @@ pub unsafe fn matmul(
                 };
                 // SAFETY: the caller's contract covers every element of every batch; the
                 // block's rows are a subset.
-                unsafe { gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws) };
+                unsafe {
+                    match half {
+                        None => gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws),
+                        Some(kind) => {
+                            let hb = HalfMat {
+                                ptr: vh.at([i0, i1, 0, 0]),
+                                rs: brs,
+                                cs: bcs,
+                                kind,
+                            };
+                            if k == 0 {
+                                gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws)
+                            } else {
+                                gemm_half(rb, n, k, off(ma), hb, off(mc), alpha, acc, ws)
+                            }
+                        }
+                    }
+                };
                 if fused {
                     // SAFETY: as above; the addends do not overlap C per the contract.
                     unsafe { epilogue_rows(mc, n, r0..r0 + rb, &addends, epilogue, ws) };

@@ -324,6 +324,23 @@ fn matmul_case(
     layouts: Option<bool>,
     epi: Option<bool>,
 ) {
+    matmul_case_b(m_, k, n, seed, flags, batch, layouts, epi, DType::F32)
+}
+
+/// [`matmul_case`] with B of element type `bdt` (f32, or bf16/f16 weights: then the
+/// reference multiplies the stored half values, and A rounded to bf16 for bf16 B, in f64).
+#[allow(clippy::too_many_arguments)]
+fn matmul_case_b(
+    m_: usize,
+    k: usize,
+    n: usize,
+    seed: u64,
+    flags: u32,
+    batch: [u32; 2],
+    layouts: Option<bool>,
+    epi: Option<bool>,
+    bdt: DType,
+) {
     let mut rng = Rng::new(seed);
     let mut m = Arena::new(16 << 20);
     let ta = flags & matmul_flags::TRANSPOSE_A != 0;
@@ -345,18 +362,22 @@ fn matmul_case(
     let (a, b, c) = if random_layouts {
         (
             m.random(&mut rng, DType::F32, ash, true),
-            m.random(&mut rng, DType::F32, bsh, true),
+            m.random(&mut rng, bdt, bsh, true),
             m.random(&mut rng, DType::F32, csh, false),
         )
     } else {
         (
             m.dense(DType::F32, ash),
-            m.dense(DType::F32, bsh),
+            m.dense(bdt, bsh),
             m.dense(DType::F32, csh),
         )
     };
     m.fill_f32(&a, &mut rng, -1.0, 1.0);
-    m.fill_f32(&b, &mut rng, -1.0, 1.0);
+    match bdt {
+        DType::Bf16 => m.fill_with(&b, || f32_to_bf16(rng.f32(-1.0, 1.0)) as u64),
+        DType::F16 => m.fill_with(&b, || f32_to_f16(rng.f32(-1.0, 1.0)) as u64),
+        _ => m.fill_f32(&b, &mut rng, -1.0, 1.0),
+    }
     m.fill_f32(&c, &mut rng, -1.0, 1.0);
     let c0 = m.read_f32(&c);
     let alpha = if rng.chance(0.5) {
@@ -388,8 +409,17 @@ fn matmul_case(
         let [b0, b1, i, j] = idx;
         let (mut s, mut sa) = (0.0f64, 0.0f64);
         for p in 0..k {
-            let av = m.get_f32(&a, if ta { [b0, b1, p, i] } else { [b0, b1, i, p] }) as f64;
-            let bv = m.get_f32(&b, if tb { [b0, b1, j, p] } else { [b0, b1, p, j] }) as f64;
+            let mut av = m.get_f32(&a, if ta { [b0, b1, p, i] } else { [b0, b1, i, p] });
+            let bi = if tb { [b0, b1, j, p] } else { [b0, b1, p, j] };
+            let bv = match bdt {
+                DType::Bf16 => {
+                    av = bf16_to_f32(f32_to_bf16(av));
+                    bf16_to_f32(m.get_raw(&b, bi) as u16)
+                }
+                DType::F16 => f16_to_f32(m.get_raw(&b, bi) as u16),
+                _ => m.get_f32(&b, bi),
+            };
+            let (av, bv) = (av as f64, bv as f64);
             s += av * bv;
             sa += (av * bv).abs();
         }
@@ -410,7 +440,7 @@ fn matmul_case(
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
             ((*g as f64) - w).abs() <= tol[i],
-            "m{m_} k{k} n{n} f{flags} {epilogue:?}: [{i}] {g} vs {w}"
+            "m{m_} k{k} n{n} f{flags} {bdt} {epilogue:?}: [{i}] {g} vs {w}"
         );
     }
 }
@@ -460,6 +490,55 @@ fn matmul_shapes_of_interest() {
                 matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts), None);
             }
         }
+    }
+}
+
+#[test]
+fn matmul_half_weights_bf16_and_f16() {
+    // B stored [N, K] (TRANSPOSE_B, K contiguous: the vectorized path when the CPU has it)
+    // and [K, N] or random layouts (the widening fallback), with K tails of every length mod
+    // 32 and row/column blocks of 1–4, with and without an epilogue.
+    for bdt in [DType::Bf16, DType::F16] {
+        for (i, &(m_, k, n)) in [
+            (1, 512, 64),
+            (1, 33, 7),
+            (2, 31, 5),
+            (3, 64, 9),
+            (4, 17, 4),
+            (5, 95, 6),
+            (64, 70, 33),
+            (9, 1, 3),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for flags in 0..8 {
+                let seed = i as u64 * 131 + flags as u64;
+                let layouts = Some(seed.is_multiple_of(3));
+                matmul_case_b(m_, k, n, seed, flags, [1, 1], layouts, None, bdt);
+            }
+        }
+        for seed in 0..8 {
+            let f = (seed % 8) as u32 | matmul_flags::TRANSPOSE_B;
+            matmul_case_b(5, 40, 7, seed, f, [2, 3], None, Some(true), bdt);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(60))]
+
+    #[test]
+    fn matmul_half_random(
+        seed in any::<u64>(),
+        m_ in 1usize..12,
+        k in 1usize..100,
+        n in 1usize..12,
+        flags in 0u32..8,
+        bf16 in any::<bool>(),
+    ) {
+        let bdt = if bf16 { DType::Bf16 } else { DType::F16 };
+        matmul_case_b(m_, k, n, seed, flags, [1, 1], None, None, bdt);
     }
 }
 
