@@ -332,12 +332,14 @@ fn inspect(a: &InspectArgs) -> Res<()> {
 /// each output tile besides the product.
 fn print_epilogues(m: &nrt_model::CompiledModel) {
     let mut lines = Vec::new();
+    let (mut matmuls, mut cast) = (0usize, std::collections::BTreeMap::new());
     for b in &m.blocks {
         let Ok(ops) = nrt_isa::decode_block(&b.code, b.engine) else {
             continue;
         };
         for (i, (_, ins)) in ops.iter().enumerate() {
             let nrt_isa::Op::MatMul {
+                b: wb,
                 c,
                 alpha,
                 epilogue: e,
@@ -346,6 +348,10 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
             else {
                 continue;
             };
+            matmuls += 1;
+            if wb.dtype != nrt_hal::DType::F32 {
+                *cast.entry(wb.dtype.to_string()).or_insert(0usize) += 1;
+            }
             if e.is_none() {
                 continue;
             }
@@ -371,6 +377,21 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
             ));
         }
     }
+    // The cast policy is recorded in the producer string by `nrt compile --auto-cast`.
+    let policy = m
+        .producer
+        .split("; ")
+        .find_map(|p| p.strip_prefix("auto-cast "))
+        .unwrap_or("none");
+    let weights: Vec<String> = cast
+        .iter()
+        .map(|(d, n)| format!("{n} with {d} weights"))
+        .collect();
+    println!(
+        "auto-cast: {policy} ({matmuls} MatMuls{}{})",
+        if weights.is_empty() { "" } else { ", " },
+        weights.join(", ")
+    );
     if !lines.is_empty() {
         println!("fused epilogues ({}):", lines.len());
         for l in lines {

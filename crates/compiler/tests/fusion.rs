@@ -1091,3 +1091,66 @@ fn adds_that_cannot_fuse_stay_separate() {
     assert!(sole_epilogue(&c).is_none());
     assert_eq!(acts(&c), vec![ActFunc::Relu]);
 }
+
+#[test]
+fn auto_cast_stores_matmul_and_gemm_weights_in_half_precision() {
+    use nrt_compiler::{AutoCast, CastType};
+    use nrt_hal::DType;
+    let gemm = model(
+        vec![
+            node("Gemm", &["X", "W", "b"], &["g"], vec![a_i("transB", 1)]),
+            node("Relu", &["g"], &["Y"], vec![]),
+        ],
+        vec![
+            f32_init("W", &[6, 4], ramp(24, 0.1)),
+            f32_init("b", &[6], ramp(6, 0.1)),
+        ],
+        vec![vi("X", dt::FLOAT, &[5, 4])],
+        vec![vi("Y", dt::FLOAT, &[5, 6])],
+        13,
+    );
+    for (bytes, want_mm) in [(mlp(4, 64, 3), 3), (gemm, 1)] {
+        let plain = ok(&bytes);
+        for (ty, d) in [(CastType::Bf16, DType::Bf16), (CastType::Fp16, DType::F16)] {
+            for cores in [1, 2] {
+                let o = CompileOptions {
+                    auto_cast: AutoCast::MatMult,
+                    auto_cast_type: ty,
+                    cores,
+                    ..Default::default()
+                };
+                let c = compile(&bytes, None, &o).unwrap();
+                check_ordering(&c.model).unwrap();
+                assert!(
+                    c.model
+                        .producer
+                        .ends_with(&format!("auto-cast matmult {d}"))
+                );
+                let pe = ops(&c, Engine::Pe);
+                let mms: Vec<_> = pe
+                    .iter()
+                    .filter_map(|o| match o {
+                        Op::MatMul { b, epilogue, .. } => Some((*b, *epilogue)),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(mms.len(), want_mm);
+                for (b, e) in mms {
+                    assert_eq!(b.dtype, d);
+                    // Read K-contiguous (stored [N, K]): MatMul's [K, N] view has stride 1
+                    // along K, Gemm's transB view is [N, K] itself.
+                    assert!(b.stride[2] == 1 || b.stride[3] == 1, "{b:?}");
+                    assert_eq!(e.func, ActFunc::Relu, "the epilogue still fuses");
+                }
+                if cores == 1 {
+                    assert!(
+                        c.model.constants.len() * 10 < plain.model.constants.len() * 7,
+                        "{} vs {} constant bytes",
+                        c.model.constants.len(),
+                        plain.model.constants.len()
+                    );
+                }
+            }
+        }
+    }
+}

@@ -172,6 +172,49 @@ impl<'a> Lowerer<'a> {
         ch
     }
 
+    /// Under `--auto-cast`: the constant 2-D f32 weight `v` stored once in the cast type as
+    /// `[N, K]` (K contiguous, what the device's half-precision MatMul reads), viewed as the
+    /// product stores it: `[N, K]` when `stored_nk` (Gemm's `transB`), else `[K, N]` with
+    /// strides `[1, K]`. `None` when nothing is cast.
+    pub(crate) fn cast_weight(&mut self, v: ValueId, stored_nk: bool) -> Option<View> {
+        let dtype = self.auto_cast?;
+        let val = &self.g.values[v];
+        let t = val.konst.as_deref()?;
+        if val.dtype != DType::F32 || val.shape.len() != 2 {
+            return None;
+        }
+        let (r, c) = (val.shape[0], val.shape[1]);
+        let addr = match self.cast_addr.get(&v) {
+            Some(&a) => a,
+            None => {
+                let x = t.to_f32s();
+                let nk: Box<dyn Iterator<Item = f64>> = if stored_nk {
+                    Box::new(x.iter().map(|&f| f as f64))
+                } else {
+                    Box::new(
+                        (0..c)
+                            .flat_map(|j| (0..r).map(move |p| (p, j)))
+                            .map(|(p, j)| x[p * c + j] as f64),
+                    )
+                };
+                let h = HostTensor::from_f64s(dtype, vec![r * c], nk);
+                let a = self.add_const(&h);
+                self.cast_addr.insert(v, a);
+                a
+            }
+        };
+        Some(if stored_nk {
+            View::dense(addr, dtype, &[r, c])
+        } else {
+            View {
+                addr,
+                dtype,
+                shape: vec![r, c],
+                strides: vec![1, r as i64],
+            }
+        })
+    }
+
     /// Emits one MatMul with an epilogue, split between the cores (N, else M) when there
     /// are two.
     pub(crate) fn matmul_epi(
@@ -183,7 +226,6 @@ impl<'a> Lowerer<'a> {
         flags: u32,
         epilogue: Epilogue,
     ) {
-        let es = 4i64;
         let (m, n) = (c.shape[2] as i64, c.shape[3] as i64);
         let ta = flags & matmul_flags::TRANSPOSE_A != 0;
         let tb = flags & matmul_flags::TRANSPOSE_B != 0;
@@ -208,6 +250,7 @@ impl<'a> Lowerer<'a> {
         for (core, start, len) in [(0u8, 0i64, half), (1u8, half, total - half)] {
             let (mut a2, mut b2, mut c2, mut e2) = (a, b, c, epilogue);
             let adv = |ap: &mut AccessPattern, dim: usize| {
+                let es = ap.dtype.size() as i64;
                 ap.shape[dim] = len as u32;
                 ap.addr = (ap.addr as i64 + start * ap.stride[dim] as i64 * es) as u64;
             };
@@ -291,9 +334,12 @@ impl<'a> Lowerer<'a> {
             }
         }
         // Operands as they are stored: transposed and head-split views need no copy (the
-        // engine takes any strides).
+        // engine takes any strides). A constant weight may be cast (`--auto-cast`).
         let mut a = self.sview(av)?;
-        let mut b = self.sview(bv)?;
+        let mut b = match self.cast_weight(bv, false) {
+            Some(v) => v,
+            None => self.sview(bv)?,
+        };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
         }
@@ -471,7 +517,10 @@ impl<'a> Lowerer<'a> {
         let tb = n.attr_i("transB", 0)? != 0;
         let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
         let mut a = self.sview(av)?;
-        let mut b = self.sview(bv)?;
+        let mut b = match self.cast_weight(bv, tb) {
+            Some(v) => v,
+            None => self.sview(bv)?,
+        };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
         }
