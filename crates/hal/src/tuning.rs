@@ -161,6 +161,12 @@ pub const GEMV_MAX_ROWS: usize = 4;
 /// as large as L2 allows: `mlp_b64`'s 64×512 outputs (128 KiB) are one block.
 pub const EPILOGUE_TILE_BYTES: usize = 512 * 1024;
 
+/// The bf16/f16-weight MatMul (`--auto-cast`) walks B in column panels of about this many
+/// bytes, each passed by every 4-row block of A while it stays in L2: a whole 512×512 bf16
+/// B (512 KiB) re-read per row block does not stay there beside A's rows (512³ in bf16: 119
+/// GFLOP/s without panels).
+pub const HALF_GEMM_PANEL_BYTES: usize = 128 * 1024;
+
 /// Fewest rows of C in one epilogue block, whatever N is: fewer rows would repack (GEMM) or
 /// re-stream (GEMV) B for too little work.
 pub const EPILOGUE_MIN_ROWS: usize = 64;

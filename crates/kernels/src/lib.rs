@@ -10,6 +10,7 @@
 //! | [`copy`] | `DmaCopy`, `Copy` (element-type conversion, blocked transposes), `Fill` |
 //! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels, fused epilogue) |
 //! | [`matmul_half`] | `MatMul` with bf16/f16 weights (`vdpbf16ps`, F16C; portable fallback) |
+//! | [`peak`] | the machine's f32 FMA and bf16 dot-product limits (register-only loops) |
 //! | [`conv`] | `Conv` (pointwise GEMM, banded im2col + GEMM, register-blocked direct) |
 //! | [`act`] | `Activation` (every `ActFunc`) |
 //! | [`binary`] | `Binary`, `TensorScalar`, `Select` |
@@ -45,6 +46,7 @@ pub mod gather;
 pub mod matmul;
 pub mod matmul_half;
 pub mod norm;
+pub mod peak;
 pub mod pool;
 pub mod reduce;
 pub mod resize;

@@ -143,35 +143,42 @@ mod avx512 {
     /// Covers `m×n` with blocks of up to 4×4, dispatching each block size to its
     /// monomorphized kernel.
     macro_rules! drive {
-        ($m:expr, $n:expr, $block:ident) => {{
+        ($m:expr, $n:expr, $k:expr, $block:ident) => {{
             let (m, n) = ($m, $n);
-            let mut i = 0;
-            while i < m {
-                let r = (m - i).min(4);
-                let mut j = 0;
-                while j < n {
-                    let cn = (n - j).min(4);
-                    match (r, cn) {
-                        (4, 4) => $block!(4, 4, i, j),
-                        (4, 3) => $block!(4, 3, i, j),
-                        (4, 2) => $block!(4, 2, i, j),
-                        (4, _) => $block!(4, 1, i, j),
-                        (3, 4) => $block!(3, 4, i, j),
-                        (3, 3) => $block!(3, 3, i, j),
-                        (3, 2) => $block!(3, 2, i, j),
-                        (3, _) => $block!(3, 1, i, j),
-                        (2, 4) => $block!(2, 4, i, j),
-                        (2, 3) => $block!(2, 3, i, j),
-                        (2, 2) => $block!(2, 2, i, j),
-                        (2, _) => $block!(2, 1, i, j),
-                        (_, 4) => $block!(1, 4, i, j),
-                        (_, 3) => $block!(1, 3, i, j),
-                        (_, 2) => $block!(1, 2, i, j),
-                        (_, _) => $block!(1, 1, i, j),
+            // Column panels of B that stay in L2 while every row block of A passes.
+            let pw = (nrt_hal::tuning::HALF_GEMM_PANEL_BYTES / (2 * $k.max(1))).max(4) & !3;
+            let mut j0 = 0;
+            while j0 < n {
+                let jn = (j0 + pw).min(n);
+                let mut i = 0;
+                while i < m {
+                    let r = (m - i).min(4);
+                    let mut j = j0;
+                    while j < jn {
+                        let cn = (jn - j).min(4);
+                        match (r, cn) {
+                            (4, 4) => $block!(4, 4, i, j),
+                            (4, 3) => $block!(4, 3, i, j),
+                            (4, 2) => $block!(4, 2, i, j),
+                            (4, _) => $block!(4, 1, i, j),
+                            (3, 4) => $block!(3, 4, i, j),
+                            (3, 3) => $block!(3, 3, i, j),
+                            (3, 2) => $block!(3, 2, i, j),
+                            (3, _) => $block!(3, 1, i, j),
+                            (2, 4) => $block!(2, 4, i, j),
+                            (2, 3) => $block!(2, 3, i, j),
+                            (2, 2) => $block!(2, 2, i, j),
+                            (2, _) => $block!(2, 1, i, j),
+                            (_, 4) => $block!(1, 4, i, j),
+                            (_, 3) => $block!(1, 3, i, j),
+                            (_, 2) => $block!(1, 2, i, j),
+                            (_, _) => $block!(1, 1, i, j),
+                        }
+                        j += cn;
                     }
-                    j += cn;
+                    i += r;
                 }
-                i += r;
+                j0 = jn;
             }
         }};
     }
@@ -327,7 +334,7 @@ mod avx512 {
                 unsafe { store::<$r, $cn>(s, c, $i, $j, alpha, accumulate) };
             }};
         }
-        drive!(m, n, block);
+        drive!(m, n, k, block);
     }
 
     /// `R` f32 rows of A (row stride `lda`, contiguous) against `CN` f16 columns of B.
@@ -424,6 +431,6 @@ mod avx512 {
                 unsafe { store::<$r, $cn>(s, c, $i, $j, alpha, accumulate) };
             }};
         }
-        drive!(m, n, block);
+        drive!(m, n, k, block);
     }
 }
