@@ -183,6 +183,80 @@ mod avx512 {
         }};
     }
 
+    /// The horizontal sums of 16 vectors, in order, by a transposing add tree (45
+    /// instructions instead of 16 separate reductions of ~9).
+    ///
+    /// # Safety
+    /// AVX-512F present.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn hsum16(v: [__m512; 16]) -> [f32; 16] {
+        // (Plain loops, not closures: a closure does not inherit this function's target
+        // features, and vectors crossing its boundary are not in registers.)
+        // Level 1: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3].
+        let mut x = [_mm512_setzero_ps(); 8];
+        for p in 0..8 {
+            let (a, b) = (v[2 * p], v[2 * p + 1]);
+            x[p] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+        }
+        // Level 2: per lane the partial sums of 4 accumulators, [A, B, C, D].
+        let mut w = [_mm512_setzero_ps(); 4];
+        for p in 0..4 {
+            let (a, b) = (_mm512_castps_pd(x[2 * p]), _mm512_castps_pd(x[2 * p + 1]));
+            // Shuffled as 64-bit pairs, added as floats.
+            w[p] = _mm512_add_ps(
+                _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+            );
+        }
+        // Levels 3 and 4: add the four lanes, lane p then holding accumulators 4p..4p+4.
+        let mut s = [_mm512_setzero_ps(); 2];
+        for p in 0..2 {
+            let (a, b) = (w[2 * p], w[2 * p + 1]);
+            s[p] = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+            );
+        }
+        let t = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(s[0], s[1]),
+            _mm512_shuffle_f32x4::<0xDD>(s[0], s[1]),
+        );
+        let mut out = [0f32; 16];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), t) };
+        out
+    }
+
+    /// The `R×CN` horizontal sums of the accumulators.
+    ///
+    /// # Safety
+    /// AVX-512F present.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn reduce<const R: usize, const CN: usize>(acc: [[__m512; CN]; R]) -> [[f32; CN]; R] {
+        let mut out = [[0f32; CN]; R];
+        if R == 4 && CN == 4 {
+            let mut flat = [_mm512_setzero_ps(); 16];
+            for i in 0..16 {
+                flat[i] = acc[i / 4][i % 4];
+            }
+            // SAFETY: the features of this function.
+            let t = unsafe { hsum16(flat) };
+            for r in 0..R {
+                for q in 0..CN {
+                    out[r][q] = t[r * CN + q];
+                }
+            }
+            return out;
+        }
+        for r in 0..R {
+            for q in 0..CN {
+                out[r][q] = _mm512_reduce_add_ps(acc[r][q]);
+            }
+        }
+        out
+    }
+
     /// Writes one `R×CN` block of dot products into C.
     ///
     /// # Safety
@@ -221,16 +295,19 @@ mod avx512 {
         ldb: isize,
     ) -> [[f32; CN]; R] {
         let mut acc = [[_mm512_setzero_ps(); CN]; R];
+        // SAFETY: any bit pattern is a bf16 vector.
+        let bh_zero = unsafe { core::mem::transmute::<__m512i, __m512bh>(_mm512_setzero_si512()) };
         let mut p = 0;
         // SAFETY: (every load) inside the rows/columns per the contract; the tail loads are
         // masked to the `k − p` remaining elements.
         unsafe {
             while p + 32 <= k {
-                let av: [__m512bh; R] = core::array::from_fn(|r| {
-                    core::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                let mut av = [bh_zero; R];
+                for r in 0..R {
+                    av[r] = core::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
                         a.add(r * lda + p) as *const __m512i,
-                    ))
-                });
+                    ));
+                }
                 for q in 0..CN {
                     let bv = core::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
                         b.offset(q as isize * ldb).add(p) as *const __m512i,
@@ -243,12 +320,13 @@ mod avx512 {
             }
             if p < k {
                 let mask: __mmask32 = (1u32 << (k - p)) - 1;
-                let av: [__m512bh; R] = core::array::from_fn(|r| {
-                    core::mem::transmute::<__m512i, __m512bh>(_mm512_maskz_loadu_epi16(
+                let mut av = [bh_zero; R];
+                for r in 0..R {
+                    av[r] = core::mem::transmute::<__m512i, __m512bh>(_mm512_maskz_loadu_epi16(
                         mask,
                         a.add(r * lda + p) as *const i16,
-                    ))
-                });
+                    ));
+                }
                 for q in 0..CN {
                     let bv = core::mem::transmute::<__m512i, __m512bh>(_mm512_maskz_loadu_epi16(
                         mask,
@@ -260,7 +338,8 @@ mod avx512 {
                 }
             }
         }
-        core::array::from_fn(|r| core::array::from_fn(|q| _mm512_reduce_add_ps(acc[r][q])))
+        // SAFETY: the features of this function.
+        unsafe { reduce(acc) }
     }
 
     /// Rounds `k` f32 (stride `s`) to bf16 into `out`, 32 at a time when contiguous.
@@ -354,8 +433,10 @@ mod avx512 {
         // SAFETY: (every load) inside the rows/columns per the contract; tails masked.
         unsafe {
             while p + 16 <= k {
-                let av: [__m512; R] =
-                    core::array::from_fn(|r| _mm512_loadu_ps(a.offset(r as isize * lda).add(p)));
+                let mut av = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    av[r] = _mm512_loadu_ps(a.offset(r as isize * lda).add(p));
+                }
                 for q in 0..CN {
                     let bv = _mm512_cvtph_ps(_mm256_loadu_si256(
                         b.offset(q as isize * ldb).add(p) as *const __m256i
@@ -368,9 +449,10 @@ mod avx512 {
             }
             if p < k {
                 let mask: __mmask16 = ((1u32 << (k - p)) - 1) as u16;
-                let av: [__m512; R] = core::array::from_fn(|r| {
-                    _mm512_maskz_loadu_ps(mask, a.offset(r as isize * lda).add(p))
-                });
+                let mut av = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    av[r] = _mm512_maskz_loadu_ps(mask, a.offset(r as isize * lda).add(p));
+                }
                 for q in 0..CN {
                     let bv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
                         mask,
@@ -382,7 +464,8 @@ mod avx512 {
                 }
             }
         }
-        core::array::from_fn(|r| core::array::from_fn(|q| _mm512_reduce_add_ps(acc[r][q])))
+        // SAFETY: the features of this function.
+        unsafe { reduce(acc) }
     }
 
     /// f16 `C = alpha·A·B`: B widened in registers, A in f32.
@@ -432,5 +515,33 @@ mod avx512 {
             }};
         }
         drive!(m, n, k, block);
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    #[test]
+    fn hsum16_sums_each_vector_in_order() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        use core::arch::x86_64::*;
+        let vals: Vec<[f32; 16]> = (0..16)
+            .map(|i| core::array::from_fn(|j| (i * 100 + j) as f32))
+            .collect();
+        #[target_feature(enable = "avx512f")]
+        unsafe fn run(vals: &[[f32; 16]]) -> [f32; 16] {
+            let mut v = [_mm512_setzero_ps(); 16];
+            for i in 0..16 {
+                // SAFETY: 16 readable floats.
+                v[i] = unsafe { _mm512_loadu_ps(vals[i].as_ptr()) };
+            }
+            // SAFETY: the features of this function.
+            unsafe { super::avx512::hsum16(v) }
+        }
+        // SAFETY: AVX-512F detected above.
+        let got = unsafe { run(&vals) };
+        let want: Vec<f32> = vals.iter().map(|v| v.iter().sum()).collect();
+        assert_eq!(got.to_vec(), want);
     }
 }
