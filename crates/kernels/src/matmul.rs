@@ -305,9 +305,12 @@ unsafe fn add_row(row: &mut [f32], p: *const f32, cs: isize) {
 }
 
 /// Applies the epilogue to rows `r0..r1` of one batch of C (`n` columns), just computed.
+/// `staged`: work on a copy of each row (C strided, or an addend overlapping C — which a
+/// compiler never emits but a hostile model may: then no reference to C is ever formed
+/// while an addend is read).
 ///
 /// # Safety
-/// C's rows writable, the addends readable for them, not overlapping C.
+/// C's rows writable, the addends readable for them.
 #[allow(clippy::too_many_arguments)]
 unsafe fn epilogue_rows(
     c: Mat,
@@ -315,12 +318,14 @@ unsafe fn epilogue_rows(
     rows: core::ops::Range<usize>,
     addends: &[Option<Addend>; 2],
     epi: &Epilogue,
+    staged: bool,
     ws: &mut Workspace,
 ) {
-    let scratch = if c.cs == 1 { &mut [][..] } else { ws.f32(2, n) };
+    let staged = staged || c.cs != 1;
+    let scratch = if staged { ws.f32(2, n) } else { &mut [][..] };
     for i in rows {
         let cp = c.ptr.wrapping_offset(i as isize * c.rs);
-        let row: &mut [f32] = if c.cs == 1 {
+        let row: &mut [f32] = if !staged {
             // SAFETY: the row is writable and nothing else refers to it during the call.
             unsafe { core::slice::from_raw_parts_mut(cp, n) }
         } else {
@@ -333,7 +338,7 @@ unsafe fn epilogue_rows(
             unsafe { add_row(row, x.ptr.wrapping_offset(i as isize * x.rs), x.cs) };
         }
         crate::act::apply_in_place(epi.func, epi.act_alpha, epi.act_beta, row);
-        if c.cs != 1 {
+        if staged {
             for (j, v) in scratch.iter().enumerate() {
                 // SAFETY: writable per the contract.
                 unsafe { *cp.offset(j as isize * c.cs) = *v };
@@ -354,8 +359,8 @@ pub fn epilogue_block_rows(n: usize) -> usize {
 /// right after the block is computed, while it is still in cache.
 ///
 /// # Safety
-/// The operands must lie inside `mem`, aligned; C must not overlap A, B or the epilogue's
-/// operands.
+/// The operands must lie inside `mem`, aligned; C must not overlap A or B (the epilogue's
+/// operands may overlap C: those rows are staged through the workspace).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn matmul(
     a: &AccessPattern,
@@ -421,6 +426,17 @@ pub unsafe fn matmul(
         nb[d] = 1;
     }
     let fused = !epilogue.is_none();
+    // An addend overlapping C (never compiled; possible in a hostile model): stage rows.
+    let overlap = |x: &AccessPattern| {
+        let (cl, ch) = c.byte_extent();
+        let (xl, xh) = x.byte_extent();
+        let (c0, x0) = (c.addr as i128, x.addr as i128);
+        c0 + cl < x0 + xh + 4 && x0 + xl < c0 + ch + 4
+    };
+    let staged = [&epilogue.bias, &epilogue.residual]
+        .into_iter()
+        .flatten()
+        .any(overlap);
     let block = if fused {
         epilogue_block_rows(n).min(m)
     } else {
@@ -479,7 +495,7 @@ pub unsafe fn matmul(
                 };
                 if fused {
                     // SAFETY: as above; the addends do not overlap C per the contract.
-                    unsafe { epilogue_rows(mc, n, r0..r0 + rb, &addends, epilogue, ws) };
+                    unsafe { epilogue_rows(mc, n, r0..r0 + rb, &addends, epilogue, staged, ws) };
                 }
                 r0 += rb;
             }

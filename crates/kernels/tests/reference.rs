@@ -1499,3 +1499,46 @@ fn scheduler_ops_are_not_kernels() {
         ));
     }
 }
+
+#[test]
+fn an_epilogue_operand_overlapping_c_is_staged_not_undefined() {
+    // Never compiled, possible in a hostile model: the residual is C itself. The product is
+    // stored first, so each element becomes relu(2·(A·B)[i, j]) — defined, and the same on
+    // every path (GEMV and GEMM).
+    for (mm, k, n) in [(2usize, 9usize, 20usize), (70, 9, 20)] {
+        let mut rng = Rng::new(mm as u64);
+        let mut m = Arena::new(ARENA);
+        let a = m.dense(DType::F32, [1, 1, mm as u32, k as u32]);
+        let b = m.dense(DType::F32, [1, 1, k as u32, n as u32]);
+        let c = m.dense(DType::F32, [1, 1, mm as u32, n as u32]);
+        m.fill_f32(&a, &mut rng, -1.0, 1.0);
+        m.fill_f32(&b, &mut rng, -1.0, 1.0);
+        let epilogue = Epilogue {
+            residual: Some(c),
+            func: ActFunc::Relu,
+            ..Epilogue::NONE
+        };
+        m.run(
+            &Op::MatMul {
+                a,
+                b,
+                c,
+                alpha: 1.0,
+                flags: 0,
+                epilogue,
+            },
+            &mut Workspace::new(),
+        )
+        .unwrap();
+        let got = m.read_f32(&c);
+        let mut want = Vec::new();
+        for [_, _, i, j] in indices(c.shape) {
+            let mut s = 0.0f64;
+            for p in 0..k {
+                s += m.get_f32(&a, [0, 0, i, p]) as f64 * m.get_f32(&b, [0, 0, p, j]) as f64;
+            }
+            want.push((2.0 * s).max(0.0));
+        }
+        assert_close(&got, &want, 1e-5, 1e-5, "residual = C");
+    }
+}
