@@ -58,6 +58,9 @@ models+=("$out/samples/cnn/model.onnx")
 for m in "${models[@]}"; do
   name=$(basename "$m" .onnx); [ "$name" = model ] && name=$(basename "$(dirname "$m")")
   "$nrt" bench "$m" --json --seconds "$secs" | sed "s/\"model\":\"[^\"]*\"/\"model\":\"$name\"/" >> "$out/nrt.jsonl"
+  # The same model with bf16 weights (`--auto-cast matmult`), beside the f32 peers.
+  "$nrt" bench "$m" --json --seconds "$secs" --auto-cast matmult \
+    | sed "s/\"model\":\"[^\"]*\"/\"model\":\"${name}_bf16\"/" >> "$out/nrt.jsonl"
 done
 if [ -d "$peers_dir" ]; then
   echo "== peers: $peers" >&2

@@ -29,7 +29,7 @@ print("\n## Runtime overhead (near-null model) and async throughput\n")
 print("| row | surface | depth | cores | median µs | p99 µs | execs/s | allocs/exec | note |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---|")
 for r in rows:
-    if r["surface"] in ("gemm",) or r["model"] in ("tiny", "mlp", "mlp_b64", "encoder", "cnn"):
+    if r["surface"] in ("gemm", "peak") or r["model"].split("_bf16")[0] in ("tiny", "mlp", "mlp_b64", "encoder", "cnn"):
         continue
     print(f"| {r['model']} | {r['surface']} | {r['depth']} | {r['cores']} | {us(r['median_ns'])} | "
           f"{us(r['p99_ns'])} | {r['execs_per_s']:,.0f} | {r['allocs_per_exec']:.3f} | {r['note']} |")
@@ -44,18 +44,23 @@ if ("tiny", "tract-native") in peers:
     print(f"tract-native tiny (same run): {peers[('tiny', 'tract-native')]:.2f} µs")
 
 print("\n## GEMM (GFLOP/s, single thread)\n")
-print("| M×K×N | nrt through the device | ONNX Runtime t1 | ratio |")
-print("|---|---:|---:|---:|")
+for r in rows:
+    if r["surface"] == "peak":
+        print(f"- {r['model']}: {r['note']}")
+print("\n| M×K×N | weights | nrt through the device | share of its peak | ONNX Runtime t1 (f32) | ratio |")
+print("|---|---|---:|---:|---:|---:|")
 for r in rows:
     if r["surface"] != "gemm":
         continue
-    shape = r["model"].split()[-1]
+    parts = r["model"].split()
+    shape, wt = parts[1], (parts[2] if len(parts) > 2 else "f32")
     m, k, n = map(int, shape.split("x"))
     g = 2 * m * k * n / r["median_ns"]
+    share = next((p.split(" of ")[0] for p in r["note"].split(", ") if "% of" in p), "-")
     o = gemm.get(shape)
     og = f"{o['gflops']:.1f}" if o else "-"
     ratio = f"{g / o['gflops']:.2f}" if o else "-"
-    print(f"| {shape} | {g:.1f} | {og} | {ratio} |")
+    print(f"| {shape} | {wt} | {g:.1f} | {share} | {og} | {ratio} |")
 
 print("\n## Compute models (median µs, synchronous single inference)\n")
 names = ["ort-t1", "ort-t2", "tract-native", "tract", "iree-sync", "iree-sync-native", "iree-task"]
@@ -63,9 +68,10 @@ present = [p for p in names if any(k[1] == p for k in peers)]
 print("| model | nrt | " + " | ".join(present) + " | nrt / ort-t1 |")
 print("|---|---:|" + "---:|" * len(present) + "---:|")
 for r in rows:
-    if r["model"] not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn") or r["surface"] != "sync":
+    base = r["model"].split("_bf16")[0]
+    if base not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn") or r["surface"] != "sync":
         continue
-    cells = [f"{peers[(r['model'], p)]:.2f}" if (r["model"], p) in peers else "-" for p in present]
-    o = peers.get((r["model"], "ort-t1"))
+    cells = [f"{peers[(base, p)]:.2f}" if (base, p) in peers else "-" for p in present]
+    o = peers.get((base, "ort-t1"))
     ratio = f"{r['median_ns'] / 1000 / o:.2f}" if o else "-"
     print(f"| {r['model']} | {r['median_ns'] / 1000:.2f} | " + " | ".join(cells) + f" | {ratio} |")

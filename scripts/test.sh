@@ -101,7 +101,19 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   "$NRT_PYTHON" scripts/ort_oracle.py "$work"/numerics/* > /dev/null
   "$nrt" conformance "$work/numerics" --quiet | tee "$work/numerics.txt"
 
-  reports=("$work/node.txt" "$work/light.txt" "$work/samples.txt" "$work/numerics.txt")
+  echo "-- the same patterns and models with --auto-cast matmult (bf16, fp16) vs ONNX Runtime f32"
+  "$nrt" conformance "$work/numerics" --quiet --auto-cast matmult --auto-cast-type bf16 \
+    --rtol 2e-2 --atol 2e-2 | tee "$work/numerics_bf16.txt"
+  "$nrt" conformance "$work/samples" --auto-cast matmult --auto-cast-type bf16 \
+    --rtol 2e-2 --atol 2e-2 | tee "$work/samples_bf16.txt"
+  "$nrt" conformance "$work/numerics" --quiet --auto-cast matmult --auto-cast-type fp16 \
+    --rtol 2e-3 --atol 2e-3 | tee "$work/numerics_fp16.txt"
+  "$nrt" conformance "$work/samples" --auto-cast matmult --auto-cast-type fp16 \
+    --rtol 2e-3 --atol 2e-3 | tee "$work/samples_fp16.txt"
+
+  reports=("$work/node.txt" "$work/light.txt" "$work/samples.txt" "$work/numerics.txt"
+    "$work/numerics_bf16.txt" "$work/samples_bf16.txt" "$work/numerics_fp16.txt"
+    "$work/samples_fp16.txt")
   if grep -q '^FAIL' "${reports[@]}"; then
     echo "conformance: FAIL" >&2
     exit 1

@@ -75,6 +75,63 @@ pub struct CompileOpts {
     /// NeuronCores the model spans (its matmuls and convolutions are split across them).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     pub cores: u32,
+    #[command(flatten)]
+    pub cast: CastOpts,
+}
+
+/// Reduced-precision compute (the options of `neuronx-cc`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct CastOpts {
+    /// Which operators compute in reduced precision: `matmult` stores MatMul/Gemm constant
+    /// weights in the cast type and multiplies them with f32 accumulation (`all`: the same
+    /// operators today).
+    #[arg(long = "auto-cast", value_enum, default_value_t = AutoCastArg::None)]
+    pub auto_cast: AutoCastArg,
+    /// The reduced precision: bf16 (AVX-512 BF16 `vdpbf16ps`; activations rounded to bf16
+    /// too) or fp16 (weights widened by F16C; activations stay f32).
+    #[arg(long = "auto-cast-type", value_enum, default_value_t = CastTypeArg::Bf16)]
+    pub auto_cast_type: CastTypeArg,
+}
+
+/// `--auto-cast`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum AutoCastArg {
+    /// Everything in f32.
+    #[default]
+    None,
+    /// MatMul and Gemm weights.
+    Matmult,
+    /// As `matmult` (convolutions and elementwise stay f32).
+    All,
+}
+
+impl From<AutoCastArg> for nrt_compiler::AutoCast {
+    fn from(a: AutoCastArg) -> Self {
+        match a {
+            AutoCastArg::None => nrt_compiler::AutoCast::None,
+            AutoCastArg::Matmult => nrt_compiler::AutoCast::MatMult,
+            AutoCastArg::All => nrt_compiler::AutoCast::All,
+        }
+    }
+}
+
+/// `--auto-cast-type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum CastTypeArg {
+    /// bfloat16.
+    #[default]
+    Bf16,
+    /// IEEE half precision.
+    Fp16,
+}
+
+impl From<CastTypeArg> for nrt_compiler::CastType {
+    fn from(a: CastTypeArg) -> Self {
+        match a {
+            CastTypeArg::Bf16 => nrt_compiler::CastType::Bf16,
+            CastTypeArg::Fp16 => nrt_compiler::CastType::Fp16,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +252,10 @@ pub struct ConformanceArgs {
     /// Skip (and count) tests that use ops outside the compiler's list.
     #[arg(long)]
     pub only_supported: bool,
+    /// Compile with reduced precision (each passing test then notes its largest relative
+    /// error against the reference outputs).
+    #[command(flatten)]
+    pub cast: CastOpts,
 }
 
 #[derive(Debug, Args)]

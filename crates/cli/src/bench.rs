@@ -378,7 +378,7 @@ fn switch_rows(surface: &str, seconds: f64) -> Res<Row> {
 
 /// A model with one MatMul `Y[M,N] = X[M,K] · W[K,N]` (W a constant), through the whole
 /// device path: what the GEMM rows time.
-fn matmul_model(m: u32, k: u32, n: u32) -> Vec<u8> {
+fn matmul_model(m: u32, k: u32, n: u32, bf16: bool) -> Vec<u8> {
     use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR};
     use nrt_hal::{DType, Engine};
     use nrt_isa::{AccessPattern, Instruction, Op, SemRef};
@@ -392,8 +392,25 @@ fn matmul_model(m: u32, k: u32, n: u32) -> Vec<u8> {
         s ^= s << 13;
         s ^= s >> 17;
         s ^= s << 5;
-        w.extend_from_slice(&((s as f32 / u32::MAX as f32 - 0.5) * 0.1).to_le_bytes());
+        let x = (s as f32 / u32::MAX as f32 - 0.5) * 0.1;
+        if bf16 {
+            // Stored [N, K] as `--auto-cast` writes weights (values need no order here).
+            w.extend_from_slice(&nrt_kernels::elem::f32_to_bf16(x).to_le_bytes());
+        } else {
+            w.extend_from_slice(&x.to_le_bytes());
+        }
     }
+    let wap = |addr| {
+        if bf16 {
+            AccessPattern {
+                shape: [1, 1, k, n],
+                stride: [0, 0, 1, k as i32],
+                ..AccessPattern::dense(addr, DType::Bf16, &[k, n])
+            }
+        } else {
+            AccessPattern::dense(addr, DType::F32, &[k, n])
+        }
+    };
     let wr = b.constant(&w, 64);
     let (xr, yr) = (b.io_mem_ref(x), b.io_mem_ref(y));
     let (dx, dy) = (b.io_descriptor(x), b.io_descriptor(y));
@@ -412,10 +429,11 @@ fn matmul_model(m: u32, k: u32, n: u32) -> Vec<u8> {
         Engine::Pe,
         Instruction::new(Op::MatMul {
             a: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[m, k]),
-            b: AccessPattern::dense(vaddr(wr, 0), DType::F32, &[k, n]),
+            b: wap(vaddr(wr, 0)),
             c: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[m, n]),
             alpha: 1.0,
             flags: 0,
+            epilogue: nrt_isa::Epilogue::NONE,
         })
         .wait(inp, 1)
         .signal(done, 1),
@@ -441,23 +459,75 @@ fn matmul_model(m: u32, k: u32, n: u32) -> Vec<u8> {
     b.build().encode()
 }
 
-/// GEMM throughput through the device: one MatMul per execution, GFLOP/s from the median.
+/// The machine's limit for `which`: the best of short register-only batches taken before and
+/// after the GEMM rows (a co-tenant slows some batches; the best ones show the core).
+fn peak_measure(which: nrt_kernels::peak::Peak) -> Option<f64> {
+    nrt_kernels::peak::measure(which, Duration::from_millis(30), 20)
+}
+
+fn peak_row(label: &str, g: Option<f64>) -> Row {
+    Row {
+        model: label.into(),
+        surface: "peak".into(),
+        depth: 1,
+        cores: 1,
+        n: 40,
+        median_ns: 0.0,
+        p99_ns: 0.0,
+        execs_per_s: 0.0,
+        allocs_per_exec: 0.0,
+        note: match g {
+            Some(g) => format!("{g:.1} GFLOP/s (register-only loop, best of 40 batches)"),
+            None => "not available on this CPU".into(),
+        },
+    }
+}
+
+/// The machine's f32 FMA and bf16 dot-product limits, then GEMM throughput through the
+/// device (one MatMul per execution, GFLOP/s from the median) with f32 and bf16 weights,
+/// each as a share of its limit.
 fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
+    use nrt_kernels::peak::Peak;
+    let max = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+    let (f32_before, bf16_before) = (peak_measure(Peak::F32Fma), peak_measure(Peak::Bf16Dot));
+    let mut gemms = Vec::new();
     let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
-    let mut rows = Vec::new();
-    for (m, k, n) in [
-        (1u32, 512u32, 512u32),
-        (64, 512, 512),
-        (512, 512, 512),
-        (128, 64, 128),
-    ] {
-        let model = session::load(&rt, &matmul_model(m, k, n), 0)?;
-        let mut r = sync_rows(&rt, &model, &format!("matmul {m}x{k}x{n}"), 1, seconds)?;
-        let gflops = 2.0 * m as f64 * k as f64 * n as f64 / r.median_ns;
-        r.surface = "gemm".into();
-        r.note = format!("{gflops:.1} GFLOP/s (whole execution)");
+    for bf16 in [false, true] {
+        for (m, k, n) in [
+            (1u32, 512u32, 512u32),
+            (64, 512, 512),
+            (512, 512, 512),
+            (128, 64, 128),
+        ] {
+            let model = session::load(&rt, &matmul_model(m, k, n, bf16), 0)?;
+            let label = format!("matmul {m}x{k}x{n}{}", if bf16 { " bf16" } else { "" });
+            let mut r = sync_rows(&rt, &model, &label, 1, seconds)?;
+            r.surface = "gemm".into();
+            gemms.push((r, 2.0 * m as f64 * k as f64 * n as f64, bf16));
+            rt.unload(&model).map_err(|e| e.to_string())?;
+        }
+    }
+    let f32_peak = max(f32_before, peak_measure(Peak::F32Fma));
+    let bf16_peak = max(bf16_before, peak_measure(Peak::Bf16Dot));
+    let mut rows = vec![
+        peak_row("peak f32 FMA", f32_peak),
+        peak_row("peak bf16 dot", bf16_peak),
+    ];
+    for (mut r, flop, bf16) in gemms {
+        let gflops = flop / r.median_ns;
+        let peak = if bf16 { bf16_peak } else { f32_peak };
+        r.note = match peak {
+            Some(p) => format!(
+                "{gflops:.1} GFLOP/s (whole execution), {:.0}% of the {} peak",
+                100.0 * gflops / p,
+                if bf16 { "bf16" } else { "f32" }
+            ),
+            None => format!("{gflops:.1} GFLOP/s (whole execution)"),
+        };
         rows.push(r);
-        rt.unload(&model).map_err(|e| e.to_string())?;
     }
     Ok(rows)
 }

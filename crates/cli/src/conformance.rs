@@ -113,7 +113,20 @@ fn compare(got: &HostTensor, want: &HostTensor, rtol: f64, atol: f64) -> Option<
     })
 }
 
-fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64) -> Outcome {
+/// Largest error of `got` against `want` relative to the output's scale:
+/// `max |g − w| / max |w|` (a per-element ratio is meaningless where ReLU outputs are 0).
+fn max_rel_error(got: &HostTensor, want: &HostTensor) -> f64 {
+    let (g, w) = (to_f64s(got), to_f64s(want));
+    let scale = w.iter().fold(0f64, |m, x| m.max(x.abs()));
+    let err = g
+        .iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f64, f64::max);
+    if scale > 0.0 { err / scale } else { err }
+}
+
+fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOptions) -> Outcome {
     let bytes = match std::fs::read(dir.join("model.onnx")) {
         Ok(b) => b,
         Err(e) => return Outcome::Fail(format!("reading model.onnx: {e}")),
@@ -142,6 +155,7 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64) -> Outcome {
         return Outcome::Unsupported("no test_data_set".into());
     }
     let mut notes = Vec::new();
+    let mut worst_rel = 0f64;
     for set in &sets {
         let (inputs, outputs) = match (read_pbs(set, "input"), read_pbs(set, "output")) {
             (Ok(i), Ok(o)) => (i, o),
@@ -162,7 +176,11 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64) -> Outcome {
                 )
             })
             .collect();
-        let mut opts = CompileOptions::default();
+        let mut opts = CompileOptions {
+            auto_cast: cast.auto_cast,
+            auto_cast_type: cast.auto_cast_type,
+            ..CompileOptions::default()
+        };
         for (n, t) in &named {
             opts.input_shapes.insert(n.clone(), t.shape.clone());
         }
@@ -238,6 +256,9 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64) -> Outcome {
                     )));
                 };
                 let got = read_output(info, t)?;
+                if cast.auto_cast != nrt_compiler::AutoCast::None {
+                    worst_rel = worst_rel.max(max_rel_error(&got, want));
+                }
                 if let Some(why) = compare(&got, want, rtol, atol) {
                     return Ok(Some(format!(
                         "output '{name}' ({}): {why}",
@@ -255,6 +276,9 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64) -> Outcome {
         }
     }
     notes.dedup();
+    if cast.auto_cast != nrt_compiler::AutoCast::None {
+        notes.push(format!("max error / max |reference| {worst_rel:.2e}"));
+    }
     Outcome::Pass(notes.join("; "))
 }
 
@@ -302,6 +326,11 @@ pub fn main(a: &ConformanceArgs) -> Res<bool> {
         None => Vec::new(),
     };
     let only_supported = a.only_supported;
+    let cast = CompileOptions {
+        auto_cast: a.cast.auto_cast.into(),
+        auto_cast_type: a.cast.auto_cast_type.into(),
+        ..CompileOptions::default()
+    };
     let mut dirs = Vec::new();
     for d in &a.dirs {
         find_tests(d, &mut dirs);
@@ -330,7 +359,7 @@ pub fn main(a: &ConformanceArgs) -> Res<bool> {
             .iter()
             .find(|(n, _, _)| *n == name)
             .map_or((rtol, atol), |&(_, r, a)| (r, a));
-        match run_test(&rt, d, rt_, at_) {
+        match run_test(&rt, d, rt_, at_, &cast) {
             Outcome::Pass(note) => {
                 pass += 1;
                 if !quiet {

@@ -324,10 +324,83 @@ fn inspect(a: &InspectArgs) -> Res<()> {
             b.relocations.len()
         );
     }
+    print_epilogues(&m);
     if let Some(r) = p.report {
         print!("{r}");
     }
     Ok(())
+}
+
+/// The MatMuls that carry a fused epilogue, one line each: what the PE engine computes on
+/// each output tile besides the product.
+fn print_epilogues(m: &nrt_model::CompiledModel) {
+    let mut lines = Vec::new();
+    let (mut matmuls, mut cast) = (0usize, std::collections::BTreeMap::new());
+    for b in &m.blocks {
+        let Ok(ops) = nrt_isa::decode_block(&b.code, b.engine) else {
+            continue;
+        };
+        for (i, (_, ins)) in ops.iter().enumerate() {
+            let nrt_isa::Op::MatMul {
+                b: wb,
+                c,
+                alpha,
+                epilogue: e,
+                ..
+            } = &ins.op
+            else {
+                continue;
+            };
+            matmuls += 1;
+            if wb.dtype != nrt_hal::DType::F32 {
+                *cast.entry(wb.dtype.to_string()).or_insert(0usize) += 1;
+            }
+            if e.is_none() {
+                continue;
+            }
+            let mut what = Vec::new();
+            if *alpha != 1.0 {
+                what.push(format!("scale {alpha}"));
+            }
+            if let Some(x) = &e.bias {
+                what.push(format!("bias (strides {:?})", x.stride));
+            }
+            if let Some(x) = &e.residual {
+                what.push(format!("residual (strides {:?})", x.stride));
+            }
+            if e.func != nrt_isa::ActFunc::Identity {
+                what.push(format!("{:?}", e.func));
+            }
+            lines.push(format!(
+                "  core {} {} #{i}: MatMul -> {:?} + {}",
+                b.core,
+                b.engine.name(),
+                c.shape,
+                what.join(" + ")
+            ));
+        }
+    }
+    // The cast policy is recorded in the producer string by `nrt compile --auto-cast`.
+    let policy = m
+        .producer
+        .split("; ")
+        .find_map(|p| p.strip_prefix("auto-cast "))
+        .unwrap_or("none");
+    let weights: Vec<String> = cast
+        .iter()
+        .map(|(d, n)| format!("{n} with {d} weights"))
+        .collect();
+    println!(
+        "auto-cast: {policy} ({matmuls} MatMuls{}{})",
+        if weights.is_empty() { "" } else { ", " },
+        weights.join(", ")
+    );
+    if !lines.is_empty() {
+        println!("fused epilogues ({}):", lines.len());
+        for l in lines {
+            println!("{l}");
+        }
+    }
 }
 
 /// A stage's name; a device engine's is marked as such.

@@ -47,6 +47,8 @@ pub fn compile_options(a: &CompileOpts) -> Res<CompileOptions> {
         o.input_values.insert(n, t);
     }
     o.cores = a.cores;
+    o.auto_cast = a.cast.auto_cast.into();
+    o.auto_cast_type = a.cast.auto_cast_type.into();
     Ok(o)
 }
 

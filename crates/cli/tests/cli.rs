@@ -97,6 +97,34 @@ fn compile_inspect_run_trace_and_bench_a_sample_model() {
         inspect.contains("Input X") && inspect.contains("Output Y"),
         "inspect lists the I/O:\n{inspect}"
     );
+    // The sample MLP's layers are MatMul + Add + Relu: each one MatMul with its epilogue.
+    assert!(
+        inspect.contains("fused epilogues (")
+            && inspect.contains("+ bias (strides [0, 0, 0, 1]) + Relu"),
+        "inspect shows the fused epilogues:\n{inspect}"
+    );
+    assert!(inspect.contains("auto-cast: none (4 MatMuls)"), "{inspect}");
+    // Auto-cast: the weights are stored in bf16 (half the bytes), and inspect says so.
+    let cast = dir.join("mlp_bf16.ncm");
+    ok(&[
+        "compile",
+        s(&onnx),
+        "-o",
+        s(&cast),
+        "--auto-cast",
+        "matmult",
+    ]);
+    let (f32_len, bf16_len) = (
+        std::fs::metadata(&ncm).unwrap().len(),
+        std::fs::metadata(&cast).unwrap().len(),
+    );
+    assert!(bf16_len * 10 < f32_len * 6, "{bf16_len} vs {f32_len} bytes");
+    let inspect = ok(&["inspect", s(&cast)]);
+    assert!(
+        inspect.contains("auto-cast: matmult bf16 (4 MatMuls, 4 with bf16 weights)"),
+        "{inspect}"
+    );
+    ok(&["run", s(&cast), "--seed", "7"]);
 
     let outputs = dir.join("out");
     ok(&["run", s(&ncm), "--output-dir", s(&outputs), "--seed", "7"]);

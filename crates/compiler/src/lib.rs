@@ -51,6 +51,7 @@ pub use error::{CompileError, ErrorKind, NodeRef};
 pub use ops::{OpInfo, supported_ops, supported_report};
 pub use tensor::{HostTensor, decode_tensor_pb, encode_tensor_pb, read_tensor_pb, write_tensor_pb};
 
+use nrt_hal::DType;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
@@ -76,6 +77,46 @@ pub struct CompileOptions {
     pub cores: u32,
     /// Model name written into the container (default: the graph's name).
     pub name: Option<String>,
+    /// Which operators compute in reduced precision (`--auto-cast`).
+    pub auto_cast: AutoCast,
+    /// The reduced precision (`--auto-cast-type`).
+    pub auto_cast_type: CastType,
+}
+
+/// What `nrt compile --auto-cast` casts to reduced precision (the option names of the
+/// Neuron compiler, `neuronx-cc --auto-cast`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AutoCast {
+    /// Everything stays f32.
+    #[default]
+    None,
+    /// MatMul and Gemm whose B is a constant 2-D f32 weight: the weight is stored in the
+    /// cast type (half the bytes), the product accumulates in f32; with bf16 the device
+    /// rounds A to bf16 too (`vdpbf16ps`), with fp16 A stays f32 (B widened by F16C).
+    MatMult,
+    /// Today the same operators as `MatMult` (convolutions and elementwise operators stay
+    /// f32).
+    All,
+}
+
+/// The reduced precision of [`AutoCast`] (`--auto-cast-type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CastType {
+    /// bfloat16 (8-bit significand).
+    #[default]
+    Bf16,
+    /// IEEE binary16 (11-bit significand, range ±65504: weights beyond it become ±inf).
+    Fp16,
+}
+
+impl CastType {
+    /// The element type.
+    pub fn dtype(self) -> DType {
+        match self {
+            CastType::Bf16 => DType::Bf16,
+            CastType::Fp16 => DType::F16,
+        }
+    }
 }
 
 impl Default for CompileOptions {
@@ -85,6 +126,8 @@ impl Default for CompileOptions {
             input_values: BTreeMap::new(),
             cores: 1,
             name: None,
+            auto_cast: AutoCast::None,
+            auto_cast_type: CastType::Bf16,
         }
     }
 }

@@ -29,7 +29,22 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         }
     });
     let mut b = ModelBuilder::new(&name, opts.cores);
-    b.producer(concat!("nrt-rs compiler ", env!("CARGO_PKG_VERSION")));
+    let auto_cast = match opts.auto_cast {
+        crate::AutoCast::None => None,
+        crate::AutoCast::MatMult | crate::AutoCast::All => Some(opts.auto_cast_type.dtype()),
+    };
+    match auto_cast {
+        None => b.producer(concat!("nrt-rs compiler ", env!("CARGO_PKG_VERSION"))),
+        Some(d) => b.producer(&format!(
+            "{}; auto-cast {} {d}",
+            concat!("nrt-rs compiler ", env!("CARGO_PKG_VERSION")),
+            if opts.auto_cast == crate::AutoCast::All {
+                "all"
+            } else {
+                "matmult"
+            }
+        )),
+    };
     let dims = |v: ValueId| -> Result<Vec<u32>> {
         let val = &g.values[v];
         if val.shape.len() > nrt_model::MAX_RANK {
@@ -123,6 +138,8 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         g,
         b,
         cores: opts.cores as u8,
+        auto_cast,
+        cast_addr: HashMap::new(),
         prog: Vec::new(),
         loc: vec![None; g.values.len()],
         owns: vec![false; g.values.len()],

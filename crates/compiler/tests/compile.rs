@@ -349,17 +349,21 @@ fn input_values_specialize_shape_inputs() {
 }
 
 #[test]
-fn bias_add_and_relu_fuse_into_one_activation() {
+fn bias_add_and_relu_fuse_into_the_matmul_epilogue() {
     let c = ok(&mlp(1, 32, 3), &CompileOptions::default());
     let i = &c.report.instructions[0];
     assert_eq!(i[Engine::Pe.index()], 3, "{}", c.report);
-    // three fused activations + waits
-    let act = decode_block(&c.model.block(0, Engine::Act).unwrap().code, Engine::Act).unwrap();
-    let acts = act
+    // Three MatMuls, each with its bias and Relu; no ACT or DVE pass.
+    let pe = decode_block(&c.model.block(0, Engine::Pe).unwrap().code, Engine::Pe).unwrap();
+    let fused = pe
         .iter()
-        .filter(|(_, x)| matches!(x.op, Op::Activation { .. }))
+        .filter(|(_, x)| {
+            matches!(x.op, Op::MatMul { epilogue, .. }
+                if epilogue.func == nrt_isa::ActFunc::Relu && epilogue.bias.is_some())
+        })
         .count();
-    assert_eq!(acts, 3);
+    assert_eq!(fused, 3);
+    assert_eq!(i[Engine::Act.index()], 0, "{}", c.report);
     assert_eq!(i[Engine::Dve.index()], 0, "{}", c.report);
 }
 
@@ -563,7 +567,8 @@ fn edit_block(m: &mut CompiledModel, engine: Engine, f: impl Fn(&mut nrt_isa::In
 fn checker_rejects_missing_waits_and_deadlocks() {
     let c = ok(&mlp(1, 16, 2), &CompileOptions::default());
     let mut racy = c.model.clone();
-    edit_block(&mut racy, Engine::Act, |i| i.sync.wait = None);
+    // PE's MatMuls then no longer wait for the input's DMA.
+    edit_block(&mut racy, Engine::Pe, |i| i.sync.wait = None);
     let e = check_ordering(&racy).unwrap_err();
     assert!(e.contains("unordered hazard"), "{e}");
     let mut stuck = c.model.clone();

@@ -9,7 +9,7 @@ use nrt_compiler::check::check_ordering;
 use nrt_compiler::onnx::data_type as dt;
 use nrt_compiler::{CompileOptions, Compiled, compile};
 use nrt_hal::Engine;
-use nrt_isa::{ActFunc, Op, decode_block};
+use nrt_isa::{ActFunc, Epilogue, Op, decode_block};
 use nrt_model::CompiledModel;
 
 fn ok(bytes: &[u8]) -> Compiled {
@@ -172,18 +172,25 @@ fn tanh_gelu_model(variant: usize) -> Vec<u8> {
     )
 }
 
+/// The epilogue of the one MatMul of `c`'s PE block.
+fn sole_epilogue(c: &Compiled) -> Epilogue {
+    let pe = ops(c, Engine::Pe);
+    assert_eq!(pe.len(), 1, "{pe:?}");
+    let Op::MatMul { epilogue, .. } = pe[0] else {
+        panic!("{pe:?}")
+    };
+    epilogue
+}
+
 #[test]
-fn tanh_gelu_with_its_bias_add_is_one_activation() {
+fn tanh_gelu_with_its_bias_add_is_the_matmul_epilogue() {
     for variant in 0..2 {
         let c = ok(&tanh_gelu_model(variant));
-        assert_eq!(count(&ops(&c, Engine::Pe), "MatMul"), 1);
-        let act = ops(&c, Engine::Act);
-        assert_eq!(act.len(), 1, "variant {variant}: {act:?}");
-        let Op::Activation { func, bias, .. } = act[0] else {
-            unreachable!()
-        };
-        assert_eq!(func, ActFunc::GeluTanh);
-        assert!(bias.is_some(), "the bias add is the activation's bias");
+        let e = sole_epilogue(&c);
+        assert_eq!(e.func, ActFunc::GeluTanh, "variant {variant}");
+        assert!(e.bias.is_some(), "the bias add is the epilogue's bias");
+        assert!(e.residual.is_none());
+        assert!(ops(&c, Engine::Act).is_empty(), "variant {variant}");
         assert!(ops(&c, Engine::Dve).is_empty(), "variant {variant}");
     }
 }
@@ -373,7 +380,7 @@ fn a_transposed_value_read_elementwise_is_stored_transposed_by_its_producer() {
 }
 
 #[test]
-fn gemm_bias_and_relu_are_one_activation_in_place() {
+fn gemm_bias_and_relu_are_the_matmul_epilogue() {
     let m = model(
         vec![
             node(
@@ -396,23 +403,31 @@ fn gemm_bias_and_relu_are_one_activation_in_place() {
         13,
     );
     let c = ok(&m);
-    let act = ops(&c, Engine::Act);
-    assert_eq!(act.len(), 1);
-    let Op::Activation {
-        input,
-        output,
-        bias,
-        func,
-        ..
-    } = act[0]
-    else {
-        unreachable!()
-    };
-    assert_eq!(func, ActFunc::Relu);
-    assert!(bias.is_some());
-    assert_eq!(input, output, "in place");
-    // The second Gemm (no activation) accumulates onto its copied bias.
-    assert_eq!(count(&ops(&c, Engine::Pe), "MatMul"), 2);
+    assert!(ops(&c, Engine::Act).is_empty());
+    assert!(
+        ops(&c, Engine::Dve).is_empty(),
+        "no copy of C, no scaling pass"
+    );
+    let pe = ops(&c, Engine::Pe);
+    assert_eq!(pe.len(), 2);
+    let epis: Vec<Epilogue> = pe
+        .iter()
+        .map(|o| match o {
+            Op::MatMul { epilogue, .. } => *epilogue,
+            _ => panic!("{o:?}"),
+        })
+        .collect();
+    // The first Gemm: its (beta-scaled) C and the Relu; the second: its C alone.
+    assert_eq!(epis[0].func, ActFunc::Relu);
+    assert!(epis[0].bias.is_some() && epis[0].residual.is_none());
+    assert_eq!(epis[1].func, ActFunc::Identity);
+    assert!(epis[1].bias.is_some() && epis[1].residual.is_none());
+    let bias = epis[0].bias.expect("bias");
+    assert_eq!(
+        bias.stride,
+        [0, 0, 0, 1],
+        "one value per column, broadcast over rows"
+    );
 }
 
 #[test]
@@ -960,4 +975,182 @@ fn mod_of_narrow_integers_goes_through_i64() {
     );
     let e = compile(&float, None, &CompileOptions::default()).expect_err("fmod 0 on floats");
     assert!(e.to_string().contains("fmod"), "{e}");
+}
+
+/// Every MatMul epilogue of `c`'s PE block on core 0, in order.
+fn epilogues(c: &Compiled) -> Vec<Epilogue> {
+    ops(c, Engine::Pe)
+        .iter()
+        .filter_map(|o| match o {
+            Op::MatMul { epilogue, .. } => Some(*epilogue),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn mlp_layers_are_one_matmul_each_with_bias_and_relu_fused() {
+    let c = ok(&mlp(64, 32, 4));
+    let e = epilogues(&c);
+    assert_eq!(e.len(), 4);
+    for x in &e {
+        assert_eq!(x.func, ActFunc::Relu);
+        assert_eq!(x.bias.expect("bias").stride, [0, 0, 0, 1]);
+        assert!(x.residual.is_none());
+    }
+    assert!(
+        ops(&c, Engine::Act).is_empty(),
+        "no separate activation pass"
+    );
+    assert!(ops(&c, Engine::Dve).is_empty());
+    // Two cores: each core's MatMul carries its half of the bias.
+    let two = compile(
+        &mlp(64, 32, 4),
+        None,
+        &CompileOptions {
+            cores: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for core in 0..2 {
+        let b = two.model.block(core, Engine::Pe).expect("block");
+        let pe: Vec<Op> = decode_block(&b.code, Engine::Pe)
+            .unwrap()
+            .into_iter()
+            .map(|(_, i)| i.op)
+            .filter(|o| matches!(o, Op::MatMul { .. }))
+            .collect();
+        assert_eq!(pe.len(), 4, "core {core}");
+        for o in pe {
+            let Op::MatMul { c, epilogue, .. } = o else {
+                unreachable!()
+            };
+            let bias = epilogue.bias.expect("bias");
+            assert_eq!(bias.shape, c.shape);
+            assert_eq!(c.shape[3], 16, "half of N");
+        }
+    }
+}
+
+#[test]
+fn bias_then_residual_adds_fill_both_epilogue_operands() {
+    let m = model(
+        vec![
+            node("MatMul", &["X", "W"], &["h"], vec![]),
+            node("Add", &["h", "b"], &["hb"], vec![]),
+            node("Add", &["X", "hb"], &["Y"], vec![]),
+        ],
+        vec![
+            f32_init("W", &[16, 16], ramp(256, 0.01)),
+            f32_init("b", &[16], ramp(16, 0.1)),
+        ],
+        vec![vi("X", dt::FLOAT, &[2, 5, 16])],
+        vec![vi("Y", dt::FLOAT, &[2, 5, 16])],
+        17,
+    );
+    let c = ok(&m);
+    let e = sole_epilogue(&c);
+    assert_eq!(e.func, ActFunc::Identity);
+    assert_eq!(e.bias.expect("bias").stride[2..], [0, 1]);
+    assert_eq!(e.residual.expect("residual").stride[2..], [16, 1]);
+    assert!(ops(&c, Engine::Dve).is_empty() && ops(&c, Engine::Act).is_empty());
+}
+
+#[test]
+fn adds_that_cannot_fuse_stay_separate() {
+    // The residual is computed after the MatMul in node order; the MatMul's result is a graph
+    // output: neither fuses.
+    let late = model(
+        vec![
+            node("MatMul", &["X", "W"], &["h"], vec![]),
+            node("Abs", &["Z"], &["R"], vec![]),
+            node("Add", &["h", "R"], &["Y"], vec![]),
+        ],
+        vec![f32_init("W", &[6, 3], ramp(18, 0.1))],
+        vec![vi("X", dt::FLOAT, &[4, 6]), vi("Z", dt::FLOAT, &[4, 3])],
+        vec![vi("Y", dt::FLOAT, &[4, 3])],
+        17,
+    );
+    assert!(sole_epilogue(&ok(&late)).is_none());
+    let shown = model(
+        vec![
+            node("MatMul", &["X", "W"], &["H"], vec![]),
+            node("Add", &["H", "b"], &["a"], vec![]),
+            node("Relu", &["a"], &["Y"], vec![]),
+        ],
+        vec![
+            f32_init("W", &[6, 3], ramp(18, 0.1)),
+            f32_init("b", &[3], ramp(3, 0.1)),
+        ],
+        vec![vi("X", dt::FLOAT, &[4, 6])],
+        vec![vi("H", dt::FLOAT, &[4, 3]), vi("Y", dt::FLOAT, &[4, 3])],
+        17,
+    );
+    let c = ok(&shown);
+    assert!(sole_epilogue(&c).is_none());
+    assert_eq!(acts(&c), vec![ActFunc::Relu]);
+}
+
+#[test]
+fn auto_cast_stores_matmul_and_gemm_weights_in_half_precision() {
+    use nrt_compiler::{AutoCast, CastType};
+    use nrt_hal::DType;
+    let gemm = model(
+        vec![
+            node("Gemm", &["X", "W", "b"], &["g"], vec![a_i("transB", 1)]),
+            node("Relu", &["g"], &["Y"], vec![]),
+        ],
+        vec![
+            f32_init("W", &[6, 4], ramp(24, 0.1)),
+            f32_init("b", &[6], ramp(6, 0.1)),
+        ],
+        vec![vi("X", dt::FLOAT, &[5, 4])],
+        vec![vi("Y", dt::FLOAT, &[5, 6])],
+        13,
+    );
+    for (bytes, want_mm) in [(mlp(4, 64, 3), 3), (gemm, 1)] {
+        let plain = ok(&bytes);
+        for (ty, d) in [(CastType::Bf16, DType::Bf16), (CastType::Fp16, DType::F16)] {
+            for cores in [1, 2] {
+                let o = CompileOptions {
+                    auto_cast: AutoCast::MatMult,
+                    auto_cast_type: ty,
+                    cores,
+                    ..Default::default()
+                };
+                let c = compile(&bytes, None, &o).unwrap();
+                check_ordering(&c.model).unwrap();
+                assert!(
+                    c.model
+                        .producer
+                        .ends_with(&format!("auto-cast matmult {d}"))
+                );
+                let pe = ops(&c, Engine::Pe);
+                let mms: Vec<_> = pe
+                    .iter()
+                    .filter_map(|o| match o {
+                        Op::MatMul { b, epilogue, .. } => Some((*b, *epilogue)),
+                        _ => None,
+                    })
+                    .collect();
+                assert_eq!(mms.len(), want_mm);
+                for (b, e) in mms {
+                    assert_eq!(b.dtype, d);
+                    // Read K-contiguous (stored [N, K]): MatMul's [K, N] view has stride 1
+                    // along K, Gemm's transB view is [N, K] itself.
+                    assert!(b.stride[2] == 1 || b.stride[3] == 1, "{b:?}");
+                    assert_eq!(e.func, ActFunc::Relu, "the epilogue still fuses");
+                }
+                if cores == 1 {
+                    assert!(
+                        c.model.constants.len() * 10 < plain.model.constants.len() * 7,
+                        "{} vs {} constant bytes",
+                        c.model.constants.len(),
+                        plain.model.constants.len()
+                    );
+                }
+            }
+        }
+    }
 }

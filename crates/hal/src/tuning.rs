@@ -154,6 +154,23 @@ pub const TRACE_RING_CAPACITY: usize = 1 << 16;
 /// `cargo bench -p nrt-kernels -- matmul`.
 pub const GEMV_MAX_ROWS: usize = 4;
 
+/// A `MatMul` with a fused epilogue (bias, residual, activation) runs its product in row
+/// blocks of C of about this many bytes and applies the epilogue to each block right after
+/// it, while the block is still in L2 (1 MiB per core on Zen 4, 2 MiB on Sapphire Rapids).
+/// Each block is a separate call of the GEMM crate, which packs B again, so the blocks are
+/// as large as L2 allows: `mlp_b64`'s 64×512 outputs (128 KiB) are one block.
+pub const EPILOGUE_TILE_BYTES: usize = 512 * 1024;
+
+/// The bf16/f16-weight MatMul (`--auto-cast`) walks B in column panels of about this many
+/// bytes, each passed by every 4-row block of A while it stays in L2: a whole 512×512 bf16
+/// B (512 KiB) re-read per row block does not stay there beside A's rows (512³ in bf16: 119
+/// GFLOP/s without panels).
+pub const HALF_GEMM_PANEL_BYTES: usize = 128 * 1024;
+
+/// Fewest rows of C in one epilogue block, whatever N is: fewer rows would repack (GEMM) or
+/// re-stream (GEMV) B for too little work.
+pub const EPILOGUE_MIN_ROWS: usize = 64;
+
 /// Bytes of B from which the 1- and 2-row GEMV kernels read B row by row, in memory order,
 /// accumulating into the output rows in L1, instead of in column strips with the
 /// accumulators in registers. Strips walk B down its columns in short runs, which the

@@ -267,6 +267,48 @@ pub mod matmul_flags {
     pub const ALL: u32 = ACCUMULATE | TRANSPOSE_A | TRANSPOSE_B;
 }
 
+/// What [`Op::MatMul`] applies to each output tile while it is still in cache, before it
+/// is stored: `C = func(alpha·op(A)·op(B) [+ C] + bias + residual)`. Both added operands have
+/// C's shape (broadcast by stride 0: a per-column bias is `[.., .., M, N]` with strides
+/// `[0, 0, 0, 1]`), must be f32 and must not overlap C. The default (no operand, `Identity`)
+/// is no epilogue: such a MatMul encodes as [`opcode::MATMUL`], one with an epilogue as
+/// [`opcode::MATMUL_EPI`] (NCM 1.1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Epilogue {
+    /// Added to every output element (usually a per-column bias vector, broadcast).
+    pub bias: Option<AccessPattern>,
+    /// A second added tensor (a residual connection: usually C's full shape).
+    pub residual: Option<AccessPattern>,
+    /// The activation applied last (`Identity`: none).
+    pub func: ActFunc,
+    /// The function's first parameter (as [`Op::Activation`]'s `alpha`).
+    pub act_alpha: f32,
+    /// The function's second parameter (as [`Op::Activation`]'s `beta`).
+    pub act_beta: f32,
+}
+
+impl Epilogue {
+    /// No epilogue.
+    pub const NONE: Epilogue = Epilogue {
+        bias: None,
+        residual: None,
+        func: ActFunc::Identity,
+        act_alpha: 0.0,
+        act_beta: 0.0,
+    };
+
+    /// Whether it does nothing.
+    pub const fn is_none(&self) -> bool {
+        self.bias.is_none() && self.residual.is_none() && matches!(self.func, ActFunc::Identity)
+    }
+}
+
+impl Default for Epilogue {
+    fn default() -> Self {
+        Epilogue::NONE
+    }
+}
+
 /// A 2-D window geometry (convolution and pooling), in `(height, width)` order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct Window {
@@ -339,7 +381,10 @@ pub enum Op {
         /// Cores to wait for.
         count: u32,
     },
-    /// PE: `C (+)= alpha · op(A) · op(B)`, batched over the two leading dimensions.
+    /// PE: `C (+)= alpha · op(A) · op(B)`, batched over the two leading dimensions, then the
+    /// optional [`Epilogue`] (bias, residual, activation) on each output tile. A and C are
+    /// f32; B is f32, or bf16/f16 weights (NCM 1.1; the products accumulate in f32, and
+    /// with bf16 B the device rounds A to bf16 too).
     MatMul {
         /// `[b1, b2, M, K]` (or `[b1, b2, K, M]` with `TRANSPOSE_A`).
         a: AccessPattern,
@@ -351,6 +396,9 @@ pub enum Op {
         alpha: f32,
         /// [`matmul_flags`].
         flags: u32,
+        /// Bias, residual and activation applied to the output tiles ([`Epilogue::NONE`]:
+        /// none).
+        epilogue: Epilogue,
     },
     /// PE: integer matrix product, `C = (A − a_zero)·(B − b_zero)` in i32 (wrapping),
     /// batched over the two leading dimensions (ONNX MatMulInteger).
@@ -590,6 +638,8 @@ pub mod opcode {
     pub const CONV: u8 = 0x21;
     /// [`super::Op::MatMulInteger`].
     pub const MATMUL_INTEGER: u8 = 0x23;
+    /// [`super::Op::MatMul`] with an [`super::Epilogue`] (NCM 1.1).
+    pub const MATMUL_EPI: u8 = 0x22;
     /// [`super::Op::Activation`].
     pub const ACTIVATION: u8 = 0x30;
     /// [`super::Op::Binary`].
@@ -636,6 +686,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         MATMUL => ("MatMul", HEADER_SIZE + 3 * AP_SIZE + 8),
         CONV => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 48),
         MATMUL_INTEGER => ("MatMulInteger", HEADER_SIZE + 5 * AP_SIZE + 8),
+        MATMUL_EPI => ("MatMul", HEADER_SIZE + 5 * AP_SIZE + 24),
         ACTIVATION => ("Activation", HEADER_SIZE + 3 * AP_SIZE + 24),
         BINARY => ("Binary", HEADER_SIZE + 3 * AP_SIZE + 8),
         TENSOR_SCALAR => ("TensorScalar", HEADER_SIZE + 2 * AP_SIZE + 16),
@@ -667,7 +718,13 @@ impl Op {
             Op::SemSet { .. } => SEM_SET,
             Op::Notify { .. } => NOTIFY,
             Op::Barrier { .. } => BARRIER,
-            Op::MatMul { .. } => MATMUL,
+            Op::MatMul { epilogue, .. } => {
+                if epilogue.is_none() {
+                    MATMUL
+                } else {
+                    MATMUL_EPI
+                }
+            }
             Op::Conv { .. } => CONV,
             Op::MatMulInteger { .. } => MATMUL_INTEGER,
             Op::Activation { .. } => ACTIVATION,
@@ -803,7 +860,14 @@ macro_rules! operand_table {
                 $f(0, "src", Role::Read, src);
                 $f(1, "dst", Role::Write, dst);
             }
-            Op::MatMul { a, b, c, flags, .. } => {
+            Op::MatMul {
+                a,
+                b,
+                c,
+                flags,
+                epilogue: Epilogue { bias, residual, .. },
+                ..
+            } => {
                 $f(0, "a", Role::Read, a);
                 $f(1, "b", Role::Read, b);
                 let accumulate = *flags & matmul_flags::ACCUMULATE != 0;
@@ -817,6 +881,12 @@ macro_rules! operand_table {
                     },
                     c,
                 );
+                if let Some(x) = bias {
+                    $f(3, "bias", Role::Read, x);
+                }
+                if let Some(x) = residual {
+                    $f(4, "residual", Role::Read, x);
+                }
             }
             Op::MatMulInteger {
                 a,
@@ -1123,12 +1193,26 @@ impl Instruction {
                 c,
                 alpha,
                 flags,
+                epilogue,
             } => {
                 w.ap(a);
                 w.ap(b);
                 w.ap(c);
+                if !epilogue.is_none() {
+                    w.opt_ap(&epilogue.bias);
+                    w.opt_ap(&epilogue.residual);
+                }
                 w.f32(*alpha);
                 w.u32(*flags);
+                if !epilogue.is_none() {
+                    w.u8(epilogue.func as u8);
+                    w.zeros(3);
+                    w.u32(
+                        epilogue.bias.is_some() as u32 | (epilogue.residual.is_some() as u32) << 1,
+                    );
+                    w.f32(epilogue.act_alpha);
+                    w.f32(epilogue.act_beta);
+                }
             }
             Op::Conv {
                 input,
@@ -1674,15 +1758,75 @@ impl Instruction {
                 }
                 Op::Barrier { sem, count }
             }
-            opcode::MATMUL => {
+            opcode::MATMUL | opcode::MATMUL_EPI => {
                 let a = r.ap("a")?;
                 let b_ = r.ap("b")?;
                 let c = r.ap("c")?;
+                let epi = b[0] == opcode::MATMUL_EPI;
+                let epi_flags_at = HEADER_SIZE + 5 * AP_SIZE + 12;
+                let epi_flags = if epi {
+                    let v = u32::from_le_bytes(
+                        b[epi_flags_at..epi_flags_at + 4].try_into().expect("4"),
+                    );
+                    if v & !3 != 0 {
+                        return Err(DecodeError::field(
+                            "epilogue.flags",
+                            Reason::UnknownFlags(v & !3),
+                        )
+                        .at(epi_flags_at));
+                    }
+                    v
+                } else {
+                    0
+                };
+                let (bias, residual) = if epi {
+                    (
+                        r.opt_ap("bias", epi_flags & 1 != 0)?,
+                        r.opt_ap("residual", epi_flags & 2 != 0)?,
+                    )
+                } else {
+                    (None, None)
+                };
                 let alpha = r.f32("alpha")?;
                 let flags = r.flags("flags", matmul_flags::ALL)?;
+                let mut epilogue = Epilogue {
+                    bias,
+                    residual,
+                    ..Epilogue::NONE
+                };
+                if epi {
+                    epilogue.func = r.enum_u8("epilogue.func", ActFunc::from_u8)?;
+                    r.zeros(3, "reserved")?;
+                    r.pos += 4;
+                    epilogue.act_alpha = r.f32("epilogue.act_alpha")?;
+                    epilogue.act_beta = r.f32("epilogue.act_beta")?;
+                    if epilogue.is_none() {
+                        // The encoding is canonical: no epilogue is opcode MATMUL.
+                        return Err(DecodeError::field("epilogue", Reason::ReservedNonZero)
+                            .at(epi_flags_at));
+                    }
+                    for (ap, name, slot) in [
+                        (&epilogue.bias, "bias.dtype", 3),
+                        (&epilogue.residual, "residual.dtype", 4),
+                    ] {
+                        if let Some(ap) = ap {
+                            let shape = if slot == 3 {
+                                "bias.shape"
+                            } else {
+                                "residual.shape"
+                            };
+                            require_dtype(ap, name, F32)
+                                .map_err(|e| e.shifted(HEADER_SIZE + slot * AP_SIZE))?;
+                            same_shape(shape, &c.shape, ap)
+                                .map_err(|e| e.shifted(HEADER_SIZE + slot * AP_SIZE))?;
+                        }
+                    }
+                }
                 let base = HEADER_SIZE;
                 require_dtype(&a, "a.dtype", F32).map_err(|e| e.shifted(base))?;
-                require_dtype(&b_, "b.dtype", F32).map_err(|e| e.shifted(base + AP_SIZE))?;
+                // B may hold half-precision weights (auto-cast): bf16 or f16, f32 accumulation.
+                require_dtype(&b_, "b.dtype", &[DType::F32, DType::Bf16, DType::F16])
+                    .map_err(|e| e.shifted(base + AP_SIZE))?;
                 require_dtype(&c, "c.dtype", F32).map_err(|e| e.shifted(base + 2 * AP_SIZE))?;
                 let (m, k) = if flags & matmul_flags::TRANSPOSE_A != 0 {
                     (a.shape[3], a.shape[2])
@@ -1719,6 +1863,7 @@ impl Instruction {
                     c,
                     alpha,
                     flags,
+                    epilogue,
                 }
             }
             opcode::CONV => {

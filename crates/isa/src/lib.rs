@@ -18,7 +18,7 @@
 //!
 //! | engine | operations |
 //! |---|---|
-//! | PE | [`Op::MatMul`] (accumulate, transpose, batched), [`Op::MatMulInteger`] (u8/i8 → i32), [`Op::Conv`] (direct or im2col) |
+//! | PE | [`Op::MatMul`] (accumulate, transpose, batched, fused [`Epilogue`]: bias, residual, activation), [`Op::MatMulInteger`] (u8/i8 → i32), [`Op::Conv`] (direct or im2col) |
 //! | ACT | [`Op::Activation`]: `y = f(x·scale + bias)` for every [`ActFunc`] |
 //! | DVE | [`Op::Binary`], [`Op::TensorScalar`], [`Op::Select`], [`Op::Copy`] (cast, transpose), [`Op::Fill`] |
 //! | POOL | [`Op::Reduce`], [`Op::Pool`], [`Op::Softmax`], [`Op::LayerNorm`], [`Op::Resize`], [`Op::Gather`], [`Op::GatherElements`], [`Op::ScatterElements`], [`Op::TopK`], [`Op::Copy`], [`Op::Fill`] |
@@ -32,7 +32,7 @@ pub mod instr;
 pub use ap::{AP_SIZE, AccessPattern, MAX_DIMS, dense_strides};
 pub use error::{DecodeError, Reason};
 pub use instr::{
-    ActFunc, AddressField, BinaryOp, CoordMode, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,
+    ActFunc, AddressField, BinaryOp, CoordMode, Epilogue, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,
     HEADER_SIZE, Instruction, NearestMode, Op, Operand, OperandMut, PoolOp, ReduceOp, ResizeMode,
     Role, ScatterReduce, SemRef, Sync, Window, matmul_flags, opcode, opcode_info,
 };

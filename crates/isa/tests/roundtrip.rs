@@ -92,22 +92,44 @@ fn arb_op() -> impl Strategy<Value = Op> {
             1u32..9,
             1u32..9,
             0u32..8,
-            finite()
+            finite(),
+            (any::<bool>(), any::<bool>(), 0u8..22, finite(), finite())
         )
-            .prop_flat_map(move |(b1, b2, m, k, n, flags, alpha)| {
+            .prop_flat_map(move |(b1, b2, m, k, n, flags, alpha, e)| {
                 let ta = flags & 2 != 0;
                 let tb = flags & 4 != 0;
                 let a = if ta { [b1, b2, k, m] } else { [b1, b2, m, k] };
                 let b = if tb { [b1, b2, n, k] } else { [b1, b2, k, n] };
-                (arb_ap(f, a), arb_ap(f, b), arb_ap(f, [b1, b2, m, n])).prop_map(
-                    move |(a, b, c)| Op::MatMul {
-                        a,
-                        b,
-                        c,
-                        alpha,
-                        flags,
-                    },
+                let cs = [b1, b2, m, n];
+                (
+                    arb_ap(f, a),
+                    arb_ap(f, b),
+                    arb_ap(f, cs),
+                    opt(e.0, arb_ap(f, cs)),
+                    opt(e.1, arb_ap(f, cs)),
                 )
+                    .prop_map(move |(a, b, c, bias, residual)| {
+                        let epilogue = nrt_isa::Epilogue {
+                            bias,
+                            residual,
+                            func: ActFunc::from_u8(e.2).expect("in range"),
+                            act_alpha: e.3,
+                            act_beta: e.4,
+                        };
+                        Op::MatMul {
+                            a,
+                            b,
+                            c,
+                            alpha,
+                            flags,
+                            // No epilogue has no parameters either (the 1.0 encoding).
+                            epilogue: if epilogue.is_none() {
+                                nrt_isa::Epilogue::NONE
+                            } else {
+                                epilogue
+                            },
+                        }
+                    })
             }),
         (
             1u32..3,
@@ -479,6 +501,7 @@ fn errors_name_index_offset_and_field() {
         c,
         alpha: 1.0,
         flags: 0,
+        epilogue: nrt_isa::Epilogue::NONE,
     });
     let mut block = Vec::new();
     ok.encode(&mut block);
@@ -582,12 +605,80 @@ fn address_fields_cover_every_operand() {
         c,
         alpha: 1.0,
         flags: 0,
+        epilogue: nrt_isa::Epilogue::NONE,
     })
     .address_fields(|f| seen.push((f.name, f.offset, f.extent)));
     assert_eq!(
         seen,
         vec![("a", 16, (0, 24)), ("b", 64, (0, 48)), ("c", 112, (0, 32))]
     );
+    // With an epilogue: its bias (a broadcast row) and residual are operands too.
+    let bias = AccessPattern {
+        shape: [1, 1, 2, 4],
+        stride: [0, 0, 0, 1],
+        ..AccessPattern::dense(0, DType::F32, &[4])
+    };
+    let mut seen = Vec::new();
+    let ins = Instruction::new(Op::MatMul {
+        a,
+        b,
+        c,
+        alpha: 1.0,
+        flags: 0,
+        epilogue: nrt_isa::Epilogue {
+            bias: Some(bias),
+            residual: Some(c),
+            func: ActFunc::Relu,
+            ..nrt_isa::Epilogue::NONE
+        },
+    });
+    assert_eq!(ins.op.opcode(), nrt_isa::opcode::MATMUL_EPI);
+    ins.address_fields(|f| seen.push((f.name, f.offset, f.extent)));
+    assert_eq!(
+        seen,
+        vec![
+            ("a", 16, (0, 24)),
+            ("b", 64, (0, 48)),
+            ("c", 112, (0, 32)),
+            ("bias", 160, (0, 16)),
+            ("residual", 208, (0, 32))
+        ]
+    );
+    let mut bytes = Vec::new();
+    ins.encode(&mut bytes);
+    assert_eq!(Instruction::decode(&bytes).unwrap().0, ins);
+    // A bias of another shape, an undefined epilogue flag, an empty epilogue: rejected,
+    // naming the field.
+    let mut bad = bytes.clone();
+    bad[160 + 24..160 + 28].copy_from_slice(&3u32.to_le_bytes());
+    assert_eq!(Instruction::decode(&bad).unwrap_err().field, "bias.shape");
+    let flags_at = HEADER_SIZE + 5 * nrt_isa::AP_SIZE + 12;
+    let mut bad = bytes.clone();
+    bad[flags_at] |= 4;
+    assert_eq!(
+        Instruction::decode(&bad).unwrap_err().field,
+        "epilogue.flags"
+    );
+    let mut empty = Vec::new();
+    Instruction::new(Op::MatMul {
+        a,
+        b,
+        c,
+        alpha: 1.0,
+        flags: 0,
+        epilogue: nrt_isa::Epilogue::NONE,
+    })
+    .encode(&mut empty);
+    assert_eq!(
+        empty[0],
+        nrt_isa::opcode::MATMUL,
+        "no epilogue: the 1.0 encoding"
+    );
+    let mut bad = bytes.clone();
+    bad[flags_at] = 0;
+    bad[160..256].fill(0);
+    bad[flags_at - 4] = 0; // Identity
+    assert_eq!(Instruction::decode(&bad).unwrap_err().field, "epilogue");
 }
 
 /// Found by the isa_decode fuzz target: a window whose dilation × (kernel − 1) overflowed i64.

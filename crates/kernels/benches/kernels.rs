@@ -60,6 +60,7 @@ fn matmul_op(m: &mut Arena, rng: &mut Rng, mm: u32, k: u32, n: u32, flags: u32) 
         c,
         alpha: 1.0,
         flags,
+        epilogue: nrt_isa::Epilogue::NONE,
     }
 }
 
@@ -118,6 +119,7 @@ fn main() {
                     c: y,
                     alpha: 1.0,
                     flags,
+                    epilogue: nrt_isa::Epilogue::NONE,
                 });
                 ops.push(Op::Activation {
                     input: y,

@@ -76,6 +76,67 @@ pub fn softplus(x: f32) -> f32 {
     if x.is_nan() { x } else { v }
 }
 
+/// Expands `$go!(f)` with `f: Fn(f32) -> f32 + Copy` the scalar definition of `$func`
+/// (parameters `$alpha`, `$beta`): one monomorphized loop per function, shared by
+/// [`activation`] and the MatMul epilogue.
+macro_rules! with_func {
+    ($func:expr, $alpha:expr, $beta:expr, $go:ident) => {{
+        #[allow(unused_variables)]
+        let (alpha, beta): (f32, f32) = ($alpha, $beta);
+        const K_GELU: f32 = 0.797_884_6; // √(2/π)
+        match $func {
+            ActFunc::Identity => $go!(|x| x),
+            ActFunc::Relu => $go!(|x: f32| if x < 0.0 { 0.0 } else { x }),
+            ActFunc::LeakyRelu => $go!(move |x: f32| if x < 0.0 { alpha * x } else { x }),
+            ActFunc::Sigmoid => $go!(vmath::sigmoid),
+            ActFunc::HardSigmoid => $go!(move |x: f32| alpha.mul_add(x, beta).clamp(0.0, 1.0)),
+            ActFunc::Tanh => $go!(vmath::tanh),
+            ActFunc::GeluErf => {
+                $go!(|x: f32| {
+                    0.5 * x * (1.0 + vmath::erf(x * core::f32::consts::FRAC_1_SQRT_2))
+                })
+            }
+            ActFunc::GeluTanh => $go!(|x: f32| {
+                let inner = K_GELU * (0.044_715 * x * x).mul_add(x, x);
+                0.5 * x * (1.0 + vmath::tanh(inner))
+            }),
+            ActFunc::Erf => $go!(vmath::erf),
+            ActFunc::Exp => $go!(vmath::exp),
+            ActFunc::Log => $go!(vmath::ln),
+            ActFunc::Sqrt => $go!(f32::sqrt),
+            ActFunc::Rsqrt => $go!(|x: f32| 1.0 / x.sqrt()),
+            ActFunc::Reciprocal => $go!(|x: f32| 1.0 / x),
+            ActFunc::Clip => $go!(move |x: f32| {
+                let v = if x < alpha { alpha } else { x };
+                if v > beta { beta } else { v }
+            }),
+            ActFunc::Abs => $go!(f32::abs),
+            ActFunc::Neg => $go!(|x: f32| -x),
+            ActFunc::Elu => $go!(move |x: f32| if x < 0.0 { alpha * vmath::expm1(x) } else { x }),
+            ActFunc::Softplus => $go!(softplus),
+            ActFunc::Floor => $go!(f32::floor),
+            ActFunc::Ceil => $go!(f32::ceil),
+            ActFunc::Square => $go!(|x: f32| x * x),
+        }
+    }};
+}
+
+/// `x = f(x)` in place over a contiguous slice, for the MatMul epilogue.
+pub fn apply_in_place(func: ActFunc, alpha: f32, beta: f32, xs: &mut [f32]) {
+    macro_rules! go {
+        ($f:expr) => {{
+            let f = $f;
+            for x in xs.iter_mut() {
+                *x = f(*x);
+            }
+        }};
+    }
+    if func == ActFunc::Identity {
+        return;
+    }
+    with_func!(func, alpha, beta, go);
+}
+
 /// Executes `Op::Activation`.
 ///
 /// # Safety
@@ -98,37 +159,5 @@ pub unsafe fn activation(
             unsafe { run(input, output, bias, scale, mem, $f) }
         };
     }
-    const K_GELU: f32 = 0.797_884_6; // √(2/π)
-    match func {
-        ActFunc::Identity => go!(|x| x),
-        ActFunc::Relu => go!(|x: f32| if x < 0.0 { 0.0 } else { x }),
-        ActFunc::LeakyRelu => go!(move |x: f32| if x < 0.0 { alpha * x } else { x }),
-        ActFunc::Sigmoid => go!(vmath::sigmoid),
-        ActFunc::HardSigmoid => go!(move |x: f32| alpha.mul_add(x, beta).clamp(0.0, 1.0)),
-        ActFunc::Tanh => go!(vmath::tanh),
-        ActFunc::GeluErf => {
-            go!(|x: f32| { 0.5 * x * (1.0 + vmath::erf(x * core::f32::consts::FRAC_1_SQRT_2)) })
-        }
-        ActFunc::GeluTanh => go!(|x: f32| {
-            let inner = K_GELU * (0.044_715 * x * x).mul_add(x, x);
-            0.5 * x * (1.0 + vmath::tanh(inner))
-        }),
-        ActFunc::Erf => go!(vmath::erf),
-        ActFunc::Exp => go!(vmath::exp),
-        ActFunc::Log => go!(vmath::ln),
-        ActFunc::Sqrt => go!(f32::sqrt),
-        ActFunc::Rsqrt => go!(|x: f32| 1.0 / x.sqrt()),
-        ActFunc::Reciprocal => go!(|x: f32| 1.0 / x),
-        ActFunc::Clip => go!(move |x: f32| {
-            let v = if x < alpha { alpha } else { x };
-            if v > beta { beta } else { v }
-        }),
-        ActFunc::Abs => go!(f32::abs),
-        ActFunc::Neg => go!(|x: f32| -x),
-        ActFunc::Elu => go!(move |x: f32| if x < 0.0 { alpha * vmath::expm1(x) } else { x }),
-        ActFunc::Softplus => go!(softplus),
-        ActFunc::Floor => go!(f32::floor),
-        ActFunc::Ceil => go!(f32::ceil),
-        ActFunc::Square => go!(|x: f32| x * x),
-    }
+    with_func!(func, alpha, beta, go);
 }

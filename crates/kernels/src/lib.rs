@@ -8,7 +8,9 @@
 //! | module | ops |
 //! |---|---|
 //! | [`copy`] | `DmaCopy`, `Copy` (element-type conversion, blocked transposes), `Fill` |
-//! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels) |
+//! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels, fused epilogue) |
+//! | [`matmul_half`] | `MatMul` with bf16/f16 weights (`vdpbf16ps`, F16C; portable fallback) |
+//! | [`peak`] | the machine's f32 FMA and bf16 dot-product limits (register-only loops) |
 //! | [`conv`] | `Conv` (pointwise GEMM, banded im2col + GEMM, register-blocked direct) |
 //! | [`act`] | `Activation` (every `ActFunc`) |
 //! | [`binary`] | `Binary`, `TensorScalar`, `Select` |
@@ -44,7 +46,9 @@ pub mod copy;
 pub mod elem;
 pub mod gather;
 pub mod matmul;
+pub mod matmul_half;
 pub mod norm;
+pub mod peak;
 pub mod pool;
 pub mod qmatmul;
 pub mod reduce;
@@ -228,9 +232,10 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             c,
             alpha,
             flags,
+            epilogue,
         } => {
             // SAFETY: see above.
-            unsafe { matmul::matmul(a, b, c, *alpha, *flags, mem, ws) };
+            unsafe { matmul::matmul(a, b, c, *alpha, *flags, epilogue, mem, ws) };
             Ok(())
         }
         Op::Conv {

@@ -45,17 +45,21 @@
 //! [`GEMV_MAX_ROWS`] rows, or `N = 1`), on groups of up to [`GEMV_GROUP`] rows of A that share
 //! one pass over B:
 //! - B row-major (`[K, N]`, unit stride along N): column strips (64 floats for one row of A,
-//!   32 for two, 16 for three or four) held in registers while B's rows stream past;
+//!   32 for two, 16 for three or four; 64 for three or four with AVX-512, detected at run
+//!   time — 0.67–0.69× the time of the 16-wide AVX2 strips at 3 and 4 × 512 × 512, paired
+//!   A/B on a busy machine) held in registers while B's rows stream past;
 //! - B stored transposed (`[N, K]`, unit stride along K — PyTorch `Linear` weights) and the
 //!   `N = 1` case: dot products of up to 4 rows of B with each row of A, 8 accumulators.
 //!
 //! At M = 1 these run at the machine's memory bandwidth (a 512×512 B is 1 MiB: 17–20 µs here;
 //! a plain 1 MiB read takes 18 µs); the GEMM crate needs 35 µs (88 µs with B transposed).
 
+use crate::matmul_half::{Half, HalfMat, gemm_half};
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
-use nrt_hal::tuning::GEMV_MAX_ROWS;
-use nrt_isa::{AccessPattern, matmul_flags};
+use nrt_hal::DType;
+use nrt_hal::tuning::{EPILOGUE_MIN_ROWS, EPILOGUE_TILE_BYTES, GEMV_MAX_ROWS};
+use nrt_isa::{AccessPattern, Epilogue, matmul_flags};
 
 /// A strided f32 matrix: pointer, row stride and column stride in elements.
 #[derive(Clone, Copy, Debug)]
@@ -263,16 +267,110 @@ pub unsafe fn gemm_f32(
     }
 }
 
-/// Executes `Op::MatMul`.
+/// A strided f32 operand of the epilogue, in one batch: element `[i, j]` at
+/// `ptr + i·rs + j·cs`.
+#[derive(Clone, Copy, Debug)]
+struct Addend {
+    ptr: *const f32,
+    rs: isize,
+    cs: isize,
+}
+
+/// `row[j] += p[j·cs]`.
 ///
 /// # Safety
-/// The operands must lie inside `mem`, aligned; C must not overlap A or B.
+/// `p` readable for the row's elements, not overlapping `row`.
+#[inline(always)]
+unsafe fn add_row(row: &mut [f32], p: *const f32, cs: isize) {
+    match cs {
+        1 => {
+            // SAFETY: readable per the contract, distinct from `row`.
+            let src = unsafe { core::slice::from_raw_parts(p, row.len()) };
+            for (o, v) in row.iter_mut().zip(src) {
+                *o += *v;
+            }
+        }
+        0 => {
+            // SAFETY: readable per the contract.
+            let v = unsafe { *p };
+            for o in row.iter_mut() {
+                *o += v;
+            }
+        }
+        _ => {
+            for (j, o) in row.iter_mut().enumerate() {
+                // SAFETY: readable per the contract.
+                *o += unsafe { *p.offset(j as isize * cs) };
+            }
+        }
+    }
+}
+
+/// Applies the epilogue to rows `r0..r1` of one batch of C (`n` columns), just computed.
+/// `staged`: work on a copy of each row (C strided, or an addend overlapping C — which a
+/// compiler never emits but a hostile model may: then no reference to C is ever formed
+/// while an addend is read).
+///
+/// # Safety
+/// C's rows writable, the addends readable for them.
+#[allow(clippy::too_many_arguments)]
+unsafe fn epilogue_rows(
+    c: Mat,
+    n: usize,
+    rows: core::ops::Range<usize>,
+    addends: &[Option<Addend>; 2],
+    epi: &Epilogue,
+    staged: bool,
+    ws: &mut Workspace,
+) {
+    let staged = staged || c.cs != 1;
+    let scratch = if staged { ws.f32(2, n) } else { &mut [][..] };
+    for i in rows {
+        let cp = c.ptr.wrapping_offset(i as isize * c.rs);
+        let row: &mut [f32] = if !staged {
+            // SAFETY: the row is writable and nothing else refers to it during the call.
+            unsafe { core::slice::from_raw_parts_mut(cp, n) }
+        } else {
+            // SAFETY: readable per the contract; `scratch` is distinct.
+            unsafe { crate::strided::gather_into(cp, c.cs, scratch) };
+            &mut scratch[..]
+        };
+        for x in addends.iter().flatten() {
+            // SAFETY: readable per the contract, not overlapping C.
+            unsafe { add_row(row, x.ptr.wrapping_offset(i as isize * x.rs), x.cs) };
+        }
+        crate::act::apply_in_place(epi.func, epi.act_alpha, epi.act_beta, row);
+        if staged {
+            for (j, v) in scratch.iter().enumerate() {
+                // SAFETY: writable per the contract.
+                unsafe { *cp.offset(j as isize * c.cs) = *v };
+            }
+        }
+    }
+}
+
+/// Rows of C per block of a MatMul with an epilogue (see
+/// [`nrt_hal::tuning::EPILOGUE_TILE_BYTES`]).
+pub fn epilogue_block_rows(n: usize) -> usize {
+    (EPILOGUE_TILE_BYTES / (4 * n.max(1))).max(EPILOGUE_MIN_ROWS)
+}
+
+/// Executes `Op::MatMul` — the one entry point for every element type of B: f32, or bf16 /
+/// f16 weights ([`crate::matmul_half`], AVX-512 BF16 / F16C chosen at run time): the product,
+/// then the epilogue (if any) on each block of rows of C
+/// right after the block is computed, while it is still in cache.
+///
+/// # Safety
+/// The operands must lie inside `mem`, aligned; C must not overlap A or B (the epilogue's
+/// operands may overlap C: those rows are staged through the workspace).
+#[allow(clippy::too_many_arguments)]
 pub unsafe fn matmul(
     a: &AccessPattern,
     b: &AccessPattern,
     c: &AccessPattern,
     alpha: f32,
     flags: u32,
+    epilogue: &Epilogue,
     mem: DeviceMemory,
     ws: &mut Workspace,
 ) {
@@ -281,6 +379,17 @@ pub unsafe fn matmul(
         View::<f32>::new(b, mem),
         View::<f32>::new(c, mem),
     );
+    // Half-precision weights (`--auto-cast`): the same element strides, 16-bit elements.
+    let half = match b.dtype {
+        DType::Bf16 => Some(Half::Bf16),
+        DType::F16 => Some(Half::F16),
+        _ => None,
+    };
+    let vh = View::<u16>::new(b, mem);
+    let ve = [
+        epilogue.bias.as_ref().map(|x| View::<f32>::new(x, mem)),
+        epilogue.residual.as_ref().map(|x| View::<f32>::new(x, mem)),
+    ];
     let ta = flags & matmul_flags::TRANSPOSE_A != 0;
     let tb = flags & matmul_flags::TRANSPOSE_B != 0;
     let acc = flags & matmul_flags::ACCUMULATE != 0;
@@ -299,20 +408,42 @@ pub unsafe fn matmul(
     } else {
         (vb.stride[2], vb.stride[3])
     };
-    // Batches that share one B (stride 0) and lie evenly spaced along M in A and C are one
-    // taller product (a Linear layer over [batch, seq, K] is one GEMM, not batch·seq GEMVs).
+    // Batches that share one B (stride 0) and lie evenly spaced along M in A and C (and the
+    // epilogue's operands) are one taller product (a Linear layer over [batch, seq, K] is one
+    // GEMM, not batch·seq GEMVs).
     let (mut m, mut nb) = (m, [vc.shape[0], vc.shape[1]]);
     for d in [1, 0] {
         let mergeable = nb[d] == 1
             || (vb.stride[d] == 0
                 && va.stride[d] == m as isize * ars
-                && vc.stride[d] == m as isize * vc.stride[2]);
+                && vc.stride[d] == m as isize * vc.stride[2]
+                && ve
+                    .iter()
+                    .flatten()
+                    .all(|e| e.stride[d] == m as isize * e.stride[2]));
         if !mergeable {
             break;
         }
         m *= nb[d];
         nb[d] = 1;
     }
+    let fused = !epilogue.is_none();
+    // An addend overlapping C (never compiled; possible in a hostile model): stage rows.
+    let overlap = |x: &AccessPattern| {
+        let (cl, ch) = c.byte_extent();
+        let (xl, xh) = x.byte_extent();
+        let (c0, x0) = (c.addr as i128, x.addr as i128);
+        c0 + cl < x0 + xh + 4 && x0 + xl < c0 + ch + 4
+    };
+    let staged = [&epilogue.bias, &epilogue.residual]
+        .into_iter()
+        .flatten()
+        .any(overlap);
+    let block = if fused {
+        epilogue_block_rows(n).min(m)
+    } else {
+        m
+    };
     for i0 in 0..nb[0] {
         for i1 in 0..nb[1] {
             let ma = Mat {
@@ -330,8 +461,46 @@ pub unsafe fn matmul(
                 rs: vc.stride[2],
                 cs: vc.stride[3],
             };
-            // SAFETY: the caller's contract covers every element of every batch.
-            unsafe { gemm_auto(m, n, k, ma, mb, mc, alpha, acc, ws) };
+            let addends = ve.map(|e| {
+                e.map(|e| Addend {
+                    ptr: e.at([i0, i1, 0, 0]),
+                    rs: e.stride[2],
+                    cs: e.stride[3],
+                })
+            });
+            let mut r0 = 0;
+            while r0 < m {
+                let rb = block.min(m - r0);
+                let off = |x: Mat| Mat {
+                    ptr: x.ptr.wrapping_offset(r0 as isize * x.rs),
+                    ..x
+                };
+                // SAFETY: the caller's contract covers every element of every batch; the
+                // block's rows are a subset.
+                unsafe {
+                    match half {
+                        None => gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws),
+                        Some(kind) => {
+                            let hb = HalfMat {
+                                ptr: vh.at([i0, i1, 0, 0]),
+                                rs: brs,
+                                cs: bcs,
+                                kind,
+                            };
+                            if k == 0 {
+                                gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws)
+                            } else {
+                                gemm_half(rb, n, k, off(ma), hb, off(mc), alpha, acc, ws)
+                            }
+                        }
+                    }
+                };
+                if fused {
+                    // SAFETY: as above; the addends do not overlap C per the contract.
+                    unsafe { epilogue_rows(mc, n, r0..r0 + rb, &addends, epilogue, staged, ws) };
+                }
+                r0 += rb;
+            }
         }
     }
 }
@@ -367,9 +536,26 @@ pub unsafe fn gemv_rowmajor(
         macro_rules! go {
             ($r:literal) => {{
                 let xs: [*const f32; $r] = core::array::from_fn(|i| x[i]);
-                let ys: [*mut f32; $r] = core::array::from_fn(|i| y[i]);
-                // SAFETY: forwarded contract; the CPU features are enabled at compile time.
-                unsafe { avx::gemv_rowmajor::<$r>(k, n, xs, b, ldb, ys, alpha, accumulate) }
+                let mut ys: [*mut f32; $r] = core::array::from_fn(|i| y[i]);
+                let (mut b, mut n) = (b, n);
+                // 3 and 4 rows: 64-column strips with AVX-512 when the CPU has it (detected
+                // at run time; twice the registers and twice the width of the AVX2 strips),
+                // the AVX2 kernels for the rest.
+                if $r >= 3 && n >= 64 && avx512::available() {
+                    let done = n & !63;
+                    // SAFETY: forwarded contract; AVX-512F detected.
+                    unsafe {
+                        avx512::gemv_strips::<$r>(k, done, xs, b, ldb, ys, alpha, accumulate)
+                    };
+                    b = b.wrapping_add(done);
+                    ys = ys.map(|p| p.wrapping_add(done));
+                    n -= done;
+                }
+                if n > 0 {
+                    // SAFETY: forwarded contract; the CPU features are enabled at compile
+                    // time.
+                    unsafe { avx::gemv_rowmajor::<$r>(k, n, xs, b, ldb, ys, alpha, accumulate) }
+                }
             }};
         }
         match x.len() {
@@ -829,6 +1015,77 @@ mod avx {
         while j < n {
             block!(1, 2, j);
             j += 1;
+        }
+    }
+}
+
+/// The AVX-512 strips of the 3- and 4-row GEMV (chosen at run time).
+#[cfg(all(
+    target_arch = "x86_64",
+    target_feature = "avx2",
+    target_feature = "fma"
+))]
+mod avx512 {
+    use core::arch::x86_64::*;
+
+    /// Whether the CPU runs these kernels.
+    pub fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+
+    /// `y_i[j] = alpha·Σ_p x_i[p]·B[p, j]` (`+ y_i[j]` when `accumulate`) for the first `n`
+    /// columns, `n` a multiple of 64, in strips of 64 columns: R×4 accumulators, B's row
+    /// segment loaded once per strip row.
+    ///
+    /// # Safety
+    /// As [`super::gemv_rowmajor`]; AVX-512F present.
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn gemv_strips<const R: usize>(
+        k: usize,
+        n: usize,
+        x: [*const f32; R],
+        b: *const f32,
+        ldb: isize,
+        y: [*mut f32; R],
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        debug_assert!(n.is_multiple_of(64));
+        let mut j = 0;
+        while j < n {
+            let mut acc = [[_mm512_setzero_ps(); 4]; R];
+            for p in 0..k {
+                // SAFETY: row p, columns j..j+64 of B; x_i[p] (the contract).
+                unsafe {
+                    let row = b.offset(p as isize * ldb).add(j);
+                    let mut bv = [_mm512_setzero_ps(); 4];
+                    for w in 0..4 {
+                        bv[w] = _mm512_loadu_ps(row.add(16 * w));
+                    }
+                    for r in 0..R {
+                        let xv = _mm512_set1_ps(*x[r].add(p));
+                        for w in 0..4 {
+                            acc[r][w] = _mm512_fmadd_ps(xv, bv[w], acc[r][w]);
+                        }
+                    }
+                }
+            }
+            let va = _mm512_set1_ps(alpha);
+            for r in 0..R {
+                for w in 0..4 {
+                    // SAFETY: y_i[j + 16w .. +16] lies inside y_i's n columns.
+                    unsafe {
+                        let yp = y[r].add(j + 16 * w);
+                        let mut v = _mm512_mul_ps(va, acc[r][w]);
+                        if accumulate {
+                            v = _mm512_add_ps(v, _mm512_loadu_ps(yp));
+                        }
+                        _mm512_storeu_ps(yp, v);
+                    }
+                }
+            }
+            j += 64;
         }
     }
 }

@@ -109,6 +109,7 @@ fn second_calls_allocate_nothing() {
                 c,
                 alpha: 1.0,
                 flags,
+                epilogue: nrt_isa::Epilogue::NONE,
             },
         ));
     }

@@ -10,8 +10,8 @@ mod common;
 use common::{Arena, Rng, assert_close, close, erf64, indices, random_shape};
 use nrt_hal::DType;
 use nrt_isa::{
-    AccessPattern, ActFunc, BinaryOp, CoordMode, NearestMode, Op, PoolOp, ReduceOp, ResizeMode,
-    ScatterReduce, Window, matmul_flags,
+    AccessPattern, ActFunc, BinaryOp, CoordMode, Epilogue, NearestMode, Op, PoolOp, ReduceOp,
+    ResizeMode, ScatterReduce, Window, matmul_flags,
 };
 use nrt_kernels::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 use nrt_kernels::{KernelError, Workspace};
@@ -271,7 +271,58 @@ fn copy_transposes_large_tiles() {
 
 //===--- matmul ----------------------------------------------------------------------===//
 
+/// A random epilogue for a `csh` output: a bias broadcast per column, per row, as a scalar
+/// or full, a residual in a random layout, and an activation, each maybe absent.
+fn random_epilogue(rng: &mut Rng, m: &mut Arena, csh: [u32; 4]) -> Epilogue {
+    let n = csh[3];
+    let mut e = Epilogue::NONE;
+    e.bias = match rng.below(5) {
+        0 => None,
+        1 => Some(m.random(rng, DType::F32, csh, true)),
+        2 => Some(AccessPattern {
+            shape: csh,
+            stride: [0, 0, 1, 0],
+            ..m.dense(DType::F32, [1, 1, 1, csh[2]])
+        }),
+        3 => Some(AccessPattern {
+            shape: csh,
+            stride: [0; 4],
+            ..m.dense(DType::F32, [1, 1, 1, 1])
+        }),
+        _ => Some(AccessPattern {
+            shape: csh,
+            stride: [0, 0, 0, 1],
+            ..m.dense(DType::F32, [1, 1, 1, n])
+        }),
+    };
+    if rng.chance(0.5) {
+        e.residual = Some(m.random(rng, DType::F32, csh, true));
+    }
+    const FUNCS: [ActFunc; 8] = [
+        ActFunc::Identity,
+        ActFunc::Relu,
+        ActFunc::LeakyRelu,
+        ActFunc::Sigmoid,
+        ActFunc::Tanh,
+        ActFunc::GeluErf,
+        ActFunc::GeluTanh,
+        ActFunc::Clip,
+    ];
+    e.func = FUNCS[rng.below(FUNCS.len() as u64) as usize];
+    (e.act_alpha, e.act_beta) = match e.func {
+        ActFunc::LeakyRelu => (0.1, 0.0),
+        ActFunc::Clip => (-0.5, 0.75),
+        _ => (0.0, 0.0),
+    };
+    for x in [&e.bias, &e.residual].into_iter().flatten() {
+        m.fill_f32(x, rng, -1.0, 1.0);
+    }
+    e
+}
+
 /// `layouts`: `Some(true)` random operand layouts, `Some(false)` dense, `None` either.
+/// `epi`: whether a random [`Epilogue`] is added (`None`: either).
+#[allow(clippy::too_many_arguments)]
 fn matmul_case(
     m_: usize,
     k: usize,
@@ -280,6 +331,24 @@ fn matmul_case(
     flags: u32,
     batch: [u32; 2],
     layouts: Option<bool>,
+    epi: Option<bool>,
+) {
+    matmul_case_b(m_, k, n, seed, flags, batch, layouts, epi, DType::F32)
+}
+
+/// [`matmul_case`] with B of element type `bdt` (f32, or bf16/f16 weights: then the
+/// reference multiplies the stored half values, and A rounded to bf16 for bf16 B, in f64).
+#[allow(clippy::too_many_arguments)]
+fn matmul_case_b(
+    m_: usize,
+    k: usize,
+    n: usize,
+    seed: u64,
+    flags: u32,
+    batch: [u32; 2],
+    layouts: Option<bool>,
+    epi: Option<bool>,
+    bdt: DType,
 ) {
     let mut rng = Rng::new(seed);
     let mut m = Arena::new(16 << 20);
@@ -302,24 +371,33 @@ fn matmul_case(
     let (a, b, c) = if random_layouts {
         (
             m.random(&mut rng, DType::F32, ash, true),
-            m.random(&mut rng, DType::F32, bsh, true),
+            m.random(&mut rng, bdt, bsh, true),
             m.random(&mut rng, DType::F32, csh, false),
         )
     } else {
         (
             m.dense(DType::F32, ash),
-            m.dense(DType::F32, bsh),
+            m.dense(bdt, bsh),
             m.dense(DType::F32, csh),
         )
     };
     m.fill_f32(&a, &mut rng, -1.0, 1.0);
-    m.fill_f32(&b, &mut rng, -1.0, 1.0);
+    match bdt {
+        DType::Bf16 => m.fill_with(&b, || f32_to_bf16(rng.f32(-1.0, 1.0)) as u64),
+        DType::F16 => m.fill_with(&b, || f32_to_f16(rng.f32(-1.0, 1.0)) as u64),
+        _ => m.fill_f32(&b, &mut rng, -1.0, 1.0),
+    }
     m.fill_f32(&c, &mut rng, -1.0, 1.0);
     let c0 = m.read_f32(&c);
     let alpha = if rng.chance(0.5) {
         1.0
     } else {
         rng.f32(-2.0, 2.0)
+    };
+    let epilogue = if epi.unwrap_or_else(|| rng.chance(0.5)) {
+        random_epilogue(&mut rng, &mut m, csh)
+    } else {
+        Epilogue::NONE
     };
     m.run(
         &Op::MatMul {
@@ -328,6 +406,7 @@ fn matmul_case(
             c,
             alpha,
             flags,
+            epilogue,
         },
         &mut Workspace::new(),
     )
@@ -339,19 +418,38 @@ fn matmul_case(
         let [b0, b1, i, j] = idx;
         let (mut s, mut sa) = (0.0f64, 0.0f64);
         for p in 0..k {
-            let av = m.get_f32(&a, if ta { [b0, b1, p, i] } else { [b0, b1, i, p] }) as f64;
-            let bv = m.get_f32(&b, if tb { [b0, b1, j, p] } else { [b0, b1, p, j] }) as f64;
+            let mut av = m.get_f32(&a, if ta { [b0, b1, p, i] } else { [b0, b1, i, p] });
+            let bi = if tb { [b0, b1, j, p] } else { [b0, b1, p, j] };
+            let bv = match bdt {
+                DType::Bf16 => {
+                    av = bf16_to_f32(f32_to_bf16(av));
+                    bf16_to_f32(m.get_raw(&b, bi) as u16)
+                }
+                DType::F16 => f16_to_f32(m.get_raw(&b, bi) as u16),
+                _ => m.get_f32(&b, bi),
+            };
+            let (av, bv) = (av as f64, bv as f64);
             s += av * bv;
             sa += (av * bv).abs();
         }
         let prev = c0[want.len()] as f64;
-        want.push(alpha as f64 * s + if acc { prev } else { 0.0 });
-        tol.push(1e-5 * (sa * alpha.abs() as f64 + prev.abs()) + 1e-6);
+        let mut y = alpha as f64 * s + if acc { prev } else { 0.0 };
+        let mut t = 1e-5 * (sa * alpha.abs() as f64 + prev.abs()) + 1e-6;
+        for x in [&epilogue.bias, &epilogue.residual].into_iter().flatten() {
+            let v = m.get_f32(x, idx) as f64;
+            y += v;
+            t += 1e-6 * v.abs();
+        }
+        let (p, q) = (epilogue.act_alpha as f64, epilogue.act_beta as f64);
+        let fy = act_ref(epilogue.func, y, p, q);
+        // Every drawn function is 1.2-Lipschitz; its f32 evaluation adds a few ulp.
+        want.push(fy);
+        tol.push(1.2 * t + 4e-6 * fy.abs() + 1e-6);
     }
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(
             ((*g as f64) - w).abs() <= tol[i],
-            "m{m_} k{k} n{n} f{flags}: [{i}] {g} vs {w}"
+            "m{m_} k{k} n{n} f{flags} {bdt} {epilogue:?}: [{i}] {g} vs {w}"
         );
     }
 }
@@ -369,7 +467,7 @@ proptest! {
         b0 in 1u32..3,
         b1 in 1u32..3,
     ) {
-        matmul_case(m_, k, n, seed, flags, [b0, b1], None);
+        matmul_case(m_, k, n, seed, flags, [b0, b1], None, None);
     }
 }
 
@@ -398,9 +496,89 @@ fn matmul_shapes_of_interest() {
         for flags in 0..8 {
             for layouts in [false, true] {
                 let seed = i as u64 * 31 + flags as u64;
-                matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts));
+                matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts), None);
             }
         }
+    }
+}
+
+#[test]
+fn matmul_half_weights_bf16_and_f16() {
+    // B stored [N, K] (TRANSPOSE_B, K contiguous: the vectorized path when the CPU has it)
+    // and [K, N] or random layouts (the widening fallback), with K tails of every length mod
+    // 32 and row/column blocks of 1–4, with and without an epilogue.
+    for bdt in [DType::Bf16, DType::F16] {
+        for (i, &(m_, k, n)) in [
+            (1, 512, 64),
+            (1, 33, 7),
+            (2, 31, 5),
+            (3, 64, 9),
+            (4, 17, 4),
+            (5, 95, 6),
+            (64, 70, 33),
+            (9, 1, 3),
+        ]
+        .iter()
+        .enumerate()
+        {
+            for flags in 0..8 {
+                let seed = i as u64 * 131 + flags as u64;
+                let layouts = Some(seed.is_multiple_of(3));
+                matmul_case_b(m_, k, n, seed, flags, [1, 1], layouts, None, bdt);
+            }
+        }
+        for seed in 0..8 {
+            let f = (seed % 8) as u32 | matmul_flags::TRANSPOSE_B;
+            matmul_case_b(5, 40, 7, seed, f, [2, 3], None, Some(true), bdt);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(cfg(60))]
+
+    #[test]
+    fn matmul_half_random(
+        seed in any::<u64>(),
+        m_ in 1usize..12,
+        k in 1usize..100,
+        n in 1usize..12,
+        flags in 0u32..8,
+        bf16 in any::<bool>(),
+    ) {
+        let bdt = if bf16 { DType::Bf16 } else { DType::F16 };
+        matmul_case_b(m_, k, n, seed, flags, [1, 1], None, None, bdt);
+    }
+}
+
+#[test]
+fn matmul_epilogues_on_gemv_gemm_and_row_blocks() {
+    // M ≤ 4 (GEMV), the GEMM crate, and N wide enough that the epilogue runs on several row
+    // blocks with a short last one (`epilogue_block_rows(2048)` = 64 rows: 64 + 64 + 22).
+    assert_eq!(nrt_kernels::matmul::epilogue_block_rows(2048), 64);
+    for (i, &(m_, k, n)) in [
+        (1, 40, 33),
+        (3, 17, 70),
+        (4, 64, 8),
+        (9, 33, 47),
+        (64, 64, 64),
+        (150, 9, 2048),
+        (65, 5, 4096),
+    ]
+    .iter()
+    .enumerate()
+    {
+        for flags in 0..8 {
+            for seed in 0..3u64 {
+                let seed = i as u64 * 97 + flags as u64 * 7 + seed;
+                let layouts = seed.is_multiple_of(2);
+                matmul_case(m_, k, n, seed, flags, [1, 1], Some(layouts), Some(true));
+            }
+        }
+    }
+    // Batched, with the epilogue's operands following C's batches.
+    for seed in 0..12 {
+        matmul_case(5, 11, 13, seed, (seed % 8) as u32, [2, 3], None, Some(true));
     }
 }
 
@@ -436,6 +614,7 @@ fn matmul_batches_sharing_b_fold_into_m() {
                 c,
                 alpha: 0.5,
                 flags,
+                epilogue: nrt_isa::Epilogue::NONE,
             },
             &mut Workspace::new(),
         )
@@ -1612,5 +1791,48 @@ fn int8_gemm_throughput() {
             ops / best[0] / 1e9,
             ops / best[1] / 1e9
         );
+    }
+}
+
+#[test]
+fn an_epilogue_operand_overlapping_c_is_staged_not_undefined() {
+    // Never compiled, possible in a hostile model: the residual is C itself. The product is
+    // stored first, so each element becomes relu(2·(A·B)[i, j]) — defined, and the same on
+    // every path (GEMV and GEMM).
+    for (mm, k, n) in [(2usize, 9usize, 20usize), (70, 9, 20)] {
+        let mut rng = Rng::new(mm as u64);
+        let mut m = Arena::new(ARENA);
+        let a = m.dense(DType::F32, [1, 1, mm as u32, k as u32]);
+        let b = m.dense(DType::F32, [1, 1, k as u32, n as u32]);
+        let c = m.dense(DType::F32, [1, 1, mm as u32, n as u32]);
+        m.fill_f32(&a, &mut rng, -1.0, 1.0);
+        m.fill_f32(&b, &mut rng, -1.0, 1.0);
+        let epilogue = Epilogue {
+            residual: Some(c),
+            func: ActFunc::Relu,
+            ..Epilogue::NONE
+        };
+        m.run(
+            &Op::MatMul {
+                a,
+                b,
+                c,
+                alpha: 1.0,
+                flags: 0,
+                epilogue,
+            },
+            &mut Workspace::new(),
+        )
+        .unwrap();
+        let got = m.read_f32(&c);
+        let mut want = Vec::new();
+        for [_, _, i, j] in indices(c.shape) {
+            let mut s = 0.0f64;
+            for p in 0..k {
+                s += m.get_f32(&a, [0, 0, i, p]) as f64 * m.get_f32(&b, [0, 0, p, j]) as f64;
+            }
+            want.push((2.0 * s).max(0.0));
+        }
+        assert_close(&got, &want, 1e-5, 1e-5, "residual = C");
     }
 }

@@ -34,9 +34,12 @@ pub const MAGIC: [u8; 4] = *b"NCMF";
 /// Major version this crate reads and writes. A different major is rejected.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version this crate writes; files with a higher minor are rejected too (they may use
-/// fields we do not know). Every older minor is read. History (`docs/ncm-format.md`): 1.0
-/// the first; 1.1 adds element type `0x11` (f64) and the `MatMulInteger`,
-/// `GatherElements`, `ScatterElements` and `TopK` instructions (opcodes 0x23, 0x56–0x58).
+/// fields we do not know). Every older minor still loads.
+///
+/// - 1.0: the first format.
+/// - 1.1: `MatMul` may carry a fused epilogue (opcode `MATMUL_EPI`, `0x22`: bias, residual,
+///   activation; see `nrt_isa::Epilogue`); element type `0x11` (f64); the `MatMulInteger`,
+///   `GatherElements`, `ScatterElements` and `TopK` instructions (0x23, 0x56–0x58).
 pub const VERSION_MINOR: u16 = 1;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;

@@ -502,3 +502,34 @@ fn version_1_0_files_are_read() {
     );
     assert_eq!(CompiledModel::decode(&again).unwrap(), m);
 }
+
+/// A file written by the 1.0 format (committed: `tests/data/v1_0_gemm_beta_relu.ncm`, the
+/// `gemm_beta_relu` fusion pattern compiled before fused epilogues existed) still loads,
+/// and its MatMuls decode with no epilogue.
+#[test]
+fn a_version_1_0_file_still_loads() {
+    let bytes = include_bytes!("data/v1_0_gemm_beta_relu.ncm");
+    assert_eq!(u16::from_le_bytes([bytes[6], bytes[7]]), 0, "a 1.0 file");
+    let m = nrt_model::CompiledModel::decode(bytes).expect("1.0 loads");
+    let pe = m.block(0, nrt_hal::Engine::Pe).expect("a PE block");
+    let ops = nrt_isa::decode_block(&pe.code, nrt_hal::Engine::Pe).expect("decodes");
+    let matmuls: Vec<_> = ops
+        .iter()
+        .filter_map(|(_, i)| match i.op {
+            nrt_isa::Op::MatMul { epilogue, .. } => Some(epilogue),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(matmuls.len(), 2);
+    assert!(matmuls.iter().all(|e| e.is_none()));
+    // Re-encoded, it is a file of this crate's version.
+    let again = m.encode();
+    assert_eq!(
+        u16::from_le_bytes([again[6], again[7]]),
+        nrt_model::VERSION_MINOR
+    );
+    assert_eq!(
+        nrt_model::CompiledModel::decode(&again).expect("decodes"),
+        m
+    );
+}

@@ -564,6 +564,7 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
             c: ap(tmp, 0),
             alpha: 0.01,
             flags: 0,
+            epilogue: nrt_isa::Epilogue::NONE,
         })
         .wait(inp, 1),
     );
@@ -578,6 +579,7 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
                 c: ap(tmp, dst),
                 alpha: 0.01,
                 flags: 0,
+                epilogue: nrt_isa::Epilogue::NONE,
             }),
         );
     }
@@ -590,6 +592,7 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
             c: ap(lr, 0),
             alpha: 0.01,
             flags: 0,
+            epilogue: nrt_isa::Epilogue::NONE,
         })
         .signal(product, 1),
     );

@@ -48,6 +48,10 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) g: &'a Graph,
     pub(crate) b: ModelBuilder,
     pub(crate) cores: u8,
+    /// The element type constant MatMul/Gemm weights are cast to (`--auto-cast`), if any.
+    pub(crate) auto_cast: Option<DType>,
+    /// Cast weights already stored, by value: their `[N, K]` constant.
+    pub(crate) cast_addr: HashMap<ValueId, u64>,
     pub(crate) prog: Vec<(u8, Engine, Instruction)>,
     /// Where each computed value lives: a dense view of its own storage, or a strided view
     /// of another value's (layout operators only describe, never copy).

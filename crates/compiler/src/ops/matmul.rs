@@ -1,5 +1,7 @@
-//! MatMul and Gemm on PE (split between the cores with `cores: 2`; a following scalar
-//! factor goes into alpha, a following bias add and activation into one ACT pass).
+//! MatMul and Gemm on PE (split between the cores with `cores: 2`). A following scalar
+//! factor goes into alpha; Gemm's C, the `Add`s of a bias or a residual that follow and a
+//! following activation (an ACT function node or a recognized GELU) go into the MatMul's
+//! fused epilogue ([`nrt_isa::Epilogue`]), computed on each output tile while it is hot.
 
 use super::unary::act_of;
 use super::{Dtypes, Fold, Registry};
@@ -10,7 +12,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_shapes, elementwise_dtype_check, matmul_shape, out};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
-use nrt_isa::{AccessPattern, BinaryOp, Op, matmul_flags};
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Epilogue, Op, matmul_flags};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("MatMul", 1, infer_matmul)
@@ -20,6 +22,19 @@ pub(super) fn register(r: &mut Registry) {
         .dtypes(Dtypes::Float)
         .fold(Fold::Never)
         .device(|l, at| l.lower_gemm(at));
+}
+
+/// What [`Lowerer::epilogue_chain`] found after a product.
+#[derive(Debug)]
+pub(crate) struct EpilogueChain {
+    /// Tensors added (broadcast to the product's shape), in order: bias, residual.
+    pub addends: Vec<ValueId>,
+    /// The activation applied last: `(function, alpha, beta)`.
+    pub act: Option<(ActFunc, f32, f32)>,
+    /// The value the last fused node produces (the product itself when nothing fuses).
+    pub out: ValueId,
+    /// The fused nodes (not lowered).
+    pub nodes: Vec<usize>,
 }
 
 /// MatMul (numpy semantics).
@@ -63,7 +78,7 @@ pub(crate) fn infer_gemm(c: &Ctx) -> Result<Vec<Out>> {
 }
 
 impl<'a> Lowerer<'a> {
-    /// Emits one MatMul, split between the cores (N, else M) when there are two.
+    /// Emits one MatMul without an epilogue (see [`Self::matmul_epi`]).
     pub(crate) fn matmul_aps(
         &mut self,
         a: AccessPattern,
@@ -72,7 +87,145 @@ impl<'a> Lowerer<'a> {
         alpha: f32,
         flags: u32,
     ) {
-        let es = 4i64;
+        self.matmul_epi(a, b, c, alpha, flags, Epilogue::NONE);
+    }
+
+    /// The elementwise nodes after a MatMul/Gemm result `v` that its epilogue can compute:
+    /// up to `slots` `Add`s of a tensor that broadcasts to `v`'s shape and is available
+    /// now (a constant, or a value already computed: a bias or a residual), then one
+    /// activation (any ACT function node, or a GELU recognized from its decomposition,
+    /// whose bias add counts as one of the adds). Each intermediate must have that node as
+    /// its only reader and not be a graph output. f32 only.
+    pub(crate) fn epilogue_chain(&self, v: ValueId, slots: usize) -> EpilogueChain {
+        let g = self.g;
+        let mut ch = EpilogueChain {
+            addends: Vec::new(),
+            act: None,
+            out: v,
+            nodes: Vec::new(),
+        };
+        if g.values[v].dtype != DType::F32 {
+            return ch;
+        }
+        let shape = g.values[v].shape.clone();
+        let ready = |x: ValueId| g.values[x].konst.is_some() || self.loc[x].is_some();
+        let fits = |x: ValueId| {
+            g.values[x].dtype == DType::F32
+                && broadcast_shapes(&g.values[x].shape, &shape).as_deref() == Some(&shape[..])
+        };
+        while ch.addends.len() < slots {
+            let Some(j) = self.sole_consumer(ch.out) else {
+                break;
+            };
+            let nj = &g.nodes[j];
+            let ins: Vec<ValueId> = nj.inputs.iter().flatten().copied().collect();
+            let other = match (nj.op.as_str(), ins.as_slice()) {
+                ("Add", &[p, q]) if p == ch.out && q != ch.out => q,
+                ("Add", &[p, q]) if q == ch.out && p != ch.out => p,
+                _ => break,
+            };
+            let Some(oj) = nj.outputs.first().copied().flatten() else {
+                break;
+            };
+            if self.fused.values().any(|f| f.nodes.contains(&j))
+                || g.values[oj].shape != shape
+                || g.values[oj].dtype != DType::F32
+                || !ready(other)
+                || !fits(other)
+            {
+                break;
+            }
+            ch.addends.push(other);
+            ch.nodes.push(j);
+            ch.out = oj;
+        }
+        // A GELU spelled out in elementwise nodes, recognized before lowering.
+        if let Some((&root, f)) = self.fused.iter().find(|(_, f)| f.x == ch.out)
+            && !self.out_vars.contains_key(&ch.out)
+            && self.consumers[ch.out].iter().all(|c| f.nodes.contains(c))
+            && f.bias
+                .is_none_or(|b| ready(b) && fits(b) && ch.addends.len() < slots)
+            && let Some(o) = g.nodes[root].outputs.first().copied().flatten()
+            && g.values[o].shape == shape
+        {
+            ch.addends.extend(f.bias);
+            ch.act = Some((f.func, 0.0, 0.0));
+            ch.nodes.extend(f.nodes.iter().copied());
+            ch.out = o;
+            return ch;
+        }
+        if let Some(j) = self.sole_consumer(ch.out)
+            && !self.fused.contains_key(&j)
+        {
+            let cj = Ctx { g, n: &g.nodes[j] };
+            if let Ok(Some(f)) = act_of(&cj)
+                && g.nodes[j].inputs.first().copied().flatten() == Some(ch.out)
+                && let Some(o) = g.nodes[j].outputs.first().copied().flatten()
+                && g.values[o].shape == shape
+                && g.values[o].dtype == DType::F32
+            {
+                ch.act = Some(f);
+                ch.nodes.push(j);
+                ch.out = o;
+            }
+        }
+        ch
+    }
+
+    /// Under `--auto-cast`: the constant 2-D f32 weight `v` stored once in the cast type as
+    /// `[N, K]` (K contiguous, what the device's half-precision MatMul reads), viewed as the
+    /// product stores it: `[N, K]` when `stored_nk` (Gemm's `transB`), else `[K, N]` with
+    /// strides `[1, K]`. `None` when nothing is cast.
+    pub(crate) fn cast_weight(&mut self, v: ValueId, stored_nk: bool) -> Option<View> {
+        let dtype = self.auto_cast?;
+        let val = &self.g.values[v];
+        let t = val.konst.as_deref()?;
+        if val.dtype != DType::F32 || val.shape.len() != 2 {
+            return None;
+        }
+        let (r, c) = (val.shape[0], val.shape[1]);
+        let addr = match self.cast_addr.get(&v) {
+            Some(&a) => a,
+            None => {
+                let x = t.to_f32s();
+                let nk: Box<dyn Iterator<Item = f64>> = if stored_nk {
+                    Box::new(x.iter().map(|&f| f as f64))
+                } else {
+                    Box::new(
+                        (0..c)
+                            .flat_map(|j| (0..r).map(move |p| (p, j)))
+                            .map(|(p, j)| x[p * c + j] as f64),
+                    )
+                };
+                let h = HostTensor::from_f64s(dtype, vec![r * c], nk);
+                let a = self.add_const(&h);
+                self.cast_addr.insert(v, a);
+                a
+            }
+        };
+        Some(if stored_nk {
+            View::dense(addr, dtype, &[r, c])
+        } else {
+            View {
+                addr,
+                dtype,
+                shape: vec![r, c],
+                strides: vec![1, r as i64],
+            }
+        })
+    }
+
+    /// Emits one MatMul with an epilogue, split between the cores (N, else M) when there
+    /// are two.
+    pub(crate) fn matmul_epi(
+        &mut self,
+        a: AccessPattern,
+        b: AccessPattern,
+        c: AccessPattern,
+        alpha: f32,
+        flags: u32,
+        epilogue: Epilogue,
+    ) {
         let (m, n) = (c.shape[2] as i64, c.shape[3] as i64);
         let ta = flags & matmul_flags::TRANSPOSE_A != 0;
         let tb = flags & matmul_flags::TRANSPOSE_B != 0;
@@ -86,6 +239,7 @@ impl<'a> Lowerer<'a> {
                     c,
                     alpha,
                     flags,
+                    epilogue,
                 },
             );
             return;
@@ -94,16 +248,20 @@ impl<'a> Lowerer<'a> {
         let total = if split_n { n } else { m };
         let half = total / 2;
         for (core, start, len) in [(0u8, 0i64, half), (1u8, half, total - half)] {
-            let (mut a2, mut b2, mut c2) = (a, b, c);
+            let (mut a2, mut b2, mut c2, mut e2) = (a, b, c, epilogue);
             let adv = |ap: &mut AccessPattern, dim: usize| {
+                let es = ap.dtype.size() as i64;
                 ap.shape[dim] = len as u32;
                 ap.addr = (ap.addr as i64 + start * ap.stride[dim] as i64 * es) as u64;
             };
+            let cdim = if split_n { 3 } else { 2 };
+            adv(&mut c2, cdim);
+            for x in [&mut e2.bias, &mut e2.residual].into_iter().flatten() {
+                adv(x, cdim);
+            }
             if split_n {
-                adv(&mut c2, 3);
                 adv(&mut b2, if tb { 2 } else { 3 });
             } else {
-                adv(&mut c2, 2);
                 adv(&mut a2, if ta { 3 } else { 2 });
             }
             self.emit(
@@ -115,6 +273,7 @@ impl<'a> Lowerer<'a> {
                     c: c2,
                     alpha,
                     flags,
+                    epilogue: e2,
                 },
             );
         }
@@ -153,10 +312,34 @@ impl<'a> Lowerer<'a> {
                 }
             }
         }
+        // The bias/residual adds and the activation that follow: the MatMul's epilogue
+        // (only for a product that computes something: an empty one writes no tile).
+        let nonempty = g.values[o0].shape.iter().all(|&d| d > 0)
+            && g.values[av].shape.last().is_some_and(|&k| k > 0);
+        let mut epilogue = Epilogue::NONE;
+        let mut addends = Vec::new();
+        if nonempty {
+            let ch = self.epilogue_chain(target, 2);
+            if !ch.nodes.is_empty() {
+                for &j in &ch.nodes {
+                    self.skip[j] = true;
+                }
+                if let Some((f, p, q)) = ch.act {
+                    epilogue.func = f;
+                    epilogue.act_alpha = p;
+                    epilogue.act_beta = q;
+                }
+                addends = ch.addends;
+                target = ch.out;
+            }
+        }
         // Operands as they are stored: transposed and head-split views need no copy (the
-        // engine takes any strides).
+        // engine takes any strides). A constant weight may be cast (`--auto-cast`).
         let mut a = self.sview(av)?;
-        let mut b = self.sview(bv)?;
+        let mut b = match self.cast_weight(bv, false) {
+            Some(v) => v,
+            None => self.sview(bv)?,
+        };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
         }
@@ -164,6 +347,16 @@ impl<'a> Lowerer<'a> {
             b = self.view(bv)?;
         }
         let y = self.alloc_any(target)?;
+        let mut ev = Vec::new();
+        for &x in &addends {
+            let v = self.sview(x)?;
+            let v = if v.strides.iter().any(|&s| s < 0) {
+                self.view(x)?
+            } else {
+                v
+            };
+            ev.push(v.broadcast(&y.shape));
+        }
         let (a1, b1) = (a.shape.len() == 1, b.shape.len() == 1);
         if a1 {
             a = View {
@@ -189,6 +382,18 @@ impl<'a> Lowerer<'a> {
             c.shape.push(1);
             c.strides.push(0);
         }
+        for e in &mut ev {
+            if a1 {
+                let at = e.shape.len() - usize::from(!b1);
+                e.shape.insert(at, 1);
+                e.strides.insert(at, 0);
+            }
+            if b1 {
+                e.shape.push(1);
+                e.strides.push(0);
+            }
+        }
+        let re = c.shape.len();
         let (ra, rb, rc) = (a.shape.len(), b.shape.len(), c.shape.len());
         let (mut m, k) = (a.shape[ra - 2], a.shape[ra - 1]);
         let nn = b.shape[rb - 1];
@@ -197,6 +402,10 @@ impl<'a> Lowerer<'a> {
         let (b_rs, b_cs) = (b.strides[rb - 2], b.strides[rb - 1]);
         let (c_rs, c_cs) = (c.strides[rc - 2], c.strides[rc - 1]);
         if m * nn == 0 || batch.contains(&0) {
+            debug_assert!(
+                epilogue.is_none() && ev.is_empty(),
+                "fused only when nonempty"
+            );
             return self.finish_fused_target(target, o0);
         }
         if k == 0 {
@@ -218,14 +427,21 @@ impl<'a> Lowerer<'a> {
                 .collect()
         };
         let (sa, sb, sc) = (bstr(&a, ra), bstr(&b, rb), c.strides[..rc - 2].to_vec());
-        let (mut bs, mut bst, _) = simplify(&batch, &[sa, sb, sc], usize::MAX);
+        let mut all = vec![sa, sb, sc];
+        all.extend(ev.iter().map(|e| e.strides[..re - 2].to_vec()));
+        let (mut bs, mut bst, _) = simplify(&batch, &all, usize::MAX);
         // Batches that share B and continue A's and C's rows are more rows (one taller
         // product, which two cores can split).
         while let Some(&last) = bs.last() {
             let d = bs.len() - 1;
             let rows_a = a_rs * m as i64;
             let rows_c = c_rs * m as i64;
-            if bst[1][d] == 0 && bst[0][d] == rows_a && bst[2][d] == rows_c {
+            let rows_e = |i: usize| ev[i].strides[re - 2] * m as i64;
+            if bst[1][d] == 0
+                && bst[0][d] == rows_a
+                && bst[2][d] == rows_c
+                && (0..ev.len()).all(|i| bst[3 + i][d] == rows_e(i))
+            {
                 m *= last;
                 bs.pop();
                 for s in &mut bst {
@@ -265,7 +481,21 @@ impl<'a> Lowerer<'a> {
                 &shape(m, nn),
                 &strides(2, c_rs, c_cs),
             )?;
-            self.matmul_aps(a_ap, b_ap, c_ap, alpha, 0);
+            let mut epi = epilogue;
+            for (i, e) in ev.iter().enumerate() {
+                let ap = mk_ap(
+                    e.elems(o[3 + i]),
+                    e.dtype,
+                    &shape(m, nn),
+                    &strides(3 + i, e.strides[re - 2], e.strides[re - 1]),
+                )?;
+                if i == 0 {
+                    epi.bias = Some(ap);
+                } else {
+                    epi.residual = Some(ap);
+                }
+            }
+            self.matmul_epi(a_ap, b_ap, c_ap, alpha, 0, epi);
         }
         self.finish_fused_target(target, o0)
     }
@@ -287,7 +517,10 @@ impl<'a> Lowerer<'a> {
         let tb = n.attr_i("transB", 0)? != 0;
         let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
         let mut a = self.sview(av)?;
-        let mut b = self.sview(bv)?;
+        let mut b = match self.cast_weight(bv, tb) {
+            Some(v) => v,
+            None => self.sview(bv)?,
+        };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
         }
@@ -300,14 +533,10 @@ impl<'a> Lowerer<'a> {
             g.values[o0].shape.get(1).copied().unwrap_or(1),
         );
         let k = if ta { a.shape[0] } else { a.shape[1] };
-        // Bias and a following activation: the product, then ONE activation pass in place
-        // (bias + function). The bias must be a constant when beta scales it.
-        let act = self.sole_consumer(o0).and_then(|j| {
-            let cj = Ctx { g, n: &g.nodes[j] };
-            act_of(&cj).ok().flatten().map(|f| (j, f))
-        });
-        let bias_for_act = match (cv, act) {
-            (Some(c), Some(_)) if k > 0 && m * nn > 0 => {
+        // C (scaled by beta: a constant's copy is scaled at compile time) and the adds and
+        // activation that follow go into the MatMul's epilogue.
+        let c_bias = match cv {
+            Some(c) if k > 0 && m * nn > 0 && g.values[o0].dtype == DType::F32 => {
                 if beta == 1.0 {
                     Some(self.sview(c)?)
                 } else if let Some(t) = g.values[c].konst.as_deref() {
@@ -320,28 +549,61 @@ impl<'a> Lowerer<'a> {
             }
             _ => None,
         };
-        let y = self.alloc_any(o0)?;
-        let mut flags = 0;
-        if let (Some(bias), Some((j, f))) = (bias_for_act, act) {
+        let ch = if k > 0 && m * nn > 0 && (c_bias.is_some() || cv.is_none()) {
+            Some(self.epilogue_chain(o0, 2 - usize::from(c_bias.is_some())))
+        } else {
+            None
+        };
+        if c_bias.is_some() || ch.as_ref().is_some_and(|c| !c.nodes.is_empty()) {
+            let ch = ch.expect("computed when C fuses or is absent");
+            for &j in &ch.nodes {
+                self.skip[j] = true;
+            }
+            let y = self.alloc_any(ch.out)?;
+            let mut epilogue = Epilogue::NONE;
+            if let Some((f, p, q)) = ch.act {
+                epilogue.func = f;
+                epilogue.act_alpha = p;
+                epilogue.act_beta = q;
+            }
+            let mut adds = Vec::new();
+            if let Some(b) = c_bias {
+                adds.push(b);
+            }
+            for &x in &ch.addends {
+                let v = self.sview(x)?;
+                adds.push(if v.strides.iter().any(|&s| s < 0) {
+                    self.view(x)?
+                } else {
+                    v
+                });
+            }
+            for (i, v) in adds.iter().enumerate() {
+                let v = v.broadcast(&y.shape);
+                let ap = mk_ap(v.addr, v.dtype, &v.shape, &v.strides)?;
+                if i == 0 {
+                    epilogue.bias = Some(ap);
+                } else {
+                    epilogue.residual = Some(ap);
+                }
+            }
             let (a_ap, b_ap, c_ap) = (
                 mk_ap(a.addr, a.dtype, &a.shape, &a.strides)?,
                 mk_ap(b.addr, b.dtype, &b.shape, &b.strides)?,
                 mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?,
             );
+            let mut flags = 0;
             if ta {
                 flags |= matmul_flags::TRANSPOSE_A;
             }
             if tb {
                 flags |= matmul_flags::TRANSPOSE_B;
             }
-            self.matmul_aps(a_ap, b_ap, c_ap, alpha, flags);
-            let oj = self.out(j, 0)?;
-            let out = self.alloc_over(o0, &[j], oj)?;
-            let bias = bias.broadcast(&y.shape);
-            self.activation(&y, &out, Some(&bias), f, 1.0)?;
-            self.skip[j] = true;
-            return self.finish_value(oj);
+            self.matmul_epi(a_ap, b_ap, c_ap, alpha, flags, epilogue);
+            return self.finish_fused_target(ch.out, o0);
         }
+        let y = self.alloc_any(o0)?;
+        let mut flags = 0;
         if let Some(cv) = cv {
             let cview = self.sview(cv)?.broadcast(&y.shape);
             if beta == 1.0 {

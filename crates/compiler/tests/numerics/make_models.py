@@ -464,6 +464,53 @@ def quantized_convs(out):
     ]
     save(out, "quantized_convs", nodes, [("X", [1, 3, 9, 9])],
          [("Y", [1, 4, 5, 5]), ("Y2", [1, 2, 9, 9])], inits, opset=13)
+def epilogues(out):
+    """MatMul/Gemm with what follows fused into the MatMul's epilogue (bias, residual,
+    activation, scale), with tails: odd sizes, batches folded into M, several row blocks,
+    1-D operands, and a residual not yet computed when the MatMul runs (no fusion)."""
+    save(out, "epi_mlp_bias_relu", [
+        N("MatMul", ["X", "W1"], ["h1"]), N("Add", ["h1", "b1"], ["a1"]), N("Relu", ["a1"], ["r1"]),
+        N("MatMul", ["r1", "W2"], ["h2"]), N("Add", ["b2", "h2"], ["a2"]), N("Relu", ["a2"], ["Y"]),
+    ], [("X", [2, 33, 48])], [("Y", [2, 33, 37])],
+        [w("W1", (48, 40)), w("b1", (40,)), w("W2", (40, 37)), w("b2", (37,))])
+    save(out, "epi_bias_residual", [
+        N("MatMul", ["X", "W"], ["h"]), N("Add", ["h", "b"], ["hb"]), N("Add", ["X", "hb"], ["Y"]),
+    ], [("X", [2, 5, 16])], [("Y", [2, 5, 16])], [w("W", (16, 16)), w("b", (16,))])
+    save(out, "epi_residual_sigmoid", [
+        N("MatMul", ["X", "W"], ["h"]), N("Add", ["h", "R"], ["s"]), N("Sigmoid", ["s"], ["Y"]),
+    ], [("X", [7, 12]), ("R", [7, 9])], [("Y", [7, 9])], [w("W", (12, 9))])
+    save(out, "epi_scale_bias_tanh", [
+        N("MatMul", ["X", "W"], ["h"]), N("Mul", ["h", "s"], ["hs"]), N("Add", ["hs", "b"], ["a"]),
+        N("Tanh", ["a"], ["Y"]),
+    ], [("X", [3, 10])], [("Y", [3, 11])], [w("W", (10, 11)), w("b", (11,)), f32("s", 0.125)])
+    save(out, "epi_gemm_full_c_leaky", [
+        N("Gemm", ["X", "W", "C"], ["g"], transB=1), N("LeakyRelu", ["g"], ["Y"], alpha=0.2),
+    ], [("X", [6, 8]), ("C", [6, 5])], [("Y", [6, 5])], [w("W", (5, 8))])
+    save(out, "epi_gemm_c_residual_clip", [
+        N("Gemm", ["X", "W", "b"], ["g"], alpha=0.5, beta=2.0), N("Add", ["g", "R"], ["s"]),
+        N("Clip", ["s", "lo", "hi"], ["Y"]),
+    ], [("X", [9, 4]), ("R", [9, 6])], [("Y", [9, 6])],
+        [w("W", (4, 6)), w("b", (6,)), f32("lo", -0.1), f32("hi", 0.2)])
+    save(out, "epi_row_blocks", [
+        N("MatMul", ["X", "W"], ["h"]), N("Add", ["h", "b"], ["a"]), N("Relu", ["a"], ["Y"]),
+    ], [("X", [150, 9])], [("Y", [150, 2048])], [w("W", (9, 2048)), w("b", (2048,))])
+    save(out, "epi_matvec_bias", [
+        N("MatMul", ["X", "v"], ["h"]), N("Add", ["h", "b"], ["a"]), N("Relu", ["a"], ["Y"]),
+    ], [("X", [3, 7, 16])], [("Y", [3, 7])], [w("v", (16,)), f32("b", 0.05)])
+    save(out, "epi_vecmat_bias", [
+        N("MatMul", ["x", "W"], ["h"]), N("Add", ["h", "b"], ["Y"]),
+    ], [("x", [16])], [("Y", [8])], [w("W", (16, 8)), w("b", (8,))])
+    save(out, "epi_batched_b_row_bias", [
+        N("MatMul", ["X", "W"], ["h"]), N("Add", ["h", "b"], ["a"]), N("Relu", ["a"], ["Y"]),
+    ], [("X", [2, 3, 8, 16])], [("Y", [2, 3, 8, 5])], [w("W", (2, 3, 16, 5)), w("b", (8, 1))])
+    # R is computed after the MatMul in node order: not fusable, still right.
+    save(out, "epi_residual_not_ready", [
+        N("MatMul", ["X", "W"], ["h"]), N("Abs", ["Z"], ["R"]), N("Add", ["h", "R"], ["Y"]),
+    ], [("X", [4, 6]), ("Z", [4, 3])], [("Y", [4, 3])], [w("W", (6, 3))])
+    # The MatMul's result is also a graph output: nothing fuses.
+    save(out, "epi_intermediate_output", [
+        N("MatMul", ["X", "W"], ["H"]), N("Add", ["H", "b"], ["a"]), N("Relu", ["a"], ["Y"]),
+    ], [("X", [4, 6])], [("H", [4, 3]), ("Y", [4, 3])], [w("W", (6, 3)), w("b", (3,))])
 
 
 def main():
@@ -477,6 +524,7 @@ def main():
     if_gated(out)
     recurrent(out)
     quantized_attention(out)
+    epilogues(out)
     computed_operands(out)
     gelu_models(out)
     attention(out, "Mul")

@@ -1,0 +1,547 @@
+//! `MatMul` with half-precision weights: B in bf16 or f16, A and C in f32 (what `nrt compile
+//! --auto-cast matmult` emits). Entered only through [`crate::matmul::matmul`], which picks
+//! this path from B's element type.
+//!
+//! - **bf16** with AVX-512 BF16 (`vdpbf16ps`, detected at run time): A's rows are rounded to
+//!   bf16 once per call (round to nearest even), then blocks of up to 4 rows of A × 4
+//!   columns of B are dot products of 32 bf16 pairs per instruction with f32 accumulation,
+//!   16 accumulators in registers, masked loads for the K tail.
+//! - **f16** with AVX-512F (`vcvtph2ps`, the 512-bit F16C): B's halves are widened in
+//!   registers and multiplied with A's f32 values (A is not rounded), same blocking.
+//! - Both need B's columns contiguous along K (`[N, K]` storage: the layout the compiler
+//!   writes cast weights in). Any other layout, and machines without the features, widen B
+//!   to f32 in the workspace and run the f32 GEMM: slower, same results up to the f32
+//!   summation order (the bf16 path also rounds A, which the fallback does too).
+
+use crate::Workspace;
+use crate::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16};
+use crate::matmul::{Mat, gemm_auto};
+
+/// Which 16-bit float B holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Half {
+    /// bfloat16.
+    Bf16,
+    /// IEEE binary16.
+    F16,
+}
+
+/// A strided matrix of 16-bit floats: element `[p, j]` at `ptr + p·rs + j·cs`.
+#[derive(Clone, Copy, Debug)]
+pub struct HalfMat {
+    /// Element `[0, 0]`.
+    pub ptr: *const u16,
+    /// Row stride (along K).
+    pub rs: isize,
+    /// Column stride (along N).
+    pub cs: isize,
+    /// Element type.
+    pub kind: Half,
+}
+
+impl Half {
+    fn widen(self, h: u16) -> f32 {
+        match self {
+            Half::Bf16 => bf16_to_f32(h),
+            Half::F16 => f16_to_f32(h),
+        }
+    }
+}
+
+/// Whether the vectorized path runs for `kind` on this machine.
+pub fn fast_path_available(kind: Half) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let base = std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl");
+        match kind {
+            Half::Bf16 => base && std::arch::is_x86_feature_detected!("avx512bf16"),
+            Half::F16 => base,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = kind;
+        false
+    }
+}
+
+/// `C = alpha·A·B` (`+= ` when `accumulate`) for an f32 `m×k` A, a half-precision `k×n` B
+/// and an f32 `m×n` C.
+///
+/// # Safety
+/// As [`gemm_auto`]: every addressed element valid, C not overlapping A or B; `m, n, k ≥ 1`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_half(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: HalfMat,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    ws: &mut Workspace,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if b.rs == 1 && fast_path_available(b.kind) {
+        // SAFETY: forwarded contract; the CPU features were just detected.
+        unsafe {
+            match b.kind {
+                Half::Bf16 => avx512::bf16(m, n, k, a, b, c, alpha, accumulate, ws),
+                Half::F16 => avx512::f16(m, n, k, a, b, c, alpha, accumulate, ws),
+            }
+        }
+        return;
+    }
+    // Portable path: B widened to a dense f32 `k×n` (A rounded to bf16 first for bf16, so
+    // both paths compute the same products).
+    let (bw, aw) = ws.f32x2(k * n, if b.kind == Half::Bf16 { m * k } else { 0 });
+    for p in 0..k {
+        for j in 0..n {
+            // SAFETY: in bounds per the contract.
+            let h = unsafe { *b.ptr.offset(p as isize * b.rs + j as isize * b.cs) };
+            bw[p * n + j] = b.kind.widen(h);
+        }
+    }
+    let a2 = if b.kind == Half::Bf16 {
+        for i in 0..m {
+            for p in 0..k {
+                // SAFETY: in bounds per the contract.
+                let x = unsafe { *a.ptr.offset(i as isize * a.rs + p as isize * a.cs) };
+                aw[i * k + p] = bf16_to_f32(f32_to_bf16(x));
+            }
+        }
+        Mat {
+            ptr: aw.as_mut_ptr(),
+            rs: k as isize,
+            cs: 1,
+        }
+    } else {
+        a
+    };
+    let bm = Mat {
+        ptr: bw.as_mut_ptr(),
+        rs: n as isize,
+        cs: 1,
+    };
+    // SAFETY: the scratch copies are dense and valid (`gemm_auto` uses only the workspace's
+    // buffer 3, so buffers 0 and 1 stay where they are); C per the contract.
+    unsafe { gemm_auto(m, n, k, a2, bm, c, alpha, accumulate, ws) };
+}
+
+#[cfg(target_arch = "x86_64")]
+// Register blocks index accumulators by row and column explicitly: clearer than iterators.
+#[allow(clippy::needless_range_loop)]
+mod avx512 {
+    use super::{HalfMat, Mat};
+    use crate::Workspace;
+    use crate::elem::f32_to_bf16;
+    use core::arch::x86_64::*;
+
+    /// Covers `m×n` with blocks of up to 4×4, dispatching each block size to its
+    /// monomorphized kernel.
+    macro_rules! drive {
+        ($m:expr, $n:expr, $k:expr, $block:ident) => {{
+            let (m, n) = ($m, $n);
+            // Column panels of B that stay in L2 while every row block of A passes.
+            let pw = (nrt_hal::tuning::HALF_GEMM_PANEL_BYTES / (2 * $k.max(1))).max(4) & !3;
+            let mut j0 = 0;
+            while j0 < n {
+                let jn = (j0 + pw).min(n);
+                let mut i = 0;
+                while i < m {
+                    let r = (m - i).min(4);
+                    let mut j = j0;
+                    while j < jn {
+                        let cn = (jn - j).min(4);
+                        match (r, cn) {
+                            (4, 4) => $block!(4, 4, i, j),
+                            (4, 3) => $block!(4, 3, i, j),
+                            (4, 2) => $block!(4, 2, i, j),
+                            (4, _) => $block!(4, 1, i, j),
+                            (3, 4) => $block!(3, 4, i, j),
+                            (3, 3) => $block!(3, 3, i, j),
+                            (3, 2) => $block!(3, 2, i, j),
+                            (3, _) => $block!(3, 1, i, j),
+                            (2, 4) => $block!(2, 4, i, j),
+                            (2, 3) => $block!(2, 3, i, j),
+                            (2, 2) => $block!(2, 2, i, j),
+                            (2, _) => $block!(2, 1, i, j),
+                            (_, 4) => $block!(1, 4, i, j),
+                            (_, 3) => $block!(1, 3, i, j),
+                            (_, 2) => $block!(1, 2, i, j),
+                            (_, _) => $block!(1, 1, i, j),
+                        }
+                        j += cn;
+                    }
+                    i += r;
+                }
+                j0 = jn;
+            }
+        }};
+    }
+
+    /// The horizontal sums of 16 vectors, in order, by a transposing add tree (45
+    /// instructions instead of 16 separate reductions of ~9).
+    ///
+    /// # Safety
+    /// AVX-512F present.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn hsum16(v: [__m512; 16]) -> [f32; 16] {
+        // (Plain loops, not closures: a closure does not inherit this function's target
+        // features, and vectors crossing its boundary are not in registers.)
+        // Level 1: per 128-bit lane [a0+a2, b0+b2, a1+a3, b1+b3].
+        let mut x = [_mm512_setzero_ps(); 8];
+        for p in 0..8 {
+            let (a, b) = (v[2 * p], v[2 * p + 1]);
+            x[p] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+        }
+        // Level 2: per lane the partial sums of 4 accumulators, [A, B, C, D].
+        let mut w = [_mm512_setzero_ps(); 4];
+        for p in 0..4 {
+            let (a, b) = (_mm512_castps_pd(x[2 * p]), _mm512_castps_pd(x[2 * p + 1]));
+            // Shuffled as 64-bit pairs, added as floats.
+            w[p] = _mm512_add_ps(
+                _mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)),
+            );
+        }
+        // Levels 3 and 4: add the four lanes, lane p then holding accumulators 4p..4p+4.
+        let mut s = [_mm512_setzero_ps(); 2];
+        for p in 0..2 {
+            let (a, b) = (w[2 * p], w[2 * p + 1]);
+            s[p] = _mm512_add_ps(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+            );
+        }
+        let t = _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0x88>(s[0], s[1]),
+            _mm512_shuffle_f32x4::<0xDD>(s[0], s[1]),
+        );
+        let mut out = [0f32; 16];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), t) };
+        out
+    }
+
+    /// The `R×CN` horizontal sums of the accumulators.
+    ///
+    /// # Safety
+    /// AVX-512F present.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn reduce<const R: usize, const CN: usize>(acc: [[__m512; CN]; R]) -> [[f32; CN]; R] {
+        let mut out = [[0f32; CN]; R];
+        if R == 4 && CN == 4 {
+            let mut flat = [_mm512_setzero_ps(); 16];
+            for i in 0..16 {
+                flat[i] = acc[i / 4][i % 4];
+            }
+            // SAFETY: the features of this function.
+            let t = unsafe { hsum16(flat) };
+            for r in 0..R {
+                for q in 0..CN {
+                    out[r][q] = t[r * CN + q];
+                }
+            }
+            return out;
+        }
+        for r in 0..R {
+            for q in 0..CN {
+                out[r][q] = _mm512_reduce_add_ps(acc[r][q]);
+            }
+        }
+        out
+    }
+
+    /// Writes one `R×CN` block of dot products into C.
+    ///
+    /// # Safety
+    /// C's block writable.
+    #[inline(always)]
+    unsafe fn store<const R: usize, const CN: usize>(
+        sums: [[f32; CN]; R],
+        c: Mat,
+        i: usize,
+        j: usize,
+        alpha: f32,
+        accumulate: bool,
+    ) {
+        for (r, row) in sums.iter().enumerate() {
+            for (q, s) in row.iter().enumerate() {
+                let p = c
+                    .ptr
+                    .wrapping_offset((i + r) as isize * c.rs + (j + q) as isize * c.cs);
+                // SAFETY: in C per the contract.
+                unsafe { *p = alpha * s + if accumulate { *p } else { 0.0 } };
+            }
+        }
+    }
+
+    /// `R` rows of bf16 A (row stride `lda`) against `CN` bf16 columns of B (each contiguous
+    /// along K, column stride `ldb`): the `R×CN` dot products over `k`.
+    ///
+    /// # Safety
+    /// The rows and columns readable for `k` elements; AVX-512 F/BW/BF16 present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn bf16_block<const R: usize, const CN: usize>(
+        k: usize,
+        a: *const u16,
+        lda: usize,
+        b: *const u16,
+        ldb: isize,
+    ) -> [[f32; CN]; R] {
+        let mut acc = [[_mm512_setzero_ps(); CN]; R];
+        // SAFETY: any bit pattern is a bf16 vector.
+        let bh_zero = unsafe { core::mem::transmute::<__m512i, __m512bh>(_mm512_setzero_si512()) };
+        let mut p = 0;
+        // SAFETY: (every load) inside the rows/columns per the contract; the tail loads are
+        // masked to the `k − p` remaining elements.
+        unsafe {
+            while p + 32 <= k {
+                let mut av = [bh_zero; R];
+                for r in 0..R {
+                    av[r] = core::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                        a.add(r * lda + p) as *const __m512i,
+                    ));
+                }
+                for q in 0..CN {
+                    let bv = core::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(
+                        b.offset(q as isize * ldb).add(p) as *const __m512i,
+                    ));
+                    for r in 0..R {
+                        acc[r][q] = _mm512_dpbf16_ps(acc[r][q], av[r], bv);
+                    }
+                }
+                p += 32;
+            }
+            if p < k {
+                let mask: __mmask32 = (1u32 << (k - p)) - 1;
+                let mut av = [bh_zero; R];
+                for r in 0..R {
+                    av[r] = core::mem::transmute::<__m512i, __m512bh>(_mm512_maskz_loadu_epi16(
+                        mask,
+                        a.add(r * lda + p) as *const i16,
+                    ));
+                }
+                for q in 0..CN {
+                    let bv = core::mem::transmute::<__m512i, __m512bh>(_mm512_maskz_loadu_epi16(
+                        mask,
+                        b.offset(q as isize * ldb).add(p) as *const i16,
+                    ));
+                    for r in 0..R {
+                        acc[r][q] = _mm512_dpbf16_ps(acc[r][q], av[r], bv);
+                    }
+                }
+            }
+        }
+        // SAFETY: the features of this function.
+        unsafe { reduce(acc) }
+    }
+
+    /// Rounds `k` f32 (stride `s`) to bf16 into `out`, 32 at a time when contiguous.
+    ///
+    /// # Safety
+    /// `x` readable for `k` elements; AVX-512 F/BF16 present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn round_row(x: *const f32, s: isize, out: &mut [u16]) {
+        let k = out.len();
+        let mut p = 0;
+        if s == 1 {
+            while p + 32 <= k {
+                // SAFETY: 32 contiguous readable floats; 64 writable bytes of `out`.
+                unsafe {
+                    let lo = _mm512_loadu_ps(x.add(p));
+                    let hi = _mm512_loadu_ps(x.add(p + 16));
+                    let v = _mm512_cvtne2ps_pbh(hi, lo);
+                    _mm512_storeu_si512(
+                        out.as_mut_ptr().add(p) as *mut __m512i,
+                        core::mem::transmute::<__m512bh, __m512i>(v),
+                    );
+                }
+                p += 32;
+            }
+        }
+        for (q, o) in out.iter_mut().enumerate().skip(p) {
+            // SAFETY: readable per the contract.
+            *o = f32_to_bf16(unsafe { *x.offset(q as isize * s) });
+        }
+    }
+
+    /// bf16 `C = alpha·A·B` with `vdpbf16ps`.
+    ///
+    /// # Safety
+    /// As [`super::gemm_half`], with `b.rs == 1`; AVX-512 F/BW/VL/BF16 present.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    pub(super) unsafe fn bf16(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Mat,
+        b: HalfMat,
+        c: Mat,
+        alpha: f32,
+        accumulate: bool,
+        ws: &mut Workspace,
+    ) {
+        // A rounded to bf16 once: `m` rows of `k` (2 per f32 slot of the scratch).
+        let buf = ws.f32(0, (m * k).div_ceil(2));
+        // SAFETY: the scratch holds `2·len ≥ m·k` u16, f32-aligned.
+        let ab = unsafe { core::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u16, m * k) };
+        for (i, row) in ab.chunks_exact_mut(k).enumerate() {
+            // SAFETY: A's row readable per the contract; features present per ours.
+            unsafe { round_row(a.ptr.wrapping_offset(i as isize * a.rs), a.cs, row) };
+        }
+        let ap = ab.as_ptr();
+        macro_rules! block {
+            ($r:literal, $cn:literal, $i:expr, $j:expr) => {{
+                // SAFETY: rows i.. of the scratch and columns j.. of B are in bounds.
+                let s = unsafe {
+                    bf16_block::<$r, $cn>(
+                        k,
+                        ap.add($i * k),
+                        k,
+                        b.ptr.offset($j as isize * b.cs),
+                        b.cs,
+                    )
+                };
+                // SAFETY: C's block is writable per the contract.
+                unsafe { store::<$r, $cn>(s, c, $i, $j, alpha, accumulate) };
+            }};
+        }
+        drive!(m, n, k, block);
+    }
+
+    /// `R` f32 rows of A (row stride `lda`, contiguous) against `CN` f16 columns of B.
+    ///
+    /// # Safety
+    /// As [`bf16_block`]; AVX-512 F/BW/VL present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn f16_block<const R: usize, const CN: usize>(
+        k: usize,
+        a: *const f32,
+        lda: isize,
+        b: *const u16,
+        ldb: isize,
+    ) -> [[f32; CN]; R] {
+        let mut acc = [[_mm512_setzero_ps(); CN]; R];
+        let mut p = 0;
+        // SAFETY: (every load) inside the rows/columns per the contract; tails masked.
+        unsafe {
+            while p + 16 <= k {
+                let mut av = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    av[r] = _mm512_loadu_ps(a.offset(r as isize * lda).add(p));
+                }
+                for q in 0..CN {
+                    let bv = _mm512_cvtph_ps(_mm256_loadu_si256(
+                        b.offset(q as isize * ldb).add(p) as *const __m256i
+                    ));
+                    for r in 0..R {
+                        acc[r][q] = _mm512_fmadd_ps(av[r], bv, acc[r][q]);
+                    }
+                }
+                p += 16;
+            }
+            if p < k {
+                let mask: __mmask16 = ((1u32 << (k - p)) - 1) as u16;
+                let mut av = [_mm512_setzero_ps(); R];
+                for r in 0..R {
+                    av[r] = _mm512_maskz_loadu_ps(mask, a.offset(r as isize * lda).add(p));
+                }
+                for q in 0..CN {
+                    let bv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+                        mask,
+                        b.offset(q as isize * ldb).add(p) as *const i16,
+                    ));
+                    for r in 0..R {
+                        acc[r][q] = _mm512_fmadd_ps(av[r], bv, acc[r][q]);
+                    }
+                }
+            }
+        }
+        // SAFETY: the features of this function.
+        unsafe { reduce(acc) }
+    }
+
+    /// f16 `C = alpha·A·B`: B widened in registers, A in f32.
+    ///
+    /// # Safety
+    /// As [`super::gemm_half`], with `b.rs == 1`; AVX-512 F/BW/VL present.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn f16(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Mat,
+        b: HalfMat,
+        c: Mat,
+        alpha: f32,
+        accumulate: bool,
+        ws: &mut Workspace,
+    ) {
+        // A's rows contiguous (a copy in the scratch when they are strided).
+        let (ap, lda) = if a.cs == 1 {
+            (a.ptr as *const f32, a.rs)
+        } else {
+            let buf = ws.f32(0, m * k);
+            for (i, row) in buf.chunks_exact_mut(k).enumerate() {
+                // SAFETY: A's row readable per the contract; `buf` is distinct scratch.
+                unsafe {
+                    crate::strided::gather_into(a.ptr.wrapping_offset(i as isize * a.rs), a.cs, row)
+                };
+            }
+            (buf.as_ptr(), k as isize)
+        };
+        macro_rules! block {
+            ($r:literal, $cn:literal, $i:expr, $j:expr) => {{
+                // SAFETY: rows i.. of A and columns j.. of B are in bounds.
+                let s = unsafe {
+                    f16_block::<$r, $cn>(
+                        k,
+                        ap.wrapping_offset($i as isize * lda),
+                        lda,
+                        b.ptr.offset($j as isize * b.cs),
+                        b.cs,
+                    )
+                };
+                // SAFETY: C's block is writable per the contract.
+                unsafe { store::<$r, $cn>(s, c, $i, $j, alpha, accumulate) };
+            }};
+        }
+        drive!(m, n, k, block);
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    #[test]
+    fn hsum16_sums_each_vector_in_order() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        use core::arch::x86_64::*;
+        let vals: Vec<[f32; 16]> = (0..16)
+            .map(|i| core::array::from_fn(|j| (i * 100 + j) as f32))
+            .collect();
+        #[target_feature(enable = "avx512f")]
+        unsafe fn run(vals: &[[f32; 16]]) -> [f32; 16] {
+            let mut v = [_mm512_setzero_ps(); 16];
+            for i in 0..16 {
+                // SAFETY: 16 readable floats.
+                v[i] = unsafe { _mm512_loadu_ps(vals[i].as_ptr()) };
+            }
+            // SAFETY: the features of this function.
+            unsafe { super::avx512::hsum16(v) }
+        }
+        // SAFETY: AVX-512F detected above.
+        let got = unsafe { run(&vals) };
+        let want: Vec<f32> = vals.iter().map(|v| v.iter().sum()).collect();
+        assert_eq!(got.to_vec(), want);
+    }
+}
