@@ -37,6 +37,20 @@ pub const DEVICE_HANG_WATCHDOG: Duration = Duration::from_millis(20);
 /// the device thread.
 pub const DEVICE_ENGINE_QUANTUM: u32 = 64;
 
+/// How long a device thread whose execution is stalled at a lockstep barrier (waiting for
+/// the partner core, which another device thread runs) keeps polling before it blocks until
+/// the partner's next cross-core event (a global semaphore change, a take, an abort). With
+/// both device threads on their own vCPU the partner arrives within microseconds of balanced
+/// work; with more runnable threads than vCPUs (a co-tenant) the partner may not be running,
+/// and a spin past this would hold the very vCPU it needs. Polls yield every
+/// [`DEVICE_YIELD_EVERY_IDLE_POLLS`] meanwhile.
+pub const DEVICE_STALL_SPIN: Duration = Duration::from_micros(50);
+
+/// Longest block of a stalled device thread before it looks again by itself. Cross-core
+/// events wake it; the bound is for the hang watchdog, which needs a look now and then (the
+/// block is also capped at a quarter of the configured watchdog).
+pub const DEVICE_STALL_BLOCK_MAX: Duration = Duration::from_millis(5);
+
 //===--- rings and queues ----------------------------------------------------------------===//
 
 /// Records per notification ring. One execution writes 2 records per engine (START, END)
@@ -105,6 +119,30 @@ pub const HARVEST_YIELD: Duration = Duration::from_micros(500);
 /// 50 µs says what it costs. Only executions longer than ~0.5 ms get here, where a ≤ 10%
 /// completion delay is the price of not burning a vCPU.
 pub const HARVEST_SLEEP: Duration = Duration::from_micros(50);
+
+/// The longest a waiter spins before it blocks on the completion wake
+/// ([`crate::wake::SpinBudget`]), and the longest expected execution for which it spins at
+/// all. A futex block costs the device ~1–2 µs to wake it and the waiter 20–60 µs of wake
+/// latency, so spinning pays for executions that finish well within that; a near-null
+/// execution (0.5–1 µs) and small models (tens of µs) stay on the spinning path. Past this an
+/// execution is waited for by blocking at once: a 600 µs model's caller spinning even 50 µs
+/// would use 8% of a vCPU that the device threads need.
+pub const WAIT_SPIN_CAP: Duration = Duration::from_micros(50);
+
+/// Added to twice the expected execution time to make a waiter's spin limit: the jitter of a
+/// near-null execution (a cross-core round trip is 0.1–0.4 µs, a missed poll of the device
+/// thread about as much), so one late completion does not cost a block and a wake.
+pub const WAIT_SPIN_SLACK: Duration = Duration::from_micros(2);
+
+/// Weight of a new sample in the spin budget's moving average: `1 / 2^WAIT_EWMA_SHIFT`. An
+/// eighth follows a model whose time changes (another model loaded on the core, a co-tenant)
+/// within ~16 executions, and one outlier (a preemption) moves it by an eighth only.
+pub const WAIT_EWMA_SHIFT: u32 = 3;
+
+/// Longest block of a waiter on the completion wake before it looks again by itself. The
+/// device signals every completion, so this bound is only for what nobody signals: the
+/// deadline sweep of a hung execution (deadlines are ≥ 100 ms) and a device without a wake.
+pub const WAIT_BLOCK_RECHECK: Duration = Duration::from_millis(10);
 
 /// Longest sleep of an XU worker that stays out of the way of a client harvesting by itself
 /// (its sleeps double from [`HARVEST_SLEEP`] up to this while the client keeps polling).
