@@ -22,10 +22,11 @@ pub const DEVICE_SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
 
 /// How long an execution may sit with no engine able to make progress on a device core
 /// before the core's watchdog declares a hang (sets cause bit 29), abandons the execution and
-/// moves on. A local deadlock is detected immediately; this bound covers waits on the other
-/// core of a lockstep pair, which may legitimately be busy. It is wall-clock time, so it runs
-/// only once every core of the pair took the execution: before that the wait is on the host
-/// (it rings the cores one after the other, and may be preempted in between). It must stay
+/// moves on. This bound covers waits on the other core of a lockstep pair. It is wall-clock
+/// time, so it runs only once every core of the pair took the execution (before that the wait
+/// is on the host: it rings the cores one after the other, and may be preempted in between)
+/// and while no other core of the pair is running it (a partner computing on its own device
+/// thread, or preempted there, is busy, not hung). It must stay
 /// well below the smallest `NEURON_RT_EXEC_TIMEOUT` the runtime accepts
 /// ([`MIN_EXEC_TIMEOUT`]) so the runtime's sweep timeout finds the bit set.
 pub const DEVICE_HANG_WATCHDOG: Duration = Duration::from_millis(20);
