@@ -103,6 +103,15 @@ fn d4_api_calls_from_inside_the_callback() {
     assert!(err.contains("nrt_close cannot be called from the async-exec callback"));
 }
 
+/// D3/D4: the callback frees a tensor that another thread is reading while a later
+/// execution on it is pending; the read waits for that execution (which only the callback's
+/// worker retires), so the free must not wait for the read: it completes at once, and the
+/// read completes after the callback returns (or finds the handle freed).
+#[test]
+fn d3_d4_free_from_the_callback_while_another_thread_reads() {
+    passes("free_while_read");
+}
+
 /// D6: after a fatal fault, executions queued behind it get 101 at once (explicit surface),
 /// not a timeout or "notifications were dropped" 5 s later; `nrt_reset_vnc` recovers.
 #[test]

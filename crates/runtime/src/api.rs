@@ -1,16 +1,18 @@
 //! The public API of the runtime: every method of [`Runtime`], in one file. The pipeline
-//! (`exec`), the harvest (`harvest`) and the execution units (`xu`) are internal; these
-//! methods drive them.
+//! (`pipeline`), the harvest (`harvest`), the completion seam (`completion`) and the
+//! surfaces (`surface/`) are internal; these methods call into them.
 
 use crate::error::{NrtError, Result};
-use crate::exec::validate;
-use crate::harvest::{self, Step};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADING};
-use crate::xu::{
-    self, AsyncCallback, CallbackBox, XuKind, drain_all, drain_vcore, parse_seq,
-    refused_in_callback, signal_efd, submit_async, xu_id,
-};
+
+use crate::surface::explicit::{self, XuKind, parse_seq, xu_id};
+use crate::surface::implicit::{self, AsyncCallback, CallbackBox, refused_in_callback};
+use crate::surface::sync;
+use crate::surface::worker::{self, drain_all, drain_vcore};
+use crate::vcore::{InflightSlot, SlotInfo, Surface, signal_efd};
 use crate::*;
+use nrt_hal::{Producer, TriggerPair};
+use std::cell::UnsafeCell;
 
 impl Runtime {
     /// Starts a runtime on `device`: reserves the selected cores (sets up their DMA trigger
@@ -143,7 +145,7 @@ impl Runtime {
             ownership: Mutex::new(ownership),
             stats,
         });
-        if let Err(e) = xu::start_workers(&inner) {
+        if let Err(e) = worker::start_workers(&inner) {
             release(&*inner.device, &reserved);
             return Err(e);
         }
@@ -185,14 +187,14 @@ impl Runtime {
         {
             return;
         }
-        xu::drain_all(rt);
+        drain_all(rt);
         let models: Vec<Arc<ModelShared>> =
             std::mem::take(&mut *rt.models.lock().unwrap_or_else(|e| e.into_inner()));
         for m in &models {
             unload_model(rt, m);
         }
         rt.state.store(CLOSED, Ordering::Release);
-        xu::stop_workers(rt);
+        worker::stop_workers(rt);
         for vc in rt.vcores.iter() {
             for &c in &vc.cores {
                 let _ = rt.device.dma_queue_release(c);
@@ -288,8 +290,8 @@ impl Runtime {
     pub fn unload(&self, model: &Model) -> Result<()> {
         let rt = &self.0;
         ensure_open(rt)?;
-        if xu::in_async_callback() {
-            return Err(xu::refused_in_callback("nrt_unload"));
+        if in_async_callback() {
+            return Err(refused_in_callback("nrt_unload"));
         }
         if model
             .0
@@ -364,12 +366,12 @@ impl Runtime {
         outputs: &TensorSet,
         repeat: i32,
     ) -> Result<()> {
-        match exec::exec_mode(&self.0) {
+        match pipeline::exec_mode(&self.0) {
             ExecMode::ExplicitAsync => {
-                exec::execute_sync(&self.0, &model.0, inputs, outputs, repeat)
+                sync::execute_sync(&self.0, &model.0, inputs, outputs, repeat)
             }
             ExecMode::ImplicitAsync => {
-                xu::execute_implicit(&self.0, &model.0, inputs, outputs, repeat)
+                implicit::execute_implicit(&self.0, &model.0, inputs, outputs, repeat)
             }
         }
     }
@@ -461,29 +463,7 @@ impl Runtime {
         queue: i32,
         status: *mut i32,
     ) -> Result<SeqId> {
-        let rt = &self.0;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue}: the compute XU has only queue 0"
-            )));
-        }
-        validate(rt, &model.0, inputs, outputs, 1, false)?;
-        let vc = &rt.vcores[model.0.vnc as usize];
-        if vc.unrecoverable.load(Ordering::Acquire) {
-            return Err(NrtError::new(
-                NrtStatus::ExecUnitUnrecoverable,
-                format!("compute XU of vnc {} is in a fatal state", vc.index),
-            ));
-        }
-        let seq = submit_async(
-            rt,
-            vc,
-            &model.0,
-            inputs,
-            outputs,
-            Surface::Explicit { status },
-        )?;
-        Ok(SeqId::new(xu_id(vc.index, XuKind::Compute), seq))
+        explicit::schedule(&self.0, &model.0, inputs, outputs, queue, status)
     }
 
     /// [`Runtime::execute_schedule_raw`] without a status slot; read the outcome with
@@ -504,32 +484,9 @@ impl Runtime {
         let rt = &self.0;
         ensure_open(rt)?;
         let (vc, kind) = parse_seq(rt, seq)?;
-        let n = seq.seq_num();
         match kind {
-            XuKind::Compute => {
-                if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
-                    return Err(NrtError::invalid(format!(
-                        "sequence {:#x} was never issued",
-                        seq.0
-                    )));
-                }
-                if n <= vc.completed.load(Ordering::Acquire)
-                    || harvest::completed_status(vc.slot(n), n).is_some()
-                {
-                    return Ok(true);
-                }
-                // Help the harvest along (re-entrant, non-blocking).
-                Ok(harvest::progress_one_step(rt, vc, n) == Step::Done)
-            }
-            XuKind::TensorOp => {
-                if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
-                    return Err(NrtError::invalid(format!(
-                        "sequence {:#x} was never issued",
-                        seq.0
-                    )));
-                }
-                Ok(true)
-            }
+            XuKind::Compute => explicit::is_completed(rt, vc, seq),
+            XuKind::TensorOp => explicit::check_issued(vc, kind, seq).map(|_| true),
             XuKind::Collectives => Err(NrtError::invalid(format!(
                 "sequence {:#x}: collectives are not supported",
                 seq.0
@@ -544,40 +501,14 @@ impl Runtime {
         if kind != XuKind::Compute {
             return self.is_completed(seq).map(|_| NrtStatus::Success);
         }
-        let n = seq.seq_num();
-        if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
-            return Err(NrtError::invalid(format!(
-                "sequence {:#x} was never issued",
-                seq.0
-            )));
-        }
-        let mut backoff = harvest::Backoff::new();
-        loop {
-            if let Some(s) = harvest::completed_status(vc.slot(n), n) {
-                return Ok(s);
-            }
-            if n <= vc.completed.load(Ordering::Acquire) {
-                return Ok(NrtStatus::Success); // retired long ago; status no longer kept
-            }
-            if harvest::progress_one_step(rt, vc, n) == Step::Idle {
-                backoff.snooze();
-            }
-        }
+        explicit::wait(rt, vc, seq)
     }
 
     /// The last completed seq of an XU (`nrta_get_sequence`).
     pub fn get_sequence(&self, vnc: u32, kind: XuKind, queue: i32) -> Result<SeqId> {
         let rt = &self.0;
         ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on this XU"
-            )));
-        }
+        let vc = explicit::xu_vcore(rt, vnc, queue)?;
         let n = match kind {
             XuKind::Compute => vc.completed.load(Ordering::Acquire),
             XuKind::TensorOp => vc.xu.tensor_ops.load(Ordering::Acquire),
@@ -592,22 +523,10 @@ impl Runtime {
         let rt = &self.0;
         ensure_open(rt)?;
         let (vc, kind) = parse_seq(rt, seq)?;
-        let n = seq.seq_num();
+        let n = explicit::check_issued(vc, kind, seq)?;
         if kind == XuKind::TensorOp {
-            if n == 0 || n > vc.xu.tensor_ops.load(Ordering::Acquire) {
-                return Err(NrtError::invalid(format!(
-                    "sequence {:#x} was never issued",
-                    seq.0
-                )));
-            }
             signal_efd(efd);
             return Ok(());
-        }
-        if n == 0 || n > vc.submitted.load(Ordering::Acquire) {
-            return Err(NrtError::invalid(format!(
-                "sequence {:#x} was never issued",
-                seq.0
-            )));
         }
         let (s, fd) = &vc.xu.seq_efd[((n - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
         if efd < 0 {
@@ -619,9 +538,7 @@ impl Runtime {
         }
         fd.store(efd, Ordering::Release);
         s.store(n, Ordering::Release);
-        if n <= vc.completed.load(Ordering::Acquire)
-            || harvest::completed_status(vc.slot(n), n).is_some()
-        {
+        if explicit::completed_already(vc, n) {
             // Already complete: signal now (the harvest may also have: eventfds count).
             if s.compare_exchange(n, 0, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
@@ -637,15 +554,7 @@ impl Runtime {
     pub fn register_xu_eventfd(&self, vnc: u32, kind: XuKind, queue: i32, efd: i32) -> Result<()> {
         let rt = &self.0;
         ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on this XU"
-            )));
-        }
+        let vc = explicit::xu_vcore(rt, vnc, queue)?;
         match kind {
             XuKind::Compute => vc.xu.compute_efd.store(efd.max(-1), Ordering::Release),
             XuKind::TensorOp => vc.xu.tensor_efd.store(efd.max(-1), Ordering::Release),
@@ -663,15 +572,7 @@ impl Runtime {
     ) -> Result<SeqId> {
         let rt = &self.0;
         ensure_open(rt)?;
-        let vc = rt
-            .vcores
-            .get(vnc as usize)
-            .ok_or_else(|| NrtError::invalid(format!("no logical NeuronCore {vnc}")))?;
-        if queue != 0 {
-            return Err(NrtError::invalid(format!(
-                "queue {queue} does not exist on the tensor-op XU"
-            )));
-        }
+        let vc = explicit::xu_vcore(rt, vnc, queue)?;
         let r = op();
         let st = r.as_ref().map_or_else(|e| e.status, |_| NrtStatus::Success);
         if !status.is_null() {

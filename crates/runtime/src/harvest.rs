@@ -1,5 +1,6 @@
-//! The harvest: ONE re-entrant step function, [`progress_one_step`], and the waiting
-//! strategy of the threads that spin it.
+//! The harvest: ONE re-entrant step function, [`progress_one_step`]. It ends at each
+//! finished execution's completion word; what happens after that belongs to the
+//! execution's one owner ([`crate::completion`]).
 //!
 //! Completion is learned only by reading the notification rings the device writes — never
 //! from an interrupt or a callback. Every execution in flight on a vcore advances through
@@ -11,12 +12,18 @@
 //!                                 deadline: cause bit 29 → NRT_TIMEOUT, else NQ overflow)
 //! ```
 //!
-//! Any thread may call the step: the synchronous caller for its own execution (the seed's
-//! `exec_wait_round_robin`), the XU worker for async ones (`tpb_xu_step`). One step takes the
-//! vcore's harvest token with a `try_lock` (never blocking: a thread that finds it taken
-//! simply checks its completion word), drains every ring of every core of the vcore,
-//! advances whichever executions the records belong to, and writes each finished
-//! execution's completion word. The token is what makes the rings single-consumer.
+//! Any thread may call the step (through [`crate::completion::drive`]): the synchronous
+//! caller for its own execution (the seed's `exec_wait_round_robin`), the XU worker for async
+//! ones (`tpb_xu_step`), a client polling the explicit surface. One step takes the vcore's
+//! harvest token with a `try_lock` (never blocking: a thread that finds it taken simply
+//! checks its completion word), drains every ring of every core of the vcore, advances
+//! whichever executions the records belong to, and writes each finished execution's
+//! completion word. The token is what makes the rings single-consumer.
+//!
+//! The step calls nothing above it. It returns, besides what it did, the set of explicit
+//! executions it finished (one bit per slot, [`Owed`]): the calling thread becomes their
+//! owner and settles them (status slot, retirement, eventfds). A synchronous execution's
+//! owner is its caller and an implicit one's the XU worker; both find the completion word.
 //!
 //! # Who writes what (per in-flight slot)
 //!
@@ -25,21 +32,21 @@
 //! | `ticket` | the stager, under the staging lock, *before* the triggers are pushed (`SlotTicket::publish`); the retirer clears it (`release`) | `Release` / read `Acquire` |
 //! | `info` | the stager before `ticket`; read by the harvest and the owner while the ticket is set | ordered by `ticket` |
 //! | completion word | the harvest (under the token), once (`SlotTicket::complete`) | `Release` / read `Acquire` |
+//! | harvest progress | the harvest (under the token) | token |
 //!
 //! The ticket and completion word are `nrt_hal::SlotTicket`, whose protocol is model-checked
 //! with loom (`hal/tests/loom.rs`, `slot_ticket_*`).
-//! | harvest progress | the harvest (under the token) | token |
 
-use crate::tensor::Tensor;
+use crate::RuntimeInner;
 use crate::trace::EngineTimes;
-use crate::{InflightSlot, RuntimeInner, VCore};
+use crate::vcore::{InflightSlot, Surface, VCore};
 use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR, cause};
 use nrt_hal::{
     ERROR_RING, ErrorSubtype, NUM_ENGINES, NqRecord, NrtStatus, PlaneConsumer, PlaneWatch,
     RecordKind, tuning,
 };
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A state of the harvest machine for one execution.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,6 +118,10 @@ const _: () = assert!(
     "the ready set is one bit per slot"
 );
 
+/// Explicit executions finished by one step, one bit per in-flight slot: handed to the
+/// thread that ran the step, which must settle them ([`crate::completion::drive`]).
+pub(crate) type Owed = u64;
+
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Step {
@@ -146,17 +157,17 @@ pub(crate) fn completed_status(slot: &InflightSlot, seq: u64) -> Option<NrtStatu
 
 /// One step of the harvest machine on vcore `vc`, on behalf of execution `target` (a seq;
 /// 0 = none in particular). Re-entrant: any number of threads may call it concurrently.
-pub(crate) fn progress_one_step(rt: &RuntimeInner, vc: &VCore, target: u64) -> Step {
-    step(rt, vc, target, false)
-}
-
-/// [`progress_one_step`] as the XU worker runs it (it does not count as someone else
-/// harvesting, see [`crate::VcoreCounters::external_harvests`]).
-pub(crate) fn progress_one_step_worker(rt: &RuntimeInner, vc: &VCore) -> Step {
-    step(rt, vc, 0, true)
-}
-
-fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
+/// `worker`: the XU worker runs it (that does not count as someone else harvesting, see
+/// [`crate::vcore::VcoreCounters::external_harvests`]). The explicit executions it finished
+/// are added to `owed`.
+#[inline]
+pub(crate) fn progress_one_step(
+    rt: &RuntimeInner,
+    vc: &VCore,
+    target: u64,
+    worker: bool,
+    owed: &mut Owed,
+) -> Step {
     if target != 0 && completed_status(vc.slot(target), target).is_some() {
         return Step::Done;
     }
@@ -180,14 +191,14 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
     let mut ready: Ready = 0;
     for (pos, plane) in h.rings.iter_mut().enumerate() {
         let (progress, times) = (&mut h.progress, &mut h.times);
-        consumed +=
-            plane.drain_all(|_, rec| on_record(rt, vc, progress, times, pos, rec, &mut ready));
+        consumed += plane
+            .drain_all(|_, rec| on_record(rt, vc, progress, times, pos, rec, &mut ready, owed));
     }
     if ready != 0 {
         for (pos, plane) in h.rings.iter_mut().enumerate() {
             let (progress, times) = (&mut h.progress, &mut h.times);
             consumed += plane.drain(ERROR_RING, |_, rec| {
-                on_record(rt, vc, progress, times, pos, rec, &mut ready)
+                on_record(rt, vc, progress, times, pos, rec, &mut ready, owed)
             });
         }
         while ready != 0 {
@@ -203,7 +214,7 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
                     record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
                     record_device_time(vc, &h.times[si], p.sg_count);
                 }
-                finish(vc, slot, p, seq, status);
+                finish(vc, si, p, seq, status, owed);
             }
         }
     }
@@ -211,14 +222,14 @@ fn step(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
         if vc.unrecoverable.load(Ordering::Acquire) {
             // An execution staged while the fatal error was being recorded (it read the flag
             // just before it was set) is failed here, on the next idle step.
-            fail_inflight_unrecoverable(vc, &mut h.progress, 0);
+            fail_inflight_unrecoverable(vc, &mut h.progress, 0, owed);
         }
         // Deadlines are seconds away; idle polls get here once in
         // HARVEST_DEADLINE_EVERY_IDLE_STEPS (above).
         let now = coarse_now();
         if now.saturating_sub(h.last_sweep) >= tuning::HARVEST_DEADLINE_SWEEP {
             h.last_sweep = now;
-            sweep_deadlines(rt, vc, &mut h.progress, now);
+            sweep_deadlines(rt, vc, &mut h.progress, now, owed);
         }
     }
     drop(guard);
@@ -245,8 +256,8 @@ fn note_external_harvest(vc: &VCore) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
-/// Hands a traced execution's engine timestamps to the trace ring (before `finish`, which
-/// may retire the slot).
+/// Hands a traced execution's engine timestamps to the trace ring (before `finish`: once
+/// the completion word is written, the owner may retire the slot).
 #[cold]
 fn record_engine_spans(
     rt: &RuntimeInner,
@@ -304,6 +315,10 @@ fn engine_record(
 
 /// Routes one record to the execution it belongs to.
 #[inline(always)]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the step's split borrows, inlined"
+)]
 fn on_record(
     rt: &RuntimeInner,
     vc: &VCore,
@@ -312,6 +327,7 @@ fn on_record(
     core_pos: usize,
     rec: NqRecord,
     ready: &mut Ready,
+    owed: &mut Owed,
 ) {
     let si = rec.compute_idx as usize % tuning::EXEC_RING_SLOTS as usize;
     // Fast path: a START or END of an execution this harvest already tracks in WAIT_CORE.
@@ -322,17 +338,18 @@ fn on_record(
         let end = match rec.record_kind() {
             Some(RecordKind::Start) => false,
             Some(RecordKind::End) => true,
-            _ => return on_record_slow(rt, vc, progress, times, core_pos, rec, ready),
+            _ => return on_record_slow(rt, vc, progress, times, core_pos, rec, ready, owed),
         };
         engine_record(p, times, si, core_pos, end, &rec, ready);
         return;
     }
-    on_record_slow(rt, vc, progress, times, core_pos, rec, ready);
+    on_record_slow(rt, vc, progress, times, core_pos, rec, ready, owed);
 }
 
 /// [`on_record`] for the first record of an execution, errors, custom records, lockstep
 /// executions and stale records.
 #[inline(never)]
+#[allow(clippy::too_many_arguments, reason = "the step's split borrows")]
 fn on_record_slow(
     rt: &RuntimeInner,
     vc: &VCore,
@@ -341,6 +358,7 @@ fn on_record_slow(
     core_pos: usize,
     rec: NqRecord,
     ready: &mut Ready,
+    owed: &mut Owed,
 ) {
     let si = rec.compute_idx as usize % tuning::EXEC_RING_SLOTS as usize;
     let slot = &vc.slots[si];
@@ -393,14 +411,14 @@ fn on_record_slow(
                 p.error = Some(sub);
             }
             if sub.aborts_execution() {
-                finish(vc, slot, p, seq, error_status(sub));
+                finish(vc, si, p, seq, error_status(sub), owed);
             }
             if sub == ErrorSubtype::Fatal {
                 vc.unrecoverable.store(true, Ordering::Release);
                 // The core stopped: nothing queued behind this execution will ever complete.
                 // (Executions ahead of it finished on the device; their END records may
                 // simply not be drained yet.)
-                fail_inflight_unrecoverable(vc, progress, seq);
+                fail_inflight_unrecoverable(vc, progress, seq, owed);
             }
         }
         Some(RecordKind::Custom)
@@ -414,7 +432,7 @@ fn on_record_slow(
 
 /// A device output is final: bump its tensor's completion count (host outputs are bumped
 /// after the copy back, when their bytes are final).
-fn streaming_output(info: &crate::SlotInfo, var_id: u32) {
+fn streaming_output(info: &crate::vcore::SlotInfo, var_id: u32) {
     let Some(model) = info.model.as_ref() else {
         return;
     };
@@ -433,7 +451,13 @@ fn streaming_output(info: &crate::SlotInfo, var_id: u32) {
 
 /// Executions past their deadline: decode why (cause bit 29 → timeout, else notifications
 /// were dropped) and finish them.
-fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now: Duration) {
+fn sweep_deadlines(
+    rt: &RuntimeInner,
+    vc: &VCore,
+    progress: &mut [Progress],
+    now: Duration,
+    owed: &mut Owed,
+) {
     for (si, slot) in vc.slots.iter().enumerate() {
         let seq = slot.ticket.current();
         if seq == 0 || completed_status(slot, seq).is_some() {
@@ -479,7 +503,7 @@ fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now
             *p = Progress::EMPTY;
             p.seq = seq;
         }
-        finish(vc, slot, p, seq, status);
+        finish(vc, si, p, seq, status, owed);
     }
 }
 
@@ -489,7 +513,7 @@ fn sweep_deadlines(rt: &RuntimeInner, vc: &VCore, progress: &mut [Progress], now
 /// deadline and reporting a timeout or dropped notifications. Called under the harvest
 /// token.
 #[cold]
-fn fail_inflight_unrecoverable(vc: &VCore, progress: &mut [Progress], after: u64) {
+fn fail_inflight_unrecoverable(vc: &VCore, progress: &mut [Progress], after: u64, owed: &mut Owed) {
     for (si, slot) in vc.slots.iter().enumerate() {
         let seq = slot.ticket.current();
         if seq <= after || completed_status(slot, seq).is_some() {
@@ -503,7 +527,7 @@ fn fail_inflight_unrecoverable(vc: &VCore, progress: &mut [Progress], after: u64
         if p.phase == Phase::Done {
             continue;
         }
-        finish(vc, slot, p, seq, NrtStatus::ExecUnitUnrecoverable);
+        finish(vc, si, p, seq, NrtStatus::ExecUnitUnrecoverable, owed);
     }
 }
 
@@ -529,8 +553,11 @@ fn record_device_time(vc: &VCore, times: &EngineTimes, cores: u8) {
     }
 }
 
-fn finish(vc: &VCore, slot: &InflightSlot, p: &mut Progress, seq: u64, status: NrtStatus) {
+/// Ends an execution: statistics, then its completion word — the end of the harvest's
+/// part. An explicit one is added to `owed` for the calling thread to settle.
+fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, owed: &mut Owed) {
     p.phase = Phase::Done;
+    let slot = &vc.slots[si];
     // SAFETY: ticket set, completion word not yet written: `info` is stable.
     let (surface, t0) = unsafe { ((*slot.info.get()).surface, (*slot.info.get()).t0_ns) };
     // Statistics (harvest token: single writer, load + store, no allocation).
@@ -548,16 +575,11 @@ fn finish(vc: &VCore, slot: &InflightSlot, p: &mut Progress, seq: u64, status: N
             ns.saturating_mul(crate::host::TOTAL_LATENCY_SAMPLE),
         );
     }
-    crate::xu::write_status(surface, status);
     slot.ticket.complete(seq, status.as_i32() as u16);
     vc.advance_completed();
-    if let crate::Surface::Explicit { .. } = surface {
-        // The explicit surface has nothing left to do after the status slot: retire here, so
-        // a caller that saw `is_completed` can schedule into the freed slot at once.
-        crate::exec::retire(vc, seq, status);
-        vc.xu.async_done();
+    if let Surface::Explicit { .. } = surface {
+        *owed |= 1 << si;
     }
-    crate::xu::after_finish(vc, seq, surface);
 }
 
 /// The kernel's coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`), as time since boot: the
@@ -576,61 +598,4 @@ pub(crate) fn coarse_now() -> Duration {
     // Linux since 2.6.32 and the call cannot fail with valid arguments.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// How a thread waits between steps: bounded spin, then yield, then short sleeps — each
-/// bound in [`tuning`].
-pub(crate) struct Backoff {
-    start: Option<Instant>,
-    polls: u32,
-}
-
-impl Backoff {
-    pub(crate) const fn new() -> Backoff {
-        Backoff {
-            start: None,
-            polls: 0,
-        }
-    }
-
-    /// Called after a step that found nothing: a short pure spin (a near-null execution
-    /// completes within it, with no syscall), then spinning with a `sched_yield` every few
-    /// polls (if the device thread shares our vCPU it runs at once), then short sleeps.
-    #[inline]
-    pub(crate) fn snooze(&mut self) {
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls < tuning::HARVEST_PURE_SPIN_POLLS
-            || !self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS)
-        {
-            std::hint::spin_loop();
-            return;
-        }
-        let start = *self.start.get_or_insert_with(Instant::now);
-        if start.elapsed() < tuning::HARVEST_SPIN + tuning::HARVEST_YIELD {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(tuning::HARVEST_SLEEP);
-            self.polls = tuning::HARVEST_YIELD_EVERY_POLLS - 1; // look again right after a sleep
-        }
-    }
-}
-
-/// The synchronous driver: spins the step function on the caller's thread until `seq` is
-/// done and returns its status.
-pub(crate) fn wait_for(rt: &RuntimeInner, vc: &VCore, seq: u64) -> NrtStatus {
-    let mut backoff = Backoff::new();
-    loop {
-        match progress_one_step(rt, vc, seq) {
-            Step::Done => {
-                return completed_status(vc.slot(seq), seq).unwrap_or(NrtStatus::Failure);
-            }
-            Step::Progress => {}
-            Step::Idle => backoff.snooze(),
-        }
-    }
-}
-
-/// Streams a host output's completion after its bytes were copied back.
-pub(crate) fn host_output_final(t: &Tensor) {
-    t.0.completion.bump();
 }

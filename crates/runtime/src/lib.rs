@@ -26,10 +26,14 @@
 //! # Ok::<(), nrt_runtime::NrtError>(())
 //! ```
 //!
-//! Three surfaces share one bind → stage → doorbell core and one harvest step function:
-//! [`Runtime::execute`] (synchronous; the caller's thread harvests), the implicit async worker
-//! pool (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, callbacks), and the explicit NRT 3.0
-//! surface ([`Runtime::execute_schedule`] / [`Runtime::is_completed`]).
+//! Three surfaces share one pipeline of stages (`pipeline`: validate → bind → stage →
+//! doorbell → retire) and one harvest step function (`harvest`), which ends at each
+//! execution's completion word; the completion seam (`completion`) hands every execution to
+//! its one owner. The surfaces (`surface/`) sit on top: [`Runtime::execute`] (synchronous;
+//! the caller harvests and retires), the implicit async worker pool
+//! (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`, callbacks), and the explicit NRT 3.0
+//! surface ([`Runtime::execute_schedule`] / [`Runtime::is_completed`]). All public methods
+//! of [`Runtime`] are in `api.rs`.
 
 /// The README's Rust example, compiled and run as a doctest.
 #[doc = include_str!("../../../README.md")]
@@ -43,195 +47,38 @@ pub const MAX_LOCKSTEP_CORES: usize = 2;
 
 mod api;
 pub mod builtin;
+pub(crate) mod completion;
 pub mod config;
 pub mod error;
-pub(crate) mod exec;
 pub mod harvest;
 pub mod host;
 pub mod log;
 pub mod model;
+pub(crate) mod pipeline;
+pub(crate) mod surface;
 pub mod tensor;
 pub mod trace;
-pub(crate) mod xu;
+pub(crate) mod vcore;
+pub(crate) mod wait;
 
 pub use config::RuntimeConfig;
 pub use error::{NrtError, Result};
-pub use exec::ExecMode;
 pub use model::{LoadOptions, TensorInfo};
 pub use nrt_hal::{DType, NrtStatus, SeqId};
+pub use pipeline::ExecMode;
+pub use surface::explicit::XuKind;
+pub use surface::implicit::{AsyncCallback, in_async_callback};
 pub use tensor::{Placement, Tensor, TensorSet};
 pub use trace::{Span, Stage, chrome_json};
-pub use xu::{AsyncCallback, XuKind, in_async_callback};
 
 use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
-use crate::xu::{ImplicitAsync, Xu};
-use nrt_hal::{Device, NUM_ENGINES, PlaneConsumer, PlaneWatch, Producer, TriggerPair, tuning};
-use std::cell::UnsafeCell;
+use crate::surface::implicit::ImplicitAsync;
+use crate::vcore::{Staging, StatsRef, VCore, VcoreCounters, Xu};
+use nrt_hal::{Device, NUM_ENGINES, PlaneConsumer, tuning};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-//===------------------------------------------------------------------------------------===//
-// In-flight slots (the work-item slab)
-//===------------------------------------------------------------------------------------===//
-
-/// Which surface submitted an execution (who retires it).
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Surface {
-    /// The caller waits and retires.
-    Sync,
-    /// Implicit async: the worker retires and calls the callback with `job_id`.
-    Implicit { job_id: u64 },
-    /// Explicit async: the worker retires and writes `*status` (if not null).
-    Explicit { status: *mut i32 },
-}
-
-/// What the stager tells the harvest and the retirer about an execution.
-pub(crate) struct SlotInfo {
-    pub(crate) model: Option<Arc<ModelShared>>,
-    pub(crate) io_set: u32,
-    pub(crate) sg_count: u8,
-    /// On [`harvest::coarse_now`]'s clock.
-    pub(crate) deadline: Duration,
-    pub(crate) timeout: Duration,
-    pub(crate) surface: Surface,
-    /// The bound tensors were marked pending ([`exec::mark_pending`]): retire unmarks them.
-    pub(crate) pending_marked: bool,
-    /// [`host::now_ns`] at staging for the executions whose total latency is sampled
-    /// ([`host::TOTAL_LATENCY_SAMPLE`]); 0 otherwise.
-    pub(crate) t0_ns: u64,
-}
-
-/// One entry of a vcore's in-flight table, indexed by `compute_idx % EXEC_RING_SLOTS`.
-/// See [`harvest`] for who writes which field.
-pub(crate) struct InflightSlot {
-    /// Seq of the occupying execution and its completion word: the ownership protocol of
-    /// `info` (`nrt_hal::slot_ticket`, loom-checked).
-    pub(crate) ticket: nrt_hal::SlotTicket,
-    pub(crate) info: UnsafeCell<SlotInfo>,
-}
-
-// SAFETY: `info` follows the slot/ticket protocol (`nrt_hal::slot_ticket`, model-checked):
-// written by the stager before `publish`, read by the harvest while `current` names its
-// execution, read and cleared by the owner after `completed`, reused after `release`; never
-// accessed concurrently for writing.
-unsafe impl Sync for InflightSlot {}
-// SAFETY: the raw status pointer in `Surface::Explicit` is only dereferenced by the retirer,
-// under the C API's contract that it stays valid until completion.
-unsafe impl Send for InflightSlot {}
-
-//===------------------------------------------------------------------------------------===//
-// Logical cores
-//===------------------------------------------------------------------------------------===//
-
-/// What staging mutates: guarded by THE lock (the seed's `compute_req_lock` on `tpbs[0]`).
-pub(crate) struct Staging {
-    /// Executions ever staged on the vcore (`compute_idx_tail`; seq = submitted + 1).
-    pub(crate) submitted: u64,
-    /// Per core of the vcore: the DMA trigger queue's producer half.
-    pub(crate) dma: Vec<Producer<TriggerPair>>,
-    /// Per core: the model that ran there last (a different one means reload).
-    pub(crate) last_model: Vec<u32>,
-}
-
-/// Counters the tests and the benchmark read.
-#[derive(Debug, Default)]
-pub(crate) struct VcoreCounters {
-    // Written under the staging lock (see `VcoreCounters::bump`).
-    pub(crate) staging_locks: AtomicU64,
-    pub(crate) publishes: AtomicU64,
-    /// Core-executions that were the first of a model after another model ran there.
-    pub(crate) model_switches: AtomicU64,
-    /// Core-executions of the same model as the one before.
-    pub(crate) steady_executions: AtomicU64,
-    // Written by any thread.
-    pub(crate) doorbells: AtomicU64,
-    pub(crate) barrier_proxy_waits: AtomicU64,
-    /// Harvest steps run by a thread other than the XU worker (a client polling
-    /// `is_completed`/`wait`, a sync caller): while they keep coming the worker stays out of
-    /// the way.
-    pub(crate) external_harvests: AtomicU64,
-}
-
-impl VcoreCounters {
-    /// Adds one to a counter that only the holder of a lock writes (the staging lock, or
-    /// the harvest token): a load and a store, not a locked read-modify-write, which would
-    /// also wait for the request's stores to device memory to leave the store buffer.
-    /// Readers see a value at most one behind.
-    #[inline]
-    pub(crate) fn bump(c: &AtomicU64) {
-        c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
-    }
-}
-
-/// A logical NeuronCore: `lnc` physical cores executing in lockstep, one staging lock, one
-/// harvest token, one in-flight table, one compute XU.
-pub(crate) struct VCore {
-    pub(crate) index: u32,
-    pub(crate) cores: Vec<u32>,
-    pub(crate) staging: Mutex<Staging>,
-    pub(crate) harvest: Mutex<Harvest>,
-    /// Per core: whether its notification plane has records waiting (read without the
-    /// harvest token).
-    pub(crate) watch: Box<[PlaneWatch]>,
-    /// Harvest polls that found nothing waiting (paces their deadline sweeps; any thread,
-    /// relaxed: a lost count only shifts the pace).
-    pub(crate) idle_polls: AtomicU32,
-    pub(crate) slots: Box<[InflightSlot]>,
-    /// Highest seq such that every execution up to it is done.
-    pub(crate) completed: AtomicU64,
-    pub(crate) unrecoverable: AtomicBool,
-    pub(crate) counters: VcoreCounters,
-    pub(crate) models: AtomicU32,
-    /// Mirror of `Staging::submitted` for lock-free readers (seq validity checks).
-    pub(crate) submitted: AtomicU64,
-    pub(crate) xu: Xu,
-    /// The published statistics of this vcore ([`host`]).
-    pub(crate) stats: StatsRef,
-}
-
-/// A pointer to a vcore's [`host::CoreStats`] in the runtime's [`host::StatsArea`] (the
-/// area is a field of the same [`RuntimeInner`], so it outlives every use).
-pub(crate) struct StatsRef(*const host::CoreStats);
-
-// SAFETY: the target is atomics only, and lives as long as the runtime that holds both.
-unsafe impl Send for StatsRef {}
-// SAFETY: as above.
-unsafe impl Sync for StatsRef {}
-
-impl VCore {
-    #[inline]
-    pub(crate) fn slot(&self, seq: u64) -> &InflightSlot {
-        // EXEC_RING_SLOTS is a power of two (a mask, not a division).
-        &self.slots[((seq - 1) % tuning::EXEC_RING_SLOTS as u64) as usize]
-    }
-
-    #[inline]
-    pub(crate) fn core_pos(&self, phys: u32) -> usize {
-        self.cores.iter().position(|&c| c == phys).unwrap_or(0)
-    }
-
-    /// The vcore's statistics.
-    #[inline(always)]
-    pub(crate) fn stats(&self) -> &host::CoreStats {
-        // SAFETY: see `StatsRef`: the area is owned by the runtime that owns this vcore.
-        unsafe { &*self.stats.0 }
-    }
-
-    /// Advances `completed` over the contiguous prefix of done executions (harvest token).
-    pub(crate) fn advance_completed(&self) {
-        let mut c = self.completed.load(Ordering::Relaxed);
-        loop {
-            let next = c + 1;
-            if harvest::completed_status(self.slot(next), next).is_none() {
-                break;
-            }
-            c = next;
-        }
-        self.completed.store(c, Ordering::Release);
-    }
-}
 
 //===------------------------------------------------------------------------------------===//
 // The runtime
@@ -397,12 +244,12 @@ fn unload_model(rt: &RuntimeInner, m: &Arc<ModelShared>) {
     let vc = &rt.vcores[m.vnc as usize];
     // A stager that read STATE_LOADED under the staging lock has counted its execution in
     // `inflight` before releasing the lock; one that takes the lock after this sees the
-    // mark and refuses (see `exec::stage`). So after this lock round trip, `inflight` only
+    // mark and refuses (see `pipeline::stage`). So after this lock round trip, `inflight` only
     // goes down.
     drop(vc.staging.lock().unwrap_or_else(|e| e.into_inner()));
-    let mut backoff = harvest::Backoff::new();
+    let mut backoff = wait::Backoff::new();
     while m.inflight.load(Ordering::Acquire) != 0 {
-        if harvest::progress_one_step(rt, vc, 0) == harvest::Step::Idle {
+        if completion::drive(rt, vc, 0) == harvest::Step::Idle {
             backoff.snooze();
         }
     }

@@ -86,7 +86,7 @@ impl Completion {
         }
     }
 
-    fn wait(&self, expected: u64, timeout: Option<Duration>) -> bool {
+    pub(crate) fn wait(&self, expected: u64, timeout: Option<Duration>) -> bool {
         if self.count.load(Ordering::Acquire) >= expected {
             return true;
         }
@@ -317,7 +317,7 @@ impl Tensor {
         }))
     }
 
-    fn rt(&self) -> Result<Arc<RuntimeInner>> {
+    pub(crate) fn rt(&self) -> Result<Arc<RuntimeInner>> {
         let rt = self
             .0
             .rt
@@ -383,7 +383,7 @@ impl Tensor {
         Arc::ptr_eq(&self.0, &other.0)
     }
 
-    fn range(&self, offset: u64, len: u64, what: &str) -> Result<(*mut u8, usize)> {
+    pub(crate) fn range(&self, offset: u64, len: u64, what: &str) -> Result<(*mut u8, usize)> {
         let size = self.size();
         if offset.checked_add(len).is_none_or(|e| e > size) {
             return Err(NrtError::invalid(format!(
@@ -399,72 +399,6 @@ impl Tensor {
             )));
         }
         Ok((base.wrapping_add(offset as usize), len as usize))
-    }
-
-    fn wait_idle(&self, rt: &RuntimeInner) {
-        if rt.implicit_async.is_some() {
-            crate::exec::wait_tensor_idle(rt, self);
-        }
-    }
-
-    /// Copies `buf.len()` bytes at `offset` into `buf` (`nrt_tensor_read`).
-    pub fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let rt = self.rt()?;
-        self.wait_idle(&rt);
-        let (p, n) = self.range(offset, buf.len() as u64, "read")?;
-        // SAFETY: p..p+n is inside the tensor's buffer (checked by `range`), which lives as
-        // long as `self`; `buf` is a distinct host slice.
-        unsafe { core::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), n) };
-        Ok(())
-    }
-
-    /// Copies `buf` into the tensor at `offset` (`nrt_tensor_write`).
-    pub fn write(&self, buf: &[u8], offset: u64) -> Result<()> {
-        let rt = self.rt()?;
-        self.wait_idle(&rt);
-        let (p, n) = self.range(offset, buf.len() as u64, "write")?;
-        // SAFETY: as in `read`, in the other direction.
-        unsafe { core::ptr::copy_nonoverlapping(buf.as_ptr(), p, n) };
-        Ok(())
-    }
-
-    /// Fills `size` bytes at `offset` with `value` (`nrt_tensor_memset`).
-    pub fn memset(&self, offset: u64, value: u8, size: u64) -> Result<()> {
-        let rt = self.rt()?;
-        self.wait_idle(&rt);
-        let (p, n) = self.range(offset, size, "memset")?;
-        // SAFETY: p..p+n is inside the tensor's buffer (checked by `range`).
-        unsafe { core::ptr::write_bytes(p, value, n) };
-        Ok(())
-    }
-
-    /// Copies `size` bytes from `src` at `src_offset` to `self` at `dst_offset`
-    /// (`nrt_tensor_copy`). Device-to-device copies must stay on one vcore.
-    pub fn copy_from(
-        &self,
-        src: &Tensor,
-        src_offset: u64,
-        dst_offset: u64,
-        size: u64,
-    ) -> Result<()> {
-        let rt = self.rt()?;
-        if src.placement().is_device() && self.placement().is_device() && src.vnc() != self.vnc() {
-            return Err(NrtError::invalid(format!(
-                "cannot copy between device tensors on different NeuronCores ('{}' on {}, '{}' on {})",
-                src.name(),
-                src.vnc(),
-                self.name(),
-                self.vnc()
-            )));
-        }
-        src.wait_idle(&rt);
-        self.wait_idle(&rt);
-        let (s, n) = src.range(src_offset, size, "copy source")?;
-        let (d, _) = self.range(dst_offset, size, "copy destination")?;
-        // SAFETY: both ranges are inside their tensors (checked); they may overlap when the
-        // two tensors alias (slices), which `copy` allows.
-        unsafe { core::ptr::copy(s, d, n) };
-        Ok(())
     }
 
     /// A tensor viewing `size` bytes of `self` at `offset` (`nrt_tensor_allocate_slice`).
@@ -530,49 +464,6 @@ impl Tensor {
                 "tensor '{}' was not made by allocate_empty; cannot attach a buffer",
                 self.0.name
             ))),
-        }
-    }
-
-    /// Waits until the output has been reported final `expected` times by streaming
-    /// notifications (`nrt_tensor_check_output_completion`). `None` waits forever;
-    /// `NRT_TIMEOUT` if the count is not reached in time.
-    pub fn check_output_completion(&self, timeout: Option<Duration>, expected: u64) -> Result<()> {
-        let reached = if crate::xu::in_async_callback() {
-            // Nobody else may be harvesting while this worker runs the callback: drive the
-            // harvest here instead of sleeping on the condition variable.
-            let rt = self.rt()?;
-            let deadline = timeout.map(|t| Instant::now() + t);
-            let mut backoff = crate::harvest::Backoff::new();
-            loop {
-                if self.0.completion.count.load(Ordering::Acquire) >= expected {
-                    break true;
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    break false;
-                }
-                let mut progressed = false;
-                for vc in rt.vcores.iter() {
-                    progressed |=
-                        crate::harvest::progress_one_step(&rt, vc, 0) != crate::harvest::Step::Idle;
-                }
-                if !progressed {
-                    backoff.snooze();
-                }
-            }
-        } else {
-            self.0.completion.wait(expected, timeout)
-        };
-        if reached {
-            Ok(())
-        } else {
-            Err(NrtError::new(
-                NrtStatus::Timeout,
-                format!(
-                    "output '{}' reached {} of {expected} completions in time",
-                    self.0.name,
-                    self.completion_count()
-                ),
-            ))
         }
     }
 

@@ -105,16 +105,13 @@ pub unsafe extern "C" fn nrta_tensor_read(
         );
         nonnull(req_sequence, "req_sequence")?;
         let r = (|| {
-            let t = super::tensor::tensor(tensor, "tensor")?;
+            let t = super::tensor::tensor_for_io(tensor, "tensor")?;
             let v = lnc(lnc_idx, "lnc_idx")?;
             // SAFETY: the caller's contract on `buf`.
             let b = unsafe { out_buf(buf, size, "buf")? };
             let rt = state::runtime()?;
             // SAFETY: `ret` NULL or valid (caller's contract); written before we return.
-            Ok(unsafe {
-                rt.rt
-                    .tensor_read_schedule(&t.tensor, b, offset, v, queue, ret)
-            }?)
+            Ok(unsafe { rt.rt.tensor_read_schedule(&t, b, offset, v, queue, ret) }?)
         })();
         schedule_result(r, ret, req_sequence)
     })
@@ -143,16 +140,13 @@ pub unsafe extern "C" fn nrta_tensor_write(
         );
         nonnull(req_sequence, "req_sequence")?;
         let r = (|| {
-            let t = super::tensor::tensor(tensor, "tensor")?;
+            let t = super::tensor::tensor_for_io(tensor, "tensor")?;
             let v = lnc(lnc_idx, "lnc_idx")?;
             // SAFETY: the caller's contract on `buf`.
             let b = unsafe { in_buf(buf, size, "buf")? };
             let rt = state::runtime()?;
             // SAFETY: `ret` NULL or valid (caller's contract).
-            Ok(unsafe {
-                rt.rt
-                    .tensor_write_schedule(&t.tensor, b, offset, v, queue, ret)
-            }?)
+            Ok(unsafe { rt.rt.tensor_write_schedule(&t, b, offset, v, queue, ret) }?)
         })();
         schedule_result(r, ret, req_sequence)
     })
@@ -183,15 +177,14 @@ pub unsafe extern "C" fn nrta_tensor_copy(
         );
         nonnull(req_sequence, "req_sequence")?;
         let r = (|| {
-            let s = super::tensor::tensor(src, "src")?;
-            let d = super::tensor::tensor(dst, "dst")?;
+            let s = super::tensor::tensor_for_io(src, "src")?;
+            let d = super::tensor::tensor_for_io(dst, "dst")?;
             let v = lnc(lnc_idx, "lnc_idx")?;
             let rt = state::runtime()?;
             // SAFETY: `ret` NULL or valid (caller's contract).
             Ok(unsafe {
-                rt.rt.tensor_copy_schedule(
-                    &s.tensor, src_offset, &d.tensor, dst_offset, size, v, queue, ret,
-                )
+                rt.rt
+                    .tensor_copy_schedule(&s, src_offset, &d, dst_offset, size, v, queue, ret)
             }?)
         })();
         schedule_result(r, ret, req_sequence)

@@ -27,6 +27,16 @@ pub(crate) fn tensor(p: *const c_void, arg: &str) -> Res<Pin<'static, TensorEntr
     Ok(t)
 }
 
+/// The tensor behind handle `p`, for I/O: the handle is pinned only to take a reference.
+/// Reads, writes, fills and copies may wait for pending implicit executions, which only the
+/// XU worker retires; holding the handle's gate meanwhile would make a free from inside the
+/// async callback wait for this thread while this thread waits for the callback's worker.
+/// The reference keeps the storage alive, so an I/O racing with a free of its handle stays
+/// memory-safe (it reads or writes the storage the handle had).
+pub(crate) fn tensor_for_io(p: *const c_void, arg: &str) -> Res<nrt_runtime::Tensor> {
+    Ok(tensor(p, arg)?.tensor.clone())
+}
+
 fn new_handle(t: nrt_runtime::Tensor, epoch: u64, out: *mut *mut c_void) -> Res {
     let h = TENSORS.insert(TensorEntry { tensor: t, epoch });
     // SAFETY: `out` was checked non-null by the caller of this helper and is a valid
@@ -111,10 +121,10 @@ pub unsafe extern "C" fn nrt_tensor_read(
             "nrt_tensor_read",
             "tensor={tensor:p}, buf={buf:p}, offset={offset}, size={size}"
         );
-        let t = self::tensor(tensor, "tensor")?;
+        let t = tensor_for_io(tensor, "tensor")?;
         // SAFETY: the caller's contract on `buf`.
         let b = unsafe { out_buf(buf, size as u64, "buf")? };
-        t.tensor.read(b, offset as u64)?;
+        t.read(b, offset as u64)?;
         Ok(())
     })
 }
@@ -136,10 +146,10 @@ pub unsafe extern "C" fn nrt_tensor_write(
             "nrt_tensor_write",
             "tensor={tensor:p}, buf={buf:p}, offset={offset}, size={size}"
         );
-        let t = self::tensor(tensor, "tensor")?;
+        let t = tensor_for_io(tensor, "tensor")?;
         // SAFETY: the caller's contract on `buf`.
         let b = unsafe { in_buf(buf, size as u64, "buf")? };
-        t.tensor.write(b, offset as u64)?;
+        t.write(b, offset as u64)?;
         Ok(())
     })
 }
@@ -157,7 +167,7 @@ unsafe fn batch(batches: *const NrtTensorBatch, num_batches: u64, read: bool) ->
         // SAFETY: `i` < num_batches (caller's contract on the array).
         let b = unsafe { batches.add(i).read() };
         let arg = format!("batches[{i}].tensor");
-        let t = tensor(b.tensor, &arg)?;
+        let t = tensor_for_io(b.tensor, &arg)?;
         if b.num_ops > 0 {
             nonnull(b.ops, &format!("batches[{i}].ops"))?;
         }
@@ -168,11 +178,11 @@ unsafe fn batch(batches: *const NrtTensorBatch, num_batches: u64, read: bool) ->
             if read {
                 // SAFETY: the caller's contract on the op's buffer.
                 let buf = unsafe { out_buf(op.buffer, op.size, &arg)? };
-                t.tensor.read(buf, op.offset)?;
+                t.read(buf, op.offset)?;
             } else {
                 // SAFETY: as above.
                 let buf = unsafe { in_buf(op.buffer, op.size, &arg)? };
-                t.tensor.write(buf, op.offset)?;
+                t.write(buf, op.offset)?;
             }
         }
     }
@@ -237,10 +247,9 @@ pub extern "C" fn nrt_tensor_copy(
             "nrt_tensor_copy",
             "src={src:p}, src_offset={src_offset}, dst={dst:p}, dst_offset={dst_offset}, size={size}"
         );
-        let s = tensor(src, "src")?;
-        let d = tensor(dst, "dst")?;
-        d.tensor
-            .copy_from(&s.tensor, src_offset as u64, dst_offset as u64, size as u64)?;
+        let s = tensor_for_io(src, "src")?;
+        let d = tensor_for_io(dst, "dst")?;
+        d.copy_from(&s, src_offset as u64, dst_offset as u64, size as u64)?;
         Ok(())
     })
 }
@@ -270,8 +279,8 @@ pub extern "C" fn nrt_tensor_memset(
             "nrt_tensor_memset",
             "tensor={tensor:p}, offset={offset}, value={value}, size={size}"
         );
-        let t = self::tensor(tensor, "tensor")?;
-        t.tensor.memset(offset, value as u8, size as u64)?;
+        let t = tensor_for_io(tensor, "tensor")?;
+        t.memset(offset, value as u8, size as u64)?;
         Ok(())
     })
 }
@@ -410,8 +419,13 @@ pub unsafe extern "C" fn nrt_memcpy_to_device(
         };
         // SAFETY: readable for `size` bytes (caller's contract).
         let bytes = unsafe { in_buf(src, size as u64, "src")? };
-        let offset = (start - t.tensor.host_ptr() as usize) as u64;
-        t.tensor.write(bytes, offset).map_err(Fail::from)
+        // Write through a reference, not the pinned handle (see `tensor_for_io`).
+        let t = {
+            let pinned = t;
+            pinned.tensor.clone()
+        };
+        let offset = (start - t.host_ptr() as usize) as u64;
+        t.write(bytes, offset).map_err(Fail::from)
     })
 }
 
@@ -464,10 +478,9 @@ pub extern "C" fn nrt_tensor_check_output_completion(
             "nrt_tensor_check_output_completion",
             "output_tensor={output_tensor:p}, timeout={timeout}, expected_completion_count={expected_completion_count}"
         );
-        let t = tensor(output_tensor, "output_tensor")?;
+        let t = tensor_for_io(output_tensor, "output_tensor")?;
         let limit = u64::try_from(timeout).ok().map(Duration::from_micros);
-        t.tensor
-            .check_output_completion(limit, expected_completion_count)
+        t.check_output_completion(limit, expected_completion_count)
             .map_err(|e| {
                 // A timeout is an answer, not an error of the library.
                 nrt_log!(

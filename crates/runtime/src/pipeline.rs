@@ -14,17 +14,21 @@
 //! 5. **doorbell** — one `semaphore_increment(nc, INFERENCE_START, 1)` per core ([`doorbell`]);
 //! 6. **publish** — the execution's seq id on the vcore's compute XU (assigned under the
 //!    staging lock, packed `(seq & 0xFFFF_FFFF_FFFF) | (xu_id << 48)`);
-//! 7. **harvest** — [`crate::harvest`]; 8. **error decode** — ditto; 9. copy host outputs back.
+//! 7. **harvest** — [`crate::harvest`] (8. **error decode** too): it ends at the execution's
+//!    completion word;
+//! 9. **retire** — by the execution's one owner (see [`crate::completion`]): copy host
+//!    outputs back, unmark pending tensors, free the I/O set and the slot ([`retire`]).
 //!
-//! Nothing here allocates: the slot table, the I/O sets, the rings and request buffers were
-//! all made at load.
+//! The stages are free functions on the shared state; the surfaces (`crate::surface`) call
+//! them in order. Nothing here allocates: the slot table, the I/O sets, the rings and
+//! request buffers were all made at load, and nothing here waits.
 
+use crate::RuntimeInner;
 use crate::error::{NrtError, Result};
-use crate::harvest::{self, Backoff, Step};
+use crate::harvest;
 use crate::model::{IoSets, ModelShared, STATE_LOADED};
-use crate::tensor::{Storage, Tensor, TensorSet};
-use crate::trace::{ClockStamps, NoStamps, Stamps};
-use crate::{InflightSlot, RuntimeInner, SlotInfo, Surface, VCore, VcoreCounters};
+use crate::tensor::{Storage, TensorSet};
+use crate::vcore::{InflightSlot, SlotInfo, Surface, VCore, VcoreCounters};
 use nrt_hal::wire::{
     EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE,
     REQUEST_SLOT_TAIL_OFFSET, exec_flags,
@@ -377,7 +381,8 @@ pub(crate) fn doorbell(rt: &RuntimeInner, vc: &VCore, model: &ModelShared) {
     }
 }
 
-/// After DONE: copy host outputs back (on success), free the set and the slot.
+/// Stage 9, by the execution's one owner after its completion word: copy host outputs back
+/// (on success), unmark pending tensors, free the I/O set and the slot.
 pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
     let slot = vc.slot(seq);
     // SAFETY: the completion word is written, so the harvest no longer reads `info`; we are
@@ -408,7 +413,8 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
                             model.io[i].info.size as usize,
                         )
                     };
-                    harvest::host_output_final(&t);
+                    // Streamed completion of a host output: its bytes are final now.
+                    t.0.completion.bump();
                 }
             }
         }
@@ -436,103 +442,6 @@ pub(crate) fn mark_pending(model: &ModelShared, s: u32) {
     }
 }
 
-/// Binds with waiting: a synchronous caller waits for an I/O set (driving the harvest so the
-/// executions holding them can finish).
-fn bind_waiting(
-    rt: &RuntimeInner,
-    vc: &VCore,
-    model: &ModelShared,
-    inputs: &TensorSet,
-    outputs: &TensorSet,
-    any_host: bool,
-) -> u32 {
-    let mut backoff = Backoff::new();
-    loop {
-        if let Some(s) = bind(model, inputs, outputs, any_host) {
-            return s;
-        }
-        if harvest::progress_one_step(rt, vc, 0) == Step::Idle {
-            backoff.snooze();
-        }
-    }
-}
-
-/// The synchronous surface: the whole pipeline on the caller's thread. Tracing costs one
-/// branch here: the pipeline is instantiated with or without timestamps.
-pub(crate) fn execute_sync(
-    rt: &RuntimeInner,
-    model: &Arc<ModelShared>,
-    inputs: &TensorSet,
-    outputs: &TensorSet,
-    repeat: i32,
-) -> Result<()> {
-    if rt.trace.enabled() {
-        traced(rt, model, inputs, outputs, repeat)
-    } else {
-        run_sync(rt, model, inputs, outputs, repeat, &mut NoStamps)
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn traced(
-    rt: &RuntimeInner,
-    model: &Arc<ModelShared>,
-    inputs: &TensorSet,
-    outputs: &TensorSet,
-    repeat: i32,
-) -> Result<()> {
-    run_sync(rt, model, inputs, outputs, repeat, &mut ClockStamps::new())
-}
-
-#[inline(always)]
-fn run_sync<S: Stamps>(
-    rt: &RuntimeInner,
-    model: &Arc<ModelShared>,
-    inputs: &TensorSet,
-    outputs: &TensorSet,
-    repeat: i32,
-    stamps: &mut S,
-) -> Result<()> {
-    stamps.mark();
-    let any_host = validate(rt, model, inputs, outputs, repeat, true)?;
-    let vc = &rt.vcores[model.vnc as usize];
-    stamps.mark();
-    // No pending marks: they make tensor reads and writes wait under implicit async, and a
-    // synchronous execution only exists without it.
-    let s = bind_waiting(rt, vc, model, inputs, outputs, any_host);
-    stamps.mark();
-    let seq = loop {
-        match stage(rt, vc, model, s, Surface::Sync) {
-            Ok(seq) => break seq,
-            Err(e) if e.status == NrtStatus::QueueFull => {
-                // Every slot is taken: help the harvest until one frees.
-                if harvest::progress_one_step(rt, vc, 0) == Step::Idle {
-                    std::thread::yield_now();
-                }
-            }
-            Err(e) => {
-                unbind(model, s);
-                return Err(e);
-            }
-        }
-    };
-    stamps.mark();
-    doorbell(rt, vc, model);
-    stamps.mark();
-    let status = harvest::wait_for(rt, vc, seq);
-    stamps.mark();
-    retire(vc, seq, status);
-    if let Some(t) = stamps.boundaries() {
-        rt.trace.record(seq, model.id, t);
-    }
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(exec_error(model, seq, status))
-    }
-}
-
 /// The error an execution that finished with `status` returns.
 #[cold]
 pub(crate) fn exec_error(model: &ModelShared, seq: u64, status: NrtStatus) -> NrtError {
@@ -552,24 +461,5 @@ pub(crate) fn release_pending(model: &ModelShared, s: u32) {
     // SAFETY: the set is ours.
     for t in unsafe { &*set.tensors.get() }.iter().flatten() {
         t.0.pending.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Implicit async: a tensor read or write waits while an execution using it is pending —
-/// except inside the async callback, where it would wait for the callback's own worker
-/// (see [`crate::xu::in_async_callback`]).
-pub(crate) fn wait_tensor_idle(rt: &RuntimeInner, t: &Tensor) {
-    let mut backoff = Backoff::new();
-    if t.0.pending.load(Ordering::Acquire) != 0 && crate::xu::in_async_callback() {
-        return;
-    }
-    while t.0.pending.load(Ordering::Acquire) != 0 {
-        let mut progressed = false;
-        for vc in rt.vcores.iter() {
-            progressed |= harvest::progress_one_step(rt, vc, 0) != Step::Idle;
-        }
-        if !progressed {
-            backoff.snooze();
-        }
     }
 }

@@ -1,0 +1,125 @@
+//! The XU worker: one thread per logical core, the async driver of the harvest. While
+//! async executions (implicit or explicit) are in flight it drives the harvest
+//! ([`crate::completion::drive`], which settles the explicit executions its steps finish) and
+//! retires the implicit ones it owns ([`super::implicit::retire_done`]). With nothing async
+//! in flight it parks on the XU's [`nrt_hal::IdleGate`]; the submission that ends that state
+//! wakes it ([`super::submit_async`]).
+
+use super::implicit::retire_done;
+use crate::RuntimeInner;
+use crate::completion::{drive, drive_worker};
+use crate::error::{NrtError, Result};
+use crate::harvest::Step;
+use crate::vcore::VCore;
+use crate::wait::Backoff;
+use nrt_hal::{NrtStatus, tuning};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+
+/// Starts one worker per vcore and returns when all of them are running, so that whatever
+/// a thread allocates to start happens inside `init`, never during an execution.
+pub(crate) fn start_workers(rt: &Arc<RuntimeInner>) -> Result<()> {
+    let mut w = rt.workers.lock().unwrap_or_else(|e| e.into_inner());
+    for vnc in 0..rt.vcores.len() {
+        let r = rt.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("nrt-xu-{vnc}"))
+            .spawn(move || worker(r, vnc));
+        match spawned {
+            Ok(h) => w.push(h),
+            Err(e) => {
+                drop(w);
+                stop_workers(rt);
+                return Err(NrtError::new(
+                    NrtStatus::Resource,
+                    format!("cannot start the XU worker of logical core {vnc}: {e}"),
+                ));
+            }
+        }
+    }
+    let n = w.len();
+    drop(w);
+    while rt.workers_started.load(Ordering::Acquire) < n {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    Ok(())
+}
+
+/// Stops the workers (at close).
+pub(crate) fn stop_workers(rt: &RuntimeInner) {
+    rt.stop.store(true, Ordering::Release);
+    for vc in rt.vcores.iter() {
+        vc.xu.gate.notify();
+    }
+    let handles: Vec<JoinHandle<()>> =
+        std::mem::take(&mut *rt.workers.lock().unwrap_or_else(|e| e.into_inner()));
+    let me = std::thread::current().id();
+    for h in handles {
+        if h.thread().id() != me {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Waits until nothing async is in flight anywhere (close, unload).
+pub(crate) fn drain_all(rt: &RuntimeInner) {
+    for vc in rt.vcores.iter() {
+        drain_vcore(rt, vc);
+    }
+}
+
+pub(crate) fn drain_vcore(rt: &RuntimeInner, vc: &VCore) {
+    let mut backoff = Backoff::new();
+    while vc.xu.async_inflight.load(Ordering::Acquire) != 0 {
+        vc.xu.gate.notify();
+        if drive(rt, vc, 0) == Step::Idle {
+            backoff.snooze();
+        }
+    }
+}
+
+/// The worker loop of one vcore.
+fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
+    let vc = &rt.vcores[vnc];
+    vc.xu.gate.register_sleeper();
+    rt.workers_started.fetch_add(1, Ordering::Release);
+    let mut cursor = 1u64; // oldest seq the worker may still have to retire
+    let mut backoff = Backoff::new();
+    let mut last_external = vc.counters.external_harvests.load(Ordering::Relaxed);
+    let mut defer = tuning::HARVEST_SLEEP;
+    while !rt.stop.load(Ordering::Acquire) {
+        if vc.xu.async_inflight.load(Ordering::Acquire) == 0 {
+            // Nothing async in flight: synchronous callers harvest their own executions, so
+            // the worker has no reason to compete with them (or with the device thread) for
+            // the two vCPUs. Park until a submitter publishes async work.
+            vc.xu.gate.sleep_until(|| {
+                rt.stop.load(Ordering::Acquire) || vc.xu.async_inflight.load(Ordering::Acquire) != 0
+            });
+            backoff = Backoff::new();
+            continue;
+        }
+        let external = vc.counters.external_harvests.load(Ordering::Relaxed);
+        if external != last_external {
+            // A client is harvesting (polling is_completed/wait, or a sync caller): a third
+            // runnable thread on two vCPUs would only steal its CPU. Retire what its harvest
+            // finished, then look again after a sleep that grows while the client keeps
+            // polling; when it stops, the worker takes over within `XU_DEFER_MAX`.
+            last_external = external;
+            retire_done(&rt, vc, &mut cursor);
+            std::thread::sleep(defer);
+            defer = (defer * 2).min(tuning::XU_DEFER_MAX);
+            backoff = Backoff::new();
+            continue;
+        }
+        defer = tuning::HARVEST_SLEEP;
+        let progressed = drive_worker(&rt, vc) != Step::Idle;
+        let retired = retire_done(&rt, vc, &mut cursor);
+        if progressed || retired {
+            backoff = Backoff::new();
+            continue;
+        }
+        // Bounded spin, then yield, then short sleeps.
+        backoff.snooze();
+    }
+}
