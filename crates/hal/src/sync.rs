@@ -135,6 +135,24 @@ impl Futex {
         self.word.fetch_add(v, order)
     }
 
+    /// Sets bits of the word; returns the previous value.
+    #[inline]
+    pub fn fetch_or(&self, v: u32, order: Ordering) -> u32 {
+        self.word.fetch_or(v, order)
+    }
+
+    /// Compare-exchange on the word.
+    #[inline]
+    pub fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32> {
+        self.word.compare_exchange(current, new, success, failure)
+    }
+
     /// Sleeps while the word equals `expected`, for at most `timeout` (`None`: until woken).
     /// May return spuriously, and returns at once if the word already differs.
     pub fn wait(&self, expected: u32, timeout: Option<core::time::Duration>) {

@@ -5,33 +5,39 @@
 //!
 //! # Protocol
 //!
+//! One 32-bit futex word: bit 0 is the *armed* flag ("a waiter asked for an interrupt", the
+//! io_uring `NEED_WAKEUP` flag), bits 1.. an epoch that each wake-up advances.
+//!
 //! ```text
-//!   waiter (host thread, after its spin budget)      signaler (device after publishing records;
+//!   waiter (host thread, after its spin budget)      signaler (the device after publishing records;
 //!                                                     a harvester after writing a completion word)
-//!   waiters.fetch_add(1)   -- "interrupt requested"   <make the completion visible: Release store>
+//!   s = word.fetch_or(ARMED)   -- ask for a wake-up   <make the completion visible: Release store>
 //!   fence(SeqCst)                                     fence(SeqCst)
-//!   e = word.load(Acquire)                            if waiters.load() != 0 {
-//!   if ready() { waiters -= 1; return }                   word.fetch_add(1, Release)
-//!   futex_wait(word, e)  -- sleeps only if word == e       futex_wake_all(word)
-//!   waiters -= 1                                      }
+//!   if ready() { return }                             s = word.load()
+//!   futex_wait(word, s | ARMED)                       if s & ARMED {
+//!     -- sleeps only while the word is unchanged          cas(s, (s & !ARMED) + 2)  -- disarm, next epoch
+//!                                                         futex_wake_all(word)       -- by the one that disarmed
+//!                                                     }
 //! ```
 //!
 //! The two `SeqCst` fences order each side's store before its load (Dekker): either the
-//! signaler sees the waiter's request and bumps the word, or the waiter's `ready()` sees the
-//! completion, or both. A bump the waiter did not see in `e` makes `futex_wait` return at once
-//! (the kernel compares the word under its lock); a bump it did see was released after the
-//! completion, which `ready()` then sees. So a wake-up is never lost. A signaler that finds no
-//! waiter pays one fence and one load, no syscall: the device's hot path stays a few
-//! nanoseconds longer than without the wake. Wake-ups are broadcast (every waiter re-checks its
-//! own condition) and may be spurious. `tests/loom.rs` model-checks the handshake
-//! (`completion_wake_*`), composed with the notification plane that signals it.
+//! signaler sees the flag and wakes, or the waiter's `ready()` sees the completion, or both.
+//! A disarm the waiter did not see makes `futex_wait` return at once (the kernel compares the
+//! word under its lock). So a wake-up is never lost. The signaler that disarms wakes every
+//! waiter; later signals find the flag clear and make no syscall until a waiter arms it again
+//! — one `FUTEX_WAKE` per sleep, however many records the device publishes meanwhile. A
+//! signaler that finds the flag clear pays one fence and one load. Wake-ups are broadcast
+//! (every waiter re-checks its own condition) and may be spurious; a waiter that found
+//! `ready()` leaves the flag armed, which costs the next signal one needless wake at most.
+//! `tests/loom.rs` model-checks the handshake (`completion_wake_*`), composed with the
+//! notification plane that signals it.
 //!
 //! # Who writes what
 //!
-//! | field | written by | ordering |
+//! | bits of `word` | written by | ordering |
 //! |---|---|---|
-//! | `waiters` | each waiter, `+1` before it checks and sleeps, `-1` after | `Relaxed` RMW, ordered by the `SeqCst` fences |
-//! | `word` | a signaler that found `waiters != 0` | `Release` RMW, then `FUTEX_WAKE` |
+//! | bit 0 (armed) | set by each waiter before it checks and sleeps; cleared by the signaler that wakes | waiter: `Relaxed` `fetch_or`; signaler: `compare_exchange` (`Release`); both ordered by the `SeqCst` fences |
+//! | bits 1.. (epoch) | the signaler that clears the flag, in the same `compare_exchange` | as above |
 //!
 //! # The spin before the block: [`SpinBudget`], [`Waiter`]
 //!
@@ -42,23 +48,23 @@
 //! that long (yielding periodically, so a device thread sharing the vCPU runs) and then blocks
 //! on the wake.
 
-use crate::sync::{AtomicU32, AtomicU64, CachePadded, Futex, Ordering, fence, spin_loop};
+use crate::sync::{AtomicU64, CachePadded, Futex, Ordering, fence, spin_loop};
 use crate::tuning;
 use core::fmt;
 use core::time::Duration;
 use std::time::Instant;
 
-/// A completion wake: one futex word and a count of the threads sleeping on it. Shared (in an
-/// `Arc`) by the host threads that wait and the device that signals; the device signals it
-/// through [`crate::PlaneProducer::set_wake`].
+/// A completion wake: one futex word with an armed flag. Shared (in an `Arc`) by the host
+/// threads that wait and the device that signals; the device signals it through
+/// [`crate::PlaneProducer::set_wake`].
 pub struct CompletionWake {
-    inner: CachePadded<WakeInner>,
+    word: CachePadded<Futex>,
 }
 
-struct WakeInner {
-    waiters: AtomicU32,
-    word: Futex,
-}
+/// Bit 0 of the word: a waiter asked for a wake-up.
+const ARMED: u32 = 1;
+/// What one wake-up adds to the word (the epoch lives above the flag).
+const EPOCH: u32 = 2;
 
 /// Why [`CompletionWake::wait`] returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,20 +85,17 @@ impl CompletionWake {
     /// A wake nobody waits on.
     pub fn new() -> CompletionWake {
         CompletionWake {
-            inner: CachePadded(WakeInner {
-                waiters: AtomicU32::new(0),
-                word: Futex::new(0),
-            }),
+            word: CachePadded(Futex::new(0)),
         }
     }
 
     /// Called by a signaler after it made a completion visible (a `Release` store the
     /// waiters' `ready()` reads): wakes every sleeping waiter. One fence and one load when
-    /// nobody waits.
+    /// nobody armed the wake.
     #[inline]
     pub fn signal(&self) {
         fence(Ordering::SeqCst);
-        if self.inner.waiters.load(Ordering::Relaxed) != 0 {
+        if self.word.load(Ordering::Relaxed) & ARMED != 0 {
             self.wake_all();
         }
     }
@@ -100,8 +103,22 @@ impl CompletionWake {
     #[cold]
     #[inline(never)]
     fn wake_all(&self) {
-        self.inner.word.fetch_add(1, Ordering::Release);
-        self.inner.word.wake_all();
+        let mut s = self.word.load(Ordering::Relaxed);
+        while s & ARMED != 0 {
+            match self.word.compare_exchange(
+                s,
+                (s & !ARMED).wrapping_add(EPOCH),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.word.wake_all();
+                    return;
+                }
+                Err(now) => s = now,
+            }
+        }
+        // Another signaler disarmed it first: it wakes the waiters.
     }
 
     /// Called by a waiter: asks for a wake-up, then sleeps unless `ready()` — which must read
@@ -110,35 +127,31 @@ impl CompletionWake {
     /// most: the caller re-checks its condition (wake-ups are broadcast and may be spurious)
     /// and calls again.
     pub fn wait(&self, timeout: Option<Duration>, ready: impl FnOnce() -> bool) -> WaitOutcome {
-        let w = &self.inner;
-        w.waiters.fetch_add(1, Ordering::Relaxed);
+        let seen = self.word.fetch_or(ARMED, Ordering::Relaxed) | ARMED;
         fence(Ordering::SeqCst);
-        let seen = w.word.load(Ordering::Acquire);
-        let outcome = if ready() {
-            WaitOutcome::Ready
-        } else {
-            w.word.wait(seen, timeout);
-            WaitOutcome::Woken
-        };
-        w.waiters.fetch_sub(1, Ordering::Relaxed);
-        outcome
+        if ready() {
+            return WaitOutcome::Ready;
+        }
+        self.word.wait(seen, timeout);
+        WaitOutcome::Woken
     }
 
-    /// Threads registered as waiting now (a hint, for tests and metrics).
-    pub fn waiters(&self) -> u32 {
-        self.inner.waiters.load(Ordering::Relaxed)
+    /// Whether a waiter armed the wake and no signal disarmed it yet (a hint, for tests).
+    pub fn is_armed(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & ARMED != 0
     }
 
-    /// How many times a signaler found a waiter and woke (a hint, for tests and metrics).
+    /// How many times a signaler found the wake armed and woke its waiters (a hint, for tests
+    /// and metrics; wraps).
     pub fn wakes(&self) -> u32 {
-        self.inner.word.load(Ordering::Relaxed)
+        self.word.load(Ordering::Relaxed) >> 1
     }
 }
 
 impl fmt::Debug for CompletionWake {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompletionWake")
-            .field("waiters", &self.waiters())
+            .field("armed", &self.is_armed())
             .field("wakes", &self.wakes())
             .finish()
     }
@@ -326,7 +339,7 @@ mod tests {
             }
             blocks
         });
-        while wake.waiters() == 0 {
+        while !wake.is_armed() {
             std::thread::yield_now();
         }
         done.store(1, Ordering::Release);
@@ -347,6 +360,14 @@ mod tests {
             wake.wait(Some(Duration::from_secs(5)), || true),
             WaitOutcome::Ready
         );
+        // The waiter left it armed: the next signal disarms it (one wake), and the rest of a
+        // burst of publications makes no syscall.
+        assert!(wake.is_armed());
+        for _ in 0..1000 {
+            wake.signal();
+        }
+        assert_eq!(wake.wakes(), 1);
+        assert!(!wake.is_armed());
     }
 
     #[test]

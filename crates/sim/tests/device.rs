@@ -525,7 +525,7 @@ fn a_blocked_host_is_woken_by_the_completion() {
             s.spawn(move || {
                 // Ring once the host sleeps on the wake (or after 50 ms at worst).
                 let t = Instant::now();
-                while w.waiters() == 0 && t.elapsed() < Duration::from_millis(50) {
+                while !w.is_armed() && t.elapsed() < Duration::from_millis(50) {
                     std::thread::yield_now();
                 }
                 dev.semaphore_increment(0, nrt_hal::SEMAPHORE_INFERENCE_START, 1)
