@@ -95,31 +95,16 @@ pub const HARVEST_DEADLINE_SWEEP: Duration = Duration::from_millis(1);
 /// idle poll itself, and deadlines are seconds.
 pub const HARVEST_DEADLINE_EVERY_IDLE_STEPS: u32 = 64;
 
-/// How long a caller harvesting its own execution spins on the notification rings before it
-/// starts yielding. A near-null execution completes in ~1 µs and a small model in tens of
-/// µs; spinning this long keeps them on the 0.2 µs path, and the bound keeps a long
-/// execution from taking the vCPU its device thread needs.
-pub const HARVEST_SPIN: Duration = Duration::from_micros(50);
-
 /// Polls a harvesting thread spins before it starts yielding: ~1–3 µs, in which a near-null
 /// execution completes, so the fast path makes no syscall.
 pub const HARVEST_PURE_SPIN_POLLS: u32 = 256;
 
-/// After the pure spin, a harvesting thread calls `sched_yield` once every this many polls.
-/// When the device thread shares the caller's vCPU (another process took the other one) this
-/// hands it the CPU at once; a pure spin would hold it for a whole time slice (ms). Alone on
-/// its vCPU a yield returns in ~0.3 µs.
+/// After the pure spin, a waiting thread calls `sched_yield` once every this many polls while
+/// it spins within its budget ([`crate::wake::Waiter`]). When the device thread shares the
+/// caller's vCPU (another process took the other one) this hands it the CPU at once; a pure
+/// spin would hold it for a whole time slice (ms). Alone on its vCPU a yield returns in
+/// ~0.3 µs.
 pub const HARVEST_YIELD_EVERY_POLLS: u32 = 64;
-
-/// How long the caller keeps polling (with the periodic yields) beyond [`HARVEST_SPIN`]
-/// before it sleeps between checks.
-pub const HARVEST_YIELD: Duration = Duration::from_micros(500);
-
-/// The sleep between checks once spinning and yielding are over. The seed polls with
-/// `usleep(1)`, which sleeps 70–78 µs here under the default 50 µs timer slack; asking for
-/// 50 µs says what it costs. Only executions longer than ~0.5 ms get here, where a ≤ 10%
-/// completion delay is the price of not burning a vCPU.
-pub const HARVEST_SLEEP: Duration = Duration::from_micros(50);
 
 /// The longest a waiter spins before it blocks on the completion wake
 /// ([`crate::wake::SpinBudget`]), and the longest expected execution for which it spins at
@@ -145,8 +130,15 @@ pub const WAIT_EWMA_SHIFT: u32 = 3;
 /// deadline sweep of a hung execution (deadlines are ≥ 100 ms) and a device without a wake.
 pub const WAIT_BLOCK_RECHECK: Duration = Duration::from_millis(10);
 
-/// Longest sleep of an XU worker that stays out of the way of a client harvesting by itself
-/// (its sleeps double from [`HARVEST_SLEEP`] up to this while the client keeps polling).
+/// The first park of an XU worker that stays out of the way of a client harvesting by itself
+/// (its parks double from this up to [`XU_DEFER_MAX`] while the client keeps polling). No
+/// waiting caller sleeps any more (they block on the completion wake); this is only the
+/// worker's "has the client stopped polling?" look, the one wait that is not an event.
+pub const HARVEST_SLEEP: Duration = Duration::from_micros(50);
+
+/// Longest park of an XU worker that stays out of the way of a client harvesting by itself
+/// (its parks double from [`HARVEST_SLEEP`] up to this while the client keeps polling; a
+/// close or a submission ends one early).
 /// With the worker spinning next to a polling client and the device thread, three runnable
 /// threads shared two vCPUs and explicit async at depth 8 ran slower than sync; the cap is
 /// how late the worker takes over completions once the client stops polling.

@@ -222,30 +222,32 @@ impl SpinBudget {
 /// [`tuning::HARVEST_YIELD_EVERY_POLLS`] polls after the first
 /// [`tuning::HARVEST_PURE_SPIN_POLLS`], so a device thread that shares the vCPU runs at once —
 /// then blocks on the [`CompletionWake`] for at most [`tuning::WAIT_BLOCK_RECHECK`] at a time.
-/// No fixed-length sleep anywhere. Lives on the caller's stack; allocates nothing.
+/// No fixed-length sleep anywhere. Lives on the caller's stack; allocates nothing; reads the
+/// clock only once the pure spin is over (a near-null execution completes within it, and two
+/// clock reads would cost a tenth of its round trip), so the spin limit counts from there.
 ///
 /// ```text
-///   let mut w = Waiter::new(&wake, budget.spin_limit(), submitted_at);
-///   loop {
-///       if step() == Done { budget.record(submitted_at.elapsed()); break }
+///   let mut w = Waiter::new(&wake, budget.spin_limit());
+///   while step() != Done {
 ///       w.idle(|| watch.has_records() || my_completion_is_written());
 ///   }
 /// ```
 #[derive(Debug)]
 pub struct Waiter<'a> {
-    wake: &'a CompletionWake,
-    since: Instant,
+    wake: Option<&'a CompletionWake>,
+    since: Option<Instant>,
     spin: Duration,
     polls: u32,
 }
 
 impl<'a> Waiter<'a> {
-    /// A wait that started at `since` (the submission) and may spin until `since + spin`.
+    /// A wait that may spin for `spin` (past its pure spin) before it blocks on `wake`.
+    /// Without a wake (a device that cannot signal) it never blocks: it spins and yields.
     #[inline]
-    pub fn new(wake: &'a CompletionWake, spin: Duration, since: Instant) -> Waiter<'a> {
+    pub const fn new(wake: Option<&'a CompletionWake>, spin: Duration) -> Waiter<'a> {
         Waiter {
             wake,
-            since,
+            since: None,
             spin,
             polls: 0,
         }
@@ -259,17 +261,18 @@ impl<'a> Waiter<'a> {
     #[inline]
     pub fn idle(&mut self, ready: impl FnOnce() -> bool) -> bool {
         self.polls = self.polls.wrapping_add(1);
+        if self.spin.is_zero() && self.wake.is_some() {
+            // A long execution: block at once (the device signals its completion).
+            return self.block(ready);
+        }
         if self.polls < tuning::HARVEST_PURE_SPIN_POLLS
             || !self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS)
         {
-            // Past the limit already (a long model: limit 0)? Block without spinning.
-            if self.spin.is_zero() {
-                return self.block(ready);
-            }
             spin_loop();
             return false;
         }
-        if self.since.elapsed() < self.spin {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if self.wake.is_none() || since.elapsed() < self.spin {
             crate::sync::yield_now();
             false
         } else {
@@ -279,8 +282,10 @@ impl<'a> Waiter<'a> {
 
     #[cold]
     fn block(&mut self, ready: impl FnOnce() -> bool) -> bool {
-        self.wake.wait(Some(tuning::WAIT_BLOCK_RECHECK), ready);
-        // Look again right away; the next idle call past the limit blocks again.
+        if let Some(w) = self.wake {
+            w.wait(Some(tuning::WAIT_BLOCK_RECHECK), ready);
+        }
+        // Look again right away; the next idle call blocks again.
         self.spin = Duration::ZERO;
         true
     }
@@ -330,8 +335,7 @@ mod tests {
         let (w, d) = (wake.clone(), done.clone());
         let t = std::thread::spawn(move || {
             let mut blocks = 0;
-            let start = Instant::now();
-            let mut waiter = Waiter::new(&w, Duration::ZERO, start);
+            let mut waiter = Waiter::new(Some(&w), Duration::ZERO);
             while d.load(Ordering::Acquire) == 0 {
                 if waiter.idle(|| d.load(Ordering::Acquire) != 0) {
                     blocks += 1;
