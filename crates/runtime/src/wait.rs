@@ -16,7 +16,8 @@
 //!   in-flight count, a tensor pending on several vcores).
 
 use crate::vcore::VCore;
-use nrt_hal::Waiter;
+use nrt_hal::{Waiter, tuning};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// A wait on one vcore (see the module docs).
@@ -41,7 +42,16 @@ impl<'a> VcoreWait<'a> {
     #[inline]
     pub(crate) fn idle(&mut self, ready: impl FnOnce() -> bool) {
         let vc = self.vc;
-        self.waiter.idle(|| vc.has_records() || ready());
+        if self.waiter.idle(|| vc.has_records() || ready()) {
+            // It blocked (up to WAIT_BLOCK_RECHECK): make the next idle step sweep the
+            // deadlines, which otherwise wait for HARVEST_DEADLINE_EVERY_IDLE_STEPS idle
+            // steps — far apart once each follows a block. A hung execution then times out
+            // within a recheck of its deadline.
+            vc.idle_polls.store(
+                tuning::HARVEST_DEADLINE_EVERY_IDLE_STEPS - 1,
+                Ordering::Relaxed,
+            );
+        }
     }
 }
 
