@@ -16,6 +16,8 @@ from onnx import numpy_helper
 
 TYPES = {
     "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
     "tensor(bool)": np.bool_,
@@ -33,8 +35,8 @@ def main(dirs):
         for i in sess.get_inputs():
             shape = [s if isinstance(s, int) else 1 for s in i.shape]
             dtype = TYPES[i.type]
-            if dtype == np.float32:
-                feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
+            if dtype in (np.float32, np.float16, np.float64):
+                feeds[i.name] = rng.standard_normal(shape).astype(dtype)
             else:
                 feeds[i.name] = rng.integers(0, 3, shape).astype(dtype)
         outs = sess.run(None, feeds)

@@ -65,8 +65,11 @@ if [ "${NRT_SKIP_PYTHON:-0}" != 1 ]; then
   if [ "${NRT_SKIP_RAY:-0}" != 1 ]; then
     step "Ray Serve: examples/ray (ray[serve] pinned in examples/ray/requirements.txt)"
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -r examples/ray/requirements.txt
-    # Ray's usage-stats prompt and telemetry stay off in tests.
-    RAY_USAGE_STATS_ENABLED=0 .venv/bin/python -m pytest -q -p no:cacheprovider examples/ray
+    # Ray's usage-stats prompt and telemetry stay off in tests. examples/ray also holds
+    # test_neuron_ls.py: Ray's own neuron-ls parsing (its accelerator detection) run on
+    # `nrt ls --json-output` of the release build above.
+    NRT_CLI="$root/target/release/nrt" RAY_USAGE_STATS_ENABLED=0 \
+      .venv/bin/python -m pytest -q -p no:cacheprovider examples/ray
   fi
 fi
 #===------------------------------------------------------------------------------------===#

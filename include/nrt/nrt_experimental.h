@@ -88,6 +88,11 @@ NRT_STATUS nrt_get_model_info(const nrt_model_t *model, nrt_model_info_t *info, 
  * not exist; nothing is armed then. */
 NRT_STATUS nrt_sim_inject_faults(const char *plan);
 
+/* ONNX `double` tensors (an nrt-rs extension of nrt_dtype_t: the hardware has no float64).
+ * Storage only: the software NeuronCore computes them in float32. nrt_get_model_tensor_info
+ * reports a double input or output with this value. */
+#define NRT_DTYPE_FLOAT64 ((nrt_dtype_t)0x11)
+
 /* Removes every planned fault that has not fired yet (NRT_SIM_FAULTS's included). */
 NRT_STATUS nrt_sim_clear_faults(void);
 

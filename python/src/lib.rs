@@ -358,6 +358,7 @@ fn descr(py: Python<'_>, d: DType) -> PyResult<Bound<'_, PyArrayDescr>> {
         DType::I64 => "int64",
         DType::U64 => "uint64",
         DType::Bool => "bool",
+        DType::F64 => "float64",
     };
     PyArrayDescr::new(py, name)
 }

@@ -94,7 +94,7 @@ fn expected() -> BTreeMap<String, i128> {
     for s in NrtStatus::ALL {
         put(s.as_str(), s.as_i32() as i128);
     }
-    let dtypes: [(&str, Option<DType>, i128); 17] = [
+    let dtypes: [(&str, Option<DType>, i128); 18] = [
         ("NRT_DTYPE_UNKNOWN", None, 0),
         ("NRT_DTYPE_INVALID", None, 0),
         ("NRT_DTYPE_UINT64", Some(DType::U64), 0x1),
@@ -112,6 +112,7 @@ fn expected() -> BTreeMap<String, i128> {
         ("NRT_DTYPE_FP8_E3", None, 0xD),
         ("NRT_DTYPE_FP8_E4", None, 0xE),
         ("NRT_DTYPE_FP8_E5", None, 0xF),
+        ("NRT_DTYPE_FLOAT64", Some(DType::F64), 0x11),
     ];
     for (name, d, v) in dtypes {
         if let Some(d) = d {

@@ -145,3 +145,56 @@ fn c_examples_under_valgrind() {
         check_outputs(&d, &expected, &prog.display().to_string());
     }
 }
+
+/// `NEURON_RT_INSPECT_*` profile an unchanged C program: the synchronous one writes the
+/// execution after the warm-up when it returns, the explicit-async one at unload/close (the
+/// harvest captures it, no caller thread records its stages).
+#[test]
+fn unchanged_c_programs_are_profiled_from_the_environment() {
+    let dir = scratch("inspect");
+    let (first, asyncp) = build(&dir);
+    let case = cases().into_iter().find(|c| c.name == "near_null").unwrap();
+    let d = stage(&dir, &case);
+    for (prog, args, warmup, stages) in [
+        (&first, &["model.ncm"][..], "0", 5),
+        (&asyncp, &["model.ncm", "32"][..], "10", 0),
+    ] {
+        let out = d.join(format!(
+            "profiles-{}",
+            prog.file_name().unwrap().to_string_lossy()
+        ));
+        let o = run(
+            Command::new(prog)
+                .args(args)
+                .env("NEURON_RT_INSPECT_ENABLE", "1")
+                .env("NEURON_RT_INSPECT_OUTPUT_DIR", &out)
+                .env("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", warmup),
+            &d,
+        );
+        assert!(o.status.success(), "{}", prog.display());
+        let procs: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().collect();
+        assert_eq!(procs.len(), 1, "one process directory");
+        let files: Vec<_> = std::fs::read_dir(procs[0].path())
+            .unwrap()
+            .flatten()
+            .collect();
+        let n: u64 = warmup.parse::<u64>().unwrap() + 1;
+        assert_eq!(files.len(), 1, "{}", prog.display());
+        assert_eq!(
+            files[0].file_name().to_string_lossy(),
+            format!("model_1_near-null_vnc_0_exec_{n}.json")
+        );
+        let json = std::fs::read_to_string(files[0].path()).unwrap();
+        // One execution: the (warm-up + 1)-th on the vcore, with its engines (and, for the
+        // synchronous surface, its five host stages).
+        let mut seqs: Vec<&str> = json
+            .split("\"seq\":")
+            .skip(1)
+            .map(|s| s.split(',').next().unwrap())
+            .collect();
+        seqs.dedup();
+        assert_eq!(seqs.len(), 1, "{json}");
+        assert!(json.matches("\"cat\":\"engine\"").count() >= 2, "{json}");
+        assert_eq!(json.matches("\"cat\":\"stage\"").count(), stages, "{json}");
+    }
+}

@@ -52,6 +52,10 @@ pub enum Command {
     /// runtimes' execution statistics, memory, core utilization and vCPU use, and the host's;
     /// optionally serves them to Prometheus.
     Monitor(MonitorArgs),
+    /// A live terminal view of the runtimes on this host (like `neuron-top`): per-core
+    /// utilization, execution rates and errors, memory by category, models per process.
+    /// `q` quits.
+    Top(TopArgs),
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.
@@ -223,6 +227,13 @@ pub struct MonitorArgs {
     /// Stop after this many reports.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Seconds between refreshes.
+    #[arg(long, default_value_t = 1.0, value_name = "S")]
+    pub period: f64,
 }
 
 #[derive(Debug, Args)]

@@ -148,8 +148,30 @@ pub fn ls(a: &LsArgs) -> Res<()> {
 /// What the config file (`-c`) selects.
 struct MonitorConfig {
     period: Duration,
-    runtime_metrics: Vec<String>,
+    /// `neuron_runtimes`: a runtime is reported with the metrics of the first entry whose
+    /// `tag_filter` (a regular expression; none = every runtime) matches its tag, and not at
+    /// all when none matches.
+    runtimes: Vec<(Option<regex::Regex>, Vec<String>)>,
     system_metrics: Vec<String>,
+}
+
+impl MonitorConfig {
+    fn metrics_for(&self, tag: &str) -> Option<&[String]> {
+        self.runtimes
+            .iter()
+            .find(|(f, _)| f.as_ref().is_none_or(|re| re.is_match(tag)))
+            .map(|(_, m)| &m[..])
+    }
+}
+
+/// The tag a runtime is reported under (`neuron_runtime_tag`): its `NEURON_PROCESS_TAG`, or
+/// its pid when it has none.
+fn runtime_tag(r: &ProcessRecord) -> String {
+    if r.tag.is_empty() {
+        r.pid.to_string()
+    } else {
+        r.tag.clone()
+    }
 }
 
 const RUNTIME_METRICS: [&str; 4] = [
@@ -184,7 +206,10 @@ fn parse_period(s: &str) -> Res<Duration> {
 fn load_config(a: &MonitorArgs) -> Res<MonitorConfig> {
     let mut c = MonitorConfig {
         period: Duration::from_secs(5),
-        runtime_metrics: RUNTIME_METRICS.iter().map(|s| s.to_string()).collect(),
+        runtimes: vec![(
+            None,
+            RUNTIME_METRICS.iter().map(|s| s.to_string()).collect(),
+        )],
         system_metrics: SYSTEM_METRICS.iter().map(|s| s.to_string()).collect(),
     };
     if let Some(path) = &a.config {
@@ -203,10 +228,28 @@ fn load_config(a: &MonitorArgs) -> Res<MonitorConfig> {
             )
         };
         if let Some(rts) = v.get("neuron_runtimes").and_then(Value::as_array) {
-            c.runtime_metrics = rts
-                .iter()
-                .flat_map(|r| types(r.get("metrics")).unwrap_or_default())
-                .collect();
+            c.runtimes.clear();
+            for r in rts {
+                let filter = match r.get("tag_filter") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(f)) => {
+                        // Anchored, as neuron-monitor matches the whole tag.
+                        Some(
+                            regex::Regex::new(&format!("^(?:{f})$")).map_err(|e| {
+                                format!("{}: tag_filter {f:?}: {e}", path.display())
+                            })?,
+                        )
+                    }
+                    Some(other) => {
+                        return Err(format!(
+                            "{}: tag_filter must be a string (a regular expression), not {other}",
+                            path.display()
+                        ));
+                    }
+                };
+                c.runtimes
+                    .push((filter, types(r.get("metrics")).unwrap_or_default()));
+            }
         }
         if let Some(s) = types(v.get("system_metrics")) {
             c.system_metrics = s;
@@ -411,7 +454,7 @@ fn runtime_report(r: &ProcessRecord, prev: &mut Prev, period: f64, want: &[Strin
     }
     json!({
         "pid": r.pid,
-        "neuron_runtime_tag": r.pid.to_string(),
+        "neuron_runtime_tag": runtime_tag(r),
         "command": r.cmdline,
         "error": "",
         "report": report,
@@ -473,7 +516,10 @@ fn report(h: &HostShape, prev: &mut Prev, period: f64, c: &MonitorConfig) -> Val
     let recs = host::read_records(&host::runtime_dir_from_env());
     let (ty, ver, ncver) = device_type(h);
     json!({
-        "neuron_runtime_data": recs.iter().map(|r| runtime_report(r, prev, period, &c.runtime_metrics)).collect::<Vec<_>>(),
+        "neuron_runtime_data": recs
+            .iter()
+            .filter_map(|r| Some(runtime_report(r, prev, period, c.metrics_for(&runtime_tag(r))?)))
+            .collect::<Vec<_>>(),
         "system_data": system_report(h, prev, period, &c.system_metrics),
         "instance_info": {
             "instance_name": "",

@@ -9,6 +9,7 @@ mod hostview;
 mod npy;
 mod samples;
 mod session;
+mod top;
 
 use args::{
     Cli, Command, CompileArgs, DemoArgs, IdleArgs, InspectArgs, RunArgs, SamplesArgs, TraceArgs,
@@ -84,6 +85,7 @@ impl Command {
             Command::Samples(_) => "samples",
             Command::Ls(_) => "ls",
             Command::Monitor(_) => "monitor",
+            Command::Top(_) => "top",
             Command::Completions { .. } => "completions",
         }
     }
@@ -102,6 +104,7 @@ fn dispatch(cmd: Command) -> Res<bool> {
         Command::Idle(a) => idle(&a).map(|_| true),
         Command::Ls(a) => hostview::ls(&a).map(|_| true),
         Command::Monitor(a) => hostview::monitor(&a).map(|_| true),
+        Command::Top(a) => top::main(&a).map(|_| true),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "nrt", &mut std::io::stdout());
             Ok(true)

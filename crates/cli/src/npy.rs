@@ -83,6 +83,7 @@ pub fn write(path: &Path, t: &HostTensor) -> Res<()> {
         DType::F32 | DType::F16 | DType::Bf16 => {
             write_iter!(f32, (0..n).map(|i| t.get_f64(i) as f32))
         }
+        DType::F64 => write_iter!(f64, (0..n).map(|i| t.get_f64(i))),
         DType::I8 => write_iter!(i8, (0..n).map(|i| t.get_f64(i) as i8)),
         DType::U8 | DType::Bool => write_iter!(u8, (0..n).map(|i| t.get_f64(i) as u8)),
         DType::I16 => write_iter!(i16, (0..n).map(|i| t.get_f64(i) as i16)),

@@ -139,7 +139,7 @@ pub fn random_bytes(info: &TensorInfo, seed: u64) -> Vec<u8> {
     let n = (info.size / info.dtype.size() as u64) as usize;
     let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
     let t = match info.dtype {
-        DType::F32 | DType::F16 | DType::Bf16 => HostTensor::from_f64s(
+        DType::F32 | DType::F16 | DType::Bf16 | DType::F64 => HostTensor::from_f64s(
             info.dtype,
             shape,
             (0..n).map(|_| ((next() >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0),

@@ -1,7 +1,8 @@
 //! The host view across processes: core ownership between `nrt` processes (refusal naming
 //! the owner, SIGKILL frees the cores at once), `nrt ls --json-output` and `nrt monitor`
 //! checked field by field while another process holds a loaded model, and a Prometheus
-//! scrape of `/metrics` over loopback, parsed.
+//! scrape of `/metrics` over loopback, parsed; `nrt top` driven in a pseudo-terminal;
+//! `tag_filter`; `NEURON_RT_INSPECT_ENABLE` profiling a process without a code change.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,6 +29,11 @@ fn nrt(dir: &PathBuf) -> Command {
         "NRT_SIM_CORES_PER_DEVICE",
         "NRT_SIM_DEVICE_MEMORY",
         "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS",
+        "NEURON_PROCESS_TAG",
+        "NEURON_RT_INSPECT_ENABLE",
+        "NEURON_RT_INSPECT_OUTPUT_DIR",
+        "NEURON_RT_INSPECT_DEVICE_PROFILE",
+        "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP",
     ] {
         c.env_remove(k);
     }
@@ -381,4 +387,274 @@ fn prometheus_metrics_over_loopback() {
     assert_eq!(get("instance_info", &[("instance_type", "sim")]), Some(1.0));
     kill9(&mut mon);
     kill9(&mut a);
+}
+
+/// Starts `cmd` on a new pseudo-terminal of `cols` × `rows` (its controlling terminal, as
+/// in a shell) and returns it with the terminal's master side.
+fn spawn_in_pty(mut cmd: Command, cols: u16, rows: u16) -> (Child, std::fs::File) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let (mut master, mut slave) = (0, 0);
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: out-pointers to two ints; no name buffer, default termios, a valid winsize.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &ws,
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: openpty returned two fresh descriptors that we now own.
+    let (master, slave) = unsafe {
+        (
+            std::fs::File::from_raw_fd(master),
+            OwnedFd::from_raw_fd(slave),
+        )
+    };
+    cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    // SAFETY: only async-signal-safe calls between fork and exec: a new session whose
+    // controlling terminal is the pty on stdin.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("spawn in a pty");
+    drop(cmd); // our copies of the slave side
+    (child, master)
+}
+
+#[test]
+fn top_in_a_pseudo_terminal_shows_the_running_model_its_pid_and_core_and_quits_on_q() {
+    use std::sync::{Arc, Mutex};
+    let dir = run_dir("top");
+    let mut a = holder(
+        &dir,
+        &[
+            ("NEURON_RT_VISIBLE_CORES", "1"),
+            ("NEURON_PROCESS_TAG", "serve-a"),
+        ],
+    );
+    let pid = a.id();
+    let mut cmd = nrt(&dir);
+    cmd.args(["top", "--period", "0.2"])
+        .env("TERM", "xterm-256color");
+    let (cols, rows) = (160u16, 40u16);
+    let (mut top, master) = spawn_in_pty(cmd, cols, rows);
+    let screen = Arc::new(Mutex::new(vt100::Parser::new(
+        std::num::NonZeroU16::new(rows).unwrap(),
+        std::num::NonZeroU16::new(cols).unwrap(),
+        0,
+    )));
+    let reader = {
+        let screen = screen.clone();
+        let mut m = master.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            // EIO once the last slave side closes (the child exited).
+            while let Ok(n) = m.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                screen.lock().unwrap().process(&buf[..n]);
+            }
+        })
+    };
+    let text = || screen.lock().unwrap().screen().contents();
+    let line_with =
+        |t: &str, needle: &str| t.lines().find(|l| l.contains(needle)).map(str::to_owned);
+    let t0 = Instant::now();
+    let shown = loop {
+        let t = text();
+        // The holder's row in the core table: its core, owner and model.
+        let core = line_with(&t, "core 1 ");
+        if core
+            .as_deref()
+            .is_some_and(|l| l.contains(&format!("pid {pid}")) && l.contains("near-null"))
+            && line_with(&t, "└ near-null (id 1)").is_some()
+            // Its one execution is counted (it runs right after the load).
+            && line_with(&t, "vnc 0 (core 1): 1 model(s), 1 executions").is_some()
+        {
+            break t;
+        }
+        if let Ok(Some(st)) = top.try_wait() {
+            panic!("nrt top exited ({st}) before showing the holder:\n{t}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "nrt top never showed pid {pid} on core 1 with near-null:\n{t}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Core 0 is free; the process row has its tag, core and command; memory by category.
+    assert!(
+        line_with(&shown, "core 0 ").unwrap().contains("free"),
+        "{shown}"
+    );
+    let row = line_with(&shown, "idle --seconds 60").expect(&shown);
+    assert!(
+        row.contains(&pid.to_string()) && row.contains("serve-a"),
+        "{row}"
+    );
+    for cat in [
+        "tensors",
+        "constants",
+        "model code",
+        "scratchpad",
+        "runtime",
+        "host tensors",
+    ] {
+        assert!(line_with(&shown, cat).is_some(), "{cat} missing:\n{shown}");
+    }
+    // q quits, restoring the terminal.
+    (&master).write_all(b"q").unwrap();
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = top.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "q did not quit:\n{}",
+            text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(st.success(), "{st}: {}", text());
+    drop(master);
+    reader.join().unwrap();
+    kill9(&mut a);
+    // Without a terminal it says what to use instead.
+    let o = output(nrt(&dir).arg("top"));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("needs a terminal"));
+}
+
+#[test]
+fn monitor_tag_filter_selects_runtimes_by_process_tag() {
+    let dir = run_dir("tag");
+    let mut a = holder(
+        &dir,
+        &[
+            ("NEURON_RT_VISIBLE_CORES", "0"),
+            ("NEURON_PROCESS_TAG", "serve-a"),
+        ],
+    );
+    let mut b = holder(&dir, &[("NEURON_RT_VISIBLE_CORES", "1")]);
+    let cfg = dir.join("monitor.json");
+    let run = |filter: &str| -> Value {
+        std::fs::write(
+            &cfg,
+            format!(
+                r#"{{"period": "1s", "neuron_runtimes": [{{"tag_filter": "{filter}", "metrics": [{{"type": "execution_stats"}}]}}], "system_metrics": []}}"#
+            ),
+        )
+        .unwrap();
+        let o = output(nrt(&dir).args(["monitor", "--count", "1", "-c"]).arg(&cfg));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let tags = |r: &Value| -> Vec<String> {
+        r["neuron_runtime_data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["neuron_runtime_tag"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // The tagged process reports under its tag; the other under its pid.
+    let r = run(".*");
+    let mut all = tags(&r);
+    all.sort();
+    let mut want = vec!["serve-a".to_owned(), b.id().to_string()];
+    want.sort();
+    assert_eq!(all, want);
+    let r = run("serve-.*");
+    assert_eq!(tags(&r), vec!["serve-a"]);
+    let rt = &r["neuron_runtime_data"][0];
+    assert_eq!(rt["pid"], a.id());
+    // Only the metrics that entry asks for.
+    let rep = rt["report"].as_object().unwrap();
+    assert_eq!(rep.keys().collect::<Vec<_>>(), vec!["execution_stats"]);
+    // Anchored: a partial match is no match.
+    assert!(tags(&run("serve")).is_empty());
+    // A bad expression is refused, naming it.
+    std::fs::write(
+        &cfg,
+        r#"{"neuron_runtimes": [{"tag_filter": "serve-(", "metrics": []}]}"#,
+    )
+    .unwrap();
+    let o = output(nrt(&dir).args(["monitor", "--count", "1", "-c"]).arg(&cfg));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tag_filter \"serve-(\""));
+    kill9(&mut a);
+    kill9(&mut b);
+}
+
+#[test]
+fn inspect_from_the_environment_profiles_a_process_without_code_changes() {
+    let dir = run_dir("inspect");
+    let out = dir.join("profiles");
+    let o = output(
+        nrt(&dir)
+            .args(["idle", "--seconds", "0"])
+            .env("NEURON_RT_INSPECT_ENABLE", "1")
+            .env("NEURON_RT_INSPECT_OUTPUT_DIR", &out),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // One process directory, one file: the model's first execution (no warm-up asked).
+    let procs: Vec<_> = std::fs::read_dir(&out).unwrap().flatten().collect();
+    assert_eq!(procs.len(), 1);
+    assert!(
+        procs[0]
+            .file_name()
+            .to_string_lossy()
+            .starts_with("nrt_pid_")
+    );
+    let files: Vec<_> = std::fs::read_dir(procs[0].path())
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(files.len(), 1);
+    assert_eq!(
+        files[0].file_name().to_string_lossy(),
+        "model_1_near-null_vnc_0_exec_1.json"
+    );
+    let j: Value = serde_json::from_slice(&std::fs::read(files[0].path()).unwrap()).unwrap();
+    let ev = j["traceEvents"].as_array().unwrap();
+    let spans: Vec<&Value> = ev.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(spans.iter().all(|e| e["args"]["seq"] == 1), "{j}");
+    let stages: Vec<&str> = spans
+        .iter()
+        .filter(|e| e["cat"] == "stage")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["validate", "bind", "stage", "doorbell", "harvest"]);
+    assert!(spans.iter().any(|e| e["cat"] == "engine"), "{j}");
+    // A malformed setting fails init, naming the variable.
+    let o = output(
+        nrt(&dir)
+            .args(["idle", "--seconds", "0"])
+            .env("NEURON_RT_INSPECT_ENABLE", "1")
+            .env("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP", "-1"),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -15,19 +15,36 @@ use crate::graph::Graph;
 use crate::ops::{self, Fold};
 use crate::params::Ctx;
 use crate::tensor::{HostTensor, budget};
+use nrt_hal::DType;
 use std::rc::Rc;
 
 /// Infers every value's type and shape and folds what can be computed at compile time.
 pub fn infer(g: &mut Graph) -> Result<()> {
-    for ni in 0..g.nodes.len() {
-        let n = &g.nodes[ni];
-        let c = Ctx { g, n };
-        let Some(def) = ops::get(&n.op) else {
+    // A node widened from a half type: its index after the inserted casts, and the type
+    // its f32 outputs go back to (see `crate::widen`).
+    let mut widened: Option<(usize, DType)> = None;
+    let mut ni = 0;
+    while ni < g.nodes.len() {
+        let Some(def) = ops::get(&g.nodes[ni].op) else {
+            let c = Ctx { g, n: &g.nodes[ni] };
             return Err(c.e(
                 ErrorKind::UnsupportedOp,
-                format!("operator '{}' is not supported", n.op),
+                format!("operator '{}' is not supported", c.n.op),
             ));
         };
+        if let Some(expand) = def.expand {
+            expand(g, ni)?;
+            continue; // infer the decomposition, from its first node
+        }
+        if widened.is_none_or(|(at, _)| at != ni)
+            && let Some(half) = crate::widen::needed(g, ni, def)
+        {
+            let inserted = crate::widen::cast_inputs(g, ni);
+            widened = Some((ni + inserted, half));
+            continue; // infer the casts first, then the node on f32 inputs
+        }
+        let n = &g.nodes[ni];
+        let c = Ctx { g, n };
         let outs = (def.infer)(&c)?;
         // One size budget for every value, checked before anything of that size is folded,
         // planned or emitted (D5, D7): shapes come from the model and may be anything.
@@ -87,6 +104,13 @@ pub fn infer(g: &mut Graph) -> Result<()> {
                 None => o.konst.clone().map(Rc::new),
             };
         }
+        if let Some((at, half)) = widened
+            && at == ni
+        {
+            crate::widen::cast_outputs(g, ni, half);
+            widened = None;
+        }
+        ni += 1;
     }
     Ok(())
 }

@@ -45,6 +45,7 @@ mod pipeline;
 pub mod plan;
 pub mod schedule;
 pub mod tensor;
+mod widen;
 
 pub use error::{CompileError, ErrorKind, NodeRef};
 pub use ops::{OpInfo, supported_ops, supported_report};

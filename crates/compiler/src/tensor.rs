@@ -72,9 +72,10 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
     Ok(v)
 }
 
-/// Whether values of `d` are held as `f32`.
+/// Whether values of `d` are held as `f32` (double too: the device computes it in f32, so
+/// the compiler keeps its values at that precision).
 pub fn is_float(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F16 | DType::Bf16)
+    matches!(d, DType::F32 | DType::F16 | DType::Bf16 | DType::F64)
 }
 
 /// The element type of an ONNX `TensorProto.DataType`, `None` if the device has none.
@@ -92,6 +93,7 @@ pub fn dtype_from_onnx(t: i32) -> Option<DType> {
         dt::UINT32 => DType::U32,
         dt::UINT64 => DType::U64,
         dt::BFLOAT16 => DType::Bf16,
+        dt::DOUBLE => DType::F64,
         _ => return None,
     })
 }
@@ -111,6 +113,7 @@ pub fn dtype_to_onnx(d: DType) -> i32 {
         DType::U32 => dt::UINT32,
         DType::U64 => dt::UINT64,
         DType::Bf16 => dt::BFLOAT16,
+        DType::F64 => dt::DOUBLE,
     }
 }
 
@@ -354,6 +357,7 @@ impl HostTensor {
                     match self.dtype {
                         DType::F16 => out.extend_from_slice(&f32_to_f16(x).to_le_bytes()),
                         DType::Bf16 => out.extend_from_slice(&f32_to_bf16(x).to_le_bytes()),
+                        DType::F64 => out.extend_from_slice(&(x as f64).to_le_bytes()),
                         _ => out.extend_from_slice(&x.to_le_bytes()),
                     }
                 }
@@ -388,6 +392,9 @@ impl HostTensor {
                 .map(|c| match dtype {
                     DType::F16 => f16_to_f32(u16::from_le_bytes([c[0], c[1]])),
                     DType::Bf16 => f32::from_bits((u16::from_le_bytes([c[0], c[1]]) as u32) << 16),
+                    DType::F64 => {
+                        f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32
+                    }
                     _ => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
                 })
                 .collect();
@@ -474,6 +481,16 @@ impl HostTensor {
                 }
                 let v = t.uint64_data.iter().map(|&x| x as i64).collect();
                 HostTensor::ints(dtype, shape.clone(), v)
+            }
+            dt::DOUBLE => {
+                if t.double_data.len() != n {
+                    return bad_count(t.double_data.len());
+                }
+                HostTensor {
+                    dtype,
+                    shape: shape.clone(),
+                    data: Data::F32(t.double_data.iter().map(|&x| x as f32).collect()),
+                }
             }
             dt::FLOAT16 | dt::BFLOAT16 => {
                 if t.int32_data.len() != n {

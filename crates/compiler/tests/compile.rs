@@ -574,3 +574,36 @@ fn checker_rejects_missing_waits_and_deadlocks() {
     let e = check_ordering(&stuck).unwrap_err();
     assert!(e.contains("never reached") || e.contains("deadlock"), "{e}");
 }
+
+/// Half-precision tensors through f32-only operators (issue 13): a float16 MatMul and Conv
+/// compile (widened to f32 around the operator, `src/widen.rs`), their I/O stay float16, and
+/// the PE computes in f32. The values are checked against ONNX Runtime by the numerics models
+/// (`tests/numerics/make_models.py`, `halves`).
+#[test]
+fn half_tensors_through_f32_only_operators() {
+    for elem in [dt::FLOAT16, dt::BFLOAT16] {
+        let bytes = model(
+            vec![
+                node("MatMul", &["X", "W"], &["h"], vec![]),
+                node("Relu", &["h"], &["Y"], vec![]),
+            ],
+            vec![],
+            vec![vi("X", elem, &[2, 8]), vi("W", elem, &[8, 4])],
+            vec![vi("Y", elem, &[2, 4])],
+            13,
+        );
+        let c = ok(&bytes, &CompileOptions::default());
+        let want = if elem == dt::FLOAT16 {
+            nrt_hal::DType::F16
+        } else {
+            nrt_hal::DType::Bf16
+        };
+        assert!(
+            c.model.io.iter().all(|t| t.dtype == want),
+            "{:?}",
+            c.model.io
+        );
+        let pe = decode_block(&c.model.block(0, Engine::Pe).unwrap().code, Engine::Pe).unwrap();
+        assert!(pe.iter().any(|(_, i)| matches!(i.op, Op::MatMul { .. })));
+    }
+}

@@ -5,8 +5,10 @@
 //! We use the hardware encoding everywhere: in the compiled-model container, in tensor info,
 //! and in the C ABI.
 //!
-//! One extension: [`DType::Bool`] (`0x10`), which ONNX needs for `Equal` and `Where`. It is
-//! stored as one byte per element and reported through the C API as `NRT_DTYPE_UINT8`.
+//! Two extensions: [`DType::Bool`] (`0x10`), which ONNX needs for `Equal` and `Where`, stored
+//! as one byte per element and reported through the C API as `NRT_DTYPE_UINT8`; and
+//! [`DType::F64`] (`0x11`, `NRT_DTYPE_FLOAT64` in `nrt_experimental.h`), ONNX's `double`,
+//! a storage type like the halves: the engines compute in f32.
 
 use core::fmt;
 
@@ -38,11 +40,14 @@ pub enum DType {
     I64 = 0xC,
     /// Boolean, one byte per element (our extension; `NRT_DTYPE_UINT8` in the C ABI).
     Bool = 0x10,
+    /// IEEE double (our extension, `NRT_DTYPE_FLOAT64` = 0x11 in `nrt_experimental.h`;
+    /// storage only: the engines compute in fp32).
+    F64 = 0x11,
 }
 
 impl DType {
     /// Every type, in encoding order.
-    pub const ALL: [DType; 12] = [
+    pub const ALL: [DType; 13] = [
         Self::U64,
         Self::I8,
         Self::U8,
@@ -55,6 +60,7 @@ impl DType {
         Self::F32,
         Self::I64,
         Self::Bool,
+        Self::F64,
     ];
 
     /// Bytes per element.
@@ -63,7 +69,7 @@ impl DType {
             Self::I8 | Self::U8 | Self::Bool => 1,
             Self::I16 | Self::U16 | Self::Bf16 | Self::F16 => 2,
             Self::I32 | Self::U32 | Self::F32 => 4,
-            Self::I64 | Self::U64 => 8,
+            Self::I64 | Self::U64 | Self::F64 => 8,
         }
     }
 
@@ -95,6 +101,7 @@ impl DType {
             0xA => Self::F32,
             0xC => Self::I64,
             0x10 => Self::Bool,
+            0x11 => Self::F64,
             _ => return None,
         })
     }
@@ -114,6 +121,7 @@ impl DType {
             Self::F32 => "f32",
             Self::I64 => "i64",
             Self::Bool => "bool",
+            Self::F64 => "f64",
         }
     }
 }
@@ -139,7 +147,8 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(DType::from_code(d.code()), Some(d));
         }
-        for bad in [0u8, 0xB, 0xD, 0xE, 0xF, 0x11, 0xFF] {
+        assert_eq!(DType::F64.nrt_code(), 0x11);
+        for bad in [0u8, 0xB, 0xD, 0xE, 0xF, 0x12, 0xFF] {
             assert_eq!(DType::from_code(bad), None);
         }
     }

@@ -48,7 +48,7 @@ pub unsafe fn copy(
         }
         return Ok(());
     }
-    let floaty = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::Bf16);
+    let floaty = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::Bf16 | DType::F64);
     let via_f32 = floaty(src.dtype) || floaty(dst.dtype);
     // SAFETY: the caller's contract.
     unsafe {
@@ -327,6 +327,7 @@ macro_rules! by_dtype {
             DType::I64 => $f::<i64, $i>,
             DType::U64 => $f::<u64, $i>,
             DType::Bool => $f::<Bool, $i>,
+            DType::F64 => $f::<f64, $i>,
         }
     };
 }

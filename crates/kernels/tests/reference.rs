@@ -51,6 +51,7 @@ fn decode(d: DType, bits: u64) -> Val {
         DType::I64 => Val::I(bits as i64 as i128),
         DType::U64 => Val::I(bits as i128),
         DType::Bool => Val::B(bits as u8 != 0),
+        DType::F64 => Val::F(f64::from_bits(bits)),
     }
 }
 
@@ -79,6 +80,8 @@ fn encode(d: DType, v: Val) -> u64 {
     }
     match d {
         DType::F32 => f(v).to_bits() as u64,
+        // Storage only: the device converts through f32.
+        DType::F64 => (f(v) as f64).to_bits(),
         DType::F16 => f32_to_f16(f(v)) as u64,
         DType::Bf16 => f32_to_bf16(f(v)) as u64,
         DType::I8 => to_int!(i8) & 0xff,
@@ -115,6 +118,12 @@ fn random_bits(rng: &mut Rng, d: DType) -> u64 {
             }
         }
         DType::Bool => rng.below(3),
+        DType::F64 => match rng.below(10) {
+            0 => f64::NAN,
+            1 => [f64::INFINITY, f64::NEG_INFINITY, 0.0, -0.0][rng.below(4) as usize],
+            _ => rng.f32(-1e6, 1e6) as f64 * (1.0 + 1e-9),
+        }
+        .to_bits(),
         _ => {
             let bits = rng.next();
             let w = d.size() * 8;
@@ -130,8 +139,8 @@ proptest! {
     fn copy_converts_any_pair(seed in any::<u64>()) {
         let mut rng = Rng::new(seed);
         let mut m = Arena::new(ARENA);
-        let sd = DType::ALL[rng.below(12) as usize];
-        let dd = DType::ALL[rng.below(12) as usize];
+        let sd = DType::ALL[rng.below(DType::ALL.len() as u64) as usize];
+        let dd = DType::ALL[rng.below(DType::ALL.len() as u64) as usize];
         let shape = random_shape(&mut rng, [3, 4, 5, 9], true);
         let src = m.random(&mut rng, sd, shape, true);
         let dst = m.random(&mut rng, dd, shape, false);
@@ -148,7 +157,7 @@ proptest! {
             // Same type: a bit copy. Otherwise the conversion.
             let want = if sd == dd { raw } else { encode(dd, v) };
             let got = m.get_raw(&dst, idx);
-            let nan_ok = matches!(dd, DType::F32 | DType::F16 | DType::Bf16)
+            let nan_ok = matches!(dd, DType::F32 | DType::F16 | DType::Bf16 | DType::F64)
                 && matches!(v, Val::F(x) if x.is_nan())
                 && decode(dd, got).is_nan_val();
             prop_assert!(got == want || nan_ok, "{sd}->{dd} at {idx:?}: {v:?} got {got:#x} want {want:#x}");
@@ -159,7 +168,7 @@ proptest! {
     fn fill_writes_every_element(seed in any::<u64>()) {
         let mut rng = Rng::new(seed);
         let mut m = Arena::new(ARENA);
-        let d = DType::ALL[rng.below(12) as usize];
+        let d = DType::ALL[rng.below(DType::ALL.len() as u64) as usize];
         let shape = random_shape(&mut rng, [3, 3, 4, 7], true);
         let out = m.random(&mut rng, d, shape, false);
         let bits = random_bits(&mut rng, d);
@@ -896,7 +905,7 @@ proptest! {
     fn select_random(seed in any::<u64>()) {
         let mut rng = Rng::new(seed);
         let mut m = Arena::new(ARENA);
-        let dt = DType::ALL[rng.below(12) as usize];
+        let dt = DType::ALL[rng.below(DType::ALL.len() as u64) as usize];
         let shape = random_shape(&mut rng, [2, 3, 5, 37], true);
         let cond = m.random(&mut rng, DType::Bool, shape, true);
         let a = m.random(&mut rng, dt, shape, true);
@@ -1252,7 +1261,7 @@ proptest! {
     fn gather_random(seed in any::<u64>()) {
         let mut rng = Rng::new(seed);
         let mut m = Arena::new(ARENA);
-        let dt = DType::ALL[rng.below(12) as usize];
+        let dt = DType::ALL[rng.below(DType::ALL.len() as u64) as usize];
         let a = 1 + rng.below(6) as u32;
         let n = rng.below(8) as u32;
         let dshape = [1 + rng.below(2) as u32, 1 + rng.below(3) as u32, a, 1 + rng.below(9) as u32];

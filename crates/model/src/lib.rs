@@ -34,8 +34,9 @@ pub const MAGIC: [u8; 4] = *b"NCMF";
 /// Major version this crate reads and writes. A different major is rejected.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version this crate writes; files with a higher minor are rejected too (they may use
-/// fields we do not know).
-pub const VERSION_MINOR: u16 = 0;
+/// fields we do not know). Every older minor is read. History (`docs/ncm-format.md`): 1.0
+/// the first; 1.1 adds element type `0x11` (f64).
+pub const VERSION_MINOR: u16 = 1;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

@@ -458,3 +458,27 @@ fn d8_constants_entry_past_u64_is_an_error_not_an_overflow() {
     );
     assert_eq!(e.field, format!("plan[{k}].offset"), "{e}");
 }
+
+/// Every older minor version is read: a file written by version 1.0 (committed) decodes,
+/// and re-encodes at the current minor.
+#[test]
+fn version_1_0_files_are_read() {
+    let bytes = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/v1_0_f16_mlp.ncm"),
+    )
+    .unwrap();
+    assert_eq!(
+        u16::from_le_bytes([bytes[6], bytes[7]]),
+        0,
+        "the fixture is a 1.0 file"
+    );
+    let m = CompiledModel::decode(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.io.len(), 2);
+    assert!(m.io.iter().all(|t| t.dtype == DType::F16));
+    let again = m.encode();
+    assert_eq!(
+        u16::from_le_bytes([again[6], again[7]]),
+        nrt_model::VERSION_MINOR
+    );
+    assert_eq!(CompiledModel::decode(&again).unwrap(), m);
+}

@@ -155,6 +155,9 @@ impl Runtime {
             ownership: Mutex::new(ownership),
             stats,
         });
+        inner
+            .trace
+            .start_inspect(&inner.config, || inner.device.clock_ns());
         if let Err(e) = worker::start_workers(&inner) {
             release(&*inner.device, &reserved);
             return Err(e);
@@ -203,6 +206,7 @@ impl Runtime {
         for m in &models {
             unload_model(rt, m);
         }
+        rt.trace.finish_inspect();
         rt.state.store(CLOSED, Ordering::Release);
         worker::stop_workers(rt);
         for vc in rt.vcores.iter() {

@@ -8,6 +8,7 @@
 //! | `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS` | init | 0 = synchronous; N in 1..=63 = implicit async with N in flight |
 //! | `NEURON_RT_EXEC_TIMEOUT` | load | seconds an execution may take (fractional seconds accepted; default 30) |
 //! | `NEURON_RT_LOG_LEVEL[_NRT/_NMGR/_TDRV]` | init | see [`crate::log`] |
+//! | `NEURON_RT_INSPECT_ENABLE`, `NEURON_RT_INSPECT_OUTPUT_DIR`, `NEURON_RT_INSPECT_DEVICE_PROFILE`, `NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP` | init | profile the whole process ([`crate::trace`]) |
 //! | `NRT_RUNTIME_DIR` | init | where cores are locked and statistics published ([`crate::host`]); default `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs` |
 //!
 //! Global core ids count over the virtual host's devices (`NRT_SIM_INSTANCE`, see
@@ -33,6 +34,9 @@ pub struct RuntimeConfig {
     /// (`NRT_RUNTIME_DIR` or its default), as a real process would; `None` (the default of a
     /// configuration built in code) takes no locks and keeps the statistics private.
     pub ownership: Option<std::path::PathBuf>,
+    /// Profile every model from init on (`NEURON_RT_INSPECT_*`, [`crate::trace`]); `None`
+    /// (the default) records nothing.
+    pub inspect: Option<crate::trace::InspectConfig>,
 }
 
 impl RuntimeConfig {
@@ -53,6 +57,7 @@ impl RuntimeConfig {
             c.async_inflight = parse_u32("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS", &v)?;
         }
         c.ownership = Some(crate::host::runtime_dir_from_env());
+        c.inspect = crate::trace::InspectConfig::from_env()?;
         c.validate()?;
         Ok(c)
     }

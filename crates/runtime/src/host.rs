@@ -40,8 +40,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `NRTHOST1` as a little-endian word.
 pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"NRTHOST1");
-/// The record layout's version.
-pub const RECORD_VERSION: u64 = 1;
+/// The record layout's version (2: the process tag and the table of loaded models).
+pub const RECORD_VERSION: u64 = 2;
 /// Logical cores one record describes at most.
 pub const MAX_RECORD_VCORES: usize = 128;
 /// Buckets of a latency histogram ([`latency_bucket`]).
@@ -50,6 +50,13 @@ pub const HIST_BUCKETS: usize = 160;
 pub const CMDLINE_BYTES: usize = 512;
 /// Words of the core bitmap (256 cores).
 pub const CORE_WORDS: usize = 4;
+/// Bytes of the process tag (`NEURON_PROCESS_TAG`) kept in a record.
+pub const TAG_BYTES: usize = 64;
+/// Loaded models one record lists at most (more are counted in [`CoreStats::models`] but not
+/// named).
+pub const MAX_RECORD_MODELS: usize = 64;
+/// Bytes of a model's name kept in a record.
+pub const MODEL_NAME_BYTES: usize = 64;
 
 /// `execution_summary` of neuron-monitor, in this order.
 pub const STATUS_NAMES: [&str; 6] = [
@@ -203,8 +210,29 @@ pub struct Header {
     pub cmdline_len: AtomicU64,
     /// The command line, NUL separators as spaces.
     pub cmdline: [AtomicU64; CMDLINE_BYTES / 8],
+    /// Length of the tag.
+    pub tag_len: AtomicU64,
+    /// The process tag: `NEURON_PROCESS_TAG` (neuron-monitor's `neuron_runtime_tag` and
+    /// `tag_filter`), empty when unset.
+    pub tag: [AtomicU64; TAG_BYTES / 8],
     /// Reserved (zero).
     pub reserved: [AtomicU64; 8],
+}
+
+/// One loaded model, as listed in a record.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ModelEntry {
+    /// The model's id; 0 = a free entry, [`u64::MAX`] = being written.
+    pub id: AtomicU64,
+    /// Its logical core.
+    pub vnc: AtomicU64,
+    /// Its device bytes by the first five [`MEM_NAMES`].
+    pub mem: [AtomicU64; 5],
+    /// Length of the name.
+    pub name_len: AtomicU64,
+    /// The name (truncated to [`MODEL_NAME_BYTES`]).
+    pub name: [AtomicU64; MODEL_NAME_BYTES / 8],
 }
 
 /// The published record.
@@ -215,6 +243,8 @@ pub struct Record {
     pub header: Header,
     /// Per logical core.
     pub vcores: [CoreStats; MAX_RECORD_VCORES],
+    /// The loaded models (written at load and unload only).
+    pub models: [ModelEntry; MAX_RECORD_MODELS],
 }
 
 const STATE_ACQUIRING: u64 = 0;
@@ -365,6 +395,90 @@ impl StatsArea {
     }
 }
 
+impl StatsArea {
+    /// Lists a loaded model in the published record; returns its entry (`None` without a
+    /// record, or when the table is full: the model is still counted, not named). Cold: at
+    /// load only.
+    pub(crate) fn publish_model(
+        &self,
+        id: u32,
+        vnc: u32,
+        name: &str,
+        mem_bytes: &[u64; 6],
+    ) -> Option<usize> {
+        let StatsArea::Shared(m) = self else {
+            return None;
+        };
+        for (i, e) in m.record().models.iter().enumerate() {
+            if e.id
+                .compare_exchange(0, u64::MAX, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            e.vnc.store(vnc as u64, Ordering::Relaxed);
+            for (k, w) in e.mem.iter().enumerate() {
+                w.store(mem_bytes[k], Ordering::Relaxed);
+            }
+            let n = store_text(&e.name, name);
+            e.name_len.store(n as u64, Ordering::Relaxed);
+            e.id.store(id as u64, Ordering::Release);
+            return Some(i);
+        }
+        None
+    }
+
+    /// Removes the entry [`StatsArea::publish_model`] returned.
+    pub(crate) fn unpublish_model(&self, entry: Option<usize>) {
+        if let (StatsArea::Shared(m), Some(i)) = (self, entry)
+            && let Some(e) = m.record().models.get(i)
+        {
+            e.id.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Bytes of host tensors the runtime allocated: counted once per runtime, on logical core
+/// 0's block (host memory belongs to no core). At allocation and free only, never per
+/// execution.
+pub(crate) fn count_host_tensor(rt: &crate::RuntimeInner, bytes: u64, allocated: bool) {
+    if let Some(vc) = rt.vcores.first() {
+        let c = &vc.stats().mem[mem::HOST_TENSORS];
+        if allocated {
+            c.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            c.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Writes `text` (truncated at a character boundary to fit) into `words`, NUL-padded;
+/// returns the bytes written.
+fn store_text(words: &[AtomicU64], text: &str) -> usize {
+    let mut end = text.len().min(words.len() * 8);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let bytes = &text.as_bytes()[..end];
+    for (i, w) in words.iter().enumerate() {
+        let mut b = [0u8; 8];
+        let lo = (i * 8).min(end);
+        let hi = (lo + 8).min(end);
+        b[..hi - lo].copy_from_slice(&bytes[lo..hi]);
+        w.store(u64::from_le_bytes(b), Ordering::Relaxed);
+    }
+    end
+}
+
+fn load_text(words: &[AtomicU64], len: u64) -> String {
+    let len = (len as usize).min(words.len() * 8);
+    let raw: Vec<u8> = words
+        .iter()
+        .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+        .collect();
+    String::from_utf8_lossy(&raw[..len]).into_owned()
+}
+
 fn zeroed_stats() -> CoreStats {
     // SAFETY: CoreStats is atomics only; all-zero bytes are a valid value of each.
     unsafe { std::mem::zeroed() }
@@ -472,12 +586,11 @@ pub(crate) fn acquire(
         w.store(w.load(Ordering::Relaxed) | 1 << (c % 64), Ordering::Relaxed);
     }
     let cmd = own_cmdline();
-    for (i, chunk) in cmd.as_bytes().chunks(8).enumerate() {
-        let mut w = [0u8; 8];
-        w[..chunk.len()].copy_from_slice(chunk);
-        h.cmdline[i].store(u64::from_le_bytes(w), Ordering::Relaxed);
-    }
-    h.cmdline_len.store(cmd.len() as u64, Ordering::Relaxed);
+    let n = store_text(&h.cmdline, &cmd);
+    h.cmdline_len.store(n as u64, Ordering::Relaxed);
+    let tag = std::env::var("NEURON_PROCESS_TAG").unwrap_or_default();
+    let n = store_text(&h.tag, &tag);
+    h.tag_len.store(n as u64, Ordering::Relaxed);
     h.version.store(RECORD_VERSION, Ordering::Relaxed);
     h.state.store(STATE_ACQUIRING, Ordering::Relaxed);
     h.magic.store(RECORD_MAGIC, Ordering::Release);
@@ -534,6 +647,140 @@ fn in_use_error(dir: &Path, core: u32) -> NrtError {
     )
 }
 
+/// Bytes for people: `512 B`, `1.50 KiB`, `4.00 GiB`.
+pub fn fmt_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+fn breakdown(mem: &[u64]) -> String {
+    let parts: Vec<String> = MEM_NAMES
+        .iter()
+        .zip(mem)
+        .filter(|(_, b)| **b != 0)
+        .map(|(n, b)| format!("{} {}", n.replace('_', " "), fmt_bytes(*b)))
+        .collect();
+    if parts.is_empty() {
+        "nothing".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The error of a device allocation that ran out of memory, with the memory-usage dump the
+/// real runtime logs: what was asked (and, during a load, what the load had allocated so
+/// far), what is free on the core's device, what is in use by category, and the biggest
+/// users — the loaded models (by category) and the device tensors of each logical core —
+/// then what to do. Cold: on the failing allocation only.
+#[cold]
+#[inline(never)]
+pub(crate) fn out_of_device_memory(
+    rt: &crate::RuntimeInner,
+    vnc: u32,
+    asked: u64,
+    what: &str,
+    category: usize,
+    load: Option<(&str, &[u64; 6])>,
+    free: u64,
+) -> NrtError {
+    use std::fmt::Write;
+    let usage = rt.device.mem_usage();
+    let cores = rt
+        .vcores
+        .get(vnc as usize)
+        .map(|v| {
+            v.cores
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join("+")
+        })
+        .unwrap_or_default();
+    let mut m = format!(
+        "out of device memory: {what} asked for {} ({asked} bytes, {}) on logical NeuronCore {vnc} (NeuronCore {cores}); {} free of {} on its device",
+        fmt_bytes(asked),
+        MEM_NAMES[category.min(MEM_NAMES.len() - 1)].replace('_', " "),
+        fmt_bytes(free),
+        fmt_bytes(usage.bytes_limit),
+    );
+    if let Some((model, so_far)) = load {
+        let _ = write!(
+            m,
+            "\n  loading model '{model}', which had allocated {} before this ({})",
+            fmt_bytes(so_far.iter().sum()),
+            breakdown(&so_far[..5])
+        );
+    }
+    let mut total = [0u64; 6];
+    for vc in rt.vcores.iter() {
+        for (t, c) in total.iter_mut().zip(&vc.stats().mem) {
+            *t = t.saturating_add(c.load(Ordering::Relaxed));
+        }
+    }
+    let counted: u64 = total[..5].iter().sum();
+    let _ = write!(
+        m,
+        "\n  in use: {} ({}{})",
+        fmt_bytes(usage.bytes_used),
+        breakdown(&total[..5]),
+        if usage.bytes_used > counted {
+            format!(", other {}", fmt_bytes(usage.bytes_used - counted))
+        } else {
+            String::new()
+        }
+    );
+    // The biggest users: every loaded model, and each logical core's device tensors.
+    let mut users: Vec<(u64, String)> = Vec::new();
+    for mdl in rt.models.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let b: u64 = mdl.mem[..5].iter().sum();
+        users.push((
+            b,
+            format!(
+                "model '{}' (id {}) on logical NeuronCore {}: {} ({})",
+                mdl.name,
+                mdl.id,
+                mdl.vnc,
+                fmt_bytes(b),
+                breakdown(&mdl.mem[..5])
+            ),
+        ));
+    }
+    for (i, vc) in rt.vcores.iter().enumerate() {
+        let b = vc.stats().mem[mem::TENSORS].load(Ordering::Relaxed);
+        if b != 0 {
+            users.push((
+                b,
+                format!("device tensors on logical NeuronCore {i}: {}", fmt_bytes(b)),
+            ));
+        }
+    }
+    users.sort_by_key(|u| std::cmp::Reverse(u.0));
+    if users.is_empty() {
+        m.push_str("\n  biggest users: none (nothing else is loaded or allocated)");
+    } else {
+        m.push_str("\n  biggest users:");
+        for (_, u) in users.iter().take(8) {
+            let _ = write!(m, "\n    {u}");
+        }
+        if users.len() > 8 {
+            let _ = write!(m, "\n    ... and {} more", users.len() - 8);
+        }
+    }
+    m.push_str(
+        "\n  to fix: free tensors and unload models no longer needed, load onto another core (NEURON_RT_VISIBLE_CORES), or give the device more memory (NRT_SIM_INSTANCE, NRT_SIM_DEVICE_MEMORY)",
+    );
+    NrtError::new(NrtStatus::Resource, m)
+}
+
 /// A record as a reader sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProcessRecord {
@@ -543,6 +790,10 @@ pub struct ProcessRecord {
     pub start_unix_ns: u64,
     /// Command line.
     pub cmdline: String,
+    /// The process tag (`NEURON_PROCESS_TAG`; empty when unset).
+    pub tag: String,
+    /// The models it has loaded (at most [`MAX_RECORD_MODELS`] are listed).
+    pub models: Vec<ModelSnapshot>,
     /// Physical cores held (global ids).
     pub cores: Vec<u32>,
     /// Whether it holds them (else it is still acquiring).
@@ -551,6 +802,19 @@ pub struct ProcessRecord {
     pub lnc: u32,
     /// Per logical core.
     pub vcores: Vec<VcoreSnapshot>,
+}
+
+/// A loaded model, read from a record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSnapshot {
+    /// Its id in its runtime.
+    pub id: u32,
+    /// Its logical core.
+    pub vnc: u32,
+    /// Its name.
+    pub name: String,
+    /// Its device bytes by the first five [`MEM_NAMES`].
+    pub mem: [u64; 5],
 }
 
 /// One logical core's statistics, read.
@@ -622,8 +886,19 @@ pub fn parse_record(bytes: &[u8]) -> Option<ProcessRecord> {
     if l(&h.magic) != RECORD_MAGIC || l(&h.version) != RECORD_VERSION {
         return None;
     }
-    let len = (l(&h.cmdline_len) as usize).min(CMDLINE_BYTES);
-    let raw: Vec<u8> = h.cmdline.iter().flat_map(|w| l(w).to_le_bytes()).collect();
+    let models = rec
+        .models
+        .iter()
+        .filter_map(|e| {
+            let id = l(&e.id);
+            (id != 0 && id != u64::MAX).then(|| ModelSnapshot {
+                id: id as u32,
+                vnc: l(&e.vnc) as u32,
+                name: load_text(&e.name, l(&e.name_len)),
+                mem: e.mem.each_ref().map(l),
+            })
+        })
+        .collect();
     let cores = (0..(CORE_WORDS * 64) as u32)
         .filter(|&c| l(&h.cores[c as usize / 64]) & (1 << (c % 64)) != 0)
         .collect();
@@ -631,7 +906,9 @@ pub fn parse_record(bytes: &[u8]) -> Option<ProcessRecord> {
     Some(ProcessRecord {
         pid: u32::try_from(l(&h.pid)).ok()?,
         start_unix_ns: l(&h.start_unix_ns),
-        cmdline: String::from_utf8_lossy(&raw[..len]).into_owned(),
+        cmdline: load_text(&h.cmdline, l(&h.cmdline_len)),
+        tag: load_text(&h.tag, l(&h.tag_len)),
+        models,
         cores,
         holding: l(&h.state) == STATE_HOLDING,
         lnc: u32::try_from(l(&h.lnc)).ok()?,

@@ -69,7 +69,7 @@ pub use pipeline::ExecMode;
 pub use surface::explicit::XuKind;
 pub use surface::implicit::{AsyncCallback, in_async_callback};
 pub use tensor::{Placement, Tensor, TensorSet};
-pub use trace::{Span, Stage, chrome_json};
+pub use trace::{InspectConfig, InspectMode, Span, Stage, chrome_json};
 
 use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
@@ -107,7 +107,6 @@ pub(crate) struct RuntimeInner {
     pub(crate) ownership: Mutex<Option<host::Ownership>>,
     /// Where the vcores' statistics live (read through [`VCore::stats`]); after `vcores`
     /// so it is dropped last.
-    #[allow(dead_code, reason = "held for the vcores' StatsRef pointers")]
     pub(crate) stats: host::StatsArea,
 }
 
@@ -261,5 +260,7 @@ fn unload_model(rt: &RuntimeInner, m: &Arc<ModelShared>) {
     for (c, b) in m.mem.iter().enumerate() {
         st.mem[c].fetch_sub(*b, Ordering::Relaxed);
     }
+    rt.stats.unpublish_model(m.published);
+    rt.trace.flush_model(m.id);
     m.state.store(STATE_UNLOADED, Ordering::Release);
 }

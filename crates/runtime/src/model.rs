@@ -159,6 +159,9 @@ pub(crate) struct ModelShared {
     /// How long its synchronous callers spin before they block: the moving average of its
     /// sampled latency (written by the harvest, under the token).
     pub(crate) spin: nrt_hal::SpinBudget,
+    /// Its entry in the published record's model table (`None`: no record, or the table
+    /// was full).
+    pub(crate) published: Option<usize>,
 }
 
 impl ModelShared {
@@ -181,6 +184,10 @@ impl ModelShared {
 /// Device allocations made during a load, freed if the load fails.
 struct Allocs<'d> {
     dev: &'d dyn Device,
+    /// For the memory-usage dump of an allocation that runs out of memory.
+    rt: &'d RuntimeInner,
+    vnc: u32,
+    model: &'d str,
     list: Vec<DevAddr>,
     /// Bytes by [`crate::host::MEM_NAMES`].
     bytes: [u64; 6],
@@ -202,17 +209,26 @@ fn category(what: &str) -> usize {
 
 impl Allocs<'_> {
     fn alloc(&mut self, size: u64, align: u64, what: &str) -> Result<DevAddr> {
+        let c = category(what);
         let a = self
             .dev
             .mem_alloc(size.max(1), align.max(64))
-            .map_err(|e| {
-                NrtError::new(
+            .map_err(|e| match e {
+                nrt_hal::HalError::OutOfMemory { free, .. } => crate::host::out_of_device_memory(
+                    self.rt,
+                    self.vnc,
+                    size,
+                    what,
+                    c,
+                    Some((self.model, &self.bytes)),
+                    free,
+                ),
+                e => NrtError::new(
                     NrtStatus::Resource,
                     format!("cannot allocate {size} bytes of device memory for {what}: {e}"),
-                )
+                ),
             })?;
         self.list.push(a);
-        let c = category(what);
         self.bytes[c] = self.bytes[c].saturating_add(size);
         Ok(a)
     }
@@ -257,6 +273,9 @@ pub(crate) fn load(
     };
     let mut allocs = Allocs {
         dev,
+        rt,
+        vnc: vcore.index,
+        model: &m.name,
         list: Vec::new(),
         bytes: [0; 6],
     };
@@ -470,6 +489,8 @@ pub(crate) fn load(
     }
     let list = std::mem::take(&mut allocs.list);
     let mem = allocs.bytes;
+    let published = rt.stats.publish_model(id, vcore.index, &m.name, &mem);
+    rt.trace.note_model(id, &m.name, vcore.index);
     Ok(ModelShared {
         id,
         name: m.name.clone(),
@@ -484,5 +505,6 @@ pub(crate) fn load(
         allocations: Mutex::new(list),
         mem,
         spin: nrt_hal::SpinBudget::new(),
+        published,
     })
 }

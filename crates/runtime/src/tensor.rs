@@ -151,6 +151,9 @@ impl Drop for TensorShared {
             } => {
                 let p = ptr.load(Ordering::Acquire);
                 let n = len.load(Ordering::Acquire);
+                if let Some(rt) = self.rt.upgrade() {
+                    crate::host::count_host_tensor(&rt, n as u64, false);
+                }
                 // SAFETY: an owned host buffer is exactly the `Box<[u8]>` of `n` bytes leaked
                 // in `new_host`; nothing else frees it and no handle outlives this drop.
                 drop(unsafe { Box::from_raw(core::ptr::slice_from_raw_parts_mut(p, n)) });
@@ -196,6 +199,23 @@ fn alloc_host_zeroed(size: u64, name: &str) -> Result<*mut u8> {
     Ok(p)
 }
 
+/// A device tensor's failed allocation: out of memory, with the memory-usage dump.
+#[cold]
+fn oom(rt: &RuntimeInner, vnc: i32, size: u64, name: &str, e: nrt_hal::HalError) -> NrtError {
+    match e {
+        nrt_hal::HalError::OutOfMemory { free, .. } => crate::host::out_of_device_memory(
+            rt,
+            vnc.max(0) as u32,
+            size,
+            &format!("tensor '{name}'"),
+            crate::host::mem::TENSORS,
+            None,
+            free,
+        ),
+        e => e.into(),
+    }
+}
+
 /// `MemAvailable` of `/proc/meminfo` in bytes: what the host can back without swapping
 /// (`None` where that file is not readable).
 pub(crate) fn host_memory_available() -> Option<u64> {
@@ -229,7 +249,9 @@ impl Tensor {
         name: &str,
     ) -> Result<Tensor> {
         let dev = &rt.device;
-        let addr = dev.mem_alloc(size.max(1), 64)?;
+        let addr = dev
+            .mem_alloc(size.max(1), 64)
+            .map_err(|e| oom(rt, vnc, size, name, e))?;
         let map = match dev.map(addr, size) {
             Ok(m) => m,
             Err(e) => {
@@ -263,6 +285,7 @@ impl Tensor {
         name: &str,
     ) -> Result<Tensor> {
         let ptr = alloc_host_zeroed(size, name)?;
+        crate::host::count_host_tensor(rt, size, true);
         // `alloc_host_zeroed` succeeded, so the size fits in `usize`.
         let len = size as usize;
         Ok(Tensor::wrap(

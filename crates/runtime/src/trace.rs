@@ -13,11 +13,157 @@
 //! off, the cost is that one predictable branch and no clock reads. With tracing on, the five
 //! spans of an execution are appended under the ring's lock, into memory allocated when
 //! tracing was enabled: recording allocates nothing.
+//!
+//! # Profiling a whole process: `NEURON_RT_INSPECT_*`
+//!
+//! With `NEURON_RT_INSPECT_ENABLE=1` ([`InspectConfig::from_env`], read by
+//! [`crate::RuntimeConfig::from_env`]: the C API, the CLI, Python) the runtime traces from
+//! `nrt_init` on, without a code change, and writes the same Chrome trace-event JSON as
+//! `nrt_profile_stop` under `NEURON_RT_INSPECT_OUTPUT_DIR` (default `./output`), in
+//! `nrt_pid_<pid>/`:
+//!
+//! | `NEURON_RT_INSPECT_DEVICE_PROFILE` | captures | file |
+//! |---|---|---|
+//! | unset, `1`, `model` | per model, its execution number `NUM_WARMUP + 1` | `model_<id>_<name>_vnc_<v>_exec_<n>.json`, written when that execution returns (synchronous surface) or at unload/close |
+//! | `session`, `0` | every execution after each model's first `NUM_WARMUP` (the latest [`tuning::TRACE_RING_CAPACITY`] spans) | `session.json`, written at close |
+//!
+//! `NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP=N` (default 0) skips each model's first N
+//! executions (the warm-up). While it profiles the process, `nrt_profile_start` and
+//! `nrt_trace_start` are refused (one recorder at a time).
 
+use crate::error::{NrtError, Result};
 use nrt_hal::{NUM_ENGINES, tuning};
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
+
+/// Which executions `NEURON_RT_INSPECT_ENABLE` captures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InspectMode {
+    /// Per model, its execution number `warmup + 1`, one file each.
+    Model,
+    /// Every execution after each model's warm-up, one file at close.
+    Session,
+}
+
+/// Profiling of a whole process from the environment (`NEURON_RT_INSPECT_*`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InspectConfig {
+    /// `NEURON_RT_INSPECT_OUTPUT_DIR` (default `./output`); files go to its
+    /// `nrt_pid_<pid>/`.
+    pub output_dir: PathBuf,
+    /// `NEURON_RT_INSPECT_DEVICE_PROFILE`.
+    pub mode: InspectMode,
+    /// `NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP`: executions of each model to skip.
+    pub warmup: u64,
+}
+
+impl InspectConfig {
+    /// The profiling the environment asks for (`None` unless `NEURON_RT_INSPECT_ENABLE` is
+    /// `1`/`true`); a malformed value is an error naming the variable.
+    pub fn from_env() -> Result<Option<InspectConfig>> {
+        let var = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_owned());
+        let bad = |k: &str, v: &str, want: &str| {
+            NrtError::invalid(format!("{k}={v:?} is not one of {want}"))
+        };
+        match var("NEURON_RT_INSPECT_ENABLE").as_deref() {
+            None | Some("" | "0" | "false") => return Ok(None),
+            Some("1" | "true") => {}
+            Some(v) => return Err(bad("NEURON_RT_INSPECT_ENABLE", v, "0, 1")),
+        }
+        let output_dir = var("NEURON_RT_INSPECT_OUTPUT_DIR")
+            .filter(|v| !v.is_empty())
+            .map_or_else(|| PathBuf::from("output"), PathBuf::from);
+        let mode = match var("NEURON_RT_INSPECT_DEVICE_PROFILE").as_deref() {
+            None | Some("" | "1" | "model") => InspectMode::Model,
+            Some("0" | "session") => InspectMode::Session,
+            Some(v) => {
+                return Err(bad(
+                    "NEURON_RT_INSPECT_DEVICE_PROFILE",
+                    v,
+                    "1 or model (one execution per model), session or 0 (every execution)",
+                ));
+            }
+        };
+        let warmup = match var("NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP").as_deref() {
+            None | Some("") => 0,
+            Some(v) => v.parse::<u64>().map_err(|_| {
+                NrtError::invalid(format!(
+                    "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP={v:?} is not a non-negative integer"
+                ))
+            })?,
+        };
+        Ok(Some(InspectConfig {
+            output_dir,
+            mode,
+            warmup,
+        }))
+    }
+}
+
+/// One model as the process-wide profile follows it.
+struct InspectModel {
+    id: u32,
+    name: String,
+    vnc: u32,
+    /// Executions finished so far.
+    executions: u64,
+    /// Seq of the captured execution (model mode) or of the first captured (session).
+    captured: Option<u64>,
+    /// Its file was written (model mode).
+    written: bool,
+}
+
+/// The process-wide profile in progress.
+struct Inspect {
+    cfg: InspectConfig,
+    models: Vec<InspectModel>,
+}
+
+impl Inspect {
+    fn model(&mut self, id: u32) -> &mut InspectModel {
+        let i = match self.models.iter().position(|m| m.id == id) {
+            Some(i) => i,
+            None => {
+                // A model loaded before the profile learnt its name (not expected: names
+                // are noted at load).
+                self.models.push(InspectModel {
+                    id,
+                    name: String::new(),
+                    vnc: 0,
+                    executions: 0,
+                    captured: None,
+                    written: false,
+                });
+                self.models.len() - 1
+            }
+        };
+        &mut self.models[i]
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.cfg
+            .output_dir
+            .join(format!("nrt_pid_{}", std::process::id()))
+    }
+}
+
+/// A file name made of a model's name: letters, digits, `-`, `_`, `.` kept.
+fn file_safe(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() { "model".into() } else { s }
+}
 
 /// A stage of the pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -115,6 +261,18 @@ impl Ring {
 pub(crate) struct Trace {
     enabled: AtomicBool,
     ring: Mutex<Option<Ring>>,
+    /// Set once at init when `NEURON_RT_INSPECT_ENABLE` profiles the process.
+    inspecting: AtomicBool,
+    /// Locked before `ring` where both are.
+    inspect: Mutex<Option<Inspect>>,
+}
+
+impl crate::Runtime {
+    /// Whether `NEURON_RT_INSPECT_ENABLE` profiles this runtime (then
+    /// [`crate::Runtime::set_tracing`] changes nothing).
+    pub fn inspecting(&self) -> bool {
+        self.0.trace.inspecting()
+    }
 }
 
 impl Trace {
@@ -122,7 +280,144 @@ impl Trace {
         Trace {
             enabled: AtomicBool::new(false),
             ring: Mutex::new(None),
+            inspecting: AtomicBool::new(false),
+            inspect: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn inspecting(&self) -> bool {
+        self.inspecting.load(Ordering::Relaxed)
+    }
+
+    /// Starts the process-wide profile of `config.inspect` (at init; nothing without it).
+    pub(crate) fn start_inspect(
+        &self,
+        config: &crate::RuntimeConfig,
+        device_clock: impl Fn() -> u64,
+    ) {
+        let Some(cfg) = config.inspect.clone() else {
+            return;
+        };
+        self.set_enabled(true, device_clock);
+        *self.inspect.lock().unwrap_or_else(|e| e.into_inner()) = Some(Inspect {
+            cfg,
+            models: Vec::new(),
+        });
+        self.inspecting.store(true, Ordering::Release);
+    }
+
+    /// Notes a loaded model's name and logical core for the profile's file names (at load).
+    pub(crate) fn note_model(&self, id: u32, name: &str, vnc: u32) {
+        if !self.inspecting() {
+            return;
+        }
+        let mut g = self.inspect.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(ins) = g.as_mut() {
+            let m = ins.model(id);
+            m.name = name.to_owned();
+            m.vnc = vnc;
+        }
+    }
+
+    /// Counts a finished execution for the profile; whether its spans are captured.
+    fn inspect_count(&self, seq: u64, model: u32) -> bool {
+        let mut g = self.inspect.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(ins) = g.as_mut() else { return true };
+        let (mode, warmup) = (ins.cfg.mode, ins.cfg.warmup);
+        let m = ins.model(model);
+        m.executions += 1;
+        let take = match mode {
+            InspectMode::Model => m.executions == warmup + 1,
+            InspectMode::Session => m.executions > warmup,
+        };
+        if take && m.captured.is_none() {
+            m.captured = Some(seq);
+        }
+        take
+    }
+
+    /// Whether the host stages of execution `seq` of `model` are captured, and (model mode)
+    /// whether that completes the model's profile.
+    fn inspect_stages(&self, seq: u64, model: u32) -> (bool, bool) {
+        let mut g = self.inspect.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(ins) = g.as_mut() else {
+            return (true, false);
+        };
+        let mode = ins.cfg.mode;
+        let m = ins.model(model);
+        match (mode, m.captured) {
+            (InspectMode::Model, Some(c)) => (c == seq, c == seq && !m.written),
+            (InspectMode::Session, Some(c)) => (seq >= c, false),
+            (_, None) => (false, false),
+        }
+    }
+
+    /// Writes the profile of `model` if it captured an execution not yet written (model
+    /// mode): at the captured execution's return, at unload and at close.
+    pub(crate) fn flush_model(&self, model: u32) {
+        if !self.inspecting() {
+            return;
+        }
+        let mut g = self.inspect.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(ins) = g.as_mut() else { return };
+        if ins.cfg.mode != InspectMode::Model {
+            return;
+        }
+        let dir = ins.dir();
+        let warmup = ins.cfg.warmup;
+        let m = ins.model(model);
+        if m.written || m.captured.is_none() {
+            return;
+        }
+        m.written = true;
+        let file = dir.join(format!(
+            "model_{}_{}_vnc_{}_exec_{}.json",
+            m.id,
+            file_safe(&m.name),
+            m.vnc,
+            warmup + 1
+        ));
+        let names = [(m.id, m.name.clone())];
+        drop(g);
+        let mut spans = Vec::new();
+        self.spans(&mut spans);
+        spans.retain(|s| s.model == model);
+        let names: Vec<(u32, &str)> = names.iter().map(|(i, n)| (*i, n.as_str())).collect();
+        write_profile(&file, &chrome_json(&spans, &names), spans.len());
+    }
+
+    /// Ends the profile (at close): writes what model mode has not written yet, or the
+    /// session file.
+    pub(crate) fn finish_inspect(&self) {
+        if !self.inspecting() {
+            return;
+        }
+        let ids: Vec<u32> = {
+            let g = self.inspect.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(ins) = g.as_ref() else { return };
+            if ins.cfg.mode == InspectMode::Session {
+                let file = ins.dir().join("session.json");
+                let names: Vec<(u32, String)> =
+                    ins.models.iter().map(|m| (m.id, m.name.clone())).collect();
+                drop(g);
+                let mut spans = Vec::new();
+                self.spans(&mut spans);
+                let names: Vec<(u32, &str)> = names.iter().map(|(i, n)| (*i, n.as_str())).collect();
+                write_profile(&file, &chrome_json(&spans, &names), spans.len());
+                Vec::new()
+            } else {
+                ins.models.iter().map(|m| m.id).collect()
+            }
+        };
+        for id in ids {
+            self.flush_model(id);
+        }
+        self.inspect
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.inspecting.store(false, Ordering::Release);
+        self.enabled.store(false, Ordering::Release);
     }
 
     /// The one branch the execution path pays.
@@ -140,6 +435,9 @@ impl Trace {
     /// Turns tracing on (allocating the ring, cleared) or off. `device_clock` reads the
     /// device clock, which places engine spans on the trace's time axis.
     pub(crate) fn set_enabled(&self, on: bool, device_clock: impl Fn() -> u64) {
+        if self.inspecting() {
+            return; // the process-wide profile owns the ring until close
+        }
         let mut r = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         if on {
             let mut spans = Vec::with_capacity(tuning::TRACE_RING_CAPACITY);
@@ -158,6 +456,23 @@ impl Trace {
     /// Records the five spans of an execution from its six stage boundaries.
     #[cold]
     pub(crate) fn record(&self, seq: u64, model: u32, t: &[Instant; 6]) {
+        let mut complete = false;
+        if self.inspecting() {
+            let (take, done) = self.inspect_stages(seq, model);
+            if !take {
+                return;
+            }
+            complete = done;
+        }
+        self.record_stages(seq, model, t);
+        if complete {
+            // Model mode: the captured execution has returned; its file is written now,
+            // on the caller's thread, as the real runtime's model-mode capture does.
+            self.flush_model(model);
+        }
+    }
+
+    fn record_stages(&self, seq: u64, model: u32, t: &[Instant; 6]) {
         let mut g = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let Some(ring) = g.as_mut() else { return };
         let epoch = ring.epoch;
@@ -178,6 +493,9 @@ impl Trace {
     /// (`times[core][engine] = [start, end]`, 0 where none came).
     #[cold]
     pub(crate) fn record_engines(&self, seq: u64, model: u32, times: &EngineTimes, cores: u8) {
+        if self.inspecting() && !self.inspect_count(seq, model) {
+            return;
+        }
         let mut g = self.ring.lock().unwrap_or_else(|e| e.into_inner());
         let Some(ring) = g.as_mut() else { return };
         let zero = ring.device_epoch_ns;
@@ -213,6 +531,33 @@ impl Trace {
                     .copied(),
             );
         }
+    }
+}
+
+/// Writes a profile file (creating its directory); a failure is logged, never an
+/// execution's error.
+#[cold]
+fn write_profile(file: &std::path::Path, json: &str, spans: usize) {
+    use crate::log::{Level, Module};
+    let res = file
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|_| std::fs::write(file, json));
+    match res {
+        Ok(()) => crate::nrt_log!(
+            Module::Nrt,
+            Level::Info,
+            "nrt_inspect",
+            "{spans} spans written to '{}' (Chrome trace-event JSON; NEURON_RT_INSPECT_ENABLE)",
+            file.display()
+        ),
+        Err(e) => crate::nrt_log!(
+            Module::Nrt,
+            Level::Error,
+            "nrt_inspect",
+            "cannot write the profile '{}' (NEURON_RT_INSPECT_OUTPUT_DIR): {e}",
+            file.display()
+        ),
     }
 }
 

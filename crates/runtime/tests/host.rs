@@ -151,3 +151,263 @@ fn a_held_core_is_refused_naming_the_owner() {
     assert!(host::read_records(&dir).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn small_device(bytes: u64) -> Arc<SoftDevice> {
+    Arc::new(
+        SoftDevice::new(SimConfig {
+            memory_bytes: bytes,
+            ..SimConfig::default()
+        })
+        .unwrap(),
+    )
+}
+
+#[test]
+fn running_out_of_device_memory_says_what_was_asked_what_is_free_and_who_uses_it() {
+    const MIB: u64 = 1 << 20;
+    let dev = small_device(64 * MIB);
+    let rt = runtime_on(&dev, RuntimeConfig::default());
+    let m = rt
+        .load(&builtin::near_null(1), 0, &quick_timeout())
+        .unwrap();
+    let big = rt
+        .allocate_tensor(nrt_runtime::Placement::Device, 0, 40 * MIB, "kv-cache")
+        .unwrap();
+    // A tensor that does not fit.
+    let e = rt
+        .allocate_tensor(nrt_runtime::Placement::Device, 0, 30 * MIB, "activations")
+        .unwrap_err();
+    assert_eq!(e.status, NrtStatus::Resource);
+    let msg = &e.message;
+    assert!(
+        msg.contains(&format!(
+            "tensor 'activations' asked for 30.00 MiB ({} bytes, tensors) on logical NeuronCore 0 (NeuronCore 0)",
+            30 * MIB
+        )),
+        "{msg}"
+    );
+    // What is free, out of what.
+    let free_line = msg.lines().next().unwrap();
+    assert!(
+        free_line.contains(" free of 63.94 MiB on its device"),
+        "{msg}"
+    );
+    // In use by category, then the biggest users, biggest first, then what to do.
+    assert!(
+        msg.contains("in use: ") && msg.contains("tensors 40.00 MiB"),
+        "{msg}"
+    );
+    let users = msg.split("biggest users:").nth(1).expect(msg);
+    let tensors_at = users
+        .find("device tensors on logical NeuronCore 0: 40.00 MiB")
+        .expect(msg);
+    let model_at = users
+        .find("model 'near-null' (id 1) on logical NeuronCore 0: ")
+        .expect(msg);
+    assert!(tensors_at < model_at, "{msg}");
+    assert!(users.contains("model code"), "{msg}");
+    assert!(msg.contains("to fix: free tensors"), "{msg}");
+
+    // A load that does not fit names the model and what it had allocated before: fill
+    // what is left in 1 MiB steps, then load.
+    let mut fill = Vec::new();
+    for step in [MIB, 4096, 64] {
+        while let Ok(t) = rt.allocate_tensor(nrt_runtime::Placement::Device, 0, step, "step") {
+            fill.push(t);
+        }
+    }
+    let e = rt
+        .load(&builtin::near_null(1), 0, &quick_timeout())
+        .unwrap_err();
+    assert_eq!(e.status, NrtStatus::Resource);
+    assert!(
+        e.message.starts_with("out of device memory: ")
+            && e.message
+                .contains("loading model 'near-null', which had allocated"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message
+            .contains("device tensors on logical NeuronCore 0: "),
+        "{}",
+        e.message
+    );
+    drop((fill, big, m));
+}
+
+#[test]
+fn host_tensors_are_counted_at_allocation_and_free() {
+    let (_dev, rt) = runtime();
+    let before = rt.stats(0).unwrap().mem[host::mem::HOST_TENSORS];
+    let a = rt
+        .allocate_tensor(nrt_runtime::Placement::Host, -1, 1 << 20, "a")
+        .unwrap();
+    let b = rt
+        .allocate_tensor(nrt_runtime::Placement::Host, -1, 4096, "b")
+        .unwrap();
+    let s = rt.stats(0).unwrap();
+    assert_eq!(s.mem[host::mem::HOST_TENSORS], before + (1 << 20) + 4096);
+    // Device memory is not host memory.
+    assert_eq!(s.mem[host::mem::TENSORS], 0);
+    // A clone is the same tensor; only the last handle frees.
+    let a2 = a.clone();
+    drop(a);
+    assert_eq!(
+        rt.stats(0).unwrap().mem[host::mem::HOST_TENSORS],
+        before + (1 << 20) + 4096
+    );
+    drop((a2, b));
+    assert_eq!(rt.stats(0).unwrap().mem[host::mem::HOST_TENSORS], before);
+}
+
+#[test]
+fn the_published_record_lists_the_models_their_memory_and_the_host_tensors() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("host-models-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dev = device();
+    let rt = owning(&dev, &dir, Some(vec![1])).unwrap();
+    let m1 = rt
+        .load(&builtin::near_null(1), 0, &quick_timeout())
+        .unwrap();
+    let m2 = rt
+        .load(&builtin::near_null(1), 0, &quick_timeout())
+        .unwrap();
+    let h = rt
+        .allocate_tensor(nrt_runtime::Placement::Host, -1, 12345, "h")
+        .unwrap();
+    let recs = host::read_records(&dir);
+    assert_eq!(recs.len(), 1);
+    let r = &recs[0];
+    let ids: Vec<u32> = r.models.iter().map(|m| m.id).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&m1.id()) && ids.contains(&m2.id()), "{r:?}");
+    for m in &r.models {
+        assert_eq!((m.name.as_str(), m.vnc), ("near-null", 0));
+        assert!(m.mem[host::mem::MODEL_CODE] > 0, "{m:?}");
+    }
+    // The models' bytes add up to the core's (no device tensors here).
+    let sum: u64 = r.models.iter().map(|m| m.mem.iter().sum::<u64>()).sum();
+    assert_eq!(sum, r.vcores[0].mem[..5].iter().sum::<u64>());
+    assert_eq!(r.vcores[0].mem[host::mem::HOST_TENSORS], 12345);
+    rt.unload(&m1).unwrap();
+    let r = &host::read_records(&dir)[0];
+    assert_eq!(
+        r.models.iter().map(|m| m.id).collect::<Vec<_>>(),
+        vec![m2.id()]
+    );
+    drop((h, m2));
+    rt.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn inspect_dir(name: &str) -> std::path::PathBuf {
+    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("inspect-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// The `seq`s of the executions a Chrome trace holds, and how many spans of each kind.
+fn seqs(json: &str) -> (Vec<u64>, usize, usize) {
+    let mut v: Vec<u64> = json
+        .split("\"seq\":")
+        .skip(1)
+        .map(|s| {
+            s.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    let stages = json.matches("\"cat\":\"stage\"").count();
+    let engines = json.matches("\"cat\":\"engine\"").count();
+    v.sort();
+    v.dedup();
+    (v, stages, engines)
+}
+
+#[test]
+fn inspect_model_mode_writes_the_execution_after_the_warm_up_when_it_returns() {
+    let out = inspect_dir("model");
+    let dev = device();
+    let rt = runtime_on(
+        &dev,
+        RuntimeConfig {
+            inspect: Some(nrt_runtime::InspectConfig {
+                output_dir: out.clone(),
+                mode: nrt_runtime::InspectMode::Model,
+                warmup: 3,
+            }),
+            ..Default::default()
+        },
+    );
+    assert!(rt.inspecting());
+    // Turning tracing off from code does not stop the process-wide profile.
+    rt.set_tracing(false);
+    let m = rt
+        .load(&builtin::near_null(1), 0, &quick_timeout())
+        .unwrap();
+    let (ins, outs, _t) = tensors(&rt, &m, nrt_runtime::Placement::Device);
+    let file = out
+        .join(format!("nrt_pid_{}", std::process::id()))
+        .join(format!("model_{}_near-null_vnc_0_exec_4.json", m.id()));
+    for _ in 0..3 {
+        rt.execute(&m, &ins, &outs).unwrap();
+    }
+    assert!(!file.exists(), "written during the warm-up");
+    rt.execute(&m, &ins, &outs).unwrap();
+    // Written when the captured (4th) execution returned.
+    let json = std::fs::read_to_string(&file).expect("the profile of the 4th execution");
+    let (s, stages, engines) = seqs(&json);
+    assert_eq!(s, vec![4], "only the 4th execution: {json}");
+    assert_eq!(stages, 5, "{json}");
+    assert!(engines >= 2, "SP and DVE at least: {json}");
+    assert!(json.contains("\"model_name\":\"near-null\""));
+    for _ in 0..3 {
+        rt.execute(&m, &ins, &outs).unwrap();
+    }
+    rt.close();
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        json,
+        "written once"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn inspect_session_mode_writes_every_execution_after_the_warm_up_at_close() {
+    let out = inspect_dir("session");
+    let dev = device();
+    let rt = runtime_on(
+        &dev,
+        RuntimeConfig {
+            inspect: Some(nrt_runtime::InspectConfig {
+                output_dir: out.clone(),
+                mode: nrt_runtime::InspectMode::Session,
+                warmup: 2,
+            }),
+            ..Default::default()
+        },
+    );
+    let m = rt
+        .load(&builtin::near_null(1), 0, &quick_timeout())
+        .unwrap();
+    let (ins, outs, _t) = tensors(&rt, &m, nrt_runtime::Placement::Device);
+    for _ in 0..5 {
+        rt.execute(&m, &ins, &outs).unwrap();
+    }
+    let file = out
+        .join(format!("nrt_pid_{}", std::process::id()))
+        .join("session.json");
+    assert!(!file.exists());
+    rt.close();
+    let json = std::fs::read_to_string(&file).expect("session.json at close");
+    let (s, stages, _) = seqs(&json);
+    assert_eq!(s, vec![3, 4, 5], "{json}");
+    assert_eq!(stages, 15);
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -40,6 +40,11 @@ static SESSION: Mutex<Option<Session>> = Mutex::new(None);
 /// Starts a session, refusing if one of the open runtime is in progress.
 fn start(model: Option<(u32, String)>, filename: Option<String>) -> Res {
     let rt = state::runtime()?;
+    if rt.rt.inspecting() {
+        return Err(invalid(
+            "NEURON_RT_INSPECT_ENABLE profiles this process already (files under NEURON_RT_INSPECT_OUTPUT_DIR); unset it to profile from code",
+        ));
+    }
     let mut s = SESSION.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(cur) = s.as_ref()
         && cur.epoch == rt.epoch

@@ -219,7 +219,7 @@ impl<'a> Lowerer<'a> {
         // Types the DVE does not compute go through a wider one and back.
         let wide = |d: DType| match d {
             DType::F32 | DType::I32 | DType::I64 | DType::Bool => d,
-            DType::F16 | DType::Bf16 => DType::F32,
+            DType::F16 | DType::Bf16 | DType::F64 => DType::F32,
             _ => DType::I64,
         };
         let cd = if bop == BinaryOp::Pow {

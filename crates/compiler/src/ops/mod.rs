@@ -5,11 +5,14 @@
 //! lowering ([`crate::lower`]) are lookups in this one table, and [`supported_report`] lists
 //! it. Adding an operator is one `r.op(…)` line and its functions in one family file.
 
+mod attention;
+mod composite;
 mod constant;
 mod conv;
 mod elementwise;
 mod gather;
 mod layout;
+mod loss;
 mod matmul;
 mod norm;
 mod pool;
@@ -29,6 +32,9 @@ use std::sync::OnceLock;
 pub(crate) type InferFn = fn(&Ctx) -> Result<Vec<Out>>;
 /// Lowering of a node to engine instructions.
 pub(crate) type LowerFn = for<'a> fn(&mut Lowerer<'a>, At<'a>) -> Result<()>;
+/// Replaces node `ni` of the graph by the nodes that define the operator (inferred next),
+/// for operators ONNX defines as a function of others (`Attention`).
+pub(crate) type ExpandFn = fn(&mut crate::graph::Graph, usize) -> Result<()>;
 
 /// How an operator is computed at compile time.
 #[derive(Clone, Copy)]
@@ -67,6 +73,9 @@ pub(crate) struct OpDef {
     pub dtypes: Dtypes,
     /// `None`: computed at compile time only.
     pub lower: Option<LowerFn>,
+    /// Decomposed into other operators before inference (then `infer` and `lower` are
+    /// never reached).
+    pub expand: Option<ExpandFn>,
     /// Limits worth listing in the report.
     pub notes: &'static str,
 }
@@ -87,6 +96,12 @@ impl OpDef {
     /// Sets its lowering.
     pub fn device(&mut self, f: LowerFn) -> &mut Self {
         self.lower = Some(f);
+        self
+    }
+
+    /// Makes it decompose into other operators ([`ExpandFn`]).
+    pub fn expands(&mut self, f: ExpandFn) -> &mut Self {
+        self.expand = Some(f);
         self
     }
 
@@ -139,6 +154,7 @@ impl Registry {
             fold: Fold::Host,
             dtypes: Dtypes::Any,
             lower: None,
+            expand: None,
             notes: "",
         })
     }
@@ -151,11 +167,14 @@ pub(crate) fn registry() -> &'static Registry {
         let mut r = Registry {
             ops: HashMap::new(),
         };
+        attention::register(&mut r);
+        composite::register(&mut r);
         constant::register(&mut r);
         conv::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
         layout::register(&mut r);
+        loss::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
         pool::register(&mut r);
@@ -214,6 +233,7 @@ pub fn supported_report() -> Vec<OpInfo> {
             name: d.name,
             since: d.since,
             runs: match (d.lower.is_some(), d.fold) {
+                _ if d.expand.is_some() => "device (decomposed)",
                 (_, Fold::Only) => "compile time only",
                 (false, _) => "compile time",
                 (true, _) => "device",
@@ -236,7 +256,10 @@ pub fn supported_markdown() -> String {
         "# Supported ONNX operators\n\n\
          Generated from the compiler's operator table (`crates/compiler/src/ops/`):\n\
          `NRT_BLESS=1 cargo test -p nrt-compiler --test supported_ops` rewrites it, and\n\
-         the test fails when it is stale. Do not edit by hand.\n\n",
+         the test fails when it is stale. Do not edit by hand.\n\n\
+         Device types: the engines compute f32 (and i32/i64 where listed); \
+         float16, bfloat16 and double tensors go through f32 \
+         (`crates/compiler/src/widen.rs`): an `f32` operator accepts them too.\n\n",
     );
     let _ = writeln!(s, "{} operators (default domain).\n", rows.len());
     s.push_str("| operator | opsets | runs | device types | notes |\n");

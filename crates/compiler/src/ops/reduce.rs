@@ -35,8 +35,10 @@ pub(super) fn register(r: &mut Registry) {
             .device(|l, at| l.lower_arg_reduce(at));
     }
     r.op("Hardmax", 1, infer_hardmax)
+        .dtypes(Dtypes::Float)
         .device(|l, at| l.lower_hardmax(at));
     r.op("CumSum", 11, infer_cumsum)
+        .dtypes(Dtypes::Float)
         .note("axis length at most 4096")
         .device(|l, at| l.lower_cumsum(at));
 }

@@ -32,12 +32,12 @@ def w(name, shape, scale=0.2):
     return f32(name, scale * RNG.standard_normal(shape))
 
 
-def save(out, name, nodes, inputs, outputs, inits, opset=17):
+def save(out, name, nodes, inputs, outputs, inits, opset=17, elem=TensorProto.FLOAT):
     g = helper.make_graph(
         nodes,
         name,
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in outputs],
+        [helper.make_tensor_value_info(n, elem, s) for n, s in inputs],
+        [helper.make_tensor_value_info(n, elem, s) for n, s in outputs],
         inits,
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
@@ -265,8 +265,87 @@ def computed_operands(out):
          opset=13)
 
 
+def f16(name, shape, scale=0.2):
+    return numpy_helper.from_array((scale * RNG.standard_normal(shape)).astype(np.float16), name)
+
+
+def halves(out):
+    # float16 models (issue 13): f32-only operators (MatMul, Gemm, Conv, pooling, norms,
+    # Softmax, reductions) run on f16 tensors through f32 (compiler/src/widen.rs); the
+    # elementwise ones widen themselves. ONNX Runtime computes them on its CPU backend.
+    H = TensorProto.FLOAT16
+    save(out, "f16_mlp", [
+        N("MatMul", ["X", "W1"], ["h"]), N("Add", ["h", "b1"], ["a"]), N("Relu", ["a"], ["r"]),
+        N("Gemm", ["r", "W2", "b2"], ["Y"], transB=1),
+    ], [("X", [4, 16])], [("Y", [4, 8])],
+        [f16("W1", (16, 32)), f16("b1", (32,), 0.5), f16("W2", (8, 32)), f16("b2", (8,), 0.5)],
+        elem=H)
+    save(out, "f16_conv_pool", [
+        N("Conv", ["X", "K", "kb"], ["c"], pads=[1, 1, 1, 1]),
+        N("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        N("GlobalAveragePool", ["p"], ["Y"]),
+    ], [("X", [1, 3, 8, 8])], [("Y", [1, 4, 1, 1])], [f16("K", (4, 3, 3, 3)), f16("kb", (4,))],
+        elem=H)
+    save(out, "f16_layernorm_softmax", [
+        N("LayerNormalization", ["X", "g", "b"], ["n"], axis=-1),
+        N("Softmax", ["n"], ["s"], axis=-1),
+        N("ReduceSum", ["s", "ax"], ["Y"], keepdims=1),
+    ], [("X", [2, 3, 8])], [("Y", [2, 1, 8])],
+        [f16("g", (8,), 1.0), f16("b", (8,)), i64("ax", [1])], elem=H)
+
+
+def doubles(out):
+    # double models (issue 13): storage only, computed in f32 (compiler/src/widen.rs); ONNX
+    # Runtime computes them in double.
+    D = TensorProto.DOUBLE
+    d = lambda name, shape, scale=0.2: numpy_helper.from_array(
+        (scale * RNG.standard_normal(shape)).astype(np.float64), name)
+    save(out, "f64_mlp_logsumexp", [
+        N("MatMul", ["X", "W"], ["h"]), N("Add", ["h", "b"], ["a"]), N("Tanh", ["a"], ["t"]),
+        N("ReduceLogSumExp", ["t", "ax"], ["Y"], keepdims=1),
+    ], [("X", [3, 8])], [("Y", [3, 1])], [d("W", (8, 6)), d("b", (6,)), i64("ax", [1])],
+        opset=18, elem=D)
+
+
+def decoder_block(out):
+    # A decoder block with a KV cache passed in and out (issue 13): LayerNorm, Q/K/V
+    # projections, Attention (opset 23: 3-D inputs, grouped-query heads 4/2, causal, past
+    # and present key/value), output projection and the residual.
+    hid, hq, hkv, d, past = 16, 4, 2, 4, 3
+    nodes = [
+        N("LayerNormalization", ["X", "g", "b"], ["n"], axis=-1),
+        N("MatMul", ["n", "Wq"], ["q"]), N("MatMul", ["n", "Wk"], ["k"]),
+        N("MatMul", ["n", "Wv"], ["v"]),
+        N("Attention", ["q", "k", "v", "", "past_key", "past_value"],
+          ["a", "present_key", "present_value"], is_causal=1, q_num_heads=hq,
+          kv_num_heads=hkv),
+        N("MatMul", ["a", "Wo"], ["o"]), N("Add", ["X", "o"], ["Y"]),
+    ]
+    g = helper.make_graph(
+        nodes, "decoder_block",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 5, hid]),
+         helper.make_tensor_value_info("past_key", TensorProto.FLOAT, [1, hkv, past, d]),
+         helper.make_tensor_value_info("past_value", TensorProto.FLOAT, [1, hkv, past, d])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 5, hid]),
+         helper.make_tensor_value_info("present_key", TensorProto.FLOAT, [1, hkv, past + 5, d]),
+         helper.make_tensor_value_info("present_value", TensorProto.FLOAT,
+                                       [1, hkv, past + 5, d])],
+        [w("g", (hid,), 1.0), w("b", (hid,)), w("Wq", (hid, hq * d)), w("Wk", (hid, hkv * d)),
+         w("Wv", (hid, hkv * d)), w("Wo", (hq * d, hid))],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    dd = os.path.join(out, "decoder_block_kv_cache")
+    os.makedirs(dd, exist_ok=True)
+    onnx.save(m, os.path.join(dd, "model.onnx"))
+
+
 def main():
     out = sys.argv[1]
+    decoder_block(out)
+    halves(out)
+    doubles(out)
     computed_operands(out)
     gelu_models(out)
     attention(out, "Mul")
