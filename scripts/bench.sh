@@ -43,7 +43,7 @@ else
 fi
 py="$venv/bin/python"
 
-echo "== nrt: runtime overhead rows" >&2
+echo "== nrt: runtime overhead rows (with a co-tenant process, the sample models on 1 and 2 cores, 2 processes)" >&2
 "$nrt" bench --json --seconds "$secs" > "$out/nrt.jsonl"
 echo "== nrt: GEMM through the device; ONNX Runtime single-thread GEMM" >&2
 "$nrt" bench --gemm --json --seconds "$secs" >> "$out/nrt.jsonl"
@@ -61,6 +61,22 @@ for m in "${models[@]}"; do
   # The same model with bf16 weights (`--auto-cast matmult`), beside the f32 peers.
   "$nrt" bench "$m" --json --seconds "$secs" --auto-cast matmult \
     | sed "s/\"model\":\"[^\"]*\"/\"model\":\"${name}_bf16\"/" >> "$out/nrt.jsonl"
+  case "$name" in
+    mlp_b64|encoder)
+      # Split across two cores (a device thread each), beside ORT's 2-thread row.
+      "$nrt" bench "$m" --cores 2 --json --seconds "$secs" | sed "s/\"model\":\"[^\"]*\"/\"model\":\"$name\"/" >> "$out/nrt.jsonl"
+      ;;
+  esac
+  if [ "$name" = mlp_b64 ]; then
+    # Two processes, one core each, at the same time: the table sums their throughput.
+    for c in 0 1; do
+      NEURON_RT_VISIBLE_CORES=$c NRT_RUNTIME_DIR="$out/procs-run" "$nrt" bench "$m" --json --seconds "$secs" \
+        | sed "s/\"model\":\"[^\"]*\"/\"model\":\"$name\"/; s/\"surface\":\"sync\"/\"surface\":\"process-of-2\"/" \
+        > "$out/proc$c.jsonl" &
+    done
+    wait
+    cat "$out/proc0.jsonl" "$out/proc1.jsonl" >> "$out/nrt.jsonl"
+  fi
 done
 if [ -d "$peers_dir" ]; then
   echo "== peers: $peers" >&2

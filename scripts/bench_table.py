@@ -29,7 +29,9 @@ print("\n## Runtime overhead (near-null model) and async throughput\n")
 print("| row | surface | depth | cores | median µs | p99 µs | execs/s | allocs/exec | note |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---|")
 for r in rows:
-    if r["surface"] in ("gemm", "peak") or r["model"].split("_bf16")[0] in ("tiny", "mlp", "mlp_b64", "encoder", "cnn"):
+    if (r["surface"] in ("gemm", "peak", "processes", "process-of-2")
+            or r["model"].split("_bf16")[0] in ("tiny", "mlp", "mlp_b64", "encoder", "cnn")
+            or r["model"].endswith("-sample")):
         continue
     print(f"| {r['model']} | {r['surface']} | {r['depth']} | {r['cores']} | {us(r['median_ns'])} | "
           f"{us(r['p99_ns'])} | {r['execs_per_s']:,.0f} | {r['allocs_per_exec']:.3f} | {r['note']} |")
@@ -40,6 +42,12 @@ if limit and sync:
     print(f"\nsync near-null / spinning pingpong limit (same run): {sync['median_ns'] / limit['median_ns']:.1f}x")
 if sync and e8:
     print(f"explicit async depth 8 / sync throughput: {e8['execs_per_s'] / sync['execs_per_s']:.1f}x")
+for quiet, busy, depth in (("sync", "sync-cotenant", 1), ("explicit", "explicit-cotenant", 8)):
+    q = next((r for r in rows if r["model"] == "near-null" and r["surface"] == quiet and r["depth"] == depth), None)
+    b = next((r for r in rows if r["model"] == "near-null" and r["surface"] == busy), None)
+    if q and b:
+        print(f"{busy} / quiet throughput (one busy co-tenant process): {b['execs_per_s'] / q['execs_per_s']:.2f}x, "
+              f"median {us(b['median_ns'])} µs")
 if ("tiny", "tract-native") in peers:
     print(f"tract-native tiny (same run): {peers[('tiny', 'tract-native')]:.2f} µs")
 
@@ -69,9 +77,37 @@ print("| model | nrt | " + " | ".join(present) + " | nrt / ort-t1 |")
 print("|---|---:|" + "---:|" * len(present) + "---:|")
 for r in rows:
     base = r["model"].split("_bf16")[0]
-    if base not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn") or r["surface"] != "sync":
+    if (base not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn") or r["surface"] != "sync"
+            or r.get("cores", 1) != 1):
         continue
     cells = [f"{peers[(base, p)]:.2f}" if (base, p) in peers else "-" for p in present]
     o = peers.get((base, "ort-t1"))
     ratio = f"{r['median_ns'] / 1000 / o:.2f}" if o else "-"
     print(f"| {r['model']} | {r['median_ns'] / 1000:.2f} | " + " | ".join(cells) + f" | {ratio} |")
+
+print("\n## Both vCPUs: two cores, two processes, the waiting caller's CPU\n")
+print("| model | nrt 1 core µs | nrt 2 cores µs | 2c / 1c | ort-t1 µs | ort-t2 µs | nrt 2c / ort-t2 | caller CPU 1c / 2c (share of a vCPU) |")
+print("|---|---:|---:|---:|---:|---:|---:|---|")
+for name in ("mlp_b64", "encoder", "mlp_b64-sample", "encoder-sample"):
+    one = next((r for r in rows if r["model"] == name and r["surface"] == "sync" and r["cores"] == 1), None)
+    two = next((r for r in rows if r["model"] == name and r["surface"] == "sync" and r["cores"] == 2), None)
+    if not one or not two:
+        continue
+    o1, o2 = peers.get((name, "ort-t1")), peers.get((name, "ort-t2"))
+    c1, c2 = one.get("caller_cpu_share"), two.get("caller_cpu_share")
+    cpu = f"{c1 * 100:.1f}% / {c2 * 100:.1f}%" if c1 is not None and c2 is not None else "-"
+    t1, t2 = one["median_ns"] / 1000, two["median_ns"] / 1000
+    ort1 = f"{o1:.1f}" if o1 else "-"
+    ort2 = f"{o2:.1f}" if o2 else "-"
+    vs2 = f"{t2 / o2:.2f}" if o2 else "-"
+    print(f"| {name} | {t1:.1f} | {t2:.1f} | {t2 / t1:.2f} | {ort1} | {ort2} | {vs2} | {cpu} |")
+for name in ("mlp_b64", "mlp_b64-sample"):
+    one = next((r for r in rows if r["model"] == name and r["surface"] == "sync" and r["cores"] == 1), None)
+    procs = [r for r in rows if r["model"] == name and r["surface"] == "process-of-2"]
+    agg = sum(r["execs_per_s"] for r in procs) if len(procs) == 2 else None
+    p = next((r for r in rows if r["model"] == name and r["surface"] == "processes"), None)
+    if p:
+        agg = p["execs_per_s"]
+    if one and agg:
+        print(f"\n{name}: two processes × one core, aggregate {agg:,.0f} execs/s = "
+              f"{agg / one['execs_per_s']:.2f}x one process ({one['execs_per_s']:,.0f})")

@@ -28,6 +28,12 @@ pub struct Row {
     pub p99_ns: f64,
     pub execs_per_s: f64,
     pub allocs_per_exec: f64,
+    /// CPU time of the calling thread (the one that submits and waits) per execution, in
+    /// ns (`getrusage(RUSAGE_THREAD)` around the timed window).
+    pub caller_cpu_ns: f64,
+    /// The calling thread's share of one vCPU during the timed window (1.0 = it never
+    /// stopped running: a spinning waiter).
+    pub caller_cpu_share: f64,
     pub note: String,
 }
 
@@ -41,6 +47,21 @@ struct Timing {
     samples: Vec<u64>,
     elapsed: Duration,
     allocs: u64,
+    /// CPU time of the calling thread in the timed window.
+    cpu: Duration,
+}
+
+/// CPU time (user + system) the calling thread has used.
+fn thread_cpu() -> Duration {
+    // SAFETY: `getrusage` fills the zeroed struct we pass; RUSAGE_THREAD (Linux ≥ 2.6.26)
+    // cannot fail with a valid pointer.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn row(model: &str, surface: &str, depth: usize, cores: u32, t: Timing, note: &str) -> Row {
@@ -57,6 +78,8 @@ fn row(model: &str, surface: &str, depth: usize, cores: u32, t: Timing, note: &s
         p99_ns: p99,
         execs_per_s: n as f64 / t.elapsed.as_secs_f64().max(1e-9),
         allocs_per_exec: t.allocs as f64 / n.max(1) as f64,
+        caller_cpu_ns: t.cpu.as_nanos() as f64 / n.max(1) as f64,
+        caller_cpu_share: t.cpu.as_secs_f64() / t.elapsed.as_secs_f64().max(1e-9),
         note: note.into(),
     }
 }
@@ -71,6 +94,7 @@ fn time_calls(seconds: f64, mut f: impl FnMut() -> Res<()>) -> Res<Timing> {
     }
     let mut samples = Vec::with_capacity(4 << 20);
     let a0 = crate::allocations();
+    let cpu0 = thread_cpu();
     // One clock read per call: each one ends a sample and starts the next (three reads per
     // call were ~90 ns here, a tenth of a near-null execution's rate).
     let start = Instant::now();
@@ -83,10 +107,12 @@ fn time_calls(seconds: f64, mut f: impl FnMut() -> Res<()>) -> Res<Timing> {
         t = now;
     }
     let elapsed = t - start;
+    let cpu = thread_cpu() - cpu0;
     Ok(Timing {
         samples,
         elapsed,
         allocs: crate::allocations() - a0,
+        cpu,
     })
 }
 
@@ -126,6 +152,7 @@ fn pingpong(seconds: f64) -> Timing {
         samples,
         elapsed,
         allocs: 0,
+        cpu: elapsed,
     }
 }
 
@@ -196,6 +223,7 @@ fn explicit_rows(rt: &Runtime, m: &Model, label: &str, depth: usize, seconds: f6
     }
     let mut samples = Vec::with_capacity(4 << 20);
     let a0 = crate::allocations();
+    let cpu0 = thread_cpu();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
     for k in 0..depth {
@@ -206,8 +234,16 @@ fn explicit_rows(rt: &Runtime, m: &Model, label: &str, depth: usize, seconds: f6
     let mut now = start;
     while now < end && samples.len() < samples.capacity() - depth {
         let (s, t0, k) = q.pop_front().expect("depth > 0");
+        let mut polls = 0u32;
         while !rt.is_completed(s).map_err(|e| e.to_string())? {
-            std::hint::spin_loop();
+            // A client polling is_completed: now and then it leaves the vCPU to whoever
+            // needs it (the device thread, under a co-tenant); ~0.3 µs when nobody does.
+            polls = polls.wrapping_add(1);
+            if polls.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
         now = Instant::now();
         samples.push((now - t0).as_nanos() as u64);
@@ -215,6 +251,7 @@ fn explicit_rows(rt: &Runtime, m: &Model, label: &str, depth: usize, seconds: f6
     }
     let elapsed = now - start;
     let allocs = crate::allocations() - a0;
+    let cpu = thread_cpu() - cpu0;
     drain(&mut q)?;
     Ok(row(
         label,
@@ -225,6 +262,7 @@ fn explicit_rows(rt: &Runtime, m: &Model, label: &str, depth: usize, seconds: f6
             samples,
             elapsed,
             allocs,
+            cpu,
         },
         "",
     ))
@@ -288,10 +326,12 @@ fn implicit_rows(label: &str, ncm: &[u8], depth: usize, seconds: f64) -> Res<Row
     let mut warm = Vec::with_capacity(1 << 20);
     run(&mut warm, Instant::now() + Duration::from_millis(300))?;
     let a0 = crate::allocations();
+    let cpu0 = thread_cpu();
     let start = Instant::now();
     run(&mut samples, start + Duration::from_secs_f64(seconds))?;
     let elapsed = start.elapsed();
     let allocs = crate::allocations() - a0;
+    let cpu = thread_cpu() - cpu0;
     rt.async_drain(-1).map_err(|e| e.to_string())?;
     Ok(row(
         label,
@@ -302,6 +342,7 @@ fn implicit_rows(label: &str, ncm: &[u8], depth: usize, seconds: f64) -> Res<Row
             samples,
             elapsed,
             allocs,
+            cpu,
         },
         "",
     ))
@@ -459,6 +500,118 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool) -> Vec<u8> {
     b.build().encode()
 }
 
+/// A busy-looping process competing for the CPUs (a co-tenant) for as long as it lives.
+struct CoTenant(std::process::Child);
+
+impl CoTenant {
+    fn start() -> Res<CoTenant> {
+        let child = std::process::Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start a co-tenant process (sh): {e}"))?;
+        // Let it start spinning before the row is timed.
+        std::thread::sleep(Duration::from_millis(100));
+        Ok(CoTenant(child))
+    }
+}
+
+impl Drop for CoTenant {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A sample model compiled for `cores` cores, run synchronously on a runtime of that many
+/// logical cores.
+fn compute_row(label: &str, onnx: &[u8], cores: u32, seconds: f64) -> Res<Row> {
+    let opts = nrt_compiler::CompileOptions {
+        cores,
+        ..Default::default()
+    };
+    let c = nrt_compiler::compile(onnx, None, &opts).map_err(|e| format!("{label}: {e}"))?;
+    let (d, rt) = session::runtime(Some(RuntimeConfig {
+        logical_nc: cores,
+        ..Default::default()
+    }))?;
+    let m = session::load(&rt, &c.model.encode(), 0)?;
+    let before = d.thread_cpu_times();
+    let mut r = sync_rows(&rt, &m, label, cores, seconds)?;
+    let after = d.thread_cpu_times();
+    // Includes the warm-up executions: a share, not an exact per-execution figure.
+    let per: Vec<String> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| fmt_ns((*a - *b).as_nanos() as f64 / r.n.max(1) as f64))
+        .collect();
+    r.note = format!(
+        "sample model; caller {:.1}% of a vCPU; device threads' CPU/exec (incl. warm-up) {}",
+        r.caller_cpu_share * 100.0,
+        per.join(" + ")
+    );
+    Ok(r)
+}
+
+/// Two processes, one core each, running the same model synchronously at the same time
+/// (each `nrt bench MODEL` on its own runtime, `NEURON_RT_VISIBLE_CORES` 0 and 1): their
+/// aggregate throughput.
+fn processes_row(label: &str, onnx: &[u8], seconds: f64) -> Res<Row> {
+    let c = nrt_compiler::compile(onnx, None, &Default::default())
+        .map_err(|e| format!("{label}: {e}"))?;
+    let dir = std::env::temp_dir().join(format!("nrt-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(format!("{label}.ncm"));
+    std::fs::write(&path, c.model.encode()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let children = (0..2)
+        .map(|core| {
+            std::process::Command::new(&exe)
+                .arg("bench")
+                .arg(&path)
+                .args(["--json", "--seconds", &seconds.to_string()])
+                .env("NEURON_RT_VISIBLE_CORES", core.to_string())
+                .env("NRT_RUNTIME_DIR", dir.join("run"))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start {}: {e}", exe.display()))
+        })
+        .collect::<Res<Vec<_>>>()?;
+    let mut per = Vec::new();
+    for child in children {
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let j: serde_json::Value = text
+            .lines()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .ok_or_else(|| format!("a {label} bench process printed no row ({})", out.status))?;
+        let f = |k: &str| j.get(k).and_then(|v| v.as_f64()).unwrap_or(0.0);
+        per.push((f("execs_per_s"), f("median_ns"), f("p99_ns"), f("n")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let total: f64 = per.iter().map(|p| p.0).sum();
+    Ok(Row {
+        model: label.into(),
+        surface: "processes".into(),
+        depth: 1,
+        cores: 1,
+        n: per.iter().map(|p| p.3 as usize).sum(),
+        median_ns: per.iter().map(|p| p.1).fold(0.0, f64::max),
+        p99_ns: per.iter().map(|p| p.2).fold(0.0, f64::max),
+        execs_per_s: total,
+        allocs_per_exec: 0.0,
+        caller_cpu_ns: 0.0,
+        caller_cpu_share: 0.0,
+        note: format!(
+            "2 processes x 1 core, aggregate ({:.0} + {:.0} execs/s); median/p99: the slower",
+            per[0].0, per[1].0
+        ),
+    })
+}
+
 /// The machine's limit for `which`: the best of short register-only batches taken before and
 /// after the GEMM rows (a co-tenant slows some batches; the best ones show the core).
 fn peak_measure(which: nrt_kernels::peak::Peak) -> Option<f64> {
@@ -476,6 +629,8 @@ fn peak_row(label: &str, g: Option<f64>) -> Row {
         p99_ns: 0.0,
         execs_per_s: 0.0,
         allocs_per_exec: 0.0,
+        caller_cpu_ns: 0.0,
+        caller_cpu_share: 0.0,
         note: match g {
             Some(g) => format!("{g:.1} GFLOP/s (register-only loop, best of 40 batches)"),
             None => "not available on this CPU".into(),
@@ -534,12 +689,12 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
 
 pub fn print_table(rows: &[Row]) {
     println!(
-        "{:<22} {:<15} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10}  note",
-        "model", "surface", "depth", "cores", "median", "p99", "execs/s", "allocs/ex"
+        "{:<22} {:<17} {:>5} {:>5} {:>12} {:>12} {:>14} {:>10} {:>12}  note",
+        "model", "surface", "depth", "cores", "median", "p99", "execs/s", "allocs/ex", "caller cpu"
     );
     for r in rows {
         println!(
-            "{:<22} {:<15} {:>5} {:>5} {:>12} {:>12} {:>14.0} {:>10.3}  {}",
+            "{:<22} {:<17} {:>5} {:>5} {:>12} {:>12} {:>14.0} {:>10.3} {:>12}  {}",
             r.model,
             r.surface,
             r.depth,
@@ -548,6 +703,7 @@ pub fn print_table(rows: &[Row]) {
             fmt_ns(r.p99_ns),
             r.execs_per_s,
             r.allocs_per_exec,
+            fmt_ns(r.caller_cpu_ns),
             r.note
         );
     }
@@ -694,6 +850,34 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             implicit_rows("near-null", &near_null(1), 8, seconds)?,
             &mut rows,
         );
+        // A busy co-tenant process for the duration of these rows: sync and explicit depth 8
+        // beside the quiet figures above.
+        {
+            let _busy = CoTenant::start()?;
+            let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+            let m = session::load(&rt, &near_null(1), 0)?;
+            let mut r = sync_rows(&rt, &m, "near-null", 1, seconds)?;
+            r.surface = "sync-cotenant".into();
+            r.note = "one busy-looping process beside".into();
+            emit(r, &mut rows);
+            let mut r = explicit_rows(&rt, &m, "near-null", 8, seconds)?;
+            r.surface = "explicit-cotenant".into();
+            r.note = "one busy-looping process beside".into();
+            emit(r, &mut rows);
+        }
+        // Compute: the sample models on one core and split across two (the caller's CPU
+        // share is in the note), and two processes each running one core.
+        let mlp_b64 = crate::samples::mlp(64, 512, 4);
+        let encoder = crate::samples::transformer_block(128, 256, 4, 1024);
+        for (label, onnx) in [("mlp_b64-sample", &mlp_b64), ("encoder-sample", &encoder)] {
+            for cores in [1, 2] {
+                emit(compute_row(label, onnx, cores, seconds)?, &mut rows);
+            }
+        }
+        emit(
+            processes_row("mlp_b64-sample", &mlp_b64, seconds)?,
+            &mut rows,
+        );
     }
     bar.finish_and_clear();
     if !json {
@@ -717,6 +901,43 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             println!(
                 "explicit async depth 8 / sync throughput: {:.1}x",
                 e8.execs_per_s / sync.execs_per_s.max(1.0)
+            );
+        }
+        let find = |m: &str, s: &str, d: usize, c: u32| {
+            rows.iter()
+                .find(|r| r.model == m && r.surface == s && r.depth == d && r.cores == c)
+        };
+        for (quiet, busy, d) in [
+            ("sync", "sync-cotenant", 1),
+            ("explicit", "explicit-cotenant", 8),
+        ] {
+            if let (Some(q), Some(b)) = (
+                find("near-null", quiet, d, 1),
+                find("near-null", busy, d, 1),
+            ) {
+                println!(
+                    "{busy} / quiet throughput: {:.2}x",
+                    b.execs_per_s / q.execs_per_s.max(1.0)
+                );
+            }
+        }
+        for m in ["mlp_b64-sample", "encoder-sample"] {
+            if let (Some(one), Some(two)) = (find(m, "sync", 1, 1), find(m, "sync", 1, 2)) {
+                println!(
+                    "{m}: 2 cores / 1 core latency {:.2}x; caller CPU {:.1}% / {:.1}% of a vCPU",
+                    two.median_ns / one.median_ns.max(1.0),
+                    one.caller_cpu_share * 100.0,
+                    two.caller_cpu_share * 100.0
+                );
+            }
+        }
+        if let (Some(one), Some(p)) = (
+            find("mlp_b64-sample", "sync", 1, 1),
+            find("mlp_b64-sample", "processes", 1, 1),
+        ) {
+            println!(
+                "mlp_b64-sample: 2 processes / 1 process throughput {:.2}x",
+                p.execs_per_s / one.execs_per_s.max(1.0)
             );
         }
     }

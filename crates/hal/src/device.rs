@@ -12,6 +12,8 @@
 
 use crate::plane::PlaneConsumer;
 use crate::ring::Producer;
+use crate::sync::Arc;
+use crate::wake::CompletionWake;
 use crate::wire::{DevAddr, TriggerPair};
 use core::fmt;
 use core::ptr::NonNull;
@@ -292,6 +294,23 @@ pub trait Device: Send + Sync + fmt::Debug {
 
     /// Releases core `nc`'s notification plane. (`NOTIFICATIONS_DESTROY`)
     fn notification_release(&self, nc: u32) -> Result<(), HalError>;
+
+    /// Attaches a completion wake to core `nc`'s notification plane (`None` detaches it):
+    /// after each publication of records the device signals it, so a host thread blocked on
+    /// it ([`CompletionWake::wait`]) wakes — the completion interrupt of the driver's
+    /// notification rings. Several cores may share one wake (the cores of a vcore). The
+    /// plane must be set up ([`Device::notification_init`]); releasing it detaches the wake.
+    ///
+    /// The default says the device cannot signal: the host must then not block without a
+    /// timeout (it polls).
+    fn notification_wake(
+        &self,
+        nc: u32,
+        wake: Option<Arc<CompletionWake>>,
+    ) -> Result<(), HalError> {
+        let _ = (nc, wake);
+        Err(HalError::Unsupported("completion wake"))
+    }
 
     /// Adds `value` to semaphore `semaphore` of core `nc` — with
     /// [`SEMAPHORE_INFERENCE_START`], the doorbell. (`SEMAPHORE_INCREMENT`, ioctl #41, whose

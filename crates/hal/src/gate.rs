@@ -34,7 +34,7 @@
 //! | `needs_wakeup` | sleeper sets it before sleeping; sleeper or a waker clears it | sleeper: `Relaxed` store; waker: `compare_exchange(true, false, AcqRel)` after a `Relaxed` load; both ordered by the `SeqCst` fences |
 //! | `sleeper` | the sleeping thread, once, in [`IdleGate::register_sleeper`] | `OnceLock` (set before the first sleep, so every waker that finds `needs_wakeup` set also finds it) |
 
-use crate::sync::{AtomicBool, Ordering, Thread, current_thread, fence, park};
+use crate::sync::{AtomicBool, Ordering, Thread, current_thread, fence, park, park_timeout};
 use core::fmt;
 use std::sync::OnceLock;
 
@@ -88,6 +88,24 @@ impl IdleGate {
             }
             park();
         }
+    }
+
+    /// [`IdleGate::sleep_until`] for at most about `timeout`: parks once (unless `has_work()`
+    /// already holds) and returns whether `has_work()` held when it last looked. For a
+    /// sleeper that must also look at a clock now and then (a device thread stalled on a
+    /// lockstep barrier runs a hang watchdog). Under loom the timeout is not modelled.
+    pub fn sleep_until_timeout(
+        &self,
+        timeout: core::time::Duration,
+        mut has_work: impl FnMut() -> bool,
+    ) -> bool {
+        self.needs_wakeup.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if !has_work() {
+            park_timeout(timeout);
+        }
+        self.needs_wakeup.store(false, Ordering::Relaxed);
+        has_work()
     }
 
     /// Called by a waker after it published work: unparks the sleeper if it is (about to be)

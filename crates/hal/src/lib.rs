@@ -13,7 +13,9 @@
 //!   queues), the notification [`plane`] (a core's six notification rings) and the
 //!   [`IdleGate`] park handshake, the [`UseGate`] admission gate of handles that are freed
 //!   while in use and the [`SlotTicket`] ownership protocol of an in-flight slot, all
-//!   model-checked with loom;
+//!   model-checked with loom; the [`CompletionWake`] a waiting host thread blocks on until
+//!   the device signals a completion (with the [`SpinBudget`] that says how long to spin
+//!   first), model-checked too;
 //! - [`tuning`]: every knob of the project with its reason.
 
 pub mod device;
@@ -27,6 +29,7 @@ pub mod status;
 pub mod sync;
 pub mod tuning;
 pub mod use_gate;
+pub mod wake;
 pub mod wire;
 
 pub use device::{
@@ -43,6 +46,7 @@ pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
 pub use slot_ticket::SlotTicket;
 pub use status::NrtStatus;
 pub use use_gate::{GateRefused, UseGate};
+pub use wake::{CompletionWake, SpinBudget, WaitOutcome, Waiter};
 pub use wire::{
     DevAddr, DmaDescriptor, DmaKind, Engine, ErrorSubtype, ExecRequest, NUM_ENGINES, NqKind,
     NqRecord, RecordKind, TriggerPair,

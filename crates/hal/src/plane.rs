@@ -35,6 +35,7 @@ use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
 // The prefetch hints are compiled out under loom (they would be cell accesses to it).
 #[cfg(not(loom))]
 use crate::sync::{prefetch_read, prefetch_write};
+use crate::wake::CompletionWake;
 use crate::wire::{NUM_ENGINES, NqKind, NqRecord};
 use core::fmt;
 use core::mem::MaybeUninit;
@@ -82,6 +83,8 @@ pub struct PlaneProducer {
     published: [u32; PLANE_RINGS],
     /// Last observed consumer head, per ring.
     head_cache: [u32; PLANE_RINGS],
+    /// Signaled after every publication (the completion "interrupt"), when set.
+    wake: Option<Arc<CompletionWake>>,
 }
 
 /// The host's half of a plane.
@@ -121,6 +124,7 @@ pub fn plane(capacity: u32) -> (PlaneProducer, PlaneConsumer) {
             tail: [0; PLANE_RINGS],
             published: [0; PLANE_RINGS],
             head_cache: [0; PLANE_RINGS],
+            wake: None,
         },
         PlaneConsumer {
             shared,
@@ -176,6 +180,14 @@ impl PlaneProducer {
         }
     }
 
+    /// Sets (or removes) the completion wake this plane signals after each publication: a
+    /// host thread blocked on it ([`CompletionWake::wait`], with a `ready` that checks
+    /// [`PlaneWatch::has_records`] or [`PlaneConsumer::has_records`]) wakes once records are
+    /// visible. Several planes may share one wake (the cores of a lockstep vcore).
+    pub fn set_wake(&mut self, wake: Option<Arc<CompletionWake>>) {
+        self.wake = wake;
+    }
+
     /// Counts a record of `ring` that was discarded instead of written.
     pub fn drop_record(&mut self, ring: usize) {
         self.shared.dropped[ring].fetch_add(1, Ordering::Relaxed);
@@ -191,13 +203,20 @@ impl PlaneProducer {
     /// the tails cache line. The ERROR ring is published first, so a consumer that acquired
     /// an engine's END record and then reads the ERROR ring sees every error posted before
     /// that END (the runtime's harvest relies on it).
+    /// Then signals the plane's completion wake, if any: the tail stores are the completion
+    /// its waiters' `ready()` reads (one fence and one load when nobody waits).
     #[inline]
     pub fn publish(&mut self) {
+        let mut any = false;
         for r in (0..PLANE_RINGS).rev() {
             if self.tail[r] != self.published[r] {
                 self.shared.tails[r].store(self.tail[r], Ordering::Release);
                 self.published[r] = self.tail[r];
+                any = true;
             }
+        }
+        if any && let Some(w) = &self.wake {
+            w.signal();
         }
     }
 }

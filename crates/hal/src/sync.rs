@@ -15,6 +15,16 @@ pub use loom::{
     thread::{Thread, current as current_thread, park, yield_now},
 };
 
+/// `park_timeout` under loom: loom has no clock, so the timeout is dropped and the thread
+/// parks until it is unparked. Models never rely on a timeout to make progress.
+#[cfg(loom)]
+pub fn park_timeout(_: core::time::Duration) {
+    loom::thread::park();
+}
+
+#[cfg(not(loom))]
+pub use std::thread::park_timeout;
+
 #[cfg(not(loom))]
 pub use std::{
     hint::spin_loop,
@@ -79,6 +89,131 @@ pub fn prefetch_read<T>(p: *const T) {
     };
     #[cfg(not(all(target_arch = "x86_64", not(loom))))]
     let _ = p;
+}
+
+/// A 32-bit word that threads can block on until it changes: Linux's `futex` (private,
+/// `FUTEX_WAIT` / `FUTEX_WAKE`), the kernel primitive behind every blocking lock.
+///
+/// [`Futex::wait`] compares the word with the value the caller last saw and sleeps only if
+/// they are still equal, atomically with respect to [`Futex::wake_all`] (the kernel checks
+/// under its hash-bucket lock), so a waker that changes the word *and then* wakes can never
+/// be missed. Returns may be spurious; callers re-check their condition.
+///
+/// Under loom the kernel's check-and-sleep is modelled with a mutex and a condition
+/// variable, which loom explores; elsewhere than Linux, `wait` yields once (a bounded spin,
+/// never a lost wake-up, since the caller re-checks).
+#[derive(Debug)]
+pub struct Futex {
+    word: AtomicU32,
+    #[cfg(loom)]
+    lock: loom::sync::Mutex<()>,
+    #[cfg(loom)]
+    cv: loom::sync::Condvar,
+}
+
+impl Futex {
+    /// A word holding `v`.
+    pub fn new(v: u32) -> Futex {
+        Futex {
+            word: AtomicU32::new(v),
+            #[cfg(loom)]
+            lock: loom::sync::Mutex::new(()),
+            #[cfg(loom)]
+            cv: loom::sync::Condvar::new(),
+        }
+    }
+
+    /// The word.
+    #[inline]
+    pub fn load(&self, order: Ordering) -> u32 {
+        self.word.load(order)
+    }
+
+    /// Adds to the word (wrapping); returns the previous value.
+    #[inline]
+    pub fn fetch_add(&self, v: u32, order: Ordering) -> u32 {
+        self.word.fetch_add(v, order)
+    }
+
+    /// Sets bits of the word; returns the previous value.
+    #[inline]
+    pub fn fetch_or(&self, v: u32, order: Ordering) -> u32 {
+        self.word.fetch_or(v, order)
+    }
+
+    /// Compare-exchange on the word.
+    #[inline]
+    pub fn compare_exchange(
+        &self,
+        current: u32,
+        new: u32,
+        success: Ordering,
+        failure: Ordering,
+    ) -> Result<u32, u32> {
+        self.word.compare_exchange(current, new, success, failure)
+    }
+
+    /// Sleeps while the word equals `expected`, for at most `timeout` (`None`: until woken).
+    /// May return spuriously, and returns at once if the word already differs.
+    pub fn wait(&self, expected: u32, timeout: Option<core::time::Duration>) {
+        #[cfg(loom)]
+        {
+            let _ = timeout; // loom has no clock: a model never relies on a timeout
+            let g = self.lock.lock().unwrap();
+            if self.word.load(Ordering::SeqCst) == expected {
+                drop(self.cv.wait(g).unwrap());
+            }
+        }
+        #[cfg(all(not(loom), target_os = "linux"))]
+        {
+            let ts = timeout.map(|d| libc::timespec {
+                tv_sec: libc::time_t::try_from(d.as_secs()).unwrap_or(libc::time_t::MAX),
+                tv_nsec: d.subsec_nanos() as libc::c_long,
+            });
+            let tsp = ts
+                .as_ref()
+                .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: FUTEX_WAIT reads the aligned 32-bit word we point at (it lives as long
+            // as `self`, which the call borrows) and the timespec, which lives on this stack
+            // frame; it writes neither. Every outcome (woken, EAGAIN, ETIMEDOUT, EINTR) is a
+            // return the caller treats as possibly spurious.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.word.as_ptr(),
+                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                    expected,
+                    tsp,
+                )
+            };
+        }
+        #[cfg(all(not(loom), not(target_os = "linux")))]
+        {
+            let _ = (expected, timeout);
+            std::thread::yield_now();
+        }
+    }
+
+    /// Wakes every thread sleeping in [`Futex::wait`] on this word. Call it after changing
+    /// the word.
+    pub fn wake_all(&self) {
+        #[cfg(loom)]
+        {
+            let _g = self.lock.lock().unwrap();
+            self.cv.notify_all();
+        }
+        #[cfg(all(not(loom), target_os = "linux"))]
+        // SAFETY: FUTEX_WAKE only uses the word's address as a key; it reads and writes no
+        // memory of ours.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            )
+        };
+    }
 }
 
 /// Pads and aligns a value to a cache line so the producer's and consumer's indices never

@@ -22,10 +22,11 @@ pub const DEVICE_SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
 
 /// How long an execution may sit with no engine able to make progress on a device core
 /// before the core's watchdog declares a hang (sets cause bit 29), abandons the execution and
-/// moves on. A local deadlock is detected immediately; this bound covers waits on the other
-/// core of a lockstep pair, which may legitimately be busy. It is wall-clock time, so it runs
-/// only once every core of the pair took the execution: before that the wait is on the host
-/// (it rings the cores one after the other, and may be preempted in between). It must stay
+/// moves on. This bound covers waits on the other core of a lockstep pair. It is wall-clock
+/// time, so it runs only once every core of the pair took the execution (before that the wait
+/// is on the host: it rings the cores one after the other, and may be preempted in between)
+/// and while no other core of the pair is running it (a partner computing on its own device
+/// thread, or preempted there, is busy, not hung). It must stay
 /// well below the smallest `NEURON_RT_EXEC_TIMEOUT` the runtime accepts
 /// ([`MIN_EXEC_TIMEOUT`]) so the runtime's sweep timeout finds the bit set.
 pub const DEVICE_HANG_WATCHDOG: Duration = Duration::from_millis(20);
@@ -36,6 +37,20 @@ pub const DEVICE_HANG_WATCHDOG: Duration = Duration::from_millis(20);
 /// regardless; this bound only keeps a long run of control instructions from monopolizing
 /// the device thread.
 pub const DEVICE_ENGINE_QUANTUM: u32 = 64;
+
+/// How long a device thread whose execution is stalled at a lockstep barrier (waiting for
+/// the partner core, which another device thread runs) keeps polling before it blocks until
+/// the partner's next cross-core event (a global semaphore change, a take, an abort). With
+/// both device threads on their own vCPU the partner arrives within microseconds of balanced
+/// work; with more runnable threads than vCPUs (a co-tenant) the partner may not be running,
+/// and a spin past this would hold the very vCPU it needs. Polls yield every
+/// [`DEVICE_YIELD_EVERY_IDLE_POLLS`] meanwhile.
+pub const DEVICE_STALL_SPIN: Duration = Duration::from_micros(50);
+
+/// Longest block of a stalled device thread before it looks again by itself. Cross-core
+/// events wake it; the bound is for the hang watchdog, which needs a look now and then (the
+/// block is also capped at a quarter of the configured watchdog).
+pub const DEVICE_STALL_BLOCK_MAX: Duration = Duration::from_millis(5);
 
 //===--- rings and queues ----------------------------------------------------------------===//
 
@@ -80,34 +95,50 @@ pub const HARVEST_DEADLINE_SWEEP: Duration = Duration::from_millis(1);
 /// idle poll itself, and deadlines are seconds.
 pub const HARVEST_DEADLINE_EVERY_IDLE_STEPS: u32 = 64;
 
-/// How long a caller harvesting its own execution spins on the notification rings before it
-/// starts yielding. A near-null execution completes in ~1 µs and a small model in tens of
-/// µs; spinning this long keeps them on the 0.2 µs path, and the bound keeps a long
-/// execution from taking the vCPU its device thread needs.
-pub const HARVEST_SPIN: Duration = Duration::from_micros(50);
-
 /// Polls a harvesting thread spins before it starts yielding: ~1–3 µs, in which a near-null
 /// execution completes, so the fast path makes no syscall.
 pub const HARVEST_PURE_SPIN_POLLS: u32 = 256;
 
-/// After the pure spin, a harvesting thread calls `sched_yield` once every this many polls.
-/// When the device thread shares the caller's vCPU (another process took the other one) this
-/// hands it the CPU at once; a pure spin would hold it for a whole time slice (ms). Alone on
-/// its vCPU a yield returns in ~0.3 µs.
+/// After the pure spin, a waiting thread calls `sched_yield` once every this many polls while
+/// it spins within its budget ([`crate::wake::Waiter`]). When the device thread shares the
+/// caller's vCPU (another process took the other one) this hands it the CPU at once; a pure
+/// spin would hold it for a whole time slice (ms). Alone on its vCPU a yield returns in
+/// ~0.3 µs.
 pub const HARVEST_YIELD_EVERY_POLLS: u32 = 64;
 
-/// How long the caller keeps polling (with the periodic yields) beyond [`HARVEST_SPIN`]
-/// before it sleeps between checks.
-pub const HARVEST_YIELD: Duration = Duration::from_micros(500);
+/// The longest a waiter spins before it blocks on the completion wake
+/// ([`crate::wake::SpinBudget`]), and the longest expected execution for which it spins at
+/// all. A futex block costs the device ~1–2 µs to wake it and the waiter 20–60 µs of wake
+/// latency, so spinning pays for executions that finish well within that; a near-null
+/// execution (0.5–1 µs) and small models (tens of µs) stay on the spinning path. Past this an
+/// execution is waited for by blocking at once: a 600 µs model's caller spinning even 50 µs
+/// would use 8% of a vCPU that the device threads need.
+pub const WAIT_SPIN_CAP: Duration = Duration::from_micros(50);
 
-/// The sleep between checks once spinning and yielding are over. The seed polls with
-/// `usleep(1)`, which sleeps 70–78 µs here under the default 50 µs timer slack; asking for
-/// 50 µs says what it costs. Only executions longer than ~0.5 ms get here, where a ≤ 10%
-/// completion delay is the price of not burning a vCPU.
+/// Added to twice the expected execution time to make a waiter's spin limit: the jitter of a
+/// near-null execution (a cross-core round trip is 0.1–0.4 µs, a missed poll of the device
+/// thread about as much), so one late completion does not cost a block and a wake.
+pub const WAIT_SPIN_SLACK: Duration = Duration::from_micros(2);
+
+/// Weight of a new sample in the spin budget's moving average: `1 / 2^WAIT_EWMA_SHIFT`. An
+/// eighth follows a model whose time changes (another model loaded on the core, a co-tenant)
+/// within ~16 executions, and one outlier (a preemption) moves it by an eighth only.
+pub const WAIT_EWMA_SHIFT: u32 = 3;
+
+/// Longest block of a waiter on the completion wake before it looks again by itself. The
+/// device signals every completion, so this bound is only for what nobody signals: the
+/// deadline sweep of a hung execution (deadlines are ≥ 100 ms) and a device without a wake.
+pub const WAIT_BLOCK_RECHECK: Duration = Duration::from_millis(10);
+
+/// The first park of an XU worker that stays out of the way of a client harvesting by itself
+/// (its parks double from this up to [`XU_DEFER_MAX`] while the client keeps polling). No
+/// waiting caller sleeps any more (they block on the completion wake); this is only the
+/// worker's "has the client stopped polling?" look, the one wait that is not an event.
 pub const HARVEST_SLEEP: Duration = Duration::from_micros(50);
 
-/// Longest sleep of an XU worker that stays out of the way of a client harvesting by itself
-/// (its sleeps double from [`HARVEST_SLEEP`] up to this while the client keeps polling).
+/// Longest park of an XU worker that stays out of the way of a client harvesting by itself
+/// (its parks double from [`HARVEST_SLEEP`] up to this while the client keeps polling; a
+/// close or a submission ends one early).
 /// With the worker spinning next to a polling client and the device thread, three runnable
 /// threads shared two vCPUs and explicit async at depth 8 ran slower than sync; the cap is
 /// how late the worker takes over completions once the client stops polling.

@@ -1,5 +1,5 @@
 //! Loom models of the lock-free protocols the runtime and the device share: the SPSC ring,
-//! the notification plane (and its watch), the park handshake, and the admission gate of
+//! the notification plane (and its watch), the park handshake, the completion wake, and the admission gate of
 //! handles.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
@@ -8,7 +8,7 @@
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
-use nrt_hal::{GateRefused, IdleGate, NqRecord, SlotTicket, UseGate, plane, ring};
+use nrt_hal::{CompletionWake, GateRefused, IdleGate, NqRecord, SlotTicket, UseGate, plane, ring};
 
 /// Producer and consumer on a 2-slot ring: every value arrives once, in order, across a wrap.
 #[test]
@@ -398,5 +398,65 @@ fn slot_ticket_hands_the_record_from_stager_to_harvest_to_owner_and_back() {
         }
         harvest.join().unwrap();
         owner.join().unwrap();
+    });
+}
+
+/// The completion wake composed with the notification plane that signals it: a host thread
+/// that found nothing blocks on the wake; the device pushes and publishes a record. The model
+/// fails (deadlock: the waiter sleeps forever) if a wake-up can be lost — e.g. if the
+/// signaler skips its fence, or the waiter checks before it registers.
+#[test]
+fn completion_wake_never_loses_a_wakeup() {
+    loom::model(|| {
+        let wake = Arc::new(CompletionWake::new());
+        let (mut p, mut c) = plane(2);
+        p.set_wake(Some(wake.clone()));
+        let device = loom::thread::spawn(move || {
+            assert!(p.push(0, rec(7)));
+            p.publish();
+        });
+        let mut got = Vec::new();
+        while got.is_empty() {
+            if c.drain_all(|_, r| got.push(r.compute_idx)) == 0 {
+                wake.wait(None, || c.has_records());
+            }
+        }
+        assert_eq!(got, [7]);
+        device.join().unwrap();
+    });
+}
+
+/// Two waiters on one wake and two signalers: the device publishes a record, a harvester
+/// thread consumes it and writes the owner's completion word, then signals the same wake
+/// (the owner never sees the record itself). Both the harvester, waiting for the record, and
+/// the owner, waiting for its completion word, must wake.
+#[test]
+fn completion_wake_harvester_wakes_the_owner() {
+    loom::model(|| {
+        let wake = Arc::new(CompletionWake::new());
+        let done = Arc::new(AtomicU32::new(0));
+        let (mut p, mut c) = plane(2);
+        p.set_wake(Some(wake.clone()));
+        let device = loom::thread::spawn(move || {
+            assert!(p.push(1, rec(3)));
+            p.publish();
+        });
+        let (w, d) = (wake.clone(), done.clone());
+        let harvester = loom::thread::spawn(move || {
+            let mut seen = 0;
+            while seen == 0 {
+                seen = c.drain_all(|_, _| {});
+                if seen == 0 {
+                    w.wait(None, || c.has_records());
+                }
+            }
+            d.store(1, Ordering::Release);
+            w.signal();
+        });
+        while done.load(Ordering::Acquire) == 0 {
+            wake.wait(None, || done.load(Ordering::Acquire) != 0);
+        }
+        device.join().unwrap();
+        harvester.join().unwrap();
     });
 }

@@ -78,6 +78,14 @@ impl Runtime {
                     }
                 }
             }
+            // The completion interrupt: every core of the vcore signals one wake, on which
+            // the vcore's waiting threads block once their spin budget is spent. A device that
+            // cannot signal leaves them spinning and yielding (never blocking).
+            let wake = Arc::new(nrt_hal::CompletionWake::new());
+            let wake = group
+                .iter()
+                .all(|&c| device.notification_wake(c, Some(wake.clone())).is_ok())
+                .then_some(wake);
             let slots = tuning::EXEC_RING_SLOTS as usize;
             let now = harvest::coarse_now();
             let st = stats.core(vi);
@@ -123,6 +131,8 @@ impl Runtime {
                 submitted: AtomicU64::new(0),
                 xu: Xu::new(),
                 stats: stats_ref,
+                wake,
+                spin: nrt_hal::SpinBudget::new(),
             });
         }
         let implicit_async = if config.async_inflight > 0 {

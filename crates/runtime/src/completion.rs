@@ -52,6 +52,9 @@ fn drive_as(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
     let step = harvest::progress_one_step(rt, vc, target, worker, &mut owed);
     if owed != 0 {
         settle_explicit(vc, owed);
+        // An explicit `wait` blocked on the vcore's wake waits for retirement, which the
+        // settle just did.
+        vc.signal_waiters();
     }
     step
 }

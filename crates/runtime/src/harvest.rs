@@ -188,6 +188,8 @@ pub(crate) fn progress_one_step(
     };
     let h = &mut *guard;
     let mut consumed = 0u32;
+    // Whether this step wrote a completion word some other thread may be blocked on.
+    let mut others = false;
     let mut ready: Ready = 0;
     for (pos, plane) in h.rings.iter_mut().enumerate() {
         let (progress, times) = (&mut h.progress, &mut h.times);
@@ -209,6 +211,7 @@ pub(crate) fn progress_one_step(
             if p.phase != Phase::Done && slot.ticket.current() == p.seq {
                 let status = p.error.map_or(NrtStatus::Success, error_status);
                 let seq = p.seq;
+                others |= seq != target;
                 if rt.trace.enabled() {
                     // The device stamps engine times in trace mode only.
                     record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
@@ -223,6 +226,7 @@ pub(crate) fn progress_one_step(
             // An execution staged while the fatal error was being recorded (it read the flag
             // just before it was set) is failed here, on the next idle step.
             fail_inflight_unrecoverable(vc, &mut h.progress, 0, owed);
+            others = true;
         }
         // Deadlines are seconds away; idle polls get here once in
         // HARVEST_DEADLINE_EVERY_IDLE_STEPS (above).
@@ -230,9 +234,16 @@ pub(crate) fn progress_one_step(
         if now.saturating_sub(h.last_sweep) >= tuning::HARVEST_DEADLINE_SWEEP {
             h.last_sweep = now;
             sweep_deadlines(rt, vc, &mut h.progress, now, owed);
+            others = true; // rare (once per sweep period): whatever it finished, wake
         }
     }
     drop(guard);
+    if others {
+        // Owners blocked on the vcore's wake check their completion words (one fence and
+        // one load when nobody is blocked). A step that finished only its caller's own
+        // execution skips this: nobody else waits for it.
+        vc.signal_waiters();
+    }
     if !worker {
         note_external_harvest(vc);
     }
@@ -420,6 +431,8 @@ fn on_record_slow(
                 // simply not be drained yet.)
                 fail_inflight_unrecoverable(vc, progress, seq, owed);
             }
+            // The error path (rare): whoever owns what was just finished may be blocked.
+            vc.signal_waiters();
         }
         Some(RecordKind::Custom)
             if rec.subtype == CUSTOM_SUBTYPE_TENSOR && rec.sub_id == CUSTOM_SUB_ID_OUTPUT_DONE =>
@@ -568,6 +581,13 @@ fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, 
     }
     if t0 != 0 {
         let ns = crate::host::now_ns().saturating_sub(t0);
+        // The waiters' spin budgets learn from the same sample (harvest token: one writer).
+        let lat = Duration::from_nanos(ns);
+        vc.spin.record(lat);
+        // SAFETY: as above.
+        if let Some(m) = unsafe { (*slot.info.get()).model.as_ref() } {
+            m.spin.record(lat);
+        }
         crate::host::bump(&st.lat_total[crate::host::latency_bucket(ns)], 1);
         // Busy time, estimated from the sample (see `CoreStats::busy_ns`).
         crate::host::bump(

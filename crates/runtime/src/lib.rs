@@ -246,10 +246,11 @@ fn unload_model(rt: &RuntimeInner, m: &Arc<ModelShared>) {
     // mark and refuses (see `pipeline::stage`). So after this lock round trip, `inflight` only
     // goes down.
     drop(vc.staging.lock().unwrap_or_else(|e| e.into_inner()));
-    let mut backoff = wait::Backoff::new();
+    // Spins and yields: an in-flight count a synchronous owner decrements is not signaled.
+    let mut spin = wait::Spin::new();
     while m.inflight.load(Ordering::Acquire) != 0 {
         if completion::drive(rt, vc, 0) == harvest::Step::Idle {
-            backoff.snooze();
+            spin.snooze();
         }
     }
     m.release(&*rt.device);

@@ -156,6 +156,9 @@ pub(crate) struct ModelShared {
     allocations: Mutex<Vec<DevAddr>>,
     /// Device bytes by [`crate::host::MEM_NAMES`] (published while loaded).
     pub(crate) mem: [u64; 6],
+    /// How long its synchronous callers spin before they block: the moving average of its
+    /// sampled latency (written by the harvest, under the token).
+    pub(crate) spin: nrt_hal::SpinBudget,
     /// Its entry in the published record's model table (`None`: no record, or the table
     /// was full).
     pub(crate) published: Option<usize>,
@@ -501,6 +504,7 @@ pub(crate) fn load(
         inflight: AtomicU32::new(0),
         allocations: Mutex::new(list),
         mem,
+        spin: nrt_hal::SpinBudget::new(),
         published,
     })
 }

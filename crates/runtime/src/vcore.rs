@@ -131,6 +131,13 @@ pub(crate) struct VCore {
     pub(crate) xu: Xu,
     /// The published statistics of this vcore ([`host`]).
     pub(crate) stats: StatsRef,
+    /// The completion wake every core of the vcore signals after publishing records
+    /// (`None`: the device cannot signal; waiters then never block). Harvest steps signal it
+    /// too when they finish another thread's execution ([`crate::wait`]).
+    pub(crate) wake: Option<Arc<nrt_hal::CompletionWake>>,
+    /// Sampled latency of every execution on the vcore, for waits that do not know the model
+    /// (explicit `wait`, the XU worker).
+    pub(crate) spin: nrt_hal::SpinBudget,
 }
 
 /// A pointer to a vcore's [`host::CoreStats`] in the runtime's [`host::StatsArea`] (the
@@ -143,6 +150,22 @@ unsafe impl Send for StatsRef {}
 unsafe impl Sync for StatsRef {}
 
 impl VCore {
+    /// Whether some core of the vcore has published records not yet harvested (a hint; no
+    /// lock): what every waiter's wake-up condition includes.
+    #[inline]
+    pub(crate) fn has_records(&self) -> bool {
+        self.watch.iter().any(PlaneWatch::has_records)
+    }
+
+    /// Wakes the vcore's blocked waiters after a completion word, a retirement or another
+    /// state they wait for was published by a thread other than their own.
+    #[inline]
+    pub(crate) fn signal_waiters(&self) {
+        if let Some(w) = &self.wake {
+            w.signal();
+        }
+    }
+
     #[inline]
     pub(crate) fn slot(&self, seq: u64) -> &InflightSlot {
         // EXEC_RING_SLOTS is a power of two (a mask, not a division).

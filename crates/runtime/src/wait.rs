@@ -1,44 +1,74 @@
 //! How a thread waits for the device between harvest steps (the wait policy). Every waiting
 //! loop of the runtime — a synchronous caller, an explicit `wait`, the XU worker, a drain or
-//! unload, a tensor read under implicit async — drives the harvest and calls
-//! [`Backoff::snooze`] after a step that found nothing.
+//! unload, a tensor read under implicit async — drives the harvest and, after a step that
+//! found nothing, calls one of the two waits here. Neither sleeps for a fixed time.
+//!
+//! - [`VcoreWait`]: spins as long as it pays ([`nrt_hal::SpinBudget`]: a few µs for a
+//!   near-null model, nothing for one expected to take longer than
+//!   [`nrt_hal::tuning::WAIT_SPIN_CAP`]), then blocks on the vcore's completion wake
+//!   ([`nrt_hal::CompletionWake`]) until a core publishes records or its condition holds.
+//!   The device signals the wake after every publication; a harvest step signals it when it
+//!   writes the completion word of an execution some other thread owns, and after settling
+//!   explicit executions; the XU worker after retiring implicit ones. A vcore whose device
+//!   cannot signal never blocks (it spins and yields).
+//! - [`Spin`]: spins, then spins with a `sched_yield` every few polls, never blocking — for
+//!   the rare waits on a state no thread signals (a free I/O set or slot, an unload's
+//!   in-flight count, a tensor pending on several vcores).
 
-use nrt_hal::tuning;
-use std::time::Instant;
+use crate::vcore::VCore;
+use nrt_hal::{Waiter, tuning};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-/// How a thread waits between steps: bounded spin, then yield, then short sleeps — each
-/// bound in [`tuning`].
-pub(crate) struct Backoff {
-    start: Option<Instant>,
-    polls: u32,
+/// A wait on one vcore (see the module docs).
+pub(crate) struct VcoreWait<'a> {
+    waiter: Waiter<'a>,
+    vc: &'a VCore,
 }
 
-impl Backoff {
-    pub(crate) const fn new() -> Backoff {
-        Backoff {
-            start: None,
-            polls: 0,
+impl<'a> VcoreWait<'a> {
+    /// A wait that may spin `spin` (past its pure spin) before it blocks.
+    #[inline]
+    pub(crate) fn new(vc: &'a VCore, spin: Duration) -> VcoreWait<'a> {
+        VcoreWait {
+            waiter: Waiter::new(vc.wake.as_deref(), spin),
+            vc,
         }
     }
 
-    /// Called after a step that found nothing: a short pure spin (a near-null execution
-    /// completes within it, with no syscall), then spinning with a `sched_yield` every few
-    /// polls (if the device thread shares our vCPU it runs at once), then short sleeps.
+    /// Called after a step that found nothing. `ready` is the loop's own condition (a
+    /// completion word, a retirement, a count); it must be something whose writer signals
+    /// the vcore's wake after writing it.
+    #[inline]
+    pub(crate) fn idle(&mut self, ready: impl FnOnce() -> bool) {
+        let vc = self.vc;
+        if self.waiter.idle(|| vc.has_records() || ready()) {
+            // It blocked (up to WAIT_BLOCK_RECHECK): make the next idle step sweep the
+            // deadlines, which otherwise wait for HARVEST_DEADLINE_EVERY_IDLE_STEPS idle
+            // steps — far apart once each follows a block. A hung execution then times out
+            // within a recheck of its deadline.
+            vc.idle_polls.store(
+                tuning::HARVEST_DEADLINE_EVERY_IDLE_STEPS - 1,
+                Ordering::Relaxed,
+            );
+        }
+    }
+}
+
+/// A wait that never blocks (see the module docs).
+pub(crate) struct Spin(Waiter<'static>);
+
+impl Spin {
+    #[inline]
+    pub(crate) const fn new() -> Spin {
+        Spin(Waiter::new(None, Duration::MAX))
+    }
+
+    /// Called after a step that found nothing: a pure spin of
+    /// [`nrt_hal::tuning::HARVEST_PURE_SPIN_POLLS`] polls, then a `sched_yield` every
+    /// [`nrt_hal::tuning::HARVEST_YIELD_EVERY_POLLS`] (a device thread that shares the vCPU runs).
     #[inline]
     pub(crate) fn snooze(&mut self) {
-        self.polls = self.polls.wrapping_add(1);
-        if self.polls < tuning::HARVEST_PURE_SPIN_POLLS
-            || !self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS)
-        {
-            std::hint::spin_loop();
-            return;
-        }
-        let start = *self.start.get_or_insert_with(Instant::now);
-        if start.elapsed() < tuning::HARVEST_SPIN + tuning::HARVEST_YIELD {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(tuning::HARVEST_SLEEP);
-            self.polls = tuning::HARVEST_YIELD_EVERY_POLLS - 1; // look again right after a sleep
-        }
+        self.0.idle(|| false);
     }
 }

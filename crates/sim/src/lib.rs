@@ -12,9 +12,14 @@
 //! - **the doorbell**: `semaphore_increment(nc, INFERENCE_START, 1)` makes the core run the
 //!   staged trigger pairs (request copy, event poke, tail increment) and then every request
 //!   they published, in order; merged and spurious doorbells are harmless;
-//! - **scheduling fit for 2 vCPUs**: one device thread serves the cores (configurable), runs
-//!   a core's engines cooperatively, spins a bounded time after work and then parks on an
-//!   [`nrt_hal::IdleGate`] that the doorbell opens;
+//! - **scheduling fit for 2 vCPUs**: one device thread per core, up to the CPUs the process
+//!   may use (configurable), so a two-core model's cores compute in parallel; a thread runs
+//!   its core's engines cooperatively, spins a bounded time after work and then parks on an
+//!   [`nrt_hal::IdleGate`] that the doorbell opens; at a lockstep barrier it spins a bounded
+//!   time and then blocks until the partner core moves;
+//! - **the completion interrupt**: after publishing notification records a core signals the
+//!   [`nrt_hal::CompletionWake`] the host attached ([`Device::notification_wake`]), so a host
+//!   thread can block instead of spinning;
 //! - **real kernels** from [`nrt_kernels`];
 //! - **fault injection** ([`fault`]): hang, dropped notifications, NaN, parity, transient,
 //!   DMA abort, HBM UE, fatal — each writing what hardware would.
@@ -31,9 +36,9 @@ pub use host::{HostError, HostShape};
 use crate::memory::Memory;
 use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
 use nrt_hal::{
-    DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError, IdleGate,
-    MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START, TriggerPair, plane,
-    ring, tuning,
+    CompletionWake, DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError,
+    IdleGate, MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START,
+    TriggerPair, plane, ring, tuning,
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;
@@ -49,8 +54,11 @@ pub struct SimConfig {
     pub cores: u32,
     /// Size of the device's physical address space (reserved lazily; default 16 GiB).
     pub memory_bytes: u64,
-    /// Device threads; core `c` is served by thread `c % threads` (default 1: on a 2-vCPU
-    /// machine one device thread plus the caller's thread is what fits).
+    /// Device threads; core `c` is served by thread `c % threads`. 0 (the default) means one
+    /// per core, up to the CPUs this process may run on ([`SimConfig::auto_threads`]): the
+    /// cores of a two-core model then compute in parallel, while the host thread that waits
+    /// for them blocks. A thread whose cores are idle parks and costs nothing.
+    /// `NRT_SIM_THREADS` sets it from the environment.
     pub threads: u32,
     /// How long a device thread polls after its last work before parking.
     pub spin_after_work: Duration,
@@ -65,7 +73,7 @@ impl Default for SimConfig {
         SimConfig {
             cores: 2,
             memory_bytes: 16 << 30,
-            threads: 1,
+            threads: 0,
             spin_after_work: tuning::DEVICE_SPIN_AFTER_WORK,
             hang_watchdog: tuning::DEVICE_HANG_WATCHDOG,
             faults: Vec::new(),
@@ -90,6 +98,23 @@ impl SimConfig {
             })?;
             c.faults = parse_faults(s)?;
         }
+        if let Some(v) = std::env::var_os("NRT_SIM_THREADS") {
+            let bad = |reason: String| FaultParseError {
+                entry: format!("NRT_SIM_THREADS={}", v.to_string_lossy()),
+                reason,
+            };
+            let n: u32 = v
+                .to_str()
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or_else(|| bad("not a number".into()))?;
+            if n > c.cores {
+                return Err(bad(format!(
+                    "{n} device threads for {} cores (at most one per core; 0 = automatic)",
+                    c.cores
+                )));
+            }
+            c.threads = n;
+        }
         c.check_faults()?;
         Ok(c)
     }
@@ -101,6 +126,16 @@ impl SimConfig {
             memory_bytes: host.total_memory().unwrap_or(u64::MAX),
             ..SimConfig::default()
         }
+    }
+
+    /// The device threads `threads = 0` stands for: one per core, at most the CPUs this
+    /// process may run on (`sched_getaffinity` / cgroup quota, as
+    /// `std::thread::available_parallelism` reads them), at least one.
+    pub fn auto_threads(&self) -> u32 {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (u32::try_from(cpus).unwrap_or(u32::MAX))
+            .min(self.cores)
+            .max(1)
     }
 
     /// Checks that every fault names a core this device has (a fault on a core that does not
@@ -133,7 +168,21 @@ pub(crate) struct DeviceShared {
     /// (0: none since reset). Until every core of a group took an execution, a core waiting
     /// for a partner waits on the host, not on a hung device (see [`Self::group_taken`]).
     lockstep_taken: Box<[AtomicU64]>,
+    /// Per core: `compute_idx + 1` of the lockstep execution it is running right now (its
+    /// device thread is inside it and not stalled), 0 otherwise. A partner that computes is
+    /// not hung: a core stalled at a barrier starts its watchdog only once no core of the
+    /// group is busy (with a thread per core, a partner's long kernel — or its thread being
+    /// preempted — is a wait, not a hang).
+    lockstep_busy: Box<[AtomicU64]>,
+    /// Per device thread: blocked at a lockstep barrier (its gate's flag is then set, but it
+    /// is not idle: [`SoftDevice::is_parked`] must not count it).
+    stall_blocked: Box<[AtomicBool]>,
     gates: Box<[IdleGate]>,
+    /// Cross-core events of lockstep executions: bumped (then every device thread's gate
+    /// notified) on each change a stalled partner may wait for — a global semaphore change, a
+    /// core taking a lockstep request, an abort. A device thread stalled at a barrier blocks
+    /// until it changes.
+    cross_core: AtomicU64,
     stop: AtomicBool,
     /// Device threads past their start-up (the constructor waits for all of them).
     threads_started: AtomicUsize,
@@ -152,6 +201,16 @@ impl DeviceShared {
     pub(crate) fn kernel_memory(&self) -> nrt_kernels::DeviceMemory {
         // SAFETY: the mapping lives as long as `self`, which outlives every kernel call.
         unsafe { nrt_kernels::DeviceMemory::new(self.mem.base(), self.mem.len()) }
+    }
+
+    /// Announces a cross-core event (see `cross_core`) and wakes the device threads that
+    /// sleep on one. A fence and a load per thread when none sleeps.
+    #[inline]
+    pub(crate) fn cross_core_event(&self) {
+        self.cross_core.fetch_add(1, Ordering::Release);
+        for g in self.gates.iter() {
+            g.notify();
+        }
     }
 
     fn global(&self, group: u32, index: u16) -> &AtomicU64 {
@@ -180,7 +239,7 @@ impl DeviceShared {
                 Ordering::AcqRel,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => return,
+                Ok(_) => return self.cross_core_event(),
                 Err(x) => cur = x,
             }
         }
@@ -189,10 +248,12 @@ impl DeviceShared {
     pub(crate) fn global_set(&self, group: u32, index: u16, idx: u32, v: u32) {
         self.global(group, index)
             .store((idx as u64) << 32 | v as u64, Ordering::Release);
+        self.cross_core_event();
     }
 
     pub(crate) fn abort_group(&self, group: u32, idx: u32) {
         self.group_abort[group as usize].store(idx as u64 + 1, Ordering::Release);
+        self.cross_core_event();
     }
 
     pub(crate) fn group_aborted(&self, group: u32, idx: u32) -> bool {
@@ -202,6 +263,23 @@ impl DeviceShared {
     /// Core `core` took lockstep request `idx` off its exec rings.
     pub(crate) fn lockstep_take(&self, core: u32, idx: u32) {
         self.lockstep_taken[core as usize].store(idx as u64 + 1, Ordering::Release);
+        self.cross_core_event();
+    }
+
+    /// Core `core` runs lockstep execution `idx` now (`Some`), or left it (`None`).
+    pub(crate) fn lockstep_busy(&self, core: u32, idx: Option<u32>) {
+        self.lockstep_busy[core as usize].store(idx.map_or(0, |i| i as u64 + 1), Ordering::Release);
+    }
+
+    /// Whether a core of the group other than `me` is running execution `idx` right now.
+    pub(crate) fn group_busy(&self, group: u32, count: u8, idx: u32, me: u32) -> bool {
+        (group..group + count as u32).any(|c| {
+            c != me
+                && self
+                    .lockstep_busy
+                    .get(c as usize)
+                    .is_some_and(|b| b.load(Ordering::Acquire) == idx as u64 + 1)
+        })
     }
 
     /// Whether every core of the lockstep group starting at `group` took execution `idx` (or
@@ -245,7 +323,10 @@ impl DeviceShared {
 }
 
 /// Runs a device thread: polls its cores while they have work, spins a bounded time after
-/// the last of it, then parks until a doorbell.
+/// the last of it, then parks until a doorbell. An execution stalled at a lockstep barrier
+/// (its partner core runs on another thread, or has not been rung yet) is polled for
+/// [`tuning::DEVICE_STALL_SPIN`], then the thread blocks until a cross-core event or a
+/// doorbell — never spinning for long on a vCPU the partner may need.
 fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
     let gate = &dev.gates[worker];
     gate.register_sleeper();
@@ -254,12 +335,20 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         .filter(|c| c % threads == worker)
         .collect();
     dev.threads_started.fetch_add(1, Ordering::Release);
+    let stall_block = tuning::DEVICE_STALL_BLOCK_MAX
+        .min(dev.config.hang_watchdog / 4)
+        .max(Duration::from_micros(100));
     // When work was last seen. Reading the clock costs ~30 ns here, as much as a poll, so it
     // is read only every 64 idle polls: `worked` says whether work came since that reading.
     let mut last_work = Instant::now();
     let mut worked = false;
     let mut idle_polls = 0u32;
+    // Polls that found only stalled executions, and when the stall began (read every 64).
+    let mut stalled_polls = 0u32;
+    let mut stalled_since: Option<Instant> = None;
     while !dev.stop.load(Ordering::Acquire) {
+        // Read before polling: an event after this wakes a block below.
+        let events = dev.cross_core.load(Ordering::Acquire);
         let mut progressed = false;
         let mut stalled = false;
         for &c in &mine {
@@ -271,13 +360,38 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         }
         if progressed {
             idle_polls = 0;
+            stalled_polls = 0;
+            stalled_since = None;
             worked = true;
             continue;
         }
         std::hint::spin_loop();
         if stalled {
-            continue; // an execution is in flight: keep polling (its watchdog bounds this)
+            // An execution is in flight but waits for its partner core (the watchdog bounds
+            // the wait once the partner took it). Spin a little, yielding now and then, then
+            // block until the partner does something.
+            worked = true;
+            stalled_polls = stalled_polls.wrapping_add(1);
+            if stalled_polls.is_multiple_of(tuning::DEVICE_YIELD_EVERY_IDLE_POLLS) {
+                std::thread::yield_now();
+            }
+            if stalled_polls.is_multiple_of(64) {
+                let now = Instant::now();
+                let since = *stalled_since.get_or_insert(now);
+                if now.duration_since(since) >= tuning::DEVICE_STALL_SPIN {
+                    dev.stall_blocked[worker].store(true, Ordering::Relaxed);
+                    gate.sleep_until_timeout(stall_block, || {
+                        dev.stop.load(Ordering::Acquire)
+                            || dev.cross_core.load(Ordering::Acquire) != events
+                            || mine.iter().any(|&c| dev.cores[c].doorbell_pending())
+                    });
+                    dev.stall_blocked[worker].store(false, Ordering::Relaxed);
+                }
+            }
+            continue;
         }
+        stalled_polls = 0;
+        stalled_since = None;
         idle_polls += 1;
         if idle_polls.is_multiple_of(tuning::DEVICE_YIELD_EVERY_IDLE_POLLS) {
             std::thread::yield_now();
@@ -320,8 +434,14 @@ impl SoftDevice {
         if config.cores == 0 || config.cores > 64 {
             return Err(HalError::BadParameter("cores must be in 1..=64"));
         }
-        if config.threads == 0 || config.threads > config.cores {
-            return Err(HalError::BadParameter("threads must be in 1..=cores"));
+        let mut config = config;
+        if config.threads == 0 {
+            config.threads = config.auto_threads();
+        }
+        if config.threads > config.cores {
+            return Err(HalError::BadParameter(
+                "threads must be in 0..=cores (0: automatic)",
+            ));
         }
         if config.check_faults().is_err() {
             return Err(HalError::BadParameter(
@@ -350,7 +470,12 @@ impl SoftDevice {
                 .collect(),
             group_abort: (0..n).map(|_| AtomicU64::new(0)).collect(),
             lockstep_taken: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_busy: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            stall_blocked: (0..config.threads)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
             gates: (0..config.threads).map(|_| IdleGate::new()).collect(),
+            cross_core: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             threads_started: AtomicUsize::new(0),
             has_faults: AtomicBool::new(!faults.is_empty()),
@@ -419,7 +544,39 @@ impl SoftDevice {
 
     /// Whether every device thread is parked (idle past its spin window).
     pub fn is_parked(&self) -> bool {
-        self.shared.gates.iter().all(IdleGate::is_sleeping)
+        self.shared
+            .gates
+            .iter()
+            .zip(self.shared.stall_blocked.iter())
+            .all(|(g, s)| g.is_sleeping() && !s.load(Ordering::Relaxed))
+    }
+
+    /// The CPU time each device thread has used so far (thread `w` serves the cores `c` with
+    /// `c % threads == w`), read from the thread's CPU clock. For tests (a stalled thread
+    /// blocks instead of spinning; both cores of a pair compute) and the benchmark.
+    pub fn thread_cpu_times(&self) -> Vec<Duration> {
+        use std::os::unix::thread::JoinHandleExt;
+        self.threads
+            .iter()
+            .map(|t| {
+                let mut clock: libc::clockid_t = 0;
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: the thread is alive (threads are joined only in `drop`), so its
+                // pthread_t is valid; `clock` and `ts` are writable locals.
+                let ok = unsafe {
+                    libc::pthread_getcpuclockid(t.as_pthread_t(), &mut clock) == 0
+                        && libc::clock_gettime(clock, &mut ts) == 0
+                };
+                if ok {
+                    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+                } else {
+                    Duration::ZERO
+                }
+            })
+            .collect()
     }
 
     /// Requests the device has taken off core `nc`'s exec rings since it started.
@@ -626,6 +783,20 @@ impl Device for SoftDevice {
         Ok(())
     }
 
+    fn notification_wake(
+        &self,
+        nc: u32,
+        wake: Option<Arc<CompletionWake>>,
+    ) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        core.lock()
+            .rings
+            .as_mut()
+            .ok_or(HalError::BadQueue(nc))?
+            .set_wake(wake);
+        Ok(())
+    }
+
     fn semaphore_read(&self, nc: u32, semaphore: u32) -> Result<u32, HalError> {
         let core = self.shared.core(nc)?;
         let s = core
@@ -651,6 +822,8 @@ impl Device for SoftDevice {
         core.lock().reset(core, &self.shared);
         self.shared.group_abort[nc as usize].store(0, Ordering::Release);
         self.shared.lockstep_taken[nc as usize].store(0, Ordering::Release);
+        // A partner stalled on the execution the reset dropped looks again now.
+        self.shared.cross_core_event();
         Ok(())
     }
 }

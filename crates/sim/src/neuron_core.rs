@@ -27,9 +27,17 @@
 //! worker goes on serving its other cores (the partner core of a lockstep pair may be the one
 //! that unblocks it) and the core's watchdog ([`nrt_hal::tuning::DEVICE_HANG_WATCHDOG`]) turns
 //! a stall that lasts into a hang: cause bit 29, and the execution is abandoned. A lockstep
-//! execution's watchdog starts only once every core of the group took the execution: the host
+//! execution's watchdog starts only once every core of the group took the execution (the host
 //! rings the cores one after the other, and a host preempted between the doorbells is late,
-//! not hung.
+//! not hung) and no other core of the group is running it (with a device thread per core, the
+//! partner computing its part — or its thread preempted in the middle — is a wait, not a
+//! hang).
+//!
+//! The cores of a lockstep group normally run on different device threads (core `c` on thread
+//! `c % threads`), in parallel. Cross-core changes (global semaphores, takes, aborts) bump the
+//! device's cross-core event count and notify the device threads' gates; a thread whose only
+//! execution is stalled at a barrier polls for [`nrt_hal::tuning::DEVICE_STALL_SPIN`] and
+//! then blocks until such an event, a doorbell, or a watchdog look.
 
 use crate::DeviceShared;
 use crate::fault::FaultKind;
@@ -255,6 +263,12 @@ impl CoreShared {
         self.mirrors.active.load(Ordering::Relaxed)
             || self.doorbell.load(Ordering::Acquire)
                 != self.mirrors.doorbell_seen.load(Ordering::Relaxed)
+    }
+
+    /// Whether a doorbell rang that the device has not acted on yet.
+    #[inline]
+    pub(crate) fn doorbell_pending(&self) -> bool {
+        self.doorbell.load(Ordering::Acquire) != self.mirrors.doorbell_seen.load(Ordering::Relaxed)
     }
 
     /// Does what the core has to do now: consume staged triggers if the doorbell rang, start
@@ -538,8 +552,26 @@ impl CoreInner {
         Ok(r)
     }
 
-    /// Runs the current execution until it finishes or stalls.
+    /// Runs the current execution until it finishes or stalls. A lockstep execution is
+    /// marked busy meanwhile, so a partner stalled at a barrier knows this core is computing
+    /// and does not count the wait as a hang.
     fn run(&mut self, core: &CoreShared, dev: &DeviceShared) -> Poll {
+        let lockstep = self
+            .current
+            .as_ref()
+            .filter(|e| e.req.sg_count > 1)
+            .map(|e| e.idx);
+        if lockstep.is_some() {
+            dev.lockstep_busy(core.index, lockstep);
+        }
+        let r = self.run_current(core, dev);
+        if lockstep.is_some() {
+            dev.lockstep_busy(core.index, None);
+        }
+        r
+    }
+
+    fn run_current(&mut self, core: &CoreShared, dev: &DeviceShared) -> Poll {
         let mut exec = self.current.take().expect("run with a current execution");
         loop {
             let mut progressed = false;
@@ -571,9 +603,14 @@ impl CoreInner {
             if exec.req.sg_count > 1 && dev.group_aborted(exec.group, exec.idx) {
                 return Poll::Progressed; // the partner core failed this execution
             }
-            if exec.req.sg_count > 1 && !dev.group_taken(exec.group, exec.req.sg_count, exec.idx) {
-                // A partner has not taken its part yet: the host is late, or the partner
-                // busy. The watchdog starts once every core of the group has the execution.
+            if exec.req.sg_count > 1
+                && (!dev.group_taken(exec.group, exec.req.sg_count, exec.idx)
+                    || dev.group_busy(exec.group, exec.req.sg_count, exec.idx, core.index))
+            {
+                // A partner has not taken its part yet (the host is late, or the partner busy
+                // with earlier work), or it is computing its part right now (on its own
+                // device thread, which may also be preempted). The watchdog starts once every
+                // core of the group has the execution and none is running it.
                 exec.stalled_since = None;
                 self.current = Some(exec);
                 return Poll::Stalled;

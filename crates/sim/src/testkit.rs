@@ -13,9 +13,9 @@ use nrt_hal::wire::{
     EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE, REQUEST_SLOT_TAIL_OFFSET,
 };
 use nrt_hal::{
-    DevAddr, Device, DeviceMapping, DmaKind, Engine, ExecQueueDesc, ExecRequest, HalError,
-    NUM_ENGINES, NqRecord, PlaneConsumer, Producer, RecordKind, SEMAPHORE_INFERENCE_START,
-    TriggerPair, tuning,
+    CompletionWake, DevAddr, Device, DeviceMapping, DmaKind, Engine, ExecQueueDesc, ExecRequest,
+    HalError, NUM_ENGINES, NqRecord, PlaneConsumer, Producer, RecordKind,
+    SEMAPHORE_INFERENCE_START, TriggerPair, tuning,
 };
 use nrt_isa::{Instruction, Op};
 use std::sync::Arc;
@@ -234,6 +234,37 @@ impl<'d> DirectDriver<'d> {
                 return out;
             }
             std::hint::spin_loop();
+        }
+    }
+
+    /// Attaches a new completion wake to the core's notification plane and returns it.
+    pub fn attach_wake(&self) -> Result<Arc<CompletionWake>, HalError> {
+        let wake = Arc::new(CompletionWake::new());
+        self.dev.notification_wake(self.core, Some(wake.clone()))?;
+        Ok(wake)
+    }
+
+    /// [`DirectDriver::wait_for_ends`] without spinning: between looks the thread blocks on
+    /// `wake` (attached with [`DirectDriver::attach_wake`]) until the device signals.
+    pub fn block_for_ends(
+        &mut self,
+        wake: &CompletionWake,
+        count: usize,
+        timeout: Duration,
+    ) -> Vec<NqRecord> {
+        let mut out = Vec::new();
+        let t0 = Instant::now();
+        loop {
+            self.drain(&mut out);
+            let ends = out
+                .iter()
+                .filter(|r| r.record_kind() == Some(RecordKind::End))
+                .count();
+            let left = timeout.saturating_sub(t0.elapsed());
+            if ends >= count || left.is_zero() {
+                return out;
+            }
+            wake.wait(Some(left), || self.rings.has_records());
         }
     }
 

@@ -506,3 +506,160 @@ fn reset_with_triggers_not_yet_run_keeps_the_exec_ring_consistent() {
         "the skipped request never ran"
     );
 }
+
+/// The completion interrupt: a host thread that blocks on the wake attached to the core's
+/// notification plane is woken when the device publishes the execution's records — not by
+/// its timeout, and without spinning.
+#[test]
+fn a_blocked_host_is_woken_by_the_completion() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let wake = d.attach_wake().unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    for i in 0..20 {
+        d.stage(blocks, i, 0, 0, 1);
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            let dev = &dev;
+            let w = &wake;
+            s.spawn(move || {
+                // Ring once the host sleeps on the wake (or after 50 ms at worst).
+                let t = Instant::now();
+                while !w.is_armed() && t.elapsed() < Duration::from_millis(50) {
+                    std::thread::yield_now();
+                }
+                dev.semaphore_increment(0, nrt_hal::SEMAPHORE_INFERENCE_START, 1)
+                    .unwrap();
+            });
+            let recs = d.block_for_ends(&wake, 5, T);
+            assert_eq!(kinds(&recs, RecordKind::End).len(), 5, "execution {i}");
+        });
+        assert!(
+            t0.elapsed() < T / 2,
+            "woken by the timeout, not the device ({:?})",
+            t0.elapsed()
+        );
+    }
+    assert!(wake.wakes() >= 1, "the device never found a waiter to wake");
+    // Detached, the device signals nothing.
+    dev.notification_wake(0, None).unwrap();
+    let before = wake.wakes();
+    d.stage(blocks, 99, 0, 0, 1);
+    d.doorbell().unwrap();
+    d.wait_for_ends(5, T);
+    assert_eq!(wake.wakes(), before);
+}
+
+fn two_thread_device() -> SoftDevice {
+    SoftDevice::new(SimConfig {
+        memory_bytes: 1 << 30,
+        threads: 2,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
+/// A lockstep execution whose second core is rung late (the host was preempted between the
+/// doorbells): core 0's device thread spins at the barrier only briefly, then blocks until
+/// the partner moves — it does not hold a vCPU for the whole wait — and the execution still
+/// completes once core 1 is rung.
+#[test]
+fn a_stalled_lockstep_core_blocks_instead_of_spinning() {
+    let dev = two_thread_device();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let g = SemRef::global(0);
+    let barrier = [Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
+    b0[4] = d0.load_block(&barrier).unwrap();
+    b1[4] = d1.load_block(&barrier).unwrap();
+    d0.stage(b0, 0, 0, 0, 2);
+    d1.stage(b1, 0, 0, 1, 2);
+    d0.doorbell().unwrap();
+    // Let core 0 reach the barrier and stall.
+    std::thread::sleep(Duration::from_millis(20));
+    let before = dev.thread_cpu_times()[0];
+    let wait = Duration::from_millis(300);
+    std::thread::sleep(wait);
+    let used = dev.thread_cpu_times()[0] - before;
+    assert!(
+        used < wait / 5,
+        "core 0's device thread used {used:?} of CPU in {wait:?} at a barrier: it spins"
+    );
+    d1.doorbell().unwrap();
+    assert_eq!(kinds(&d0.wait_for_ends(5, T), RecordKind::End).len(), 5);
+    assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
+    assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
+}
+
+/// A two-core (lockstep) model on a device with a thread per core: each core's engines run
+/// on their own device thread — both threads spend the CPU time of their core's work — and
+/// the barriers between the cores keep working, with the stalled side blocking and waking.
+#[test]
+fn the_cores_of_a_lockstep_pair_compute_on_their_own_threads() {
+    let dev = two_thread_device();
+    assert_eq!(dev.config().threads, 2);
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let g = SemRef::global(0);
+    // Work (a long run of instructions), a barrier, more work, a second barrier.
+    let mut prog = vec![Instruction::new(Op::Nop); 200_000];
+    prog.push(Instruction::new(Op::Barrier { sem: g, count: 2 }));
+    prog.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 200_000));
+    prog.push(Instruction::new(Op::Barrier { sem: g, count: 4 }));
+    let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
+    b0[4] = d0.load_block(&prog).unwrap();
+    b1[4] = d1.load_block(&prog).unwrap();
+    let before = dev.thread_cpu_times();
+    for idx in 0..10 {
+        d0.stage(b0, idx, 0, 0, 2);
+        d1.stage(b1, idx, 0, 1, 2);
+        d0.doorbell().unwrap();
+        d1.doorbell().unwrap();
+        let t0 = Instant::now();
+        let r0 = d0.wait_for_ends(5, T);
+        let r1 = d1.wait_for_ends(5, T);
+        assert_eq!(
+            (
+                kinds(&r0, RecordKind::End).len(),
+                kinds(&r1, RecordKind::End).len()
+            ),
+            (5, 5),
+            "execution {idx} after {:?}: causes {:#x} {:#x}, {r0:?} {r1:?}",
+            t0.elapsed(),
+            d0.cause(),
+            d1.cause()
+        );
+    }
+    let after = dev.thread_cpu_times();
+    let used: Vec<Duration> = (0..2).map(|w| after[w] - before[w]).collect();
+    // 10 executions × 400k instructions per core: a few ms of work on each thread.
+    for (w, u) in used.iter().enumerate() {
+        assert!(
+            *u > Duration::from_millis(2),
+            "device thread {w} did no work ({used:?}): the cores share one thread"
+        );
+    }
+    assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
+    assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);
+}
+
+/// `threads: 0` is one device thread per core, up to the CPUs; more threads than cores is
+/// refused.
+#[test]
+fn automatic_device_threads() {
+    let dev = device();
+    let want = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(2) as u32;
+    assert_eq!(dev.config().threads, want);
+    assert_eq!(dev.thread_cpu_times().len(), want as usize);
+    assert!(
+        SoftDevice::new(SimConfig {
+            memory_bytes: 1 << 30,
+            threads: 3,
+            ..SimConfig::default()
+        })
+        .is_err()
+    );
+}

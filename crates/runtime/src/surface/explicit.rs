@@ -20,7 +20,7 @@ use crate::model::ModelShared;
 use crate::pipeline::validate;
 use crate::tensor::TensorSet;
 use crate::vcore::{Surface, VCore};
-use crate::wait::Backoff;
+use crate::wait::VcoreWait;
 use nrt_hal::{NrtStatus, SeqId};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -118,10 +118,11 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
 /// returns its status.
 pub(crate) fn wait(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<NrtStatus> {
     let n = check_issued(vc, XuKind::Compute, seq)?;
-    let mut backoff = Backoff::new();
+    // Retirement is signaled: by the device's records, or by the step that settled it.
+    let mut w = VcoreWait::new(vc, vc.spin.spin_limit());
     while !retired(vc, n) {
         if drive(rt, vc, n) == Step::Idle {
-            backoff.snooze();
+            w.idle(|| retired(vc, n));
         }
     }
     // The completion word outlives retirement until the slot is reused by a later

@@ -12,7 +12,7 @@ use crate::pipeline::{bind, doorbell, exec_error, retire, stage, unbind, validat
 use crate::tensor::TensorSet;
 use crate::trace::{ClockStamps, NoStamps, Stamps};
 use crate::vcore::{Surface, VCore};
-use crate::wait::Backoff;
+use crate::wait::{Spin, VcoreWait};
 use nrt_hal::NrtStatus;
 use std::sync::Arc;
 
@@ -26,13 +26,14 @@ fn bind_waiting(
     outputs: &TensorSet,
     any_host: bool,
 ) -> u32 {
-    let mut backoff = Backoff::new();
+    // A set freed by another caller's retirement is not signaled: spin and yield.
+    let mut spin = Spin::new();
     loop {
         if let Some(s) = bind(model, inputs, outputs, any_host) {
             return s;
         }
         if drive(rt, vc, 0) == Step::Idle {
-            backoff.snooze();
+            spin.snooze();
         }
     }
 }
@@ -100,7 +101,7 @@ fn run_sync<S: Stamps>(
     stamps.mark();
     doorbell(rt, vc, model);
     stamps.mark();
-    let status = wait_for(rt, vc, seq);
+    let status = wait_for(rt, vc, model, seq);
     stamps.mark();
     // The caller is the execution's one owner.
     retire(vc, seq, status);
@@ -117,15 +118,17 @@ fn run_sync<S: Stamps>(
 
 /// Drives the harvest on the caller's thread until `seq`'s completion word is written and
 /// returns its status (the seed's `exec_wait_round_robin`).
-fn wait_for(rt: &RuntimeInner, vc: &VCore, seq: u64) -> NrtStatus {
-    let mut backoff = Backoff::new();
+/// Between steps it spins while the model's spin budget says the completion is near, then
+/// blocks on the vcore's completion wake ([`crate::wait`]).
+fn wait_for(rt: &RuntimeInner, vc: &VCore, model: &ModelShared, seq: u64) -> NrtStatus {
+    let mut w = VcoreWait::new(vc, model.spin.spin_limit());
     loop {
         match drive(rt, vc, seq) {
             Step::Done => {
                 return completed_status(vc.slot(seq), seq).unwrap_or(NrtStatus::Failure);
             }
             Step::Progress => {}
-            Step::Idle => backoff.snooze(),
+            Step::Idle => w.idle(|| completed_status(vc.slot(seq), seq).is_some()),
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::RuntimeInner;
 use crate::completion::drive_all;
 use crate::error::{NrtError, Result};
 use crate::tensor::Tensor;
-use crate::wait::Backoff;
+use crate::wait::Spin;
 use nrt_hal::NrtStatus;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -19,10 +19,11 @@ fn wait_tensor_idle(rt: &RuntimeInner, t: &Tensor) {
     if t.0.pending.load(Ordering::Acquire) != 0 && in_async_callback() {
         return;
     }
-    let mut backoff = Backoff::new();
+    // The execution may be on any vcore: spin and yield.
+    let mut spin = Spin::new();
     while t.0.pending.load(Ordering::Acquire) != 0 {
         if !drive_all(rt) {
-            backoff.snooze();
+            spin.snooze();
         }
     }
 }
@@ -103,7 +104,7 @@ impl Tensor {
             // harvest here instead of sleeping on the condition variable.
             let rt = self.rt()?;
             let deadline = timeout.map(|t| Instant::now() + t);
-            let mut backoff = Backoff::new();
+            let mut backoff = Spin::new();
             loop {
                 if self.completion_count() >= expected {
                     break true;

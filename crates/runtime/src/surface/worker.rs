@@ -11,7 +11,7 @@ use crate::completion::{drive, drive_worker};
 use crate::error::{NrtError, Result};
 use crate::harvest::Step;
 use crate::vcore::VCore;
-use crate::wait::Backoff;
+use crate::wait::VcoreWait;
 use nrt_hal::{NrtStatus, tuning};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -51,6 +51,8 @@ pub(crate) fn stop_workers(rt: &RuntimeInner) {
     rt.stop.store(true, Ordering::Release);
     for vc in rt.vcores.iter() {
         vc.xu.gate.notify();
+        // A worker blocked on the completion wake checks `stop` too.
+        vc.signal_waiters();
     }
     let handles: Vec<JoinHandle<()>> =
         std::mem::take(&mut *rt.workers.lock().unwrap_or_else(|e| e.into_inner()));
@@ -70,11 +72,13 @@ pub(crate) fn drain_all(rt: &RuntimeInner) {
 }
 
 pub(crate) fn drain_vcore(rt: &RuntimeInner, vc: &VCore) {
-    let mut backoff = Backoff::new();
+    // The count drops when an explicit execution is settled or the worker retires an
+    // implicit one; both signal the vcore's wake.
+    let mut w = VcoreWait::new(vc, vc.spin.spin_limit());
     while vc.xu.async_inflight.load(Ordering::Acquire) != 0 {
         vc.xu.gate.notify();
         if drive(rt, vc, 0) == Step::Idle {
-            backoff.snooze();
+            w.idle(|| vc.xu.async_inflight.load(Ordering::Acquire) == 0);
         }
     }
 }
@@ -85,7 +89,7 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
     vc.xu.gate.register_sleeper();
     rt.workers_started.fetch_add(1, Ordering::Release);
     let mut cursor = 1u64; // oldest seq the worker may still have to retire
-    let mut backoff = Backoff::new();
+    let mut w = VcoreWait::new(vc, vc.spin.spin_limit());
     let mut last_external = vc.counters.external_harvests.load(Ordering::Relaxed);
     let mut defer = tuning::HARVEST_SLEEP;
     while !rt.stop.load(Ordering::Acquire) {
@@ -96,30 +100,44 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             vc.xu.gate.sleep_until(|| {
                 rt.stop.load(Ordering::Acquire) || vc.xu.async_inflight.load(Ordering::Acquire) != 0
             });
-            backoff = Backoff::new();
+            w = VcoreWait::new(vc, vc.spin.spin_limit());
             continue;
         }
         let external = vc.counters.external_harvests.load(Ordering::Relaxed);
         if external != last_external {
             // A client is harvesting (polling is_completed/wait, or a sync caller): a third
-            // runnable thread on two vCPUs would only steal its CPU. Retire what its harvest
-            // finished, then look again after a sleep that grows while the client keeps
-            // polling; when it stops, the worker takes over within `XU_DEFER_MAX`.
+            // runnable thread on two vCPUs would only steal its CPU, and a worker blocked on
+            // the completion wake would be woken by every publication the client harvests.
+            // Retire what its harvest finished, then park on the XU gate for a time that
+            // grows while the client keeps polling (a close or a submission ends it early);
+            // when the client stops, the worker takes over within `XU_DEFER_MAX`. "The
+            // client stopped polling" is the absence of an event, so this one wait is timed.
             last_external = external;
-            retire_done(&rt, vc, &mut cursor);
-            std::thread::sleep(defer);
+            if retire_done(&rt, vc, &mut cursor) {
+                vc.signal_waiters();
+            }
+            vc.xu
+                .gate
+                .sleep_until_timeout(defer, || rt.stop.load(Ordering::Acquire));
             defer = (defer * 2).min(tuning::XU_DEFER_MAX);
-            backoff = Backoff::new();
+            w = VcoreWait::new(vc, vc.spin.spin_limit());
             continue;
         }
         defer = tuning::HARVEST_SLEEP;
         let progressed = drive_worker(&rt, vc) != Step::Idle;
         let retired = retire_done(&rt, vc, &mut cursor);
+        if retired {
+            // Drains and tensor reads wait for what the worker retires.
+            vc.signal_waiters();
+        }
         if progressed || retired {
-            backoff = Backoff::new();
+            w = VcoreWait::new(vc, vc.spin.spin_limit());
             continue;
         }
-        // Bounded spin, then yield, then short sleeps.
-        backoff.snooze();
+        // Spin while a completion is expected soon, then block until a core publishes
+        // records (or the work is gone, or the runtime closes).
+        w.idle(|| {
+            rt.stop.load(Ordering::Acquire) || vc.xu.async_inflight.load(Ordering::Acquire) == 0
+        });
     }
 }

@@ -1,0 +1,399 @@
+//! The completion wake: how a host thread waiting for a completion stops burning its vCPU —
+//! it asks for an "interrupt", sleeps on a futex, and the device (or any thread that writes a
+//! completion) wakes it. The io_uring `IORING_ENTER_GETEVENTS` pattern, with the same
+//! barrier pair as [`crate::IdleGate`] (io-uring issue #197).
+//!
+//! # Protocol
+//!
+//! One 32-bit futex word: bit 0 is the *armed* flag ("a waiter asked for an interrupt", the
+//! io_uring `NEED_WAKEUP` flag), bits 1.. an epoch that each wake-up advances.
+//!
+//! ```text
+//!   waiter (host thread, after its spin budget)      signaler (the device after publishing records;
+//!                                                     a harvester after writing a completion word)
+//!   s = word.fetch_or(ARMED)   -- ask for a wake-up   <make the completion visible: Release store>
+//!   fence(SeqCst)                                     fence(SeqCst)
+//!   if ready() { return }                             s = word.load()
+//!   futex_wait(word, s | ARMED)                       if s & ARMED {
+//!     -- sleeps only while the word is unchanged          cas(s, (s & !ARMED) + 2)  -- disarm, next epoch
+//!                                                         futex_wake_all(word)       -- by the one that disarmed
+//!                                                     }
+//! ```
+//!
+//! The two `SeqCst` fences order each side's store before its load (Dekker): either the
+//! signaler sees the flag and wakes, or the waiter's `ready()` sees the completion, or both.
+//! A disarm the waiter did not see makes `futex_wait` return at once (the kernel compares the
+//! word under its lock). So a wake-up is never lost. The signaler that disarms wakes every
+//! waiter; later signals find the flag clear and make no syscall until a waiter arms it again
+//! — one `FUTEX_WAKE` per sleep, however many records the device publishes meanwhile. A
+//! signaler that finds the flag clear pays one fence and one load. Wake-ups are broadcast
+//! (every waiter re-checks its own condition) and may be spurious; a waiter that found
+//! `ready()` leaves the flag armed, which costs the next signal one needless wake at most.
+//! `tests/loom.rs` model-checks the handshake (`completion_wake_*`), composed with the
+//! notification plane that signals it.
+//!
+//! # Who writes what
+//!
+//! | bits of `word` | written by | ordering |
+//! |---|---|---|
+//! | bit 0 (armed) | set by each waiter before it checks and sleeps; cleared by the signaler that wakes | waiter: `Relaxed` `fetch_or`; signaler: `compare_exchange` (`Release`); both ordered by the `SeqCst` fences |
+//! | bits 1.. (epoch) | the signaler that clears the flag, in the same `compare_exchange` | as above |
+//!
+//! # The spin before the block: [`SpinBudget`], [`Waiter`]
+//!
+//! Blocking costs a futex wake on the device side (~1–2 µs) and 20–60 µs of wake latency on
+//! the waiter's (`reference/machine-limits.md`), so a waiter first spins while the completion
+//! is likely to come sooner than that. [`SpinBudget`] learns a model's execution time (an
+//! exponentially weighted moving average) and says how long spinning pays; [`Waiter`] spins
+//! that long (yielding periodically, so a device thread sharing the vCPU runs) and then blocks
+//! on the wake.
+
+use crate::sync::{AtomicU64, CachePadded, Futex, Ordering, fence, spin_loop};
+use crate::tuning;
+use core::fmt;
+use core::time::Duration;
+use std::time::Instant;
+
+/// A completion wake: one futex word with an armed flag. Shared (in an `Arc`) by the host
+/// threads that wait and the device that signals; the device signals it through
+/// [`crate::PlaneProducer::set_wake`].
+pub struct CompletionWake {
+    word: CachePadded<Futex>,
+}
+
+/// Bit 0 of the word: a waiter asked for a wake-up.
+const ARMED: u32 = 1;
+/// What one wake-up adds to the word (the epoch lives above the flag).
+const EPOCH: u32 = 2;
+
+/// Why [`CompletionWake::wait`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// `ready()` was true once the request was registered: the thread did not sleep.
+    Ready,
+    /// The thread slept and was woken (by a signal, the timeout, or spuriously).
+    Woken,
+}
+
+impl Default for CompletionWake {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CompletionWake {
+    /// A wake nobody waits on.
+    pub fn new() -> CompletionWake {
+        CompletionWake {
+            word: CachePadded(Futex::new(0)),
+        }
+    }
+
+    /// Called by a signaler after it made a completion visible (a `Release` store the
+    /// waiters' `ready()` reads): wakes every sleeping waiter. One fence and one load when
+    /// nobody armed the wake.
+    #[inline]
+    pub fn signal(&self) {
+        fence(Ordering::SeqCst);
+        if self.word.load(Ordering::Relaxed) & ARMED != 0 {
+            self.wake_all();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn wake_all(&self) {
+        let mut s = self.word.load(Ordering::Relaxed);
+        while s & ARMED != 0 {
+            match self.word.compare_exchange(
+                s,
+                (s & !ARMED).wrapping_add(EPOCH),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.word.wake_all();
+                    return;
+                }
+                Err(now) => s = now,
+            }
+        }
+        // Another signaler disarmed it first: it wakes the waiters.
+    }
+
+    /// Called by a waiter: asks for a wake-up, then sleeps unless `ready()` — which must read
+    /// what the signalers publish before they call [`CompletionWake::signal`] — is already
+    /// true. Sleeps at most `timeout` (`None`: until signaled). Returns after one sleep at
+    /// most: the caller re-checks its condition (wake-ups are broadcast and may be spurious)
+    /// and calls again.
+    pub fn wait(&self, timeout: Option<Duration>, ready: impl FnOnce() -> bool) -> WaitOutcome {
+        let seen = self.word.fetch_or(ARMED, Ordering::Relaxed) | ARMED;
+        fence(Ordering::SeqCst);
+        if ready() {
+            return WaitOutcome::Ready;
+        }
+        self.word.wait(seen, timeout);
+        WaitOutcome::Woken
+    }
+
+    /// Whether a waiter armed the wake and no signal disarmed it yet (a hint, for tests).
+    pub fn is_armed(&self) -> bool {
+        self.word.load(Ordering::Relaxed) & ARMED != 0
+    }
+
+    /// How many times a signaler found the wake armed and woke its waiters (a hint, for tests
+    /// and metrics; wraps).
+    pub fn wakes(&self) -> u32 {
+        self.word.load(Ordering::Relaxed) >> 1
+    }
+}
+
+impl fmt::Debug for CompletionWake {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompletionWake")
+            .field("armed", &self.is_armed())
+            .field("wakes", &self.wakes())
+            .finish()
+    }
+}
+
+/// How long a waiter should spin before it blocks, learned from the executions of one model:
+/// an exponentially weighted moving average of their latency (submission to completion, as
+/// the waiter saw it; weight [`tuning::WAIT_EWMA_SHIFT`]).
+///
+/// Spinning pays only when the completion is expected within [`tuning::WAIT_SPIN_CAP`]: then
+/// the waiter spins up to twice the expected time plus [`tuning::WAIT_SPIN_SLACK`] (jitter),
+/// never past the cap. A longer execution is waited for by blocking at once: the device
+/// signals its completion, and a spin would only hold the vCPU the device (or a co-tenant)
+/// needs. With no history yet the waiter spins the cap, which also measures the model.
+///
+/// Updated with a load and a store (no locked read-modify-write): two waiters that record at
+/// once lose one sample, which an average does not miss.
+#[derive(Debug, Default)]
+pub struct SpinBudget {
+    /// The average in nanoseconds, `<< WAIT_EWMA_SHIFT` fixed point; 0 = no sample yet.
+    ewma: AtomicU64,
+}
+
+impl SpinBudget {
+    /// A budget with no history.
+    pub fn new() -> SpinBudget {
+        SpinBudget {
+            ewma: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds one execution's latency to the average.
+    #[inline]
+    pub fn record(&self, latency: Duration) {
+        let sample = (latency.as_nanos().min(u64::MAX as u128 >> 8) as u64) << 8;
+        let old = self.ewma.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample.max(1)
+        } else {
+            // old + (sample - old) / 2^shift, in wrapping-free form.
+            let s = tuning::WAIT_EWMA_SHIFT;
+            (old - (old >> s)).saturating_add(sample >> s).max(1)
+        };
+        self.ewma.store(new, Ordering::Relaxed);
+    }
+
+    /// The expected latency (`None` before the first sample).
+    #[inline]
+    pub fn expected(&self) -> Option<Duration> {
+        match self.ewma.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(Duration::from_nanos(v >> 8)),
+        }
+    }
+
+    /// How long, counted from the submission, a waiter should spin before it blocks.
+    #[inline]
+    pub fn spin_limit(&self) -> Duration {
+        match self.expected() {
+            None => tuning::WAIT_SPIN_CAP,
+            Some(e) if e > tuning::WAIT_SPIN_CAP => Duration::ZERO,
+            Some(e) => (e * 2 + tuning::WAIT_SPIN_SLACK).min(tuning::WAIT_SPIN_CAP),
+        }
+    }
+}
+
+/// One wait for a completion: spins within the [`SpinBudget`]'s limit — a `sched_yield` every
+/// [`tuning::HARVEST_YIELD_EVERY_POLLS`] polls after the first
+/// [`tuning::HARVEST_PURE_SPIN_POLLS`], so a device thread that shares the vCPU runs at once —
+/// then blocks on the [`CompletionWake`] for at most [`tuning::WAIT_BLOCK_RECHECK`] at a time.
+/// No fixed-length sleep anywhere. Lives on the caller's stack; allocates nothing; reads the
+/// clock only once the pure spin is over (a near-null execution completes within it, and two
+/// clock reads would cost a tenth of its round trip), so the spin limit counts from there.
+///
+/// ```text
+///   let mut w = Waiter::new(&wake, budget.spin_limit());
+///   while step() != Done {
+///       w.idle(|| watch.has_records() || my_completion_is_written());
+///   }
+/// ```
+#[derive(Debug)]
+pub struct Waiter<'a> {
+    wake: Option<&'a CompletionWake>,
+    since: Option<Instant>,
+    spin: Duration,
+    polls: u32,
+}
+
+impl<'a> Waiter<'a> {
+    /// A wait that may spin for `spin` (past its pure spin) before it blocks on `wake`.
+    /// Without a wake (a device that cannot signal) it never blocks: it spins and yields.
+    #[inline]
+    pub const fn new(wake: Option<&'a CompletionWake>, spin: Duration) -> Waiter<'a> {
+        Waiter {
+            wake,
+            since: None,
+            spin,
+            polls: 0,
+        }
+    }
+
+    /// Called after a look that found nothing: spins one poll, yields now and then, or —
+    /// past the spin limit — blocks until the wake is signaled, `ready()` holds, or
+    /// [`tuning::WAIT_BLOCK_RECHECK`] passed. `ready` must read what the signalers publish
+    /// before they signal (the notification rings' tails, the completion words). Returns
+    /// whether it blocked.
+    #[inline]
+    pub fn idle(&mut self, ready: impl FnOnce() -> bool) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        if self.spin.is_zero() && self.wake.is_some() {
+            // A long execution: block at once (the device signals its completion).
+            return self.block(ready);
+        }
+        if self.polls < tuning::HARVEST_PURE_SPIN_POLLS
+            || !self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS)
+        {
+            spin_loop();
+            return false;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if self.wake.is_none() || since.elapsed() < self.spin {
+            crate::sync::yield_now();
+            false
+        } else {
+            self.block(ready)
+        }
+    }
+
+    #[cold]
+    fn block(&mut self, ready: impl FnOnce() -> bool) -> bool {
+        if let Some(w) = self.wake {
+            w.wait(Some(tuning::WAIT_BLOCK_RECHECK), ready);
+        }
+        // Look again right away; the next idle call blocks again.
+        self.spin = Duration::ZERO;
+        true
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU32 as StdU32;
+
+    #[test]
+    fn budget_spins_for_short_models_and_blocks_at_once_for_long_ones() {
+        let b = SpinBudget::new();
+        assert_eq!(
+            b.spin_limit(),
+            tuning::WAIT_SPIN_CAP,
+            "no history: spin the cap"
+        );
+        b.record(Duration::from_nanos(500));
+        assert_eq!(b.expected(), Some(Duration::from_nanos(500)));
+        assert_eq!(
+            b.spin_limit(),
+            Duration::from_nanos(1000) + tuning::WAIT_SPIN_SLACK
+        );
+        for _ in 0..64 {
+            b.record(Duration::from_micros(600));
+        }
+        let e = b.expected().unwrap();
+        assert!(
+            e > Duration::from_micros(590) && e <= Duration::from_micros(600),
+            "{e:?}"
+        );
+        assert_eq!(b.spin_limit(), Duration::ZERO);
+        // It follows a model that got faster.
+        for _ in 0..64 {
+            b.record(Duration::from_micros(2));
+        }
+        assert!(b.spin_limit() <= Duration::from_micros(5) + tuning::WAIT_SPIN_SLACK);
+        assert!(b.spin_limit() > Duration::ZERO);
+    }
+
+    #[test]
+    fn a_waiter_blocks_and_the_signal_wakes_it() {
+        let wake = Arc::new(CompletionWake::new());
+        let done = Arc::new(StdU32::new(0));
+        let (w, d) = (wake.clone(), done.clone());
+        let t = std::thread::spawn(move || {
+            let mut blocks = 0;
+            let mut waiter = Waiter::new(Some(&w), Duration::ZERO);
+            while d.load(Ordering::Acquire) == 0 {
+                if waiter.idle(|| d.load(Ordering::Acquire) != 0) {
+                    blocks += 1;
+                }
+            }
+            blocks
+        });
+        while !wake.is_armed() {
+            std::thread::yield_now();
+        }
+        done.store(1, Ordering::Release);
+        wake.signal();
+        let blocks = t.join().unwrap();
+        assert!(blocks >= 1);
+        assert!(wake.wakes() >= 1, "the signal found the waiter");
+    }
+
+    #[test]
+    fn a_signal_with_nobody_waiting_makes_no_syscall() {
+        let wake = CompletionWake::new();
+        for _ in 0..1000 {
+            wake.signal();
+        }
+        assert_eq!(wake.wakes(), 0);
+        assert_eq!(
+            wake.wait(Some(Duration::from_secs(5)), || true),
+            WaitOutcome::Ready
+        );
+        // The waiter left it armed: the next signal disarms it (one wake), and the rest of a
+        // burst of publications makes no syscall.
+        assert!(wake.is_armed());
+        for _ in 0..1000 {
+            wake.signal();
+        }
+        assert_eq!(wake.wakes(), 1);
+        assert!(!wake.is_armed());
+    }
+
+    #[test]
+    fn many_handoffs_never_lose_a_wakeup() {
+        let wake = Arc::new(CompletionWake::new());
+        let done = Arc::new(StdU32::new(0));
+        let (w, d) = (wake.clone(), done.clone());
+        let t = std::thread::spawn(move || {
+            for i in 1..=2000u32 {
+                // No timeout: a lost wake-up hangs the test.
+                while d.load(Ordering::Acquire) < i {
+                    w.wait(None, || d.load(Ordering::Acquire) >= i);
+                }
+            }
+        });
+        for i in 1..=2000u32 {
+            done.store(i, Ordering::Release);
+            wake.signal();
+            if i.is_multiple_of(64) {
+                std::thread::yield_now();
+            }
+        }
+        t.join().unwrap();
+    }
+}
