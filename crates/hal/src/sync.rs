@@ -228,3 +228,95 @@ impl<T> core::ops::Deref for CachePadded<T> {
         &self.0
     }
 }
+
+//===------------------------------------------------------------------------------------===//
+// Asymmetric fences
+//===------------------------------------------------------------------------------------===//
+
+/// The cheap side of an asymmetric fence pair, for the hot side of a Dekker handshake (a
+/// signaler that runs on every completion): with `membarrier(2)`'s private expedited command
+/// available, a compiler barrier only; otherwise a `SeqCst` fence. Paired with
+/// [`heavy_fence`] on the rare side (a waiter about to sleep), the pair orders each side's
+/// store before its load exactly as two `SeqCst` fences do: `membarrier` makes every running
+/// thread of the process execute a full barrier before it returns, and a thread not running
+/// passed one at its context switch (the Linux `membarrier(2)` contract; folly's
+/// `asymmetric_thread_fence_light/heavy`, C++ P1202). Under loom both are `SeqCst` fences,
+/// so the models check the protocol with the symmetric pair.
+#[cfg(not(loom))]
+#[inline(always)]
+pub fn light_fence() {
+    if membarrier::available() {
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    } else {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// The expensive side of an asymmetric fence pair (see [`light_fence`]): one
+/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` system call (a few µs), or a `SeqCst`
+/// fence where it is unavailable.
+#[cfg(not(loom))]
+pub fn heavy_fence() {
+    if !(membarrier::available() && membarrier::barrier()) {
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// Registers the process for [`heavy_fence`]'s system call (once; idempotent). Until it has
+/// run, both fences are `SeqCst` fences; after it, they are asymmetric. Call it before the
+/// threads that use the pair start (a mixed pair — one side deciding before registration,
+/// the other after — is still correct: a `SeqCst` fence pairs with either side).
+#[cfg(not(loom))]
+pub fn prepare_asymmetric_fences() {
+    membarrier::register();
+}
+
+#[cfg(loom)]
+pub fn light_fence() {
+    fence(Ordering::SeqCst);
+}
+
+#[cfg(loom)]
+pub fn heavy_fence() {
+    fence(Ordering::SeqCst);
+}
+
+#[cfg(loom)]
+pub fn prepare_asymmetric_fences() {}
+
+#[cfg(not(loom))]
+mod membarrier {
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    const CMD_QUERY: libc::c_long = 0;
+    const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+    const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+    /// 0: not asked yet; 1: registered; 2: unavailable.
+    static STATE: AtomicU8 = AtomicU8::new(0);
+
+    #[inline(always)]
+    pub(super) fn available() -> bool {
+        STATE.load(Ordering::Relaxed) == 1
+    }
+
+    pub(super) fn register() {
+        if STATE.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        // SAFETY: membarrier(2) with the query command takes no pointers; it returns the
+        // supported commands as a bit mask or -1.
+        let mask = unsafe { libc::syscall(libc::SYS_membarrier, CMD_QUERY, 0) };
+        let ok = mask >= 0
+            && mask & CMD_PRIVATE_EXPEDITED != 0
+            // SAFETY: as above; registering has no memory effects on this process.
+            && unsafe { libc::syscall(libc::SYS_membarrier, CMD_REGISTER_PRIVATE_EXPEDITED, 0) }
+                == 0;
+        STATE.store(if ok { 1 } else { 2 }, Ordering::Release);
+    }
+
+    /// Whether the barrier ran (false: fall back to a fence).
+    pub(super) fn barrier() -> bool {
+        // SAFETY: as in `register`; the process is registered (STATE == 1).
+        unsafe { libc::syscall(libc::SYS_membarrier, CMD_PRIVATE_EXPEDITED, 0) == 0 }
+    }
+}

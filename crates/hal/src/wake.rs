@@ -12,7 +12,7 @@
 //!   waiter (host thread, after its spin budget)      signaler (the device after publishing records;
 //!                                                     a harvester after writing a completion word)
 //!   s = word.fetch_or(ARMED)   -- ask for a wake-up   <make the completion visible: Release store>
-//!   fence(SeqCst)                                     fence(SeqCst)
+//!   heavy_fence()                                     light_fence()
 //!   if ready() { return }                             s = word.load()
 //!   futex_wait(word, s | ARMED)                       if s & ARMED {
 //!     -- sleeps only while the word is unchanged          cas(s, (s & !ARMED) + 2)  -- disarm, next epoch
@@ -20,13 +20,16 @@
 //!                                                     }
 //! ```
 //!
-//! The two `SeqCst` fences order each side's store before its load (Dekker): either the
+//! The fences are an asymmetric pair (`sync::light_fence` / `heavy_fence`): with
+//! `membarrier(2)` the signaler's is a compiler barrier and the waiter, which is about to
+//! sleep anyway, pays one system call; without it both are `SeqCst` fences. Either way they
+//! order each side's store before its load (Dekker): either the
 //! signaler sees the flag and wakes, or the waiter's `ready()` sees the completion, or both.
 //! A disarm the waiter did not see makes `futex_wait` return at once (the kernel compares the
 //! word under its lock). So a wake-up is never lost. The signaler that disarms wakes every
 //! waiter; later signals find the flag clear and make no syscall until a waiter arms it again
 //! — one `FUTEX_WAKE` per sleep, however many records the device publishes meanwhile. A
-//! signaler that finds the flag clear pays one fence and one load. Wake-ups are broadcast
+//! signaler that finds the flag clear pays one load (and a fence without `membarrier`). Wake-ups are broadcast
 //! (every waiter re-checks its own condition) and may be spurious; a waiter that found
 //! `ready()` leaves the flag armed, which costs the next signal one needless wake at most.
 //! `tests/loom.rs` model-checks the handshake (`completion_wake_*`), composed with the
@@ -48,7 +51,10 @@
 //! that long (yielding periodically, so a device thread sharing the vCPU runs) and then blocks
 //! on the wake.
 
-use crate::sync::{AtomicU64, CachePadded, Futex, Ordering, fence, spin_loop};
+use crate::sync::{
+    AtomicU64, CachePadded, Futex, Ordering, heavy_fence, light_fence, prepare_asymmetric_fences,
+    spin_loop,
+};
 use crate::tuning;
 use core::fmt;
 use core::time::Duration;
@@ -84,17 +90,19 @@ impl Default for CompletionWake {
 impl CompletionWake {
     /// A wake nobody waits on.
     pub fn new() -> CompletionWake {
+        // Before any thread signals or waits on it (see `sync::light_fence`).
+        prepare_asymmetric_fences();
         CompletionWake {
             word: CachePadded(Futex::new(0)),
         }
     }
 
     /// Called by a signaler after it made a completion visible (a `Release` store the
-    /// waiters' `ready()` reads): wakes every sleeping waiter. One fence and one load when
-    /// nobody armed the wake.
+    /// waiters' `ready()` reads): wakes every sleeping waiter. One load (and, without
+    /// `membarrier`, one fence) when nobody armed the wake.
     #[inline]
     pub fn signal(&self) {
-        fence(Ordering::SeqCst);
+        light_fence();
         if self.word.load(Ordering::Relaxed) & ARMED != 0 {
             self.wake_all();
         }
@@ -128,7 +136,7 @@ impl CompletionWake {
     /// and calls again.
     pub fn wait(&self, timeout: Option<Duration>, ready: impl FnOnce() -> bool) -> WaitOutcome {
         let seen = self.word.fetch_or(ARMED, Ordering::Relaxed) | ARMED;
-        fence(Ordering::SeqCst);
+        heavy_fence();
         if ready() {
             return WaitOutcome::Ready;
         }

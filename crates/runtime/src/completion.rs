@@ -64,6 +64,8 @@ fn drive_as(rt: &RuntimeInner, vc: &VCore, target: u64, worker: bool) -> Step {
 /// once `is_completed` says so), the XU's in-flight count, eventfds.
 #[inline(never)]
 fn settle_explicit(vc: &VCore, mut owed: Owed) {
+    // One locked subtraction for the batch, after the slots are free.
+    let settled = owed.count_ones();
     while owed != 0 {
         let si = owed.trailing_zeros() as usize;
         owed &= owed - 1;
@@ -83,9 +85,9 @@ fn settle_explicit(vc: &VCore, mut owed: Owed) {
             unsafe { p.write_volatile(status.as_i32()) };
         }
         retire(vc, seq, status);
-        vc.xu.async_done();
         announce(vc, seq);
     }
+    vc.xu.async_done_n(settled);
 }
 
 /// Whether execution `seq` (≤ the vcore's submitted count) was retired by its owner: its

@@ -160,7 +160,6 @@ pub(crate) fn completed_status(slot: &InflightSlot, seq: u64) -> Option<NrtStatu
 /// `worker`: the XU worker runs it (that does not count as someone else harvesting, see
 /// [`crate::vcore::VcoreCounters::external_harvests`]). The explicit executions it finished
 /// are added to `owed`.
-#[inline]
 pub(crate) fn progress_one_step(
     rt: &RuntimeInner,
     vc: &VCore,
@@ -190,22 +189,22 @@ pub(crate) fn progress_one_step(
     let mut consumed = 0u32;
     // Whether this step wrote a completion word some other thread may be blocked on.
     let mut others = false;
-    let mut ready: Ready = 0;
+    let mut sets = Sets { ready: 0, owed: 0 };
     for (pos, plane) in h.rings.iter_mut().enumerate() {
         let (progress, times) = (&mut h.progress, &mut h.times);
-        consumed += plane
-            .drain_all(|_, rec| on_record(rt, vc, progress, times, pos, rec, &mut ready, owed));
+        consumed +=
+            plane.drain_all(|_, rec| on_record(rt, vc, progress, times, pos, rec, &mut sets));
     }
-    if ready != 0 {
+    if sets.ready != 0 {
         for (pos, plane) in h.rings.iter_mut().enumerate() {
             let (progress, times) = (&mut h.progress, &mut h.times);
             consumed += plane.drain(ERROR_RING, |_, rec| {
-                on_record(rt, vc, progress, times, pos, rec, &mut ready, owed)
+                on_record(rt, vc, progress, times, pos, rec, &mut sets)
             });
         }
-        while ready != 0 {
-            let si = ready.trailing_zeros() as usize;
-            ready &= ready - 1;
+        while sets.ready != 0 {
+            let si = sets.ready.trailing_zeros() as usize;
+            sets.ready &= sets.ready - 1;
             let p = &mut h.progress[si];
             let slot = &vc.slots[si];
             if p.phase != Phase::Done && slot.ticket.current() == p.seq {
@@ -217,10 +216,11 @@ pub(crate) fn progress_one_step(
                     record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
                     record_device_time(vc, &h.times[si], p.sg_count);
                 }
-                finish(vc, si, p, seq, status, owed);
+                finish(vc, si, p, seq, status, &mut sets.owed);
             }
         }
     }
+    *owed |= sets.owed;
     if consumed == 0 {
         if vc.unrecoverable.load(Ordering::Acquire) {
             // An execution staged while the fatal error was being recorded (it read the flag
@@ -324,12 +324,15 @@ fn engine_record(
     }
 }
 
+/// The slot sets one step builds: `ready` (every engine ended; finished after a second read
+/// of the ERROR rings) and `owed` (explicit executions it finished, for the caller).
+struct Sets {
+    ready: Ready,
+    owed: Owed,
+}
+
 /// Routes one record to the execution it belongs to.
 #[inline(always)]
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the step's split borrows, inlined"
-)]
 fn on_record(
     rt: &RuntimeInner,
     vc: &VCore,
@@ -337,8 +340,7 @@ fn on_record(
     times: &mut [EngineTimes],
     core_pos: usize,
     rec: NqRecord,
-    ready: &mut Ready,
-    owed: &mut Owed,
+    sets: &mut Sets,
 ) {
     let si = rec.compute_idx as usize % tuning::EXEC_RING_SLOTS as usize;
     // Fast path: a START or END of an execution this harvest already tracks in WAIT_CORE.
@@ -349,18 +351,17 @@ fn on_record(
         let end = match rec.record_kind() {
             Some(RecordKind::Start) => false,
             Some(RecordKind::End) => true,
-            _ => return on_record_slow(rt, vc, progress, times, core_pos, rec, ready, owed),
+            _ => return on_record_slow(rt, vc, progress, times, core_pos, rec, sets),
         };
-        engine_record(p, times, si, core_pos, end, &rec, ready);
+        engine_record(p, times, si, core_pos, end, &rec, &mut sets.ready);
         return;
     }
-    on_record_slow(rt, vc, progress, times, core_pos, rec, ready, owed);
+    on_record_slow(rt, vc, progress, times, core_pos, rec, sets);
 }
 
 /// [`on_record`] for the first record of an execution, errors, custom records, lockstep
 /// executions and stale records.
 #[inline(never)]
-#[allow(clippy::too_many_arguments, reason = "the step's split borrows")]
 fn on_record_slow(
     rt: &RuntimeInner,
     vc: &VCore,
@@ -368,8 +369,7 @@ fn on_record_slow(
     times: &mut [EngineTimes],
     core_pos: usize,
     rec: NqRecord,
-    ready: &mut Ready,
-    owed: &mut Owed,
+    sets: &mut Sets,
 ) {
     let si = rec.compute_idx as usize % tuning::EXEC_RING_SLOTS as usize;
     let slot = &vc.slots[si];
@@ -397,8 +397,10 @@ fn on_record_slow(
         };
     }
     match rec.record_kind() {
-        Some(RecordKind::Start) => engine_record(p, times, si, core_pos, false, &rec, ready),
-        Some(RecordKind::End) => engine_record(p, times, si, core_pos, true, &rec, ready),
+        Some(RecordKind::Start) => {
+            engine_record(p, times, si, core_pos, false, &rec, &mut sets.ready)
+        }
+        Some(RecordKind::End) => engine_record(p, times, si, core_pos, true, &rec, &mut sets.ready),
         Some(RecordKind::Error) => {
             rt.device
                 .interrupt_cause_clear(rec.core as u32, cause::ERROR_NOTIFICATION)
@@ -422,14 +424,14 @@ fn on_record_slow(
                 p.error = Some(sub);
             }
             if sub.aborts_execution() {
-                finish(vc, si, p, seq, error_status(sub), owed);
+                finish(vc, si, p, seq, error_status(sub), &mut sets.owed);
             }
             if sub == ErrorSubtype::Fatal {
                 vc.unrecoverable.store(true, Ordering::Release);
                 // The core stopped: nothing queued behind this execution will ever complete.
                 // (Executions ahead of it finished on the device; their END records may
                 // simply not be drained yet.)
-                fail_inflight_unrecoverable(vc, progress, seq, owed);
+                fail_inflight_unrecoverable(vc, progress, seq, &mut sets.owed);
             }
             // The error path (rare): whoever owns what was just finished may be blocked.
             vc.signal_waiters();

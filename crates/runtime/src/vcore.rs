@@ -232,9 +232,9 @@ impl Xu {
         }
     }
 
-    /// One async execution left the XU.
-    pub(crate) fn async_done(&self) {
-        self.async_inflight.fetch_sub(1, Ordering::AcqRel);
+    /// `n` async executions left the XU.
+    pub(crate) fn async_done_n(&self, n: u32) {
+        self.async_inflight.fetch_sub(n, Ordering::AcqRel);
     }
 }
 
