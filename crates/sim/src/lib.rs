@@ -54,11 +54,13 @@ pub struct SimConfig {
     pub cores: u32,
     /// Size of the device's physical address space (reserved lazily; default 16 GiB).
     pub memory_bytes: u64,
-    /// Device threads; core `c` is served by thread `c % threads`. 0 (the default) means one
-    /// per core, up to the CPUs this process may run on ([`SimConfig::auto_threads`]): the
-    /// cores of a two-core model then compute in parallel, while the host thread that waits
-    /// for them blocks. A thread whose cores are idle parks and costs nothing.
-    /// `NRT_SIM_THREADS` sets it from the environment.
+    /// Device threads; core `c` is served by thread `c % threads`. 0 means one per core, up
+    /// to the CPUs this process may run on ([`SimConfig::auto_threads`]): the cores of a
+    /// two-core model then compute in parallel. The default is 1: on a 2-vCPU machine a
+    /// thread per core made two-core models slower, not faster (`nrt bench`, one run: the
+    /// lockstep near-null 19.9 µs against 2.0 µs, the mlp_b64 sample on 2 cores 938 µs against
+    /// 684 µs — the caller and two device threads share two vCPUs and every barrier becomes a
+    /// hand-off). `NRT_SIM_THREADS` sets it from the environment.
     pub threads: u32,
     /// How long a device thread polls after its last work before parking.
     pub spin_after_work: Duration,
@@ -73,7 +75,7 @@ impl Default for SimConfig {
         SimConfig {
             cores: 2,
             memory_bytes: 16 << 30,
-            threads: 0,
+            threads: 1,
             spin_after_work: tuning::DEVICE_SPIN_AFTER_WORK,
             hang_watchdog: tuning::DEVICE_HANG_WATCHDOG,
             faults: Vec::new(),
