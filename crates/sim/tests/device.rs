@@ -648,7 +648,11 @@ fn the_cores_of_a_lockstep_pair_compute_on_their_own_threads() {
 /// refused.
 #[test]
 fn automatic_device_threads() {
-    assert_eq!(SimConfig::default().threads, 1, "one device thread by default");
+    assert_eq!(
+        SimConfig::default().threads,
+        1,
+        "one device thread by default"
+    );
     let dev = SoftDevice::new(SimConfig {
         memory_bytes: 1 << 30,
         threads: 0,
