@@ -671,3 +671,27 @@ fn if_on_a_run_time_condition_is_named_and_a_constant_one_folds() {
         assert_eq!(funcs, [want], "cond {v}");
     }
 }
+
+/// A causal Attention whose [q_seq, total_seq] mask would be too large to build is refused
+/// with the size error naming the node, before anything of that size is allocated.
+#[test]
+fn a_causal_attention_too_large_for_its_mask_is_refused() {
+    let bytes = model(
+        vec![node(
+            "Attention",
+            &["Q", "K", "V"],
+            &["Y"],
+            vec![a_i("is_causal", 1)],
+        )],
+        vec![],
+        vec![
+            vi("Q", dt::FLOAT, &[1, 1, 200_000, 1]),
+            vi("K", dt::FLOAT, &[1, 1, 200_000, 1]),
+            vi("V", dt::FLOAT, &[1, 1, 200_000, 1]),
+        ],
+        vec![vi("Y", dt::FLOAT, &[1, 1, 200_000, 1])],
+        23,
+    );
+    let msg = fails(&bytes, ErrorKind::TooLarge, Some("Attention_Y"));
+    assert!(msg.contains("causal mask"), "{msg}");
+}

@@ -289,6 +289,10 @@ fn expand_attention(g: &mut Graph, ni: usize) -> Result<()> {
         bias = Some(b);
     }
     if is_causal {
+        // The triangle is [Sq, T]: each dimension passed the size budget, their product
+        // must too before it is built.
+        crate::tensor::budget("the causal mask", &[sq, total], dtype)
+            .map_err(|e| e.at_node(&n.name, &n.op))?;
         let tri = HostTensor::from_f64s(
             dtype,
             vec![sq, total],
