@@ -72,12 +72,12 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                         let t =
                             m.io.get(v as usize)
                                 .ok_or("descriptor past the I/O table")?;
-                        accesses.push(Access {
-                            mem_ref: t.mem_ref,
-                            lo: 0,
-                            hi: t.byte_size() as i128,
-                            write: t.usage == Usage::Input,
-                        });
+                        accesses.push(Access::new(
+                            t.mem_ref,
+                            0,
+                            nrt_isa::ByteRows::range(0, t.byte_size() as i128),
+                            t.usage == Usage::Input,
+                        ));
                     }
                     continue;
                 }
@@ -87,12 +87,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                 let write = matches!(f.name, "dst" | "c" | "output" | "out" | "workspace");
                 let reads_too = f.name == "c"
                     && matches!(ins.op, Op::MatMul { flags, .. } if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
-                let a = Access {
-                    mem_ref: mr,
-                    lo: off as i128 + f.extent.0,
-                    hi: off as i128 + f.extent.1,
-                    write,
-                };
+                let a = Access::new(mr, off as i128, f.rows, write);
                 accesses.push(a);
                 if reads_too {
                     accesses.push(Access { write: false, ..a });

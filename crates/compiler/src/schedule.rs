@@ -10,17 +10,25 @@
 //!   (read-after-write, write-after-read, write-after-write) waits for that engine's
 //!   latest such instruction — waits already implied (tracked with vector clocks) are
 //!   skipped; an instruction has one wait slot, so extra waits go on `Nop`s before it;
-//! - across cores, the producer's engine appends a `Nop` that signals a device-wide
-//!   semaphore owned by that (core, engine) (`core·5 + engine`), and the consumer waits on it.
+//! - across cores, the producer's engine signals a device-wide semaphore owned by that
+//!   (core, engine) (`core·5 + engine`) with a `Nop` *right after the producing instruction*,
+//!   and the consumer waits on it. Which instructions another core waits for is known only
+//!   once the consumer is scheduled, so scheduling runs in passes: a pass that finds a
+//!   dependency on an instruction without such a `Nop` appends one at the producer's current
+//!   end (correct, but it also waits for everything the producer was given since — with the
+//!   halves of each layer of a split MLP given alternately, that serialized the two cores)
+//!   and reports it; the next pass publishes right after it. Two or three passes settle.
 //!
 //! Each semaphore has exactly one signaling stream, which is what lets
 //! [`crate::check::check_ordering`] prove the order.
 
 use nrt_hal::{Engine, FIRST_ENGINE_SEMAPHORE, NUM_ENGINES};
-use nrt_isa::{AccessPattern, Instruction, Op, SemRef};
+use nrt_isa::{AccessPattern, ByteRows, Instruction, Op, SemRef};
 use nrt_model::split_vaddr;
+use std::collections::HashSet;
 
-/// One memory access of an instruction: bytes `[lo, hi)` of plan entry `mem_ref`.
+/// One memory access of an instruction: bytes `[lo, hi)` of plan entry `mem_ref`, of which
+/// only `rows` may be touched (a block of columns touches rows of bytes inside its extent).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Access {
     /// Plan entry.
@@ -29,14 +37,34 @@ pub struct Access {
     pub lo: i128,
     /// End (exclusive).
     pub hi: i128,
+    /// The bytes touched, as rows, inside `[lo, hi)` (plan-entry offsets).
+    pub rows: ByteRows,
     /// Whether the instruction writes (else reads) them.
     pub write: bool,
 }
 
 impl Access {
-    /// Whether two accesses are a hazard (overlap, one writes).
+    /// An access to the rows `rows` (relative to `off`) of plan entry `mem_ref`.
+    pub fn new(mem_ref: u32, off: i128, rows: ByteRows, write: bool) -> Access {
+        let rows = rows.shifted(off);
+        let (lo, hi) = rows.extent();
+        Access {
+            mem_ref,
+            lo,
+            hi,
+            rows,
+            write,
+        }
+    }
+
+    /// Whether two accesses are a hazard (they may share a byte, one writes). The two column
+    /// halves of a matrix split across cores are not: their rows of bytes interleave.
     pub fn conflicts(&self, o: &Access) -> bool {
-        self.mem_ref == o.mem_ref && (self.write || o.write) && self.lo < o.hi && o.lo < self.hi
+        self.mem_ref == o.mem_ref
+            && (self.write || o.write)
+            && self.lo < o.hi
+            && o.lo < self.hi
+            && self.rows.may_overlap(&o.rows)
     }
 }
 
@@ -76,12 +104,12 @@ pub fn accesses(op: &Op, io: &[IoInfo], desc_table: Option<u32>, out: &mut Vec<A
             let first = off / nrt_hal::wire::TRIGGER_PAIR_SIZE as u64;
             for v in first..first + *count as u64 {
                 if let Some(t) = io.get(v as usize) {
-                    out.push(Access {
-                        mem_ref: t.mem_ref,
-                        lo: 0,
-                        hi: t.bytes as i128,
-                        write: t.input,
-                    });
+                    out.push(Access::new(
+                        t.mem_ref,
+                        0,
+                        ByteRows::range(0, t.bytes as i128),
+                        t.input,
+                    ));
                 }
             }
         }
@@ -90,14 +118,9 @@ pub fn accesses(op: &Op, io: &[IoInfo], desc_table: Option<u32>, out: &mut Vec<A
     let mut op = *op;
     for_each_ap_mut(&mut op, |ap, write| {
         if let Some((mr, off)) = split_vaddr(ap.addr) {
-            let (lo, hi) = ap.byte_extent();
-            if lo != hi {
-                out.push(Access {
-                    mem_ref: mr,
-                    lo: off as i128 + lo,
-                    hi: off as i128 + hi,
-                    write,
-                });
+            let rows = ap.byte_rows();
+            if rows.width > 0 {
+                out.push(Access::new(mr, off as i128, rows, write));
             }
         }
     });
@@ -118,6 +141,9 @@ struct Rec {
     accesses: Vec<Access>,
     vc: Vec<u32>,
     sig: u32,
+    /// The count of its stream's device-wide semaphore that the `Nop` right after it
+    /// brings, when it has one.
+    published: Option<u32>,
 }
 
 struct Stream {
@@ -128,6 +154,9 @@ struct Stream {
     known: Vec<u32>,
 }
 
+/// Most scheduling passes (each pass only adds instructions to publish right after).
+const MAX_PASSES: usize = 4;
+
 /// Schedules `prog` (program order) onto `cores × 5` streams; returns the instructions of
 /// each stream, indexed `core·5 + engine`.
 pub fn schedule(
@@ -136,6 +165,28 @@ pub fn schedule(
     io: &[IoInfo],
     desc_table: Option<u32>,
 ) -> Vec<Vec<Instruction>> {
+    // Instructions (by position in `prog`) that publish their completion right after.
+    let mut eager: HashSet<usize> = HashSet::new();
+    let mut pass = 0;
+    loop {
+        let (out, late) = schedule_pass(prog, cores, io, desc_table, &eager);
+        pass += 1;
+        if late.is_empty() || pass == MAX_PASSES {
+            return out;
+        }
+        eager.extend(late);
+    }
+}
+
+/// One scheduling pass; also returns the instructions (positions in `prog`) another core
+/// waited for that did not publish right after themselves.
+fn schedule_pass(
+    prog: &[(u8, Engine, Instruction)],
+    cores: usize,
+    io: &[IoInfo],
+    desc_table: Option<u32>,
+    eager: &HashSet<usize>,
+) -> (Vec<Vec<Instruction>>, Vec<usize>) {
     let ns = cores * NUM_ENGINES;
     let mut st: Vec<Stream> = (0..ns)
         .map(|_| Stream {
@@ -146,8 +197,11 @@ pub fn schedule(
             known: vec![0; ns],
         })
         .collect();
+    // Position in `prog` of each stream's records.
+    let mut origin: Vec<Vec<usize>> = vec![Vec::new(); ns];
+    let mut late: Vec<usize> = Vec::new();
     let mut acc = Vec::new();
-    for &(core, engine, ins) in prog {
+    for (pos, &(core, engine, ins)) in prog.iter().enumerate() {
         let s = core as usize * NUM_ENGINES + engine.index();
         acc.clear();
         accesses(&ins.op, io, desc_table, &mut acc);
@@ -187,7 +241,14 @@ pub fn schedule(
                 let mut v = r.vc.clone();
                 v[t] = v[t].max(r.idx + 1);
                 vc = v;
+            } else if let Some(count) = st[t].recs[ri].published {
+                let r = &st[t].recs[ri];
+                waits.push((publish_semaphore(t_core, t_engine), count));
+                let mut v = r.vc.clone();
+                v[t] = v[t].max(r.idx + 1);
+                vc = v;
             } else {
+                late.push(origin[t][ri]);
                 let sem = publish_semaphore(t_core, t_engine);
                 let ts = &mut st[t];
                 ts.instrs.push(Instruction::new(Op::Nop).signal(sem, 1));
@@ -219,13 +280,23 @@ pub fn schedule(
         me.local_sig += 1;
         me.known[s] = idx;
         let vc = me.known.clone();
+        let published = eager.contains(&pos).then(|| {
+            me.instrs
+                .push(Instruction::new(Op::Nop).signal(publish_semaphore(core, engine), 1));
+            me.published += 1;
+            me.published
+        });
         me.recs.push(Rec {
             idx,
             accesses: acc.clone(),
             vc,
             sig: me.local_sig,
+            published,
         });
+        origin[s].push(pos);
         me.known[s] = idx + 1;
     }
-    st.into_iter().map(|s| s.instrs).collect()
+    late.sort_unstable();
+    late.dedup();
+    (st.into_iter().map(|s| s.instrs).collect(), late)
 }

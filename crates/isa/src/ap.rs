@@ -10,6 +10,75 @@ pub const MAX_DIMS: usize = 4;
 /// Encoded size of an [`AccessPattern`].
 pub const AP_SIZE: usize = 48;
 
+/// Bytes touched as rows: `lo + r·period + [0, width)` for `r` in `0..rows`, relative to an
+/// access pattern's address (`period` is 0 when `rows` is 1). `i128` like
+/// [`AccessPattern::byte_extent`]: exact for every representable view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteRows {
+    /// First byte of the first row.
+    pub lo: i128,
+    /// Number of rows (≥ 1).
+    pub rows: i128,
+    /// Bytes from one row's start to the next.
+    pub period: i128,
+    /// Bytes per row.
+    pub width: i128,
+}
+
+impl ByteRows {
+    /// One contiguous range `[lo, hi)`.
+    pub fn range(lo: i128, hi: i128) -> ByteRows {
+        ByteRows {
+            lo,
+            rows: 1,
+            period: 0,
+            width: hi - lo,
+        }
+    }
+
+    /// `[lowest, end)` of the rows.
+    pub fn extent(&self) -> (i128, i128) {
+        (
+            self.lo,
+            self.lo + (self.rows - 1) * self.period + self.width,
+        )
+    }
+
+    /// The same rows `by` bytes further.
+    pub fn shifted(self, by: i128) -> ByteRows {
+        ByteRows {
+            lo: self.lo + by,
+            ..self
+        }
+    }
+
+    /// Whether the two sets of rows may share a byte. Exact for rows of the same period
+    /// (or one single row no wider than the other's period); otherwise whether the extents
+    /// overlap.
+    pub fn may_overlap(&self, o: &ByteRows) -> bool {
+        let (a, b) = (self.extent(), o.extent());
+        if self.width <= 0 || o.width <= 0 || a.0 >= b.1 || b.0 >= a.1 {
+            return false;
+        }
+        let period = match (self.rows, o.rows) {
+            (1, 1) => return true,
+            (1, _) if self.width <= o.period => o.period,
+            (_, 1) if o.width <= self.period => self.period,
+            _ if self.period == o.period => self.period,
+            _ => return true,
+        };
+        if period <= 0 {
+            return true;
+        }
+        // Row r of self meets row q of o iff d − self.width < (r − q)·period < d + o.width
+        // with d = o.lo − self.lo; k = r − q ranges over (−o.rows, self.rows).
+        let d = o.lo - self.lo;
+        let k_lo = (d - self.width).div_euclid(period) + 1;
+        let k_hi = (d + o.width - 1).div_euclid(period);
+        k_lo.max(1 - o.rows) <= k_hi.min(self.rows - 1)
+    }
+}
+
 /// A strided view of device memory: a base address, an element type, a 4-D shape and element
 /// strides per dimension. A stride of 0 broadcasts that dimension; a negative stride walks it
 /// backwards (the base is then the address of element `[0,0,0,0]`, not the lowest address).
@@ -82,6 +151,43 @@ impl AccessPattern {
         }
         let es = self.dtype.size() as i128;
         (lo * es, (hi + 1) * es)
+    }
+
+    /// The bytes the view touches, relative to `addr`, as evenly spaced rows
+    /// ([`ByteRows`]): the dimension with the largest stride gives the rows, the others the
+    /// width of each. A superset of the touched bytes (within a row every byte between the
+    /// first and the last touched one counts), never a subset; tighter than
+    /// [`byte_extent`](Self::byte_extent) for a block of columns: the two halves of a
+    /// matrix split by columns touch disjoint rows of bytes although their extents overlap.
+    /// A view with a negative stride is one row, its extent.
+    pub fn byte_rows(&self) -> ByteRows {
+        let (lo, hi) = self.byte_extent();
+        let one_row = ByteRows {
+            lo,
+            rows: 1,
+            period: 0,
+            width: hi - lo,
+        };
+        if lo == hi || self.stride.iter().any(|&s| s < 0) {
+            return one_row;
+        }
+        let Some(o) = (0..MAX_DIMS)
+            .filter(|&i| self.shape[i] > 1 && self.stride[i] > 0)
+            .max_by_key(|&i| self.stride[i])
+        else {
+            return one_row;
+        };
+        let es = self.dtype.size() as i128;
+        let inner: i128 = (0..MAX_DIMS)
+            .filter(|&i| i != o)
+            .map(|i| (self.shape[i] as i128 - 1) * self.stride[i] as i128)
+            .sum();
+        ByteRows {
+            lo: 0,
+            rows: self.shape[o] as i128,
+            period: self.stride[o] as i128 * es,
+            width: (inner + 1) * es,
+        }
     }
 
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
@@ -204,5 +310,106 @@ mod tests {
                 (2 * d * i32::MAX as i128 + 1) * 8
             )
         );
+    }
+
+    /// Every byte an access pattern touches, relative to its address (small views only).
+    fn touched(ap: &AccessPattern) -> std::collections::BTreeSet<i128> {
+        let es = ap.dtype.size() as i128;
+        let mut out = std::collections::BTreeSet::new();
+        for a in 0..ap.shape[0] as i128 {
+            for b in 0..ap.shape[1] as i128 {
+                for c in 0..ap.shape[2] as i128 {
+                    for d in 0..ap.shape[3] as i128 {
+                        let e = a * ap.stride[0] as i128
+                            + b * ap.stride[1] as i128
+                            + c * ap.stride[2] as i128
+                            + d * ap.stride[3] as i128;
+                        out.extend((0..es).map(|x| e * es + x));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// `byte_rows` holds every touched byte, and `may_overlap` never says "disjoint" of two
+    /// views that share a byte — and does say it of a matrix's column halves (what lets the
+    /// two cores of a split MatMul write their halves in parallel).
+    #[test]
+    fn byte_rows_cover_and_overlap_is_sound() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u32| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as u32
+        };
+        let mut disjoint_found = 0;
+        for _ in 0..4000 {
+            let mut ap = || {
+                let mut shape = [1u32; MAX_DIMS];
+                let mut stride = [0i32; MAX_DIMS];
+                for i in 1..MAX_DIMS {
+                    shape[i] = 1 + next(4);
+                    stride[i] = next(13) as i32 - if next(8) == 0 { 6 } else { 0 };
+                }
+                let dtype = [DType::F32, DType::U8, DType::Bf16][next(3) as usize];
+                (
+                    AccessPattern {
+                        addr: 0,
+                        dtype,
+                        shape,
+                        stride,
+                    },
+                    next(40) as i128,
+                )
+            };
+            let ((a, oa), (b, ob)) = (ap(), ap());
+            let (ra, rb) = (a.byte_rows().shifted(oa), b.byte_rows().shifted(ob));
+            let ta: std::collections::BTreeSet<i128> = touched(&a).iter().map(|x| x + oa).collect();
+            let tb: std::collections::BTreeSet<i128> = touched(&b).iter().map(|x| x + ob).collect();
+            for (t, r) in [(&ta, &ra), (&tb, &rb)] {
+                for &x in t {
+                    let k = if r.period == 0 {
+                        0
+                    } else {
+                        (x - r.lo).div_euclid(r.period)
+                    };
+                    let k = k.clamp(0, r.rows - 1);
+                    let inside = (0..r.rows).any(|q| {
+                        let s = r.lo + q * r.period;
+                        s <= x && x < s + r.width
+                    });
+                    assert!(inside, "{x} outside {r:?} (row {k}) of {a:?}/{b:?}");
+                }
+            }
+            let share = ta.intersection(&tb).next().is_some();
+            let may = ra.may_overlap(&rb);
+            assert!(
+                !share || may,
+                "{a:?}+{oa} and {b:?}+{ob} share bytes; rows {ra:?} {rb:?}"
+            );
+            let (ea, eb) = (ra.extent(), rb.extent());
+            if !may && ea.0 < eb.1 && eb.0 < ea.1 {
+                disjoint_found += 1;
+            }
+        }
+        assert!(
+            disjoint_found > 0,
+            "no interleaved disjoint pair was generated"
+        );
+        // The column halves of a [64, 512] f32 matrix.
+        let half = |col: u64| AccessPattern {
+            addr: col * 4,
+            dtype: DType::F32,
+            shape: [1, 1, 64, 256],
+            stride: [0, 0, 512, 1],
+        };
+        let (l, r) = (half(0).byte_rows(), half(256).byte_rows().shifted(1024));
+        assert!(!l.may_overlap(&r) && !r.may_overlap(&l));
+        assert!(l.may_overlap(&half(255).byte_rows().shifted(1020)));
+        // A whole row of the matrix meets both halves.
+        let row = ByteRows::range(2048 * 5, 2048 * 6);
+        assert!(row.may_overlap(&l) && row.may_overlap(&r) && l.may_overlap(&row));
     }
 }

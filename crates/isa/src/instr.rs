@@ -1066,6 +1066,9 @@ pub struct AddressField {
     /// Bytes the instruction touches relative to the address: `[lo, hi)`. Exact (`i128`,
     /// see [`AccessPattern::byte_extent`]): a huge stride must never wrap into range.
     pub extent: (i128, i128),
+    /// The same bytes as rows ([`AccessPattern::byte_rows`]): tighter than `extent` for a
+    /// block of columns, what hazard analyses compare.
+    pub rows: crate::ap::ByteRows,
 }
 
 //===------------------------------------------------------------------------------------===//
@@ -2424,6 +2427,10 @@ impl Instruction {
                 offset: h,
                 name: "table",
                 extent: (0, *count as i128 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i128),
+                rows: crate::ap::ByteRows::range(
+                    0,
+                    *count as i128 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i128,
+                ),
             });
             return;
         }
@@ -2432,6 +2439,7 @@ impl Instruction {
                 offset: h + o.slot * AP_SIZE,
                 name: o.name,
                 extent: o.ap.byte_extent(),
+                rows: o.ap.byte_rows(),
             })
         });
     }
