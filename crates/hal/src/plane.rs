@@ -207,6 +207,22 @@ impl PlaneProducer {
     /// its waiters' `ready()` reads (one fence and one load when nobody waits).
     #[inline]
     pub fn publish(&mut self) {
+        if self.publish_quietly()
+            && let Some(w) = &self.wake
+        {
+            w.signal();
+        }
+    }
+
+    /// Makes every written record visible as [`publish`](Self::publish) does, without
+    /// signaling the wake; returns whether anything was published. For records no waiter
+    /// needs to be woken for: the START records of an execution that is still running (a
+    /// core stalled at a barrier between two layers of a two-core model published them, and
+    /// woke a blocked caller that only had to block again, on a vCPU the partner core needed).
+    /// The END or ERROR record that completes the execution comes with a
+    /// [`publish`](Self::publish).
+    #[inline]
+    pub fn publish_quietly(&mut self) -> bool {
         let mut any = false;
         for r in (0..PLANE_RINGS).rev() {
             if self.tail[r] != self.published[r] {
@@ -215,9 +231,7 @@ impl PlaneProducer {
                 any = true;
             }
         }
-        if any && let Some(w) = &self.wake {
-            w.signal();
-        }
+        any
     }
 }
 

@@ -309,11 +309,18 @@ impl CoreShared {
         } else {
             Poll::Idle
         };
-        // Make the records of this poll visible: one batch, one store per ring.
+        // Make the records of this poll visible: one batch, one store per ring. An execution
+        // stalled at a barrier (its partner core computes) wrote only START records (and
+        // ENDs of engines with nothing to do): nobody waits for those, so they do not wake
+        // the host; the poll that finishes the execution (or aborts it) does.
         if let Some(p) = inner.rings.as_mut()
             && p.has_unpublished()
         {
-            p.publish();
+            if matches!(result, Poll::Stalled) {
+                p.publish_quietly();
+            } else {
+                p.publish();
+            }
         }
         self.mirrors.active.store(
             inner.current.is_some() || !inner.ready.is_empty(),
@@ -683,9 +690,13 @@ impl CoreInner {
         // SAFETY: the block is in the cache, which keeps it while this execution is current.
         let block = unsafe { exec.blocks[ei].get() };
         let mut progressed = started;
+        let mut moved_data = false;
         for _ in 0..tuning::DEVICE_ENGINE_QUANTUM {
             let pc = exec.engines[ei].pc;
             let ins = &block[pc];
+            if moved_data && !publishes(ins) {
+                break;
+            }
             if let Some((sem, v)) = ins.sync.wait
                 && !self.sem_reached(core, dev, exec, sem, v)
             {
@@ -786,12 +797,14 @@ impl CoreInner {
             }
             exec.engines[ei].pc += 1;
             progressed = true;
-            if moves_data(&ins.op) {
-                // Engines run in parallel on hardware: after a compute or DMA instruction, let
-                // the other engines of the core take their turn, so one engine's long chain
-                // cannot hold back another engine's (e.g. an early output's DMA and notify).
-                break;
-            }
+            // Engines run in parallel on hardware: after a compute or DMA instruction, let the
+            // other engines of the core take their turn, so one engine's long chain cannot
+            // hold back another engine's (e.g. an early output's DMA and notify) — but first
+            // tell the other cores: a `Nop` right after it that signals a device-wide
+            // semaphore is what another core waits for, and it must not wait behind this
+            // core's next instruction (the input DMA's publish behind the first MatMul held
+            // back the partner core's first layer by the whole layer).
+            moved_data |= moves_data(&ins.op);
         }
         if progressed {
             Step::Progress
@@ -887,6 +900,14 @@ impl CoreInner {
 #[inline(never)]
 fn stamped(rec: NqRecord, dev: &DeviceShared) -> NqRecord {
     rec.with_timestamp(dev.clock_ns())
+}
+
+/// Whether `ins` only tells other cores of progress: a `Nop` with no wait that signals a
+/// device-wide semaphore.
+fn publishes(ins: &Instruction) -> bool {
+    matches!(ins.op, Op::Nop)
+        && ins.sync.wait.is_none()
+        && ins.sync.signal.is_some_and(|(sem, _)| sem.is_global())
 }
 
 /// Whether an instruction does real work (a kernel or a DMA), after which the engine yields.
