@@ -63,7 +63,7 @@ for m in "${models[@]}"; do
     | sed "s/\"model\":\"[^\"]*\"/\"model\":\"${name}_bf16\"/" >> "$out/nrt.jsonl"
   case "$name" in
     mlp_b64|encoder)
-      # Split across two cores (NRT_SIM_THREADS=0 would give each its own device thread), beside ORT's 2-thread row.
+      # Split across two cores (each computing on its own device thread), beside ORT's 2-thread row.
       "$nrt" bench "$m" --cores 2 --json --seconds "$secs" | sed "s/\"model\":\"[^\"]*\"/\"model\":\"$name\"/" >> "$out/nrt.jsonl"
       ;;
   esac

@@ -133,7 +133,9 @@ impl IdleGate {
         }
     }
 
-    /// Whether the sleeper announced it is going to sleep (for tests and metrics).
+    /// Whether the sleeper announced it is going to sleep: for tests and metrics, and a hint
+    /// for another thread deciding whether to do the sleeper's work itself.
+    #[inline]
     pub fn is_sleeping(&self) -> bool {
         self.needs_wakeup.load(Ordering::Relaxed)
     }

@@ -52,6 +52,21 @@ pub const DEVICE_STALL_SPIN: Duration = Duration::from_micros(50);
 /// block is also capped at a quarter of the configured watchdog).
 pub const DEVICE_STALL_BLOCK_MAX: Duration = Duration::from_millis(5);
 
+/// A core of a lockstep group whose part of an execution takes less than this on average
+/// is served *jointly*: the group leader's device thread runs it too (the doorbell wakes
+/// the leader's thread, not the core's own), so a short two-core execution needs no
+/// hand-off between threads at each barrier. Longer parts run on the core's own thread, in
+/// parallel. On this project's 2-vCPU machine (`nrt bench`, one run each): the near-null
+/// lockstep model took 2.5 µs on one thread and 19 µs on a thread per core (the caller and
+/// two device threads share two vCPUs, and every barrier became a hand-off), while
+/// `mlp_b64 --cores 2` (~75 µs per layer per core) took 360–390 µs on a thread per core
+/// and 650 µs on one. 50 µs sits between: a hand-off costs 10–20 µs here.
+pub const DEVICE_JOINT_PART_MAX: Duration = Duration::from_micros(50);
+
+/// Weight of a new sample in a core's running average of its lockstep part's duration
+/// (`1 / 2^shift`): a few executions move it, one outlier does not flip the mode.
+pub const DEVICE_JOINT_EWMA_SHIFT: u32 = 3;
+
 //===--- rings and queues ----------------------------------------------------------------===//
 
 /// Records per notification ring. One execution writes 2 records per engine (START, END)

@@ -54,13 +54,14 @@ pub struct SimConfig {
     pub cores: u32,
     /// Size of the device's physical address space (reserved lazily; default 16 GiB).
     pub memory_bytes: u64,
-    /// Device threads; core `c` is served by thread `c % threads`. 0 means one per core, up
-    /// to the CPUs this process may run on ([`SimConfig::auto_threads`]): the cores of a
-    /// two-core model then compute in parallel. The default is 1: on a 2-vCPU machine a
-    /// thread per core made two-core models slower, not faster (`nrt bench`, one run: the
-    /// lockstep near-null 19.9 µs against 2.0 µs, the mlp_b64 sample on 2 cores 938 µs against
-    /// 684 µs — the caller and two device threads share two vCPUs and every barrier becomes a
-    /// hand-off). `NRT_SIM_THREADS` sets it from the environment.
+    /// Device threads; core `c` is served by thread `c % threads`, except that a core whose
+    /// lockstep parts are short is served jointly by its group leader's thread
+    /// ([`tuning::DEVICE_JOINT_PART_MAX`]). 0 (the default) means one per core, up to the
+    /// CPUs this process may run on ([`SimConfig::auto_threads`]): the cores of a two-core
+    /// model compute in parallel (`mlp_b64 --cores 2`: 360–390 µs against 650 µs on one
+    /// thread), while a short two-core execution still runs on one thread (the lockstep
+    /// near-null: ~2 µs, where a hand-off per barrier made it 19 µs). `NRT_SIM_THREADS` sets it
+    /// from the environment (1: one thread for every core).
     pub threads: u32,
     /// How long a device thread polls after its last work before parking.
     pub spin_after_work: Duration,
@@ -75,7 +76,7 @@ impl Default for SimConfig {
         SimConfig {
             cores: 2,
             memory_bytes: 16 << 30,
-            threads: 1,
+            threads: 0,
             spin_after_work: tuning::DEVICE_SPIN_AFTER_WORK,
             hang_watchdog: tuning::DEVICE_HANG_WATCHDOG,
             faults: Vec::new(),
@@ -176,6 +177,9 @@ pub(crate) struct DeviceShared {
     /// group is busy (with a thread per core, a partner's long kernel — or its thread being
     /// preempted — is a wait, not a hang).
     lockstep_busy: Box<[AtomicU64]>,
+    /// Per core: how many polls advanced its lockstep execution (the hang watchdog of a
+    /// stalled partner resets when this moves).
+    lockstep_progress: Box<[AtomicU64]>,
     /// Per device thread: blocked at a lockstep barrier (its gate's flag is then set, but it
     /// is not idle: [`SoftDevice::is_parked`] must not count it).
     stall_blocked: Box<[AtomicBool]>,
@@ -284,6 +288,25 @@ impl DeviceShared {
         })
     }
 
+    /// A poll of `core`'s lockstep execution moved it (counted per core; the poller holds
+    /// the core's lock, so a load and a store suffice).
+    pub(crate) fn lockstep_progressed(&self, core: u32) {
+        let p = &self.lockstep_progress[core as usize];
+        p.store(p.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether a core of the group other than `me` advanced its lockstep part since `seen`
+    /// (which it updates): a stalled core's watchdog must not count time in which its
+    /// partner was making progress, even when no one was running the partner at the moment
+    /// of the look (one thread serving both cores runs them in turns).
+    pub(crate) fn group_progressed(&self, group: u32, count: u8, me: u32, seen: &mut u64) -> bool {
+        let now = (group..group + count as u32)
+            .filter(|&c| c != me)
+            .filter_map(|c| self.lockstep_progress.get(c as usize))
+            .fold(0u64, |a, p| a.wrapping_add(p.load(Ordering::Relaxed)));
+        core::mem::replace(seen, now) != now
+    }
+
     /// Whether every core of the lockstep group starting at `group` took execution `idx` (or
     /// a later one) off its exec rings. The host rings the cores one after the other, so a
     /// host thread preempted between two doorbells leaves the first core waiting at a
@@ -333,9 +356,16 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
     let gate = &dev.gates[worker];
     gate.register_sleeper();
     let threads = dev.config.threads as usize;
-    let mine: Vec<usize> = (0..dev.cores.len())
-        .filter(|c| c % threads == worker)
-        .collect();
+    let all: Vec<usize> = (0..dev.cores.len()).collect();
+    // Whether this thread polls core `c` now: it serves it (its own core, unless the core is
+    // served jointly by its group leader's thread; or a core it serves jointly), or the core
+    // has work and the thread that serves it sleeps. Any thread may poll any core — the
+    // core's lock makes one at a time — so a stale view costs a wasted poll, never lost work.
+    let serves = |c: usize| -> bool {
+        let core = &dev.cores[c];
+        let server = core.joint_thread().unwrap_or(c % threads);
+        server == worker || (core.has_work() && dev.gates[server].is_sleeping())
+    };
     dev.threads_started.fetch_add(1, Ordering::Release);
     let stall_block = tuning::DEVICE_STALL_BLOCK_MAX
         .min(dev.config.hang_watchdog / 4)
@@ -353,7 +383,10 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         let events = dev.cross_core.load(Ordering::Acquire);
         let mut progressed = false;
         let mut stalled = false;
-        for &c in &mine {
+        for &c in &all {
+            if !serves(c) {
+                continue;
+            }
             match dev.cores[c].poll(&dev) {
                 Poll::Progressed => progressed = true,
                 Poll::Stalled => stalled = true,
@@ -385,7 +418,9 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
                     gate.sleep_until_timeout(stall_block, || {
                         dev.stop.load(Ordering::Acquire)
                             || dev.cross_core.load(Ordering::Acquire) != events
-                            || mine.iter().any(|&c| dev.cores[c].doorbell_pending())
+                            || all
+                                .iter()
+                                .any(|&c| dev.cores[c].doorbell_pending() && serves(c))
                     });
                     dev.stall_blocked[worker].store(false, Ordering::Relaxed);
                 }
@@ -405,7 +440,7 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
             } else if now.duration_since(last_work) >= dev.config.spin_after_work {
                 gate.sleep_until(|| {
                     dev.stop.load(Ordering::Acquire)
-                        || mine.iter().any(|&c| dev.cores[c].has_work())
+                        || all.iter().any(|&c| dev.cores[c].has_work() && serves(c))
                 });
                 last_work = Instant::now();
             }
@@ -473,6 +508,7 @@ impl SoftDevice {
             group_abort: (0..n).map(|_| AtomicU64::new(0)).collect(),
             lockstep_taken: (0..n).map(|_| AtomicU64::new(0)).collect(),
             lockstep_busy: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_progress: (0..n).map(|_| AtomicU64::new(0)).collect(),
             stall_blocked: (0..config.threads)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
@@ -553,8 +589,15 @@ impl SoftDevice {
             .all(|(g, s)| g.is_sleeping() && !s.load(Ordering::Relaxed))
     }
 
+    /// The device thread serving core `nc` jointly with its lockstep group's leader, or
+    /// `None` when the core's own thread serves it ([`tuning::DEVICE_JOINT_PART_MAX`]).
+    pub fn joint_thread(&self, nc: u32) -> Result<Option<usize>, HalError> {
+        Ok(self.shared.core(nc)?.joint_thread())
+    }
+
     /// The CPU time each device thread has used so far (thread `w` serves the cores `c` with
-    /// `c % threads == w`), read from the thread's CPU clock. For tests (a stalled thread
+    /// `c % threads == w`, and those served jointly with a group it leads), read from the
+    /// thread's CPU clock. For tests (a stalled thread
     /// blocks instead of spinning; both cores of a pair compute) and the benchmark.
     pub fn thread_cpu_times(&self) -> Vec<Duration> {
         use std::os::unix::thread::JoinHandleExt;
@@ -780,7 +823,12 @@ impl Device for SoftDevice {
             .ok_or(HalError::BadSemaphore(semaphore))?;
         s.fetch_add(value, Ordering::Release);
         if semaphore == SEMAPHORE_INFERENCE_START {
-            self.shared.gates[nc as usize % self.shared.gates.len()].notify();
+            // Wake the thread that serves the core: its own, or its group leader's when the
+            // core is served jointly (a stale answer wakes a thread that passes the work on).
+            let server = core
+                .joint_thread()
+                .unwrap_or(nc as usize % self.shared.gates.len());
+            self.shared.gates[server].notify();
         }
         Ok(())
     }

@@ -57,9 +57,12 @@ use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub(crate) use nrt_hal::ERROR_RING;
+
+/// [`CoreShared::joint_thread`]: the core's own thread serves it.
+pub(crate) const NOT_JOINT: u32 = u32::MAX;
 
 /// Largest instruction block the device decodes (instructions).
 const MAX_BLOCK_INSTRUCTIONS: usize = 1 << 20;
@@ -78,6 +81,12 @@ pub(crate) struct CoreShared {
     semaphores: Box<[AtomicU32]>,
     /// Semaphore `INFERENCE_START`: the host increments it, the device reads it.
     doorbell: CachePadded<AtomicU32>,
+    /// The device thread that serves this core jointly with its lockstep group's leader,
+    /// or [`NOT_JOINT`] when the core's own thread serves it: written (rarely: when the mode
+    /// changes) by the device thread that finishes a lockstep part of the core, read by the
+    /// host at each doorbell (which thread to wake) and by the device threads (what to poll).
+    /// See [`tuning::DEVICE_JOINT_PART_MAX`].
+    joint_thread: CachePadded<AtomicU32>,
     pub(crate) cause: CachePadded<AtomicU32>,
     mirrors: CachePadded<DeviceMirrors>,
     pub(crate) inner: CachePadded<Mutex<CoreInner>>,
@@ -126,6 +135,9 @@ pub(crate) struct CoreInner {
     /// The blocks the last request named, by engine, while the cache still holds them: a
     /// steady-state request names the same ones and skips the cache lookups.
     last_blocks: Option<([DevAddr; NUM_ENGINES], [BlockRef; NUM_ENGINES])>,
+    /// Running average of this core's lockstep parts' duration (ns, `<< 8` fixed point;
+    /// 0 = none yet), for the joint mode.
+    part_avg_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +202,21 @@ struct Execution {
     engines: [EngineState; NUM_ENGINES],
     faults: ExecFaults,
     stalled_since: Option<Instant>,
+    /// When a lockstep execution was taken (for the joint mode); `None` for one core.
+    taken_at: Option<Instant>,
+    /// The group's partners' progress count when this core last looked (hang watchdog).
+    partners_progress: u64,
+}
+
+impl Execution {
+    /// A number that grows whenever any engine advances (a pc, a phase, a barrier
+    /// arrival): how a poll tells whether it moved the execution.
+    fn progress(&self) -> usize {
+        self.engines
+            .iter()
+            .map(|e| (e.pc << 3) + ((e.phase as usize) << 1) + e.barrier_armed as usize)
+            .sum()
+    }
 }
 
 /// What a poll of a core did.
@@ -220,6 +247,7 @@ impl CoreShared {
                 .map(|_| AtomicU32::new(0))
                 .collect(),
             doorbell: CachePadded(AtomicU32::new(0)),
+            joint_thread: CachePadded(AtomicU32::new(NOT_JOINT)),
             cause: CachePadded(AtomicU32::new(0)),
             mirrors: CachePadded(DeviceMirrors {
                 doorbell_seen: AtomicU32::new(0),
@@ -239,6 +267,7 @@ impl CoreShared {
                 dirty: [0; 4],
                 nan_target: None,
                 last_blocks: None,
+                part_avg_ns: 0,
             })),
         }
     }
@@ -273,6 +302,11 @@ impl CoreShared {
 
     /// Does what the core has to do now: consume staged triggers if the doorbell rang, start
     /// the next request, run the current one until it finishes or stalls.
+    ///
+    /// Any device thread may poll any core (the core's lock makes one at a time): its own
+    /// thread, the leader's thread of a core served jointly, or a thread that finds work on
+    /// a core whose own thread sleeps. A core another thread is serving right now reads as
+    /// idle.
     #[inline]
     pub(crate) fn poll(&self, dev: &DeviceShared) -> Poll {
         if !self.has_work() {
@@ -281,11 +315,24 @@ impl CoreShared {
         self.work(dev)
     }
 
+    /// The thread serving this core jointly with its group's leader, if any.
+    #[inline]
+    pub(crate) fn joint_thread(&self) -> Option<usize> {
+        match self.joint_thread.load(Ordering::Relaxed) {
+            NOT_JOINT => None,
+            t => Some(t as usize),
+        }
+    }
+
     /// [`CoreShared::poll`] once there is work: kept out of line, so an idle poll is two
     /// loads, not the prologue and epilogue of this large frame.
     #[inline(never)]
     fn work(&self, dev: &DeviceShared) -> Poll {
-        let mut inner = self.lock();
+        let mut inner = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Poll::Idle,
+        };
         if let Some(p) = inner.rings.as_ref() {
             p.prefetch_next_writes();
         }
@@ -446,7 +493,18 @@ impl CoreInner {
             // Wrapping, like the table address it offsets: the sum is bounds-checked where the
             // descriptors are read, so a wrapped product is just another rejected address.
             let io_offset = (req.io_set as u64).wrapping_mul(q.desc.io_set_stride);
-            if let Some(mut exec) = self.prepare(core, dev, req) {
+            // Preparing (decoding the blocks of a new model: milliseconds for a large one) is
+            // work on the execution: a partner stalled at the first barrier must not count it
+            // against its hang watchdog. `run`, which follows at once, marks it busy again.
+            let lockstep = req.sg_count > 1;
+            if lockstep {
+                dev.lockstep_busy(core.index, Some(req.compute_idx));
+            }
+            let prepared = self.prepare(core, dev, req);
+            if lockstep {
+                dev.lockstep_busy(core.index, None);
+            }
+            if let Some(mut exec) = prepared {
                 exec.io_offset = io_offset;
                 self.current = Some(exec);
                 return true;
@@ -515,6 +573,8 @@ impl CoreInner {
             engines: [idle; NUM_ENGINES],
             faults,
             stalled_since: None,
+            taken_at: (req.sg_count > 1).then(Instant::now),
+            partners_progress: 0,
         })
     }
 
@@ -568,13 +628,16 @@ impl CoreInner {
             .as_ref()
             .filter(|e| e.req.sg_count > 1)
             .map(|e| e.idx);
-        if lockstep.is_some() {
-            dev.lockstep_busy(core.index, lockstep);
+        if lockstep.is_none() {
+            return self.run_current(core, dev);
         }
+        dev.lockstep_busy(core.index, lockstep);
+        let before = self.current.as_ref().map(Execution::progress);
         let r = self.run_current(core, dev);
-        if lockstep.is_some() {
-            dev.lockstep_busy(core.index, None);
+        if self.current.as_ref().map(Execution::progress) != before {
+            dev.lockstep_progressed(core.index);
         }
+        dev.lockstep_busy(core.index, None);
         r
     }
 
@@ -600,6 +663,9 @@ impl CoreInner {
                 done &= exec.engines[e.index()].phase == Phase::Done;
             }
             if done {
+                if let Some(t) = exec.taken_at {
+                    self.part_done(core, dev, &exec, t.elapsed());
+                }
                 return Poll::Progressed;
             }
             if progressed {
@@ -612,12 +678,20 @@ impl CoreInner {
             }
             if exec.req.sg_count > 1
                 && (!dev.group_taken(exec.group, exec.req.sg_count, exec.idx)
-                    || dev.group_busy(exec.group, exec.req.sg_count, exec.idx, core.index))
+                    || dev.group_busy(exec.group, exec.req.sg_count, exec.idx, core.index)
+                    || dev.group_progressed(
+                        exec.group,
+                        exec.req.sg_count,
+                        core.index,
+                        &mut exec.partners_progress,
+                    ))
             {
                 // A partner has not taken its part yet (the host is late, or the partner busy
                 // with earlier work), or it is computing its part right now (on its own
-                // device thread, which may also be preempted). The watchdog starts once every
-                // core of the group has the execution and none is running it.
+                // device thread, which may also be preempted), or it advanced since this core
+                // last looked (a thread serving both cores ran the partner's part in between).
+                // The watchdog starts once every core of the group has the execution and none
+                // is running it or advancing.
                 exec.stalled_since = None;
                 self.current = Some(exec);
                 return Poll::Stalled;
@@ -632,6 +706,41 @@ impl CoreInner {
             }
             self.current = Some(exec);
             return Poll::Stalled;
+        }
+    }
+
+    /// A lockstep part finished in `took`: updates the core's average and, for a core
+    /// other than the group's leader, whether the leader's thread serves it jointly.
+    fn part_done(
+        &mut self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        exec: &Execution,
+        took: Duration,
+    ) {
+        let sample = (took.as_nanos().min(u64::MAX as u128 >> 8) as u64) << 8;
+        let old = self.part_avg_ns;
+        let s = tuning::DEVICE_JOINT_EWMA_SHIFT;
+        self.part_avg_ns = if old == 0 {
+            sample.max(1)
+        } else {
+            (old - (old >> s)).saturating_add(sample >> s).max(1)
+        };
+        let threads = dev.config.threads;
+        let (leader, own) = (exec.group % threads, core.index % threads);
+        let joint = if leader != own
+            && Duration::from_nanos(self.part_avg_ns >> 8) < tuning::DEVICE_JOINT_PART_MAX
+        {
+            leader
+        } else {
+            NOT_JOINT
+        };
+        if core.joint_thread.load(Ordering::Relaxed) != joint {
+            core.joint_thread.store(joint, Ordering::SeqCst);
+            // The threads re-read who serves what (a sleeping one may now own work).
+            for g in dev.gates.iter() {
+                g.notify();
+            }
         }
     }
 
