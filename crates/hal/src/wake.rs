@@ -22,7 +22,22 @@
 //!
 //! The fences are an asymmetric pair (`sync::light_fence` / `heavy_fence`): with
 //! `membarrier(2)` the signaler's is a compiler barrier and the waiter, which is about to
-//! sleep anyway, pays one system call; without it both are `SeqCst` fences. Either way they
+//! sleep anyway, pays one system call; without it both are `SeqCst` fences.
+//!
+//! That system call is cheap when waits are rare (a near-null model's waiter spins and
+//! almost never blocks), not when every execution blocks: a waiter for a long model blocks
+//! once or more per execution, and each `membarrier` interrupts every vCPU running one of
+//! the process's threads — on a 2-vCPU VM 20–60 µs of the caller's time per execution, and
+//! an IPI into the device thread computing on the other vCPU (`mlp_b64 --cores 2`: 53–84 µs
+//! of caller CPU per execution, most of it in `membarrier`). So the wake has a *fence
+//! mode*: asymmetric at first; the first waiter that blocks for a long execution
+//! ([`CompletionWake::wait_long`]) switches it to symmetric — both sides `SeqCst` fences from
+//! then on, a few ns per publication for the device and no system call for the waiters. The
+//! switch is one `membarrier` between two stores (`ASYMMETRIC → SWITCHING`, barrier,
+//! `→ SYMMETRIC`): a signaler that read the old mode did its completion store before the
+//! barrier reached its CPU, so that store is visible once the barrier returns; one that reads
+//! it after fences. A waiter that reads `SWITCHING` still pays the system call; one that reads
+//! `SYMMETRIC` (an `Acquire` of the store made after the barrier) only a fence. Either way they
 //! order each side's store before its load (Dekker): either the
 //! signaler sees the flag and wakes, or the waiter's `ready()` sees the completion, or both.
 //! A disarm the waiter did not see makes `futex_wait` return at once (the kernel compares the
@@ -52,8 +67,8 @@
 //! on the wake.
 
 use crate::sync::{
-    AtomicU64, CachePadded, Futex, Ordering, heavy_fence, light_fence, prepare_asymmetric_fences,
-    spin_loop,
+    AtomicU8, AtomicU64, CachePadded, Futex, Ordering, fence, heavy_fence, light_fence,
+    prepare_asymmetric_fences, spin_loop,
 };
 use crate::tuning;
 use core::fmt;
@@ -64,8 +79,22 @@ use std::time::Instant;
 /// threads that wait and the device that signals; the device signals it through
 /// [`crate::PlaneProducer::set_wake`].
 pub struct CompletionWake {
-    word: CachePadded<Futex>,
+    inner: CachePadded<WakeWords>,
 }
+
+/// The futex word and the fence mode, in one cache line: a signaler reads both.
+struct WakeWords {
+    word: Futex,
+    /// [`FENCES_ASYMMETRIC`], [`FENCES_SWITCHING`] or [`FENCES_SYMMETRIC`].
+    fences: AtomicU8,
+}
+
+/// Signalers use a compiler barrier, waiters `membarrier` (see the module docs).
+const FENCES_ASYMMETRIC: u8 = 0;
+/// A waiter is switching to symmetric fences: signalers fence, waiters still `membarrier`.
+const FENCES_SWITCHING: u8 = 1;
+/// Both sides use `SeqCst` fences.
+const FENCES_SYMMETRIC: u8 = 2;
 
 /// Bit 0 of the word: a waiter asked for a wake-up.
 const ARMED: u32 = 1;
@@ -93,7 +122,10 @@ impl CompletionWake {
         // Before any thread signals or waits on it (see `sync::light_fence`).
         prepare_asymmetric_fences();
         CompletionWake {
-            word: CachePadded(Futex::new(0)),
+            inner: CachePadded(WakeWords {
+                word: Futex::new(0),
+                fences: AtomicU8::new(FENCES_ASYMMETRIC),
+            }),
         }
     }
 
@@ -103,7 +135,10 @@ impl CompletionWake {
     #[inline]
     pub fn signal(&self) {
         light_fence();
-        if self.word.load(Ordering::Relaxed) & ARMED != 0 {
+        if self.inner.fences.load(Ordering::Relaxed) != FENCES_ASYMMETRIC {
+            fence(Ordering::SeqCst);
+        }
+        if self.inner.word.load(Ordering::Relaxed) & ARMED != 0 {
             self.wake_all();
         }
     }
@@ -111,16 +146,16 @@ impl CompletionWake {
     #[cold]
     #[inline(never)]
     fn wake_all(&self) {
-        let mut s = self.word.load(Ordering::Relaxed);
+        let mut s = self.inner.word.load(Ordering::Relaxed);
         while s & ARMED != 0 {
-            match self.word.compare_exchange(
+            match self.inner.word.compare_exchange(
                 s,
                 (s & !ARMED).wrapping_add(EPOCH),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    self.word.wake_all();
+                    self.inner.word.wake_all();
                     return;
                 }
                 Err(now) => s = now,
@@ -135,24 +170,69 @@ impl CompletionWake {
     /// most: the caller re-checks its condition (wake-ups are broadcast and may be spurious)
     /// and calls again.
     pub fn wait(&self, timeout: Option<Duration>, ready: impl FnOnce() -> bool) -> WaitOutcome {
-        let seen = self.word.fetch_or(ARMED, Ordering::Relaxed) | ARMED;
-        heavy_fence();
+        self.wait_with(timeout, ready, false)
+    }
+
+    /// [`CompletionWake::wait`] by a waiter that expects to block for a long execution (its
+    /// [`SpinBudget`] says spinning does not pay): switches the wake to symmetric fences
+    /// first, if it is not yet (see the module docs), so that this and every later wait costs
+    /// a fence instead of a `membarrier`.
+    pub fn wait_long(
+        &self,
+        timeout: Option<Duration>,
+        ready: impl FnOnce() -> bool,
+    ) -> WaitOutcome {
+        self.wait_with(timeout, ready, true)
+    }
+
+    fn wait_with(
+        &self,
+        timeout: Option<Duration>,
+        ready: impl FnOnce() -> bool,
+        long: bool,
+    ) -> WaitOutcome {
+        let w = &self.inner;
+        let seen = w.word.fetch_or(ARMED, Ordering::Relaxed) | ARMED;
+        if w.fences.load(Ordering::Acquire) == FENCES_SYMMETRIC {
+            fence(Ordering::SeqCst);
+        } else if long
+            && w.fences
+                .compare_exchange(
+                    FENCES_ASYMMETRIC,
+                    FENCES_SWITCHING,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            // The barrier orders this wait's arm before its `ready()`, as always, and makes
+            // every signaler either fence from now on or have its completion visible.
+            heavy_fence();
+            w.fences.store(FENCES_SYMMETRIC, Ordering::Release);
+        } else {
+            heavy_fence();
+        }
         if ready() {
             return WaitOutcome::Ready;
         }
-        self.word.wait(seen, timeout);
+        w.word.wait(seen, timeout);
         WaitOutcome::Woken
+    }
+
+    /// Whether waiters and signalers use symmetric fences now (a hint, for tests).
+    pub fn fences_symmetric(&self) -> bool {
+        self.inner.fences.load(Ordering::Relaxed) == FENCES_SYMMETRIC
     }
 
     /// Whether a waiter armed the wake and no signal disarmed it yet (a hint, for tests).
     pub fn is_armed(&self) -> bool {
-        self.word.load(Ordering::Relaxed) & ARMED != 0
+        self.inner.word.load(Ordering::Relaxed) & ARMED != 0
     }
 
     /// How many times a signaler found the wake armed and woke its waiters (a hint, for tests
     /// and metrics; wraps).
     pub fn wakes(&self) -> u32 {
-        self.word.load(Ordering::Relaxed) >> 1
+        self.inner.word.load(Ordering::Relaxed) >> 1
     }
 }
 
@@ -246,6 +326,8 @@ pub struct Waiter<'a> {
     since: Option<Instant>,
     spin: Duration,
     polls: u32,
+    /// The budget said "do not spin": a long execution ([`CompletionWake::wait_long`]).
+    long: bool,
 }
 
 impl<'a> Waiter<'a> {
@@ -258,6 +340,7 @@ impl<'a> Waiter<'a> {
             since: None,
             spin,
             polls: 0,
+            long: spin.is_zero(),
         }
     }
 
@@ -291,7 +374,11 @@ impl<'a> Waiter<'a> {
     #[cold]
     fn block(&mut self, ready: impl FnOnce() -> bool) -> bool {
         if let Some(w) = self.wake {
-            w.wait(Some(tuning::WAIT_BLOCK_RECHECK), ready);
+            if self.long {
+                w.wait_long(Some(tuning::WAIT_BLOCK_RECHECK), ready);
+            } else {
+                w.wait(Some(tuning::WAIT_BLOCK_RECHECK), ready);
+            }
         }
         // Look again right away; the next idle call blocks again.
         self.spin = Duration::ZERO;
@@ -304,6 +391,31 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU32 as StdU32;
+
+    /// Only a waiter that expects a long execution switches the fences; the switch sticks.
+    #[test]
+    fn a_long_wait_switches_the_fences_to_symmetric() {
+        let w = CompletionWake::new();
+        assert_eq!(w.wait(None, || true), WaitOutcome::Ready);
+        assert!(!w.fences_symmetric(), "a short wait keeps membarrier");
+        assert_eq!(w.wait_long(None, || true), WaitOutcome::Ready);
+        assert!(w.fences_symmetric());
+        assert_eq!(w.wait(None, || true), WaitOutcome::Ready);
+        assert!(w.fences_symmetric());
+        // A Waiter whose budget says "long" uses it.
+        let w2 = CompletionWake::new();
+        let mut waiter = Waiter::new(Some(&w2), Duration::ZERO);
+        assert!(waiter.idle(|| true));
+        assert!(w2.fences_symmetric());
+        let w3 = CompletionWake::new();
+        let mut waiter = Waiter::new(Some(&w3), Duration::from_micros(1));
+        for _ in 0..100_000 {
+            if waiter.idle(|| true) {
+                break;
+            }
+        }
+        assert!(!w3.fences_symmetric(), "a spinning waiter keeps membarrier");
+    }
 
     #[test]
     fn budget_spins_for_short_models_and_blocks_at_once_for_long_ones() {

@@ -426,6 +426,40 @@ fn completion_wake_never_loses_a_wakeup() {
     });
 }
 
+/// A waiter for a long execution switches the wake's fences to symmetric while the device
+/// publishes (the switch's window: the device may read either mode); a second, ordinary
+/// waiter then finds them symmetric. No wake-up is lost on either side of the switch.
+/// (Loom models `membarrier` as a `SeqCst` fence; the argument for the real system call is in
+/// `wake.rs`.)
+#[test]
+fn completion_wake_switching_fences_never_loses_a_wakeup() {
+    loom::model(|| {
+        let wake = Arc::new(CompletionWake::new());
+        let (mut p, mut c) = plane(2);
+        p.set_wake(Some(wake.clone()));
+        let device = loom::thread::spawn(move || {
+            assert!(p.push(0, rec(1)));
+            p.publish();
+            assert!(p.push(0, rec(2)));
+            p.publish();
+        });
+        let mut got = Vec::new();
+        let mut long = true;
+        while got.len() < 2 {
+            if c.drain_all(|_, r| got.push(r.compute_idx)) == 0 {
+                if long {
+                    wake.wait_long(None, || c.has_records());
+                } else {
+                    wake.wait(None, || c.has_records());
+                }
+                long = false;
+            }
+        }
+        assert_eq!(got, [1, 2]);
+        device.join().unwrap();
+    });
+}
+
 /// Two waiters on one wake and two signalers: the device publishes a record, a harvester
 /// thread consumes it and writes the owner's completion word, then signals the same wake
 /// (the owner never sees the record itself). Both the harvester, waiting for the record, and
