@@ -101,6 +101,13 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   "$NRT_PYTHON" scripts/ort_oracle.py "$work"/numerics/* > /dev/null
   "$nrt" conformance "$work/numerics" --quiet | tee "$work/numerics.txt"
 
+  echo "-- the node tests, patterns and models compiled for two cores (split MatMuls, convolutions"
+  echo "   and row operations, cross-core synchronization) vs the same references"
+  "$nrt" conformance "$node_tests" --only-supported --quiet --tolerances conformance/tolerances.txt \
+    --cores 2 | grep -v '^UNSUPPORTED' | tee "$work/node_2c.txt" || true
+  "$nrt" conformance "$work/numerics" --quiet --cores 2 | tee "$work/numerics_2c.txt"
+  "$nrt" conformance "$work/samples" --cores 2 | tee "$work/samples_2c.txt"
+
   echo "-- the same patterns and models with --auto-cast matmult (bf16, fp16) vs ONNX Runtime f32"
   "$nrt" conformance "$work/numerics" --quiet --auto-cast matmult --auto-cast-type bf16 \
     --rtol 2e-2 --atol 2e-2 | tee "$work/numerics_bf16.txt"
@@ -112,6 +119,7 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
     --rtol 2e-3 --atol 2e-3 | tee "$work/samples_fp16.txt"
 
   reports=("$work/node.txt" "$work/light.txt" "$work/samples.txt" "$work/numerics.txt"
+    "$work/node_2c.txt" "$work/numerics_2c.txt" "$work/samples_2c.txt"
     "$work/numerics_bf16.txt" "$work/samples_bf16.txt" "$work/numerics_fp16.txt"
     "$work/samples_fp16.txt")
   if grep -q '^FAIL' "${reports[@]}"; then

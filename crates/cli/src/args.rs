@@ -256,6 +256,10 @@ pub struct ConformanceArgs {
     /// error against the reference outputs).
     #[command(flatten)]
     pub cast: CastOpts,
+    /// NeuronCores each model spans (2: its MatMuls, convolutions and row operations are
+    /// split between two cores that synchronize — checks the split and its synchronization).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub cores: u8,
 }
 
 #[derive(Debug, Args)]

@@ -179,6 +179,7 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOption
         let mut opts = CompileOptions {
             auto_cast: cast.auto_cast,
             auto_cast_type: cast.auto_cast_type,
+            cores: cast.cores,
             ..CompileOptions::default()
         };
         for (n, t) in &named {
@@ -329,13 +330,17 @@ pub fn main(a: &ConformanceArgs) -> Res<bool> {
     let cast = CompileOptions {
         auto_cast: a.cast.auto_cast.into(),
         auto_cast_type: a.cast.auto_cast_type.into(),
+        cores: a.cores as _,
         ..CompileOptions::default()
     };
     let mut dirs = Vec::new();
     for d in &a.dirs {
         find_tests(d, &mut dirs);
     }
-    let (_dev, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+    let (_dev, rt) = session::runtime(Some(RuntimeConfig {
+        logical_nc: a.cores as u32,
+        ..RuntimeConfig::default()
+    }))?;
     let (mut pass, mut fail, mut unsup, mut skipped) = (0, 0, 0, 0);
     // On stderr, drawn only when it is a terminal; report lines go around it.
     let bar = indicatif::ProgressBar::new(dirs.len() as u64).with_style(

@@ -87,7 +87,13 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                 let write = matches!(f.name, "dst" | "c" | "output" | "out" | "workspace");
                 let reads_too = f.name == "c"
                     && matches!(ins.op, Op::MatMul { flags, .. } if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
-                let a = Access::new(mr, off as i128, f.rows, write);
+                let a = match f.ap {
+                    Some(mut ap) => {
+                        ap.addr = 0;
+                        Access::of_pattern(mr, off as i128, ap, write)
+                    }
+                    None => Access::new(mr, off as i128, f.rows, write),
+                };
                 accesses.push(a);
                 if reads_too {
                     accesses.push(Access { write: false, ..a });

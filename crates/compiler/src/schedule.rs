@@ -39,6 +39,9 @@ pub struct Access {
     pub hi: i128,
     /// The bytes touched, as rows, inside `[lo, hi)` (plan-entry offsets).
     pub rows: ByteRows,
+    /// The access pattern and its offset in the plan entry, when the access is one: the
+    /// finest test ([`AccessPattern::may_overlap`]) compares it row by row.
+    pub ap: Option<(AccessPattern, i128)>,
     /// Whether the instruction writes (else reads) them.
     pub write: bool,
 }
@@ -53,7 +56,16 @@ impl Access {
             lo,
             hi,
             rows,
+            ap: None,
             write,
+        }
+    }
+
+    /// The access of pattern `ap` placed at offset `off` of plan entry `mem_ref`.
+    pub fn of_pattern(mem_ref: u32, off: i128, ap: AccessPattern, write: bool) -> Access {
+        Access {
+            ap: Some((ap, off)),
+            ..Access::new(mem_ref, off, ap.byte_rows(), write)
         }
     }
 
@@ -65,6 +77,12 @@ impl Access {
             && self.lo < o.hi
             && o.lo < self.hi
             && self.rows.may_overlap(&o.rows)
+            && match (self.ap, o.ap) {
+                (Some((a, ao)), Some((b, bo))) => {
+                    a.may_overlap(ao, &b, bo, nrt_hal::tuning::HAZARD_ROW_LIST_MAX)
+                }
+                _ => true,
+            }
     }
 }
 
@@ -117,11 +135,12 @@ pub fn accesses(op: &Op, io: &[IoInfo], desc_table: Option<u32>, out: &mut Vec<A
     }
     let mut op = *op;
     for_each_ap_mut(&mut op, |ap, write| {
-        if let Some((mr, off)) = split_vaddr(ap.addr) {
-            let rows = ap.byte_rows();
-            if rows.width > 0 {
-                out.push(Access::new(mr, off as i128, rows, write));
-            }
+        if let Some((mr, off)) = split_vaddr(ap.addr)
+            && ap.byte_rows().width > 0
+        {
+            let mut at = *ap;
+            at.addr = 0;
+            out.push(Access::of_pattern(mr, off as i128, at, write));
         }
     });
 }

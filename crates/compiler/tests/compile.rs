@@ -522,6 +522,86 @@ fn two_cores_run_the_halves_of_each_layer_in_parallel() {
     }
 }
 
+/// The same for batched products (attention's scores and context, all heads in one
+/// instruction): each core's half of every head is a block of columns inside each head, which
+/// only a row-by-row comparison tells apart from the other core's.
+#[test]
+fn two_cores_run_the_halves_of_batched_products_in_parallel() {
+    let (h, s, d) = (4i64, 128i64, 64i64);
+    let m = model(
+        vec![
+            node("MatMul", &["X", "W1"], &["t"], vec![]),
+            node("MatMul", &["t", "W2"], &["Y"], vec![]),
+        ],
+        vec![
+            f32_init("W1", &[h, d, s], ramp((h * d * s) as usize, 0.01)),
+            f32_init("W2", &[h, s, d], ramp((h * s * d) as usize, 0.02)),
+        ],
+        vec![vi("X", dt::FLOAT, &[h, s, d])],
+        vec![vi("Y", dt::FLOAT, &[h, s, d])],
+        17,
+    );
+    let two = ok(
+        &m,
+        &CompileOptions {
+            cores: 2,
+            ..Default::default()
+        },
+    );
+    check_ordering(&two.model).unwrap();
+    assert_eq!(matmul_makespan(&two.model), 2);
+}
+
+/// Softmax and layer normalization, large enough, are split by rows between two cores
+/// (each core's POOL block has one of each); small ones stay on core 0.
+#[test]
+fn two_cores_split_row_operations() {
+    let row_ops = |rows: i64| {
+        model(
+            vec![
+                node("Softmax", &["X"], &["s"], vec![a_i("axis", -1)]),
+                node(
+                    "LayerNormalization",
+                    &["s", "g", "b"],
+                    &["Y"],
+                    vec![a_i("axis", -1)],
+                ),
+            ],
+            vec![
+                f32_init("g", &[128], ramp(128, 0.01)),
+                f32_init("b", &[128], ramp(128, 0.02)),
+            ],
+            vec![vi("X", dt::FLOAT, &[rows, 128])],
+            vec![vi("Y", dt::FLOAT, &[rows, 128])],
+            17,
+        )
+    };
+    let two = CompileOptions {
+        cores: 2,
+        ..Default::default()
+    };
+    let count = |c: &Compiled, core: u8| {
+        let pool = decode_block(
+            &c.model.block(core, Engine::Pool).unwrap().code,
+            Engine::Pool,
+        )
+        .unwrap();
+        (
+            pool.iter()
+                .filter(|(_, i)| matches!(i.op, Op::Softmax { .. }))
+                .count(),
+            pool.iter()
+                .filter(|(_, i)| matches!(i.op, Op::LayerNorm { .. }))
+                .count(),
+        )
+    };
+    let big = ok(&row_ops(512), &two);
+    check_ordering(&big.model).unwrap();
+    assert_eq!((count(&big, 0), count(&big, 1)), ((1, 1), (1, 1)));
+    let small = ok(&row_ops(4), &two);
+    assert_eq!((count(&small, 0), count(&small, 1)), ((1, 1), (0, 0)));
+}
+
 #[test]
 fn ops_lower_and_order_correctly() {
     // A graph touching many lowering paths at once.

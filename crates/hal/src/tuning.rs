@@ -250,3 +250,18 @@ pub const KERNEL_IM2COL_BAND_BYTES: usize = 512 << 10;
 /// chunk of every operand stays in L1 while a kernel runs over it, and the per-chunk overhead
 /// is amortized over hundreds of elements).
 pub const KERNEL_CHUNK_ELEMS: usize = 512;
+
+//===--- compiler -------------------------------------------------------------------------===//
+
+/// Most rows (per operand) the compiler's hazard analysis enumerates to tell apart two
+/// accesses whose extents overlap (`nrt_isa::AccessPattern::may_overlap`); an operand
+/// with more is compared by one level of rows, which may order two disjoint accesses. The
+/// column halves of a batched attention product (4 heads × 128 rows) need 512; a comparison
+/// of two 4,096-row lists takes ~0.1 ms, and only accesses whose cheaper tests overlap get it.
+pub const HAZARD_ROW_LIST_MAX: usize = 4096;
+
+/// A row operation (softmax, layer normalization) on a model compiled for two cores is split
+/// between them — each takes half of its rows — when it has at least this many elements;
+/// below, the cross-core wait costs more than the half it saves (a barrier hand-off is
+/// 10–20 µs on this machine; softmax runs ~1 ns per element).
+pub const SPLIT_ROW_OP_MIN_ELEMENTS: usize = 16 << 10;

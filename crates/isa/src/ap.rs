@@ -190,6 +190,97 @@ impl AccessPattern {
         }
     }
 
+    /// Whether the view, placed `off` bytes further, may share a byte with `other` placed
+    /// `other_off` bytes further — row by row: each view is cut into rows along its
+    /// innermost dimension (the one with the smallest stride), every byte from a row's first
+    /// touched byte to its last counts as touched, and the two sorted lists of rows are
+    /// compared. Exact up to that (interleaved columns count as overlapping); a view with
+    /// more than `max_rows` rows is answered by [`ByteRows::may_overlap`], which also rejects
+    /// most disjoint pairs cheaply first. Tells apart the column halves of every head of a
+    /// batched `[heads, rows, cols]` product, which one level of rows cannot.
+    pub fn may_overlap(
+        &self,
+        off: i128,
+        other: &AccessPattern,
+        other_off: i128,
+        max_rows: usize,
+    ) -> bool {
+        let (ra, rb) = (
+            self.byte_rows().shifted(off),
+            other.byte_rows().shifted(other_off),
+        );
+        if !ra.may_overlap(&rb) {
+            return false;
+        }
+        let (Some(mut a), Some(mut b)) = (
+            self.row_list(off, max_rows),
+            other.row_list(other_off, max_rows),
+        ) else {
+            return true;
+        };
+        a.sort_unstable();
+        b.sort_unstable();
+        // Merge sweep over half-open intervals, each list sorted by start; rows of one view
+        // may overlap each other, so advance the one that ends first.
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            let (x, y) = (a[i], b[j]);
+            if x.0 < y.1 && y.0 < x.1 {
+                return true;
+            }
+            if x.1 <= y.1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        false
+    }
+
+    /// The rows of the view as byte intervals `[lo, hi)` (unsorted), `off` bytes further;
+    /// `None` if there are more than `max_rows` or the view is empty.
+    fn row_list(&self, off: i128, max_rows: usize) -> Option<Vec<(i128, i128)>> {
+        if self.shape.contains(&0) {
+            return None;
+        }
+        let es = self.dtype.size() as i128;
+        let inner = (0..MAX_DIMS)
+            .filter(|&i| self.shape[i] > 1 && self.stride[i] != 0)
+            .min_by_key(|&i| (self.stride[i] as i64).unsigned_abs());
+        let (width, start) = match inner {
+            Some(i) => {
+                let span = (self.shape[i] as i128 - 1) * self.stride[i] as i128;
+                (span.abs() * es + es, span.min(0) * es)
+            }
+            None => (es, 0),
+        };
+        let mut count: usize = 1;
+        for d in 0..MAX_DIMS {
+            if Some(d) != inner && self.stride[d] != 0 {
+                count = count.checked_mul(self.shape[d] as usize)?;
+            }
+        }
+        if count > max_rows {
+            return None;
+        }
+        let mut rows = Vec::with_capacity(count);
+        rows.push((off + start, off + start + width));
+        for d in 0..MAX_DIMS {
+            if Some(d) == inner || self.stride[d] == 0 || self.shape[d] == 1 {
+                continue;
+            }
+            let step = self.stride[d] as i128 * es;
+            let n = rows.len();
+            for k in 1..self.shape[d] as i128 {
+                for r in 0..n {
+                    let (lo, hi) = rows[r];
+                    rows.push((lo + k * step, hi + k * step));
+                }
+            }
+        }
+        Some(rows)
+    }
+
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.addr.to_le_bytes());
         out.push(self.dtype.code());
@@ -389,6 +480,12 @@ mod tests {
                 !share || may,
                 "{a:?}+{oa} and {b:?}+{ob} share bytes; rows {ra:?} {rb:?}"
             );
+            for max_rows in [0, 4, 64] {
+                assert!(
+                    !share || a.may_overlap(oa, &b, ob, max_rows),
+                    "{a:?}+{oa} and {b:?}+{ob} share bytes; row lists say no ({max_rows})"
+                );
+            }
             let (ea, eb) = (ra.extent(), rb.extent());
             if !may && ea.0 < eb.1 && eb.0 < ea.1 {
                 disjoint_found += 1;
@@ -408,6 +505,22 @@ mod tests {
         let (l, r) = (half(0).byte_rows(), half(256).byte_rows().shifted(1024));
         assert!(!l.may_overlap(&r) && !r.may_overlap(&l));
         assert!(l.may_overlap(&half(255).byte_rows().shifted(1020)));
+        // The column halves of every head of a batched [4, 128, 128] product: one level of
+        // rows (the heads) cannot tell them apart, the row lists can.
+        let head_half = |col: u64| AccessPattern {
+            addr: col * 4,
+            dtype: DType::F32,
+            shape: [1, 4, 128, 64],
+            stride: [0, 128 * 128, 128, 1],
+        };
+        let (h0, h1) = (head_half(0), head_half(64));
+        assert!(h0.byte_rows().may_overlap(&h1.byte_rows().shifted(256)));
+        assert!(!h0.may_overlap(0, &h1, 256, 4096));
+        assert!(
+            h0.may_overlap(0, &h1, 256, 100),
+            "too many rows: the cheap answer"
+        );
+        assert!(h0.may_overlap(0, &h0, 0, 4096));
         // A whole row of the matrix meets both halves.
         let row = ByteRows::range(2048 * 5, 2048 * 6);
         assert!(row.may_overlap(&l) && row.may_overlap(&r) && l.may_overlap(&row));

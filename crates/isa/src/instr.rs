@@ -1069,6 +1069,9 @@ pub struct AddressField {
     /// The same bytes as rows ([`AccessPattern::byte_rows`]): tighter than `extent` for a
     /// block of columns, what hazard analyses compare.
     pub rows: crate::ap::ByteRows,
+    /// The operand's access pattern (none for the descriptor table): for the finest hazard
+    /// test ([`AccessPattern::may_overlap`]).
+    pub ap: Option<AccessPattern>,
 }
 
 //===------------------------------------------------------------------------------------===//
@@ -2431,6 +2434,7 @@ impl Instruction {
                     0,
                     *count as i128 * nrt_hal::wire::TRIGGER_PAIR_SIZE as i128,
                 ),
+                ap: None,
             });
             return;
         }
@@ -2440,6 +2444,7 @@ impl Instruction {
                 name: o.name,
                 extent: o.ap.byte_extent(),
                 rows: o.ap.byte_rows(),
+                ap: Some(*o.ap),
             })
         });
     }

@@ -93,6 +93,40 @@ impl<'a> Lowerer<'a> {
         self.prog.push((core, engine, Instruction::new(op)));
     }
 
+    /// Emits a row operation — one whose operands all have `op`'s shape (broadcast ones
+    /// with stride 0) and whose rows, dimensions 0..=2, are independent (softmax and layer
+    /// normalization over dimension 3) — split between the cores when there are two and it
+    /// is large enough ([`nrt_hal::tuning::SPLIT_ROW_OP_MIN_ELEMENTS`]): each core takes half
+    /// of the outermost dimension of size ≥ 2 below dimension 3. Without that split, a
+    /// two-core encoder ran its softmax and layer norms on core 0 while core 1 waited.
+    pub(crate) fn emit_rows(&mut self, engine: Engine, op: Op) {
+        let mut shapes = Vec::new();
+        op.operands(|o| shapes.push(o.ap.shape));
+        let shape = shapes[0];
+        let elements: u64 = shape.iter().map(|&d| d as u64).product();
+        let dim = (0..3).find(|&d| shape[d] >= 2);
+        let (Some(d), true, true) = (
+            dim,
+            self.cores >= 2,
+            elements >= nrt_hal::tuning::SPLIT_ROW_OP_MIN_ELEMENTS as u64,
+        ) else {
+            return self.emit(0, engine, op);
+        };
+        if shapes.iter().any(|s| s[d] != shape[d]) {
+            return self.emit(0, engine, op);
+        }
+        let half = shape[d] / 2;
+        for (core, start, len) in [(0u8, 0u32, half), (1u8, half, shape[d] - half)] {
+            let mut part = op;
+            part.operands_mut(|o| {
+                let es = o.ap.dtype.size() as i64;
+                o.ap.shape[d] = len;
+                o.ap.addr = (o.ap.addr as i64 + start as i64 * o.ap.stride[d] as i64 * es) as u64;
+            });
+            self.emit(core, engine, part);
+        }
+    }
+
     /// A POOL reduction of `input` into `output` over the dimensions in `axes`.
     pub(crate) fn emit_reduce(
         &mut self,

@@ -251,7 +251,7 @@ impl<'a> Lowerer<'a> {
             sy.push(y.strides[2]);
             let xa = mk_ap(x.elems(o[0]), x.dtype, &sh, &sx)?;
             let ya = mk_ap(y.elems(o[1]), y.dtype, &sh, &sy)?;
-            self.emit(0, Engine::Pool, f(xa, ya));
+            self.emit_rows(Engine::Pool, f(xa, ya));
         }
         Ok(())
     }
@@ -291,7 +291,7 @@ impl<'a> Lowerer<'a> {
                 output: ap(&ya)?,
                 eps,
             };
-            self.emit(0, Engine::Pool, op);
+            self.emit_rows(Engine::Pool, op);
         }
         // Optional outputs: Mean and InvStdDev over the normalized axes.
         let mean_out = n.outputs.get(1).copied().flatten();
@@ -484,7 +484,7 @@ impl<'a> Lowerer<'a> {
             output: ap(&ya)?,
             eps,
         };
-        self.emit(0, Engine::Pool, op);
+        self.emit_rows(Engine::Pool, op);
         if !per_group {
             let cs = [nn, ch, sp];
             let by_channel = |v: &View| View {
