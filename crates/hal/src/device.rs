@@ -295,6 +295,18 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Releases core `nc`'s notification plane. (`NOTIFICATIONS_DESTROY`)
     fn notification_release(&self, nc: u32) -> Result<(), HalError>;
 
+    /// Lends the calling host thread to core `nc` for a moment: a software device whose own
+    /// thread is not running the core right now (a co-tenant took its vCPU, or it is between
+    /// polls) does the core's pending work on the caller's thread — runs its doorbell, its
+    /// requests, its instructions until the current execution finishes or stalls — and says
+    /// whether it did anything. It never blocks: a core another thread is serving is left
+    /// alone. A host thread that waits for the core and has seen no progress for a while calls
+    /// it, instead of spinning on a device thread that is not running. Hardware (the
+    /// default) does nothing.
+    fn assist(&self, _nc: u32) -> bool {
+        false
+    }
+
     /// Attaches a completion wake to core `nc`'s notification plane (`None` detaches it):
     /// after each publication of records the device signals it, so a host thread blocked on
     /// it ([`CompletionWake::wait`]) wakes — the completion interrupt of the driver's

@@ -121,6 +121,13 @@ pub const HARVEST_PURE_SPIN_POLLS: u32 = 256;
 /// ~0.3 µs.
 pub const HARVEST_YIELD_EVERY_POLLS: u32 = 64;
 
+/// A host thread spinning for a completion lends itself to the device ([`crate::Device::assist`])
+/// once every this many polls that found nothing. A near-null execution completes within the
+/// pure spin ([`HARVEST_PURE_SPIN_POLLS`]), so on a quiet machine this never fires; when a
+/// co-tenant holds the device thread's vCPU for a time slice (ms), the waiting caller runs the
+/// execution itself after a few µs instead of yielding to a thread that is not there.
+pub const HOST_ASSIST_EVERY_IDLE_POLLS: u32 = 512;
+
 /// The longest a waiter spins before it blocks on the completion wake
 /// ([`crate::wake::SpinBudget`]), and the longest expected execution for which it spins at
 /// all. A futex block costs the device ~1–2 µs to wake it and the waiter 20–60 µs of wake

@@ -16,7 +16,7 @@
 //!   in-flight count, a tensor pending on several vcores).
 
 use crate::vcore::VCore;
-use nrt_hal::{Waiter, tuning};
+use nrt_hal::{Device, Waiter, tuning};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -24,15 +24,20 @@ use std::time::Duration;
 pub(crate) struct VcoreWait<'a> {
     waiter: Waiter<'a>,
     vc: &'a VCore,
+    device: &'a dyn Device,
+    /// Idle polls so far (paces [`Device::assist`]).
+    idle: u32,
 }
 
 impl<'a> VcoreWait<'a> {
     /// A wait that may spin `spin` (past its pure spin) before it blocks.
     #[inline]
-    pub(crate) fn new(vc: &'a VCore, spin: Duration) -> VcoreWait<'a> {
+    pub(crate) fn new(device: &'a dyn Device, vc: &'a VCore, spin: Duration) -> VcoreWait<'a> {
         VcoreWait {
             waiter: Waiter::new(vc.wake.as_deref(), spin),
             vc,
+            device,
+            idle: 0,
         }
     }
 
@@ -42,6 +47,14 @@ impl<'a> VcoreWait<'a> {
     #[inline]
     pub(crate) fn idle(&mut self, ready: impl FnOnce() -> bool) {
         let vc = self.vc;
+        self.idle = self.idle.wrapping_add(1);
+        if self
+            .idle
+            .is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS)
+            && self.assist()
+        {
+            return;
+        }
         if self.waiter.idle(|| vc.has_records() || ready()) {
             // It blocked (up to WAIT_BLOCK_RECHECK): make the next idle step sweep the
             // deadlines, which otherwise wait for HARVEST_DEADLINE_EVERY_IDLE_STEPS idle
@@ -52,6 +65,19 @@ impl<'a> VcoreWait<'a> {
                 Ordering::Relaxed,
             );
         }
+    }
+}
+
+impl VcoreWait<'_> {
+    /// Lends this thread to the vcore's cores ([`Device::assist`]): a spinning waiter whose
+    /// device thread is not running (a co-tenant holds its vCPU) runs the work itself.
+    #[cold]
+    fn assist(&self) -> bool {
+        let mut any = false;
+        for &c in &self.vc.cores {
+            any |= self.device.assist(c);
+        }
+        any
     }
 }
 

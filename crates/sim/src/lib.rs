@@ -833,6 +833,12 @@ impl Device for SoftDevice {
         Ok(())
     }
 
+    fn assist(&self, nc: u32) -> bool {
+        self.shared
+            .core(nc)
+            .is_ok_and(|core| core.poll(&self.shared) == Poll::Progressed)
+    }
+
     fn notification_wake(
         &self,
         nc: u32,

@@ -709,6 +709,67 @@ fn short_lockstep_parts_are_served_jointly_long_ones_in_parallel() {
     assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);
 }
 
+/// A host thread lent to a core (`Device::assist`) runs that core's pending execution when
+/// the thread that serves the core is busy elsewhere (here: the one device thread is inside
+/// a long execution on core 0), and does nothing to a core another thread is running. (A
+/// few attempts: a host thread preempted for the whole long execution sees the device thread
+/// serve core 1 itself.)
+#[test]
+fn a_lent_host_thread_runs_a_core_whose_device_thread_is_busy() {
+    let dev = SoftDevice::new(SimConfig {
+        memory_bytes: 1 << 30,
+        threads: 1,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let mut b0 = d0.empty_blocks().unwrap();
+    // An output-done notification first (published at once), then a million instructions.
+    let mut long = vec![Instruction::new(Op::Notify {
+        subtype: 6,
+        sub_id: nrt_hal::wire::CUSTOM_SUB_ID_OUTPUT_DONE,
+        payload: 0,
+    })];
+    long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 1_000_000));
+    b0[4] = d0.load_block(&long).unwrap();
+    let b1 = d1.empty_blocks().unwrap();
+    let mut lent = false;
+    for idx in 0..5 {
+        d0.stage(b0, idx, 0, 0, 1);
+        d0.doorbell().unwrap();
+        // Wait until the device thread is inside core 0's execution (its notification).
+        let mut seen = Vec::new();
+        let t0 = Instant::now();
+        while kinds(&seen, RecordKind::Custom).is_empty() && t0.elapsed() < T {
+            d0.drain(&mut seen);
+        }
+        assert!(!kinds(&seen, RecordKind::Custom).is_empty(), "{seen:?}");
+        let busy = !dev.assist(0);
+        d1.stage(b1, idx, 0, 0, 1);
+        d1.doorbell().unwrap();
+        if busy && dev.assist(1) {
+            let mut r1 = Vec::new();
+            d1.drain(&mut r1);
+            assert_eq!(kinds(&r1, RecordKind::End).len(), 5, "{r1:?}");
+            d0.drain(&mut seen);
+            lent = kinds(&seen, RecordKind::End).len() < 5;
+        } else {
+            assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
+        }
+        let ends = kinds(&seen, RecordKind::End).len();
+        let more = d0.wait_for_ends(5 - ends, T);
+        assert_eq!(ends + kinds(&more, RecordKind::End).len(), 5);
+        if lent {
+            break;
+        }
+    }
+    assert!(
+        lent,
+        "the lent thread never ran core 1 while the device thread ran core 0"
+    );
+}
+
 /// `threads: 0` is one device thread per core, up to the CPUs; more threads than cores is
 /// refused.
 #[test]

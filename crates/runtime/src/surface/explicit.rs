@@ -119,7 +119,7 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
 pub(crate) fn wait(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<NrtStatus> {
     let n = check_issued(vc, XuKind::Compute, seq)?;
     // Retirement is signaled: by the device's records, or by the step that settled it.
-    let mut w = VcoreWait::new(vc, vc.spin.spin_limit());
+    let mut w = VcoreWait::new(&*rt.device, vc, vc.spin.spin_limit());
     while !retired(vc, n) {
         if drive(rt, vc, n) == Step::Idle {
             w.idle(|| retired(vc, n));
