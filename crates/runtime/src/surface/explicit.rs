@@ -21,7 +21,7 @@ use crate::pipeline::validate;
 use crate::tensor::TensorSet;
 use crate::vcore::{Surface, VCore};
 use crate::wait::VcoreWait;
-use nrt_hal::{NrtStatus, SeqId};
+use nrt_hal::{NrtStatus, SeqId, tuning};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -110,7 +110,17 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
         return Ok(true);
     }
     // Help the harvest along (re-entrant, non-blocking); it settles what it finishes.
-    drive(rt, vc, n);
+    if drive(rt, vc, n) == Step::Idle {
+        // A client polling in a loop is a spinning waiter too: once in
+        // HOST_ASSIST_EVERY_IDLE_POLLS idle harvest polls of the vcore (any poller's), lend
+        // this thread to the device, whose own thread may not be running (wait.rs).
+        let idle = vc.idle_polls.load(Ordering::Relaxed);
+        if idle.is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS) {
+            for &c in &vc.cores {
+                rt.device.assist(c);
+            }
+        }
+    }
     Ok(retired(vc, n))
 }
 
