@@ -15,10 +15,12 @@ macro_rules! lower {
 }
 
 mod attention;
+mod bitwise;
 mod composite;
 mod constant;
 mod control;
 mod conv;
+mod einsum;
 mod elementwise;
 mod gather;
 mod layout;
@@ -185,10 +187,12 @@ pub(crate) fn registry() -> &'static Registry {
             ops: HashMap::new(),
         };
         attention::register(&mut r);
+        bitwise::register(&mut r);
         composite::register(&mut r);
         constant::register(&mut r);
         control::register(&mut r);
         conv::register(&mut r);
+        einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
         layout::register(&mut r);

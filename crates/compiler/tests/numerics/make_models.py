@@ -513,8 +513,112 @@ def epilogues(out):
     ], [("X", [4, 6])], [("H", [4, 3]), ("Y", [4, 3])], [w("W", (6, 3)), w("b", (3,))])
 
 
+def save_typed(out, name, nodes, inputs, outputs, inits, opset):
+    """`save` with an element type per input and output: (name, elem, shape)."""
+    g = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, e, s) for n, e, s in inputs],
+        [helper.make_tensor_value_info(n, e, s) for n, e, s in outputs],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+
+
+def einsums(out):
+    # Einsum (decomposed into Transpose/Reshape/MatMul/ReduceSum, compiler/src/ops/einsum.rs)
+    # with the equations models use: attention scores and context, bilinear forms, outer
+    # products, broadcast ellipses, diagonals and traces, three operands, implicit outputs.
+    F = TensorProto.FLOAT
+    cases = [
+        ("attn_scores", "bhqd,bhkd->bhqk", [[2, 3, 4, 8], [2, 3, 5, 8]], [2, 3, 4, 5]),
+        ("attn_context", "bhqk,bhkd->bqhd", [[2, 3, 4, 5], [2, 3, 5, 8]], [2, 4, 3, 8]),
+        ("proj", "abc,cd->abd", [[2, 3, 6], [6, 4]], [2, 3, 4]),
+        ("bilinear", "bn,anm,bm->ba", [[3, 4], [2, 4, 5], [3, 5]], [3, 2]),
+        ("outer", "i,j->ij", [[4], [5]], [4, 5]),
+        ("ellipsis_bcast", "...ij,...jk->...ik", [[2, 1, 3, 4], [2, 5, 4, 2]], [2, 5, 3, 2]),
+        ("trace", "ii", [[5, 5]], []),
+        ("diag_mul", "ij,jj->ij", [[3, 4], [4, 4]], [3, 4]),
+        ("implicit", "ij,jk", [[3, 4], [4, 2]], [3, 2]),
+        ("sum_all", "abc->", [[2, 3, 4]], []),
+        ("permute_sum", "abcd->dba", [[2, 3, 4, 5]], [5, 3, 2]),
+        ("dot_batch", "bi,bi->b", [[4, 6], [4, 6]], [4]),
+    ]
+    for name, eq, shapes, oshape in cases:
+        ins = [(f"X{k}", F, s) for k, s in enumerate(shapes)]
+        save_typed(out, f"einsum_{name}", [
+            N("Einsum", [i[0] for i in ins], ["Y"], equation=eq),
+        ], ins, [("Y", F, oshape)], [], opset=12)
+
+
+def bitwise_and_math(out):
+    # Bitwise operators and shifts (NCM 1.2 BinaryOps), through i64 for the narrower and
+    # unsigned types (full-range inputs from ort_oracle.py), ReduceProd, the inverse
+    # trigonometric and hyperbolic functions (NCM 1.2 ActFuncs), IsNaN and IsInf.
+    T = TensorProto
+    for op, elem, sa, sb in [
+        ("BitwiseAnd", T.UINT8, [3, 4], [4]),
+        ("BitwiseOr", T.INT16, [2, 3, 4], [3, 1]),
+        ("BitwiseXor", T.UINT64, [3, 4], [3, 4]),
+        ("BitwiseAnd", T.INT32, [5], [5]),
+    ]:
+        save_typed(out, f"{op.lower()}_{T.DataType.Name(elem).lower()}", [
+            N(op, ["A", "B"], ["Y"]),
+        ], [("A", elem, sa), ("B", elem, sb)], [("Y", elem, [max(x, y) for x, y in
+            zip([1] * (len(sb) - len(sa)) + sa, [1] * (len(sa) - len(sb)) + sb)])], [],
+            opset=18)
+    for elem in [T.UINT32, T.INT8]:
+        save_typed(out, f"bitwisenot_{T.DataType.Name(elem).lower()}", [
+            N("BitwiseNot", ["A"], ["Y"]),
+        ], [("A", elem, [3, 4])], [("Y", elem, [3, 4])], [], opset=18)
+    for direction, elem, amounts in [
+        ("LEFT", T.UINT16, [0, 1, 7, 15]),
+        ("RIGHT", T.UINT64, [0, 1, 33, 63]),
+        ("RIGHT", T.UINT8, [0, 3, 5, 7]),
+    ]:
+        dt = {T.UINT16: np.uint16, T.UINT64: np.uint64, T.UINT8: np.uint8}[elem]
+        save_typed(out, f"bitshift_{direction.lower()}_{T.DataType.Name(elem).lower()}", [
+            N("BitShift", ["A", "k"], ["Y"], direction=direction),
+        ], [("A", elem, [3, 4])], [("Y", elem, [3, 4])],
+            [numpy_helper.from_array(np.array(amounts, dtype=dt), "k")], opset=11)
+    F = TensorProto.FLOAT
+    save_typed(out, "reduce_prod_axes", [
+        N("ReduceProd", ["X", "ax"], ["Y"], keepdims=0),
+    ], [("X", F, [2, 7, 3, 5])], [("Y", F, [2, 3])], [i64("ax", [1, 3])], opset=18)
+    save_typed(out, "reduce_prod_all_keep", [
+        N("ReduceProd", ["X"], ["Y"], keepdims=1),
+    ], [("X", F, [3, 5])], [("Y", F, [1, 1])], [], opset=18)
+    save_typed(out, "reduce_prod_i64", [
+        N("ReduceProd", ["X", "ax"], ["Y"], keepdims=1),
+    ], [("X", T.INT64, [4, 6])], [("Y", T.INT64, [4, 1])], [i64("ax", [1])], opset=18)
+    save_typed(out, "trig_inverse_hyperbolic", [
+        N("Tanh", ["X"], ["t"]),
+        N("Asin", ["t"], ["asin"]), N("Acos", ["t"], ["acos"]), N("Atanh", ["t"], ["atanh"]),
+        N("Atan", ["X"], ["atan"]), N("Sinh", ["X"], ["sinh"]), N("Cosh", ["X"], ["cosh"]),
+        N("Asinh", ["X"], ["asinh"]), N("Tan", ["X"], ["tan"]),
+        N("Abs", ["X"], ["a"]), N("Add", ["a", "one"], ["a1"]), N("Acosh", ["a1"], ["acosh"]),
+    ], [("X", F, [4, 6])], [(o, F, [4, 6]) for o in
+        ["asin", "acos", "atanh", "atan", "sinh", "cosh", "asinh", "tan", "acosh"]],
+        [f32("one", 1.0)], opset=13)
+    B = TensorProto.BOOL
+    save_typed(out, "isnan_isinf", [
+        N("Log", ["X"], ["l"]), N("IsNaN", ["l"], ["nan"]),
+        N("Div", ["X", "zero"], ["d"]), N("IsInf", ["d"], ["inf"]),
+        N("IsInf", ["d"], ["pinf"], detect_negative=0),
+        N("IsInf", ["d"], ["ninf"], detect_positive=0),
+    ], [("X", F, [4, 6])], [(o, B, [4, 6]) for o in ["nan", "inf", "pinf", "ninf"]],
+        [f32("zero", 0.0)], opset=20)
+
+
 def main():
     out = sys.argv[1]
+    einsums(out)
+    bitwise_and_math(out)
     decoder_block(out)
     halves(out)
     doubles(out)
