@@ -615,8 +615,50 @@ def bitwise_and_math(out):
         [f32("zero", 0.0)], opset=20)
 
 
+def f32v(name, arr):
+    return numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name)
+
+
+def resizes(out):
+    # Resize modes done as one weight-matrix product per axis (compiler/src/ops/resize.rs):
+    # cubic (both coefficient sets, exclude_outside), antialias (linear and cubic), and
+    # tf_crop_and_resize with an extrapolation value, on image-like shapes.
+    F = TensorProto.FLOAT
+    cases = [
+        ("cubic_up2_half_pixel", dict(mode="cubic"), [1, 3, 8, 8], [1, 1, 2, 2], None,
+         [1, 3, 16, 16]),
+        ("cubic_pytorch_sizes", dict(mode="cubic", coordinate_transformation_mode=
+                                     "pytorch_half_pixel", cubic_coeff_a=-0.5,
+                                     exclude_outside=1), [2, 2, 9, 7], None, [2, 2, 5, 12],
+         [2, 2, 5, 12]),
+        ("cubic_align_corners_down", dict(mode="cubic", coordinate_transformation_mode=
+                                          "align_corners"), [1, 2, 10, 10], [1, 1, 0.6, 0.6],
+         None, [1, 2, 6, 6]),
+        ("linear_antialias_down", dict(mode="linear", antialias=1), [1, 3, 16, 12],
+         [1, 1, 0.25, 0.5], None, [1, 3, 4, 6]),
+        ("cubic_antialias_sizes", dict(mode="cubic", antialias=1), [1, 1, 13, 17], None,
+         [1, 1, 5, 6], [1, 1, 5, 6]),
+        ("tf_crop_extrapolate", dict(mode="linear", coordinate_transformation_mode=
+                                     "tf_crop_and_resize", extrapolation_value=-3.0),
+         [1, 2, 6, 8], None, [1, 2, 5, 7], [1, 2, 5, 7]),
+    ]
+    for name, attrs, shape, scales, sizes, oshape in cases:
+        inits = [f32v("roi", [0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3]
+                      if "tf_crop" in name else [])]
+        ins = ["X", "roi"]
+        if scales is not None:
+            inits.append(f32v("scales", scales))
+            ins.append("scales")
+        else:
+            inits += [f32v("scales", []), i64("sizes", sizes)]
+            ins += ["scales", "sizes"]
+        save_typed(out, f"resize_{name}", [N("Resize", ins, ["Y"], **attrs)],
+                   [("X", F, shape)], [("Y", F, oshape)], inits, opset=18)
+
+
 def main():
     out = sys.argv[1]
+    resizes(out)
     einsums(out)
     bitwise_and_math(out)
     decoder_block(out)
