@@ -656,8 +656,30 @@ def resizes(out):
                    [("X", F, shape)], [("Y", F, oshape)], inits, opset=18)
 
 
+def maxpool_indices(out):
+    # MaxPool's Indices output (compiler/src/ops/pool.rs: compare-and-select per window
+    # offset): pads, strides, dilations, ceil mode, column-major storage_order, 1-D and 3-D.
+    F, I = TensorProto.FLOAT, TensorProto.INT64
+    cases = [
+        ("2d_pads_strides", [2, 3, 9, 8], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                                strides=[2, 2]), [2, 3, 5, 4]),
+        ("2d_dilated_ceil", [1, 2, 10, 9], dict(kernel_shape=[2, 3], dilations=[2, 1],
+                                                strides=[3, 2], ceil_mode=1), [1, 2, 3, 4]),
+        ("2d_column_major", [1, 2, 6, 7], dict(kernel_shape=[2, 2], strides=[2, 2],
+                                               storage_order=1), [1, 2, 3, 3]),
+        ("1d", [2, 3, 11], dict(kernel_shape=[3], strides=[2], pads=[1, 0]), [2, 3, 5]),
+        ("3d", [1, 2, 5, 6, 4], dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2],
+                                     pads=[0, 1, 0, 1, 1, 1]), [1, 2, 4, 4, 3]),
+    ]
+    for name, shape, attrs, oshape in cases:
+        save_typed(out, f"maxpool_indices_{name}", [
+            N("MaxPool", ["X"], ["Y", "I"], **attrs),
+        ], [("X", F, shape)], [("Y", F, oshape), ("I", I, oshape)], [], opset=12)
+
+
 def main():
     out = sys.argv[1]
+    maxpool_indices(out)
     resizes(out)
     einsums(out)
     bitwise_and_math(out)
