@@ -15,6 +15,43 @@ pub(super) fn register(r: &mut Registry) {
     r.op("LpNormalization", 1, never_inferred)
         .expands(expand_lp_norm)
         .note("decomposed (p = 1 or 2)");
+    r.op("MeanVarianceNormalization", 9, never_inferred)
+        .expands(expand_mvn)
+        .note("decomposed as its ONNX function");
+}
+
+/// MeanVarianceNormalization as ONNX defines it: `(x − E[x]) / (√(E[x²] − E[x]²) + 1e-9)`
+/// over `axes` (default N, H, W).
+fn expand_mvn(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let axes = n.attr_ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+    let opset = g.opset;
+    let (ins, out, mut e) = begin(g, ni, 1)?;
+    let x = ins[0];
+    let dtype = e.g.values[x].dtype;
+    let mean = |e: &mut Expansion<'_>, v: usize| {
+        let keep = a_int("keepdims", 1);
+        if opset >= 18 {
+            let a = e.ints("axes", &axes);
+            e.node("ReduceMean", &[v, a], vec![keep], None)
+        } else {
+            let attr = super::attention::a_ints("axes", &axes);
+            e.node("ReduceMean", &[v], vec![keep, attr], None)
+        }
+    };
+    let two = e.scalar("two", dtype, 2.0);
+    let eps = e.scalar("eps", dtype, 1e-9);
+    let m = mean(&mut e, x);
+    let m2 = e.node("Pow", &[m, two], vec![], None);
+    let x2 = e.node("Pow", &[x, two], vec![], None);
+    let ex2 = mean(&mut e, x2);
+    let var = e.node("Sub", &[ex2, m2], vec![], None);
+    let std = e.node("Sqrt", &[var], vec![], None);
+    let d = e.node("Sub", &[x, m], vec![], None);
+    let se = e.node("Add", &[std, eps], vec![], None);
+    e.node("Div", &[d, se], vec![], Some(out));
+    finish(e, ni);
+    Ok(())
 }
 
 /// Starts the expansion of node `ni`: its inputs (required), its first output, the builder.

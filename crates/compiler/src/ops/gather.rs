@@ -29,6 +29,80 @@ pub(super) fn register(r: &mut Registry) {
     r.op("ScatterND", 11, infer_scatter_nd)
         .note("reductions in f32, i32, i64")
         .device(lower!(lower_scatter_nd));
+    r.op("OneHot", 9, infer_one_hot)
+        .note("depth known at compile time; indices compared with a ramp on DVE")
+        .device(lower!(lower_one_hot));
+    r.op("Compress", 9, infer_compress)
+        .note("condition known at compile time: one copy per run of kept slices")
+        .device(lower!(lower_compress));
+}
+
+/// OneHot's depth (a compile-time scalar) and output axis.
+fn one_hot_params(c: &Ctx) -> Result<(usize, usize)> {
+    let x = c.input(0)?;
+    let depth = match c.const_floats(1, "depth")?.as_deref() {
+        Some([d]) if d.is_finite() && *d >= 1.0 && *d < (1u64 << 40) as f32 => *d as usize,
+        v => return Err(c.bad_attr(format!("depth {v:?}"))),
+    };
+    let axis = c.norm_axis(c.n.attr_i("axis", -1)?, x.shape.len() + 1)?;
+    Ok((depth, axis))
+}
+
+/// OneHot: the indices' shape with `depth` inserted at `axis`, the values' type.
+pub(crate) fn infer_one_hot(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, values) = (c.input(0)?, c.input(2)?);
+    if values.elements() != 2 {
+        return Err(c.mismatch(format!("values of shape {:?} (2 elements)", values.shape)));
+    }
+    if matches!(x.dtype, DType::Bool) {
+        return Err(c.e(ErrorKind::UnsupportedDType, "bool indices"));
+    }
+    let (depth, axis) = one_hot_params(c)?;
+    let mut s = x.shape.clone();
+    s.insert(axis, depth);
+    Ok(vec![out(values.dtype, s)])
+}
+
+/// Compress's kept indices along its axis (`None`: the flattened input).
+fn compress_params(c: &Ctx) -> Result<(Option<usize>, Vec<usize>)> {
+    let x = c.input(0)?;
+    let cond = c
+        .const_ints(1, "condition")?
+        .ok_or_else(|| c.bad_attr("missing condition"))?;
+    let axis = if c.n.has_attr("axis") {
+        Some(c.norm_axis(c.n.attr_i("axis", 0)?, x.shape.len())?)
+    } else {
+        None
+    };
+    let len = axis.map_or(x.elements(), |a| x.shape[a]);
+    if cond.len() > len {
+        return Err(c.mismatch(format!(
+            "condition of {} elements for an axis of {len}",
+            cond.len()
+        )));
+    }
+    let kept = cond
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b != 0)
+        .map(|(i, _)| i)
+        .collect();
+    Ok((axis, kept))
+}
+
+/// Compress: the kept slices along the axis (or elements of the flattened input).
+pub(crate) fn infer_compress(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let (axis, kept) = compress_params(c)?;
+    let s = match axis {
+        Some(a) => {
+            let mut s = x.shape.clone();
+            s[a] = kept.len();
+            s
+        }
+        None => vec![kept.len()],
+    };
+    Ok(vec![out(x.dtype, s)])
 }
 
 /// Checks that `i` is an index tensor (i32 or i64).
@@ -258,6 +332,118 @@ pub(crate) fn infer_gather(c: &Ctx) -> Result<Vec<Out>> {
 }
 
 impl<'a> Lowerer<'a> {
+    /// OneHot: the indices (as i64, negative ones + depth) broadcast along the new axis
+    /// are compared with a constant ramp `0..depth`; the values' on / off element is
+    /// selected on DVE. Indices outside `[-depth, depth)` match nothing.
+    pub(crate) fn lower_one_hot(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let (depth, axis) = one_hot_params(&c)?;
+        let y = self.alloc(o0);
+        let total: usize = oshape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let x = self.input_view(n, 0)?;
+        let ishape = x.shape.clone();
+        let idx = self.converted(x, DType::I64)?;
+        let ie: usize = ishape.iter().product();
+        let tmp = |l: &mut Self, d: DType, sh: &[usize]| {
+            View::dense(l.temp(sh.iter().product::<usize>() * d.size()), d, sh)
+        };
+        let neg = tmp(self, DType::Bool, &ishape);
+        let zc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![0]));
+        let dc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![depth as i64]));
+        let ones = vec![1usize; ishape.len()];
+        let zero = View::dense(zc, DType::I64, &ones).broadcast(&ishape);
+        let dv = View::dense(dc, DType::I64, &ones).broadcast(&ishape);
+        let norm = tmp(self, DType::I64, &ishape);
+        if ie > 0 {
+            self.binary(&idx, &zero, &neg, BinaryOp::Less)?;
+            self.binary(&idx, &dv, &norm, BinaryOp::Add)?;
+            self.select(&neg, &norm, &idx, &norm)?;
+        }
+        // The indices along every output axis but `axis` (stride 0 there).
+        let mut strides = norm.strides.clone();
+        strides.insert(axis, 0);
+        let nv = View {
+            addr: norm.addr,
+            dtype: DType::I64,
+            shape: oshape.to_vec(),
+            strides,
+        };
+        let ramp = self.add_const(&HostTensor::ints(
+            DType::I64,
+            vec![depth],
+            (0..depth as i64).collect(),
+        ));
+        let mut rs = vec![1usize; oshape.len()];
+        rs[axis] = depth;
+        let rv = View::dense(ramp, DType::I64, &rs).broadcast(oshape);
+        let eq = tmp(self, DType::Bool, oshape);
+        self.binary(&nv, &rv, &eq, BinaryOp::Equal)?;
+        let vals = self.input_view(n, 2)?;
+        let vals = vals
+            .reshape(&[2])
+            .ok_or_else(|| c.mismatch("values are not two contiguous elements"))?;
+        let off = vals.slice(0, 0, 1, 1);
+        let on = vals.slice(0, 1, 1, 1);
+        let one = vec![1usize; oshape.len()];
+        let off = View {
+            shape: one.clone(),
+            strides: vec![0; one.len()],
+            ..off
+        }
+        .broadcast(oshape);
+        let on = View {
+            shape: one.clone(),
+            strides: vec![0; one.len()],
+            ..on
+        }
+        .broadcast(oshape);
+        self.select(&eq, &on, &off, &y)
+    }
+
+    /// Compress with a compile-time condition: one copy per run of consecutive kept
+    /// slices (elements of the flattened input without an axis).
+    pub(crate) fn lower_compress(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (axis, kept) = compress_params(&c)?;
+        let y = self.alloc(o0);
+        if y.shape.contains(&0) {
+            return Ok(());
+        }
+        let x = self.input_view(n, 0)?;
+        let (x, a) = match axis {
+            Some(a) => (x, a),
+            None => {
+                let flat = x.shape.iter().product::<usize>();
+                let x = match x.reshape(&[flat]) {
+                    Some(v) => v,
+                    None => {
+                        let t = View::dense(self.temp(flat * x.dtype.size()), x.dtype, &x.shape);
+                        self.copy(Engine::Pool, &x, &t)?;
+                        View::dense(t.addr, t.dtype, &[flat])
+                    }
+                };
+                (x, 0)
+            }
+        };
+        let mut k = 0;
+        while k < kept.len() {
+            let mut e = k + 1;
+            while e < kept.len() && kept[e] == kept[e - 1] + 1 {
+                e += 1;
+            }
+            let src = x.slice(a, kept[k] as i64, e - k, 1);
+            let dst = y.slice(a, k as i64, e - k, 1);
+            self.copy(Engine::Pool, &src, &dst)?;
+            k = e;
+        }
+        Ok(())
+    }
+
     /// Gather: one instruction on POOL.
     pub(crate) fn lower_gather(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;

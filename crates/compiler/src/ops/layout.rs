@@ -42,6 +42,40 @@ pub(super) fn register(r: &mut Registry) {
         .note("constant, reflect, edge, wrap")
         .device(lower!(lower_pad));
     r.op("Trilu", 14, infer_trilu).device(lower!(lower_trilu));
+    r.op("CenterCropPad", 18, infer_center_crop_pad)
+        .fold(Fold::Never)
+        .note("shape known at compile time: zero fill and one copy")
+        .device(lower!(lower_center_crop_pad));
+}
+
+/// CenterCropPad's target size per dimension (the input's where `axes` leaves it).
+fn center_crop_pad_sizes(c: &Ctx) -> Result<Vec<usize>> {
+    let x = c.input(0)?;
+    let r = x.shape.len();
+    let shape = c
+        .const_ints(1, "shape")?
+        .ok_or_else(|| c.bad_attr("missing shape"))?;
+    let axes: Vec<usize> = match c.n.attr_ints("axes")? {
+        Some(a) => a
+            .iter()
+            .map(|&a| c.norm_axis(a, r))
+            .collect::<Result<_>>()?,
+        None => (0..r).collect(),
+    };
+    if shape.len() != axes.len() {
+        return Err(c.bad_attr(format!("shape {shape:?} for {} axes", axes.len())));
+    }
+    let mut out = x.shape.clone();
+    for (&a, &s) in axes.iter().zip(&shape) {
+        out[a] = usize::try_from(s).map_err(|_| c.bad_attr(format!("shape {shape:?}")))?;
+    }
+    Ok(out)
+}
+
+/// CenterCropPad: the input's type, the target shape.
+pub(crate) fn infer_center_crop_pad(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    Ok(vec![out(x.dtype, center_crop_pad_sizes(c)?)])
 }
 
 /// Dropout (inference): the data passes, the mask is constant.
@@ -460,6 +494,38 @@ impl<'a> Lowerer<'a> {
         let dst = View::dense(y.addr, y.dtype, &src.shape);
         self.copy(Engine::Pool, &src, &dst)?;
         Ok(())
+    }
+
+    /// CenterCropPad: per dimension the centred overlap of input and output (a crop starts
+    /// `⌊(in − out)/2⌋` into the input, a pad `⌊(out − in)/2⌋` into the output), one copy,
+    /// the rest zero.
+    pub(crate) fn lower_center_crop_pad(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let os = center_crop_pad_sizes(&c)?;
+        let (x, y) = self.unary_io(n, o0)?;
+        if os.contains(&0) {
+            return Ok(());
+        }
+        let (mut src, mut dst, mut padded) = (x, y.clone(), false);
+        for (d, (&i, &o)) in xv.shape.iter().zip(&os).enumerate() {
+            let len = i.min(o);
+            let (si, so) = if i >= o {
+                ((i - o) / 2, 0)
+            } else {
+                (0, (o - i) / 2)
+            };
+            padded |= o > i;
+            src = src.slice(d, si as i64, len, 1);
+            dst = dst.slice(d, so as i64, len, 1);
+        }
+        if padded {
+            self.fill(Engine::Pool, &y, 0.0)?;
+        }
+        if src.shape.contains(&0) {
+            return Ok(());
+        }
+        self.copy(Engine::Pool, &src, &dst)
     }
 
     pub(crate) fn lower_pad(&mut self, at: At<'a>) -> Result<()> {

@@ -49,8 +49,8 @@ pub(super) fn register(r: &mut Registry) {
         .note("a log-step scan of DVE products")
         .device(lower!(lower_cumprod));
     r.op("CumSum", 11, infer_cumsum)
-        .dtypes(Dtypes::Float)
-        .note("axis length at most 4096")
+        .dtypes(Dtypes::Reduce)
+        .note("f32: axis length at most 4096 (a triangular product on PE); i32/i64: a scan of DVE adds")
         .device(lower!(lower_cumsum));
 }
 
@@ -163,6 +163,9 @@ pub(crate) fn infer_hardmax(c: &Ctx) -> Result<Vec<Out>> {
 /// CumSum along a constant axis of at most `CUMSUM_MAX_LEN`.
 pub(crate) fn infer_cumsum(c: &Ctx) -> Result<Vec<Out>> {
     let x = c.input(0)?;
+    if matches!(x.dtype, DType::I32 | DType::I64) {
+        return infer_cumprod(c);
+    }
     require_float(c, x)?;
     let axis = c
         .const_ints(1, "axis")?
@@ -241,6 +244,12 @@ impl<'a> Lowerer<'a> {
     /// walked backwards for `reverse`, and `exclusive` shifts the result by one with a 1
     /// in front.
     pub(crate) fn lower_cumprod(&mut self, at: At<'a>) -> Result<()> {
+        self.lower_scan(at, BinaryOp::Mul, 1.0)
+    }
+
+    /// The scan of [`Self::lower_cumprod`] with `op` and its identity `unit` (integer
+    /// CumSum: `Add`, 0).
+    pub(crate) fn lower_scan(&mut self, at: At<'a>, op: BinaryOp, unit: f64) -> Result<()> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
         let axis = c.const_ints(1, "axis")?.map_or(0, |a| a[0]);
@@ -276,7 +285,7 @@ impl<'a> Lowerer<'a> {
                 &a.slice(axis, d as i64, m, 1),
                 &a.slice(axis, 0, m, 1),
                 &b.slice(axis, d as i64, m, 1),
-                BinaryOp::Mul,
+                op,
             )?;
             std::mem::swap(&mut a, &mut b);
             d *= 2;
@@ -285,7 +294,7 @@ impl<'a> Lowerer<'a> {
         if !exclusive {
             return self.copy(Engine::Dve, &a, &yf);
         }
-        self.fill(Engine::Dve, &yf.slice(axis, 0, 1, 1), 1.0)?;
+        self.fill(Engine::Dve, &yf.slice(axis, 0, 1, 1), unit)?;
         if len > 1 {
             self.copy(
                 Engine::Dve,
@@ -302,6 +311,9 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_cumsum(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
+        if xv.dtype != DType::F32 {
+            return self.lower_scan(at, BinaryOp::Add, 0.0);
+        }
         let axis = c.const_ints(1, "axis")?.map_or(0, |a| a[0]);
         let axis = c.norm_axis(axis, xv.shape.len())?;
         let exclusive = n.attr_i("exclusive", 0)? != 0;

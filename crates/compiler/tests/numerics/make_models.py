@@ -677,8 +677,45 @@ def maxpool_indices(out):
         ], [("X", F, shape)], [("Y", F, oshape), ("I", I, oshape)], [], opset=12)
 
 
+def small_ops(out):
+    # OneHot (run-time indices and values), Compress (a constant condition), CenterCropPad,
+    # integer CumSum (a scan of DVE adds), MeanVarianceNormalization, EyeLike, the windows.
+    F, I, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
+    save_typed(out, "onehot_axis1", [
+        N("Sub", ["idx", "one"], ["i"]), N("OneHot", ["i", "depth", "vals"], ["Y"], axis=1),
+    ], [("idx", I, [3, 4]), ("vals", F, [2])], [("Y", F, [3, 5, 4])],
+        [i64("one", 1), f32v("depth", [5.0])], opset=11)
+    save_typed(out, "compress_axis0", [
+        N("Compress", ["X", "cond"], ["Y"], axis=0),
+    ], [("X", F, [6, 4])], [("Y", F, [3, 4])],
+        [numpy_helper.from_array(np.array([1, 0, 1, 1, 0], dtype=bool), "cond")], opset=11)
+    save_typed(out, "compress_flat", [
+        N("Compress", ["X", "cond"], ["Y"]),
+    ], [("X", F, [2, 3])], [("Y", F, [3])],
+        [numpy_helper.from_array(np.array([0, 1, 1, 0, 1], dtype=bool), "cond")], opset=11)
+    save_typed(out, "center_crop_pad_mixed", [
+        N("CenterCropPad", ["X", "shape"], ["Y"], axes=[1, 2]),
+    ], [("X", F, [2, 7, 4, 3])], [("Y", F, [2, 4, 9, 3])], [i64("shape", [4, 9])],
+        opset=18)
+    save_typed(out, "cumsum_i32_reverse_exclusive", [
+        N("CumSum", ["X", "axis"], ["Y"], reverse=1, exclusive=1),
+    ], [("X", I32, [3, 7])], [("Y", I32, [3, 7])], [i64("axis", 1)], opset=14)
+    save_typed(out, "mvn_default", [N("MeanVarianceNormalization", ["X"], ["Y"])],
+               [("X", F, [2, 3, 4, 5])], [("Y", F, [2, 3, 4, 5])], [], opset=13)
+    save_typed(out, "eyelike_k_neg", [
+        N("EyeLike", ["X"], ["e"], k=-1), N("Add", ["e", "X"], ["Y"]),
+    ], [("X", F, [4, 6])], [("Y", F, [4, 6])], [], opset=13)
+    save_typed(out, "windows", [
+        N("HannWindow", ["n"], ["h"]), N("HammingWindow", ["n"], ["m"], periodic=0),
+        N("BlackmanWindow", ["n"], ["b"]), N("Mul", ["X", "h"], ["Y1"]),
+        N("Mul", ["X", "m"], ["Y2"]), N("Mul", ["X", "b"], ["Y3"]),
+    ], [("X", F, [2, 10])], [("Y1", F, [2, 10]), ("Y2", F, [2, 10]), ("Y3", F, [2, 10])],
+        [i64("n", 10)], opset=17)
+
+
 def main():
     out = sys.argv[1]
+    small_ops(out)
     maxpool_indices(out)
     resizes(out)
     einsums(out)
