@@ -32,6 +32,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod spectral;
 mod unary;
 
 use crate::error::{ErrorKind, Result};
@@ -204,6 +205,7 @@ pub(crate) fn registry() -> &'static Registry {
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);
+        spectral::register(&mut r);
         unary::register(&mut r);
         r
     })

@@ -713,8 +713,39 @@ def small_ops(out):
         [i64("n", 10)], opset=17)
 
 
+def spectral(out):
+    # DFT / STFT as MatMuls with cos/sin matrices (compiler/src/ops/spectral.rs): real and
+    # complex input, an axis with dimensions after it, zero-padding and truncation by
+    # dft_length, onesided, inverse; STFT with a Hann window over a complex signal.
+    F = TensorProto.FLOAT
+    cases = [
+        ("real_pad_onesided", [2, 7, 3, 1], 1, 12, dict(onesided=1), [2, 7, 3, 2]),
+        ("complex_truncate", [2, 9, 4, 2], 1, 6, {}, [2, 6, 4, 2]),
+        ("complex_inverse_axis2", [2, 3, 8, 2], 2, None, dict(inverse=1), [2, 3, 8, 2]),
+        ("real_axis0", [5, 3, 1], 0, None, {}, [5, 3, 2]),
+    ]
+    for name, shape, axis, length, attrs, oshape in cases:
+        inits = [i64("axis", axis)]
+        ins = ["X", "", "axis"]
+        if length is not None:
+            inits.append(i64("len", length))
+            ins[1] = "len"
+        save_typed(out, f"dft_{name}", [N("DFT", ins, ["Y"], **attrs)],
+                   [("X", F, shape)], [("Y", F, oshape)], inits, opset=20)
+    win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(16) / 16)
+    save_typed(out, "stft_complex_window", [
+        N("STFT", ["X", "step", "win"], ["Y"], onesided=0),
+    ], [("X", F, [2, 70, 2])], [("Y", F, [2, 10, 16, 2])], [i64("step", 6), f32v("win", win)],
+        opset=17)
+    save_typed(out, "stft_real_length", [
+        N("STFT", ["X", "step", "", "flen"], ["Y"]),
+    ], [("X", F, [1, 64, 1])], [("Y", F, [1, 7, 9, 2])], [i64("step", 8), i64("flen", 16)],
+        opset=17)
+
+
 def main():
     out = sys.argv[1]
+    spectral(out)
     small_ops(out)
     maxpool_indices(out)
     resizes(out)
