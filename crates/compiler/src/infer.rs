@@ -37,7 +37,9 @@ pub fn infer(g: &mut Graph) -> Result<()> {
                 format!("operator '{}' is not supported", c.n.op),
             ));
         };
-        if let Some(expand) = def.expand {
+        if let Some(expand) = def.expand
+            && def.expand_when.is_none_or(|w| w(&g.nodes[ni]))
+        {
             expand(g, ni)?;
             continue; // infer the decomposition, from its first node
         }

@@ -91,6 +91,8 @@ pub(crate) struct OpDef {
     /// Decomposed into other operators before inference (then `infer` and `lower` are
     /// never reached).
     pub expand: Option<ExpandFn>,
+    /// Decomposed only when this holds of the node (`None`: always).
+    pub expand_when: Option<fn(&crate::graph::Node) -> bool>,
     /// Limits worth listing in the report.
     pub notes: &'static str,
 }
@@ -123,6 +125,17 @@ impl OpDef {
     pub fn expands(&mut self, f: ExpandFn) -> &mut Self {
         self.expand = Some(f);
         self
+    }
+
+    /// Makes it decompose into other operators when `when` holds of the node (a mode the
+    /// kernel does not compute), and lower on its own otherwise.
+    pub fn expands_when(
+        &mut self,
+        when: fn(&crate::graph::Node) -> bool,
+        f: ExpandFn,
+    ) -> &mut Self {
+        self.expand_when = Some(when);
+        self.expands(f)
     }
 
     /// Sets the notes of the report.
@@ -175,6 +188,7 @@ impl Registry {
             dtypes: Dtypes::Any,
             lower: None,
             expand: None,
+            expand_when: None,
             notes: "",
         })
     }
@@ -259,7 +273,7 @@ pub fn supported_report() -> Vec<OpInfo> {
             name: d.name,
             since: d.since,
             runs: match (d.lower.is_some(), d.fold) {
-                _ if d.expand.is_some() => "device (decomposed)",
+                _ if d.expand.is_some() && d.expand_when.is_none() => "device (decomposed)",
                 (_, Fold::Only) => "compile time only",
                 (false, _) => "compile time",
                 (true, _) => "device",

@@ -743,8 +743,21 @@ def spectral(out):
         opset=17)
 
 
+def batch_norm_training(out):
+    # BatchNormalization with training_mode = 1 (decomposed in compiler/src/ops/norm.rs):
+    # batch statistics and the running mean / variance outputs.
+    F = TensorProto.FLOAT
+    save_typed(out, "batchnorm_training", [
+        N("BatchNormalization", ["X", "s", "b", "mean", "var"], ["Y", "rm", "rv"],
+          training_mode=1, momentum=0.8, epsilon=1e-3),
+    ], [("X", F, [3, 4, 5, 2])], [("Y", F, [3, 4, 5, 2]), ("rm", F, [4]), ("rv", F, [4])],
+        [f32v("s", [1, 2, .5, -1]), f32v("b", [0, 1, -1, .3]), f32v("mean", [.1, .2, .3, .4]),
+         f32v("var", [1, 2, 3, .5])], opset=15)
+
+
 def main():
     out = sys.argv[1]
+    batch_norm_training(out)
     spectral(out)
     small_ops(out)
     maxpool_indices(out)
