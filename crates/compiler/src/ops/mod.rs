@@ -23,6 +23,7 @@ mod conv;
 mod einsum;
 mod elementwise;
 mod gather;
+mod grid;
 mod layout;
 mod loss;
 mod matmul;
@@ -210,6 +211,7 @@ pub(crate) fn registry() -> &'static Registry {
         einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        grid::register(&mut r);
         layout::register(&mut r);
         loss::register(&mut r);
         matmul::register(&mut r);

@@ -755,8 +755,29 @@ def batch_norm_training(out):
          f32v("var", [1, 2, 3, .5])], opset=15)
 
 
+def grid_samples(out):
+    # GridSample (compiler/src/ops/grid.rs) with run-time grids from ort_oracle.py (standard
+    # normal: many coordinates fall outside [-1, 1], so every padding mode matters): each
+    # mode and padding, both align_corners, and a volumetric case.
+    F = TensorProto.FLOAT
+    for mode in ["nearest", "linear", "cubic"]:
+        for padding in ["zeros", "border", "reflection"]:
+            for align in [0, 1]:
+                save_typed(out, f"gridsample_{mode}_{padding}_a{align}", [
+                    N("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=padding,
+                      align_corners=align),
+                ], [("X", F, [2, 3, 5, 7]), ("G", F, [2, 4, 6, 2])], [("Y", F, [2, 3, 4, 6])],
+                    [], opset=20)
+    for mode in ["nearest", "linear"]:
+        save_typed(out, f"gridsample_3d_{mode}_reflection", [
+            N("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode="reflection"),
+        ], [("X", F, [1, 2, 4, 5, 3]), ("G", F, [1, 3, 2, 4, 3])], [("Y", F, [1, 2, 3, 2, 4])],
+            [], opset=20)
+
+
 def main():
     out = sys.argv[1]
+    grid_samples(out)
     batch_norm_training(out)
     spectral(out)
     small_ops(out)
