@@ -42,6 +42,10 @@ pub(super) fn register(r: &mut Registry) {
         .note("constant, reflect, edge, wrap")
         .device(lower!(lower_pad));
     r.op("Trilu", 14, infer_trilu).device(lower!(lower_trilu));
+    r.op("ReverseSequence", 10, infer_reverse_sequence)
+        .fold(Fold::Never)
+        .note("sequence_lens known at compile time: a reversed-view copy per batch entry")
+        .device(lower!(lower_reverse_sequence));
     r.op("CenterCropPad", 18, infer_center_crop_pad)
         .fold(Fold::Never)
         .note("shape known at compile time: zero fill and one copy")
@@ -70,6 +74,42 @@ fn center_crop_pad_sizes(c: &Ctx) -> Result<Vec<usize>> {
         out[a] = usize::try_from(s).map_err(|_| c.bad_attr(format!("shape {shape:?}")))?;
     }
     Ok(out)
+}
+
+/// ReverseSequence's batch axis, time axis and lengths.
+fn reverse_sequence_params(c: &Ctx) -> Result<(usize, usize, Vec<usize>)> {
+    let x = c.input(0)?;
+    if x.shape.len() < 2 {
+        return Err(c.mismatch("input of rank < 2"));
+    }
+    let ba = c.norm_axis(c.n.attr_i("batch_axis", 1)?, x.shape.len())?;
+    let ta = c.norm_axis(c.n.attr_i("time_axis", 0)?, x.shape.len())?;
+    if ba == ta || ba > 1 || ta > 1 {
+        return Err(c.bad_attr(format!("batch_axis {ba} and time_axis {ta} (0 and 1)")));
+    }
+    let lens = c
+        .const_ints(1, "sequence_lens")?
+        .ok_or_else(|| c.bad_attr("missing sequence_lens"))?;
+    if lens.len() != x.shape[ba] {
+        return Err(c.mismatch(format!(
+            "{} sequence_lens for a batch of {}",
+            lens.len(),
+            x.shape[ba]
+        )));
+    }
+    let lens = lens
+        .iter()
+        .map(|&l| usize::try_from(l).ok().filter(|&l| l <= x.shape[ta]))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| c.bad_attr(format!("sequence_lens {lens:?} for {} steps", x.shape[ta])))?;
+    Ok((ba, ta, lens))
+}
+
+/// ReverseSequence: the input's shape and type.
+pub(crate) fn infer_reverse_sequence(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    reverse_sequence_params(c)?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
 }
 
 /// CenterCropPad: the input's type, the target shape.
@@ -493,6 +533,29 @@ impl<'a> Lowerer<'a> {
         let src = View::dense(x.addr, x.dtype, &split).permute(&perm);
         let dst = View::dense(y.addr, y.dtype, &src.shape);
         self.copy(Engine::Pool, &src, &dst)?;
+        Ok(())
+    }
+
+    /// ReverseSequence: a copy, then per batch entry its first `len` steps again through a
+    /// reversed view.
+    pub(crate) fn lower_reverse_sequence(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (ba, ta, lens) = reverse_sequence_params(&c)?;
+        let (x, y) = self.unary_io(n, o0)?;
+        if y.shape.contains(&0) {
+            return Ok(());
+        }
+        self.copy(Engine::Pool, &x, &y)?;
+        for (b, &len) in lens.iter().enumerate() {
+            if len < 2 {
+                continue;
+            }
+            let src = x
+                .slice(ba, b as i64, 1, 1)
+                .slice(ta, len as i64 - 1, len, -1);
+            let dst = y.slice(ba, b as i64, 1, 1).slice(ta, 0, len, 1);
+            self.copy(Engine::Pool, &src, &dst)?;
+        }
         Ok(())
     }
 

@@ -775,8 +775,34 @@ def grid_samples(out):
             [], opset=20)
 
 
+def image_ops(out):
+    # Col2Im (strided adds per block offset), AffineGrid (constant base grid times theta^T),
+    # ReverseSequence (reversed views), and AffineGrid feeding GridSample as a spatial
+    # transformer does.
+    F = TensorProto.FLOAT
+    save_typed(out, "col2im_strided_dilated_padded", [
+        N("Col2Im", ["X", "img", "blk"], ["Y"], strides=[2, 1], dilations=[1, 2],
+          pads=[1, 0, 1, 2]),
+    ], [("X", F, [2, 12, 15])], [("Y", F, [2, 2, 8, 5])],
+        [i64("img", [8, 5]), i64("blk", [2, 3])], opset=18)
+    for align in [0, 1]:
+        save_typed(out, f"affine_grid_sample_a{align}", [
+            N("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+            N("GridSample", ["X", "grid"], ["Y"], align_corners=align),
+        ], [("theta", F, [2, 2, 3]), ("X", F, [2, 3, 6, 7])], [("Y", F, [2, 3, 5, 4])],
+            [i64("size", [2, 3, 5, 4])], opset=20)
+    save_typed(out, "affine_grid_3d", [
+        N("AffineGrid", ["theta", "size"], ["Y"]),
+    ], [("theta", F, [2, 3, 4])], [("Y", F, [2, 3, 4, 5, 3])], [i64("size", [2, 1, 3, 4, 5])],
+        opset=20)
+    save_typed(out, "reverse_sequence_batch0", [
+        N("ReverseSequence", ["X", "lens"], ["Y"], batch_axis=0, time_axis=1),
+    ], [("X", F, [4, 6, 3])], [("Y", F, [4, 6, 3])], [i64("lens", [6, 1, 3, 0])], opset=10)
+
+
 def main():
     out = sys.argv[1]
+    image_ops(out)
     grid_samples(out)
     batch_norm_training(out)
     spectral(out)
