@@ -25,6 +25,7 @@ mod elementwise;
 mod gather;
 mod grid;
 mod layout;
+mod linear_attention;
 mod loss;
 mod matmul;
 mod norm;
@@ -213,6 +214,7 @@ pub(crate) fn registry() -> &'static Registry {
         gather::register(&mut r);
         grid::register(&mut r);
         layout::register(&mut r);
+        linear_attention::register(&mut r);
         loss::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
