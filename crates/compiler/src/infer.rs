@@ -30,6 +30,11 @@ pub fn infer(g: &mut Graph) -> Result<()> {
             crate::graph::inline_if(g, ni)?;
             continue;
         }
+        // A Scan becomes its body's nodes once per step (its sequence length is known).
+        if g.nodes[ni].op == "Scan" {
+            crate::graph::inline_scan(g, ni)?;
+            continue;
+        }
         let Some(def) = ops::get(&g.nodes[ni].op) else {
             let c = Ctx { g, n: &g.nodes[ni] };
             return Err(c.e(

@@ -800,8 +800,34 @@ def image_ops(out):
     ], [("X", F, [4, 6, 3])], [("Y", F, [4, 6, 3])], [i64("lens", [6, 1, 3, 0])], opset=10)
 
 
+def scans(out):
+    # Scan unrolled over its sequence (compiler/src/graph.rs inline_scan): a state carried
+    # across steps, two scan inputs (one reversed, one on axis 1), a body reading an outer
+    # value, scan outputs stacked on axis 0 and (reversed) on axis 1.
+    F = TensorProto.FLOAT
+    body = helper.make_graph(
+        [N("Add", ["s", "a"], ["s1"]), N("Mul", ["s1", "w"], ["s2"]),
+         N("Tanh", ["s2"], ["s_out"]), N("Mul", ["b", "s_out"], ["y1"]),
+         N("Add", ["s_out", "a"], ["y2"])],
+        "body",
+        [helper.make_tensor_value_info("s", F, [3]), helper.make_tensor_value_info("a", F, [3]),
+         helper.make_tensor_value_info("b", F, [3])],
+        [helper.make_tensor_value_info("s_out", F, [3]),
+         helper.make_tensor_value_info("y1", F, [3]),
+         helper.make_tensor_value_info("y2", F, [3])],
+    )
+    save_typed(out, "scan_state_directions_outer", [
+        N("Mul", ["W0", "two"], ["w"]),
+        N("Scan", ["S0", "A", "B"], ["S", "Y1", "Y2"], body=body, num_scan_inputs=2,
+          scan_input_directions=[1, 0], scan_input_axes=[0, 1], scan_output_axes=[0, 1],
+          scan_output_directions=[0, 1]),
+    ], [("S0", F, [3]), ("A", F, [5, 3]), ("B", F, [3, 5]), ("W0", F, [3])],
+        [("S", F, [3]), ("Y1", F, [5, 3]), ("Y2", F, [3, 5])], [f32("two", 2.0)], opset=16)
+
+
 def main():
     out = sys.argv[1]
+    scans(out)
     image_ops(out)
     grid_samples(out)
     batch_norm_training(out)
