@@ -21,6 +21,9 @@ pub(super) fn register(r: &mut Registry) {
     r.op("CausalConvWithState", 27, never_inferred)
         .expands(expand_causal_conv)
         .note("decomposed: Concat with the state, depthwise Conv, SiLU, Slice");
+    r.op("Upsample", 7, never_inferred)
+        .expands(expand_upsample)
+        .note("decomposed into Resize (asymmetric, floor for nearest)");
     r.op("AffineGrid", 20, never_inferred)
         .expands(expand_affine_grid)
         .note("size known at compile time: a constant base grid times θᵀ (MatMul)");
@@ -103,6 +106,46 @@ fn expand_causal_conv(g: &mut Graph, ni: usize) -> Result<()> {
         let ends = e.ints("ends", &[total]);
         let axes = e.ints("axes", &[2]);
         e.node("Slice", &[padded, starts, ends, axes], vec![], Some(st));
+    }
+    finish(e, ni);
+    Ok(())
+}
+
+/// Upsample (deprecated) as the Resize of its opset-10 form, which it equals: scales (the
+/// input from opset 9, the attribute before), `asymmetric` coordinates, floor rounding.
+fn expand_upsample(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let mode = n.attr_s("mode", "nearest")?;
+    if !matches!(mode.as_str(), "nearest" | "linear" | "bilinear") {
+        return Err(n.error(ErrorKind::BadAttribute, format!("mode '{mode}'")));
+    }
+    let scales_attr = n.attr_floats("scales")?;
+    let opset = g.opset;
+    let (ins, out, mut e) = begin(g, ni, 1)?;
+    let scales = match (n.inputs.get(1).copied().flatten(), scales_attr) {
+        (Some(s), _) => s,
+        (None, Some(v)) => e.konst("scales", crate::tensor::HostTensor::f32(vec![v.len()], v)),
+        (None, None) => return Err(n.error(ErrorKind::BadAttribute, "no scales")),
+    };
+    let m = super::attention::a_s(
+        "mode",
+        if mode == "nearest" {
+            "nearest"
+        } else {
+            "linear"
+        },
+    );
+    if opset >= 11 {
+        // The same Resize spelled for opset 11+.
+        let roi = e.konst("roi", crate::tensor::HostTensor::f32(vec![0], vec![]));
+        let attrs = vec![
+            m,
+            super::attention::a_s("coordinate_transformation_mode", "asymmetric"),
+            super::attention::a_s("nearest_mode", "floor"),
+        ];
+        e.node("Resize", &[ins[0], roi, scales], attrs, Some(out));
+    } else {
+        e.node("Resize", &[ins[0], scales], vec![m], Some(out));
     }
     finish(e, ni);
     Ok(())

@@ -32,6 +32,12 @@ pub(super) fn register(r: &mut Registry) {
     r.op("OneHot", 9, infer_one_hot)
         .note("depth known at compile time; indices compared with a ramp on DVE")
         .device(lower!(lower_one_hot));
+    r.op("TensorScatter", 24, infer_tensor_scatter)
+        .note("run-time write indices: positions computed on DVE, one ScatterElements")
+        .device(lower!(lower_tensor_scatter));
+    r.op("MaxUnpool", 9, infer_max_unpool)
+        .note("run-time indices: a zero fill and one ScatterElements; a larger output_shape holds the unpooled values in its leading corner, as onnx's reference (ONNX Runtime indexes the larger plane)")
+        .device(lower!(lower_max_unpool));
     r.op("Compress", 9, infer_compress)
         .note("condition known at compile time: one copy per run of kept slices")
         .device(lower!(lower_compress));
@@ -61,6 +67,107 @@ pub(crate) fn infer_one_hot(c: &Ctx) -> Result<Vec<Out>> {
     let mut s = x.shape.clone();
     s.insert(axis, depth);
     Ok(vec![out(values.dtype, s)])
+}
+
+/// TensorScatter's axis and circular mode.
+fn tensor_scatter_params(c: &Ctx) -> Result<(usize, bool)> {
+    let (x, u) = (c.input(0)?, c.input(1)?);
+    let r = x.shape.len();
+    if r < 2 || u.shape.len() != r || u.dtype != x.dtype {
+        return Err(c.mismatch(format!(
+            "past_cache {:?} ({}) and update {:?} ({})",
+            x.shape, x.dtype, u.shape, u.dtype
+        )));
+    }
+    let axis = c.norm_axis(c.n.attr_i("axis", -2)?, r)?;
+    if axis == 0 {
+        return Err(c.bad_attr("axis 0 (the batch axis)"));
+    }
+    for d in 0..r {
+        if (d == axis && u.shape[d] > x.shape[d]) || (d != axis && u.shape[d] != x.shape[d]) {
+            return Err(c.mismatch(format!(
+                "update {:?} does not fit past_cache {:?} along axis {axis}",
+                u.shape, x.shape
+            )));
+        }
+    }
+    if let Some(w) = c.opt(2) {
+        index_type(c, w)?;
+        if w.shape != [x.shape[0]] {
+            return Err(c.mismatch(format!("write_indices of shape {:?}", w.shape)));
+        }
+    }
+    let circular = match c.n.attr_s("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => return Err(c.bad_attr(format!("mode '{m}'"))),
+    };
+    Ok((axis, circular))
+}
+
+/// TensorScatter: the cache's shape and type.
+pub(crate) fn infer_tensor_scatter(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    tensor_scatter_params(c)?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// MaxUnpool's unpooled shape `(in − 1)·stride + kernel − pads` (where the indices point)
+/// and its output shape (`output_shape`, at least as large: the unpooled values sit in its
+/// leading corner).
+fn max_unpool_shapes(c: &Ctx) -> Result<(Vec<usize>, Vec<usize>)> {
+    let (x, i) = (c.input(0)?, c.input(1)?);
+    if i.shape != x.shape || x.shape.len() < 3 {
+        return Err(c.mismatch(format!("X {:?} and I {:?}", x.shape, i.shape)));
+    }
+    index_type(c, i)?;
+    let k = x.shape.len() - 2;
+    let n = c.n;
+    let ks = n
+        .attr_ints("kernel_shape")?
+        .ok_or_else(|| c.bad_attr("missing kernel_shape"))?;
+    let strides = n.attr_ints("strides")?.unwrap_or_else(|| vec![1; k]);
+    let pads = n.attr_ints("pads")?.unwrap_or_else(|| vec![0; 2 * k]);
+    if ks.len() != k || strides.len() != k || pads.len() != 2 * k {
+        return Err(c.bad_attr("kernel_shape, strides, pads lengths"));
+    }
+    let mut inferred = x.shape[..2].to_vec();
+    for d in 0..k {
+        let lim = crate::params::MAX_WINDOW_ATTR;
+        let ok = |v: i64| (0..=lim).contains(&v);
+        if !ok(ks[d]) || !ok(strides[d]) || !ok(pads[d]) || !ok(pads[k + d]) {
+            return Err(c.bad_attr(format!("kernel {ks:?}, strides {strides:?}, pads {pads:?}")));
+        }
+        let o = (x.shape[2 + d] as i64 - 1) * strides[d] + ks[d] - pads[d] - pads[k + d];
+        inferred.push(usize::try_from(o).map_err(|_| c.mismatch(format!("output size {o}")))?);
+    }
+    let out = match c.opt(2) {
+        Some(v) if v.elements() > 0 => {
+            let s = c.const_ints(2, "output_shape")?.unwrap_or_default();
+            let s: Vec<usize> = s
+                .iter()
+                .map(|&d| usize::try_from(d).ok())
+                .collect::<Option<_>>()
+                .ok_or_else(|| c.bad_attr(format!("output_shape {s:?}")))?;
+            if s.len() != k + 2
+                || s.iter().zip(&inferred).any(|(a, b)| a < b)
+                || s[..2] != x.shape[..2]
+            {
+                return Err(c.bad_attr(format!(
+                    "output_shape {s:?} (at least the unpooled shape {inferred:?})"
+                )));
+            }
+            s
+        }
+        _ => inferred.clone(),
+    };
+    Ok((inferred, out))
+}
+
+/// MaxUnpool: zeros with the values put back at their indices.
+pub(crate) fn infer_max_unpool(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    Ok(vec![out(x.dtype, max_unpool_shapes(c)?.1)])
 }
 
 /// Compress's kept indices along its axis (`None`: the flattened input).
@@ -403,6 +510,143 @@ impl<'a> Lowerer<'a> {
         }
         .broadcast(oshape);
         self.select(&eq, &on, &off, &y)
+    }
+
+    /// TensorScatter: the cache copied, then the update scattered along the axis at
+    /// `write_indices[b] + s` (mod the cache length when circular), positions computed on
+    /// DVE in i64 (POOL's ScatterElements range-checks them).
+    pub(crate) fn lower_tensor_scatter(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (xv, uv) = (c.input(0)?, c.input(1)?);
+        let (axis, circular) = tensor_scatter_params(&c)?;
+        let x = self.input_view(n, 0)?;
+        let y = self.alloc(o0);
+        self.copy(Engine::Pool, &x, &y)?;
+        let us = uv.shape.clone();
+        let total: usize = us.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let len = us[axis];
+        let mut rs = vec![1usize; us.len()];
+        rs[axis] = len;
+        let ramp = self.add_const(&HostTensor::i64(vec![len], (0..len as i64).collect()));
+        let rv = View::dense(ramp, DType::I64, &rs).broadcast(&us);
+        let idx = View::dense(self.temp(total * 8), DType::I64, &us);
+        match c.opt(2) {
+            Some(_) => {
+                let w = self.input_view(n, 2)?;
+                let w = self.converted(w, DType::I64)?;
+                let mut strides = vec![0i64; us.len()];
+                strides[0] = w.strides[0];
+                let wv = View {
+                    shape: us.clone(),
+                    strides,
+                    ..w
+                };
+                self.binary(&wv, &rv, &idx, BinaryOp::Add)?;
+            }
+            None => self.copy(Engine::Dve, &rv, &idx)?,
+        }
+        if circular {
+            // idx mod L, the remainder made non-negative.
+            let m = xv.shape[axis] as i64;
+            let ones = vec![1usize; us.len()];
+            let mc = self.add_const(&HostTensor::i64(vec![1], vec![m]));
+            let mv = View::dense(mc, DType::I64, &ones).broadcast(&us);
+            let zc = self.add_const(&HostTensor::i64(vec![1], vec![0]));
+            let zv = View::dense(zc, DType::I64, &ones).broadcast(&us);
+            let q = View::dense(self.temp(total * 8), DType::I64, &us);
+            self.binary(&idx, &mv, &q, BinaryOp::Div)?;
+            self.binary(&q, &mv, &q, BinaryOp::Mul)?;
+            self.binary(&idx, &q, &idx, BinaryOp::Sub)?;
+            let neg = View::dense(self.temp(total), DType::Bool, &us);
+            self.binary(&idx, &zv, &neg, BinaryOp::Less)?;
+            self.binary(&idx, &mv, &q, BinaryOp::Add)?;
+            self.select(&neg, &q, &idx, &idx)?;
+        }
+        let upd = self.input_view(n, 1)?;
+        let (output, aps, ax) = elements_aps(&us, &xv.shape, axis, &y, &[&idx, &upd])?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::ScatterElements {
+                indices: aps[0],
+                updates: aps[1],
+                output,
+                axis: ax,
+                reduce: ScatterReduce::None,
+            },
+        );
+        Ok(())
+    }
+
+    /// MaxUnpool: the unpooled tensor zeroed, then `X` scattered at `I` (flat positions in
+    /// it) by one ScatterElements; with a larger `output_shape` it is a zeroed temporary
+    /// copied into the output's leading corner.
+    pub(crate) fn lower_max_unpool(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let xv = c.input(0)?;
+        let (inferred, _) = max_unpool_shapes(&c)?;
+        let y = self.alloc(o0);
+        if oshape.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        self.fill(Engine::Pool, &y, 0.0)?;
+        let total: usize = inferred.iter().product();
+        let direct = inferred == oshape;
+        let dst = if direct {
+            y.clone()
+        } else {
+            let t = View::dense(self.temp(total * xv.dtype.size()), xv.dtype, &inferred);
+            self.fill(Engine::Pool, &t, 0.0)?;
+            t
+        };
+        if total == 0 {
+            return Ok(());
+        }
+        let ne = xv.elements();
+        if ne == 0 {
+            return Ok(());
+        }
+        let flat = |l: &mut Self, v: View| -> Result<View> {
+            let sh = v.shape.clone();
+            Ok(match v.reshape(&[1, ne]) {
+                Some(f) => f,
+                None => {
+                    let t = View::dense(l.temp(ne * v.dtype.size()), v.dtype, &sh);
+                    l.copy(Engine::Pool, &v, &t)?;
+                    View::dense(t.addr, t.dtype, &[1, ne])
+                }
+            })
+        };
+        let xi = self.input_view(n, 0)?;
+        let xf = flat(self, xi)?;
+        let ii = self.input_view(n, 1)?;
+        let idf = flat(self, ii)?;
+        let yf = View::dense(dst.addr, dst.dtype, &[1, total]);
+        let (output, aps, ax) = elements_aps(&[1, ne], &[1, total], 1, &yf, &[&idf, &xf])?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::ScatterElements {
+                indices: aps[0],
+                updates: aps[1],
+                output,
+                axis: ax,
+                reduce: ScatterReduce::None,
+            },
+        );
+        if !direct {
+            let mut corner = y.clone();
+            for (d, &len) in inferred.iter().enumerate() {
+                corner = corner.slice(d, 0, len, 1);
+            }
+            self.copy(Engine::Pool, &dst, &corner)?;
+        }
+        Ok(())
     }
 
     /// Compress with a compile-time condition: one copy per run of consecutive kept

@@ -825,8 +825,33 @@ def scans(out):
         [("S", F, [3]), ("Y1", F, [5, 3]), ("Y2", F, [3, 5])], [f32("two", 2.0)], opset=16)
 
 
+def cache_and_unpool(out):
+    # TensorScatter with run-time write indices (a KV-cache update, linear and circular),
+    # MaxPool -> MaxUnpool (the indices computed on the device, with a larger output_shape),
+    # and the deprecated Upsample (as Resize).
+    F, I = TensorProto.FLOAT, TensorProto.INT64
+    # Write indices from ort_oracle.py are 0..2: the circular cache of 4 wraps.
+    for mode, length in [("linear", 6), ("circular", 4)]:
+        save_typed(out, f"tensorscatter_{mode}", [
+            N("TensorScatter", ["cache", "upd", "w"], ["Y"], mode=mode, axis=2),
+        ], [("cache", F, [3, 2, length, 4]), ("upd", F, [3, 2, 3, 4]), ("w", I, [3])],
+            [("Y", F, [3, 2, length, 4])], [], opset=24)
+    # (An output_shape larger than the unpooled shape is left out: onnx's reference and
+    # node test put the values in its leading corner, ONNX Runtime indexes the larger plane.)
+    save_typed(out, "maxpool_maxunpool", [
+        N("MaxPool", ["X"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+        N("MaxUnpool", ["p", "i", "shape"], ["Y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ], [("X", F, [2, 3, 6, 8])], [("Y", F, [2, 3, 6, 8])], [i64("shape", [2, 3, 6, 8])],
+        opset=11)
+    save_typed(out, "upsample_linear", [
+        N("Upsample", ["X", "scales"], ["Y"], mode="linear"),
+    ], [("X", F, [1, 2, 3, 4])], [("Y", F, [1, 2, 6, 6])], [f32v("scales", [1, 1, 2, 1.5])],
+        opset=9)
+
+
 def main():
     out = sys.argv[1]
+    cache_and_unpool(out)
     scans(out)
     image_ops(out)
     grid_samples(out)
