@@ -51,7 +51,7 @@ pub fn infer(g: &mut Graph) -> Result<()> {
         if widened.is_none_or(|(at, _)| at != ni)
             && let Some(half) = crate::widen::needed(g, ni, def)
         {
-            let inserted = crate::widen::cast_inputs(g, ni);
+            let inserted = crate::widen::cast_inputs(g, ni, half);
             widened = Some((ni + inserted, half));
             continue; // infer the casts first, then the node on f32 inputs
         }

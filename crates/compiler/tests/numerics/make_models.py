@@ -849,8 +849,22 @@ def cache_and_unpool(out):
         opset=9)
 
 
+def det_and_int_pool(out):
+    # Det (the Leibniz sum on DVE) of batched 2x2..5x5 matrices, and MaxPool on uint8
+    # (through f32, exact).
+    F = TensorProto.FLOAT
+    for m in [2, 3, 4, 5]:
+        save_typed(out, f"det_{m}x{m}", [N("Det", ["X"], ["Y"])],
+                   [("X", F, [2, 3, m, m])], [("Y", F, [2, 3])], [], opset=11)
+    save_typed(out, "maxpool_uint8", [
+        N("MaxPool", ["X"], ["Y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    ], [("X", TensorProto.UINT8, [1, 2, 7, 7])], [("Y", TensorProto.UINT8, [1, 2, 4, 4])], [],
+        opset=12)
+
+
 def main():
     out = sys.argv[1]
+    det_and_int_pool(out)
     cache_and_unpool(out)
     scans(out)
     image_ops(out)
