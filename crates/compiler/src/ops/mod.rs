@@ -324,6 +324,10 @@ pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
         "sub-byte and 8-bit float storage formats the device does not hold",
     ),
     (
+        "the `ai.onnx.preview` domain (FlexAttention …)",
+        "experimental operators outside the default domain",
+    ),
+    (
         "Dropout with `training_mode` = 1 and `ratio` > 0",
         "its output depends on a random generator (with ratio 0 it is supported)",
     ),
