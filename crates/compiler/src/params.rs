@@ -710,7 +710,7 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
         }
         for (i, &a) in axes.iter().enumerate() {
             let o = (shape[a] as f64 * s[i] as f64).floor();
-            if !(o < (1u64 << 40) as f64) {
+            if !o.is_finite() || o >= (1u64 << 40) as f64 {
                 return Err(c.bad_attr(format!("scale {} of axis {a}", s[i])));
             }
             outs[a] = o as usize;
@@ -741,7 +741,7 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
             };
             for &a in &axes {
                 let o = (shape[a] as f64 * s).round();
-                if !(o < (1u64 << 40) as f64) {
+                if !o.is_finite() || o >= (1u64 << 40) as f64 {
                     return Err(c.bad_attr(format!("sizes {z:?}")));
                 }
                 outs[a] = o as usize;

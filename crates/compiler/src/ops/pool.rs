@@ -91,8 +91,8 @@ pub(crate) fn infer_global_pool(c: &Ctx) -> Result<Vec<Out>> {
 
 impl<'a> Lowerer<'a> {
     /// MaxPool, then its optional Indices output: the flat index (over `N·C` and the
-    /// spatial dims, row-major, or column-major over the spatial dims for `storage_order`
-    /// 1) of the first maximum of each window in row-major window order, as the ONNX
+    /// spatial dims, row-major; column-major over the spatial dims when `storage_order` is
+    /// set) of the first maximum of each window in row-major window order, as the ONNX
     /// reference finds it. The input is copied into a −∞-padded buffer; for each kernel
     /// offset, last to first, the strided view of that offset is compared with the pooled
     /// output and, where equal, the offset's position (a constant ramp of spatial indices)
@@ -134,8 +134,8 @@ impl<'a> Lowerer<'a> {
         let pad = View::dense(self.temp(pn * 4), DType::F32, &pshape);
         self.fill(Engine::Dve, &pad, f64::NEG_INFINITY)?;
         let mut inner = pad.clone();
-        for d in 0..k {
-            inner = inner.slice(2 + d, p.pad_begin[d] as i64, sp[d], 1);
+        for (d, &len) in sp.iter().enumerate() {
+            inner = inner.slice(2 + d, p.pad_begin[d] as i64, len, 1);
         }
         let x = self.input_view(n, 0)?;
         self.copy(Engine::Dve, &x, &inner)?;

@@ -130,7 +130,7 @@ fn dft_matrix(
             let v = if p.inverse && p.onesided {
                 // irfft: output n = k here, input bin = j.
                 let half = p.n / 2;
-                let wgt = if j == 0 || (p.n % 2 == 0 && j == half) {
+                let wgt = if j == 0 || (p.n.is_multiple_of(2) && j == half) {
                     1.0
                 } else if j <= (p.n - 1) / 2 {
                     2.0
