@@ -21,7 +21,16 @@ TYPES = {
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
     "tensor(bool)": np.bool_,
+    # Bit patterns for the bitwise operators: full-range values (no model takes indices in
+    # these types).
+    "tensor(int8)": np.int8,
+    "tensor(int16)": np.int16,
+    "tensor(uint8)": np.uint8,
+    "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64,
 }
+FULL_RANGE = (np.int8, np.int16, np.uint8, np.uint16, np.uint32, np.uint64)
 
 
 def main(dirs):
@@ -37,6 +46,10 @@ def main(dirs):
             dtype = TYPES[i.type]
             if dtype in (np.float32, np.float16, np.float64):
                 feeds[i.name] = rng.standard_normal(shape).astype(dtype)
+            elif dtype in FULL_RANGE:
+                info = np.iinfo(dtype)
+                feeds[i.name] = rng.integers(info.min, info.max, shape, dtype=dtype,
+                                             endpoint=True)
             else:
                 feeds[i.name] = rng.integers(0, 3, shape).astype(dtype)
         outs = sess.run(None, feeds)

@@ -449,7 +449,7 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
                 )
                 .at_node(&name, &n.op_type));
             }
-            if !a.ref_attr_name.is_empty() || (a.g.is_some() && n.op_type != "If") {
+            if !a.ref_attr_name.is_empty() || (a.g.is_some() && !holds_subgraphs(&n.op_type)) {
                 return Err(CompileError::new(
                     ErrorKind::UnsupportedOp,
                     format!(
@@ -555,12 +555,19 @@ fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
     Ok(free)
 }
 
+/// The operators whose subgraph attributes the compiler inlines.
+fn holds_subgraphs(op: &str) -> bool {
+    matches!(op, "If" | "Scan")
+}
+
 /// Node `n` with, for an `If`, the outer values its branches read ([`captured`]) appended
-/// to its inputs after the condition.
+/// to its inputs after the condition; for a `Scan`, after its own inputs.
 fn with_captures(n: &NodeProto) -> Result<NodeProto> {
     let mut n = n.clone();
     if n.op_type == "If" {
         n.input.truncate(1);
+        n.input.extend(captured(&n.attribute)?);
+    } else if n.op_type == "Scan" {
         n.input.extend(captured(&n.attribute)?);
     }
     Ok(n)
@@ -669,7 +676,7 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
             ));
         }
         for a in &bn.attribute {
-            if !a.ref_attr_name.is_empty() || (a.g.is_some() && bn.op_type != "If") {
+            if !a.ref_attr_name.is_empty() || (a.g.is_some() && !holds_subgraphs(&bn.op_type)) {
                 return Err(err_here(
                     ErrorKind::UnsupportedOp,
                     format!(
@@ -749,6 +756,315 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
                 attrs: Vec::new(),
             });
         }
+    }
+    g.nodes.splice(ni..=ni, new_nodes);
+    Ok(())
+}
+
+/// Longest Scan unrolled.
+const MAX_SCAN_STEPS: usize = 4096;
+
+/// Inlines the `Scan` node `ni` (opset 9+) as its body's nodes once per step of its
+/// (inferred, so compile-time) sequence: step `t` reads element `t` of each scan input
+/// along its axis (`Gather` of a constant index; from the end for a reverse direction) and
+/// the state the previous step produced; the final states are the Scan's state outputs
+/// and each scan output is the steps' values stacked along its axis (`Unsqueeze` +
+/// `Concat`, reversed for a reverse direction). Body values are renamed
+/// `<Scan name>/<t>/<name>`; the outer values the body reads are the node's inputs after
+/// its own.
+pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let bad = |kind, msg: String| n.error(kind, msg);
+    if g.opset < 9 {
+        return Err(bad(
+            ErrorKind::UnsupportedOp,
+            format!(
+                "Scan of opset {} (its batched form before opset 9)",
+                g.opset
+            ),
+        ));
+    }
+    let a = n
+        .attrs
+        .iter()
+        .find(|a| a.name == "body" && a.g.is_some())
+        .ok_or_else(|| bad(ErrorKind::BadAttribute, "no body subgraph".into()))?;
+    let gp = subgraph(a).map_err(|e| e.at_node(&n.name, &n.op))?;
+    let m = usize::try_from(n.attr_i("num_scan_inputs", 0)?)
+        .ok()
+        .filter(|&m| m >= 1 && m <= gp.input.len())
+        .ok_or_else(|| bad(ErrorKind::BadAttribute, "num_scan_inputs".into()))?;
+    let ns = gp.input.len() - m;
+    let k_out = gp.output.len().checked_sub(ns).ok_or_else(|| {
+        bad(
+            ErrorKind::ShapeMismatch,
+            "fewer body outputs than states".into(),
+        )
+    })?;
+    if n.inputs.len() < ns + m || n.outputs.len() > ns + k_out {
+        return Err(bad(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "{} inputs and {} outputs for a body of {} inputs and {} outputs",
+                n.inputs.len(),
+                n.outputs.len(),
+                gp.input.len(),
+                gp.output.len()
+            ),
+        ));
+    }
+    let ints = |name: &str, len: usize| -> Result<Vec<i64>> {
+        match n.attr_ints(name)? {
+            None => Ok(vec![0; len]),
+            Some(v) if v.len() == len => Ok(v),
+            Some(v) => Err(bad(ErrorKind::BadAttribute, format!("{name} {v:?}"))),
+        }
+    };
+    let in_axes = ints("scan_input_axes", m)?;
+    let in_dirs = ints("scan_input_directions", m)?;
+    let out_axes = ints("scan_output_axes", k_out)?;
+    let out_dirs = ints("scan_output_directions", k_out)?;
+    let mut scan_in = Vec::new();
+    let mut steps = None;
+    for j in 0..m {
+        let v = n.inputs[ns + j].ok_or_else(|| {
+            bad(
+                ErrorKind::ShapeMismatch,
+                format!("scan input {j} is missing"),
+            )
+        })?;
+        let shape = &g.values[v].shape;
+        let r = shape.len() as i64;
+        let ax = in_axes[j];
+        if ax < -r || ax >= r {
+            return Err(bad(
+                ErrorKind::BadAttribute,
+                format!("scan_input_axes {in_axes:?}"),
+            ));
+        }
+        let ax = if ax < 0 { ax + r } else { ax } as usize;
+        let len = shape[ax];
+        if steps.is_some_and(|s| s != len) {
+            return Err(bad(
+                ErrorKind::ShapeMismatch,
+                "scan inputs of different lengths".into(),
+            ));
+        }
+        steps = Some(len);
+        scan_in.push((v, ax, in_dirs[j] != 0));
+    }
+    let steps = steps.unwrap_or(0);
+    if steps == 0 || steps > MAX_SCAN_STEPS {
+        return Err(bad(
+            ErrorKind::UnsupportedOp,
+            format!("a Scan of {steps} steps (1 to {MAX_SCAN_STEPS} are unrolled)"),
+        ));
+    }
+    let outer: HashMap<String, ValueId> = captured(&n.attrs)?
+        .into_iter()
+        .zip(n.inputs.iter().skip(ns + m))
+        .filter_map(|(name, id)| id.map(|id| (name, id)))
+        .collect();
+    let opset = g.opset;
+    let mut states: Vec<ValueId> = (0..ns)
+        .map(|i| {
+            n.inputs[i]
+                .ok_or_else(|| bad(ErrorKind::ShapeMismatch, format!("state {i} is missing")))
+        })
+        .collect::<Result<_>>()?;
+    let mut collected: Vec<Vec<ValueId>> = vec![Vec::new(); k_out];
+    let mut new_nodes: Vec<Node> = Vec::new();
+    let new_value = |g: &mut Graph, name: String| {
+        g.values.push(Value {
+            name,
+            dtype: DType::F32,
+            shape: Vec::new(),
+            konst: None,
+        });
+        g.values.len() - 1
+    };
+    let konst_i64 = |g: &mut Graph, name: String, shape: Vec<usize>, v: Vec<i64>| {
+        g.values.push(Value {
+            name,
+            dtype: DType::I64,
+            shape: shape.clone(),
+            konst: Some(Rc::new(HostTensor::ints(DType::I64, shape, v))),
+        });
+        g.values.len() - 1
+    };
+    for t in 0..steps {
+        let prefix = format!("{}/{t}/", n.name);
+        let mut scope = outer.clone();
+        for (i, inp) in gp.input.iter().enumerate().take(ns) {
+            scope.insert(inp.name.clone(), states[i]);
+        }
+        for (j, &(v, ax, rev)) in scan_in.iter().enumerate() {
+            let idx = if rev { steps - 1 - t } else { t };
+            let iv = konst_i64(g, format!("{prefix}#index{j}"), vec![], vec![idx as i64]);
+            let o = new_value(g, format!("{prefix}{}", gp.input[ns + j].name));
+            new_nodes.push(Node {
+                name: format!("{prefix}#slice{j}"),
+                op: "Gather".into(),
+                inputs: vec![Some(v), Some(iv)],
+                outputs: vec![Some(o)],
+                attrs: vec![AttributeProto {
+                    name: "axis".into(),
+                    r#type: crate::onnx::attribute_type::INT,
+                    i: ax as i64,
+                    ..Default::default()
+                }],
+            });
+            scope.insert(gp.input[ns + j].name.clone(), o);
+        }
+        for tns in &gp.initializer {
+            let h = HostTensor::from_proto(tns, None).map_err(|e| e.at_node(&n.name, &n.op))?;
+            let id = g.values.len();
+            g.values.push(Value {
+                name: format!("{prefix}{}", tns.name),
+                dtype: h.dtype,
+                shape: h.shape.clone(),
+                konst: Some(Rc::new(h)),
+            });
+            scope.insert(tns.name.clone(), id);
+        }
+        for (i, bn) in gp.node.iter().enumerate() {
+            let name = format!(
+                "{prefix}{}",
+                if bn.name.is_empty() {
+                    bn.output
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| format!("#{i}"))
+                } else {
+                    bn.name.clone()
+                }
+            );
+            let err_here =
+                |kind, msg: String| CompileError::new(kind, msg).at_node(&name, &bn.op_type);
+            if !(bn.domain.is_empty() || bn.domain == "ai.onnx") {
+                return Err(err_here(
+                    ErrorKind::UnsupportedOp,
+                    format!("operator domain '{}' is not supported", bn.domain),
+                ));
+            }
+            for a in &bn.attribute {
+                if !a.ref_attr_name.is_empty() || (a.g.is_some() && !holds_subgraphs(&bn.op_type)) {
+                    return Err(err_here(
+                        ErrorKind::UnsupportedOp,
+                        format!(
+                            "attribute '{}' holds a subgraph or function reference",
+                            a.name
+                        ),
+                    ));
+                }
+            }
+            let bn = with_captures(bn)?;
+            let mut inputs = Vec::new();
+            for s in &bn.input {
+                if s.is_empty() {
+                    inputs.push(None);
+                    continue;
+                }
+                let id = scope.get(s).copied().ok_or_else(|| {
+                    err_here(
+                        ErrorKind::DanglingEdge,
+                        format!("input '{s}' is produced by nothing in scope"),
+                    )
+                })?;
+                inputs.push(Some(id));
+            }
+            let mut outputs = Vec::new();
+            for o in &bn.output {
+                if o.is_empty() {
+                    outputs.push(None);
+                    continue;
+                }
+                let id = new_value(g, format!("{prefix}{o}"));
+                scope.insert(o.clone(), id);
+                outputs.push(Some(id));
+            }
+            new_nodes.push(Node {
+                name,
+                op: bn.op_type.clone(),
+                inputs,
+                outputs,
+                attrs: bn.attribute.clone(),
+            });
+        }
+        let find = |name: &str| {
+            scope.get(name).copied().ok_or_else(|| {
+                bad(
+                    ErrorKind::DanglingEdge,
+                    format!("body output '{name}' is produced by nothing"),
+                )
+            })
+        };
+        for (i, st) in states.iter_mut().enumerate() {
+            *st = find(&gp.output[i].name)?;
+        }
+        for (k, c) in collected.iter_mut().enumerate() {
+            c.push(find(&gp.output[ns + k].name)?);
+        }
+    }
+    let prefix = format!("{}/", n.name);
+    // Final states, through an Identity into the Scan's outputs.
+    for (i, &st) in states.iter().enumerate() {
+        if let Some(Some(o)) = n.outputs.get(i).copied() {
+            new_nodes.push(Node {
+                name: format!("{prefix}#state{i}"),
+                op: "Identity".into(),
+                inputs: vec![Some(st)],
+                outputs: vec![Some(o)],
+                attrs: Vec::new(),
+            });
+        }
+    }
+    for (k, vals) in collected.into_iter().enumerate() {
+        let Some(Some(o)) = n.outputs.get(ns + k).copied() else {
+            continue;
+        };
+        let ax = out_axes[k];
+        let mut parts = Vec::new();
+        for (t, v) in vals.into_iter().enumerate() {
+            let u = new_value(g, format!("{prefix}#stack{k}_{t}"));
+            let (inputs, attrs) = if opset >= 13 {
+                let a = konst_i64(g, format!("{prefix}#axes{k}_{t}"), vec![1], vec![ax]);
+                (vec![Some(v), Some(a)], Vec::new())
+            } else {
+                (
+                    vec![Some(v)],
+                    vec![AttributeProto {
+                        name: "axes".into(),
+                        r#type: crate::onnx::attribute_type::INTS,
+                        ints: vec![ax],
+                        ..Default::default()
+                    }],
+                )
+            };
+            new_nodes.push(Node {
+                name: format!("{prefix}#unsqueeze{k}_{t}"),
+                op: "Unsqueeze".into(),
+                inputs,
+                outputs: vec![Some(u)],
+                attrs,
+            });
+            parts.push(Some(u));
+        }
+        if out_dirs[k] != 0 {
+            parts.reverse();
+        }
+        new_nodes.push(Node {
+            name: format!("{prefix}#concat{k}"),
+            op: "Concat".into(),
+            inputs: parts,
+            outputs: vec![Some(o)],
+            attrs: vec![AttributeProto {
+                name: "axis".into(),
+                r#type: crate::onnx::attribute_type::INT,
+                i: ax,
+                ..Default::default()
+            }],
+        });
     }
     g.nodes.splice(ni..=ni, new_nodes);
     Ok(())

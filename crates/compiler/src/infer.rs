@@ -30,6 +30,11 @@ pub fn infer(g: &mut Graph) -> Result<()> {
             crate::graph::inline_if(g, ni)?;
             continue;
         }
+        // A Scan becomes its body's nodes once per step (its sequence length is known).
+        if g.nodes[ni].op == "Scan" {
+            crate::graph::inline_scan(g, ni)?;
+            continue;
+        }
         let Some(def) = ops::get(&g.nodes[ni].op) else {
             let c = Ctx { g, n: &g.nodes[ni] };
             return Err(c.e(
@@ -37,14 +42,16 @@ pub fn infer(g: &mut Graph) -> Result<()> {
                 format!("operator '{}' is not supported", c.n.op),
             ));
         };
-        if let Some(expand) = def.expand {
+        if let Some(expand) = def.expand
+            && def.expand_when.is_none_or(|w| w(&g.nodes[ni]))
+        {
             expand(g, ni)?;
             continue; // infer the decomposition, from its first node
         }
         if widened.is_none_or(|(at, _)| at != ni)
             && let Some(half) = crate::widen::needed(g, ni, def)
         {
-            let inserted = crate::widen::cast_inputs(g, ni);
+            let inserted = crate::widen::cast_inputs(g, ni, half);
             widened = Some((ni + inserted, half));
             continue; // infer the casts first, then the node on f32 inputs
         }

@@ -606,15 +606,39 @@ pub(crate) struct ResizeParams {
     pub mode: nrt_isa::ResizeMode,
     pub coord: nrt_isa::CoordMode,
     pub nearest: nrt_isa::NearestMode,
+    /// The modes the POOL kernel does not compute, done as one product with a constant
+    /// weight matrix per axis (`ops/resize.rs`): cubic, antialias, tf_crop_and_resize.
+    pub separable: Option<SeparableResize>,
+}
+
+/// What the per-axis weight matrices of a separable Resize depend on (ONNX reference
+/// semantics, `onnx/reference/ops/op_resize.py`).
+#[derive(Clone, Debug)]
+pub(crate) struct SeparableResize {
+    /// `linear`, `cubic` or `nearest`.
+    pub mode: String,
+    /// The coordinate_transformation_mode.
+    pub coord: String,
+    /// The nearest_mode.
+    pub nearest: String,
+    pub cubic_a: f64,
+    pub exclude_outside: bool,
+    pub antialias: bool,
+    pub extrapolation: f64,
+    /// Per dimension: the scale factor (the given one, or output/input for sizes).
+    pub scale: Vec<f64>,
+    /// Per dimension: the region of interest (tf_crop_and_resize), (0, 1) elsewhere.
+    pub roi: Vec<(f64, f64)>,
 }
 
 pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
     use nrt_isa::{CoordMode, NearestMode, ResizeMode};
     let n = c.n;
     let r = shape.len();
-    let mode = match n.attr_s("mode", "nearest")?.as_str() {
+    let mode_name = n.attr_s("mode", "nearest")?;
+    let mode = match mode_name.as_str() {
         "nearest" => ResizeMode::Nearest,
-        "linear" | "bilinear" => ResizeMode::Linear,
+        "linear" | "bilinear" | "cubic" | "bicubic" => ResizeMode::Linear,
         m => {
             return Err(c.e(
                 ErrorKind::UnsupportedOp,
@@ -622,8 +646,10 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
             ));
         }
     };
-    if n.attr_i("antialias", 0)? != 0 {
-        return Err(c.e(ErrorKind::UnsupportedOp, "antialias is not supported"));
+    let cubic = matches!(mode_name.as_str(), "cubic" | "bicubic");
+    let antialias = n.attr_i("antialias", 0)? != 0;
+    if antialias && mode == ResizeMode::Nearest {
+        return Err(c.bad_attr("antialias with mode 'nearest'"));
     }
     let opset10 = c.opset() < 11;
     let coord_name = if opset10 {
@@ -638,6 +664,7 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
         "pytorch_half_pixel" => CoordMode::PytorchHalfPixel,
         "tf_half_pixel_for_nearest" => CoordMode::TfHalfPixelForNearest,
         "half_pixel_symmetric" => CoordMode::HalfPixelSymmetric,
+        "tf_crop_and_resize" => CoordMode::Asymmetric, // separable; see `roi`
         m => {
             return Err(c.e(
                 ErrorKind::UnsupportedOp,
@@ -675,13 +702,20 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
     };
     let mut outs = shape.to_vec();
     let mut scales = vec![0f32; r];
+    // The reference's scale factor per dimension (f64).
+    let mut scale64 = vec![1f64; r];
     if let Some(s) = scales_in {
         if s.len() != axes.len() || s.iter().any(|&x| x.is_nan() || x <= 0.0 || !x.is_finite()) {
             return Err(c.bad_attr(format!("scales {s:?} for {} axes", axes.len())));
         }
         for (i, &a) in axes.iter().enumerate() {
-            outs[a] = (shape[a] as f64 * s[i] as f64).floor() as usize;
+            let o = (shape[a] as f64 * s[i] as f64).floor();
+            if !o.is_finite() || o >= (1u64 << 40) as f64 {
+                return Err(c.bad_attr(format!("scale {} of axis {a}", s[i])));
+            }
+            outs[a] = o as usize;
             scales[a] = s[i];
+            scale64[a] = s[i] as f64;
         }
     } else if let Some(z) = sizes_in {
         if z.len() != axes.len() || z.iter().any(|&x| x < 1) {
@@ -690,7 +724,8 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
         let policy = n.attr_s("keep_aspect_ratio_policy", "stretch")?;
         if policy == "stretch" {
             for (i, &a) in axes.iter().enumerate() {
-                outs[a] = z[i] as usize;
+                outs[a] = usize::try_from(z[i]).map_err(|_| c.bad_attr(format!("sizes {z:?}")))?;
+                scale64[a] = z[i] as f64 / shape[a] as f64;
             }
         } else {
             let ratios = axes
@@ -705,8 +740,13 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
                 return Err(c.bad_attr(format!("keep_aspect_ratio_policy '{policy}'")));
             };
             for &a in &axes {
-                outs[a] = (shape[a] as f64 * s).round() as usize;
+                let o = (shape[a] as f64 * s).round();
+                if !o.is_finite() || o >= (1u64 << 40) as f64 {
+                    return Err(c.bad_attr(format!("sizes {z:?}")));
+                }
+                outs[a] = o as usize;
                 scales[a] = s as f32;
+                scale64[a] = s;
             }
         }
     } else {
@@ -715,12 +755,51 @@ pub(crate) fn resize_params(c: &Ctx, shape: &[usize]) -> Result<ResizeParams> {
     if outs.contains(&0) {
         return Err(c.mismatch(format!("resize to an empty shape {outs:?}")));
     }
+    let tf_crop = coord_name == "tf_crop_and_resize";
+    let separable = if cubic || antialias || tf_crop {
+        let mut roi = vec![(0f64, 1f64); r];
+        if tf_crop {
+            let v = c
+                .const_floats(1, "roi")?
+                .ok_or_else(|| c.bad_attr("tf_crop_and_resize needs roi"))?;
+            if v.len() != 2 * axes.len() {
+                return Err(c.bad_attr(format!("roi {v:?} for {} axes", axes.len())));
+            }
+            for (i, &a) in axes.iter().enumerate() {
+                roi[a] = (v[i] as f64, v[axes.len() + i] as f64);
+            }
+        }
+        if shape.contains(&0) {
+            return Err(c.mismatch(format!("resize of an empty shape {shape:?}")));
+        }
+        Some(SeparableResize {
+            mode: if cubic {
+                "cubic"
+            } else if mode == ResizeMode::Linear {
+                "linear"
+            } else {
+                "nearest"
+            }
+            .to_owned(),
+            coord: coord_name.clone(),
+            nearest: n.attr_s("nearest_mode", "round_prefer_floor")?,
+            cubic_a: n.attr_f("cubic_coeff_a", -0.75)? as f64,
+            exclude_outside: n.attr_i("exclude_outside", 0)? != 0,
+            antialias,
+            extrapolation: n.attr_f("extrapolation_value", 0.0)? as f64,
+            scale: scale64,
+            roi,
+        })
+    } else {
+        None
+    };
     Ok(ResizeParams {
         out: outs,
         scales,
         mode,
         coord,
         nearest,
+        separable,
     })
 }
 

@@ -8,7 +8,8 @@
 //! nodes after it — the same graph a user would write by hand, so the casts are ordinary
 //! nodes for every later stage. Computing in f32 is at least as accurate as the half type
 //! (ONNX Runtime computes most of these in f32 on CPU too), and the result is rounded once,
-//! on the way out.
+//! on the way out. MaxPool / GlobalMaxPool take 8- and 16-bit integers the same way (exact
+//! in f32; the max only picks values).
 
 use crate::graph::{Graph, Node, Value, ValueId};
 use crate::onnx::{AttributeProto, attribute_type as at};
@@ -33,7 +34,13 @@ pub(crate) fn needed(g: &Graph, ni: usize, def: &OpDef) -> Option<DType> {
     if ins().all(|v| v.konst.is_some()) {
         return None; // folded on the host, in any type
     }
-    ins().map(|v| v.dtype).find(|&d| is_half(d))
+    // Max pooling only picks values: 8- and 16-bit integers are exact in f32 and come back
+    // unchanged.
+    let exact_int = |d: DType| {
+        matches!(def.name, "MaxPool" | "GlobalMaxPool")
+            && matches!(d, DType::I8 | DType::U8 | DType::I16 | DType::U16)
+    };
+    ins().map(|v| v.dtype).find(|&d| is_half(d) || exact_int(d))
 }
 
 fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
@@ -61,17 +68,18 @@ fn add_value(g: &mut Graph, like: &Value, name: String, dtype: DType) -> ValueId
     g.values.len() - 1
 }
 
-/// Inserts a `Cast` to f32 before node `ni` for each of its half inputs and rewires the
-/// node to read the f32 copies. Returns how many nodes were inserted (the node is now at
-/// `ni` + that).
-pub(crate) fn cast_inputs(g: &mut Graph, ni: usize) -> usize {
+/// Inserts a `Cast` to f32 before node `ni` for each of its half inputs (or inputs of type
+/// `from`, what [`needed`] found) and rewires the node to read the f32 copies. Returns how
+/// many nodes were inserted (the node is now at `ni` + that).
+pub(crate) fn cast_inputs(g: &mut Graph, ni: usize, from: DType) -> usize {
     let mut casts = Vec::new();
     let node_name = g.nodes[ni].name.clone();
     for k in 0..g.nodes[ni].inputs.len() {
         let Some(v) = g.nodes[ni].inputs[k] else {
             continue;
         };
-        if !is_half(g.values[v].dtype) {
+        let d = g.values[v].dtype;
+        if !is_half(d) && d != from {
             continue;
         }
         let like = g.values[v].clone();

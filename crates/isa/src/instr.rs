@@ -127,6 +127,24 @@ wire_enum!(
         Ceil = 20,
         /// `x²`.
         Square = 21,
+        /// `tan x` (NCM 1.2).
+        Tan = 22,
+        /// `asin x` (NCM 1.2).
+        Asin = 23,
+        /// `acos x` (NCM 1.2).
+        Acos = 24,
+        /// `atan x` (NCM 1.2).
+        Atan = 25,
+        /// `sinh x` (NCM 1.2).
+        Sinh = 26,
+        /// `cosh x` (NCM 1.2).
+        Cosh = 27,
+        /// `asinh x` (NCM 1.2).
+        Asinh = 28,
+        /// `acosh x` (NCM 1.2).
+        Acosh = 29,
+        /// `atanh x` (NCM 1.2).
+        Atanh = 30,
     }
 );
 
@@ -157,6 +175,17 @@ wire_enum!(
         And = 10,
         /// `a || b` (bool operands).
         Or = 11,
+        /// `a & b` (integer operands; NCM 1.2).
+        BitAnd = 12,
+        /// `a | b` (integer operands; NCM 1.2).
+        BitOr = 13,
+        /// `a ^ b` (integer operands; NCM 1.2).
+        BitXor = 14,
+        /// `a << b`, 0 when `b` is negative or at least the width (integer operands; NCM 1.2).
+        ShiftLeft = 15,
+        /// `a >> b` logical (the bits as unsigned), 0 when `b` is negative or at least the
+        /// width (integer operands; NCM 1.2).
+        ShiftRight = 16,
     }
 );
 
@@ -169,6 +198,18 @@ impl BinaryOp {
     /// Whether the operands are boolean.
     pub const fn is_logical(self) -> bool {
         matches!(self, BinaryOp::And | BinaryOp::Or)
+    }
+
+    /// Whether the operands are integers (bitwise operations and shifts).
+    pub const fn is_bitwise(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::BitAnd
+                | BinaryOp::BitOr
+                | BinaryOp::BitXor
+                | BinaryOp::ShiftLeft
+                | BinaryOp::ShiftRight
+        )
     }
 }
 
@@ -1608,6 +1649,7 @@ fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<
 
 const F32: &[DType] = &[DType::F32];
 const NUMERIC: &[DType] = &[DType::F32, DType::I32, DType::I64];
+const INTEGER: &[DType] = &[DType::I32, DType::I64];
 /// What [`Op::TopK`] orders: f32 and every integer type.
 const TOP_K_TYPES: &[DType] = &[
     DType::F32,
@@ -2001,6 +2043,8 @@ impl Instruction {
                 r.zeros(7, "reserved")?;
                 let ops = if op.is_logical() {
                     &[DType::Bool][..]
+                } else if op.is_bitwise() {
+                    INTEGER
                 } else {
                     NUMERIC
                 };
@@ -2032,7 +2076,7 @@ impl Instruction {
                 let a = r.ap("a")?;
                 let out = r.ap("out")?;
                 let op = r.enum_u8("op", BinaryOp::from_u8)?;
-                if op.is_comparison() || op.is_logical() {
+                if op.is_comparison() || op.is_logical() || op.is_bitwise() {
                     return Err(DecodeError::field("op", Reason::BadEnum(op as u32))
                         .at(HEADER_SIZE + 2 * AP_SIZE));
                 }

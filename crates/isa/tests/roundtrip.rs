@@ -200,7 +200,13 @@ fn arb_op() -> impl Strategy<Value = Op> {
         )
             .prop_flat_map(move |(s, oi, dt)| {
                 let op = BinaryOp::ALL[oi];
-                let dt = if op.is_logical() { DType::Bool } else { dt };
+                let dt = if op.is_logical() {
+                    DType::Bool
+                } else if op.is_bitwise() && dt == DType::F32 {
+                    DType::I32
+                } else {
+                    dt
+                };
                 let od = if op.is_comparison() { DType::Bool } else { dt };
                 (arb_ap(dt, s), arb_ap(dt, s), arb_ap(od, s))
                     .prop_map(move |(a, b, out)| Op::Binary { a, b, out, op })

@@ -117,6 +117,16 @@ macro_rules! with_func {
             ActFunc::Floor => $go!(f32::floor),
             ActFunc::Ceil => $go!(f32::ceil),
             ActFunc::Square => $go!(|x: f32| x * x),
+            ActFunc::Tan => $go!(f32::tan),
+            ActFunc::Asin => $go!(f32::asin),
+            ActFunc::Acos => $go!(f32::acos),
+            ActFunc::Atan => $go!(f32::atan),
+            ActFunc::Sinh => $go!(f32::sinh),
+            ActFunc::Cosh => $go!(f32::cosh),
+            // Through f64: std's f32 inverse hyperbolics lose ~20 ulp near |x| = 1.
+            ActFunc::Asinh => $go!(|x: f32| f64::from(x).asinh() as f32),
+            ActFunc::Acosh => $go!(|x: f32| f64::from(x).acosh() as f32),
+            ActFunc::Atanh => $go!(|x: f32| f64::from(x).atanh() as f32),
         }
     }};
 }

@@ -9,7 +9,9 @@
 //! - i32/i64 wrap on overflow; division truncates toward zero and `x / 0` is 0 (no trap:
 //!   ONNX leaves it undefined); `pow` multiplies repeatedly (by squaring), and a negative
 //!   exponent gives the truncated `1 / a^|b|` (so 0 unless |a| = 1);
-//! - comparisons write bool (0/1 bytes); `and`/`or` treat any non-zero byte as true.
+//! - comparisons write bool (0/1 bytes); `and`/`or` treat any non-zero byte as true;
+//! - bitwise operations and shifts take i32/i64 as their bits; shifts are logical and an
+//!   amount outside `0..width` gives 0.
 
 use crate::strided::{In, View, map1, map2, map3};
 use crate::{DeviceMemory, KernelError};
@@ -179,6 +181,13 @@ unsafe fn numeric<T: Num>(
             BinaryOp::And | BinaryOp::Or => {
                 return Err(KernelError::Unsupported("logical op on numbers"));
             }
+            BinaryOp::BitAnd
+            | BinaryOp::BitOr
+            | BinaryOp::BitXor
+            | BinaryOp::ShiftLeft
+            | BinaryOp::ShiftRight => {
+                return Err(KernelError::Unsupported("bitwise op on floats"));
+            }
         }
     }
     Ok(())
@@ -207,6 +216,19 @@ pub unsafe fn binary(
             }
             return Ok(());
         }
+        if op.is_bitwise() {
+            return match a.dtype {
+                DType::I32 => {
+                    bitwise::<i32, u32>(a, b, out, op, mem);
+                    Ok(())
+                }
+                DType::I64 => {
+                    bitwise::<i64, u64>(a, b, out, op, mem);
+                    Ok(())
+                }
+                _ => Err(KernelError::Unsupported("bitwise element type")),
+            };
+        }
         match a.dtype {
             DType::F32 => {
                 if op == BinaryOp::Pow
@@ -222,6 +244,73 @@ pub unsafe fn binary(
             DType::I32 => numeric::<i32>(a, b, out, op, mem),
             DType::I64 => numeric::<i64>(a, b, out, op, mem),
             _ => Err(KernelError::Unsupported("binary element type")),
+        }
+    }
+}
+
+/// Integers of the DVE as their bits (`U` the unsigned type of `S`'s width).
+trait Bits<U>: Copy {
+    fn to_bits(self) -> U;
+    fn from_bits(u: U) -> Self;
+    /// The shift amount `self`, when it is in `0..width`.
+    fn shift(self) -> Option<u32>;
+}
+
+macro_rules! bits {
+    ($($s:ty => $u:ty),*) => {$(
+        impl Bits<$u> for $s {
+            #[inline(always)]
+            fn to_bits(self) -> $u { self as $u }
+            #[inline(always)]
+            fn from_bits(u: $u) -> $s { u as $s }
+            #[inline(always)]
+            fn shift(self) -> Option<u32> {
+                (0..<$u>::BITS as $s).contains(&self).then_some(self as u32)
+            }
+        }
+    )*};
+}
+bits!(i32 => u32, i64 => u64);
+
+/// Bitwise operations and shifts on the bits of `S` (shifts are logical; an amount that is
+/// negative or at least the width gives 0).
+///
+/// # Safety
+/// As [`zip`].
+unsafe fn bitwise<S, U>(
+    a: &AccessPattern,
+    b: &AccessPattern,
+    out: &AccessPattern,
+    op: BinaryOp,
+    mem: DeviceMemory,
+) where
+    S: Bits<U>,
+    U: Copy
+        + core::ops::BitAnd<Output = U>
+        + core::ops::BitOr<Output = U>
+        + core::ops::BitXor<Output = U>
+        + core::ops::Shl<u32, Output = U>
+        + core::ops::Shr<u32, Output = U>
+        + Default,
+{
+    // SAFETY: (every arm) the caller's contract.
+    unsafe {
+        match op {
+            BinaryOp::BitAnd => zip(a, b, out, mem, |x: S, y: S| {
+                S::from_bits(x.to_bits() & y.to_bits())
+            }),
+            BinaryOp::BitOr => zip(a, b, out, mem, |x: S, y: S| {
+                S::from_bits(x.to_bits() | y.to_bits())
+            }),
+            BinaryOp::BitXor => zip(a, b, out, mem, |x: S, y: S| {
+                S::from_bits(x.to_bits() ^ y.to_bits())
+            }),
+            BinaryOp::ShiftLeft => zip(a, b, out, mem, |x: S, y: S| {
+                S::from_bits(y.shift().map_or(U::default(), |k| x.to_bits() << k))
+            }),
+            _ => zip(a, b, out, mem, |x: S, y: S| {
+                S::from_bits(y.shift().map_or(U::default(), |k| x.to_bits() >> k))
+            }),
         }
     }
 }

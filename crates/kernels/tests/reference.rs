@@ -862,6 +862,15 @@ fn act_ref(f: ActFunc, x: f64, alpha: f64, beta: f64) -> f64 {
         Floor => x.floor(),
         Ceil => x.ceil(),
         Square => x * x,
+        Tan => x.tan(),
+        Asin => x.asin(),
+        Acos => x.acos(),
+        Atan => x.atan(),
+        Sinh => x.sinh(),
+        Cosh => x.cosh(),
+        Asinh => x.asinh(),
+        Acosh => x.acosh(),
+        Atanh => x.atanh(),
     }
 }
 
@@ -938,7 +947,7 @@ fn bin_ref_f(op: BinaryOp, a: f32, b: f32) -> f64 {
         Equal => (a == b) as u8 as f64,
         Less => (a < b) as u8 as f64,
         Greater => (a > b) as u8 as f64,
-        And | Or => unreachable!(),
+        And | Or | BitAnd | BitOr | BitXor | ShiftLeft | ShiftRight => unreachable!(),
     }
 }
 
@@ -989,6 +998,20 @@ fn bin_ref_i(op: BinaryOp, a: i64, b: i64, bits: u32) -> i64 {
         Equal => (a == b) as i64,
         Less => (a < b) as i64,
         Greater => (a > b) as i64,
+        BitAnd => a & b,
+        BitOr => a | b,
+        BitXor => a ^ b,
+        ShiftLeft | ShiftRight => {
+            let mask = if bits == 32 { 0xffff_ffffu64 } else { u64::MAX };
+            let u = a as u64 & mask;
+            if !(0..bits as i64).contains(&b) {
+                0
+            } else if op == ShiftLeft {
+                wrap(((u << b) & mask) as i128)
+            } else {
+                wrap((u >> b) as i128)
+            }
+        }
         And | Or => unreachable!(),
     }
 }
@@ -1001,7 +1024,7 @@ proptest! {
         let mut rng = Rng::new(seed);
         let mut m = Arena::new(ARENA);
         let op = BinaryOp::ALL[rng.below(BinaryOp::ALL.len() as u64) as usize];
-        let dt = if op.is_logical() { DType::Bool } else { [DType::F32, DType::I32, DType::I64][rng.below(3) as usize] };
+        let dt = if op.is_logical() { DType::Bool } else if op.is_bitwise() { [DType::I32, DType::I64][rng.below(2) as usize] } else { [DType::F32, DType::I32, DType::I64][rng.below(3) as usize] };
         let odt = if op.is_comparison() { DType::Bool } else { dt };
         let shape = random_shape(&mut rng, [2, 3, 5, 37], true);
         let a = m.random(&mut rng, dt, shape, true);

@@ -40,7 +40,9 @@ pub const VERSION_MAJOR: u16 = 1;
 /// - 1.1: `MatMul` may carry a fused epilogue (opcode `MATMUL_EPI`, `0x22`: bias, residual,
 ///   activation; see `nrt_isa::Epilogue`); element type `0x11` (f64); the `MatMulInteger`,
 ///   `GatherElements`, `ScatterElements` and `TopK` instructions (0x23, 0x56–0x58).
-pub const VERSION_MINOR: u16 = 1;
+/// - 1.2: `ActFunc` 22–30 (tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh) and the
+///   integer `BinaryOp`s 12–16 (bitwise and, or, xor, shift left, logical shift right).
+pub const VERSION_MINOR: u16 = 2;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

@@ -533,3 +533,29 @@ fn a_version_1_0_file_still_loads() {
         m
     );
 }
+
+/// A file written by the 1.1 format (committed: `tests/data/v1_1_top_k.ncm`, the node test
+/// `test_top_k` compiled with `k` = 3 before the 1.2 bump) still loads, its 1.1 `TopK`
+/// instruction decodes, and it re-encodes at the current minor.
+#[test]
+fn a_version_1_1_file_still_loads() {
+    let bytes = include_bytes!("data/v1_1_top_k.ncm");
+    assert_eq!(u16::from_le_bytes([bytes[6], bytes[7]]), 1, "a 1.1 file");
+    let m = nrt_model::CompiledModel::decode(bytes).expect("1.1 loads");
+    let pool = m.block(0, nrt_hal::Engine::Pool).expect("a POOL block");
+    let ops = nrt_isa::decode_block(&pool.code, nrt_hal::Engine::Pool).expect("decodes");
+    assert!(
+        ops.iter()
+            .any(|(_, i)| matches!(i.op, nrt_isa::Op::TopK { .. })),
+        "the TopK instruction decodes"
+    );
+    let again = m.encode();
+    assert_eq!(
+        u16::from_le_bytes([again[6], again[7]]),
+        nrt_model::VERSION_MINOR
+    );
+    assert_eq!(
+        nrt_model::CompiledModel::decode(&again).expect("decodes"),
+        m
+    );
+}

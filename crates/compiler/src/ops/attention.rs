@@ -50,6 +50,15 @@ pub(super) fn a_int(name: &str, i: i64) -> AttributeProto {
     }
 }
 
+pub(super) fn a_s(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.to_owned(),
+        r#type: at::STRING,
+        s: v.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
 pub(super) fn a_ints(name: &str, ints: &[i64]) -> AttributeProto {
     AttributeProto {
         name: name.to_owned(),

@@ -15,6 +15,252 @@ pub(super) fn register(r: &mut Registry) {
     r.op("LpNormalization", 1, never_inferred)
         .expands(expand_lp_norm)
         .note("decomposed (p = 1 or 2)");
+    r.op("MeanVarianceNormalization", 9, never_inferred)
+        .expands(expand_mvn)
+        .note("decomposed as its ONNX function");
+    r.op("CausalConvWithState", 27, never_inferred)
+        .expands(expand_causal_conv)
+        .note("decomposed: Concat with the state, depthwise Conv, SiLU, Slice");
+    r.op("Upsample", 7, never_inferred)
+        .expands(expand_upsample)
+        .note("decomposed into Resize (asymmetric, floor for nearest)");
+    r.op("AffineGrid", 20, never_inferred)
+        .expands(expand_affine_grid)
+        .note("size known at compile time: a constant base grid times θᵀ (MatMul)");
+}
+
+/// CausalConvWithState as the ONNX reference: the past state (zeros without one) in front
+/// of the input along time, a depthwise Conv without padding (bias optional), then SiLU
+/// when asked; the present state is the last `k − 1` steps of that padded input.
+fn expand_causal_conv(g: &mut Graph, ni: usize) -> Result<()> {
+    use super::attention::a_ints;
+    let n = g.nodes[ni].clone();
+    let act = n.attr_s("activation", "none")?;
+    if !matches!(act.as_str(), "none" | "silu" | "swish") {
+        return Err(n.error(ErrorKind::BadAttribute, format!("activation '{act}'")));
+    }
+    let input = |k: usize| n.inputs.get(k).copied().flatten();
+    let (Some(x), Some(w)) = (input(0), input(1)) else {
+        return Err(n.error(ErrorKind::BadAttribute, "input and weight are required"));
+    };
+    let (xs, ws) = (g.values[x].shape.clone(), g.values[w].shape.clone());
+    if xs.len() != 3 || ws.len() != 3 || ws[0] != xs[1] || ws[1] != 1 || ws[2] == 0 {
+        return Err(n.error(
+            ErrorKind::ShapeMismatch,
+            format!("input {xs:?} and weight {ws:?} (expected [B, C, L] and [C, 1, k])"),
+        ));
+    }
+    let (b, ch, len, k) = (xs[0], xs[1], xs[2], ws[2]);
+    let dtype = g.values[x].dtype;
+    let (bias, past) = (input(2), input(3));
+    if let Some(p) = past
+        && g.values[p].shape != [b, ch, k - 1]
+    {
+        return Err(n.error(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "past_state {:?} (expected {:?})",
+                g.values[p].shape,
+                [b, ch, k - 1]
+            ),
+        ));
+    }
+    let outs: Vec<Option<usize>> = n.outputs.clone();
+    let (ins, _, mut e) = begin(g, ni, 2)?;
+    let padded = if k == 1 {
+        ins[0]
+    } else {
+        let state = match past {
+            Some(p) => p,
+            None => {
+                let t = crate::tensor::HostTensor::try_from_f64s(
+                    "CausalConvWithState zero state",
+                    dtype,
+                    vec![b, ch, k - 1],
+                    std::iter::repeat(0.0),
+                )
+                .map_err(|err| err.at_node(&n.name, &n.op))?;
+                e.konst("zero_state", t)
+            }
+        };
+        e.node("Concat", &[state, ins[0]], vec![a_int("axis", 2)], None)
+    };
+    let mut conv_in = vec![padded, ins[1]];
+    if let Some(bv) = bias {
+        conv_in.push(bv);
+    }
+    let conv_attrs = vec![
+        a_int("group", ch as i64),
+        a_ints("kernel_shape", &[k as i64]),
+    ];
+    let silu = act != "none";
+    let y = outs.first().copied().flatten();
+    let conv = e.node("Conv", &conv_in, conv_attrs, if silu { None } else { y });
+    if silu {
+        let sg = e.node("Sigmoid", &[conv], vec![], None);
+        e.node("Mul", &[conv, sg], vec![], y);
+    }
+    if let Some(Some(st)) = outs.get(1).copied() {
+        let total = (len + k - 1) as i64;
+        let starts = e.ints("starts", &[total - (k as i64 - 1)]);
+        let ends = e.ints("ends", &[total]);
+        let axes = e.ints("axes", &[2]);
+        e.node("Slice", &[padded, starts, ends, axes], vec![], Some(st));
+    }
+    finish(e, ni);
+    Ok(())
+}
+
+/// Upsample (deprecated) as the Resize of its opset-10 form, which it equals: scales (the
+/// input from opset 9, the attribute before), `asymmetric` coordinates, floor rounding.
+fn expand_upsample(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let mode = n.attr_s("mode", "nearest")?;
+    if !matches!(mode.as_str(), "nearest" | "linear" | "bilinear") {
+        return Err(n.error(ErrorKind::BadAttribute, format!("mode '{mode}'")));
+    }
+    let scales_attr = n.attr_floats("scales")?;
+    let opset = g.opset;
+    let (ins, out, mut e) = begin(g, ni, 1)?;
+    let scales = match (n.inputs.get(1).copied().flatten(), scales_attr) {
+        (Some(s), _) => s,
+        (None, Some(v)) => e.konst("scales", crate::tensor::HostTensor::f32(vec![v.len()], v)),
+        (None, None) => return Err(n.error(ErrorKind::BadAttribute, "no scales")),
+    };
+    let m = super::attention::a_s(
+        "mode",
+        if mode == "nearest" {
+            "nearest"
+        } else {
+            "linear"
+        },
+    );
+    if opset >= 11 {
+        // The same Resize spelled for opset 11+.
+        let roi = e.konst("roi", crate::tensor::HostTensor::f32(vec![0], vec![]));
+        let attrs = vec![
+            m,
+            super::attention::a_s("coordinate_transformation_mode", "asymmetric"),
+            super::attention::a_s("nearest_mode", "floor"),
+        ];
+        e.node("Resize", &[ins[0], roi, scales], attrs, Some(out));
+    } else {
+        e.node("Resize", &[ins[0], scales], vec![m], Some(out));
+    }
+    finish(e, ni);
+    Ok(())
+}
+
+/// AffineGrid: the base grid of the (compile-time) size — per position `(x, y[, z], 1)`,
+/// each coordinate `−1 + (2i + 1)/L`, or `−1 + 2i/(L − 1)` with align_corners — as a
+/// constant `[S, k + 1]`, times θᵀ: `MatMul(base, Transpose(θ))`, reshaped to
+/// `[N, dims…, k]`.
+fn expand_affine_grid(g: &mut Graph, ni: usize) -> Result<()> {
+    use super::attention::a_ints;
+    let n = g.nodes[ni].clone();
+    let align = n.attr_i("align_corners", 0)? != 0;
+    let (ins, out, mut e) = begin(g, ni, 2)?;
+    let (theta, size) = (ins[0], ins[1]);
+    let Some(sz) = e.g.values[size].konst.as_deref().map(|t| t.to_i64s()) else {
+        return Err(n.error(
+            ErrorKind::UnsupportedOp,
+            "size must be known at compile time",
+        ));
+    };
+    let ts = e.g.values[theta].shape.clone();
+    let k = sz.len().saturating_sub(2);
+    if !(k == 2 || k == 3) || ts.len() != 3 || ts[1] != k || ts[2] != k + 1 {
+        return Err(n.error(
+            ErrorKind::ShapeMismatch,
+            format!("theta {ts:?} with size {sz:?} (2-D: [N, 2, 3], 3-D: [N, 3, 4])"),
+        ));
+    }
+    let dims: Vec<usize> = sz[2..]
+        .iter()
+        .map(|&d| usize::try_from(d).ok().filter(|&d| d > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| n.error(ErrorKind::BadAttribute, format!("size {sz:?}")))?;
+    let s: usize = dims
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| n.error(ErrorKind::TooLarge, format!("size {sz:?}")))?;
+    let coord = |i: usize, l: usize| -> f64 {
+        if align {
+            if l == 1 {
+                -1.0
+            } else {
+                -1.0 + 2.0 * i as f64 / (l - 1) as f64
+            }
+        } else {
+            -1.0 + (2 * i + 1) as f64 / l as f64
+        }
+    };
+    let dt = e.g.values[theta].dtype;
+    let base = crate::tensor::HostTensor::try_from_f64s(
+        "AffineGrid base grid",
+        dt,
+        vec![s, k + 1],
+        (0..s * (k + 1)).map(|f| {
+            let (pos, comp) = (f / (k + 1), f % (k + 1));
+            if comp == k {
+                return 1.0;
+            }
+            // Component 0 is the last dimension (x), 1 the one before (y), …
+            let d = k - 1 - comp;
+            let stride: usize = dims[d + 1..].iter().product();
+            coord((pos / stride) % dims[d], dims[d])
+        }),
+    )
+    .map_err(|err| err.at_node(&n.name, &n.op))?;
+    let bv = e.konst("base", base);
+    let tt = e.node(
+        "Transpose",
+        &[theta],
+        vec![a_ints("perm", &[0, 2, 1])],
+        None,
+    );
+    let mm = e.node("MatMul", &[bv, tt], vec![], None);
+    let mut shape = vec![ts[0] as i64];
+    shape.extend(dims.iter().map(|&d| d as i64));
+    shape.push(k as i64);
+    let sh = e.ints("shape", &shape);
+    e.node("Reshape", &[mm, sh], vec![], Some(out));
+    finish(e, ni);
+    Ok(())
+}
+
+/// MeanVarianceNormalization as ONNX defines it: `(x − E[x]) / (√(E[x²] − E[x]²) + 1e-9)`
+/// over `axes` (default N, H, W).
+fn expand_mvn(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let axes = n.attr_ints("axes")?.unwrap_or_else(|| vec![0, 2, 3]);
+    let opset = g.opset;
+    let (ins, out, mut e) = begin(g, ni, 1)?;
+    let x = ins[0];
+    let dtype = e.g.values[x].dtype;
+    let mean = |e: &mut Expansion<'_>, v: usize| {
+        let keep = a_int("keepdims", 1);
+        if opset >= 18 {
+            let a = e.ints("axes", &axes);
+            e.node("ReduceMean", &[v, a], vec![keep], None)
+        } else {
+            let attr = super::attention::a_ints("axes", &axes);
+            e.node("ReduceMean", &[v], vec![keep, attr], None)
+        }
+    };
+    let two = e.scalar("two", dtype, 2.0);
+    let eps = e.scalar("eps", dtype, 1e-9);
+    let m = mean(&mut e, x);
+    let m2 = e.node("Pow", &[m, two], vec![], None);
+    let x2 = e.node("Pow", &[x, two], vec![], None);
+    let ex2 = mean(&mut e, x2);
+    let var = e.node("Sub", &[ex2, m2], vec![], None);
+    let std = e.node("Sqrt", &[var], vec![], None);
+    let d = e.node("Sub", &[x, m], vec![], None);
+    let se = e.node("Add", &[std, eps], vec![], None);
+    e.node("Div", &[d, se], vec![], Some(out));
+    finish(e, ni);
+    Ok(())
 }
 
 /// Starts the expansion of node `ni`: its inputs (required), its first output, the builder.

@@ -1,9 +1,10 @@
-//! Operators computed at compile time: Constant, Shape, Size, ConstantOfShape, Range.
+//! Operators computed at compile time: Constant, Shape, Size, ConstantOfShape, Range,
+//! EyeLike (only the input's shape matters), and the Hann / Hamming / Blackman windows.
 
 use super::{Fold, Registry};
 use crate::error::{ErrorKind, Result};
 use crate::params::{Ctx, Out, konst};
-use crate::tensor::HostTensor;
+use crate::tensor::{HostTensor, dtype_from_onnx, onnx_type_name};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Constant", 1, infer_constant);
@@ -12,6 +13,94 @@ pub(super) fn register(r: &mut Registry) {
     r.op("ConstantOfShape", 9, infer_constant_of_shape)
         .fold(Fold::Only);
     r.op("Range", 11, infer_range).fold(Fold::Only);
+    r.op("EyeLike", 9, infer_eye_like)
+        .note("a constant of the input's shape");
+    for name in ["HannWindow", "HammingWindow", "BlackmanWindow"] {
+        r.op(name, 17, infer_window)
+            .fold(Fold::Only)
+            .note("size known at compile time");
+    }
+}
+
+/// The element type named by attribute `attr` (ONNX TensorProto code), or `default`.
+fn dtype_attr(c: &Ctx, attr: &str, default: nrt_hal::DType) -> Result<nrt_hal::DType> {
+    let n = c.n;
+    if !n.has_attr(attr) {
+        return Ok(default);
+    }
+    let t = n.attr_i(attr, 0)? as i32;
+    dtype_from_onnx(t).ok_or_else(|| {
+        c.e(
+            ErrorKind::UnsupportedDType,
+            format!("{attr} {}", onnx_type_name(t)),
+        )
+    })
+}
+
+/// EyeLike: ones on diagonal `k` of a 2-D tensor of the input's shape (its values are not
+/// read, so the output is a constant).
+pub(crate) fn infer_eye_like(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let [rows, cols] = x.shape[..] else {
+        return Err(c.mismatch(format!("EyeLike of shape {:?} (2-D only)", x.shape)));
+    };
+    let d = dtype_attr(c, "dtype", x.dtype)?;
+    let k = n.attr_i("k", 0)?;
+    let t = HostTensor::try_from_f64s(
+        "the output",
+        d,
+        vec![rows, cols],
+        (0..rows * cols).map(|e| {
+            let (i, j) = ((e / cols) as i64, (e % cols) as i64);
+            f64::from(u8::from(j - i == k))
+        }),
+    )
+    .map_err(|e| e.at_node(&n.name, &n.op))?;
+    Ok(vec![konst(t)])
+}
+
+/// HannWindow / HammingWindow / BlackmanWindow of a compile-time size, as the ONNX
+/// reference computes them (in f64, then the output type).
+pub(crate) fn infer_window(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let size = match c.const_ints(0, "size")?.as_deref() {
+        Some([s]) if *s >= 0 => *s as usize,
+        Some(v) => return Err(c.bad_attr(format!("size {v:?}"))),
+        None => {
+            return Err(c.e(
+                ErrorKind::UnsupportedOp,
+                "size must be known at compile time",
+            ));
+        }
+    };
+    let d = dtype_attr(c, "output_datatype", nrt_hal::DType::F32)?;
+    let periodic = n.attr_i("periodic", 1)? != 0;
+    let n1 = if periodic {
+        size as f64
+    } else {
+        size as f64 - 1.0
+    };
+    let pi = std::f64::consts::PI;
+    let op = n.op.clone();
+    let t = HostTensor::try_from_f64s(
+        "the output",
+        d,
+        vec![size],
+        (0..size).map(|i| {
+            let x = i as f64;
+            match op.as_str() {
+                "HannWindow" => (x * pi / n1).sin().powi(2),
+                "HammingWindow" => {
+                    let a = 25.0 / 46.0;
+                    a - (x * pi * 2.0 / n1).cos() * (1.0 - a)
+                }
+                _ => (x * (pi * 2.0) / n1).cos() * -0.5 + (x * (pi * 4.0) / n1).cos() * 0.08 + 0.42,
+            }
+        }),
+    )
+    .map_err(|e| e.at_node(&n.name, &n.op))?;
+    Ok(vec![konst(t)])
 }
 
 /// Constant (any of its value attributes).

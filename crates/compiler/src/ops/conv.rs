@@ -14,6 +14,10 @@ use nrt_hal::{DType, Engine};
 use nrt_isa::{AccessPattern, Op, Window};
 
 pub(super) fn register(r: &mut Registry) {
+    r.op("Col2Im", 18, infer_col2im)
+        .f32_on_device()
+        .note("image and block shapes known at compile time: one strided DVE add per block offset")
+        .device(lower!(lower_col2im));
     r.op("Conv", 1, infer_conv)
         .f32_on_device()
         .note("1-D and 2-D")
@@ -93,7 +97,168 @@ pub(crate) fn infer_conv_transpose(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, s)])
 }
 
+/// Col2Im geometry: image dims, block dims, strides, dilations, begin pads, padded image
+/// dims and the number of blocks per dimension.
+struct Col2Im {
+    image: Vec<usize>,
+    block: Vec<usize>,
+    strides: Vec<usize>,
+    dilations: Vec<usize>,
+    pad_begin: Vec<usize>,
+    padded: Vec<usize>,
+    blocks: Vec<usize>,
+}
+
+fn col2im_params(c: &Ctx) -> Result<Col2Im> {
+    let n = c.n;
+    let x = c.input(0)?;
+    let dims = |i: usize, what: &str| -> Result<Vec<usize>> {
+        let v = c
+            .const_ints(i, what)?
+            .ok_or_else(|| c.bad_attr(format!("missing {what}")))?;
+        v.iter()
+            .map(|&d| {
+                usize::try_from(d)
+                    .ok()
+                    .filter(|&d| d >= 1 && d <= params::MAX_WINDOW_ATTR as usize)
+            })
+            .collect::<Option<Vec<usize>>>()
+            .ok_or_else(|| c.bad_attr(format!("{what} {v:?}")))
+    };
+    let image = dims(1, "image_shape")?;
+    let block = dims(2, "block_shape")?;
+    let k = image.len();
+    if block.len() != k || k == 0 || x.shape.len() != 3 {
+        return Err(c.mismatch(format!(
+            "input {:?}, image_shape {image:?}, block_shape {block:?}",
+            x.shape
+        )));
+    }
+    let attr = |name: &str, default: usize, len: usize| -> Result<Vec<usize>> {
+        match n.attr_ints(name)? {
+            None => Ok(vec![default; len]),
+            Some(v) if v.len() == len => v
+                .iter()
+                .map(|&d| {
+                    usize::try_from(d)
+                        .ok()
+                        .filter(|&d| d <= params::MAX_WINDOW_ATTR as usize)
+                })
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| c.bad_attr(format!("{name} {v:?}"))),
+            Some(v) => Err(c.bad_attr(format!("{name} {v:?}"))),
+        }
+    };
+    let strides = attr("strides", 1, k)?;
+    let dilations = attr("dilations", 1, k)?;
+    let pads = attr("pads", 0, 2 * k)?;
+    if strides.contains(&0) || dilations.contains(&0) {
+        return Err(c.bad_attr("zero stride or dilation"));
+    }
+    let mut padded = Vec::new();
+    let mut blocks = Vec::new();
+    for d in 0..k {
+        let p = image[d] + pads[d] + pads[k + d];
+        let span = dilations[d] * (block[d] - 1) + 1;
+        if p < span {
+            return Err(c.mismatch(format!("block {block:?} larger than the padded image")));
+        }
+        padded.push(p);
+        blocks.push((p - span) / strides[d] + 1);
+    }
+    let bprod: usize = block.iter().product();
+    let lprod: usize = blocks.iter().product();
+    if x.shape[1] % bprod != 0 || x.shape[2] != lprod {
+        return Err(c.mismatch(format!(
+            "input {:?} for blocks {block:?} at {blocks:?} positions",
+            x.shape
+        )));
+    }
+    Ok(Col2Im {
+        image,
+        block,
+        strides,
+        dilations,
+        pad_begin: pads[..k].to_vec(),
+        padded,
+        blocks,
+    })
+}
+
+/// Col2Im: `[N, C, image…]` with `C = input.shape[1] / Π block`.
+pub(crate) fn infer_col2im(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let p = col2im_params(c)?;
+    let bprod: usize = p.block.iter().product();
+    let mut s = vec![x.shape[0], x.shape[1] / bprod];
+    s.extend(&p.image);
+    Ok(vec![out(x.dtype, s)])
+}
+
 impl<'a> Lowerer<'a> {
+    /// Col2Im: a zeroed padded image; for each block offset the input's columns of that
+    /// offset (`[N, C, blocks…]`) are added into the image's strided view at that offset;
+    /// the interior is copied out.
+    pub(crate) fn lower_col2im(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let p = col2im_params(&c)?;
+        let k = p.image.len();
+        let bprod: usize = p.block.iter().product();
+        let (nb, ch) = (xv.shape[0], xv.shape[1] / bprod);
+        let y = self.alloc(o0);
+        if nb * ch == 0 {
+            return Ok(());
+        }
+        let mut pshape = vec![nb, ch];
+        pshape.extend(&p.padded);
+        let pn = crate::tensor::budget("Col2Im padded image", &pshape, DType::F32)
+            .map_err(|e| e.at_node(&n.name, &n.op))?;
+        let img = View::dense(self.temp(pn * 4), DType::F32, &pshape);
+        self.fill(Engine::Dve, &img, 0.0)?;
+        let x = self.input_view(n, 0)?;
+        let mut xs = vec![nb, ch, bprod];
+        xs.extend(&p.blocks);
+        let xr = match x.reshape(&xs) {
+            Some(v) => v,
+            None => {
+                let t = View::dense(self.temp(xv.elements() * 4), DType::F32, &xv.shape);
+                self.copy(Engine::Dve, &x, &t)?;
+                View::dense(t.addr, DType::F32, &xs)
+            }
+        };
+        for b in 0..bprod {
+            let src = xr.slice(2, b as i64, 1, 1);
+            let mut sshape = vec![nb, ch];
+            sshape.extend(&p.blocks);
+            let mut st = src.strides.clone();
+            st.remove(2);
+            let src = View {
+                shape: sshape,
+                strides: st,
+                ..src
+            };
+            let mut dst = img.clone();
+            let mut rem = b;
+            for d in (0..k).rev() {
+                let off = rem % p.block[d];
+                rem /= p.block[d];
+                dst = dst.slice(
+                    2 + d,
+                    (off * p.dilations[d]) as i64,
+                    p.blocks[d],
+                    p.strides[d] as i64,
+                );
+            }
+            self.binary(&dst, &src, &dst, nrt_isa::BinaryOp::Add)?;
+        }
+        let mut inner = img;
+        for d in 0..k {
+            inner = inner.slice(2 + d, p.pad_begin[d] as i64, p.image[d], 1);
+        }
+        self.copy(Engine::Dve, &inner, &y)
+    }
+
     /// Emits a Conv over `[N, C, H, W]` views, split by output channels (or groups) on 2 cores.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn conv_op(

@@ -42,6 +42,33 @@ pub(super) fn register(r: &mut Registry) {
     r.op("Cast", 1, infer_cast).device(lower!(lower_cast));
     r.op("CastLike", 15, infer_cast_like)
         .device(lower!(lower_cast));
+    r.op("BitCast", 26, infer_bit_cast)
+        .note("types of one width: a copy of the bits")
+        .device(lower!(lower_bit_cast));
+}
+
+/// BitCast: the bits reinterpreted as `to`, of the same width (shape unchanged).
+pub(crate) fn infer_bit_cast(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let to = c.n.attr_i("to", 0)? as i32;
+    let d = dtype_from_onnx(to).ok_or_else(|| {
+        c.e(
+            ErrorKind::UnsupportedDType,
+            format!("bit cast to {}", onnx_type_name(to)),
+        )
+    })?;
+    if d.size() != x.dtype.size() {
+        return Err(c.e(
+            ErrorKind::UnsupportedDType,
+            format!(
+                "bit cast of {} ({} bytes) to {d} ({} bytes): the widths differ",
+                x.dtype,
+                x.dtype.size(),
+                d.size()
+            ),
+        ));
+    }
+    Ok(vec![out(d, x.shape.clone())])
 }
 
 /// Broadcasting binary operators (comparisons give bool).
@@ -130,6 +157,18 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_cast(&mut self, at: At<'a>) -> Result<()> {
         let src = self.input_view(at.n, 0)?;
         self.copy_out(Engine::Dve, &src, at.o0)
+    }
+
+    /// BitCast: a DVE copy into the output's buffer seen with the input's element type
+    /// (same width: the bits move unchanged).
+    pub(crate) fn lower_bit_cast(&mut self, at: At<'a>) -> Result<()> {
+        let src = self.input_view(at.n, 0)?;
+        let y = self.alloc(at.o0);
+        let dst = View {
+            dtype: src.dtype,
+            ..y
+        };
+        self.copy(Engine::Dve, &src, &dst)
     }
 
     /// Where: a select on DVE.

@@ -29,6 +29,187 @@ pub(super) fn register(r: &mut Registry) {
     r.op("ScatterND", 11, infer_scatter_nd)
         .note("reductions in f32, i32, i64")
         .device(lower!(lower_scatter_nd));
+    r.op("OneHot", 9, infer_one_hot)
+        .note("depth known at compile time; indices compared with a ramp on DVE")
+        .device(lower!(lower_one_hot));
+    r.op("TensorScatter", 24, infer_tensor_scatter)
+        .note("run-time write indices: positions computed on DVE, one ScatterElements")
+        .device(lower!(lower_tensor_scatter));
+    r.op("MaxUnpool", 9, infer_max_unpool)
+        .note("run-time indices: a zero fill and one ScatterElements; a larger output_shape holds the unpooled values in its leading corner, as onnx's reference (ONNX Runtime indexes the larger plane)")
+        .device(lower!(lower_max_unpool));
+    r.op("Compress", 9, infer_compress)
+        .note("condition known at compile time: one copy per run of kept slices")
+        .device(lower!(lower_compress));
+}
+
+/// OneHot's depth (a compile-time scalar) and output axis.
+fn one_hot_params(c: &Ctx) -> Result<(usize, usize)> {
+    let x = c.input(0)?;
+    let depth = match c.const_floats(1, "depth")?.as_deref() {
+        Some([d]) if d.is_finite() && *d >= 1.0 && *d < (1u64 << 40) as f32 => *d as usize,
+        v => return Err(c.bad_attr(format!("depth {v:?}"))),
+    };
+    let axis = c.norm_axis(c.n.attr_i("axis", -1)?, x.shape.len() + 1)?;
+    Ok((depth, axis))
+}
+
+/// OneHot: the indices' shape with `depth` inserted at `axis`, the values' type.
+pub(crate) fn infer_one_hot(c: &Ctx) -> Result<Vec<Out>> {
+    let (x, values) = (c.input(0)?, c.input(2)?);
+    if values.elements() != 2 {
+        return Err(c.mismatch(format!("values of shape {:?} (2 elements)", values.shape)));
+    }
+    if matches!(x.dtype, DType::Bool) {
+        return Err(c.e(ErrorKind::UnsupportedDType, "bool indices"));
+    }
+    let (depth, axis) = one_hot_params(c)?;
+    let mut s = x.shape.clone();
+    s.insert(axis, depth);
+    Ok(vec![out(values.dtype, s)])
+}
+
+/// TensorScatter's axis and circular mode.
+fn tensor_scatter_params(c: &Ctx) -> Result<(usize, bool)> {
+    let (x, u) = (c.input(0)?, c.input(1)?);
+    let r = x.shape.len();
+    if r < 2 || u.shape.len() != r || u.dtype != x.dtype {
+        return Err(c.mismatch(format!(
+            "past_cache {:?} ({}) and update {:?} ({})",
+            x.shape, x.dtype, u.shape, u.dtype
+        )));
+    }
+    let axis = c.norm_axis(c.n.attr_i("axis", -2)?, r)?;
+    if axis == 0 {
+        return Err(c.bad_attr("axis 0 (the batch axis)"));
+    }
+    for d in 0..r {
+        if (d == axis && u.shape[d] > x.shape[d]) || (d != axis && u.shape[d] != x.shape[d]) {
+            return Err(c.mismatch(format!(
+                "update {:?} does not fit past_cache {:?} along axis {axis}",
+                u.shape, x.shape
+            )));
+        }
+    }
+    if let Some(w) = c.opt(2) {
+        index_type(c, w)?;
+        if w.shape != [x.shape[0]] {
+            return Err(c.mismatch(format!("write_indices of shape {:?}", w.shape)));
+        }
+    }
+    let circular = match c.n.attr_s("mode", "linear")?.as_str() {
+        "linear" => false,
+        "circular" => true,
+        m => return Err(c.bad_attr(format!("mode '{m}'"))),
+    };
+    Ok((axis, circular))
+}
+
+/// TensorScatter: the cache's shape and type.
+pub(crate) fn infer_tensor_scatter(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    tensor_scatter_params(c)?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// MaxUnpool's unpooled shape `(in − 1)·stride + kernel − pads` (where the indices point)
+/// and its output shape (`output_shape`, at least as large: the unpooled values sit in its
+/// leading corner).
+fn max_unpool_shapes(c: &Ctx) -> Result<(Vec<usize>, Vec<usize>)> {
+    let (x, i) = (c.input(0)?, c.input(1)?);
+    if i.shape != x.shape || x.shape.len() < 3 {
+        return Err(c.mismatch(format!("X {:?} and I {:?}", x.shape, i.shape)));
+    }
+    index_type(c, i)?;
+    let k = x.shape.len() - 2;
+    let n = c.n;
+    let ks = n
+        .attr_ints("kernel_shape")?
+        .ok_or_else(|| c.bad_attr("missing kernel_shape"))?;
+    let strides = n.attr_ints("strides")?.unwrap_or_else(|| vec![1; k]);
+    let pads = n.attr_ints("pads")?.unwrap_or_else(|| vec![0; 2 * k]);
+    if ks.len() != k || strides.len() != k || pads.len() != 2 * k {
+        return Err(c.bad_attr("kernel_shape, strides, pads lengths"));
+    }
+    let mut inferred = x.shape[..2].to_vec();
+    for d in 0..k {
+        let lim = crate::params::MAX_WINDOW_ATTR;
+        let ok = |v: i64| (0..=lim).contains(&v);
+        if !ok(ks[d]) || !ok(strides[d]) || !ok(pads[d]) || !ok(pads[k + d]) {
+            return Err(c.bad_attr(format!("kernel {ks:?}, strides {strides:?}, pads {pads:?}")));
+        }
+        let o = (x.shape[2 + d] as i64 - 1) * strides[d] + ks[d] - pads[d] - pads[k + d];
+        inferred.push(usize::try_from(o).map_err(|_| c.mismatch(format!("output size {o}")))?);
+    }
+    let out = match c.opt(2) {
+        Some(v) if v.elements() > 0 => {
+            let s = c.const_ints(2, "output_shape")?.unwrap_or_default();
+            let s: Vec<usize> = s
+                .iter()
+                .map(|&d| usize::try_from(d).ok())
+                .collect::<Option<_>>()
+                .ok_or_else(|| c.bad_attr(format!("output_shape {s:?}")))?;
+            if s.len() != k + 2
+                || s.iter().zip(&inferred).any(|(a, b)| a < b)
+                || s[..2] != x.shape[..2]
+            {
+                return Err(c.bad_attr(format!(
+                    "output_shape {s:?} (at least the unpooled shape {inferred:?})"
+                )));
+            }
+            s
+        }
+        _ => inferred.clone(),
+    };
+    Ok((inferred, out))
+}
+
+/// MaxUnpool: zeros with the values put back at their indices.
+pub(crate) fn infer_max_unpool(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    Ok(vec![out(x.dtype, max_unpool_shapes(c)?.1)])
+}
+
+/// Compress's kept indices along its axis (`None`: the flattened input).
+fn compress_params(c: &Ctx) -> Result<(Option<usize>, Vec<usize>)> {
+    let x = c.input(0)?;
+    let cond = c
+        .const_ints(1, "condition")?
+        .ok_or_else(|| c.bad_attr("missing condition"))?;
+    let axis = if c.n.has_attr("axis") {
+        Some(c.norm_axis(c.n.attr_i("axis", 0)?, x.shape.len())?)
+    } else {
+        None
+    };
+    let len = axis.map_or(x.elements(), |a| x.shape[a]);
+    if cond.len() > len {
+        return Err(c.mismatch(format!(
+            "condition of {} elements for an axis of {len}",
+            cond.len()
+        )));
+    }
+    let kept = cond
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b != 0)
+        .map(|(i, _)| i)
+        .collect();
+    Ok((axis, kept))
+}
+
+/// Compress: the kept slices along the axis (or elements of the flattened input).
+pub(crate) fn infer_compress(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let (axis, kept) = compress_params(c)?;
+    let s = match axis {
+        Some(a) => {
+            let mut s = x.shape.clone();
+            s[a] = kept.len();
+            s
+        }
+        None => vec![kept.len()],
+    };
+    Ok(vec![out(x.dtype, s)])
 }
 
 /// Checks that `i` is an index tensor (i32 or i64).
@@ -258,6 +439,255 @@ pub(crate) fn infer_gather(c: &Ctx) -> Result<Vec<Out>> {
 }
 
 impl<'a> Lowerer<'a> {
+    /// OneHot: the indices (as i64, negative ones + depth) broadcast along the new axis
+    /// are compared with a constant ramp `0..depth`; the values' on / off element is
+    /// selected on DVE. Indices outside `[-depth, depth)` match nothing.
+    pub(crate) fn lower_one_hot(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let (depth, axis) = one_hot_params(&c)?;
+        let y = self.alloc(o0);
+        let total: usize = oshape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let x = self.input_view(n, 0)?;
+        let ishape = x.shape.clone();
+        let idx = self.converted(x, DType::I64)?;
+        let ie: usize = ishape.iter().product();
+        let tmp = |l: &mut Self, d: DType, sh: &[usize]| {
+            View::dense(l.temp(sh.iter().product::<usize>() * d.size()), d, sh)
+        };
+        let neg = tmp(self, DType::Bool, &ishape);
+        let zc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![0]));
+        let dc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![depth as i64]));
+        let ones = vec![1usize; ishape.len()];
+        let zero = View::dense(zc, DType::I64, &ones).broadcast(&ishape);
+        let dv = View::dense(dc, DType::I64, &ones).broadcast(&ishape);
+        let norm = tmp(self, DType::I64, &ishape);
+        if ie > 0 {
+            self.binary(&idx, &zero, &neg, BinaryOp::Less)?;
+            self.binary(&idx, &dv, &norm, BinaryOp::Add)?;
+            self.select(&neg, &norm, &idx, &norm)?;
+        }
+        // The indices along every output axis but `axis` (stride 0 there).
+        let mut strides = norm.strides.clone();
+        strides.insert(axis, 0);
+        let nv = View {
+            addr: norm.addr,
+            dtype: DType::I64,
+            shape: oshape.to_vec(),
+            strides,
+        };
+        let ramp = self.add_const(&HostTensor::ints(
+            DType::I64,
+            vec![depth],
+            (0..depth as i64).collect(),
+        ));
+        let mut rs = vec![1usize; oshape.len()];
+        rs[axis] = depth;
+        let rv = View::dense(ramp, DType::I64, &rs).broadcast(oshape);
+        let eq = tmp(self, DType::Bool, oshape);
+        self.binary(&nv, &rv, &eq, BinaryOp::Equal)?;
+        let vals = self.input_view(n, 2)?;
+        let vals = vals
+            .reshape(&[2])
+            .ok_or_else(|| c.mismatch("values are not two contiguous elements"))?;
+        let off = vals.slice(0, 0, 1, 1);
+        let on = vals.slice(0, 1, 1, 1);
+        let one = vec![1usize; oshape.len()];
+        let off = View {
+            shape: one.clone(),
+            strides: vec![0; one.len()],
+            ..off
+        }
+        .broadcast(oshape);
+        let on = View {
+            shape: one.clone(),
+            strides: vec![0; one.len()],
+            ..on
+        }
+        .broadcast(oshape);
+        self.select(&eq, &on, &off, &y)
+    }
+
+    /// TensorScatter: the cache copied, then the update scattered along the axis at
+    /// `write_indices[b] + s` (mod the cache length when circular), positions computed on
+    /// DVE in i64 (POOL's ScatterElements range-checks them).
+    pub(crate) fn lower_tensor_scatter(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (xv, uv) = (c.input(0)?, c.input(1)?);
+        let (axis, circular) = tensor_scatter_params(&c)?;
+        let x = self.input_view(n, 0)?;
+        let y = self.alloc(o0);
+        self.copy(Engine::Pool, &x, &y)?;
+        let us = uv.shape.clone();
+        let total: usize = us.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let len = us[axis];
+        let mut rs = vec![1usize; us.len()];
+        rs[axis] = len;
+        let ramp = self.add_const(&HostTensor::i64(vec![len], (0..len as i64).collect()));
+        let rv = View::dense(ramp, DType::I64, &rs).broadcast(&us);
+        let idx = View::dense(self.temp(total * 8), DType::I64, &us);
+        match c.opt(2) {
+            Some(_) => {
+                let w = self.input_view(n, 2)?;
+                let w = self.converted(w, DType::I64)?;
+                let mut strides = vec![0i64; us.len()];
+                strides[0] = w.strides[0];
+                let wv = View {
+                    shape: us.clone(),
+                    strides,
+                    ..w
+                };
+                self.binary(&wv, &rv, &idx, BinaryOp::Add)?;
+            }
+            None => self.copy(Engine::Dve, &rv, &idx)?,
+        }
+        if circular {
+            // idx mod L, the remainder made non-negative.
+            let m = xv.shape[axis] as i64;
+            let ones = vec![1usize; us.len()];
+            let mc = self.add_const(&HostTensor::i64(vec![1], vec![m]));
+            let mv = View::dense(mc, DType::I64, &ones).broadcast(&us);
+            let zc = self.add_const(&HostTensor::i64(vec![1], vec![0]));
+            let zv = View::dense(zc, DType::I64, &ones).broadcast(&us);
+            let q = View::dense(self.temp(total * 8), DType::I64, &us);
+            self.binary(&idx, &mv, &q, BinaryOp::Div)?;
+            self.binary(&q, &mv, &q, BinaryOp::Mul)?;
+            self.binary(&idx, &q, &idx, BinaryOp::Sub)?;
+            let neg = View::dense(self.temp(total), DType::Bool, &us);
+            self.binary(&idx, &zv, &neg, BinaryOp::Less)?;
+            self.binary(&idx, &mv, &q, BinaryOp::Add)?;
+            self.select(&neg, &q, &idx, &idx)?;
+        }
+        let upd = self.input_view(n, 1)?;
+        let (output, aps, ax) = elements_aps(&us, &xv.shape, axis, &y, &[&idx, &upd])?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::ScatterElements {
+                indices: aps[0],
+                updates: aps[1],
+                output,
+                axis: ax,
+                reduce: ScatterReduce::None,
+            },
+        );
+        Ok(())
+    }
+
+    /// MaxUnpool: the unpooled tensor zeroed, then `X` scattered at `I` (flat positions in
+    /// it) by one ScatterElements; with a larger `output_shape` it is a zeroed temporary
+    /// copied into the output's leading corner.
+    pub(crate) fn lower_max_unpool(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let xv = c.input(0)?;
+        let (inferred, _) = max_unpool_shapes(&c)?;
+        let y = self.alloc(o0);
+        if oshape.iter().product::<usize>() == 0 {
+            return Ok(());
+        }
+        self.fill(Engine::Pool, &y, 0.0)?;
+        let total: usize = inferred.iter().product();
+        let direct = inferred == oshape;
+        let dst = if direct {
+            y.clone()
+        } else {
+            let t = View::dense(self.temp(total * xv.dtype.size()), xv.dtype, &inferred);
+            self.fill(Engine::Pool, &t, 0.0)?;
+            t
+        };
+        if total == 0 {
+            return Ok(());
+        }
+        let ne = xv.elements();
+        if ne == 0 {
+            return Ok(());
+        }
+        let flat = |l: &mut Self, v: View| -> Result<View> {
+            let sh = v.shape.clone();
+            Ok(match v.reshape(&[1, ne]) {
+                Some(f) => f,
+                None => {
+                    let t = View::dense(l.temp(ne * v.dtype.size()), v.dtype, &sh);
+                    l.copy(Engine::Pool, &v, &t)?;
+                    View::dense(t.addr, t.dtype, &[1, ne])
+                }
+            })
+        };
+        let xi = self.input_view(n, 0)?;
+        let xf = flat(self, xi)?;
+        let ii = self.input_view(n, 1)?;
+        let idf = flat(self, ii)?;
+        let yf = View::dense(dst.addr, dst.dtype, &[1, total]);
+        let (output, aps, ax) = elements_aps(&[1, ne], &[1, total], 1, &yf, &[&idf, &xf])?;
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::ScatterElements {
+                indices: aps[0],
+                updates: aps[1],
+                output,
+                axis: ax,
+                reduce: ScatterReduce::None,
+            },
+        );
+        if !direct {
+            let mut corner = y.clone();
+            for (d, &len) in inferred.iter().enumerate() {
+                corner = corner.slice(d, 0, len, 1);
+            }
+            self.copy(Engine::Pool, &dst, &corner)?;
+        }
+        Ok(())
+    }
+
+    /// Compress with a compile-time condition: one copy per run of consecutive kept
+    /// slices (elements of the flattened input without an axis).
+    pub(crate) fn lower_compress(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (axis, kept) = compress_params(&c)?;
+        let y = self.alloc(o0);
+        if y.shape.contains(&0) {
+            return Ok(());
+        }
+        let x = self.input_view(n, 0)?;
+        let (x, a) = match axis {
+            Some(a) => (x, a),
+            None => {
+                let flat = x.shape.iter().product::<usize>();
+                let x = match x.reshape(&[flat]) {
+                    Some(v) => v,
+                    None => {
+                        let t = View::dense(self.temp(flat * x.dtype.size()), x.dtype, &x.shape);
+                        self.copy(Engine::Pool, &x, &t)?;
+                        View::dense(t.addr, t.dtype, &[flat])
+                    }
+                };
+                (x, 0)
+            }
+        };
+        let mut k = 0;
+        while k < kept.len() {
+            let mut e = k + 1;
+            while e < kept.len() && kept[e] == kept[e - 1] + 1 {
+                e += 1;
+            }
+            let src = x.slice(a, kept[k] as i64, e - k, 1);
+            let dst = y.slice(a, k as i64, e - k, 1);
+            self.copy(Engine::Pool, &src, &dst)?;
+            k = e;
+        }
+        Ok(())
+    }
+
     /// Gather: one instruction on POOL.
     pub(crate) fn lower_gather(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;

@@ -42,6 +42,80 @@ pub(super) fn register(r: &mut Registry) {
         .note("constant, reflect, edge, wrap")
         .device(lower!(lower_pad));
     r.op("Trilu", 14, infer_trilu).device(lower!(lower_trilu));
+    r.op("ReverseSequence", 10, infer_reverse_sequence)
+        .fold(Fold::Never)
+        .note("sequence_lens known at compile time: a reversed-view copy per batch entry")
+        .device(lower!(lower_reverse_sequence));
+    r.op("CenterCropPad", 18, infer_center_crop_pad)
+        .fold(Fold::Never)
+        .note("shape known at compile time: zero fill and one copy")
+        .device(lower!(lower_center_crop_pad));
+}
+
+/// CenterCropPad's target size per dimension (the input's where `axes` leaves it).
+fn center_crop_pad_sizes(c: &Ctx) -> Result<Vec<usize>> {
+    let x = c.input(0)?;
+    let r = x.shape.len();
+    let shape = c
+        .const_ints(1, "shape")?
+        .ok_or_else(|| c.bad_attr("missing shape"))?;
+    let axes: Vec<usize> = match c.n.attr_ints("axes")? {
+        Some(a) => a
+            .iter()
+            .map(|&a| c.norm_axis(a, r))
+            .collect::<Result<_>>()?,
+        None => (0..r).collect(),
+    };
+    if shape.len() != axes.len() {
+        return Err(c.bad_attr(format!("shape {shape:?} for {} axes", axes.len())));
+    }
+    let mut out = x.shape.clone();
+    for (&a, &s) in axes.iter().zip(&shape) {
+        out[a] = usize::try_from(s).map_err(|_| c.bad_attr(format!("shape {shape:?}")))?;
+    }
+    Ok(out)
+}
+
+/// ReverseSequence's batch axis, time axis and lengths.
+fn reverse_sequence_params(c: &Ctx) -> Result<(usize, usize, Vec<usize>)> {
+    let x = c.input(0)?;
+    if x.shape.len() < 2 {
+        return Err(c.mismatch("input of rank < 2"));
+    }
+    let ba = c.norm_axis(c.n.attr_i("batch_axis", 1)?, x.shape.len())?;
+    let ta = c.norm_axis(c.n.attr_i("time_axis", 0)?, x.shape.len())?;
+    if ba == ta || ba > 1 || ta > 1 {
+        return Err(c.bad_attr(format!("batch_axis {ba} and time_axis {ta} (0 and 1)")));
+    }
+    let lens = c
+        .const_ints(1, "sequence_lens")?
+        .ok_or_else(|| c.bad_attr("missing sequence_lens"))?;
+    if lens.len() != x.shape[ba] {
+        return Err(c.mismatch(format!(
+            "{} sequence_lens for a batch of {}",
+            lens.len(),
+            x.shape[ba]
+        )));
+    }
+    let lens = lens
+        .iter()
+        .map(|&l| usize::try_from(l).ok().filter(|&l| l <= x.shape[ta]))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| c.bad_attr(format!("sequence_lens {lens:?} for {} steps", x.shape[ta])))?;
+    Ok((ba, ta, lens))
+}
+
+/// ReverseSequence: the input's shape and type.
+pub(crate) fn infer_reverse_sequence(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    reverse_sequence_params(c)?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// CenterCropPad: the input's type, the target shape.
+pub(crate) fn infer_center_crop_pad(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    Ok(vec![out(x.dtype, center_crop_pad_sizes(c)?)])
 }
 
 /// Dropout (inference): the data passes, the mask is constant.
@@ -460,6 +534,61 @@ impl<'a> Lowerer<'a> {
         let dst = View::dense(y.addr, y.dtype, &src.shape);
         self.copy(Engine::Pool, &src, &dst)?;
         Ok(())
+    }
+
+    /// ReverseSequence: a copy, then per batch entry its first `len` steps again through a
+    /// reversed view.
+    pub(crate) fn lower_reverse_sequence(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let (ba, ta, lens) = reverse_sequence_params(&c)?;
+        let (x, y) = self.unary_io(n, o0)?;
+        if y.shape.contains(&0) {
+            return Ok(());
+        }
+        self.copy(Engine::Pool, &x, &y)?;
+        for (b, &len) in lens.iter().enumerate() {
+            if len < 2 {
+                continue;
+            }
+            let src = x
+                .slice(ba, b as i64, 1, 1)
+                .slice(ta, len as i64 - 1, len, -1);
+            let dst = y.slice(ba, b as i64, 1, 1).slice(ta, 0, len, 1);
+            self.copy(Engine::Pool, &src, &dst)?;
+        }
+        Ok(())
+    }
+
+    /// CenterCropPad: per dimension the centred overlap of input and output (a crop starts
+    /// `⌊(in − out)/2⌋` into the input, a pad `⌊(out − in)/2⌋` into the output), one copy,
+    /// the rest zero.
+    pub(crate) fn lower_center_crop_pad(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let os = center_crop_pad_sizes(&c)?;
+        let (x, y) = self.unary_io(n, o0)?;
+        if os.contains(&0) {
+            return Ok(());
+        }
+        let (mut src, mut dst, mut padded) = (x, y.clone(), false);
+        for (d, (&i, &o)) in xv.shape.iter().zip(&os).enumerate() {
+            let len = i.min(o);
+            let (si, so) = if i >= o {
+                ((i - o) / 2, 0)
+            } else {
+                (0, (o - i) / 2)
+            };
+            padded |= o > i;
+            src = src.slice(d, si as i64, len, 1);
+            dst = dst.slice(d, so as i64, len, 1);
+        }
+        if padded {
+            self.fill(Engine::Pool, &y, 0.0)?;
+        }
+        if src.shape.contains(&0) {
+            return Ok(());
+        }
+        self.copy(Engine::Pool, &src, &dst)
     }
 
     pub(crate) fn lower_pad(&mut self, at: At<'a>) -> Result<()> {

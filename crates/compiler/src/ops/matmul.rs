@@ -15,6 +15,10 @@ use nrt_hal::{DType, Engine};
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Epilogue, Op, matmul_flags};
 
 pub(super) fn register(r: &mut Registry) {
+    r.op("Det", 11, infer_det)
+        .dtypes(Dtypes::Float)
+        .note("matrices up to 5 × 5: the Leibniz sum of signed products on DVE")
+        .device(lower!(lower_det));
     r.op("MatMul", 1, infer_matmul)
         .dtypes(Dtypes::Float)
         .device(|l, at| l.lower_matmul(at));
@@ -77,7 +81,92 @@ pub(crate) fn infer_gemm(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(a.dtype, vec![m, nn])])
 }
 
+/// Largest matrix Det sums the `n!` permutation products of.
+const DET_MAX_N: usize = 5;
+
+/// Det: the batch dimensions of `[…, n, n]`.
+pub(crate) fn infer_det(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    let r = x.shape.len();
+    if r < 2 || x.shape[r - 1] != x.shape[r - 2] {
+        return Err(c.mismatch(format!("Det of shape {:?} (square matrices)", x.shape)));
+    }
+    if x.shape[r - 1] > DET_MAX_N {
+        return Err(c.e(
+            crate::error::ErrorKind::UnsupportedOp,
+            format!(
+                "Det of {n} × {n} matrices (at most {DET_MAX_N} × {DET_MAX_N})",
+                n = x.shape[r - 1]
+            ),
+        ));
+    }
+    Ok(vec![out(x.dtype, x.shape[..r - 2].to_vec())])
+}
+
+/// The permutations of `0..n` with their signs (Heap's algorithm order is irrelevant).
+fn permutations(n: usize) -> Vec<(Vec<usize>, bool)> {
+    fn rec(p: &mut Vec<usize>, k: usize, neg: bool, out: &mut Vec<(Vec<usize>, bool)>) {
+        if k == p.len() {
+            out.push((p.clone(), neg));
+            return;
+        }
+        for i in k..p.len() {
+            p.swap(k, i);
+            rec(p, k + 1, neg ^ (i != k), out);
+            p.swap(k, i);
+        }
+    }
+    let mut out = Vec::new();
+    rec(&mut (0..n).collect(), 0, false, &mut out);
+    out
+}
+
 impl<'a> Lowerer<'a> {
+    /// Det: `Σ_σ sign(σ) Π_i x[…, i, σ(i)]`, each factor a strided view of one element per
+    /// matrix; products and the signed sum on DVE.
+    pub(crate) fn lower_det(&mut self, at: At<'a>) -> Result<()> {
+        let At {
+            n, c, o0, oshape, ..
+        } = at;
+        let xv = c.input(0)?;
+        let r = xv.shape.len();
+        let m = xv.shape[r - 1];
+        let y = self.alloc(o0);
+        let total: usize = oshape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        if m == 0 {
+            return self.fill(Engine::Dve, &y, 1.0);
+        }
+        let x = self.input_view(n, 0)?;
+        let elem = |i: usize, j: usize| View {
+            addr: x.elems(i as i64 * x.strides[r - 2] + j as i64 * x.strides[r - 1]),
+            dtype: DType::F32,
+            shape: oshape.to_vec(),
+            strides: x.strides[..r - 2].to_vec(),
+        };
+        let term = View::dense(self.temp(total * 4), DType::F32, oshape);
+        for (k, (p, neg)) in permutations(m).into_iter().enumerate() {
+            let dst = if k == 0 { y.clone() } else { term.clone() };
+            if m == 1 {
+                self.copy(Engine::Dve, &elem(0, p[0]), &dst)?;
+            } else {
+                self.binary(&elem(0, p[0]), &elem(1, p[1]), &dst, BinaryOp::Mul)?;
+                for (i, &pi) in p.iter().enumerate().skip(2) {
+                    self.binary(&dst, &elem(i, pi), &dst, BinaryOp::Mul)?;
+                }
+            }
+            match (k, neg) {
+                (0, true) => self.tensor_scalar(&y, &y, BinaryOp::Mul, -1.0)?,
+                (0, false) => {}
+                (_, false) => self.binary(&y, &term, &y, BinaryOp::Add)?,
+                (_, true) => self.binary(&y, &term, &y, BinaryOp::Sub)?,
+            }
+        }
+        Ok(())
+    }
+
     /// Emits one MatMul without an epilogue (see [`Self::matmul_epi`]).
     pub(crate) fn matmul_aps(
         &mut self,

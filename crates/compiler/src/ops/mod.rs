@@ -15,13 +15,17 @@ macro_rules! lower {
 }
 
 mod attention;
+mod bitwise;
 mod composite;
 mod constant;
 mod control;
 mod conv;
+mod einsum;
 mod elementwise;
 mod gather;
+mod grid;
 mod layout;
+mod linear_attention;
 mod loss;
 mod matmul;
 mod norm;
@@ -30,6 +34,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod spectral;
 mod unary;
 
 use crate::error::{ErrorKind, Result};
@@ -88,6 +93,8 @@ pub(crate) struct OpDef {
     /// Decomposed into other operators before inference (then `infer` and `lower` are
     /// never reached).
     pub expand: Option<ExpandFn>,
+    /// Decomposed only when this holds of the node (`None`: always).
+    pub expand_when: Option<fn(&crate::graph::Node) -> bool>,
     /// Limits worth listing in the report.
     pub notes: &'static str,
 }
@@ -120,6 +127,17 @@ impl OpDef {
     pub fn expands(&mut self, f: ExpandFn) -> &mut Self {
         self.expand = Some(f);
         self
+    }
+
+    /// Makes it decompose into other operators when `when` holds of the node (a mode the
+    /// kernel does not compute), and lower on its own otherwise.
+    pub fn expands_when(
+        &mut self,
+        when: fn(&crate::graph::Node) -> bool,
+        f: ExpandFn,
+    ) -> &mut Self {
+        self.expand_when = Some(when);
+        self.expands(f)
     }
 
     /// Sets the notes of the report.
@@ -172,6 +190,7 @@ impl Registry {
             dtypes: Dtypes::Any,
             lower: None,
             expand: None,
+            expand_when: None,
             notes: "",
         })
     }
@@ -185,13 +204,17 @@ pub(crate) fn registry() -> &'static Registry {
             ops: HashMap::new(),
         };
         attention::register(&mut r);
+        bitwise::register(&mut r);
         composite::register(&mut r);
         constant::register(&mut r);
         control::register(&mut r);
         conv::register(&mut r);
+        einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
+        grid::register(&mut r);
         layout::register(&mut r);
+        linear_attention::register(&mut r);
         loss::register(&mut r);
         matmul::register(&mut r);
         norm::register(&mut r);
@@ -200,6 +223,7 @@ pub(crate) fn registry() -> &'static Registry {
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);
+        spectral::register(&mut r);
         unary::register(&mut r);
         r
     })
@@ -253,7 +277,7 @@ pub fn supported_report() -> Vec<OpInfo> {
             name: d.name,
             since: d.since,
             runs: match (d.lower.is_some(), d.fold) {
-                _ if d.expand.is_some() => "device (decomposed)",
+                _ if d.expand.is_some() && d.expand_when.is_none() => "device (decomposed)",
                 (_, Fold::Only) => "compile time only",
                 (false, _) => "compile time",
                 (true, _) => "device",
@@ -298,6 +322,10 @@ pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
         "float8, float4, int4, int2 element types (Cast, QuantizeLinear, DequantizeLinear \
          … on them)",
         "sub-byte and 8-bit float storage formats the device does not hold",
+    ),
+    (
+        "the `ai.onnx.preview` domain (FlexAttention …)",
+        "experimental operators outside the default domain",
     ),
     (
         "Dropout with `training_mode` = 1 and `ratio` > 0",

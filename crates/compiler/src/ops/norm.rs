@@ -18,7 +18,11 @@ pub(super) fn register(r: &mut Registry) {
         .device(lower!(lower_layer_norm));
     r.op("BatchNormalization", 1, infer_batch_norm)
         .f32_on_device()
-        .note("inference mode; constant parameters")
+        .note("inference mode: constant parameters; training_mode = 1: decomposed (batch statistics, running mean and variance)")
+        .expands_when(
+            |n| n.attr_i("training_mode", 0).is_ok_and(|t| t != 0),
+            expand_batch_norm_training,
+        )
         .device(lower!(lower_batch_norm));
     r.op("InstanceNormalization", 1, infer_group_norm)
         .device(lower!(lower_group_norm));
@@ -61,6 +65,87 @@ pub(crate) fn infer_layer_norm(c: &Ctx) -> Result<Vec<Out>> {
         out(DType::F32, stat.clone()),
         out(DType::F32, stat),
     ])
+}
+
+/// BatchNormalization with `training_mode` = 1 as the ONNX reference computes it: the
+/// batch mean and (population) variance over every axis but 1 normalize the input, and the
+/// optional outputs are the running statistics `input · momentum + batch · (1 − momentum)`.
+fn expand_batch_norm_training(g: &mut crate::graph::Graph, ni: usize) -> Result<()> {
+    use super::attention::{Expansion, a_int, a_ints, g_splice};
+    let n = g.nodes[ni].clone();
+    let input = |k: usize| n.inputs.get(k).copied().flatten();
+    let (Some(x), Some(scale), Some(bias), Some(mean_in), Some(var_in)) =
+        (input(0), input(1), input(2), input(3), input(4))
+    else {
+        return Err(n.error(ErrorKind::BadAttribute, "BatchNormalization needs 5 inputs"));
+    };
+    let Some(Some(y)) = n.outputs.first().copied() else {
+        return Err(n.error(
+            ErrorKind::BadAttribute,
+            "BatchNormalization needs its output",
+        ));
+    };
+    let rank = g.values[x].shape.len();
+    if rank < 2 {
+        return Err(n.error(ErrorKind::ShapeMismatch, "input of rank < 2"));
+    }
+    let ch = g.values[x].shape[1];
+    let dtype = g.values[x].dtype;
+    let eps = n.attr_f("epsilon", 1e-5)? as f64;
+    let momentum = n.attr_f("momentum", 0.9)? as f64;
+    let axes: Vec<i64> = (0..rank as i64).filter(|&a| a != 1).collect();
+    let opset = g.opset;
+    let mut e = Expansion {
+        name: n.name.clone(),
+        g,
+        nodes: Vec::new(),
+    };
+    let mean = |e: &mut Expansion<'_>, v: usize| {
+        if opset >= 18 {
+            let a = e.ints("axes", &axes);
+            e.node("ReduceMean", &[v, a], vec![a_int("keepdims", 1)], None)
+        } else {
+            let attrs = vec![a_int("keepdims", 1), a_ints("axes", &axes)];
+            e.node("ReduceMean", &[v], attrs, None)
+        }
+    };
+    let mut cshape = vec![ch as i64];
+    cshape.resize(rank - 1, 1);
+    let cs = e.ints("cshape", &cshape);
+    let m = mean(&mut e, x);
+    let d = e.node("Sub", &[x, m], vec![], None);
+    let d2 = e.node("Mul", &[d, d], vec![], None);
+    let var = mean(&mut e, d2);
+    let epsv = e.scalar("eps", dtype, eps);
+    let ve = e.node("Add", &[var, epsv], vec![], None);
+    let sd = e.node("Sqrt", &[ve], vec![], None);
+    let norm = e.node("Div", &[d, sd], vec![], None);
+    let sc = e.node("Reshape", &[scale, cs], vec![], None);
+    let bi = e.node("Reshape", &[bias, cs], vec![], None);
+    let scaled = e.node("Mul", &[norm, sc], vec![], None);
+    e.node("Add", &[scaled, bi], vec![], Some(y));
+    for (k, batch, running) in [(1usize, m, mean_in), (2, var, var_in)] {
+        let Some(Some(o)) = n.outputs.get(k).copied() else {
+            continue;
+        };
+        let flat = e.ints("flat", &[ch as i64]);
+        let b = e.node("Reshape", &[batch, flat], vec![], None);
+        let rdt = e.g.values[running].dtype;
+        let mom = e.scalar("momentum", rdt, momentum);
+        let rest = e.scalar("one_minus_momentum", rdt, 1.0 - momentum);
+        let bc = if rdt == dtype {
+            b
+        } else {
+            let to = crate::tensor::dtype_to_onnx(rdt) as i64;
+            e.node("Cast", &[b], vec![a_int("to", to)], None)
+        };
+        let r1 = e.node("Mul", &[running, mom], vec![], None);
+        let r2 = e.node("Mul", &[bc, rest], vec![], None);
+        e.node("Add", &[r1, r2], vec![], Some(o));
+    }
+    let Expansion { g, nodes, .. } = e;
+    g_splice(g, ni, nodes);
+    Ok(())
 }
 
 /// BatchNormalization: inference mode, per-channel constant parameters.

@@ -11,12 +11,16 @@ use nrt_hal::{DType, Engine};
 use nrt_isa::{ActFunc, BinaryOp, Op, PoolOp, ReduceOp, Window};
 
 pub(super) fn register(r: &mut Registry) {
-    for name in ["MaxPool", "AveragePool", "LpPool"] {
+    for name in ["AveragePool", "LpPool"] {
         r.op(name, 1, infer_pool)
             .f32_on_device()
             .note("1-D to 3-D")
             .device(lower!(lower_pool));
     }
+    r.op("MaxPool", 1, infer_pool)
+        .f32_on_device()
+        .note("1-D to 3-D; the Indices output by a compare-and-select per window offset")
+        .device(lower!(lower_max_pool));
     for name in ["GlobalAveragePool", "GlobalMaxPool"] {
         r.op(name, 1, infer_global_pool)
             .f32_on_device()
@@ -47,7 +51,12 @@ pub(crate) fn infer_pool(c: &Ctx) -> Result<Vec<Out>> {
     if r > 5 {
         return Err(c.e(ErrorKind::UnsupportedOp, format!("{}-D pooling", r - 2)));
     }
-    unsupported_outputs(c, 1)?;
+    let with_indices = n.op == "MaxPool" && n.outputs.get(1).is_some_and(|o| o.is_some());
+    unsupported_outputs(c, if n.op == "MaxPool" { 2 } else { 1 })?;
+    let storage = n.attr_i("storage_order", 0)?;
+    if !(0..=1).contains(&storage) {
+        return Err(c.bad_attr(format!("storage_order = {storage} (0 or 1)")));
+    }
     let ks = n
         .attr_ints("kernel_shape")?
         .ok_or_else(|| c.bad_attr("missing kernel_shape"))?;
@@ -63,6 +72,9 @@ pub(crate) fn infer_pool(c: &Ctx) -> Result<Vec<Out>> {
     )?;
     let mut s = x.shape[..2].to_vec();
     s.extend(&p.out);
+    if with_indices {
+        return Ok(vec![out(x.dtype, s.clone()), out(DType::I64, s)]);
+    }
     Ok(vec![out(x.dtype, s)])
 }
 
@@ -78,6 +90,121 @@ pub(crate) fn infer_global_pool(c: &Ctx) -> Result<Vec<Out>> {
 }
 
 impl<'a> Lowerer<'a> {
+    /// MaxPool, then its optional Indices output: the flat index (over `N·C` and the
+    /// spatial dims, row-major; column-major over the spatial dims when `storage_order` is
+    /// set) of the first maximum of each window in row-major window order, as the ONNX
+    /// reference finds it. The input is copied into a −∞-padded buffer; for each kernel
+    /// offset, last to first, the strided view of that offset is compared with the pooled
+    /// output and, where equal, the offset's position (a constant ramp of spatial indices)
+    /// is selected; the channel base is added at the end.
+    pub(crate) fn lower_max_pool(&mut self, at: At<'a>) -> Result<()> {
+        self.lower_pool(at)?;
+        let At { n, c, o0, .. } = at;
+        let Some(Some(o1)) = n.outputs.get(1).copied() else {
+            return Ok(());
+        };
+        let xv = c.input(0)?;
+        let ks: Vec<usize> = n
+            .attr_ints("kernel_shape")?
+            .unwrap_or_default()
+            .iter()
+            .map(|&k| k as usize)
+            .collect();
+        let ceil = n.attr_i("ceil_mode", 0)? != 0;
+        let p = params::window_params(&c, &xv.shape[2..], ks.clone(), ceil)?;
+        let column_major = n.attr_i("storage_order", 0)? != 0;
+        let ind = self.alloc(o1);
+        let oshape = ind.shape.clone();
+        if oshape.contains(&0) || xv.shape.contains(&0) {
+            return Ok(());
+        }
+        let sp = &xv.shape[2..];
+        let k = sp.len();
+        // Padded sizes: every window lies inside.
+        let padded: Vec<usize> = (0..k)
+            .map(|d| {
+                let need = (p.out[d] - 1) * p.strides[d] + (ks[d] - 1) * p.dilations[d] + 1;
+                need.max(p.pad_begin[d] + sp[d] + p.pad_end[d])
+            })
+            .collect();
+        let mut pshape = xv.shape[..2].to_vec();
+        pshape.extend(&padded);
+        let pn = crate::tensor::budget("MaxPool padded input", &pshape, DType::F32)
+            .map_err(|e| e.at_node(&n.name, &n.op))?;
+        let pad = View::dense(self.temp(pn * 4), DType::F32, &pshape);
+        self.fill(Engine::Dve, &pad, f64::NEG_INFINITY)?;
+        let mut inner = pad.clone();
+        for (d, &len) in sp.iter().enumerate() {
+            inner = inner.slice(2 + d, p.pad_begin[d] as i64, len, 1);
+        }
+        let x = self.input_view(n, 0)?;
+        self.copy(Engine::Dve, &x, &inner)?;
+        // Spatial index of each padded position (−1 in the padding).
+        let total_sp: usize = padded.iter().product();
+        let mut ramp = crate::tensor::try_vec::<i64>(total_sp, "MaxPool index ramp")
+            .map_err(|e| e.at_node(&n.name, &n.op))?;
+        for flat in 0..total_sp {
+            let (mut rem, mut valid) = (flat, true);
+            let mut coords = vec![0usize; k];
+            for d in (0..k).rev() {
+                coords[d] = rem % padded[d];
+                rem /= padded[d];
+            }
+            let (mut row, mut col, mut mul_c) = (0i64, 0i64, 1i64);
+            for d in 0..k {
+                let Some(q) = coords[d].checked_sub(p.pad_begin[d]).filter(|&q| q < sp[d]) else {
+                    valid = false;
+                    break;
+                };
+                row = row * sp[d] as i64 + q as i64;
+                col += q as i64 * mul_c;
+                mul_c *= sp[d] as i64;
+            }
+            ramp.push(match (valid, column_major) {
+                (false, _) => -1,
+                (true, true) => col,
+                (true, false) => row,
+            });
+        }
+        let ra = self.add_const(&crate::tensor::HostTensor::ints(
+            DType::I64,
+            padded.clone(),
+            ramp,
+        ));
+        let ramp = View::dense(ra, DType::I64, &padded);
+        let y = self.sview(o0)?;
+        let total: usize = oshape.iter().product();
+        let eq = View::dense(self.temp(total), DType::Bool, &oshape);
+        let acc = View::dense(self.temp(total * 8), DType::I64, &oshape);
+        self.fill(Engine::Dve, &acc, -1.0)?;
+        let offsets: usize = ks.iter().product();
+        for o in (0..offsets).rev() {
+            let (mut pv, mut rv, mut rem) = (pad.clone(), ramp.clone(), o);
+            for d in (0..k).rev() {
+                let od = rem % ks[d];
+                rem /= ks[d];
+                let start = (od * p.dilations[d]) as i64;
+                pv = pv.slice(2 + d, start, p.out[d], p.strides[d] as i64);
+                rv = rv.slice(d, start, p.out[d], p.strides[d] as i64);
+            }
+            self.binary(&pv, &y, &eq, BinaryOp::Equal)?;
+            self.select(&eq, &rv.broadcast(&oshape), &acc, &acc)?;
+        }
+        // + (n·C + c) · spatial size.
+        let (nb, ch) = (xv.shape[0], xv.shape[1]);
+        let step: usize = sp.iter().product();
+        let base: Vec<i64> = (0..nb * ch).map(|i| (i * step) as i64).collect();
+        let ba = self.add_const(&crate::tensor::HostTensor::ints(
+            DType::I64,
+            vec![nb, ch],
+            base,
+        ));
+        let mut bs = vec![nb, ch];
+        bs.resize(oshape.len(), 1);
+        let bv = View::dense(ba, DType::I64, &bs).broadcast(&oshape);
+        self.binary(&acc, &bv, &ind, BinaryOp::Add)
+    }
+
     /// Global pooling: one reduction over the spatial dimensions.
     pub(crate) fn lower_global_pool(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, op, o0, .. } = at;

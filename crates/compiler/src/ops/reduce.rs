@@ -40,9 +40,17 @@ pub(super) fn register(r: &mut Registry) {
     r.op("TopK", 1, infer_top_k)
         .note("f32 and integers; K known at compile time; always sorted")
         .device(lower!(lower_top_k));
+    r.op("ReduceProd", 1, infer_reduce)
+        .dtypes(Dtypes::Reduce)
+        .note("a halving tree of DVE products per axis")
+        .device(lower!(lower_reduce_prod));
+    r.op("CumProd", 26, infer_cumprod)
+        .dtypes(Dtypes::Reduce)
+        .note("a log-step scan of DVE products")
+        .device(lower!(lower_cumprod));
     r.op("CumSum", 11, infer_cumsum)
-        .dtypes(Dtypes::Float)
-        .note("axis length at most 4096")
+        .dtypes(Dtypes::Reduce)
+        .note("f32: axis length at most 4096 (a triangular product on PE); i32/i64: a scan of DVE adds")
         .device(lower!(lower_cumsum));
 }
 
@@ -155,6 +163,9 @@ pub(crate) fn infer_hardmax(c: &Ctx) -> Result<Vec<Out>> {
 /// CumSum along a constant axis of at most `CUMSUM_MAX_LEN`.
 pub(crate) fn infer_cumsum(c: &Ctx) -> Result<Vec<Out>> {
     let x = c.input(0)?;
+    if matches!(x.dtype, DType::I32 | DType::I64) {
+        return infer_cumprod(c);
+    }
     require_float(c, x)?;
     let axis = c
         .const_ints(1, "axis")?
@@ -173,13 +184,136 @@ pub(crate) fn infer_cumsum(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, x.shape.clone())])
 }
 
+/// CumProd along a constant axis (`axis` input).
+pub(crate) fn infer_cumprod(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    if x.shape.is_empty() {
+        return Err(c.mismatch("CumProd of a scalar"));
+    }
+    let axis = c
+        .const_ints(1, "axis")?
+        .and_then(|a| a.first().copied())
+        .ok_or_else(|| c.bad_attr("missing axis"))?;
+    c.norm_axis(axis, x.shape.len())?;
+    Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
 impl<'a> Lowerer<'a> {
+    /// ReduceProd: `x` copied to a temporary, then along each reduced axis of length `L`
+    /// the first `⌊L/2⌋` elements are multiplied by the last `⌊L/2⌋` (disjoint halves; the
+    /// middle one of an odd length stays) until one is left — `⌈log₂ L⌉` DVE products per
+    /// axis. An empty reduction is 1.
+    pub(crate) fn lower_reduce_prod(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let (x, y) = self.unary_io(n, o0)?;
+        let Some(axes) = params::reduce_axes(&c, xv.shape.len())? else {
+            return self.copy(Engine::Dve, &x, &View::dense(y.addr, y.dtype, &xv.shape));
+        };
+        let ytotal: usize = y.shape.iter().product();
+        if ytotal == 0 {
+            return Ok(());
+        }
+        if xv.elements() == 0 {
+            return self.fill(Engine::Dve, &y, 1.0);
+        }
+        let t = View::dense(
+            self.temp(xv.elements() * xv.dtype.size()),
+            xv.dtype,
+            &xv.shape,
+        );
+        self.copy(Engine::Dve, &x, &t)?;
+        let mut cur = t;
+        for &a in &axes {
+            let mut len = cur.shape[a];
+            while len > 1 {
+                let h = len / 2;
+                let lo = cur.slice(a, 0, h, 1);
+                let hi = cur.slice(a, (len - h) as i64, h, 1);
+                self.binary(&lo, &hi, &lo, BinaryOp::Mul)?;
+                len -= h;
+                cur = cur.slice(a, 0, len, 1);
+            }
+        }
+        let kept: Vec<usize> = cur.shape.clone();
+        self.copy(Engine::Dve, &cur, &View::dense(y.addr, y.dtype, &kept))
+    }
+
+    /// CumProd: the Hillis–Steele scan in `⌈log₂ L⌉` steps between two temporaries
+    /// (`b[i] = a[i]·a[i−d]` for `i ≥ d`, `b[i] = a[i]` below, `d` = 1, 2, 4, …); the axis is
+    /// walked backwards for `reverse`, and `exclusive` shifts the result by one with a 1
+    /// in front.
+    pub(crate) fn lower_cumprod(&mut self, at: At<'a>) -> Result<()> {
+        self.lower_scan(at, BinaryOp::Mul, 1.0)
+    }
+
+    /// The scan of [`Self::lower_cumprod`] with `op` and its identity `unit` (integer
+    /// CumSum: `Add`, 0).
+    pub(crate) fn lower_scan(&mut self, at: At<'a>, op: BinaryOp, unit: f64) -> Result<()> {
+        let At { n, c, o0, .. } = at;
+        let xv = c.input(0)?;
+        let axis = c.const_ints(1, "axis")?.map_or(0, |a| a[0]);
+        let axis = c.norm_axis(axis, xv.shape.len())?;
+        let exclusive = n.attr_i("exclusive", 0)? != 0;
+        let reverse = n.attr_i("reverse", 0)? != 0;
+        let (x, y) = self.unary_io(n, o0)?;
+        let len = xv.shape[axis];
+        let total = xv.elements();
+        if total == 0 {
+            return Ok(());
+        }
+        let dt = xv.dtype;
+        let flip = |v: &View| {
+            if reverse {
+                v.slice(axis, len as i64 - 1, len, -1)
+            } else {
+                v.clone()
+            }
+        };
+        let mut a = View::dense(self.temp(total * dt.size()), dt, &xv.shape);
+        let mut b = View::dense(self.temp(total * dt.size()), dt, &xv.shape);
+        self.copy(Engine::Dve, &flip(&x), &a)?;
+        let mut d = 1usize;
+        while d < len {
+            self.copy(
+                Engine::Dve,
+                &a.slice(axis, 0, d, 1),
+                &b.slice(axis, 0, d, 1),
+            )?;
+            let m = len - d;
+            self.binary(
+                &a.slice(axis, d as i64, m, 1),
+                &a.slice(axis, 0, m, 1),
+                &b.slice(axis, d as i64, m, 1),
+                op,
+            )?;
+            std::mem::swap(&mut a, &mut b);
+            d *= 2;
+        }
+        let yf = flip(&y);
+        if !exclusive {
+            return self.copy(Engine::Dve, &a, &yf);
+        }
+        self.fill(Engine::Dve, &yf.slice(axis, 0, 1, 1), unit)?;
+        if len > 1 {
+            self.copy(
+                Engine::Dve,
+                &a.slice(axis, 0, len - 1, 1),
+                &yf.slice(axis, 1, len - 1, 1),
+            )?;
+        }
+        Ok(())
+    }
+
     /// CumSum as a product with a constant triangular 0/1 matrix `T` (`T[i][j] = 1` where
     /// `j ≤ i`; `<` when exclusive; reversed: `≥`, `>`): along the last axis one GEMM
     /// `X[rows, L] · Tᵀ`, else `T · X[o]` for each outer index, batched.
     pub(crate) fn lower_cumsum(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
+        if xv.dtype != DType::F32 {
+            return self.lower_scan(at, BinaryOp::Add, 0.0);
+        }
         let axis = c.const_ints(1, "axis")?.map_or(0, |a| a[0]);
         let axis = c.norm_axis(axis, xv.shape.len())?;
         let exclusive = n.attr_i("exclusive", 0)? != 0;

@@ -28,6 +28,15 @@ pub(super) fn register(r: &mut Registry) {
         ("Ceil", 1),
         ("Softplus", 1),
         ("Elu", 1),
+        ("Tan", 7),
+        ("Asin", 7),
+        ("Acos", 7),
+        ("Atan", 7),
+        ("Sinh", 9),
+        ("Cosh", 9),
+        ("Asinh", 9),
+        ("Acosh", 9),
+        ("Atanh", 9),
     ] {
         r.op(name, since, infer_same)
             .dtypes(Dtypes::Float)
@@ -57,6 +66,14 @@ pub(super) fn register(r: &mut Registry) {
             .note("DVE polynomial after range reduction")
             .device(lower!(lower_sin_cos));
     }
+    r.op("IsNaN", 9, infer_is_special)
+        .dtypes(Dtypes::Float)
+        .note("x ≠ x on DVE")
+        .device(lower!(lower_is_special));
+    r.op("IsInf", 10, infer_is_special)
+        .dtypes(Dtypes::Float)
+        .note("x = ±∞ on DVE")
+        .device(lower!(lower_is_special));
     r.op("PRelu", 1, infer_prelu)
         .device(lower!(lower_composite_activation));
 }
@@ -80,6 +97,13 @@ pub(crate) fn infer_float_same(c: &Ctx) -> Result<Vec<Out>> {
     let x = c.input(0)?;
     require_float(c, x)?;
     Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// IsNaN / IsInf: a bool of the input's shape.
+pub(crate) fn infer_is_special(c: &Ctx) -> Result<Vec<Out>> {
+    let x = c.input(0)?;
+    require_float(c, x)?;
+    Ok(vec![out(DType::Bool, x.shape.clone())])
 }
 
 /// PRelu: the slope broadcasts to the input.
@@ -161,6 +185,15 @@ pub(crate) fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
         "Ceil" => (ActFunc::Ceil, 0.0, 0.0),
         "Softplus" => (ActFunc::Softplus, 0.0, 0.0),
         "Elu" => (ActFunc::Elu, n.attr_f("alpha", 1.0)?, 0.0),
+        "Tan" => (ActFunc::Tan, 0.0, 0.0),
+        "Asin" => (ActFunc::Asin, 0.0, 0.0),
+        "Acos" => (ActFunc::Acos, 0.0, 0.0),
+        "Atan" => (ActFunc::Atan, 0.0, 0.0),
+        "Sinh" => (ActFunc::Sinh, 0.0, 0.0),
+        "Cosh" => (ActFunc::Cosh, 0.0, 0.0),
+        "Asinh" => (ActFunc::Asinh, 0.0, 0.0),
+        "Acosh" => (ActFunc::Acosh, 0.0, 0.0),
+        "Atanh" => (ActFunc::Atanh, 0.0, 0.0),
         "Clip" => {
             let (lo, hi) = if c.opset() >= 11 {
                 (
@@ -217,6 +250,54 @@ impl<'a> Lowerer<'a> {
                 self.binary(&from, &bound, &y, op)?;
                 from = y.clone();
             }
+        }
+        Ok(())
+    }
+
+    /// IsNaN: `¬(x = x)`. IsInf: `x = +∞` and / or `x = −∞` (`detect_positive`,
+    /// `detect_negative`). Comparisons on DVE, combined by a select.
+    pub(crate) fn lower_is_special(&mut self, at: At<'a>) -> Result<()> {
+        let At { n, o0, oshape, .. } = at;
+        let x = self.input_sview(n, 0)?;
+        let y = self.alloc(o0);
+        let total: usize = oshape.iter().product();
+        if total == 0 {
+            return Ok(());
+        }
+        let bool_const = |l: &mut Self, v: i64| {
+            let a = l.add_const(&crate::tensor::HostTensor::ints(
+                DType::Bool,
+                vec![1],
+                vec![v],
+            ));
+            View::dense(a, DType::Bool, &[1]).broadcast(oshape)
+        };
+        if n.op == "IsNaN" {
+            let eq = View::dense(self.temp(total), DType::Bool, oshape);
+            self.binary(&x, &x, &eq, BinaryOp::Equal)?;
+            let (f, t) = (bool_const(self, 0), bool_const(self, 1));
+            return self.select(&eq, &f, &t, &y);
+        }
+        let pos = n.attr_i("detect_positive", 1)? != 0;
+        let neg = n.attr_i("detect_negative", 1)? != 0;
+        let mut first = true;
+        for (on, v) in [(pos, f32::INFINITY), (neg, f32::NEG_INFINITY)] {
+            if !on {
+                continue;
+            }
+            let inf = self.scalar(v, oshape);
+            if first {
+                self.binary(&x, &inf, &y, BinaryOp::Equal)?;
+                first = false;
+            } else {
+                let eq = View::dense(self.temp(total), DType::Bool, oshape);
+                self.binary(&x, &inf, &eq, BinaryOp::Equal)?;
+                self.binary(&y, &eq, &y, BinaryOp::Or)?;
+            }
+        }
+        if first {
+            let f = bool_const(self, 0);
+            self.copy(nrt_hal::Engine::Dve, &f, &y)?;
         }
         Ok(())
     }

@@ -513,8 +513,369 @@ def epilogues(out):
     ], [("X", [4, 6])], [("H", [4, 3]), ("Y", [4, 3])], [w("W", (6, 3)), w("b", (3,))])
 
 
+def save_typed(out, name, nodes, inputs, outputs, inits, opset):
+    """`save` with an element type per input and output: (name, elem, shape)."""
+    g = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(n, e, s) for n, e, s in inputs],
+        [helper.make_tensor_value_info(n, e, s) for n, e, s in outputs],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    onnx.save(m, os.path.join(d, "model.onnx"))
+
+
+def einsums(out):
+    # Einsum (decomposed into Transpose/Reshape/MatMul/ReduceSum, compiler/src/ops/einsum.rs)
+    # with the equations models use: attention scores and context, bilinear forms, outer
+    # products, broadcast ellipses, diagonals and traces, three operands, implicit outputs.
+    F = TensorProto.FLOAT
+    cases = [
+        ("attn_scores", "bhqd,bhkd->bhqk", [[2, 3, 4, 8], [2, 3, 5, 8]], [2, 3, 4, 5]),
+        ("attn_context", "bhqk,bhkd->bqhd", [[2, 3, 4, 5], [2, 3, 5, 8]], [2, 4, 3, 8]),
+        ("proj", "abc,cd->abd", [[2, 3, 6], [6, 4]], [2, 3, 4]),
+        ("bilinear", "bn,anm,bm->ba", [[3, 4], [2, 4, 5], [3, 5]], [3, 2]),
+        ("outer", "i,j->ij", [[4], [5]], [4, 5]),
+        ("ellipsis_bcast", "...ij,...jk->...ik", [[2, 1, 3, 4], [2, 5, 4, 2]], [2, 5, 3, 2]),
+        ("trace", "ii", [[5, 5]], []),
+        ("diag_mul", "ij,jj->ij", [[3, 4], [4, 4]], [3, 4]),
+        ("implicit", "ij,jk", [[3, 4], [4, 2]], [3, 2]),
+        ("sum_all", "abc->", [[2, 3, 4]], []),
+        ("permute_sum", "abcd->dba", [[2, 3, 4, 5]], [5, 3, 2]),
+        ("dot_batch", "bi,bi->b", [[4, 6], [4, 6]], [4]),
+    ]
+    for name, eq, shapes, oshape in cases:
+        ins = [(f"X{k}", F, s) for k, s in enumerate(shapes)]
+        save_typed(out, f"einsum_{name}", [
+            N("Einsum", [i[0] for i in ins], ["Y"], equation=eq),
+        ], ins, [("Y", F, oshape)], [], opset=12)
+
+
+def bitwise_and_math(out):
+    # Bitwise operators and shifts (NCM 1.2 BinaryOps), through i64 for the narrower and
+    # unsigned types (full-range inputs from ort_oracle.py), ReduceProd, the inverse
+    # trigonometric and hyperbolic functions (NCM 1.2 ActFuncs), IsNaN and IsInf.
+    T = TensorProto
+    for op, elem, sa, sb in [
+        ("BitwiseAnd", T.UINT8, [3, 4], [4]),
+        ("BitwiseOr", T.INT16, [2, 3, 4], [3, 1]),
+        ("BitwiseXor", T.UINT64, [3, 4], [3, 4]),
+        ("BitwiseAnd", T.INT32, [5], [5]),
+    ]:
+        save_typed(out, f"{op.lower()}_{T.DataType.Name(elem).lower()}", [
+            N(op, ["A", "B"], ["Y"]),
+        ], [("A", elem, sa), ("B", elem, sb)], [("Y", elem, [max(x, y) for x, y in
+            zip([1] * (len(sb) - len(sa)) + sa, [1] * (len(sa) - len(sb)) + sb)])], [],
+            opset=18)
+    for elem in [T.UINT32, T.INT8]:
+        save_typed(out, f"bitwisenot_{T.DataType.Name(elem).lower()}", [
+            N("BitwiseNot", ["A"], ["Y"]),
+        ], [("A", elem, [3, 4])], [("Y", elem, [3, 4])], [], opset=18)
+    for direction, elem, amounts in [
+        ("LEFT", T.UINT16, [0, 1, 7, 15]),
+        ("RIGHT", T.UINT64, [0, 1, 33, 63]),
+        ("RIGHT", T.UINT8, [0, 3, 5, 7]),
+    ]:
+        dt = {T.UINT16: np.uint16, T.UINT64: np.uint64, T.UINT8: np.uint8}[elem]
+        save_typed(out, f"bitshift_{direction.lower()}_{T.DataType.Name(elem).lower()}", [
+            N("BitShift", ["A", "k"], ["Y"], direction=direction),
+        ], [("A", elem, [3, 4])], [("Y", elem, [3, 4])],
+            [numpy_helper.from_array(np.array(amounts, dtype=dt), "k")], opset=11)
+    F = TensorProto.FLOAT
+    save_typed(out, "reduce_prod_axes", [
+        N("ReduceProd", ["X", "ax"], ["Y"], keepdims=0),
+    ], [("X", F, [2, 7, 3, 5])], [("Y", F, [2, 3])], [i64("ax", [1, 3])], opset=18)
+    save_typed(out, "reduce_prod_all_keep", [
+        N("ReduceProd", ["X"], ["Y"], keepdims=1),
+    ], [("X", F, [3, 5])], [("Y", F, [1, 1])], [], opset=18)
+    save_typed(out, "reduce_prod_i64", [
+        N("ReduceProd", ["X", "ax"], ["Y"], keepdims=1),
+    ], [("X", T.INT64, [4, 6])], [("Y", T.INT64, [4, 1])], [i64("ax", [1])], opset=18)
+    save_typed(out, "trig_inverse_hyperbolic", [
+        N("Tanh", ["X"], ["t"]),
+        N("Asin", ["t"], ["asin"]), N("Acos", ["t"], ["acos"]), N("Atanh", ["t"], ["atanh"]),
+        N("Atan", ["X"], ["atan"]), N("Sinh", ["X"], ["sinh"]), N("Cosh", ["X"], ["cosh"]),
+        N("Asinh", ["X"], ["asinh"]), N("Tan", ["X"], ["tan"]),
+        N("Abs", ["X"], ["a"]), N("Add", ["a", "one"], ["a1"]), N("Acosh", ["a1"], ["acosh"]),
+    ], [("X", F, [4, 6])], [(o, F, [4, 6]) for o in
+        ["asin", "acos", "atanh", "atan", "sinh", "cosh", "asinh", "tan", "acosh"]],
+        [f32("one", 1.0)], opset=13)
+    B = TensorProto.BOOL
+    save_typed(out, "isnan_isinf", [
+        N("Log", ["X"], ["l"]), N("IsNaN", ["l"], ["nan"]),
+        N("Div", ["X", "zero"], ["d"]), N("IsInf", ["d"], ["inf"]),
+        N("IsInf", ["d"], ["pinf"], detect_negative=0),
+        N("IsInf", ["d"], ["ninf"], detect_positive=0),
+    ], [("X", F, [4, 6])], [(o, B, [4, 6]) for o in ["nan", "inf", "pinf", "ninf"]],
+        [f32("zero", 0.0)], opset=20)
+
+
+def f32v(name, arr):
+    return numpy_helper.from_array(np.asarray(arr, dtype=np.float32), name)
+
+
+def resizes(out):
+    # Resize modes done as one weight-matrix product per axis (compiler/src/ops/resize.rs):
+    # cubic (both coefficient sets, exclude_outside), antialias (linear and cubic), and
+    # tf_crop_and_resize with an extrapolation value, on image-like shapes.
+    F = TensorProto.FLOAT
+    cases = [
+        ("cubic_up2_half_pixel", dict(mode="cubic"), [1, 3, 8, 8], [1, 1, 2, 2], None,
+         [1, 3, 16, 16]),
+        ("cubic_pytorch_sizes", dict(mode="cubic", coordinate_transformation_mode=
+                                     "pytorch_half_pixel", cubic_coeff_a=-0.5,
+                                     exclude_outside=1), [2, 2, 9, 7], None, [2, 2, 5, 12],
+         [2, 2, 5, 12]),
+        ("cubic_align_corners_down", dict(mode="cubic", coordinate_transformation_mode=
+                                          "align_corners"), [1, 2, 10, 10], [1, 1, 0.6, 0.6],
+         None, [1, 2, 6, 6]),
+        ("linear_antialias_down", dict(mode="linear", antialias=1), [1, 3, 16, 12],
+         [1, 1, 0.25, 0.5], None, [1, 3, 4, 6]),
+        ("cubic_antialias_sizes", dict(mode="cubic", antialias=1), [1, 1, 13, 17], None,
+         [1, 1, 5, 6], [1, 1, 5, 6]),
+        ("tf_crop_extrapolate", dict(mode="linear", coordinate_transformation_mode=
+                                     "tf_crop_and_resize", extrapolation_value=-3.0),
+         [1, 2, 6, 8], None, [1, 2, 5, 7], [1, 2, 5, 7]),
+    ]
+    for name, attrs, shape, scales, sizes, oshape in cases:
+        inits = [f32v("roi", [0, 0, -0.2, 0.1, 1, 1, 0.9, 1.3]
+                      if "tf_crop" in name else [])]
+        ins = ["X", "roi"]
+        if scales is not None:
+            inits.append(f32v("scales", scales))
+            ins.append("scales")
+        else:
+            inits += [f32v("scales", []), i64("sizes", sizes)]
+            ins += ["scales", "sizes"]
+        save_typed(out, f"resize_{name}", [N("Resize", ins, ["Y"], **attrs)],
+                   [("X", F, shape)], [("Y", F, oshape)], inits, opset=18)
+
+
+def maxpool_indices(out):
+    # MaxPool's Indices output (compiler/src/ops/pool.rs: compare-and-select per window
+    # offset): pads, strides, dilations, ceil mode, column-major storage_order, 1-D and 3-D.
+    F, I = TensorProto.FLOAT, TensorProto.INT64
+    cases = [
+        ("2d_pads_strides", [2, 3, 9, 8], dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                                                strides=[2, 2]), [2, 3, 5, 4]),
+        ("2d_dilated_ceil", [1, 2, 10, 9], dict(kernel_shape=[2, 3], dilations=[2, 1],
+                                                strides=[3, 2], ceil_mode=1), [1, 2, 3, 4]),
+        ("2d_column_major", [1, 2, 6, 7], dict(kernel_shape=[2, 2], strides=[2, 2],
+                                               storage_order=1), [1, 2, 3, 3]),
+        ("1d", [2, 3, 11], dict(kernel_shape=[3], strides=[2], pads=[1, 0]), [2, 3, 5]),
+        ("3d", [1, 2, 5, 6, 4], dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2],
+                                     pads=[0, 1, 0, 1, 1, 1]), [1, 2, 4, 4, 3]),
+    ]
+    for name, shape, attrs, oshape in cases:
+        save_typed(out, f"maxpool_indices_{name}", [
+            N("MaxPool", ["X"], ["Y", "I"], **attrs),
+        ], [("X", F, shape)], [("Y", F, oshape), ("I", I, oshape)], [], opset=12)
+
+
+def small_ops(out):
+    # OneHot (run-time indices and values), Compress (a constant condition), CenterCropPad,
+    # integer CumSum (a scan of DVE adds), MeanVarianceNormalization, EyeLike, the windows.
+    F, I, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
+    save_typed(out, "onehot_axis1", [
+        N("Sub", ["idx", "one"], ["i"]), N("OneHot", ["i", "depth", "vals"], ["Y"], axis=1),
+    ], [("idx", I, [3, 4]), ("vals", F, [2])], [("Y", F, [3, 5, 4])],
+        [i64("one", 1), f32v("depth", [5.0])], opset=11)
+    save_typed(out, "compress_axis0", [
+        N("Compress", ["X", "cond"], ["Y"], axis=0),
+    ], [("X", F, [6, 4])], [("Y", F, [3, 4])],
+        [numpy_helper.from_array(np.array([1, 0, 1, 1, 0], dtype=bool), "cond")], opset=11)
+    save_typed(out, "compress_flat", [
+        N("Compress", ["X", "cond"], ["Y"]),
+    ], [("X", F, [2, 3])], [("Y", F, [3])],
+        [numpy_helper.from_array(np.array([0, 1, 1, 0, 1], dtype=bool), "cond")], opset=11)
+    save_typed(out, "center_crop_pad_mixed", [
+        N("CenterCropPad", ["X", "shape"], ["Y"], axes=[1, 2]),
+    ], [("X", F, [2, 7, 4, 3])], [("Y", F, [2, 4, 9, 3])], [i64("shape", [4, 9])],
+        opset=18)
+    save_typed(out, "cumsum_i32_reverse_exclusive", [
+        N("CumSum", ["X", "axis"], ["Y"], reverse=1, exclusive=1),
+    ], [("X", I32, [3, 7])], [("Y", I32, [3, 7])], [i64("axis", 1)], opset=14)
+    save_typed(out, "mvn_default", [N("MeanVarianceNormalization", ["X"], ["Y"])],
+               [("X", F, [2, 3, 4, 5])], [("Y", F, [2, 3, 4, 5])], [], opset=13)
+    save_typed(out, "eyelike_k_neg", [
+        N("EyeLike", ["X"], ["e"], k=-1), N("Add", ["e", "X"], ["Y"]),
+    ], [("X", F, [4, 6])], [("Y", F, [4, 6])], [], opset=13)
+    save_typed(out, "windows", [
+        N("HannWindow", ["n"], ["h"]), N("HammingWindow", ["n"], ["m"], periodic=0),
+        N("BlackmanWindow", ["n"], ["b"]), N("Mul", ["X", "h"], ["Y1"]),
+        N("Mul", ["X", "m"], ["Y2"]), N("Mul", ["X", "b"], ["Y3"]),
+    ], [("X", F, [2, 10])], [("Y1", F, [2, 10]), ("Y2", F, [2, 10]), ("Y3", F, [2, 10])],
+        [i64("n", 10)], opset=17)
+
+
+def spectral(out):
+    # DFT / STFT as MatMuls with cos/sin matrices (compiler/src/ops/spectral.rs): real and
+    # complex input, an axis with dimensions after it, zero-padding and truncation by
+    # dft_length, onesided, inverse; STFT with a Hann window over a complex signal.
+    F = TensorProto.FLOAT
+    cases = [
+        ("real_pad_onesided", [2, 7, 3, 1], 1, 12, dict(onesided=1), [2, 7, 3, 2]),
+        ("complex_truncate", [2, 9, 4, 2], 1, 6, {}, [2, 6, 4, 2]),
+        ("complex_inverse_axis2", [2, 3, 8, 2], 2, None, dict(inverse=1), [2, 3, 8, 2]),
+        ("real_axis0", [5, 3, 1], 0, None, {}, [5, 3, 2]),
+    ]
+    for name, shape, axis, length, attrs, oshape in cases:
+        inits = [i64("axis", axis)]
+        ins = ["X", "", "axis"]
+        if length is not None:
+            inits.append(i64("len", length))
+            ins[1] = "len"
+        save_typed(out, f"dft_{name}", [N("DFT", ins, ["Y"], **attrs)],
+                   [("X", F, shape)], [("Y", F, oshape)], inits, opset=20)
+    win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(16) / 16)
+    save_typed(out, "stft_complex_window", [
+        N("STFT", ["X", "step", "win"], ["Y"], onesided=0),
+    ], [("X", F, [2, 70, 2])], [("Y", F, [2, 10, 16, 2])], [i64("step", 6), f32v("win", win)],
+        opset=17)
+    save_typed(out, "stft_real_length", [
+        N("STFT", ["X", "step", "", "flen"], ["Y"]),
+    ], [("X", F, [1, 64, 1])], [("Y", F, [1, 7, 9, 2])], [i64("step", 8), i64("flen", 16)],
+        opset=17)
+
+
+def batch_norm_training(out):
+    # BatchNormalization with training_mode = 1 (decomposed in compiler/src/ops/norm.rs):
+    # batch statistics and the running mean / variance outputs.
+    F = TensorProto.FLOAT
+    save_typed(out, "batchnorm_training", [
+        N("BatchNormalization", ["X", "s", "b", "mean", "var"], ["Y", "rm", "rv"],
+          training_mode=1, momentum=0.8, epsilon=1e-3),
+    ], [("X", F, [3, 4, 5, 2])], [("Y", F, [3, 4, 5, 2]), ("rm", F, [4]), ("rv", F, [4])],
+        [f32v("s", [1, 2, .5, -1]), f32v("b", [0, 1, -1, .3]), f32v("mean", [.1, .2, .3, .4]),
+         f32v("var", [1, 2, 3, .5])], opset=15)
+
+
+def grid_samples(out):
+    # GridSample (compiler/src/ops/grid.rs) with run-time grids from ort_oracle.py (standard
+    # normal: many coordinates fall outside [-1, 1], so every padding mode matters): each
+    # mode and padding, both align_corners, and a volumetric case.
+    F = TensorProto.FLOAT
+    for mode in ["nearest", "linear", "cubic"]:
+        for padding in ["zeros", "border", "reflection"]:
+            for align in [0, 1]:
+                save_typed(out, f"gridsample_{mode}_{padding}_a{align}", [
+                    N("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode=padding,
+                      align_corners=align),
+                ], [("X", F, [2, 3, 5, 7]), ("G", F, [2, 4, 6, 2])], [("Y", F, [2, 3, 4, 6])],
+                    [], opset=20)
+    for mode in ["nearest", "linear"]:
+        save_typed(out, f"gridsample_3d_{mode}_reflection", [
+            N("GridSample", ["X", "G"], ["Y"], mode=mode, padding_mode="reflection"),
+        ], [("X", F, [1, 2, 4, 5, 3]), ("G", F, [1, 3, 2, 4, 3])], [("Y", F, [1, 2, 3, 2, 4])],
+            [], opset=20)
+
+
+def image_ops(out):
+    # Col2Im (strided adds per block offset), AffineGrid (constant base grid times theta^T),
+    # ReverseSequence (reversed views), and AffineGrid feeding GridSample as a spatial
+    # transformer does.
+    F = TensorProto.FLOAT
+    save_typed(out, "col2im_strided_dilated_padded", [
+        N("Col2Im", ["X", "img", "blk"], ["Y"], strides=[2, 1], dilations=[1, 2],
+          pads=[1, 0, 1, 2]),
+    ], [("X", F, [2, 12, 15])], [("Y", F, [2, 2, 8, 5])],
+        [i64("img", [8, 5]), i64("blk", [2, 3])], opset=18)
+    for align in [0, 1]:
+        save_typed(out, f"affine_grid_sample_a{align}", [
+            N("AffineGrid", ["theta", "size"], ["grid"], align_corners=align),
+            N("GridSample", ["X", "grid"], ["Y"], align_corners=align),
+        ], [("theta", F, [2, 2, 3]), ("X", F, [2, 3, 6, 7])], [("Y", F, [2, 3, 5, 4])],
+            [i64("size", [2, 3, 5, 4])], opset=20)
+    save_typed(out, "affine_grid_3d", [
+        N("AffineGrid", ["theta", "size"], ["Y"]),
+    ], [("theta", F, [2, 3, 4])], [("Y", F, [2, 3, 4, 5, 3])], [i64("size", [2, 1, 3, 4, 5])],
+        opset=20)
+    save_typed(out, "reverse_sequence_batch0", [
+        N("ReverseSequence", ["X", "lens"], ["Y"], batch_axis=0, time_axis=1),
+    ], [("X", F, [4, 6, 3])], [("Y", F, [4, 6, 3])], [i64("lens", [6, 1, 3, 0])], opset=10)
+
+
+def scans(out):
+    # Scan unrolled over its sequence (compiler/src/graph.rs inline_scan): a state carried
+    # across steps, two scan inputs (one reversed, one on axis 1), a body reading an outer
+    # value, scan outputs stacked on axis 0 and (reversed) on axis 1.
+    F = TensorProto.FLOAT
+    body = helper.make_graph(
+        [N("Add", ["s", "a"], ["s1"]), N("Mul", ["s1", "w"], ["s2"]),
+         N("Tanh", ["s2"], ["s_out"]), N("Mul", ["b", "s_out"], ["y1"]),
+         N("Add", ["s_out", "a"], ["y2"])],
+        "body",
+        [helper.make_tensor_value_info("s", F, [3]), helper.make_tensor_value_info("a", F, [3]),
+         helper.make_tensor_value_info("b", F, [3])],
+        [helper.make_tensor_value_info("s_out", F, [3]),
+         helper.make_tensor_value_info("y1", F, [3]),
+         helper.make_tensor_value_info("y2", F, [3])],
+    )
+    save_typed(out, "scan_state_directions_outer", [
+        N("Mul", ["W0", "two"], ["w"]),
+        N("Scan", ["S0", "A", "B"], ["S", "Y1", "Y2"], body=body, num_scan_inputs=2,
+          scan_input_directions=[1, 0], scan_input_axes=[0, 1], scan_output_axes=[0, 1],
+          scan_output_directions=[0, 1]),
+    ], [("S0", F, [3]), ("A", F, [5, 3]), ("B", F, [3, 5]), ("W0", F, [3])],
+        [("S", F, [3]), ("Y1", F, [5, 3]), ("Y2", F, [3, 5])], [f32("two", 2.0)], opset=16)
+
+
+def cache_and_unpool(out):
+    # TensorScatter with run-time write indices (a KV-cache update, linear and circular),
+    # MaxPool -> MaxUnpool (the indices computed on the device, with a larger output_shape),
+    # and the deprecated Upsample (as Resize).
+    F, I = TensorProto.FLOAT, TensorProto.INT64
+    # Write indices from ort_oracle.py are 0..2: the circular cache of 4 wraps.
+    for mode, length in [("linear", 6), ("circular", 4)]:
+        save_typed(out, f"tensorscatter_{mode}", [
+            N("TensorScatter", ["cache", "upd", "w"], ["Y"], mode=mode, axis=2),
+        ], [("cache", F, [3, 2, length, 4]), ("upd", F, [3, 2, 3, 4]), ("w", I, [3])],
+            [("Y", F, [3, 2, length, 4])], [], opset=24)
+    # (An output_shape larger than the unpooled shape is left out: onnx's reference and
+    # node test put the values in its leading corner, ONNX Runtime indexes the larger plane.)
+    save_typed(out, "maxpool_maxunpool", [
+        N("MaxPool", ["X"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+        N("MaxUnpool", ["p", "i", "shape"], ["Y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ], [("X", F, [2, 3, 6, 8])], [("Y", F, [2, 3, 6, 8])], [i64("shape", [2, 3, 6, 8])],
+        opset=11)
+    save_typed(out, "upsample_linear", [
+        N("Upsample", ["X", "scales"], ["Y"], mode="linear"),
+    ], [("X", F, [1, 2, 3, 4])], [("Y", F, [1, 2, 6, 6])], [f32v("scales", [1, 1, 2, 1.5])],
+        opset=9)
+
+
+def det_and_int_pool(out):
+    # Det (the Leibniz sum on DVE) of batched 2x2..5x5 matrices, and MaxPool on uint8
+    # (through f32, exact).
+    F = TensorProto.FLOAT
+    for m in [2, 3, 4, 5]:
+        save_typed(out, f"det_{m}x{m}", [N("Det", ["X"], ["Y"])],
+                   [("X", F, [2, 3, m, m])], [("Y", F, [2, 3])], [], opset=11)
+    save_typed(out, "maxpool_uint8", [
+        N("MaxPool", ["X"], ["Y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    ], [("X", TensorProto.UINT8, [1, 2, 7, 7])], [("Y", TensorProto.UINT8, [1, 2, 4, 4])], [],
+        opset=12)
+
+
 def main():
     out = sys.argv[1]
+    det_and_int_pool(out)
+    cache_and_unpool(out)
+    scans(out)
+    image_ops(out)
+    grid_samples(out)
+    batch_norm_training(out)
+    spectral(out)
+    small_ops(out)
+    maxpool_indices(out)
+    resizes(out)
+    einsums(out)
+    bitwise_and_math(out)
     decoder_block(out)
     halves(out)
     doubles(out)
