@@ -13,12 +13,13 @@
 
 mod common;
 use common::*;
+use nrt_hal::Device;
 use nrt_hal::NrtStatus;
 use nrt_runtime::builtin::near_null;
 use nrt_runtime::{
     LoadOptions, Model, NrtError, Placement, Runtime, RuntimeConfig, SeqId, TensorSet, XuKind,
 };
-use nrt_sim::{FaultKind, FaultSpec, SoftDevice};
+use nrt_sim::{FaultKind, FaultSpec, SimConfig, SoftDevice};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,7 +44,10 @@ struct Surface {
 
 impl Surface {
     fn new(kind: Kind) -> Surface {
-        let dev = device();
+        Surface::on(kind, device())
+    }
+
+    fn on(kind: Kind, dev: Arc<SoftDevice>) -> Surface {
         let cfg = RuntimeConfig {
             async_inflight: if kind == Kind::Implicit { 8 } else { 0 },
             ..Default::default()
@@ -512,6 +516,10 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
     let (xr, fr, lr) = (b.io_mem_ref(x), b.io_mem_ref(first), b.io_mem_ref(last));
     let ap = |mr: u32, off: u64| AccessPattern::dense(vaddr(mr, off), DType::F32, &[n, n]);
     let (inp, copied, product) = (SemRef::local(4), SemRef::local(5), SemRef::local(6));
+    // The last product also waits for the host to raise this semaphore, which the watcher
+    // does only after it saw the first output: "the last output is not final yet" does not
+    // depend on how the threads are scheduled.
+    let released = SemRef::local(7);
     let (dx, dfirst, dlast) = (
         b.io_descriptor(x),
         b.io_descriptor(first),
@@ -594,6 +602,7 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
             flags: 0,
             epilogue: nrt_isa::Epilogue::NONE,
         })
+        .wait(released, 1)
         .signal(product, 1),
     );
     b.push(
@@ -609,7 +618,17 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
     let model_bytes = b.build().encode();
 
     for kind in ALL {
-        let s = Surface::new(kind);
+        // The held execution stalls until the watcher releases it: give the hang watchdog
+        // room for a watcher descheduled on a busy machine.
+        let dev = Arc::new(
+            SoftDevice::new(SimConfig {
+                memory_bytes: 2 << 30,
+                hang_watchdog: Duration::from_secs(20),
+                ..SimConfig::default()
+            })
+            .unwrap(),
+        );
+        let s = Surface::on(kind, dev);
         let m = s.rt.load(&model_bytes, 0, &LoadOptions::default()).unwrap();
         let (ins, outs, _k) = tensors(&s.rt, &m, Placement::Device);
         ins.get("x")
@@ -623,11 +642,13 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
         f.reset_output_completion();
         l.reset_output_completion();
         let done = Arc::new(AtomicBool::new(false));
-        let (d2, f2, l2) = (done.clone(), f.clone(), l.clone());
+        let (d2, f2, l2, dev2) = (done.clone(), f.clone(), l.clone(), s.dev.clone());
         let watcher = std::thread::spawn(move || {
             f2.check_output_completion(None, 1).unwrap();
             // At this instant the last output is not final and the execution not done.
-            (l2.completion_count(), d2.load(Ordering::SeqCst))
+            let seen = (l2.completion_count(), d2.load(Ordering::SeqCst));
+            dev2.semaphore_increment(0, 7, 1).unwrap();
+            seen
         });
         s.run(&m, &ins, &outs).unwrap();
         done.store(true, Ordering::SeqCst);

@@ -113,9 +113,15 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
     if drive(rt, vc, n) == Step::Idle {
         // A client polling in a loop is a spinning waiter too: once in
         // HOST_ASSIST_EVERY_IDLE_POLLS idle harvest polls of the vcore (any poller's), lend
-        // this thread to the device, whose own thread may not be running (wait.rs).
+        // this thread to the device, whose own thread may not be running (wait.rs) — for
+        // short executions only: a poll must not turn into running a long one.
         let idle = vc.idle_polls.load(Ordering::Relaxed);
-        if idle.is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS) {
+        if idle.is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS)
+            && vc
+                .spin
+                .expected()
+                .is_some_and(|e| e < tuning::WAIT_SPIN_CAP)
+        {
             for &c in &vc.cores {
                 rt.device.assist(c);
             }

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Paired A/B of two `nrt` binaries on the rows this wave's wait-policy and two-core changes
+# touch (../shared/tools/ab.sh: alternating runs, median per-pair ratio B/A). Run it on an
+# idle machine (no build, fuzzer or helper running). Build the binaries first, e.g. at two
+# commits: `git stash; cargo build --release -p nrt-cli; cp target/release/nrt /tmp/a; ...`.
+#
+#   scripts/ab_binaries.sh A_BINARY B_BINARY [ROUNDS=12] [SECONDS=0.3] [ROWS=all]
+#
+# ROWS (comma-separated): sync, explicit (near-null depth 8), cotenant (the co-tenant rows of
+# the standard bench), mlp_b64, mlp_b64_2c, encoder, encoder_2c (the peers' models in
+# $PEERS_WORKDIR/models, default target/peers/models).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+a=$1 b=$2 rounds=${3:-12} secs=${4:-0.3} rows=${5:-all}
+ab=../shared/tools/ab.sh
+[ -x "$ab" ] || ab="bash $ab"
+models=${PEERS_WORKDIR:-target/peers}/models
+want() { [ "$rows" = all ] || [[ ",$rows," == *",$1,"* ]]; }
+echo "A = $a, B = $b; $rounds pairs of ${secs}s runs per row"
+if want sync; then
+  echo "-- sync near-null, median_ns (lower is better)"
+  $ab "$rounds" '"median_ns":([0-9.]+)' \
+    "$a bench --surface sync --seconds $secs --json" "$b bench --surface sync --seconds $secs --json"
+fi
+if want explicit; then
+  echo "-- explicit depth 8, execs_per_s (higher is better)"
+  $ab "$rounds" '"execs_per_s":([0-9.]+)' \
+    "$a bench --surface explicit --depth 8 --seconds $secs --json" \
+    "$b bench --surface explicit --depth 8 --seconds $secs --json"
+fi
+if want cotenant; then
+  # As the standard bench's co-tenant rows: one busy-looping process beside.
+  co=../shared/tools/cotenant.sh
+  echo "-- sync near-null beside one busy process, execs_per_s (higher is better)"
+  $ab "$rounds" '"execs_per_s":([0-9.]+)' \
+    "bash $co -- $a bench --surface sync --seconds $secs --json" \
+    "bash $co -- $b bench --surface sync --seconds $secs --json"
+  echo "-- explicit depth 8 beside one busy process, execs_per_s (higher is better)"
+  $ab "$rounds" '"execs_per_s":([0-9.]+)' \
+    "bash $co -- $a bench --surface explicit --depth 8 --seconds $secs --json" \
+    "bash $co -- $b bench --surface explicit --depth 8 --seconds $secs --json"
+fi
+for m in mlp_b64 encoder; do
+  for c in 1 2; do
+    row=$m; [ "$c" = 2 ] && row=${m}_2c
+    want "$row" || continue
+    echo "-- $m on $c core(s), median_ns (lower is better)"
+    $ab "$rounds" '"median_ns":([0-9.]+)' \
+      "$a bench $models/$m.onnx --cores $c --seconds $secs --json" \
+      "$b bench $models/$m.onnx --cores $c --seconds $secs --json"
+  done
+done
