@@ -54,6 +54,7 @@
 //! At M = 1 these run at the machine's memory bandwidth (a 512×512 B is 1 MiB: 17–20 µs here;
 //! a plain 1 MiB read takes 18 µs); the GEMM crate needs 35 µs (88 µs with B transposed).
 
+use crate::gemm_packed::{Packed, gemm_packed};
 use crate::matmul_half::{Half, HalfMat, gemm_half};
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
@@ -393,11 +394,31 @@ pub unsafe fn matmul(
     let ta = flags & matmul_flags::TRANSPOSE_A != 0;
     let tb = flags & matmul_flags::TRANSPOSE_B != 0;
     let acc = flags & matmul_flags::ACCUMULATE != 0;
+    // B packed in panels at compile time (constant weights, shared by every batch; the
+    // decoder checked the layout: `[1, panels, K, NR]`, strides `[_, K·NR, NR, 1]`).
+    let packed = (flags & matmul_flags::PACKED_B != 0).then(|| Packed {
+        ptr: vb.at([0, 0, 0, 0]),
+        nr: vb.shape[3],
+        panel_stride: vb.stride[1],
+    });
     let (m, n) = (vc.shape[2], vc.shape[3]);
     if m == 0 || n == 0 || vc.shape[0] == 0 || vc.shape[1] == 0 {
         return;
     }
     let k = if ta { va.shape[2] } else { va.shape[3] };
+    if let Some(p) = packed
+        && (half.is_some()
+            || !matmul_flags::PANEL_WIDTHS.contains(&(p.nr as u32))
+            || vb.shape[2] != k
+            || vb.shape[1] * p.nr < n
+            || vb.stride[2] != p.nr as isize
+            || vb.stride[3] != 1)
+    {
+        // Not a layout the decoder lets through (an `Op` built by hand): compute nothing
+        // rather than read past the operand.
+        debug_assert!(false, "packed B of an unchecked layout");
+        return;
+    }
     let (ars, acs) = if ta {
         (va.stride[3], va.stride[2])
     } else {
@@ -414,7 +435,7 @@ pub unsafe fn matmul(
     let (mut m, mut nb) = (m, [vc.shape[0], vc.shape[1]]);
     for d in [1, 0] {
         let mergeable = nb[d] == 1
-            || (vb.stride[d] == 0
+            || ((packed.is_some() || vb.stride[d] == 0)
                 && va.stride[d] == m as isize * ars
                 && vc.stride[d] == m as isize * vc.stride[2]
                 && ve
@@ -452,7 +473,11 @@ pub unsafe fn matmul(
                 cs: acs,
             };
             let mb = Mat {
-                ptr: vb.at([i0, i1, 0, 0]),
+                ptr: if packed.is_some() {
+                    vb.at([0, 0, 0, 0])
+                } else {
+                    vb.at([i0, i1, 0, 0])
+                },
                 rs: brs,
                 cs: bcs,
             };
@@ -478,9 +503,12 @@ pub unsafe fn matmul(
                 // SAFETY: the caller's contract covers every element of every batch; the
                 // block's rows are a subset.
                 unsafe {
-                    match half {
-                        None => gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws),
-                        Some(kind) => {
+                    match (half, packed) {
+                        (None, Some(pb)) => {
+                            gemm_packed(rb, n, k, off(ma), pb, off(mc), alpha, acc, ws)
+                        }
+                        (None, None) => gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws),
+                        (Some(kind), _) => {
                             let hb = HalfMat {
                                 ptr: vh.at([i0, i1, 0, 0]),
                                 rs: brs,
