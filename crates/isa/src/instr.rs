@@ -313,6 +313,31 @@ pub mod matmul_flags {
     pub const PANEL_WIDTHS: [u32; 3] = [16, 32, 64];
     /// Every defined bit.
     pub const ALL: u32 = ACCUMULATE | TRANSPOSE_A | TRANSPOSE_B | PACKED_B;
+
+    /// Floats of a `k × n` B packed in panels of `nr` columns (`None` on overflow).
+    pub fn packed_len(k: usize, n: usize, nr: usize) -> Option<usize> {
+        n.div_ceil(nr.max(1)).checked_mul(nr)?.checked_mul(k)
+    }
+
+    /// Packs the `k × n` matrix `get(p, j)` into `out` (at least [`packed_len`] floats) in
+    /// the [`PACKED_B`] layout with panels of `nr` columns, zero-padding the last panel.
+    pub fn pack_b(
+        k: usize,
+        n: usize,
+        nr: usize,
+        get: impl Fn(usize, usize) -> f32,
+        out: &mut [f32],
+    ) {
+        for q in 0..n.div_ceil(nr) {
+            for p in 0..k {
+                let row = &mut out[(q * k + p) * nr..(q * k + p + 1) * nr];
+                for (jj, o) in row.iter_mut().enumerate() {
+                    let j = q * nr + jj;
+                    *o = if j < n { get(p, j) } else { 0.0 };
+                }
+            }
+        }
+    }
 }
 
 /// What [`Op::MatMul`] applies to each output tile while it is still in cache, before it

@@ -19,35 +19,14 @@ use crate::Workspace;
 use crate::matmul::Mat;
 use nrt_hal::tuning::GEMM_PACKED_KC;
 
-/// The panel widths a packed B may have.
-pub const PANEL_WIDTHS: [usize; 3] = [16, 32, 64];
-
-/// Floats of a `k × n` B packed in panels of `nr` columns (`None` on overflow).
-pub fn packed_len(k: usize, n: usize, nr: usize) -> Option<usize> {
-    n.div_ceil(nr.max(1)).checked_mul(nr)?.checked_mul(k)
-}
-
-/// Packs the `k × n` matrix `get(p, j)` into `out` (at least [`packed_len`] floats) in panels
-/// of `nr` columns, zero-padding the last panel.
-pub fn pack_b(k: usize, n: usize, nr: usize, get: impl Fn(usize, usize) -> f32, out: &mut [f32]) {
-    let panels = n.div_ceil(nr);
-    for q in 0..panels {
-        for p in 0..k {
-            let row = &mut out[(q * k + p) * nr..(q * k + p + 1) * nr];
-            for (jj, o) in row.iter_mut().enumerate() {
-                let j = q * nr + jj;
-                *o = if j < n { get(p, j) } else { 0.0 };
-            }
-        }
-    }
-}
+pub use nrt_isa::matmul_flags::{PANEL_WIDTHS, pack_b, packed_len};
 
 /// A packed B in device memory.
 #[derive(Clone, Copy, Debug)]
 pub struct Packed {
     /// The first panel.
     pub ptr: *const f32,
-    /// Panel width (one of [`PANEL_WIDTHS`]); also the row stride inside a panel.
+    /// Panel width (16, 32 or 64: [`PANEL_WIDTHS`]); also the row stride inside a panel.
     pub nr: usize,
     /// Distance between panels, in floats (`k · nr` when densely packed).
     pub panel_stride: isize,

@@ -304,8 +304,59 @@ impl<'a> Lowerer<'a> {
         })
     }
 
+    /// Without `--auto-cast`, for a product of at least
+    /// [`nrt_hal::tuning::GEMM_PACK_MIN_ROWS`] rows and
+    /// [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the constant 2-D f32 weight `v`
+    /// (`[N, K]` when `stored_nk`, else `[K, N]`) packed once in panels of
+    /// [`nrt_hal::tuning::GEMM_PACK_NR`] columns (`matmul_flags::PACKED_B`: the device's GEMM
+    /// then packs nothing per call). Returned as a placeholder dense `[K, N]` view of the
+    /// packed constant's address, which [`Self::matmul_epi`] turns into the panel layout;
+    /// the original weight is not stored unless another consumer reads it. `None`: not
+    /// packed.
+    pub(crate) fn pack_weight(&mut self, v: ValueId, stored_nk: bool, rows: usize) -> Option<View> {
+        use nrt_hal::tuning::{GEMM_PACK_MIN_K, GEMM_PACK_MIN_ROWS, GEMM_PACK_NR};
+        if self.auto_cast.is_some() || rows < GEMM_PACK_MIN_ROWS {
+            return None;
+        }
+        let val = &self.g.values[v];
+        let t = val.konst.as_deref()?;
+        if val.dtype != DType::F32 || val.shape.len() != 2 {
+            return None;
+        }
+        let (k, n) = if stored_nk {
+            (val.shape[1], val.shape[0])
+        } else {
+            (val.shape[0], val.shape[1])
+        };
+        if k < GEMM_PACK_MIN_K || n == 0 || i32::try_from(k * GEMM_PACK_NR).is_err() {
+            return None;
+        }
+        let addr = match self.packed_addr.get(&(v, stored_nk)) {
+            Some(&a) => a,
+            None => {
+                let len = matmul_flags::packed_len(k, n, GEMM_PACK_NR)?;
+                let x = t.to_f32s();
+                let mut out = vec![0f32; len];
+                let get = |p: usize, j: usize| {
+                    if stored_nk {
+                        x[j * k + p]
+                    } else {
+                        x[p * n + j]
+                    }
+                };
+                matmul_flags::pack_b(k, n, GEMM_PACK_NR, get, &mut out);
+                let a = self.add_const(&HostTensor::f32(vec![len], out));
+                self.packed_addr.insert((v, stored_nk), a);
+                a
+            }
+        };
+        Some(View::dense(addr, DType::F32, &[k, n]))
+    }
+
     /// Emits one MatMul with an epilogue, split between the cores (N, else M) when there
-    /// are two.
+    /// are two. With `PACKED_B`, `b` is the placeholder `[.., .., K, N]` of
+    /// [`Self::pack_weight`] (batch strides 0): it becomes the panel layout, and an N split
+    /// falls on a panel boundary.
     pub(crate) fn matmul_epi(
         &mut self,
         a: AccessPattern,
@@ -318,7 +369,20 @@ impl<'a> Lowerer<'a> {
         let (m, n) = (c.shape[2] as i64, c.shape[3] as i64);
         let ta = flags & matmul_flags::TRANSPOSE_A != 0;
         let tb = flags & matmul_flags::TRANSPOSE_B != 0;
-        if self.cores < 2 || (m < 2 && n < 2) {
+        let nr = nrt_hal::tuning::GEMM_PACK_NR as i64;
+        let packed = flags & matmul_flags::PACKED_B != 0;
+        // The panels holding columns `start..start + len` of a packed B.
+        let panels = |start: i64, len: i64| {
+            let k = b.shape[2];
+            AccessPattern {
+                addr: (b.addr as i64 + start * k as i64 * 4) as u64,
+                dtype: DType::F32,
+                shape: [1, (len as u32).div_ceil(nr as u32), k, nr as u32],
+                stride: [0, (k as i64 * nr) as i32, nr as i32, 1],
+            }
+        };
+        if self.cores < 2 || (m < 2 && n < 2) || (packed && m < 2 && n < 2 * nr) {
+            let b = if packed { panels(0, n) } else { b };
             self.emit(
                 0,
                 Engine::Pe,
@@ -333,9 +397,14 @@ impl<'a> Lowerer<'a> {
             );
             return;
         }
-        let split_n = n >= 2;
+        // A packed B splits at a panel boundary (or not at all: then M splits).
+        let split_n = if packed { n >= 2 * nr } else { n >= 2 };
         let total = if split_n { n } else { m };
-        let half = total / 2;
+        let half = if split_n && packed {
+            (n / 2 + nr - 1) / nr * nr
+        } else {
+            total / 2
+        };
         for (core, start, len) in [(0u8, 0i64, half), (1u8, half, total - half)] {
             let (mut a2, mut b2, mut c2, mut e2) = (a, b, c, epilogue);
             let adv = |ap: &mut AccessPattern, dim: usize| {
@@ -348,9 +417,14 @@ impl<'a> Lowerer<'a> {
             for x in [&mut e2.bias, &mut e2.residual].into_iter().flatten() {
                 adv(x, cdim);
             }
-            if split_n {
+            if packed && split_n {
+                b2 = panels(start, len);
+            } else if split_n {
                 adv(&mut b2, if tb { 2 } else { 3 });
             } else {
+                if packed {
+                    b2 = panels(0, n);
+                }
                 adv(&mut a2, if ta { 3 } else { 2 });
             }
             self.emit(
@@ -425,9 +499,21 @@ impl<'a> Lowerer<'a> {
         // Operands as they are stored: transposed and head-split views need no copy (the
         // engine takes any strides). A constant weight may be cast (`--auto-cast`).
         let mut a = self.sview(av)?;
+        // Rows of the product when B is one 2-D weight (every batch of A is more rows).
+        let rows = {
+            let s = &g.values[o0].shape;
+            s[..s.len().saturating_sub(1)].iter().product::<usize>()
+        };
+        let mut flags = 0;
         let mut b = match self.cast_weight(bv, false) {
             Some(v) => v,
-            None => self.sview(bv)?,
+            None => match self.pack_weight(bv, false, rows) {
+                Some(v) => {
+                    flags |= matmul_flags::PACKED_B;
+                    v
+                }
+                None => self.sview(bv)?,
+            },
         };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
@@ -584,7 +670,7 @@ impl<'a> Lowerer<'a> {
                     epi.residual = Some(ap);
                 }
             }
-            self.matmul_epi(a_ap, b_ap, c_ap, alpha, 0, epi);
+            self.matmul_epi(a_ap, b_ap, c_ap, alpha, flags, epi);
         }
         self.finish_fused_target(target, o0)
     }
@@ -606,9 +692,14 @@ impl<'a> Lowerer<'a> {
         let tb = n.attr_i("transB", 0)? != 0;
         let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
         let mut a = self.sview(av)?;
-        let mut b = match self.cast_weight(bv, tb) {
-            Some(v) => v,
-            None => self.sview(bv)?,
+        // A packed weight is `[K, N]` whatever `transB` said of the stored one.
+        let rows = g.values[o0].shape[0];
+        let (mut b, tb, packed) = match self.cast_weight(bv, tb) {
+            Some(v) => (v, tb, 0),
+            None => match self.pack_weight(bv, tb, rows) {
+                Some(v) => (v, false, matmul_flags::PACKED_B),
+                None => (self.sview(bv)?, tb, 0),
+            },
         };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
@@ -681,7 +772,7 @@ impl<'a> Lowerer<'a> {
                 mk_ap(b.addr, b.dtype, &b.shape, &b.strides)?,
                 mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?,
             );
-            let mut flags = 0;
+            let mut flags = packed;
             if ta {
                 flags |= matmul_flags::TRANSPOSE_A;
             }
@@ -692,7 +783,7 @@ impl<'a> Lowerer<'a> {
             return self.finish_fused_target(ch.out, o0);
         }
         let y = self.alloc_any(o0)?;
-        let mut flags = 0;
+        let mut flags = packed;
         if let Some(cv) = cv {
             let cview = self.sview(cv)?.broadcast(&y.shape);
             if beta == 1.0 {
@@ -712,7 +803,7 @@ impl<'a> Lowerer<'a> {
             return Ok(());
         }
         if k == 0 {
-            if flags == 0 {
+            if flags & matmul_flags::ACCUMULATE == 0 {
                 self.fill(Engine::Dve, &y, 0.0)?;
             }
             return Ok(());
