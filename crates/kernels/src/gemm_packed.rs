@@ -21,6 +21,24 @@ use nrt_hal::tuning::GEMM_PACKED_KC;
 
 pub use nrt_isa::matmul_flags::{PANEL_WIDTHS, pack_b, packed_len};
 
+/// What the packed GEMM applies to each finished tile of C in registers, before storing it
+/// (the common case of the MatMul epilogue): `C = relu?(alpha·A·B [+ C] + bias)`.
+#[derive(Clone, Copy, Debug)]
+pub struct TileEpilogue {
+    /// Per-column bias: `bias[j]` is added to column `j` of every row (null: none).
+    pub bias: *const f32,
+    /// Then `Relu` (`x < 0 ? 0 : x`, NaN kept).
+    pub relu: bool,
+}
+
+impl TileEpilogue {
+    /// Nothing.
+    pub const NONE: TileEpilogue = TileEpilogue {
+        bias: core::ptr::null(),
+        relu: false,
+    };
+}
+
 /// A packed B in device memory.
 #[derive(Clone, Copy, Debug)]
 pub struct Packed {
@@ -32,12 +50,13 @@ pub struct Packed {
     pub panel_stride: isize,
 }
 
-/// `C = alpha·A·B` (`C += …` when `accumulate`) for an `m×k` A (any strides), a packed `k×n`
-/// B and an `m×n` C (any strides).
+/// `C = alpha·A·B` (`C += …` when `accumulate`), then `epi`, for an `m×k` A (any strides), a
+/// packed `k×n` B and an `m×n` C (any strides).
 ///
 /// # Safety
 /// A readable and C writable for every element their shape and strides address; B readable
-/// for `ceil(n / nr)` panels of `k·nr` floats; C overlapping neither.
+/// for `ceil(n / nr)` panels of `k·nr` floats; `epi.bias` (if not null) readable for `n`
+/// floats; C overlapping none of them.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_packed(
     m: usize,
@@ -48,17 +67,23 @@ pub unsafe fn gemm_packed(
     c: Mat,
     alpha: f32,
     accumulate: bool,
+    epi: TileEpilogue,
     ws: &mut Workspace,
 ) {
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                for j in 0..n {
-                    // SAFETY: C element in bounds per the contract.
-                    unsafe { *c.ptr.offset(i as isize * c.rs + j as isize * c.cs) = 0.0 };
+        for i in 0..m {
+            for j in 0..n {
+                let p = c.ptr.wrapping_offset(i as isize * c.rs + j as isize * c.cs);
+                // SAFETY: C element in bounds per the contract; bias[j] readable.
+                unsafe {
+                    let mut v = if accumulate { *p } else { 0.0 };
+                    if !epi.bias.is_null() {
+                        v += *epi.bias.add(j);
+                    }
+                    *p = if epi.relu && v < 0.0 { 0.0 } else { v };
                 }
             }
         }
@@ -93,6 +118,7 @@ pub unsafe fn gemm_packed(
             c,
             alpha,
             accumulate,
+            epi,
         )
     }
 }
@@ -150,6 +176,7 @@ pub unsafe fn gemm_packed_on(
     c: Mat,
     alpha: f32,
     accumulate: bool,
+    epi: TileEpilogue,
 ) {
     debug_assert!(isa.available() && a.cs == 1 && m > 0 && n > 0 && k > 0);
     let (ap, lda) = (a.ptr as *const f32, a.rs);
@@ -163,6 +190,7 @@ pub unsafe fn gemm_packed_on(
         c,
         alpha,
         accumulate,
+        epi,
     };
     match isa {
         // SAFETY: forwarded contract; AVX-512F present per the contract.
@@ -187,6 +215,7 @@ struct Job {
     c: Mat,
     alpha: f32,
     accumulate: bool,
+    epi: TileEpilogue,
 }
 
 /// One tile of C computed by a microkernel, as it is handed to [`drive`]: rows `i0..i0+mr`,
@@ -205,6 +234,10 @@ struct Tile {
     cs: isize,
     alpha: f32,
     add: bool,
+    /// The epilogue's bias at the tile's first column (null: none), and Relu; only on the
+    /// last K block.
+    bias: *const f32,
+    relu: bool,
 }
 
 /// Walks the product in K blocks, row blocks of `mr_max` and column chunks of `width` (a
@@ -220,6 +253,7 @@ unsafe fn drive(j: &Job, mr_max: usize, width: usize, kernel: impl Fn(&Tile)) {
     while p0 < j.k {
         let kc = GEMM_PACKED_KC.min(j.k - p0);
         let add = j.accumulate || p0 > 0;
+        let last = p0 + kc == j.k;
         let mut i0 = 0;
         while i0 < j.m {
             let mr = mr_max.min(j.m - i0);
@@ -246,6 +280,12 @@ unsafe fn drive(j: &Job, mr_max: usize, width: usize, kernel: impl Fn(&Tile)) {
                         cs: j.c.cs,
                         alpha: j.alpha,
                         add,
+                        bias: if last && !j.epi.bias.is_null() {
+                            j.epi.bias.wrapping_add(col)
+                        } else {
+                            core::ptr::null()
+                        },
+                        relu: last && j.epi.relu,
                     });
                     s += width;
                 }
@@ -267,9 +307,23 @@ unsafe fn store_partial<const WIDTH: usize>(t: &Tile, tile: &[[f32; WIDTH]]) {
         for (x, v) in row.iter().enumerate().take(t.cols) {
             let p = t.c.wrapping_offset(r as isize * t.rs + x as isize * t.cs);
             // SAFETY: element (r, x) of the tile lies in C per the contract.
-            unsafe { *p = if t.add { *p + v } else { *v } };
+            unsafe { *p = finish(t, x, if t.add { *p + v } else { *v }) };
         }
     }
+}
+
+/// The tile epilogue on one element of column `x` of the tile (the order of the vector
+/// paths: the sum, then the bias, then Relu).
+///
+/// # Safety
+/// `t.bias` (if not null) readable at `x`.
+#[inline(always)]
+unsafe fn finish(t: &Tile, x: usize, mut v: f32) -> f32 {
+    if !t.bias.is_null() {
+        // SAFETY: per the contract.
+        v += unsafe { *t.bias.add(x) };
+    }
+    if t.relu && v < 0.0 { 0.0 } else { v }
 }
 
 /// The portable loop over the packed layout.
@@ -304,7 +358,7 @@ unsafe fn portable(j: &Job) {
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)]
 mod x86 {
-    use super::{Job, Tile, drive, store_partial};
+    use super::{Job, Tile, drive, finish, store_partial};
     use core::arch::x86_64::*;
 
     /// AVX-512 microkernel: `R` rows × `W` vectors of 16 columns.
@@ -339,6 +393,13 @@ mod x86 {
                         if t.add {
                             v = _mm512_add_ps(v, _mm512_loadu_ps(cr.add(16 * w)));
                         }
+                        if !t.bias.is_null() {
+                            v = _mm512_add_ps(v, _mm512_loadu_ps(t.bias.add(16 * w)));
+                        }
+                        if t.relu {
+                            // The second operand when either is NaN: NaN stays, -0 stays.
+                            v = _mm512_max_ps(_mm512_setzero_ps(), v);
+                        }
                         _mm512_storeu_ps(cr.add(16 * w), v);
                     }
                 }
@@ -365,7 +426,7 @@ mod x86 {
                 let v = flat[r * W + x / 16][x % 16];
                 let p = t.c.wrapping_offset(r as isize * t.rs + x as isize * t.cs);
                 // SAFETY: element (r, x) of the tile lies in C per the contract.
-                unsafe { *p = if t.add { *p + v } else { v } };
+                unsafe { *p = finish(t, x, if t.add { *p + v } else { v }) };
             }
         }
     }
@@ -442,6 +503,13 @@ mod x86 {
                         let mut v = _mm256_mul_ps(acc[r][w], va);
                         if t.add {
                             v = _mm256_add_ps(v, _mm256_loadu_ps(cr.add(8 * w)));
+                        }
+                        if !t.bias.is_null() {
+                            v = _mm256_add_ps(v, _mm256_loadu_ps(t.bias.add(8 * w)));
+                        }
+                        if t.relu {
+                            // The second operand when either is NaN: NaN stays, -0 stays.
+                            v = _mm256_max_ps(_mm256_setzero_ps(), v);
                         }
                         _mm256_storeu_ps(cr.add(8 * w), v);
                     }

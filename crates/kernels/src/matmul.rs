@@ -54,13 +54,13 @@
 //! At M = 1 these run at the machine's memory bandwidth (a 512×512 B is 1 MiB: 17–20 µs here;
 //! a plain 1 MiB read takes 18 µs); the GEMM crate needs 35 µs (88 µs with B transposed).
 
-use crate::gemm_packed::{Packed, gemm_packed};
+use crate::gemm_packed::{Packed, TileEpilogue, gemm_packed};
 use crate::matmul_half::{Half, HalfMat, gemm_half};
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
 use nrt_hal::DType;
 use nrt_hal::tuning::{EPILOGUE_MIN_ROWS, EPILOGUE_TILE_BYTES, GEMV_MAX_ROWS};
-use nrt_isa::{AccessPattern, Epilogue, matmul_flags};
+use nrt_isa::{AccessPattern, ActFunc, Epilogue, matmul_flags};
 
 /// A strided f32 matrix: pointer, row stride and column stride in elements.
 #[derive(Clone, Copy, Debug)]
@@ -460,6 +460,15 @@ pub unsafe fn matmul(
         .into_iter()
         .flatten()
         .any(overlap);
+    // The packed GEMM applies a per-column bias and Relu to each tile in registers: then the
+    // epilogue needs no pass of its own.
+    let in_tile = packed.is_some()
+        && fused
+        && !staged
+        && epilogue.residual.is_none()
+        && matches!(epilogue.func, ActFunc::Identity | ActFunc::Relu)
+        && ve[0].is_none_or(|b| b.stride[2] == 0 && b.stride[3] == 1);
+    let fused = fused && !in_tile;
     let block = if fused {
         epilogue_block_rows(n).min(m)
     } else {
@@ -505,7 +514,15 @@ pub unsafe fn matmul(
                 unsafe {
                     match (half, packed) {
                         (None, Some(pb)) => {
-                            gemm_packed(rb, n, k, off(ma), pb, off(mc), alpha, acc, ws)
+                            let epi = if in_tile {
+                                TileEpilogue {
+                                    bias: addends[0].map_or(core::ptr::null(), |b| b.ptr),
+                                    relu: epilogue.func == ActFunc::Relu,
+                                }
+                            } else {
+                                TileEpilogue::NONE
+                            };
+                            gemm_packed(rb, n, k, off(ma), pb, off(mc), alpha, acc, epi, ws)
                         }
                         (None, None) => gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws),
                         (Some(kind), _) => {

@@ -1880,6 +1880,35 @@ fn matmul_packed_case(
     batch: [u32; 2],
     epi: bool,
 ) {
+    matmul_packed_case_e(
+        m_,
+        k,
+        n,
+        nr,
+        start,
+        n_full,
+        seed,
+        flags,
+        batch,
+        u8::from(epi),
+    );
+}
+
+/// [`matmul_packed_case`] with `epi`: 0 none, 1 random, 2 a per-column bias and Relu (what
+/// the packed kernel applies in registers).
+#[allow(clippy::too_many_arguments)]
+fn matmul_packed_case_e(
+    m_: usize,
+    k: usize,
+    n: usize,
+    nr: usize,
+    start: usize,
+    n_full: usize,
+    seed: u64,
+    flags: u32,
+    batch: [u32; 2],
+    epi: u8,
+) {
     use nrt_kernels::gemm_packed::{pack_b, packed_len};
     assert!(start.is_multiple_of(nr) && start + n <= n_full);
     let mut rng = Rng::new(seed);
@@ -1918,10 +1947,22 @@ fn matmul_packed_case(
     } else {
         rng.f32(-2.0, 2.0)
     };
-    let epilogue = if epi {
-        random_epilogue(&mut rng, &mut m, csh)
-    } else {
-        Epilogue::NONE
+    let epilogue = match epi {
+        0 => Epilogue::NONE,
+        1 => random_epilogue(&mut rng, &mut m, csh),
+        _ => {
+            let bias = AccessPattern {
+                shape: csh,
+                stride: [0, 0, 0, 1],
+                ..m.dense(DType::F32, [1, 1, 1, n32])
+            };
+            m.fill_f32(&bias, &mut rng, -1.0, 1.0);
+            Epilogue {
+                bias: Some(bias),
+                func: ActFunc::Relu,
+                ..Epilogue::NONE
+            }
+        }
     };
     let op = Op::MatMul {
         a,
@@ -2007,6 +2048,8 @@ fn matmul_packed_tails_splits_and_k_blocks() {
             let start = nr * (1 + i % 2);
             let n_full = start + n + (i % 5);
             matmul_packed_case(m_, k, n, nr, start, n_full, seed + 99, flags, [1, 1], false);
+            // Bias and Relu in registers (over two K blocks where K > 512).
+            matmul_packed_case_e(m_, k, n, nr, start, n_full, seed + 7, flags, [2, 1], 2);
         }
     }
 }
@@ -2038,7 +2081,7 @@ proptest! {
 /// at a panel boundary.
 #[test]
 fn matmul_packed_every_isa() {
-    use nrt_kernels::gemm_packed::{Isa, Packed, gemm_packed_on, pack_b, packed_len};
+    use nrt_kernels::gemm_packed::{Isa, Packed, TileEpilogue, gemm_packed_on, pack_b, packed_len};
     use nrt_kernels::matmul::Mat;
     let mut rng = Rng::new(7);
     let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
@@ -2060,6 +2103,19 @@ fn matmul_packed_every_isa() {
         pack_b(k, n_full, nr, |p, j| bv[p * n_full + j], &mut packed);
         let accumulate = rng.chance(0.5);
         let alpha = if rng.chance(0.5) { 1.0 } else { -0.75 };
+        // The in-register epilogue: a per-column bias of B's full width (the tile reads it
+        // from its first column on), Relu.
+        let bias: Vec<f32> = (0..n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let use_bias = rng.chance(0.5);
+        let relu = rng.chance(0.5);
+        let epi = TileEpilogue {
+            bias: if use_bias {
+                bias[start..].as_ptr()
+            } else {
+                core::ptr::null()
+            },
+            relu,
+        };
         for &isa in &isas {
             let mut c = c0.clone();
             // SAFETY: A is m×k with row stride lda, C m×n with row stride ldc, B's panels
@@ -2087,6 +2143,7 @@ fn matmul_packed_every_isa() {
                     },
                     alpha,
                     accumulate,
+                    epi,
                 )
             };
             for i in 0..m_ {
@@ -2103,10 +2160,17 @@ fn matmul_packed_every_isa() {
                         s += x;
                         sa += x.abs();
                     }
-                    let want = alpha as f64 * s + if accumulate { prev } else { 0.0 };
+                    let mut want = alpha as f64 * s + if accumulate { prev } else { 0.0 };
+                    if use_bias {
+                        want += bias[start + j] as f64;
+                    }
+                    if relu && want < 0.0 {
+                        want = 0.0;
+                    }
                     assert!(
-                        (got - want).abs() <= 1e-5 * (sa + prev.abs()) + 1e-6,
-                        "{isa:?} m{m_} k{k} n{n} nr{nr} start{start}: ({i}, {j}) {got} vs {want}"
+                        (got - want).abs() <= 1e-5 * (sa + prev.abs() + 1.0) + 1e-6,
+                        "{isa:?} m{m_} k{k} n{n} nr{nr} start{start} bias {use_bias} relu {relu}: \
+                         ({i}, {j}) {got} vs {want}"
                     );
                 }
             }
