@@ -506,8 +506,9 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool, packed: bool) -> Vec<u8> {
     // Packed (what `nrt compile` stores for constant weights): panels of the compiler's
     // width, the last one zero-padded (random values need no order here either).
     let nr = nrt_hal::tuning::GEMM_PACK_NR as u32;
+    let kp = if bf16 { k.div_ceil(2) * 2 } else { k };
     let elems = if packed {
-        n.div_ceil(nr) * nr * k
+        n.div_ceil(nr) * nr * kp
     } else {
         k * n
     };
@@ -526,7 +527,15 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool, packed: bool) -> Vec<u8> {
         }
     }
     let wap = |addr| {
-        if packed {
+        if packed && bf16 {
+            // Pairs of K side by side in each panel row.
+            AccessPattern {
+                addr,
+                dtype: DType::Bf16,
+                shape: [1, n.div_ceil(nr), kp / 2, 2 * nr],
+                stride: [0, (kp * nr) as i32, 2 * nr as i32, 1],
+            }
+        } else if packed {
             AccessPattern {
                 addr,
                 dtype: DType::F32,
@@ -745,7 +754,7 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
     let (f32_before, bf16_before) = (peak_measure(Peak::F32Fma), peak_measure(Peak::Bf16Dot));
     let mut gemms = Vec::new();
     let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
-    for (bf16, packed) in [(false, false), (false, true), (true, false)] {
+    for (bf16, packed) in [(false, false), (false, true), (true, false), (true, true)] {
         for (m, k, n) in [
             (1u32, 512u32, 512u32),
             (64, 512, 512),
@@ -758,7 +767,9 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
             let model = session::load(&rt, &matmul_model(m, k, n, bf16, packed), 0)?;
             let label = format!(
                 "matmul {m}x{k}x{n}{}",
-                if bf16 {
+                if bf16 && packed {
+                    " bf16 packed"
+                } else if bf16 {
                     " bf16"
                 } else if packed {
                     " packed"

@@ -1213,6 +1213,35 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
     assert_eq!(seen[1].2[3], 72);
     assert_eq!(seen[0].0.0, seen[1].0.0, "one packed constant");
     assert_eq!(seen[1].0.1 - seen[0].0.1, 128 * 200 * 4);
+    // bf16 auto-cast: the same panels with pairs of K (`[1, 7, 100, 64]`), split the same
+    // way; fp16 weights stay `[N, K]`.
+    for (ty, packed) in [
+        (nrt_compiler::CastType::Bf16, true),
+        (nrt_compiler::CastType::Fp16, false),
+    ] {
+        for cores in [1u32, 2] {
+            let o = CompileOptions {
+                auto_cast: nrt_compiler::AutoCast::MatMult,
+                auto_cast_type: ty,
+                cores,
+                ..Default::default()
+            };
+            let c = compile(&mlp(8, 200, 1), None, &o).unwrap();
+            check_ordering(&c.model).unwrap();
+            for core in 0..cores as u8 {
+                let [Op::MatMul { b, flags, .. }] = matmuls(&c, core)[..] else {
+                    panic!("one MatMul")
+                };
+                assert_eq!(flags & PACKED_B != 0, packed, "{ty:?}");
+                if packed {
+                    assert_eq!(b.dtype, nrt_hal::DType::Bf16);
+                    let panels = [7, 4, 3][(cores - 1 + core as u32) as usize];
+                    assert_eq!(b.shape, [1, panels, 100, 64]);
+                    assert_eq!(b.stride, [0, 6400, 64, 1]);
+                }
+            }
+        }
+    }
     // Four rows: the GEMV reads B as stored.
     let small = ok(&mlp(4, 200, 1));
     let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {

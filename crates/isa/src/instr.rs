@@ -307,7 +307,10 @@ pub mod matmul_flags {
     /// B (f32 constant weights, shared by every batch) is stored in column panels of `NR`
     /// columns (one of [`PANEL_WIDTHS`]), each panel `K × NR` row-major, the last one
     /// zero-padded past N (NCM 1.2): its AP is `[1, ceil(N/NR), K, NR]` with strides
-    /// `[any, K·NR, NR, 1]`. Not with `TRANSPOSE_B`.
+    /// `[any, K·NR, NR, 1]`. bf16 weights pair K: each panel row holds rows `2t` and `2t+1`
+    /// of the panel interleaved (`[2t, j]` then `[2t+1, j]`, K zero-padded to even): AP
+    /// `[1, ceil(N/NR), ceil(K/2), 2·NR]`, strides `[any, ceil(K/2)·2·NR, 2·NR, 1]`. Not
+    /// with `TRANSPOSE_B`.
     pub const PACKED_B: u32 = 8;
     /// The panel widths a `PACKED_B` operand may have.
     pub const PANEL_WIDTHS: [u32; 3] = [16, 32, 64];
@@ -317,6 +320,33 @@ pub mod matmul_flags {
     /// Floats of a `k × n` B packed in panels of `nr` columns (`None` on overflow).
     pub fn packed_len(k: usize, n: usize, nr: usize) -> Option<usize> {
         n.div_ceil(nr.max(1)).checked_mul(nr)?.checked_mul(k)
+    }
+
+    /// The bf16 [`PACKED_B`] layout of the `k × n` matrix `get(p, j)` (already bf16 bits),
+    /// `ceil(k/2)·2·ceil(n/nr)·nr` elements, zero-padded.
+    pub fn pack_b_pairs(
+        k: usize,
+        n: usize,
+        nr: usize,
+        get: impl Fn(usize, usize) -> u16,
+    ) -> Vec<u16> {
+        let kp = k.div_ceil(2);
+        let panels = n.div_ceil(nr);
+        let mut out = vec![0u16; panels * kp * 2 * nr];
+        for q in 0..panels {
+            for t in 0..kp {
+                for jj in 0..nr {
+                    let j = q * nr + jj;
+                    for h in 0..2 {
+                        let p = 2 * t + h;
+                        if j < n && p < k {
+                            out[((q * kp + t) * nr + jj) * 2 + h] = get(p, j);
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Packs the `k × n` matrix `get(p, j)` into `out` (at least [`packed_len`] floats) in
@@ -1666,15 +1696,24 @@ fn same_shape(
 
 /// The layout of a `PACKED_B` operand holding a `k × n` matrix (offsets inside its AP):
 /// `[1, ceil(n/NR), k, NR]`, NR one of the panel widths, strides `[any, k·NR, NR, 1]`.
+/// bf16: `[1, ceil(n/NR), ceil(k/2), 2·NR]`, strides `[any, ceil(k/2)·2·NR, 2·NR, 1]`.
 fn check_packed_b(b: &AccessPattern, k: u32, n: u32) -> Result<(), DecodeError> {
-    let nr = b.shape[3];
-    if !matmul_flags::PANEL_WIDTHS.contains(&nr) {
-        return Err(DecodeError::field("b.shape", Reason::OutOfRange(nr as u64)).at(16 + 12));
+    let pairs = b.dtype == DType::Bf16;
+    let row = b.shape[3];
+    let nr = if pairs { row / 2 } else { row };
+    if !matmul_flags::PANEL_WIDTHS.contains(&nr) || (pairs && !row.is_multiple_of(2)) {
+        return Err(DecodeError::field("b.shape", Reason::OutOfRange(row as u64)).at(16 + 12));
     }
+    let rows = if pairs { k.div_ceil(2) } else { k };
     dim_eq("b.shape", 0, 1, b.shape[0])?;
     dim_eq("b.shape", 1, n.div_ceil(nr), b.shape[1])?;
-    dim_eq("b.shape", 2, k, b.shape[2])?;
-    let want = [None, Some(k as i64 * nr as i64), Some(nr as i64), Some(1)];
+    dim_eq("b.shape", 2, rows, b.shape[2])?;
+    let want = [
+        None,
+        Some(rows as i64 * row as i64),
+        Some(row as i64),
+        Some(1),
+    ];
     for (d, w) in want.into_iter().enumerate() {
         if let Some(w) = w
             && b.stride[d] as i64 != w
@@ -1941,7 +1980,7 @@ impl Instruction {
                 require_dtype(&a, "a.dtype", F32).map_err(|e| e.shifted(base))?;
                 // B may hold half-precision weights (auto-cast): bf16 or f16, f32 accumulation.
                 let b_types: &[DType] = if packed {
-                    F32
+                    &[DType::F32, DType::Bf16]
                 } else {
                     &[DType::F32, DType::Bf16, DType::F16]
                 };
@@ -1955,7 +1994,8 @@ impl Instruction {
                 let (kb, n) = if flags & matmul_flags::TRANSPOSE_B != 0 {
                     (b_.shape[3], b_.shape[2])
                 } else if packed {
-                    (b_.shape[2], c.shape[3])
+                    // K is A's (B's rows were checked against it, pairs for bf16).
+                    (k, c.shape[3])
                 } else {
                     (b_.shape[2], b_.shape[3])
                 };

@@ -738,7 +738,8 @@ fn base64_decode(s: &str) -> Vec<u8> {
 }
 
 /// A `PACKED_B` MatMul (NCM 1.2): B's panels `[1, ceil(N/NR), K, NR]`, strides
-/// `[_, K·NR, NR, 1]`, f32, never transposed; anything else is rejected naming the field.
+/// `[_, K·NR, NR, 1]` (f32) or pairs of K (bf16), never transposed; anything else is
+/// rejected naming the field.
 #[test]
 fn packed_b_layout_is_checked() {
     use nrt_isa::matmul_flags::{PACKED_B, TRANSPOSE_B};
@@ -819,15 +820,40 @@ fn packed_b_layout_is_checked() {
         ),
         (
             AccessPattern {
-                dtype: DType::Bf16,
+                dtype: DType::F16,
                 ..b
             },
             "b.dtype",
+        ),
+        // bf16 needs the pair layout.
+        (
+            AccessPattern {
+                dtype: DType::Bf16,
+                ..b
+            },
+            "b.shape",
+        ),
+        (
+            AccessPattern {
+                dtype: DType::Bf16,
+                shape: [1, 2, 3, 64],
+                stride: [0, 3 * 64, 32, 1],
+                ..b
+            },
+            "b.stride",
         ),
     ];
     for (ap, field) in bad {
         assert_eq!(enc(ap, PACKED_B).unwrap_err().field, field, "{ap:?}");
     }
+    // bf16 pairs of K: `[1, 2, ceil(5/2), 2·32]`, strides `[_, 3·64, 64, 1]`.
+    let pairs = AccessPattern {
+        dtype: DType::Bf16,
+        shape: [1, 2, 3, 64],
+        stride: [0, 3 * 64, 64, 1],
+        ..b
+    };
+    assert!(enc(pairs, PACKED_B).is_ok());
     // Without the flag the same operand is an ordinary (and here mismatched) B.
     assert!(enc(b, 0).is_err());
 }

@@ -7,7 +7,8 @@
 //! and A is read in place (rows contiguous along K; otherwise copied once per call into the
 //! workspace). The microkernel keeps an `MR × 16·W` tile of C in registers, loads `W` vectors
 //! of the B panel per step of K and broadcasts one element of each row of A:
-//! - AVX-512F (detected at run time): 14 rows × 32 columns (28 accumulators);
+//! - AVX-512F (detected at run time): 14 rows × 32 columns (28 accumulators); bf16 weights
+//!   (pairs of K per 32-bit word) take the same tiles with `vdpbf16ps` ([`gemm_packed_bf16`]);
 //! - AVX2 + FMA: 6 rows × 16 columns (12 accumulators);
 //! - elsewhere: a portable loop over the same layout.
 //!
@@ -204,6 +205,147 @@ pub unsafe fn gemm_packed_on(
     }
 }
 
+/// A packed bf16 B (`--auto-cast matmult` weights): panels of `nr` columns whose rows are
+/// pairs of K (`B[2t, j]`, `B[2t+1, j]` side by side: one 32-bit word per column), the last
+/// panel zero-padded past N and K zero-padded to even — the f32 panel layout with `K/2`
+/// rows of 32-bit words, which is how the kernels walk it.
+#[derive(Clone, Copy, Debug)]
+pub struct PackedBf16 {
+    /// The first panel.
+    pub ptr: *const u16,
+    /// Panel width in columns (16, 32 or 64).
+    pub nr: usize,
+    /// Distance between panels, in bf16 elements (`ceil(k/2) · 2 · nr` when dense).
+    pub panel_stride: isize,
+}
+
+/// Whether the bf16 packed GEMM runs `vdpbf16ps` here (else a portable loop).
+pub fn bf16_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::matmul_half::fast_path_available(crate::matmul_half::Half::Bf16)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `C = alpha·A·B` (`+=` when `accumulate`), then `epi`, for an f32 `m×k` A (rounded to
+/// bf16 once per call, as the unpacked bf16 path does), a packed bf16 `k×n` B and an f32
+/// `m×n` C: `vdpbf16ps` in 14×32 register tiles with AVX-512 BF16, else a portable loop
+/// (`fast`: whether to take the former; it must be available).
+///
+/// # Safety
+/// As [`gemm_packed`], B readable for `ceil(n / nr)` panels of `ceil(k/2)·2·nr` bf16.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_packed_bf16(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: PackedBf16,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    epi: TileEpilogue,
+    fast: bool,
+    ws: &mut Workspace,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        let b = Packed {
+            ptr: b.ptr as *const f32,
+            nr: b.nr,
+            panel_stride: 0,
+        };
+        // SAFETY: forwarded contract (k = 0 reads nothing of B).
+        unsafe { gemm_packed(m, n, 0, a, b, c, alpha, accumulate, epi, ws) };
+        return;
+    }
+    debug_assert!(!fast || bf16_fast());
+    let kp = k.div_ceil(2);
+    // A rounded to bf16 rows of `2·kp` (one f32 slot per pair), the odd K padded with 0.
+    let buf = ws.f32(0, m * kp);
+    for (i, row) in buf.chunks_exact_mut(kp).enumerate() {
+        // SAFETY: the slots hold 2·kp u16, f32-aligned.
+        let h = unsafe { core::slice::from_raw_parts_mut(row.as_mut_ptr() as *mut u16, 2 * kp) };
+        let src = a.ptr.wrapping_offset(i as isize * a.rs);
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            // SAFETY: A's row readable per the contract; the features are present.
+            unsafe { crate::matmul_half::avx512::round_row(src, a.cs, &mut h[..k]) };
+        }
+        if !fast {
+            for (p, o) in h[..k].iter_mut().enumerate() {
+                // SAFETY: readable per the contract.
+                *o = crate::elem::f32_to_bf16(unsafe { *src.offset(p as isize * a.cs) });
+            }
+        }
+        if k % 2 == 1 {
+            h[k] = 0;
+        }
+    }
+    let job = Job {
+        m,
+        n,
+        k: kp,
+        a: buf.as_ptr(),
+        lda: kp as isize,
+        b: Packed {
+            ptr: b.ptr as *const f32,
+            nr: b.nr,
+            panel_stride: b.panel_stride / 2,
+        },
+        c,
+        alpha,
+        accumulate,
+        epi,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        // SAFETY: forwarded contract; AVX-512 BF16 present per the contract.
+        unsafe { x86::run_bf16(&job) };
+        return;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { portable_bf16(&job) };
+}
+
+/// The portable loop over the packed bf16 layout (pairs of K in 32-bit words).
+///
+/// # Safety
+/// As [`gemm_packed_bf16`].
+unsafe fn portable_bf16(j: &Job) {
+    use crate::elem::bf16_to_f32;
+    let pair = |w: u32| (bf16_to_f32(w as u16), bf16_to_f32((w >> 16) as u16));
+    // SAFETY: forwarded contract.
+    unsafe {
+        drive(j, 4, 16, |t| {
+            let mut acc = [[0.0f32; 16]; 4];
+            for p in 0..t.kc {
+                let brow = t.b.wrapping_offset(p as isize * t.ldb) as *const u32;
+                for (r, ar) in acc.iter_mut().enumerate().take(t.mr) {
+                    let (a0, a1) =
+                        pair(*(t.a.wrapping_offset(r as isize * t.lda) as *const u32).add(p));
+                    for (x, v) in ar.iter_mut().enumerate() {
+                        let (b0, b1) = pair(*brow.add(x));
+                        *v += a0 * b0 + a1 * b1;
+                    }
+                }
+            }
+            for row in acc.iter_mut() {
+                for v in row.iter_mut() {
+                    *v *= t.alpha;
+                }
+            }
+            store_partial(t, &acc[..]);
+        })
+    }
+}
+
 /// One product, A contiguous along K.
 struct Job {
     m: usize,
@@ -384,6 +526,19 @@ mod x86 {
                 }
                 bp = bp.offset(t.ldb);
             }
+            store512::<R, W>(t, acc);
+        }
+    }
+
+    /// Stores a finished AVX-512 tile (scaled by alpha, added to C when `t.add`, then the
+    /// tile epilogue).
+    ///
+    /// # Safety
+    /// As [`tile512`]'s stores; AVX-512F present.
+    #[inline(always)]
+    unsafe fn store512<const R: usize, const W: usize>(t: &Tile, acc: [[__m512; W]; R]) {
+        // SAFETY: the first `cols` columns of the R rows of C (all 16·W when `cols` says so).
+        unsafe {
             let va = _mm512_set1_ps(t.alpha);
             if t.cs == 1 && t.cols == 16 * W {
                 for r in 0..R {
@@ -427,6 +582,70 @@ mod x86 {
                 let p = t.c.wrapping_offset(r as isize * t.rs + x as isize * t.cs);
                 // SAFETY: element (r, x) of the tile lies in C per the contract.
                 unsafe { *p = finish(t, x, if t.add { *p + v } else { v }) };
+            }
+        }
+    }
+
+    /// AVX-512 BF16 microkernel: `R` rows × 2 vectors of 16 columns, one `vdpbf16ps` per
+    /// pair of K: A's pair broadcast as a 32-bit word, B's pairs of 16 columns per vector.
+    ///
+    /// # Safety
+    /// As [`tile512`] over the pair layout; AVX-512 F/BW/BF16 present.
+    #[inline(always)]
+    unsafe fn tile_bf16<const R: usize, const W: usize>(t: &Tile) {
+        // SAFETY: as `tile512` (rows of 32-bit words instead of floats).
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); W]; R];
+            let rows: [*const u32; R] =
+                core::array::from_fn(|r| t.a.offset(r as isize * t.lda) as *const u32);
+            let mut bp = t.b;
+            for p in 0..t.kc {
+                let bv: [__m512bh; W] = core::array::from_fn(|w| {
+                    core::mem::transmute::<__m512, __m512bh>(_mm512_loadu_ps(bp.add(16 * w)))
+                });
+                for r in 0..R {
+                    let av = core::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                        *rows[r].add(p) as i32,
+                    ));
+                    for w in 0..W {
+                        acc[r][w] = _mm512_dpbf16_ps(acc[r][w], av, bv[w]);
+                    }
+                }
+                bp = bp.offset(t.ldb);
+            }
+            store512::<R, W>(t, acc);
+        }
+    }
+
+    /// # Safety
+    /// As [`super::gemm_packed_bf16`]; AVX-512 F/BW/VL/BF16 present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
+    pub(super) unsafe fn run_bf16(j: &Job) {
+        macro_rules! rows {
+            ($t:expr, $w:literal, $($r:literal)*) => {
+                match $t.mr {
+                    $($r => tile_bf16::<$r, $w>($t),)*
+                    _ => unreachable!("tile rows ≤ MR512"),
+                }
+            };
+        }
+        // SAFETY: forwarded contract; tiles of 1..=MR512 rows and 16 or 32 columns, a
+        // divisor of the panel width.
+        unsafe {
+            if j.b.nr == 16 {
+                drive(
+                    j,
+                    MR512,
+                    16,
+                    |t| rows!(t, 1, 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                );
+            } else {
+                drive(
+                    j,
+                    MR512,
+                    32,
+                    |t| rows!(t, 2, 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                );
             }
         }
     }

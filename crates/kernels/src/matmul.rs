@@ -61,7 +61,9 @@
 //! At M = 1 these run at the machine's memory bandwidth (a 512×512 B is 1 MiB: 17–20 µs here;
 //! a plain 1 MiB read takes 18 µs); the GEMM crate needs 35 µs (88 µs with B transposed).
 
-use crate::gemm_packed::{Packed, TileEpilogue, gemm_packed};
+use crate::gemm_packed::{
+    Packed, PackedBf16, TileEpilogue, bf16_fast, gemm_packed, gemm_packed_bf16,
+};
 use crate::matmul_half::{Half, HalfMat, gemm_half};
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
@@ -402,10 +404,16 @@ pub unsafe fn matmul(
     let tb = flags & matmul_flags::TRANSPOSE_B != 0;
     let acc = flags & matmul_flags::ACCUMULATE != 0;
     // B packed in panels at compile time (constant weights, shared by every batch; the
-    // decoder checked the layout: `[1, panels, K, NR]`, strides `[_, K·NR, NR, 1]`).
+    // decoder checked the layout: f32 `[1, panels, K, NR]`, strides `[_, K·NR, NR, 1]`, or
+    // bf16 `[1, panels, ceil(K/2), 2·NR]` — pairs of K side by side).
+    let bf16_packed = half == Some(Half::Bf16);
     let packed = (flags & matmul_flags::PACKED_B != 0).then(|| Packed {
         ptr: vb.at([0, 0, 0, 0]),
-        nr: vb.shape[3],
+        nr: if bf16_packed {
+            vb.shape[3] / 2
+        } else {
+            vb.shape[3]
+        },
         panel_stride: vb.stride[1],
     });
     let (m, n) = (vc.shape[2], vc.shape[3]);
@@ -413,12 +421,14 @@ pub unsafe fn matmul(
         return;
     }
     let k = if ta { va.shape[2] } else { va.shape[3] };
+    let rows_k = if bf16_packed { k.div_ceil(2) } else { k };
     if let Some(p) = packed
-        && (half.is_some()
+        && ((half.is_some() && !bf16_packed)
             || !matmul_flags::PANEL_WIDTHS.contains(&(p.nr as u32))
-            || vb.shape[2] != k
+            || vb.shape[2] != rows_k
             || vb.shape[1] * p.nr < n
-            || vb.stride[2] != p.nr as isize
+            || vb.stride[2] != vb.shape[3] as isize
+            || vb.shape[3] != p.nr * if bf16_packed { 2 } else { 1 }
             || vb.stride[3] != 1)
     {
         // Not a layout the decoder lets through (an `Op` built by hand): compute nothing
@@ -516,20 +526,30 @@ pub unsafe fn matmul(
                     ptr: x.ptr.wrapping_offset(r0 as isize * x.rs),
                     ..x
                 };
+                let epi = if in_tile {
+                    TileEpilogue {
+                        bias: addends[0].map_or(core::ptr::null(), |b| b.ptr),
+                        relu: epilogue.func == ActFunc::Relu,
+                    }
+                } else {
+                    TileEpilogue::NONE
+                };
                 // SAFETY: the caller's contract covers every element of every batch; the
-                // block's rows are a subset.
+                // block's rows are a subset; the bias (in-tile epilogue) is a row of N.
                 unsafe {
                     match (half, packed) {
                         (None, Some(pb)) => {
-                            let epi = if in_tile {
-                                TileEpilogue {
-                                    bias: addends[0].map_or(core::ptr::null(), |b| b.ptr),
-                                    relu: epilogue.func == ActFunc::Relu,
-                                }
-                            } else {
-                                TileEpilogue::NONE
-                            };
                             gemm_packed(rb, n, k, off(ma), pb, off(mc), alpha, acc, epi, ws)
+                        }
+                        (Some(_), Some(pb)) => {
+                            let hb = PackedBf16 {
+                                ptr: vh.at([0, 0, 0, 0]),
+                                nr: pb.nr,
+                                panel_stride: vh.stride[1],
+                            };
+                            let fast = bf16_fast();
+                            let (a, c) = (off(ma), off(mc));
+                            gemm_packed_bf16(rb, n, k, a, hb, c, alpha, acc, epi, fast, ws)
                         }
                         (None, None) => gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws),
                         (Some(kind), _) => {

@@ -152,6 +152,27 @@ fn second_calls_allocate_nothing() {
         ));
     }
 
+    // The same with bf16 weights (pairs of K): A rounded into the workspace.
+    {
+        let (mm, k, n) = (70u32, 301u32, 100u32);
+        let a = m.dense(DType::F32, [1, 2, mm, k]);
+        let b = m.dense(DType::Bf16, [1, n.div_ceil(32), k.div_ceil(2), 64]);
+        let c = m.dense(DType::F32, [1, 2, mm, n]);
+        m.fill_f32(&a, &mut rng, -1.0, 1.0);
+        m.fill_with(&b, || 0x3f80);
+        ops.push((
+            "matmul packed bf16 b",
+            Op::MatMul {
+                a,
+                b,
+                c,
+                alpha: 1.0,
+                flags: nrt_isa::matmul_flags::PACKED_B,
+                epilogue: nrt_isa::Epilogue::NONE,
+            },
+        ));
+    }
+
     // Conv: im2col + GEMM, direct, pointwise.
     let input = m.dense(DType::F32, [1, 8, 16, 16]);
     m.fill_f32(&input, &mut rng, -1.0, 1.0);

@@ -2177,3 +2177,182 @@ fn matmul_packed_every_isa() {
         }
     }
 }
+
+/// The bf16 packed GEMM (`vdpbf16ps` where the CPU has AVX-512 BF16, and the portable loop
+/// everywhere) against the f64 reference on A rounded to bf16: odd K (the padded pair),
+/// column ranges of B from a panel boundary, every panel width, accumulate, bias and Relu;
+/// half the cases through the decoded `Op::MatMul`.
+#[test]
+fn matmul_packed_bf16_every_path() {
+    use nrt_kernels::gemm_packed::{PackedBf16, TileEpilogue, bf16_fast, gemm_packed_bf16};
+    use nrt_kernels::matmul::Mat;
+    let mut rng = Rng::new(11);
+    let paths: Vec<bool> = [true, false]
+        .into_iter()
+        .filter(|&f| !f || bf16_fast())
+        .collect();
+    for case in 0..48u64 {
+        let m_ = 1 + rng.below(33) as usize;
+        let k = 1 + rng.below(if case % 8 == 0 { 1200 } else { 90 }) as usize;
+        let n = 1 + rng.below(150) as usize;
+        let nr = [16, 32, 64][(case % 3) as usize];
+        let start = nr * rng.below(2) as usize;
+        let n_full = start + n + rng.below(5) as usize;
+        let ldc = n + rng.below(3) as usize;
+        let a: Vec<f32> = (0..m_ * k).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let bh: Vec<u16> = (0..k * n_full)
+            .map(|_| f32_to_bf16(rng.f32(-1.0, 1.0)))
+            .collect();
+        let c0: Vec<f32> = (0..m_ * ldc).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let bias: Vec<f32> = (0..n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let packed = matmul_flags::pack_b_pairs(k, n_full, nr, |p, j| bh[p * n_full + j]);
+        let kp = k.div_ceil(2);
+        let accumulate = rng.chance(0.5);
+        let alpha = if rng.chance(0.5) { 1.0 } else { 0.5 };
+        let (use_bias, relu) = (rng.chance(0.5), rng.chance(0.5));
+        let want = |i: usize, j: usize| {
+            let (mut s, mut sa) = (0.0f64, 0.0f64);
+            for p in 0..k {
+                let x = bf16_to_f32(f32_to_bf16(a[i * k + p])) as f64
+                    * bf16_to_f32(bh[p * n_full + start + j]) as f64;
+                s += x;
+                sa += x.abs();
+            }
+            let prev = c0[i * ldc + j] as f64;
+            let mut y = alpha as f64 * s + if accumulate { prev } else { 0.0 };
+            if use_bias {
+                y += bias[start + j] as f64;
+            }
+            if relu && y < 0.0 {
+                y = 0.0;
+            }
+            (y, 1e-4 * (sa + prev.abs() + 1.0))
+        };
+        for &fast in &paths {
+            let mut c = c0.clone();
+            if case % 2 == 0 {
+                // SAFETY: A m×k, C m×n (row stride ldc), B's panels from `start`, the bias
+                // of n_full columns: all inside their vectors.
+                unsafe {
+                    gemm_packed_bf16(
+                        m_,
+                        n,
+                        k,
+                        Mat {
+                            ptr: a.as_ptr() as *mut f32,
+                            rs: k as isize,
+                            cs: 1,
+                        },
+                        PackedBf16 {
+                            ptr: packed.as_ptr().add(start * kp * 2),
+                            nr,
+                            panel_stride: (kp * 2 * nr) as isize,
+                        },
+                        Mat {
+                            ptr: c.as_mut_ptr(),
+                            rs: ldc as isize,
+                            cs: 1,
+                        },
+                        alpha,
+                        accumulate,
+                        TileEpilogue {
+                            bias: if use_bias {
+                                bias[start..].as_ptr()
+                            } else {
+                                core::ptr::null()
+                            },
+                            relu,
+                        },
+                        fast,
+                        &mut Workspace::new(),
+                    )
+                };
+            } else {
+                if !fast && bf16_fast() {
+                    continue; // the op takes the fast path on this CPU
+                }
+                // Through the decoded instruction, C dense (ldc = n here).
+                let mut ar = Arena::new(8 << 20);
+                let csh = [1, 1, m_ as u32, n as u32];
+                let ap = ar.dense(DType::F32, [1, 1, m_ as u32, k as u32]);
+                let cp = ar.dense(DType::F32, csh);
+                let base = ar.alloc(packed.len() as u64 * 2);
+                for (i, v) in packed.iter().enumerate() {
+                    ar.bytes()[base as usize + 2 * i..base as usize + 2 * i + 2]
+                        .copy_from_slice(&v.to_le_bytes());
+                }
+                for i in 0..m_ {
+                    for p in 0..k {
+                        ar.set_f32(&ap, [0, 0, i, p], a[i * k + p]);
+                    }
+                    for j in 0..n {
+                        ar.set_f32(&cp, [0, 0, i, j], c0[i * ldc + j]);
+                    }
+                }
+                let bp = AccessPattern {
+                    addr: base + (start * kp * 2 * 2) as u64,
+                    dtype: DType::Bf16,
+                    shape: [1, n.div_ceil(nr) as u32, kp as u32, 2 * nr as u32],
+                    stride: [0, (kp * 2 * nr) as i32, 2 * nr as i32, 1],
+                };
+                let bias_ap = use_bias.then(|| {
+                    let x = ar.dense(DType::F32, [1, 1, 1, n as u32]);
+                    for j in 0..n {
+                        ar.set_f32(&x, [0, 0, 0, j], bias[start + j]);
+                    }
+                    AccessPattern {
+                        shape: csh,
+                        stride: [0, 0, 0, 1],
+                        ..x
+                    }
+                });
+                let op = Op::MatMul {
+                    a: ap,
+                    b: bp,
+                    c: cp,
+                    alpha,
+                    flags: matmul_flags::PACKED_B
+                        | if accumulate {
+                            matmul_flags::ACCUMULATE
+                        } else {
+                            0
+                        },
+                    epilogue: Epilogue {
+                        bias: bias_ap,
+                        func: if relu {
+                            ActFunc::Relu
+                        } else {
+                            ActFunc::Identity
+                        },
+                        ..Epilogue::NONE
+                    },
+                };
+                let mut bytes = Vec::new();
+                nrt_isa::Instruction::new(op).encode(&mut bytes);
+                let (back, _) = nrt_isa::Instruction::decode(&bytes).expect("valid");
+                assert_eq!(back.op, op);
+                ar.run(&op, &mut Workspace::new()).unwrap();
+                for i in 0..m_ {
+                    for j in 0..n {
+                        c[i * ldc + j] = ar.get_f32(&cp, [0, 0, i, j]);
+                    }
+                }
+            }
+            for i in 0..m_ {
+                for j in 0..ldc {
+                    let got = c[i * ldc + j] as f64;
+                    if j >= n {
+                        assert_eq!(got, c0[i * ldc + j] as f64, "wrote past N");
+                        continue;
+                    }
+                    let (w, tol) = want(i, j);
+                    assert!(
+                        (got - w).abs() <= tol,
+                        "case {case} fast {fast} m{m_} k{k} n{n} nr{nr} start{start}: ({i}, \
+                         {j}) {got} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}

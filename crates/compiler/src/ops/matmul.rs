@@ -304,8 +304,8 @@ impl<'a> Lowerer<'a> {
         })
     }
 
-    /// Without `--auto-cast`, for a product of at least
-    /// [`nrt_hal::tuning::GEMM_PACK_MIN_ROWS`] rows and
+    /// Without `--auto-cast` (f32) or with bf16 auto-cast (bf16, pairs of K), for a product
+    /// of at least [`nrt_hal::tuning::GEMM_PACK_MIN_ROWS`] rows and
     /// [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the constant 2-D f32 weight `v`
     /// (`[N, K]` when `stored_nk`, else `[K, N]`) packed once in panels of
     /// [`nrt_hal::tuning::GEMM_PACK_NR`] columns (`matmul_flags::PACKED_B`: the device's GEMM
@@ -315,7 +315,10 @@ impl<'a> Lowerer<'a> {
     /// packed.
     pub(crate) fn pack_weight(&mut self, v: ValueId, stored_nk: bool, rows: usize) -> Option<View> {
         use nrt_hal::tuning::{GEMM_PACK_MIN_K, GEMM_PACK_MIN_ROWS, GEMM_PACK_NR};
-        if self.auto_cast.is_some() || rows < GEMM_PACK_MIN_ROWS {
+        // f32, or bf16 under `--auto-cast … bf16` (pairs of K per 32-bit word: `vdpbf16ps`);
+        // fp16 weights stay as `cast_weight` stores them.
+        let dtype = self.auto_cast.unwrap_or(DType::F32);
+        if dtype == DType::F16 || rows < GEMM_PACK_MIN_ROWS {
             return None;
         }
         let val = &self.g.values[v];
@@ -334,9 +337,8 @@ impl<'a> Lowerer<'a> {
         let addr = match self.packed_addr.get(&(v, stored_nk)) {
             Some(&a) => a,
             None => {
-                let len = matmul_flags::packed_len(k, n, GEMM_PACK_NR)?;
+                let nr = GEMM_PACK_NR;
                 let x = t.to_f32s();
-                let mut out = vec![0f32; len];
                 let get = |p: usize, j: usize| {
                     if stored_nk {
                         x[j * k + p]
@@ -344,13 +346,35 @@ impl<'a> Lowerer<'a> {
                         x[p * n + j]
                     }
                 };
-                matmul_flags::pack_b(k, n, GEMM_PACK_NR, get, &mut out);
-                let a = self.add_const(&HostTensor::f32(vec![len], out));
+                let h = if dtype == DType::Bf16 {
+                    // Panels of `ceil(k/2)` rows of `nr` pairs, zero-padded (the tensor
+                    // rounds the values to bf16).
+                    let kp = k.div_ceil(2);
+                    let panels = n.div_ceil(nr);
+                    let len = panels.checked_mul(kp)?.checked_mul(2 * nr)?;
+                    let vals = (0..len).map(|i| {
+                        let (h, jj) = (i % 2, (i / 2) % nr);
+                        let (t, q) = ((i / (2 * nr)) % kp, i / (2 * nr * kp));
+                        let (p, j) = (2 * t + h, q * nr + jj);
+                        if p < k && j < n {
+                            get(p, j) as f64
+                        } else {
+                            0.0
+                        }
+                    });
+                    HostTensor::from_f64s(DType::Bf16, vec![len], vals)
+                } else {
+                    let len = matmul_flags::packed_len(k, n, nr)?;
+                    let mut out = vec![0f32; len];
+                    matmul_flags::pack_b(k, n, nr, get, &mut out);
+                    HostTensor::f32(vec![len], out)
+                };
+                let a = self.add_const(&h);
                 self.packed_addr.insert((v, stored_nk), a);
                 a
             }
         };
-        Some(View::dense(addr, DType::F32, &[k, n]))
+        Some(View::dense(addr, dtype, &[k, n]))
     }
 
     /// Emits one MatMul with an epilogue, split between the cores (N, else M) when there
@@ -372,13 +396,21 @@ impl<'a> Lowerer<'a> {
         let nr = nrt_hal::tuning::GEMM_PACK_NR as i64;
         let packed = flags & matmul_flags::PACKED_B != 0;
         // The panels holding columns `start..start + len` of a packed B.
+        // (bf16: `ceil(K/2)` rows of `NR` pairs.)
         let panels = |start: i64, len: i64| {
-            let k = b.shape[2];
+            let pairs = b.dtype == DType::Bf16;
+            let rows = if pairs {
+                b.shape[2].div_ceil(2)
+            } else {
+                b.shape[2]
+            };
+            let row = if pairs { 2 * nr } else { nr };
+            let es = b.dtype.size() as i64;
             AccessPattern {
-                addr: (b.addr as i64 + start * k as i64 * 4) as u64,
-                dtype: DType::F32,
-                shape: [1, (len as u32).div_ceil(nr as u32), k, nr as u32],
-                stride: [0, (k as i64 * nr) as i32, nr as i32, 1],
+                addr: (b.addr as i64 + start / nr * rows as i64 * row * es) as u64,
+                dtype: b.dtype,
+                shape: [1, (len as u32).div_ceil(nr as u32), rows, row as u32],
+                stride: [0, (rows as i64 * row) as i32, row as i32, 1],
             }
         };
         if self.cores < 2 || (m < 2 && n < 2) || (packed && m < 2 && n < 2 * nr) {
@@ -505,13 +537,13 @@ impl<'a> Lowerer<'a> {
             s[..s.len().saturating_sub(1)].iter().product::<usize>()
         };
         let mut flags = 0;
-        let mut b = match self.cast_weight(bv, false) {
-            Some(v) => v,
-            None => match self.pack_weight(bv, false, rows) {
-                Some(v) => {
-                    flags |= matmul_flags::PACKED_B;
-                    v
-                }
+        let mut b = match self.pack_weight(bv, false, rows) {
+            Some(v) => {
+                flags |= matmul_flags::PACKED_B;
+                v
+            }
+            None => match self.cast_weight(bv, false) {
+                Some(v) => v,
                 None => self.sview(bv)?,
             },
         };
@@ -694,10 +726,10 @@ impl<'a> Lowerer<'a> {
         let mut a = self.sview(av)?;
         // A packed weight is `[K, N]` whatever `transB` said of the stored one.
         let rows = g.values[o0].shape[0];
-        let (mut b, tb, packed) = match self.cast_weight(bv, tb) {
-            Some(v) => (v, tb, 0),
-            None => match self.pack_weight(bv, tb, rows) {
-                Some(v) => (v, false, matmul_flags::PACKED_B),
+        let (mut b, tb, packed) = match self.pack_weight(bv, tb, rows) {
+            Some(v) => (v, false, matmul_flags::PACKED_B),
+            None => match self.cast_weight(bv, tb) {
+                Some(v) => (v, tb, 0),
                 None => (self.sview(bv)?, tb, 0),
             },
         };
