@@ -331,7 +331,11 @@ impl<'a> Lowerer<'a> {
         } else {
             (val.shape[0], val.shape[1])
         };
-        if k < GEMM_PACK_MIN_K || n == 0 || i32::try_from(k * GEMM_PACK_NR).is_err() {
+        // Narrow outputs (a panel mostly padding) and strides past the AP's i32 stay as stored.
+        if k < GEMM_PACK_MIN_K
+            || n < GEMM_PACK_NR / 2
+            || i32::try_from((k + 1) * GEMM_PACK_NR).is_err()
+        {
             return None;
         }
         let addr = match self.packed_addr.get(&(v, stored_nk)) {
@@ -346,6 +350,8 @@ impl<'a> Lowerer<'a> {
                         x[p * n + j]
                     }
                 };
+                // Padding to whole panels (under 2× for n ≥ NR/2) within the size budget.
+                crate::tensor::within_budget(&[n.div_ceil(nr) * nr, k + 1], dtype)?;
                 let h = if dtype == DType::Bf16 {
                     // Panels of `ceil(k/2)` rows of `nr` pairs, zero-padded (the tensor
                     // rounds the values to bf16).
@@ -365,7 +371,8 @@ impl<'a> Lowerer<'a> {
                     HostTensor::from_f64s(DType::Bf16, vec![len], vals)
                 } else {
                     let len = matmul_flags::packed_len(k, n, nr)?;
-                    let mut out = vec![0f32; len];
+                    let mut out = crate::tensor::try_vec::<f32>(len, "a packed weight").ok()?;
+                    out.resize(len, 0.0);
                     matmul_flags::pack_b(k, n, nr, get, &mut out);
                     HostTensor::f32(vec![len], out)
                 };
