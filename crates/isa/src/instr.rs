@@ -306,7 +306,7 @@ pub mod matmul_flags {
     pub const TRANSPOSE_B: u32 = 4;
     /// B (f32 constant weights, shared by every batch) is stored in column panels of `NR`
     /// columns (one of [`PANEL_WIDTHS`]), each panel `K × NR` row-major, the last one
-    /// zero-padded past N (NCM 1.2): its AP is `[1, ceil(N/NR), K, NR]` with strides
+    /// zero-padded past N (NCM 1.3): its AP is `[1, ceil(N/NR), K, NR]` with strides
     /// `[any, K·NR, NR, 1]`. bf16 weights pair K: each panel row holds rows `2t` and `2t+1`
     /// of the panel interleaved (`[2t, j]` then `[2t+1, j]`, K zero-padded to even): AP
     /// `[1, ceil(N/NR), ceil(K/2), 2·NR]`, strides `[any, ceil(K/2)·2·NR, 2·NR, 1]`. Not

@@ -737,7 +737,7 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out
 }
 
-/// A `PACKED_B` MatMul (NCM 1.2): B's panels `[1, ceil(N/NR), K, NR]`, strides
+/// A `PACKED_B` MatMul (NCM 1.3): B's panels `[1, ceil(N/NR), K, NR]`, strides
 /// `[_, K·NR, NR, 1]` (f32) or pairs of K (bf16), never transposed; anything else is
 /// rejected naming the field.
 #[test]
