@@ -419,7 +419,83 @@ fn switch_rows(surface: &str, seconds: f64) -> Res<Row> {
 
 /// A model with one MatMul `Y[M,N] = X[M,K] · W[K,N]` (W a constant), through the whole
 /// device path: what the GEMM rows time.
-fn matmul_model(m: u32, k: u32, n: u32, bf16: bool) -> Vec<u8> {
+/// The MatMul of a [`matmul_model`], with the model's constants placed in host memory
+/// laid out as its plan says nothing about: A, B (the constant) and C in one buffer.
+struct Standalone {
+    op: nrt_isa::Op,
+    mem: Vec<u64>,
+}
+
+fn model_matmul(bytes: &[u8]) -> Res<Standalone> {
+    let m = nrt_model::CompiledModel::decode(bytes).map_err(|e| e.to_string())?;
+    let pe = m.block(0, nrt_hal::Engine::Pe).ok_or("no PE block")?;
+    let ops = nrt_isa::decode_block(&pe.code, nrt_hal::Engine::Pe).map_err(|e| e.to_string())?;
+    let Some(nrt_isa::Op::MatMul {
+        a,
+        b,
+        c,
+        alpha,
+        flags,
+        epilogue,
+    }) = ops
+        .into_iter()
+        .map(|(_, i)| i.op)
+        .find(|o| matches!(o, nrt_isa::Op::MatMul { .. }))
+    else {
+        return Err("no MatMul".into());
+    };
+    let bytes = |ap: &nrt_isa::AccessPattern| ap.byte_extent().1 as u64;
+    let (na, nb, nc) = (bytes(&a), bytes(&b), bytes(&c));
+    let at = |x: u64| x.next_multiple_of(64);
+    let (oa, ob) = (0, at(na));
+    let oc = at(ob + nb);
+    let mut mem = vec![0u64; (at(oc + nc) / 8) as usize];
+    // SAFETY: u64 storage viewed as bytes.
+    let raw =
+        unsafe { core::slice::from_raw_parts_mut(mem.as_mut_ptr() as *mut u8, mem.len() * 8) };
+    raw[ob as usize..(ob + nb) as usize].copy_from_slice(&m.constants[..nb as usize]);
+    for (i, x) in raw[oa as usize..na as usize]
+        .chunks_exact_mut(4)
+        .enumerate()
+    {
+        x.copy_from_slice(&((i % 17) as f32 * 0.01).to_le_bytes());
+    }
+    let op = nrt_isa::Op::MatMul {
+        a: nrt_isa::AccessPattern { addr: oa, ..a },
+        b: nrt_isa::AccessPattern { addr: ob, ..b },
+        c: nrt_isa::AccessPattern { addr: oc, ..c },
+        alpha,
+        flags,
+        epilogue,
+    };
+    Ok(Standalone { op, mem })
+}
+
+/// Median time of the instruction alone (the kernel on host memory, no execution around
+/// it), in ns: what the device's engine spends of the whole execution.
+fn kernel_ns(s: &Standalone, seconds: f64) -> f64 {
+    let mut mem = s.mem.clone();
+    // SAFETY: the buffer outlives every call below.
+    let dm = unsafe {
+        nrt_kernels::DeviceMemory::new(mem.as_mut_ptr() as *mut u8, mem.len() as u64 * 8)
+    };
+    let mut ws = nrt_kernels::Workspace::new();
+    // SAFETY: every operand lies inside the buffer, aligned (placed by `model_matmul`).
+    let run = |ws: &mut nrt_kernels::Workspace| unsafe { nrt_kernels::execute(&s.op, dm, ws) };
+    let _ = run(&mut ws);
+    let budget = Duration::from_secs_f64((seconds / 2.0).max(0.05));
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while start.elapsed() < budget || times.len() < 5 {
+        let t = Instant::now();
+        let _ = run(&mut ws);
+        times.push(t.elapsed().as_nanos() as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn matmul_model(m: u32, k: u32, n: u32, bf16: bool, packed: bool) -> Vec<u8> {
     use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR};
     use nrt_hal::{DType, Engine};
     use nrt_isa::{AccessPattern, Instruction, Op, SemRef};
@@ -427,9 +503,18 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool) -> Vec<u8> {
     let mut b = ModelBuilder::new(&format!("matmul-{m}x{k}x{n}"), 1);
     let x = b.input("x", DType::F32, &[m, k]);
     let y = b.output("y", DType::F32, &[m, n]);
-    let mut w = Vec::with_capacity((k * n * 4) as usize);
+    // Packed (what `nrt compile` stores for constant weights): panels of the compiler's
+    // width, the last one zero-padded (random values need no order here either).
+    let nr = nrt_hal::tuning::GEMM_PACK_NR as u32;
+    let kp = if bf16 { k.div_ceil(2) * 2 } else { k };
+    let elems = if packed {
+        n.div_ceil(nr) * nr * kp
+    } else {
+        k * n
+    };
+    let mut w = Vec::with_capacity((elems * 4) as usize);
     let mut s = 0x2545_F491u32;
-    for _ in 0..k * n {
+    for _ in 0..elems {
         s ^= s << 13;
         s ^= s >> 17;
         s ^= s << 5;
@@ -442,7 +527,22 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool) -> Vec<u8> {
         }
     }
     let wap = |addr| {
-        if bf16 {
+        if packed && bf16 {
+            // Pairs of K side by side in each panel row.
+            AccessPattern {
+                addr,
+                dtype: DType::Bf16,
+                shape: [1, n.div_ceil(nr), kp / 2, 2 * nr],
+                stride: [0, (kp * nr) as i32, 2 * nr as i32, 1],
+            }
+        } else if packed {
+            AccessPattern {
+                addr,
+                dtype: DType::F32,
+                shape: [1, n.div_ceil(nr), k, nr],
+                stride: [0, (k * nr) as i32, nr as i32, 1],
+            }
+        } else if bf16 {
             AccessPattern {
                 shape: [1, 1, k, n],
                 stride: [0, 0, 1, k as i32],
@@ -473,7 +573,11 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool) -> Vec<u8> {
             b: wap(vaddr(wr, 0)),
             c: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[m, n]),
             alpha: 1.0,
-            flags: 0,
+            flags: if packed {
+                nrt_isa::matmul_flags::PACKED_B
+            } else {
+                0
+            },
             epilogue: nrt_isa::Epilogue::NONE,
         })
         .wait(inp, 1)
@@ -650,18 +754,36 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
     let (f32_before, bf16_before) = (peak_measure(Peak::F32Fma), peak_measure(Peak::Bf16Dot));
     let mut gemms = Vec::new();
     let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
-    for bf16 in [false, true] {
+    for (bf16, packed) in [(false, false), (false, true), (true, false), (true, true)] {
         for (m, k, n) in [
             (1u32, 512u32, 512u32),
             (64, 512, 512),
             (512, 512, 512),
             (128, 64, 128),
         ] {
-            let model = session::load(&rt, &matmul_model(m, k, n, bf16), 0)?;
-            let label = format!("matmul {m}x{k}x{n}{}", if bf16 { " bf16" } else { "" });
+            if packed && m == 1 {
+                continue; // the compiler packs only for more than 4 rows
+            }
+            let model = session::load(&rt, &matmul_model(m, k, n, bf16, packed), 0)?;
+            let label = format!(
+                "matmul {m}x{k}x{n}{}",
+                if bf16 && packed {
+                    " bf16 packed"
+                } else if bf16 {
+                    " bf16"
+                } else if packed {
+                    " packed"
+                } else {
+                    ""
+                }
+            );
             let mut r = sync_rows(&rt, &model, &label, 1, seconds)?;
             r.surface = "gemm".into();
-            gemms.push((r, 2.0 * m as f64 * k as f64 * n as f64, bf16));
+            let kernel = kernel_ns(
+                &model_matmul(&matmul_model(m, k, n, bf16, packed))?,
+                seconds,
+            );
+            gemms.push((r, 2.0 * m as f64 * k as f64 * n as f64, bf16, kernel));
             rt.unload(&model).map_err(|e| e.to_string())?;
         }
     }
@@ -671,16 +793,21 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
         peak_row("peak f32 FMA", f32_peak),
         peak_row("peak bf16 dot", bf16_peak),
     ];
-    for (mut r, flop, bf16) in gemms {
+    for (mut r, flop, bf16, kernel) in gemms {
         let gflops = flop / r.median_ns;
+        let kflops = flop / kernel;
         let peak = if bf16 { bf16_peak } else { f32_peak };
         r.note = match peak {
             Some(p) => format!(
-                "{gflops:.1} GFLOP/s (whole execution), {:.0}% of the {} peak",
+                "{gflops:.1} GFLOP/s (whole execution), {:.0}% of the {} peak; the instruction \
+                 alone {kflops:.1}, {:.0}%",
                 100.0 * gflops / p,
-                if bf16 { "bf16" } else { "f32" }
+                if bf16 { "bf16" } else { "f32" },
+                100.0 * kflops / p,
             ),
-            None => format!("{gflops:.1} GFLOP/s (whole execution)"),
+            None => {
+                format!("{gflops:.1} GFLOP/s (whole execution); the instruction alone {kflops:.1}")
+            }
         };
         rows.push(r);
     }

@@ -336,6 +336,7 @@ fn inspect(a: &InspectArgs) -> Res<()> {
 fn print_epilogues(m: &nrt_model::CompiledModel) {
     let mut lines = Vec::new();
     let (mut matmuls, mut cast) = (0usize, std::collections::BTreeMap::new());
+    let mut packed = 0usize;
     for b in &m.blocks {
         let Ok(ops) = nrt_isa::decode_block(&b.code, b.engine) else {
             continue;
@@ -345,6 +346,7 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
                 b: wb,
                 c,
                 alpha,
+                flags,
                 epilogue: e,
                 ..
             } = &ins.op
@@ -352,6 +354,9 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
                 continue;
             };
             matmuls += 1;
+            if flags & nrt_isa::matmul_flags::PACKED_B != 0 {
+                packed += 1;
+            }
             if wb.dtype != nrt_hal::DType::F32 {
                 *cast.entry(wb.dtype.to_string()).or_insert(0usize) += 1;
             }
@@ -395,6 +400,7 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
         if weights.is_empty() { "" } else { ", " },
         weights.join(", ")
     );
+    println!("packed weights: {packed} of {matmuls} MatMuls read B packed in panels");
     if !lines.is_empty() {
         println!("fused epilogues ({}):", lines.len());
         for l in lines {

@@ -140,6 +140,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         cores: opts.cores as u8,
         auto_cast,
         cast_addr: HashMap::new(),
+        packed_addr: HashMap::new(),
         prog: Vec::new(),
         loc: vec![None; g.values.len()],
         owns: vec![false; g.values.len()],

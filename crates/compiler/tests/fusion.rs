@@ -1154,3 +1154,105 @@ fn auto_cast_stores_matmul_and_gemm_weights_in_half_precision() {
         }
     }
 }
+
+/// Constant MatMul weights of products with more than 4 rows and K ≥ 128 are stored packed
+/// in panels of 32 columns (`PACKED_B`); two cores split N on a panel boundary, each reading its own
+/// panels of the one packed constant. Four rows or fewer (the GEMV kernels) keep B as stored.
+#[test]
+fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
+    use nrt_isa::matmul_flags::PACKED_B;
+    let matmuls = |c: &Compiled, core: u8| -> Vec<Op> {
+        let b = c.model.block(core, Engine::Pe).expect("block");
+        decode_block(&b.code, Engine::Pe)
+            .unwrap()
+            .into_iter()
+            .map(|(_, i)| i.op)
+            .filter(|o| matches!(o, Op::MatMul { .. }))
+            .collect()
+    };
+    let one = ok(&mlp(8, 200, 1));
+    let [Op::MatMul { b, flags, .. }] = matmuls(&one, 0)[..] else {
+        panic!("one MatMul")
+    };
+    assert_ne!(flags & PACKED_B, 0);
+    assert_eq!(b.shape, [1, 7, 200, 32]);
+    assert_eq!(b.stride, [0, 6400, 32, 1]);
+    let two = compile(
+        &mlp(8, 200, 1),
+        None,
+        &CompileOptions {
+            cores: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    for core in 0..2 {
+        let [Op::MatMul { b, c, flags, .. }] = matmuls(&two, core)[..] else {
+            panic!("one MatMul per core")
+        };
+        assert_ne!(flags & PACKED_B, 0);
+        // B's address: the relocation of its field (16-byte header, then A's 48 bytes).
+        let blk = two.model.block(core, Engine::Pe).unwrap();
+        let (at, _) = decode_block(&blk.code, Engine::Pe)
+            .unwrap()
+            .into_iter()
+            .find(|(_, i)| matches!(i.op, Op::MatMul { .. }))
+            .unwrap();
+        let r = blk
+            .relocations
+            .iter()
+            .find(|r| r.patch_offset as usize == at + 64)
+            .expect("B is relocated");
+        seen.push(((r.mem_ref, r.offset), b.shape, c.shape));
+    }
+    // Columns 0..128 (four panels) and 128..200 (three panels, the last one padded).
+    assert_eq!(seen[0].1, [1, 4, 200, 32]);
+    assert_eq!(seen[1].1, [1, 3, 200, 32]);
+    assert_eq!(seen[0].2[3], 128);
+    assert_eq!(seen[1].2[3], 72);
+    assert_eq!(seen[0].0.0, seen[1].0.0, "one packed constant");
+    assert_eq!(seen[1].0.1 - seen[0].0.1, 128 * 200 * 4);
+    // bf16 auto-cast: the same panels with pairs of K (`[1, 7, 100, 64]`), split the same
+    // way; fp16 weights stay `[N, K]`.
+    for (ty, packed) in [
+        (nrt_compiler::CastType::Bf16, true),
+        (nrt_compiler::CastType::Fp16, false),
+    ] {
+        for cores in [1u32, 2] {
+            let o = CompileOptions {
+                auto_cast: nrt_compiler::AutoCast::MatMult,
+                auto_cast_type: ty,
+                cores,
+                ..Default::default()
+            };
+            let c = compile(&mlp(8, 200, 1), None, &o).unwrap();
+            check_ordering(&c.model).unwrap();
+            for core in 0..cores as u8 {
+                let [Op::MatMul { b, flags, .. }] = matmuls(&c, core)[..] else {
+                    panic!("one MatMul")
+                };
+                assert_eq!(flags & PACKED_B != 0, packed, "{ty:?}");
+                if packed {
+                    assert_eq!(b.dtype, nrt_hal::DType::Bf16);
+                    let panels = [7, 4, 3][(cores - 1 + core as u32) as usize];
+                    assert_eq!(b.shape, [1, panels, 100, 64]);
+                    assert_eq!(b.stride, [0, 6400, 64, 1]);
+                }
+            }
+        }
+    }
+    // Four rows: the GEMV reads B as stored.
+    let small = ok(&mlp(4, 200, 1));
+    let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {
+        panic!("one MatMul")
+    };
+    assert_eq!(flags & PACKED_B, 0);
+    assert_eq!(b.shape, [1, 1, 200, 200]);
+    // Short K (the GEMM crate is faster there): as stored.
+    let short = ok(&mlp(8, 100, 1));
+    let [Op::MatMul { flags, .. }] = matmuls(&short, 0)[..] else {
+        panic!("one MatMul")
+    };
+    assert_eq!(flags & PACKED_B, 0);
+}

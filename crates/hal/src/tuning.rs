@@ -215,6 +215,30 @@ pub const TRACE_RING_CAPACITY: usize = 1 << 16;
 /// `cargo bench -p nrt-kernels -- matmul`.
 pub const GEMV_MAX_ROWS: usize = 4;
 
+/// K block of the packed-B GEMM (`nrt_kernels::gemm_packed`): a row block of A (14 rows ×
+/// this many floats, 28 KiB) stays in L1 (48 KiB on Zen 5, 32 on Zen 4) while every panel of
+/// B streams past it from L2. Measured on the project's machine at 64×512×512.
+pub const GEMM_PACKED_KC: usize = 512;
+
+/// Panel width (columns) of the constant weights the compiler packs for the packed-B GEMM
+/// (`nrt_isa::matmul_flags::PACKED_B`): one AVX-512 tile width (2 × 16 floats). At 64×512×512
+/// on this project's machine the kernel ran at 79% of the f32 peak with 16-column panels
+/// (one vector per row: as many broadcasts as FMAs), 96% with 32 and 97% with 64; 32 keeps
+/// the last panel's zero padding small and lets the two cores split N = 64 layers.
+pub const GEMM_PACK_NR: usize = 32;
+
+/// The compiler packs a constant MatMul/Gemm weight only for products of more rows than
+/// this: up to [`GEMV_MAX_ROWS`] rows the GEMV kernels stream B as stored, at memory
+/// bandwidth, and need no packing.
+pub const GEMM_PACK_MIN_ROWS: usize = GEMV_MAX_ROWS + 1;
+
+/// … and only for products with at least this many terms per output (K): the packed kernel
+/// pays a fixed cost per 14×32 tile (zeroing, scaling and storing 28 accumulators) that
+/// short K does not amortize. Isolated kernel on this project's machine (one busy run):
+/// 128×64×128 77% of the f32 peak packed against 92% for the GEMM crate; 64×512×512 94%
+/// against 89%, 128×256×256 96% against 94%.
+pub const GEMM_PACK_MIN_K: usize = 128;
+
 /// A `MatMul` with a fused epilogue (bias, residual, activation) runs its product in row
 /// blocks of C of about this many bytes and applies the epilogue to each block right after
 /// it, while the block is still in L2 (1 MiB per core on Zen 4, 2 MiB on Sapphire Rapids).

@@ -304,8 +304,70 @@ pub mod matmul_flags {
     pub const TRANSPOSE_A: u32 = 2;
     /// B is stored transposed: its AP is `[b1, b2, N, K]`.
     pub const TRANSPOSE_B: u32 = 4;
+    /// B (f32 constant weights, shared by every batch) is stored in column panels of `NR`
+    /// columns (one of [`PANEL_WIDTHS`]), each panel `K × NR` row-major, the last one
+    /// zero-padded past N (NCM 1.3): its AP is `[1, ceil(N/NR), K, NR]` with strides
+    /// `[any, K·NR, NR, 1]`. bf16 weights pair K: each panel row holds rows `2t` and `2t+1`
+    /// of the panel interleaved (`[2t, j]` then `[2t+1, j]`, K zero-padded to even): AP
+    /// `[1, ceil(N/NR), ceil(K/2), 2·NR]`, strides `[any, ceil(K/2)·2·NR, 2·NR, 1]`. Not
+    /// with `TRANSPOSE_B`.
+    pub const PACKED_B: u32 = 8;
+    /// The panel widths a `PACKED_B` operand may have.
+    pub const PANEL_WIDTHS: [u32; 3] = [16, 32, 64];
     /// Every defined bit.
-    pub const ALL: u32 = ACCUMULATE | TRANSPOSE_A | TRANSPOSE_B;
+    pub const ALL: u32 = ACCUMULATE | TRANSPOSE_A | TRANSPOSE_B | PACKED_B;
+
+    /// Floats of a `k × n` B packed in panels of `nr` columns (`None` on overflow).
+    pub fn packed_len(k: usize, n: usize, nr: usize) -> Option<usize> {
+        n.div_ceil(nr.max(1)).checked_mul(nr)?.checked_mul(k)
+    }
+
+    /// The bf16 [`PACKED_B`] layout of the `k × n` matrix `get(p, j)` (already bf16 bits),
+    /// `ceil(k/2)·2·ceil(n/nr)·nr` elements, zero-padded.
+    pub fn pack_b_pairs(
+        k: usize,
+        n: usize,
+        nr: usize,
+        get: impl Fn(usize, usize) -> u16,
+    ) -> Vec<u16> {
+        let kp = k.div_ceil(2);
+        let panels = n.div_ceil(nr);
+        let mut out = vec![0u16; panels * kp * 2 * nr];
+        for q in 0..panels {
+            for t in 0..kp {
+                for jj in 0..nr {
+                    let j = q * nr + jj;
+                    for h in 0..2 {
+                        let p = 2 * t + h;
+                        if j < n && p < k {
+                            out[((q * kp + t) * nr + jj) * 2 + h] = get(p, j);
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Packs the `k × n` matrix `get(p, j)` into `out` (at least [`packed_len`] floats) in
+    /// the [`PACKED_B`] layout with panels of `nr` columns, zero-padding the last panel.
+    pub fn pack_b(
+        k: usize,
+        n: usize,
+        nr: usize,
+        get: impl Fn(usize, usize) -> f32,
+        out: &mut [f32],
+    ) {
+        for q in 0..n.div_ceil(nr) {
+            for p in 0..k {
+                let row = &mut out[(q * k + p) * nr..(q * k + p + 1) * nr];
+                for (jj, o) in row.iter_mut().enumerate() {
+                    let j = q * nr + jj;
+                    *o = if j < n { get(p, j) } else { 0.0 };
+                }
+            }
+        }
+    }
 }
 
 /// What [`Op::MatMul`] applies to each output tile while it is still in cache, before it
@@ -429,7 +491,8 @@ pub enum Op {
     MatMul {
         /// `[b1, b2, M, K]` (or `[b1, b2, K, M]` with `TRANSPOSE_A`).
         a: AccessPattern,
-        /// `[b1, b2, K, N]` (or `[b1, b2, N, K]` with `TRANSPOSE_B`).
+        /// `[b1, b2, K, N]` (or `[b1, b2, N, K]` with `TRANSPOSE_B`, or panels with
+        /// `PACKED_B`: see [`matmul_flags::PACKED_B`]).
         b: AccessPattern,
         /// `[b1, b2, M, N]`.
         c: AccessPattern,
@@ -1631,6 +1694,40 @@ fn same_shape(
     Ok(())
 }
 
+/// The layout of a `PACKED_B` operand holding a `k × n` matrix (offsets inside its AP):
+/// `[1, ceil(n/NR), k, NR]`, NR one of the panel widths, strides `[any, k·NR, NR, 1]`.
+/// bf16: `[1, ceil(n/NR), ceil(k/2), 2·NR]`, strides `[any, ceil(k/2)·2·NR, 2·NR, 1]`.
+fn check_packed_b(b: &AccessPattern, k: u32, n: u32) -> Result<(), DecodeError> {
+    let pairs = b.dtype == DType::Bf16;
+    let row = b.shape[3];
+    let nr = if pairs { row / 2 } else { row };
+    if !matmul_flags::PANEL_WIDTHS.contains(&nr) || (pairs && !row.is_multiple_of(2)) {
+        return Err(DecodeError::field("b.shape", Reason::OutOfRange(row as u64)).at(16 + 12));
+    }
+    let rows = if pairs { k.div_ceil(2) } else { k };
+    dim_eq("b.shape", 0, 1, b.shape[0])?;
+    dim_eq("b.shape", 1, n.div_ceil(nr), b.shape[1])?;
+    dim_eq("b.shape", 2, rows, b.shape[2])?;
+    let want = [
+        None,
+        Some(rows as i64 * row as i64),
+        Some(row as i64),
+        Some(1),
+    ];
+    for (d, w) in want.into_iter().enumerate() {
+        if let Some(w) = w
+            && b.stride[d] as i64 != w
+            && !(d == 1 && b.shape[1] == 1)
+        {
+            return Err(
+                DecodeError::field("b.stride", Reason::OutOfRange(b.stride[d] as u64))
+                    .at(32 + 4 * d),
+            );
+        }
+    }
+    Ok(())
+}
+
 fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<(), DecodeError> {
     if expected == found {
         Ok(())
@@ -1836,7 +1933,16 @@ impl Instruction {
                     (None, None)
                 };
                 let alpha = r.f32("alpha")?;
+                let flags_at = r.pos;
                 let flags = r.flags("flags", matmul_flags::ALL)?;
+                let packed = flags & matmul_flags::PACKED_B != 0;
+                if packed && flags & matmul_flags::TRANSPOSE_B != 0 {
+                    return Err(DecodeError::field(
+                        "flags",
+                        Reason::UnknownFlags(matmul_flags::TRANSPOSE_B),
+                    )
+                    .at(flags_at));
+                }
                 let mut epilogue = Epilogue {
                     bias,
                     residual,
@@ -1873,8 +1979,12 @@ impl Instruction {
                 let base = HEADER_SIZE;
                 require_dtype(&a, "a.dtype", F32).map_err(|e| e.shifted(base))?;
                 // B may hold half-precision weights (auto-cast): bf16 or f16, f32 accumulation.
-                require_dtype(&b_, "b.dtype", &[DType::F32, DType::Bf16, DType::F16])
-                    .map_err(|e| e.shifted(base + AP_SIZE))?;
+                let b_types: &[DType] = if packed {
+                    &[DType::F32, DType::Bf16]
+                } else {
+                    &[DType::F32, DType::Bf16, DType::F16]
+                };
+                require_dtype(&b_, "b.dtype", b_types).map_err(|e| e.shifted(base + AP_SIZE))?;
                 require_dtype(&c, "c.dtype", F32).map_err(|e| e.shifted(base + 2 * AP_SIZE))?;
                 let (m, k) = if flags & matmul_flags::TRANSPOSE_A != 0 {
                     (a.shape[3], a.shape[2])
@@ -1883,11 +1993,17 @@ impl Instruction {
                 };
                 let (kb, n) = if flags & matmul_flags::TRANSPOSE_B != 0 {
                     (b_.shape[3], b_.shape[2])
+                } else if packed {
+                    // K is A's (B's rows were checked against it, pairs for bf16).
+                    (k, c.shape[3])
                 } else {
                     (b_.shape[2], b_.shape[3])
                 };
                 let bo = base + AP_SIZE;
                 let co = base + 2 * AP_SIZE;
+                if packed {
+                    check_packed_b(&b_, k, n).map_err(|e| e.shifted(bo))?;
+                }
                 if kb != k {
                     return Err(DecodeError::field(
                         "b.shape",
@@ -1900,7 +2016,9 @@ impl Instruction {
                     .at(bo + 16 + 8));
                 }
                 for d in 0..2 {
-                    dim_eq("b.shape", d, c.shape[d], b_.shape[d]).map_err(|e| e.shifted(bo))?;
+                    if !packed {
+                        dim_eq("b.shape", d, c.shape[d], b_.shape[d]).map_err(|e| e.shifted(bo))?;
+                    }
                     dim_eq("a.shape", d, c.shape[d], a.shape[d]).map_err(|e| e.shifted(base))?;
                 }
                 dim_eq("c.shape", 2, m, c.shape[2]).map_err(|e| e.shifted(co))?;

@@ -736,3 +736,124 @@ fn base64_decode(s: &str) -> Vec<u8> {
     }
     out
 }
+
+/// A `PACKED_B` MatMul (NCM 1.3): B's panels `[1, ceil(N/NR), K, NR]`, strides
+/// `[_, K·NR, NR, 1]` (f32) or pairs of K (bf16), never transposed; anything else is
+/// rejected naming the field.
+#[test]
+fn packed_b_layout_is_checked() {
+    use nrt_isa::matmul_flags::{PACKED_B, TRANSPOSE_B};
+    let (m, k, n) = (3u32, 5u32, 40u32);
+    let a = AccessPattern::dense(0, DType::F32, &[m, k]);
+    let c = AccessPattern::dense(4096, DType::F32, &[m, n]);
+    let b = AccessPattern {
+        addr: 8192,
+        dtype: DType::F32,
+        shape: [1, 2, k, 32],
+        stride: [0, (k * 32) as i32, 32, 1],
+    };
+    let enc = |b: AccessPattern, flags: u32| {
+        let mut bytes = Vec::new();
+        Instruction::new(Op::MatMul {
+            a,
+            b,
+            c,
+            alpha: 1.0,
+            flags,
+            epilogue: nrt_isa::Epilogue::NONE,
+        })
+        .encode(&mut bytes);
+        Instruction::decode(&bytes).map(|(i, _)| i)
+    };
+    assert!(enc(b, PACKED_B).is_ok());
+    assert!(enc(b, PACKED_B | nrt_isa::matmul_flags::ACCUMULATE).is_ok());
+    assert_eq!(enc(b, PACKED_B | TRANSPOSE_B).unwrap_err().field, "flags");
+    let bad = [
+        (
+            AccessPattern {
+                shape: [1, 2, k, 48],
+                ..b
+            },
+            "b.shape",
+        ),
+        (
+            AccessPattern {
+                shape: [1, 3, k, 32],
+                ..b
+            },
+            "b.shape",
+        ),
+        (
+            AccessPattern {
+                shape: [1, 2, k + 1, 32],
+                ..b
+            },
+            "b.shape",
+        ),
+        (
+            AccessPattern {
+                shape: [2, 2, k, 32],
+                ..b
+            },
+            "b.shape",
+        ),
+        (
+            AccessPattern {
+                stride: [0, 32, 32, 1],
+                ..b
+            },
+            "b.stride",
+        ),
+        (
+            AccessPattern {
+                stride: [0, (k * 32) as i32, 33, 1],
+                ..b
+            },
+            "b.stride",
+        ),
+        (
+            AccessPattern {
+                stride: [0, (k * 32) as i32, 32, 2],
+                ..b
+            },
+            "b.stride",
+        ),
+        (
+            AccessPattern {
+                dtype: DType::F16,
+                ..b
+            },
+            "b.dtype",
+        ),
+        // bf16 needs the pair layout.
+        (
+            AccessPattern {
+                dtype: DType::Bf16,
+                ..b
+            },
+            "b.shape",
+        ),
+        (
+            AccessPattern {
+                dtype: DType::Bf16,
+                shape: [1, 2, 3, 64],
+                stride: [0, 3 * 64, 32, 1],
+                ..b
+            },
+            "b.stride",
+        ),
+    ];
+    for (ap, field) in bad {
+        assert_eq!(enc(ap, PACKED_B).unwrap_err().field, field, "{ap:?}");
+    }
+    // bf16 pairs of K: `[1, 2, ceil(5/2), 2·32]`, strides `[_, 3·64, 64, 1]`.
+    let pairs = AccessPattern {
+        dtype: DType::Bf16,
+        shape: [1, 2, 3, 64],
+        stride: [0, 3 * 64, 64, 1],
+        ..b
+    };
+    assert!(enc(pairs, PACKED_B).is_ok());
+    // Without the flag the same operand is an ordinary (and here mismatched) B.
+    assert!(enc(b, 0).is_err());
+}

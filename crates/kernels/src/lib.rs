@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`copy`] | `DmaCopy`, `Copy` (element-type conversion, blocked transposes), `Fill` |
 //! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels, fused epilogue) |
+//! | [`gemm_packed`] | `MatMul` with a B packed in panels at compile time (own AVX-512 / AVX2 microkernels) |
 //! | [`matmul_half`] | `MatMul` with bf16/f16 weights (`vdpbf16ps`, F16C; portable fallback) |
 //! | [`peak`] | the machine's f32 FMA and bf16 dot-product limits (register-only loops) |
 //! | [`conv`] | `Conv` (pointwise GEMM, banded im2col + GEMM, register-blocked direct) |
@@ -45,6 +46,7 @@ pub mod conv;
 pub mod copy;
 pub mod elem;
 pub mod gather;
+pub mod gemm_packed;
 pub mod matmul;
 pub mod matmul_half;
 pub mod norm;

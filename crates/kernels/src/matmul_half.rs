@@ -8,6 +8,8 @@
 //!   16 accumulators in registers, masked loads for the K tail.
 //! - **f16** with AVX-512F (`vcvtph2ps`, the 512-bit F16C): B's halves are widened in
 //!   registers and multiplied with A's f32 values (A is not rounded), same blocking.
+//! - Constant bf16 weights of larger products arrive packed in panels instead
+//!   (`matmul_flags::PACKED_B`) and run [`crate::gemm_packed::gemm_packed_bf16`].
 //! - Both need B's columns contiguous along K (`[N, K]` storage: the layout the compiler
 //!   writes cast weights in). Any other layout, and machines without the features, widen B
 //!   to f32 in the workspace and run the f32 GEMM: slower, same results up to the f32
@@ -134,7 +136,7 @@ pub unsafe fn gemm_half(
 #[cfg(target_arch = "x86_64")]
 // Register blocks index accumulators by row and column explicitly: clearer than iterators.
 #[allow(clippy::needless_range_loop)]
-mod avx512 {
+pub(crate) mod avx512 {
     use super::{HalfMat, Mat};
     use crate::Workspace;
     use crate::elem::f32_to_bf16;
@@ -347,7 +349,7 @@ mod avx512 {
     /// # Safety
     /// `x` readable for `k` elements; AVX-512 F/BF16 present.
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    unsafe fn round_row(x: *const f32, s: isize, out: &mut [u16]) {
+    pub(crate) unsafe fn round_row(x: *const f32, s: isize, out: &mut [u16]) {
         let k = out.len();
         let mut p = 0;
         if s == 1 {

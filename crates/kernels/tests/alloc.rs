@@ -114,6 +114,65 @@ fn second_calls_allocate_nothing() {
         ));
     }
 
+    // MatMul with B packed in panels (compile-time-packed constant weights): A in place and
+    // A transposed (copied into the workspace), with an epilogue (row blocks).
+    for (name, flags) in [
+        ("matmul packed b", nrt_isa::matmul_flags::PACKED_B),
+        (
+            "matmul packed b, transposed a",
+            nrt_isa::matmul_flags::PACKED_B | nrt_isa::matmul_flags::TRANSPOSE_A,
+        ),
+    ] {
+        let (mm, k, n) = (70u32, 300u32, 100u32);
+        let ta = flags & nrt_isa::matmul_flags::TRANSPOSE_A != 0;
+        let a = m.dense(DType::F32, if ta { [1, 2, k, mm] } else { [1, 2, mm, k] });
+        let b = m.dense(DType::F32, [1, n.div_ceil(32), k, 32]);
+        let c = m.dense(DType::F32, [1, 2, mm, n]);
+        let bias = nrt_isa::AccessPattern {
+            shape: [1, 2, mm, n],
+            stride: [0, 0, 0, 1],
+            ..m.dense(DType::F32, [1, 1, 1, n])
+        };
+        m.fill_f32(&a, &mut rng, -1.0, 1.0);
+        m.fill_f32(&b, &mut rng, -1.0, 1.0);
+        ops.push((
+            name,
+            Op::MatMul {
+                a,
+                b,
+                c,
+                alpha: 1.0,
+                flags,
+                epilogue: nrt_isa::Epilogue {
+                    bias: Some(bias),
+                    func: nrt_isa::ActFunc::Relu,
+                    ..nrt_isa::Epilogue::NONE
+                },
+            },
+        ));
+    }
+
+    // The same with bf16 weights (pairs of K): A rounded into the workspace.
+    {
+        let (mm, k, n) = (70u32, 301u32, 100u32);
+        let a = m.dense(DType::F32, [1, 2, mm, k]);
+        let b = m.dense(DType::Bf16, [1, n.div_ceil(32), k.div_ceil(2), 64]);
+        let c = m.dense(DType::F32, [1, 2, mm, n]);
+        m.fill_f32(&a, &mut rng, -1.0, 1.0);
+        m.fill_with(&b, || 0x3f80);
+        ops.push((
+            "matmul packed bf16 b",
+            Op::MatMul {
+                a,
+                b,
+                c,
+                alpha: 1.0,
+                flags: nrt_isa::matmul_flags::PACKED_B,
+                epilogue: nrt_isa::Epilogue::NONE,
+            },
+        ));
+    }
+
     // Conv: im2col + GEMM, direct, pointwise.
     let input = m.dense(DType::F32, [1, 8, 16, 16]);
     m.fill_f32(&input, &mut rng, -1.0, 1.0);

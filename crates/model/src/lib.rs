@@ -42,7 +42,9 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   `GatherElements`, `ScatterElements` and `TopK` instructions (0x23, 0x56–0x58).
 /// - 1.2: `ActFunc` 22–30 (tan, asin, acos, atan, sinh, cosh, asinh, acosh, atanh) and the
 ///   integer `BinaryOp`s 12–16 (bitwise and, or, xor, shift left, logical shift right).
-pub const VERSION_MINOR: u16 = 2;
+/// - 1.3: `MatMul` flag `PACKED_B` (8): B is constant weights packed in column panels
+///   (`nrt_isa::matmul_flags::PACKED_B`).
+pub const VERSION_MINOR: u16 = 3;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

@@ -559,3 +559,38 @@ fn a_version_1_1_file_still_loads() {
         m
     );
 }
+
+/// A file written by the 1.1 format (committed: `tests/data/v1_1_matmul_bias_relu.ncm`, a
+/// 6×8 · 8×40 MatMul + bias + Relu compiled before packed weights existed) still loads: its
+/// MatMul carries the fused epilogue and reads B as stored (`[K, N]`, no `PACKED_B`).
+#[test]
+fn a_version_1_1_matmul_reads_b_as_stored() {
+    let bytes = include_bytes!("data/v1_1_matmul_bias_relu.ncm");
+    assert_eq!(u16::from_le_bytes([bytes[6], bytes[7]]), 1, "a 1.1 file");
+    let m = nrt_model::CompiledModel::decode(bytes).expect("1.1 loads");
+    let pe = m.block(0, nrt_hal::Engine::Pe).expect("a PE block");
+    let ops = nrt_isa::decode_block(&pe.code, nrt_hal::Engine::Pe).expect("decodes");
+    let matmuls: Vec<_> = ops
+        .iter()
+        .filter_map(|(_, i)| match i.op {
+            nrt_isa::Op::MatMul {
+                b, flags, epilogue, ..
+            } => Some((b, flags, epilogue)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(matmuls.len(), 1);
+    let (b, flags, epilogue) = matmuls[0];
+    assert_eq!(flags & nrt_isa::matmul_flags::PACKED_B, 0);
+    assert_eq!(b.shape, [1, 1, 8, 40]);
+    assert!(epilogue.bias.is_some() && epilogue.func == nrt_isa::ActFunc::Relu);
+    let again = m.encode();
+    assert_eq!(
+        u16::from_le_bytes([again[6], again[7]]),
+        nrt_model::VERSION_MINOR
+    );
+    assert_eq!(
+        nrt_model::CompiledModel::decode(&again).expect("decodes"),
+        m
+    );
+}

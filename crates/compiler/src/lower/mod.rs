@@ -52,6 +52,9 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) auto_cast: Option<DType>,
     /// Cast weights already stored, by value: their `[N, K]` constant.
     pub(crate) cast_addr: HashMap<ValueId, u64>,
+    /// Weights already packed in panels (`matmul_flags::PACKED_B`), by value and whether
+    /// the value holds `[N, K]`: the packed constant.
+    pub(crate) packed_addr: HashMap<(ValueId, bool), u64>,
     pub(crate) prog: Vec<(u8, Engine, Instruction)>,
     /// Where each computed value lives: a dense view of its own storage, or a strided view
     /// of another value's (layout operators only describe, never copy).

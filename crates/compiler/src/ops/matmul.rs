@@ -304,8 +304,90 @@ impl<'a> Lowerer<'a> {
         })
     }
 
+    /// Without `--auto-cast` (f32) or with bf16 auto-cast (bf16, pairs of K), for a product
+    /// of at least [`nrt_hal::tuning::GEMM_PACK_MIN_ROWS`] rows and
+    /// [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the constant 2-D f32 weight `v`
+    /// (`[N, K]` when `stored_nk`, else `[K, N]`) packed once in panels of
+    /// [`nrt_hal::tuning::GEMM_PACK_NR`] columns (`matmul_flags::PACKED_B`: the device's GEMM
+    /// then packs nothing per call). Returned as a placeholder dense `[K, N]` view of the
+    /// packed constant's address, which [`Self::matmul_epi`] turns into the panel layout;
+    /// the original weight is not stored unless another consumer reads it. `None`: not
+    /// packed.
+    pub(crate) fn pack_weight(&mut self, v: ValueId, stored_nk: bool, rows: usize) -> Option<View> {
+        use nrt_hal::tuning::{GEMM_PACK_MIN_K, GEMM_PACK_MIN_ROWS, GEMM_PACK_NR};
+        // f32, or bf16 under `--auto-cast … bf16` (pairs of K per 32-bit word: `vdpbf16ps`);
+        // fp16 weights stay as `cast_weight` stores them.
+        let dtype = self.auto_cast.unwrap_or(DType::F32);
+        if dtype == DType::F16 || rows < GEMM_PACK_MIN_ROWS {
+            return None;
+        }
+        let val = &self.g.values[v];
+        let t = val.konst.as_deref()?;
+        if val.dtype != DType::F32 || val.shape.len() != 2 {
+            return None;
+        }
+        let (k, n) = if stored_nk {
+            (val.shape[1], val.shape[0])
+        } else {
+            (val.shape[0], val.shape[1])
+        };
+        // Narrow outputs (a panel mostly padding) and strides past the AP's i32 stay as stored.
+        if k < GEMM_PACK_MIN_K
+            || n < GEMM_PACK_NR / 2
+            || i32::try_from((k + 1) * GEMM_PACK_NR).is_err()
+        {
+            return None;
+        }
+        let addr = match self.packed_addr.get(&(v, stored_nk)) {
+            Some(&a) => a,
+            None => {
+                let nr = GEMM_PACK_NR;
+                let x = t.to_f32s();
+                let get = |p: usize, j: usize| {
+                    if stored_nk {
+                        x[j * k + p]
+                    } else {
+                        x[p * n + j]
+                    }
+                };
+                // Padding to whole panels (under 2× for n ≥ NR/2) within the size budget.
+                crate::tensor::within_budget(&[n.div_ceil(nr) * nr, k + 1], dtype)?;
+                let h = if dtype == DType::Bf16 {
+                    // Panels of `ceil(k/2)` rows of `nr` pairs, zero-padded (the tensor
+                    // rounds the values to bf16).
+                    let kp = k.div_ceil(2);
+                    let panels = n.div_ceil(nr);
+                    let len = panels.checked_mul(kp)?.checked_mul(2 * nr)?;
+                    let vals = (0..len).map(|i| {
+                        let (h, jj) = (i % 2, (i / 2) % nr);
+                        let (t, q) = ((i / (2 * nr)) % kp, i / (2 * nr * kp));
+                        let (p, j) = (2 * t + h, q * nr + jj);
+                        if p < k && j < n {
+                            get(p, j) as f64
+                        } else {
+                            0.0
+                        }
+                    });
+                    HostTensor::from_f64s(DType::Bf16, vec![len], vals)
+                } else {
+                    let len = matmul_flags::packed_len(k, n, nr)?;
+                    let mut out = crate::tensor::try_vec::<f32>(len, "a packed weight").ok()?;
+                    out.resize(len, 0.0);
+                    matmul_flags::pack_b(k, n, nr, get, &mut out);
+                    HostTensor::f32(vec![len], out)
+                };
+                let a = self.add_const(&h);
+                self.packed_addr.insert((v, stored_nk), a);
+                a
+            }
+        };
+        Some(View::dense(addr, dtype, &[k, n]))
+    }
+
     /// Emits one MatMul with an epilogue, split between the cores (N, else M) when there
-    /// are two.
+    /// are two. With `PACKED_B`, `b` is the placeholder `[.., .., K, N]` of
+    /// [`Self::pack_weight`] (batch strides 0): it becomes the panel layout, and an N split
+    /// falls on a panel boundary.
     pub(crate) fn matmul_epi(
         &mut self,
         a: AccessPattern,
@@ -318,7 +400,28 @@ impl<'a> Lowerer<'a> {
         let (m, n) = (c.shape[2] as i64, c.shape[3] as i64);
         let ta = flags & matmul_flags::TRANSPOSE_A != 0;
         let tb = flags & matmul_flags::TRANSPOSE_B != 0;
-        if self.cores < 2 || (m < 2 && n < 2) {
+        let nr = nrt_hal::tuning::GEMM_PACK_NR as i64;
+        let packed = flags & matmul_flags::PACKED_B != 0;
+        // The panels holding columns `start..start + len` of a packed B.
+        // (bf16: `ceil(K/2)` rows of `NR` pairs.)
+        let panels = |start: i64, len: i64| {
+            let pairs = b.dtype == DType::Bf16;
+            let rows = if pairs {
+                b.shape[2].div_ceil(2)
+            } else {
+                b.shape[2]
+            };
+            let row = if pairs { 2 * nr } else { nr };
+            let es = b.dtype.size() as i64;
+            AccessPattern {
+                addr: (b.addr as i64 + start / nr * rows as i64 * row * es) as u64,
+                dtype: b.dtype,
+                shape: [1, (len as u32).div_ceil(nr as u32), rows, row as u32],
+                stride: [0, (rows as i64 * row) as i32, row as i32, 1],
+            }
+        };
+        if self.cores < 2 || (m < 2 && n < 2) || (packed && m < 2 && n < 2 * nr) {
+            let b = if packed { panels(0, n) } else { b };
             self.emit(
                 0,
                 Engine::Pe,
@@ -333,9 +436,14 @@ impl<'a> Lowerer<'a> {
             );
             return;
         }
-        let split_n = n >= 2;
+        // A packed B splits at a panel boundary (or not at all: then M splits).
+        let split_n = if packed { n >= 2 * nr } else { n >= 2 };
         let total = if split_n { n } else { m };
-        let half = total / 2;
+        let half = if split_n && packed {
+            (n / 2 + nr - 1) / nr * nr
+        } else {
+            total / 2
+        };
         for (core, start, len) in [(0u8, 0i64, half), (1u8, half, total - half)] {
             let (mut a2, mut b2, mut c2, mut e2) = (a, b, c, epilogue);
             let adv = |ap: &mut AccessPattern, dim: usize| {
@@ -348,9 +456,14 @@ impl<'a> Lowerer<'a> {
             for x in [&mut e2.bias, &mut e2.residual].into_iter().flatten() {
                 adv(x, cdim);
             }
-            if split_n {
+            if packed && split_n {
+                b2 = panels(start, len);
+            } else if split_n {
                 adv(&mut b2, if tb { 2 } else { 3 });
             } else {
+                if packed {
+                    b2 = panels(0, n);
+                }
                 adv(&mut a2, if ta { 3 } else { 2 });
             }
             self.emit(
@@ -425,9 +538,21 @@ impl<'a> Lowerer<'a> {
         // Operands as they are stored: transposed and head-split views need no copy (the
         // engine takes any strides). A constant weight may be cast (`--auto-cast`).
         let mut a = self.sview(av)?;
-        let mut b = match self.cast_weight(bv, false) {
-            Some(v) => v,
-            None => self.sview(bv)?,
+        // Rows of the product when B is one 2-D weight (every batch of A is more rows).
+        let rows = {
+            let s = &g.values[o0].shape;
+            s[..s.len().saturating_sub(1)].iter().product::<usize>()
+        };
+        let mut flags = 0;
+        let mut b = match self.pack_weight(bv, false, rows) {
+            Some(v) => {
+                flags |= matmul_flags::PACKED_B;
+                v
+            }
+            None => match self.cast_weight(bv, false) {
+                Some(v) => v,
+                None => self.sview(bv)?,
+            },
         };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
@@ -584,7 +709,7 @@ impl<'a> Lowerer<'a> {
                     epi.residual = Some(ap);
                 }
             }
-            self.matmul_epi(a_ap, b_ap, c_ap, alpha, 0, epi);
+            self.matmul_epi(a_ap, b_ap, c_ap, alpha, flags, epi);
         }
         self.finish_fused_target(target, o0)
     }
@@ -606,9 +731,14 @@ impl<'a> Lowerer<'a> {
         let tb = n.attr_i("transB", 0)? != 0;
         let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
         let mut a = self.sview(av)?;
-        let mut b = match self.cast_weight(bv, tb) {
-            Some(v) => v,
-            None => self.sview(bv)?,
+        // A packed weight is `[K, N]` whatever `transB` said of the stored one.
+        let rows = g.values[o0].shape[0];
+        let (mut b, tb, packed) = match self.pack_weight(bv, tb, rows) {
+            Some(v) => (v, false, matmul_flags::PACKED_B),
+            None => match self.cast_weight(bv, tb) {
+                Some(v) => (v, tb, 0),
+                None => (self.sview(bv)?, tb, 0),
+            },
         };
         if a.strides.iter().any(|&s| s < 0) {
             a = self.view(av)?;
@@ -681,7 +811,7 @@ impl<'a> Lowerer<'a> {
                 mk_ap(b.addr, b.dtype, &b.shape, &b.strides)?,
                 mk_ap(y.addr, y.dtype, &y.shape, &y.strides)?,
             );
-            let mut flags = 0;
+            let mut flags = packed;
             if ta {
                 flags |= matmul_flags::TRANSPOSE_A;
             }
@@ -692,7 +822,7 @@ impl<'a> Lowerer<'a> {
             return self.finish_fused_target(ch.out, o0);
         }
         let y = self.alloc_any(o0)?;
-        let mut flags = 0;
+        let mut flags = packed;
         if let Some(cv) = cv {
             let cview = self.sview(cv)?.broadcast(&y.shape);
             if beta == 1.0 {
@@ -712,7 +842,7 @@ impl<'a> Lowerer<'a> {
             return Ok(());
         }
         if k == 0 {
-            if flags == 0 {
+            if flags & matmul_flags::ACCUMULATE == 0 {
                 self.fill(Engine::Dve, &y, 0.0)?;
             }
             return Ok(());

@@ -861,6 +861,22 @@ def det_and_int_pool(out):
     ], [("X", TensorProto.UINT8, [1, 2, 7, 7])], [("Y", TensorProto.UINT8, [1, 2, 4, 4])], [],
         opset=12)
 
+def packed_weights(out):
+    """Constant weights the compiler stores packed in 32-column panels (5+ rows, K >= 128):
+    row and column tails (the last panel zero-padded), batches folded into M, K past one K
+    block of the kernel (512), Gemm's transB, a shared weight read by two MatMuls and by an
+    elementwise node (stored both ways), with epilogues."""
+    save(out, "packed_tails_bias_sigmoid", [
+        N("MatMul", ["X", "W"], ["h"]), N("Add", ["h", "b"], ["a"]), N("Sigmoid", ["a"], ["Y"]),
+    ], [("X", [2, 13, 130])], [("Y", [2, 13, 70])], [w("W", (130, 70), 0.1), w("b", (70,))])
+    save(out, "packed_gemm_transb_long_k", [
+        N("Gemm", ["X", "W", "b"], ["g"], transB=1, alpha=0.5), N("Relu", ["g"], ["Y"]),
+    ], [("X", [9, 600])], [("Y", [9, 97])], [w("W", (97, 600), 0.05), w("b", (97,))])
+    save(out, "packed_shared_weight", [
+        N("MatMul", ["X", "W"], ["h1"]), N("Relu", ["h1"], ["r"]),
+        N("MatMul", ["r", "W"], ["h2"]), N("Add", ["h2", "W"], ["Y"]),
+    ], [("X", [160, 160])], [("Y", [160, 160])], [w("W", (160, 160), 0.08)])
+
 
 def main():
     out = sys.argv[1]
@@ -876,6 +892,8 @@ def main():
     resizes(out)
     einsums(out)
     bitwise_and_math(out)
+
+    packed_weights(out)
     decoder_block(out)
     halves(out)
     doubles(out)

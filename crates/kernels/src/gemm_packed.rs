@@ -1,0 +1,763 @@
+//! GEMM against a B packed once (constant weights): `C (+)= alpha · A · B` where B is stored
+//! in column panels of `nr` columns (16, 32 or 64), each panel `K × nr` floats, row after row
+//! (`B[p, j]` at `panel(j / nr) + p·nr + j % nr`), the last panel zero-padded past N.
+//!
+//! The GEMM crate ([`crate::matmul::gemm_f32`]) packs both operands on every call; for a
+//! constant B that work is done once by the compiler ([`pack_b`], see `docs/ARCHITECTURE.md`),
+//! and A is read in place (rows contiguous along K; otherwise copied once per call into the
+//! workspace). The microkernel keeps an `MR × 16·W` tile of C in registers, loads `W` vectors
+//! of the B panel per step of K and broadcasts one element of each row of A:
+//! - AVX-512F (detected at run time): 14 rows × 32 columns (28 accumulators); bf16 weights
+//!   (pairs of K per 32-bit word) take the same tiles with `vdpbf16ps` ([`gemm_packed_bf16`]);
+//! - AVX2 + FMA: 6 rows × 16 columns (12 accumulators);
+//! - elsewhere: a portable loop over the same layout.
+//!
+//! Loop order: K in blocks of [`nrt_hal::tuning::GEMM_PACKED_KC`], then row blocks of A (kept
+//! in L1 while every panel of B streams past from L2), then panels. Partial tiles (rows past
+//! M, columns past N, a strided C) go through a stack tile, so nothing is ever allocated.
+
+use crate::Workspace;
+use crate::matmul::Mat;
+use nrt_hal::tuning::GEMM_PACKED_KC;
+
+pub use nrt_isa::matmul_flags::{PANEL_WIDTHS, pack_b, packed_len};
+
+/// What the packed GEMM applies to each finished tile of C in registers, before storing it
+/// (the common case of the MatMul epilogue): `C = relu?(alpha·A·B [+ C] + bias)`.
+#[derive(Clone, Copy, Debug)]
+pub struct TileEpilogue {
+    /// Per-column bias: `bias[j]` is added to column `j` of every row (null: none).
+    pub bias: *const f32,
+    /// Then `Relu` (`x < 0 ? 0 : x`, NaN kept).
+    pub relu: bool,
+}
+
+impl TileEpilogue {
+    /// Nothing.
+    pub const NONE: TileEpilogue = TileEpilogue {
+        bias: core::ptr::null(),
+        relu: false,
+    };
+}
+
+/// A packed B in device memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Packed {
+    /// The first panel.
+    pub ptr: *const f32,
+    /// Panel width (16, 32 or 64: [`PANEL_WIDTHS`]); also the row stride inside a panel.
+    pub nr: usize,
+    /// Distance between panels, in floats (`k · nr` when densely packed).
+    pub panel_stride: isize,
+}
+
+/// `C = alpha·A·B` (`C += …` when `accumulate`), then `epi`, for an `m×k` A (any strides), a
+/// packed `k×n` B and an `m×n` C (any strides).
+///
+/// # Safety
+/// A readable and C writable for every element their shape and strides address; B readable
+/// for `ceil(n / nr)` panels of `k·nr` floats; `epi.bias` (if not null) readable for `n`
+/// floats; C overlapping none of them.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_packed(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Packed,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    epi: TileEpilogue,
+    ws: &mut Workspace,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for i in 0..m {
+            for j in 0..n {
+                let p = c.ptr.wrapping_offset(i as isize * c.rs + j as isize * c.cs);
+                // SAFETY: C element in bounds per the contract; bias[j] readable.
+                unsafe {
+                    let mut v = if accumulate { *p } else { 0.0 };
+                    if !epi.bias.is_null() {
+                        v += *epi.bias.add(j);
+                    }
+                    *p = if epi.relu && v < 0.0 { 0.0 } else { v };
+                }
+            }
+        }
+        return;
+    }
+    // A with unit stride along K: in place, else one copy per call.
+    let (ap, lda) = if a.cs == 1 {
+        (a.ptr as *const f32, a.rs)
+    } else {
+        let buf = ws.f32(3, m * k);
+        for (i, row) in buf.chunks_exact_mut(k).enumerate() {
+            // SAFETY: readable per the contract; `buf` is distinct scratch.
+            unsafe {
+                crate::strided::gather_into(a.ptr.wrapping_offset(i as isize * a.rs), a.cs, row)
+            };
+        }
+        (buf.as_ptr(), k as isize)
+    };
+    // SAFETY: forwarded contract.
+    unsafe {
+        gemm_packed_on(
+            Isa::best(),
+            m,
+            n,
+            k,
+            Mat {
+                ptr: ap as *mut f32,
+                rs: lda,
+                cs: 1,
+            },
+            b,
+            c,
+            alpha,
+            accumulate,
+            epi,
+        )
+    }
+}
+
+/// The instruction sets the packed GEMM has kernels for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// 14×32 tiles of `zmm` registers (AVX-512F).
+    Avx512,
+    /// 6×16 tiles of `ymm` registers (AVX2 + FMA).
+    Avx2,
+    /// Plain Rust.
+    Portable,
+}
+
+impl Isa {
+    /// Whether this CPU runs the kernel.
+    pub fn available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            Isa::Portable => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The fastest available kernel (detected once per call: a few loads of a cached word).
+    pub fn best() -> Isa {
+        [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .find(|i| i.available())
+            .unwrap_or(Isa::Portable)
+    }
+}
+
+/// [`gemm_packed`] with `k ≥ 1`, A's rows contiguous (`a.cs == 1`), on the kernel of `isa`
+/// (the tests run every available one against the reference).
+///
+/// # Safety
+/// As [`gemm_packed`]; `isa` available; `a.cs == 1`; `m, n, k ≥ 1`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_packed_on(
+    isa: Isa,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Packed,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    epi: TileEpilogue,
+) {
+    debug_assert!(isa.available() && a.cs == 1 && m > 0 && n > 0 && k > 0);
+    let (ap, lda) = (a.ptr as *const f32, a.rs);
+    let job = Job {
+        m,
+        n,
+        k,
+        a: ap,
+        lda,
+        b,
+        c,
+        alpha,
+        accumulate,
+        epi,
+    };
+    match isa {
+        // SAFETY: forwarded contract; AVX-512F present per the contract.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => unsafe { x86::run_avx512(&job) },
+        // SAFETY: forwarded contract; AVX2 and FMA present per the contract.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { x86::run_avx2(&job) },
+        // SAFETY: forwarded contract.
+        _ => unsafe { portable(&job) },
+    }
+}
+
+/// A packed bf16 B (`--auto-cast matmult` weights): panels of `nr` columns whose rows are
+/// pairs of K (`B[2t, j]`, `B[2t+1, j]` side by side: one 32-bit word per column), the last
+/// panel zero-padded past N and K zero-padded to even — the f32 panel layout with `K/2`
+/// rows of 32-bit words, which is how the kernels walk it.
+#[derive(Clone, Copy, Debug)]
+pub struct PackedBf16 {
+    /// The first panel.
+    pub ptr: *const u16,
+    /// Panel width in columns (16, 32 or 64).
+    pub nr: usize,
+    /// Distance between panels, in bf16 elements (`ceil(k/2) · 2 · nr` when dense).
+    pub panel_stride: isize,
+}
+
+/// Whether the bf16 packed GEMM runs `vdpbf16ps` here (else a portable loop).
+pub fn bf16_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::matmul_half::fast_path_available(crate::matmul_half::Half::Bf16)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// `C = alpha·A·B` (`+=` when `accumulate`), then `epi`, for an f32 `m×k` A (rounded to
+/// bf16 once per call, as the unpacked bf16 path does), a packed bf16 `k×n` B and an f32
+/// `m×n` C: `vdpbf16ps` in 14×32 register tiles with AVX-512 BF16, else a portable loop
+/// (`fast`: whether to take the former; it must be available).
+///
+/// # Safety
+/// As [`gemm_packed`], B readable for `ceil(n / nr)` panels of `ceil(k/2)·2·nr` bf16.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn gemm_packed_bf16(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: PackedBf16,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    epi: TileEpilogue,
+    fast: bool,
+    ws: &mut Workspace,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        let b = Packed {
+            ptr: b.ptr as *const f32,
+            nr: b.nr,
+            panel_stride: 0,
+        };
+        // SAFETY: forwarded contract (k = 0 reads nothing of B).
+        unsafe { gemm_packed(m, n, 0, a, b, c, alpha, accumulate, epi, ws) };
+        return;
+    }
+    debug_assert!(!fast || bf16_fast());
+    let kp = k.div_ceil(2);
+    // A rounded to bf16 rows of `2·kp` (one f32 slot per pair), the odd K padded with 0.
+    let buf = ws.f32(0, m * kp);
+    for (i, row) in buf.chunks_exact_mut(kp).enumerate() {
+        // SAFETY: the slots hold 2·kp u16, f32-aligned.
+        let h = unsafe { core::slice::from_raw_parts_mut(row.as_mut_ptr() as *mut u16, 2 * kp) };
+        let src = a.ptr.wrapping_offset(i as isize * a.rs);
+        #[cfg(target_arch = "x86_64")]
+        if fast {
+            // SAFETY: A's row readable per the contract; the features are present.
+            unsafe { crate::matmul_half::avx512::round_row(src, a.cs, &mut h[..k]) };
+        }
+        if !fast {
+            for (p, o) in h[..k].iter_mut().enumerate() {
+                // SAFETY: readable per the contract.
+                *o = crate::elem::f32_to_bf16(unsafe { *src.offset(p as isize * a.cs) });
+            }
+        }
+        if k % 2 == 1 {
+            h[k] = 0;
+        }
+    }
+    let job = Job {
+        m,
+        n,
+        k: kp,
+        a: buf.as_ptr(),
+        lda: kp as isize,
+        b: Packed {
+            ptr: b.ptr as *const f32,
+            nr: b.nr,
+            panel_stride: b.panel_stride / 2,
+        },
+        c,
+        alpha,
+        accumulate,
+        epi,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if fast {
+        // SAFETY: forwarded contract; AVX-512 BF16 present per the contract.
+        unsafe { x86::run_bf16(&job) };
+        return;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { portable_bf16(&job) };
+}
+
+/// The portable loop over the packed bf16 layout (pairs of K in 32-bit words).
+///
+/// # Safety
+/// As [`gemm_packed_bf16`].
+unsafe fn portable_bf16(j: &Job) {
+    use crate::elem::bf16_to_f32;
+    let pair = |w: u32| (bf16_to_f32(w as u16), bf16_to_f32((w >> 16) as u16));
+    // SAFETY: forwarded contract.
+    unsafe {
+        drive(j, 4, 16, |t| {
+            let mut acc = [[0.0f32; 16]; 4];
+            for p in 0..t.kc {
+                let brow = t.b.wrapping_offset(p as isize * t.ldb) as *const u32;
+                for (r, ar) in acc.iter_mut().enumerate().take(t.mr) {
+                    let (a0, a1) =
+                        pair(*(t.a.wrapping_offset(r as isize * t.lda) as *const u32).add(p));
+                    for (x, v) in ar.iter_mut().enumerate() {
+                        let (b0, b1) = pair(*brow.add(x));
+                        *v += a0 * b0 + a1 * b1;
+                    }
+                }
+            }
+            for row in acc.iter_mut() {
+                for v in row.iter_mut() {
+                    *v *= t.alpha;
+                }
+            }
+            store_partial(t, &acc[..]);
+        })
+    }
+}
+
+/// One product, A contiguous along K.
+struct Job {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const f32,
+    lda: isize,
+    b: Packed,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    epi: TileEpilogue,
+}
+
+/// One tile of C computed by a microkernel, as it is handed to [`drive`]: rows `i0..i0+mr`,
+/// `cols` columns from `j0`, K range `p0..p0+kc`; `add`: add to C instead of overwriting it.
+#[derive(Clone, Copy)]
+struct Tile {
+    a: *const f32,
+    lda: isize,
+    b: *const f32,
+    ldb: isize,
+    kc: usize,
+    mr: usize,
+    cols: usize,
+    c: *mut f32,
+    rs: isize,
+    cs: isize,
+    alpha: f32,
+    add: bool,
+    /// The epilogue's bias at the tile's first column (null: none), and Relu; only on the
+    /// last K block.
+    bias: *const f32,
+    relu: bool,
+}
+
+/// Walks the product in K blocks, row blocks of `mr_max` and column chunks of `width` (a
+/// divisor of every panel width) and hands each tile to `kernel`.
+///
+/// # Safety
+/// As [`gemm_packed`]; `kernel` sound for every tile it is given.
+#[inline(always)]
+unsafe fn drive(j: &Job, mr_max: usize, width: usize, kernel: impl Fn(&Tile)) {
+    let nr = j.b.nr;
+    let panels = j.n.div_ceil(nr);
+    let mut p0 = 0;
+    while p0 < j.k {
+        let kc = GEMM_PACKED_KC.min(j.k - p0);
+        let add = j.accumulate || p0 > 0;
+        let last = p0 + kc == j.k;
+        let mut i0 = 0;
+        while i0 < j.m {
+            let mr = mr_max.min(j.m - i0);
+            for q in 0..panels {
+                let panel =
+                    j.b.ptr
+                        .wrapping_offset(q as isize * j.b.panel_stride)
+                        .wrapping_add(p0 * nr);
+                let mut s = 0;
+                while s < nr && q * nr + s < j.n {
+                    let col = q * nr + s;
+                    kernel(&Tile {
+                        a: j.a.wrapping_offset(i0 as isize * j.lda).wrapping_add(p0),
+                        lda: j.lda,
+                        b: panel.wrapping_add(s),
+                        ldb: nr as isize,
+                        kc,
+                        mr,
+                        cols: width.min(j.n - col),
+                        c: j.c
+                            .ptr
+                            .wrapping_offset(i0 as isize * j.c.rs + col as isize * j.c.cs),
+                        rs: j.c.rs,
+                        cs: j.c.cs,
+                        alpha: j.alpha,
+                        add,
+                        bias: if last && !j.epi.bias.is_null() {
+                            j.epi.bias.wrapping_add(col)
+                        } else {
+                            core::ptr::null()
+                        },
+                        relu: last && j.epi.relu,
+                    });
+                    s += width;
+                }
+            }
+            i0 += mr;
+        }
+        p0 += kc;
+    }
+}
+
+/// Writes a finished `mr × width` tile (`t[r][x]`, already scaled by alpha) into C: its
+/// first `cols` columns, added when `add`.
+///
+/// # Safety
+/// The tile's C elements writable.
+#[inline(always)]
+unsafe fn store_partial<const WIDTH: usize>(t: &Tile, tile: &[[f32; WIDTH]]) {
+    for (r, row) in tile.iter().enumerate().take(t.mr) {
+        for (x, v) in row.iter().enumerate().take(t.cols) {
+            let p = t.c.wrapping_offset(r as isize * t.rs + x as isize * t.cs);
+            // SAFETY: element (r, x) of the tile lies in C per the contract.
+            unsafe { *p = finish(t, x, if t.add { *p + v } else { *v }) };
+        }
+    }
+}
+
+/// The tile epilogue on one element of column `x` of the tile (the order of the vector
+/// paths: the sum, then the bias, then Relu).
+///
+/// # Safety
+/// `t.bias` (if not null) readable at `x`.
+#[inline(always)]
+unsafe fn finish(t: &Tile, x: usize, mut v: f32) -> f32 {
+    if !t.bias.is_null() {
+        // SAFETY: per the contract.
+        v += unsafe { *t.bias.add(x) };
+    }
+    if t.relu && v < 0.0 { 0.0 } else { v }
+}
+
+/// The portable loop over the packed layout.
+///
+/// # Safety
+/// As [`gemm_packed`].
+unsafe fn portable(j: &Job) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        drive(j, 4, 16, |t| {
+            let mut acc = [[0.0f32; 16]; 4];
+            for p in 0..t.kc {
+                let brow = t.b.wrapping_offset(p as isize * t.ldb);
+                for (r, ar) in acc.iter_mut().enumerate().take(t.mr) {
+                    let av = *t.a.wrapping_offset(r as isize * t.lda).add(p);
+                    for (x, v) in ar.iter_mut().enumerate() {
+                        *v += av * *brow.add(x);
+                    }
+                }
+            }
+            for row in acc.iter_mut() {
+                for v in row.iter_mut() {
+                    *v *= t.alpha;
+                }
+            }
+            store_partial(t, &acc[..]);
+        })
+    }
+}
+
+// Register tiles index rows and vectors explicitly: clearer than iterator chains here.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
+mod x86 {
+    use super::{Job, Tile, drive, finish, store_partial};
+    use core::arch::x86_64::*;
+
+    /// AVX-512 microkernel: `R` rows × `W` vectors of 16 columns.
+    ///
+    /// # Safety
+    /// The tile's operands valid (see [`super::gemm_packed`]); AVX-512F present.
+    #[inline(always)]
+    unsafe fn tile512<const R: usize, const W: usize>(t: &Tile) {
+        // SAFETY: every load reads rows < R of A at p < kc, or B's panel rows p < kc at
+        // columns < 16·W (inside the panel: the width divides it); stores as `store_partial`
+        // or the first `cols` = 16·W columns of the R rows of C.
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); W]; R];
+            let rows: [*const f32; R] = core::array::from_fn(|r| t.a.offset(r as isize * t.lda));
+            let mut bp = t.b;
+            for p in 0..t.kc {
+                let bv: [__m512; W] = core::array::from_fn(|w| _mm512_loadu_ps(bp.add(16 * w)));
+                for r in 0..R {
+                    let av = _mm512_set1_ps(*rows[r].add(p));
+                    for w in 0..W {
+                        acc[r][w] = _mm512_fmadd_ps(av, bv[w], acc[r][w]);
+                    }
+                }
+                bp = bp.offset(t.ldb);
+            }
+            store512::<R, W>(t, acc);
+        }
+    }
+
+    /// Stores a finished AVX-512 tile (scaled by alpha, added to C when `t.add`, then the
+    /// tile epilogue).
+    ///
+    /// # Safety
+    /// As [`tile512`]'s stores; AVX-512F present.
+    #[inline(always)]
+    unsafe fn store512<const R: usize, const W: usize>(t: &Tile, acc: [[__m512; W]; R]) {
+        // SAFETY: the first `cols` columns of the R rows of C (all 16·W when `cols` says so).
+        unsafe {
+            let va = _mm512_set1_ps(t.alpha);
+            if t.cs == 1 && t.cols == 16 * W {
+                for r in 0..R {
+                    let cr = t.c.offset(r as isize * t.rs);
+                    for w in 0..W {
+                        let mut v = _mm512_mul_ps(acc[r][w], va);
+                        if t.add {
+                            v = _mm512_add_ps(v, _mm512_loadu_ps(cr.add(16 * w)));
+                        }
+                        if !t.bias.is_null() {
+                            v = _mm512_add_ps(v, _mm512_loadu_ps(t.bias.add(16 * w)));
+                        }
+                        if t.relu {
+                            // The second operand when either is NaN: NaN stays, -0 stays.
+                            v = _mm512_max_ps(_mm512_setzero_ps(), v);
+                        }
+                        _mm512_storeu_ps(cr.add(16 * w), v);
+                    }
+                }
+            } else {
+                let mut tile = [[[0.0f32; 16]; W]; R];
+                for r in 0..R {
+                    for w in 0..W {
+                        _mm512_storeu_ps(tile[r][w].as_mut_ptr(), _mm512_mul_ps(acc[r][w], va));
+                    }
+                }
+                store_rows::<W>(t, tile.as_flattened());
+            }
+        }
+    }
+
+    /// `store_partial` for a tile kept as `R·W` blocks of 16 floats (row-major).
+    ///
+    /// # Safety
+    /// As `store_partial`.
+    #[inline(always)]
+    unsafe fn store_rows<const W: usize>(t: &Tile, flat: &[[f32; 16]]) {
+        for r in 0..t.mr {
+            for x in 0..t.cols {
+                let v = flat[r * W + x / 16][x % 16];
+                let p = t.c.wrapping_offset(r as isize * t.rs + x as isize * t.cs);
+                // SAFETY: element (r, x) of the tile lies in C per the contract.
+                unsafe { *p = finish(t, x, if t.add { *p + v } else { v }) };
+            }
+        }
+    }
+
+    /// AVX-512 BF16 microkernel: `R` rows × 2 vectors of 16 columns, one `vdpbf16ps` per
+    /// pair of K: A's pair broadcast as a 32-bit word, B's pairs of 16 columns per vector.
+    ///
+    /// # Safety
+    /// As [`tile512`] over the pair layout; AVX-512 F/BW/BF16 present.
+    #[inline(always)]
+    unsafe fn tile_bf16<const R: usize, const W: usize>(t: &Tile) {
+        // SAFETY: as `tile512` (rows of 32-bit words instead of floats).
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); W]; R];
+            let rows: [*const u32; R] =
+                core::array::from_fn(|r| t.a.offset(r as isize * t.lda) as *const u32);
+            let mut bp = t.b;
+            for p in 0..t.kc {
+                let bv: [__m512bh; W] = core::array::from_fn(|w| {
+                    core::mem::transmute::<__m512, __m512bh>(_mm512_loadu_ps(bp.add(16 * w)))
+                });
+                for r in 0..R {
+                    let av = core::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(
+                        *rows[r].add(p) as i32,
+                    ));
+                    for w in 0..W {
+                        acc[r][w] = _mm512_dpbf16_ps(acc[r][w], av, bv[w]);
+                    }
+                }
+                bp = bp.offset(t.ldb);
+            }
+            store512::<R, W>(t, acc);
+        }
+    }
+
+    /// # Safety
+    /// As [`super::gemm_packed_bf16`]; AVX-512 F/BW/VL/BF16 present.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
+    pub(super) unsafe fn run_bf16(j: &Job) {
+        macro_rules! rows {
+            ($t:expr, $w:literal, $($r:literal)*) => {
+                match $t.mr {
+                    $($r => tile_bf16::<$r, $w>($t),)*
+                    _ => unreachable!("tile rows ≤ MR512"),
+                }
+            };
+        }
+        // SAFETY: forwarded contract; tiles of 1..=MR512 rows and 16 or 32 columns, a
+        // divisor of the panel width.
+        unsafe {
+            if j.b.nr == 16 {
+                drive(
+                    j,
+                    MR512,
+                    16,
+                    |t| rows!(t, 1, 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                );
+            } else {
+                drive(
+                    j,
+                    MR512,
+                    32,
+                    |t| rows!(t, 2, 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                );
+            }
+        }
+    }
+
+    /// Rows per AVX-512 tile.
+    const MR512: usize = 14;
+    /// 16-float vectors per AVX-512 tile row.
+    const W512: usize = 2;
+
+    /// # Safety
+    /// As [`super::gemm_packed`]; AVX-512F present.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn run_avx512(j: &Job) {
+        macro_rules! rows {
+            ($t:expr, $($r:literal)*) => {
+                match $t.mr {
+                    $($r => tile512::<$r, W512>($t),)*
+                    _ => unreachable!("tile rows ≤ MR512"),
+                }
+            };
+        }
+        // SAFETY: forwarded contract; every tile has 1..=MR512 rows and a width of 32 that
+        // divides every panel width (16-wide panels take the 16-wide kernel).
+        unsafe {
+            if j.b.nr == 16 {
+                drive(j, MR512, 16, |t| {
+                    macro_rules! r16 {
+                        ($($r:literal)*) => {
+                            match t.mr {
+                                $($r => tile512::<$r, 1>(t),)*
+                                _ => unreachable!("tile rows ≤ MR512"),
+                            }
+                        };
+                    }
+                    r16!(1 2 3 4 5 6 7 8 9 10 11 12 13 14)
+                });
+            } else {
+                drive(
+                    j,
+                    MR512,
+                    16 * W512,
+                    |t| rows!(t, 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+                );
+            }
+        }
+    }
+
+    /// AVX2 microkernel: `R` rows × 16 columns (two 8-float vectors).
+    ///
+    /// # Safety
+    /// As [`tile512`]; AVX2 and FMA present.
+    #[inline(always)]
+    unsafe fn tile256<const R: usize>(t: &Tile) {
+        // SAFETY: as `tile512`, 16 columns.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); 2]; R];
+            let rows: [*const f32; R] = core::array::from_fn(|r| t.a.offset(r as isize * t.lda));
+            let mut bp = t.b;
+            for p in 0..t.kc {
+                let b0 = _mm256_loadu_ps(bp);
+                let b1 = _mm256_loadu_ps(bp.add(8));
+                for r in 0..R {
+                    let av = _mm256_broadcast_ss(&*rows[r].add(p));
+                    acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+                }
+                bp = bp.offset(t.ldb);
+            }
+            let va = _mm256_set1_ps(t.alpha);
+            if t.cs == 1 && t.cols == 16 {
+                for r in 0..R {
+                    let cr = t.c.offset(r as isize * t.rs);
+                    for w in 0..2 {
+                        let mut v = _mm256_mul_ps(acc[r][w], va);
+                        if t.add {
+                            v = _mm256_add_ps(v, _mm256_loadu_ps(cr.add(8 * w)));
+                        }
+                        if !t.bias.is_null() {
+                            v = _mm256_add_ps(v, _mm256_loadu_ps(t.bias.add(8 * w)));
+                        }
+                        if t.relu {
+                            // The second operand when either is NaN: NaN stays, -0 stays.
+                            v = _mm256_max_ps(_mm256_setzero_ps(), v);
+                        }
+                        _mm256_storeu_ps(cr.add(8 * w), v);
+                    }
+                }
+            } else {
+                let mut tile = [[0.0f32; 16]; R];
+                for r in 0..R {
+                    _mm256_storeu_ps(tile[r].as_mut_ptr(), _mm256_mul_ps(acc[r][0], va));
+                    _mm256_storeu_ps(tile[r].as_mut_ptr().add(8), _mm256_mul_ps(acc[r][1], va));
+                }
+                store_partial(t, &tile[..]);
+            }
+        }
+    }
+
+    /// # Safety
+    /// As [`super::gemm_packed`]; AVX2 and FMA present.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn run_avx2(j: &Job) {
+        // SAFETY: forwarded contract; tiles of 1..=6 rows, 16 columns (divides every panel).
+        unsafe {
+            drive(j, 6, 16, |t| match t.mr {
+                1 => tile256::<1>(t),
+                2 => tile256::<2>(t),
+                3 => tile256::<3>(t),
+                4 => tile256::<4>(t),
+                5 => tile256::<5>(t),
+                _ => tile256::<6>(t),
+            })
+        }
+    }
+}
