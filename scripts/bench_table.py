@@ -55,20 +55,22 @@ print("\n## GEMM (GFLOP/s, single thread)\n")
 for r in rows:
     if r["surface"] == "peak":
         print(f"- {r['model']}: {r['note']}")
-print("\n| M×K×N | weights | nrt through the device | share of its peak | ONNX Runtime t1 (f32) | ratio |")
-print("|---|---|---:|---:|---:|---:|")
+print("\n| M×K×N | weights | nrt through the device | share of its peak | the MatMul alone | ONNX Runtime t1 (f32) | ratio |")
+print("|---|---|---:|---:|---:|---:|---:|")
 for r in rows:
     if r["surface"] != "gemm":
         continue
     parts = r["model"].split()
-    shape, wt = parts[1], (parts[2] if len(parts) > 2 else "f32")
+    shape, wt = parts[1], (" ".join(parts[2:]) or "f32")
     m, k, n = map(int, shape.split("x"))
     g = 2 * m * k * n / r["median_ns"]
     share = next((p.split(" of ")[0] for p in r["note"].split(", ") if "% of" in p), "-")
     o = gemm.get(shape)
     og = f"{o['gflops']:.1f}" if o else "-"
     ratio = f"{g / o['gflops']:.2f}" if o else "-"
-    print(f"| {shape} | {wt} | {g:.1f} | {share} | {og} | {ratio} |")
+    alone = re.search(r"the instruction alone ([0-9.]+), ([0-9]+%)", r["note"])
+    alone = f"{alone.group(1)} ({alone.group(2)})" if alone else "-"
+    print(f"| {shape} | {wt} | {g:.1f} | {share} | {alone} | {og} | {ratio} |")
 
 print("\n## Compute models (median µs, synchronous single inference)\n")
 names = ["ort-t1", "ort-t2", "tract-native", "tract", "iree-sync", "iree-sync-native", "iree-task"]
