@@ -52,8 +52,9 @@ pub const DEVICE_STALL_SPIN: Duration = Duration::from_micros(50);
 /// block is also capped at a quarter of the configured watchdog).
 pub const DEVICE_STALL_BLOCK_MAX: Duration = Duration::from_millis(5);
 
-/// A core of a lockstep group whose part of an execution takes less than this on average
-/// is served *jointly*: the group leader's device thread runs it too (the doorbell wakes
+/// A core of a lockstep group whose part of an execution runs for less than this on average
+/// (its own running time: stalls at the barriers, which a descheduled partner can stretch
+/// to milliseconds under a co-tenant, do not count) is served *jointly*: the group leader's device thread runs it too (the doorbell wakes
 /// the leader's thread, not the core's own), so a short two-core execution needs no
 /// hand-off between threads at each barrier. Longer parts run on the core's own thread, in
 /// parallel. On this project's 2-vCPU machine (`nrt bench`, one run each): the near-null

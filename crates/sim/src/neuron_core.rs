@@ -202,8 +202,10 @@ struct Execution {
     engines: [EngineState; NUM_ENGINES],
     faults: ExecFaults,
     stalled_since: Option<Instant>,
-    /// When a lockstep execution was taken (for the joint mode); `None` for one core.
-    taken_at: Option<Instant>,
+    /// Time this core spent running its part of a lockstep execution so far, stalls at the
+    /// barriers excluded (for the joint mode: a part is short by its own work, not by how
+    /// long a descheduled partner kept it waiting).
+    busy: Duration,
     /// The group's partners' progress count when this core last looked (hang watchdog).
     partners_progress: u64,
 }
@@ -573,7 +575,7 @@ impl CoreInner {
             engines: [idle; NUM_ENGINES],
             faults,
             stalled_since: None,
-            taken_at: (req.sg_count > 1).then(Instant::now),
+            busy: Duration::ZERO,
             partners_progress: 0,
         })
     }
@@ -629,11 +631,16 @@ impl CoreInner {
             .filter(|e| e.req.sg_count > 1)
             .map(|e| e.idx);
         if lockstep.is_none() {
-            return self.run_current(core, dev);
+            return self.run_current(core, dev, None);
         }
         dev.lockstep_busy(core.index, lockstep);
         let before = self.current.as_ref().map(Execution::progress);
-        let r = self.run_current(core, dev);
+        let t0 = Instant::now();
+        let r = self.run_current(core, dev, Some(t0));
+        if let Some(e) = self.current.as_mut() {
+            // Stalled at a barrier: count the run up to here.
+            e.busy += t0.elapsed();
+        }
         if self.current.as_ref().map(Execution::progress) != before {
             dev.lockstep_progressed(core.index);
         }
@@ -641,7 +648,13 @@ impl CoreInner {
         r
     }
 
-    fn run_current(&mut self, core: &CoreShared, dev: &DeviceShared) -> Poll {
+    /// `run_from`: when this run of a lockstep execution began (its part's busy time).
+    fn run_current(
+        &mut self,
+        core: &CoreShared,
+        dev: &DeviceShared,
+        run_from: Option<Instant>,
+    ) -> Poll {
         let mut exec = self.current.take().expect("run with a current execution");
         loop {
             let mut progressed = false;
@@ -663,8 +676,8 @@ impl CoreInner {
                 done &= exec.engines[e.index()].phase == Phase::Done;
             }
             if done {
-                if let Some(t) = exec.taken_at {
-                    self.part_done(core, dev, &exec, t.elapsed());
+                if let Some(t) = run_from {
+                    self.part_done(core, dev, &exec, exec.busy + t.elapsed());
                 }
                 return Poll::Progressed;
             }
