@@ -153,14 +153,6 @@ pub const WAIT_EWMA_SHIFT: u32 = 3;
 /// deadline sweep of a hung execution (deadlines are ≥ 100 ms) and a device without a wake.
 pub const WAIT_BLOCK_RECHECK: Duration = Duration::from_millis(10);
 
-/// A waiter that blocks for a long execution and has a vCPU of its own (a one-core model on
-/// two vCPUs: the device thread on one, the caller on the other) sleeps only until this long
-/// before the execution is expected to finish, then spins for the completion
-/// ([`crate::wake::Waiter::with_prewake`]): the futex wake-up (20–60 µs on this VM,
-/// `reference/machine-limits.md`) then happens before the completion, not after it. The
-/// caller spends about this much CPU per execution (4–5% of a vCPU at `mlp_b64`'s 600 µs).
-pub const WAIT_PREWAKE_LEAD: Duration = Duration::from_micros(30);
-
 /// The first park of an XU worker that stays out of the way of a client harvesting by itself
 /// (its parks double from this up to [`XU_DEFER_MAX`] while the client keeps polling). No
 /// waiting caller sleeps any more (they block on the completion wake); this is only the

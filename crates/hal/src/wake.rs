@@ -328,9 +328,6 @@ pub struct Waiter<'a> {
     polls: u32,
     /// The budget said "do not spin": a long execution ([`CompletionWake::wait_long`]).
     long: bool,
-    /// A long wait that sleeps only until shortly before the expected completion, then
-    /// spins for it until the second instant ([`Waiter::with_prewake`]).
-    prewake: Option<(Instant, Instant)>,
 }
 
 impl<'a> Waiter<'a> {
@@ -344,25 +341,7 @@ impl<'a> Waiter<'a> {
             spin,
             polls: 0,
             long: spin.is_zero(),
-            prewake: None,
         }
-    }
-
-    /// A wait for an execution submitted just now that `budget` expects to be long (no spin):
-    /// it blocks until [`tuning::WAIT_PREWAKE_LEAD`] before the expected completion, then
-    /// spins (yielding now and then) for up to twice the lead past the expected time, then
-    /// blocks as any long wait. Only for a waiter with a vCPU of its own: the spin would
-    /// otherwise take it from the device. Otherwise as [`Waiter::new`].
-    pub fn with_prewake(wake: Option<&'a CompletionWake>, budget: &SpinBudget) -> Waiter<'a> {
-        let spin = budget.spin_limit();
-        let mut w = Waiter::new(wake, spin);
-        if let (true, Some(e)) = (spin.is_zero() && wake.is_some(), budget.expected()) {
-            let lead = tuning::WAIT_PREWAKE_LEAD;
-            let now = Instant::now();
-            let at = now + e.saturating_sub(lead);
-            w.prewake = Some((at, at + 3 * lead));
-        }
-        w
     }
 
     /// Called after a look that found nothing: spins one poll, yields now and then, or —
@@ -373,26 +352,6 @@ impl<'a> Waiter<'a> {
     #[inline]
     pub fn idle(&mut self, ready: impl FnOnce() -> bool) -> bool {
         self.polls = self.polls.wrapping_add(1);
-        if let Some((at, until)) = self.prewake {
-            let now = Instant::now();
-            if now < at {
-                // Sleep until shortly before the expected completion (or a signal).
-                if let Some(w) = self.wake {
-                    w.wait_long(Some((at - now).min(tuning::WAIT_BLOCK_RECHECK)), ready);
-                }
-                return true;
-            }
-            if now < until {
-                if self.polls.is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS) {
-                    crate::sync::yield_now();
-                } else {
-                    spin_loop();
-                }
-                return false;
-            }
-            // Later than expected: block as any long wait.
-            self.prewake = None;
-        }
         if self.spin.is_zero() && self.wake.is_some() {
             // A long execution: block at once (the device signals its completion).
             return self.block(ready);
@@ -432,34 +391,6 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU32 as StdU32;
-
-    /// A pre-waking wait exists only for a long budget with a wake; it first blocks (until
-    /// shortly before the expected completion), and never spins past its window.
-    #[test]
-    fn a_prewake_wait_blocks_first_then_spins_near_the_expected_completion() {
-        let wake = CompletionWake::new();
-        let short = SpinBudget::new();
-        short.record(Duration::from_micros(5));
-        assert!(Waiter::with_prewake(Some(&wake), &short).prewake.is_none());
-        let long = SpinBudget::new();
-        long.record(Duration::from_millis(2));
-        assert!(Waiter::with_prewake(None, &long).prewake.is_none());
-        let mut w = Waiter::with_prewake(Some(&wake), &long);
-        let (at, until) = w.prewake.unwrap();
-        assert_eq!(until - at, 3 * tuning::WAIT_PREWAKE_LEAD);
-        let t0 = Instant::now();
-        assert!(w.idle(|| false), "before the window it blocks");
-        // Then it spins through the window (or, if the block overslept it, blocks again).
-        while Instant::now() < until {
-            if w.idle(|| false) {
-                break;
-            }
-        }
-        assert!(
-            t0.elapsed() >= Duration::from_millis(1),
-            "it slept until near the end"
-        );
-    }
 
     /// Only a waiter that expects a long execution switches the fences; the switch sticks.
     #[test]

@@ -41,8 +41,6 @@ impl Runtime {
                 let _ = dev.notification_release(c);
             }
         };
-        // The CPUs this process may run on (affinity, cgroup quota).
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         for (vi, group) in cores.chunks(lnc).enumerate() {
             let mut dma = Vec::new();
             let mut rings = Vec::new();
@@ -133,7 +131,6 @@ impl Runtime {
                 submitted: AtomicU64::new(0),
                 xu: Xu::new(),
                 stats: stats_ref,
-                spare_cpu: cpus > group.len(),
                 wake,
                 spin: nrt_hal::SpinBudget::new(),
             });

@@ -138,12 +138,6 @@ pub(crate) struct VCore {
     /// Sampled latency of every execution on the vcore, for waits that do not know the model
     /// (explicit `wait`, the XU worker).
     pub(crate) spin: nrt_hal::SpinBudget,
-    /// Whether a caller waiting for this vcore has a vCPU of its own: the process may use
-    /// more CPUs than the vcore has cores (device threads). Then a synchronous caller of a
-    /// long model wakes shortly before the expected completion and spins for it
-    /// ([`crate::wait::VcoreWait::for_submission`]); otherwise the spin would take a vCPU
-    /// from a device thread.
-    pub(crate) spare_cpu: bool,
 }
 
 /// A pointer to a vcore's [`host::CoreStats`] in the runtime's [`host::StatsArea`] (the

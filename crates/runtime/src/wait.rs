@@ -41,29 +41,6 @@ impl<'a> VcoreWait<'a> {
         }
     }
 
-    /// The wait of a caller for the execution it just submitted, under the model's budget:
-    /// for a long model, when the vcore's device threads and this caller each have a vCPU,
-    /// it sleeps only until shortly before the expected completion
-    /// ([`nrt_hal::Waiter::with_prewake`]).
-    #[inline]
-    pub(crate) fn for_submission(
-        device: &'a dyn Device,
-        vc: &'a VCore,
-        budget: &nrt_hal::SpinBudget,
-    ) -> VcoreWait<'a> {
-        let waiter = if vc.spare_cpu {
-            Waiter::with_prewake(vc.wake.as_deref(), budget)
-        } else {
-            Waiter::new(vc.wake.as_deref(), budget.spin_limit())
-        };
-        VcoreWait {
-            waiter,
-            vc,
-            device,
-            idle: 0,
-        }
-    }
-
     /// Called after a step that found nothing. `ready` is the loop's own condition (a
     /// completion word, a retirement, a count); it must be something whose writer signals
     /// the vcore's wake after writing it.
