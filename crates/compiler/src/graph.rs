@@ -573,6 +573,62 @@ fn with_captures(n: &NodeProto) -> Result<NodeProto> {
     Ok(n)
 }
 
+/// One node of an inlined body (an If branch, a Scan iteration): its name under `prefix`
+/// (named after its first output when unnamed), checked (the default domain; no subgraph
+/// or function reference but those `holds_subgraphs` allows), its captured outer names
+/// made inputs, and its input ids looked up in `scope`.
+fn body_node(
+    bn: &NodeProto,
+    i: usize,
+    prefix: &str,
+    scope: &HashMap<String, ValueId>,
+) -> Result<(String, NodeProto, Vec<Option<ValueId>>)> {
+    let name = format!(
+        "{prefix}{}",
+        if bn.name.is_empty() {
+            bn.output
+                .first()
+                .cloned()
+                .unwrap_or_else(|| format!("#{i}"))
+        } else {
+            bn.name.clone()
+        }
+    );
+    let err_here = |kind, msg: String| CompileError::new(kind, msg).at_node(&name, &bn.op_type);
+    if !(bn.domain.is_empty() || bn.domain == "ai.onnx") {
+        return Err(err_here(
+            ErrorKind::UnsupportedOp,
+            format!("operator domain '{}' is not supported", bn.domain),
+        ));
+    }
+    for a in &bn.attribute {
+        if !a.ref_attr_name.is_empty() || (a.g.is_some() && !holds_subgraphs(&bn.op_type)) {
+            return Err(err_here(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "attribute '{}' holds a subgraph or function reference",
+                    a.name
+                ),
+            ));
+        }
+    }
+    let bn = with_captures(bn)?;
+    let mut inputs = Vec::with_capacity(bn.input.len());
+    for s in &bn.input {
+        if s.is_empty() {
+            inputs.push(None);
+            continue;
+        }
+        let id = scope.get(s).copied().ok_or_else(|| {
+            err_here(
+                ErrorKind::DanglingEdge,
+                format!("input '{s}' is produced by nothing in scope"),
+            )
+        })?;
+        inputs.push(Some(id));
+    }
+    Ok((name, bn, inputs))
+}
 /// Inlines the `If` node `ni`, whose condition is a compile-time constant, as the nodes of
 /// the branch it takes: the branch's values are renamed `<If name>/<name>`, its outputs
 /// become the `If`'s outputs, and the values it reads from outside resolve in the
@@ -657,50 +713,7 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
         .collect();
     let mut new_nodes = Vec::new();
     for (i, bn) in gp.node.iter().enumerate() {
-        let name = format!(
-            "{prefix}{}",
-            if bn.name.is_empty() {
-                bn.output
-                    .first()
-                    .cloned()
-                    .unwrap_or_else(|| format!("#{i}"))
-            } else {
-                bn.name.clone()
-            }
-        );
-        let err_here = |kind, msg: String| CompileError::new(kind, msg).at_node(&name, &bn.op_type);
-        if !(bn.domain.is_empty() || bn.domain == "ai.onnx") {
-            return Err(err_here(
-                ErrorKind::UnsupportedOp,
-                format!("operator domain '{}' is not supported", bn.domain),
-            ));
-        }
-        for a in &bn.attribute {
-            if !a.ref_attr_name.is_empty() || (a.g.is_some() && !holds_subgraphs(&bn.op_type)) {
-                return Err(err_here(
-                    ErrorKind::UnsupportedOp,
-                    format!(
-                        "attribute '{}' holds a subgraph or function reference",
-                        a.name
-                    ),
-                ));
-            }
-        }
-        let bn = with_captures(bn)?;
-        let mut inputs = Vec::new();
-        for s in &bn.input {
-            if s.is_empty() {
-                inputs.push(None);
-                continue;
-            }
-            let id = scope.get(s).copied().ok_or_else(|| {
-                err_here(
-                    ErrorKind::DanglingEdge,
-                    format!("input '{s}' is produced by nothing in scope"),
-                )
-            })?;
-            inputs.push(Some(id));
-        }
+        let (name, bn, inputs) = body_node(bn, i, &prefix, &scope)?;
         let mut outputs = Vec::new();
         for o in &bn.output {
             if o.is_empty() {
@@ -928,51 +941,7 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             scope.insert(tns.name.clone(), id);
         }
         for (i, bn) in gp.node.iter().enumerate() {
-            let name = format!(
-                "{prefix}{}",
-                if bn.name.is_empty() {
-                    bn.output
-                        .first()
-                        .cloned()
-                        .unwrap_or_else(|| format!("#{i}"))
-                } else {
-                    bn.name.clone()
-                }
-            );
-            let err_here =
-                |kind, msg: String| CompileError::new(kind, msg).at_node(&name, &bn.op_type);
-            if !(bn.domain.is_empty() || bn.domain == "ai.onnx") {
-                return Err(err_here(
-                    ErrorKind::UnsupportedOp,
-                    format!("operator domain '{}' is not supported", bn.domain),
-                ));
-            }
-            for a in &bn.attribute {
-                if !a.ref_attr_name.is_empty() || (a.g.is_some() && !holds_subgraphs(&bn.op_type)) {
-                    return Err(err_here(
-                        ErrorKind::UnsupportedOp,
-                        format!(
-                            "attribute '{}' holds a subgraph or function reference",
-                            a.name
-                        ),
-                    ));
-                }
-            }
-            let bn = with_captures(bn)?;
-            let mut inputs = Vec::new();
-            for s in &bn.input {
-                if s.is_empty() {
-                    inputs.push(None);
-                    continue;
-                }
-                let id = scope.get(s).copied().ok_or_else(|| {
-                    err_here(
-                        ErrorKind::DanglingEdge,
-                        format!("input '{s}' is produced by nothing in scope"),
-                    )
-                })?;
-                inputs.push(Some(id));
-            }
+            let (name, bn, inputs) = body_node(bn, i, &prefix, &scope)?;
             let mut outputs = Vec::new();
             for o in &bn.output {
                 if o.is_empty() {
