@@ -83,4 +83,7 @@ if [ -d "$peers_dir" ]; then
   "$py" "$peers_dir/bench_peers.py" --seconds "$secs" --models tiny,mlp,mlp_b64,encoder --peers "$peers" \
     2> "$out/peers.log" > /dev/null || true
 fi
+# The project's own cnn sample, which the shared peers script does not know: ONNX Runtime 1
+# and 2 threads, timed the same way, in the same log.
+"$py" scripts/ort_model.py "$out/samples/cnn/model.onnx" cnn "$secs" >> "$out/peers.log" || true
 "$py" scripts/bench_table.py "$out"
