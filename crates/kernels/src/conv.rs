@@ -144,6 +144,15 @@ unsafe fn fill_bias(vo: &View<f32>, bias: Option<&View<f32>>) {
         for o in 0..vo.shape[1] {
             // SAFETY: bias has O elements.
             let b = bias.map_or(0.0, |b| unsafe { *b.at([0, 0, 0, o]) });
+            if vo.stride[3] == 1 {
+                for y in 0..vo.shape[2] {
+                    // SAFETY: a unit-stride output row of shape[3] elements.
+                    unsafe {
+                        core::slice::from_raw_parts_mut(vo.at([n, o, y, 0]), vo.shape[3]).fill(b)
+                    };
+                }
+                continue;
+            }
             for y in 0..vo.shape[2] {
                 for x in 0..vo.shape[3] {
                     // SAFETY: inside the output.
@@ -286,6 +295,17 @@ unsafe fn im2col(
                     if g.sw == 1 && rs == 1 {
                         // SAFETY: hi − lo input columns from ix0 lie inside the row.
                         unsafe { copy_elems(src, d.as_mut_ptr(), d.len()) };
+                    } else if g.sw == 2 && rs == 1 {
+                        // Stride 2: the even elements of one contiguous run, read as pairs so
+                        // the loop vectorizes; the last alone (its partner may lie past the row).
+                        let len = d.len();
+                        // SAFETY: columns ix0..ix0 + 2(len − 1) lie inside the row.
+                        let xs = unsafe { core::slice::from_raw_parts(src, 2 * len - 1) };
+                        let (body, last) = d.split_at_mut(len - 1);
+                        for (v, p) in body.iter_mut().zip(xs.chunks_exact(2)) {
+                            *v = p[0];
+                        }
+                        last[0] = xs[2 * (len - 1)];
                     } else {
                         let step = g.sw as isize * rs;
                         for (j, v) in d.iter_mut().enumerate() {

@@ -67,26 +67,59 @@ pub unsafe fn pool(
     let [dh, dw] = w.dilation.map(|v| v as usize);
     let [pt, pl, pb, pr] = w.pad.map(|v| v as usize);
     let global = oh == 1 && ow == 1 && kh == h && kw == wd && pt + pl + pb + pr == 0;
+    let fast_2x2 = [kh, kw, sh, sw] == [2, 2, 2, 2]
+        && [dh, dw] == [1, 1]
+        && pt + pl + pb + pr == 0
+        && 2 * oh <= h
+        && 2 * ow <= wd
+        && vi.stride[3] == 1
+        && vo.stride[3] == 1;
     let (acc, cnt) = ws.f32x2(ow, ow);
     let win = (kh * kw) as f32;
     for n in 0..nn {
         for c in 0..cc {
             if global {
-                let (mut s, mut m) = (0.0f32, f32::NEG_INFINITY);
-                for iy in 0..h {
-                    for ix in 0..wd {
-                        // SAFETY: inside the input plane.
-                        let x = unsafe { *vi.at([n, c, iy, ix]) };
-                        s += x;
-                        m = nan_max(m, x);
+                let (s, m) = if vi.stride[3] == 1 && vi.stride[2] == wd as isize {
+                    // A contiguous plane: one slice, summed in lanes (vectorized).
+                    // SAFETY: the plane's h·w elements are contiguous inside the input.
+                    let xs = unsafe { core::slice::from_raw_parts(vi.at([n, c, 0, 0]), h * wd) };
+                    plane_sum_max(xs)
+                } else {
+                    let (mut s, mut m) = (0.0f32, f32::NEG_INFINITY);
+                    for iy in 0..h {
+                        for ix in 0..wd {
+                            // SAFETY: inside the input plane.
+                            let x = unsafe { *vi.at([n, c, iy, ix]) };
+                            s += x;
+                            m = nan_max(m, x);
+                        }
                     }
-                }
+                    (s, m)
+                };
                 let v = match op {
                     PoolOp::Max => m,
                     PoolOp::Avg => s / win,
                 };
                 // SAFETY: the output element exists.
                 unsafe { vo.at([n, c, 0, 0]).write(v) };
+                continue;
+            }
+            if fast_2x2 {
+                // 2×2 windows, stride 2, entirely inside the image (the usual downsampling
+                // pool): each output is a function of four inputs, written once, so the row
+                // vectorizes without the tap-by-tap accumulators.
+                for oy in 0..oh {
+                    // SAFETY: rows 2·oy and 2·oy + 1 exist (2·oh ≤ h) and hold columns
+                    // 0..2·ow (2·ow ≤ w, unit stride); the output row holds ow columns.
+                    let (r0, r1, out) = unsafe {
+                        (
+                            core::slice::from_raw_parts(vi.at([n, c, 2 * oy, 0]), 2 * ow),
+                            core::slice::from_raw_parts(vi.at([n, c, 2 * oy + 1, 0]), 2 * ow),
+                            core::slice::from_raw_parts_mut(vo.at([n, c, oy, 0]), ow),
+                        )
+                    };
+                    pool_2x2_row(r0, r1, out, op);
+                }
                 continue;
             }
             for oy in 0..oh {
@@ -128,6 +161,39 @@ pub unsafe fn pool(
                                     }
                                 }
                             }
+                        } else if sw == 2 && rs == 1 {
+                            // Stride 2 (the usual downsampling window): the taps are the even
+                            // elements of one contiguous run, read as pairs so the loop
+                            // vectorizes; the last tap is read alone (its pair partner may lie
+                            // past the row).
+                            let len = hi - lo;
+                            // SAFETY: columns ix0..ix0+2(len−1) lie inside the row.
+                            let xs = unsafe {
+                                core::slice::from_raw_parts(row.offset(ix0), 2 * len - 1)
+                            };
+                            let (pairs, last) = xs.split_at(2 * (len - 1));
+                            let (a_body, a_last) = a.split_at_mut(len - 1);
+                            let (k_body, k_last) = k.split_at_mut(len - 1);
+                            match op {
+                                PoolOp::Max => {
+                                    for (a, p) in a_body.iter_mut().zip(pairs.chunks_exact(2)) {
+                                        *a = nan_max(*a, p[0]);
+                                    }
+                                    a_last[0] = nan_max(a_last[0], last[0]);
+                                }
+                                PoolOp::Avg => {
+                                    for ((a, k), p) in a_body
+                                        .iter_mut()
+                                        .zip(k_body.iter_mut())
+                                        .zip(pairs.chunks_exact(2))
+                                    {
+                                        *a += p[0];
+                                        *k += 1.0;
+                                    }
+                                    a_last[0] += last[0];
+                                    k_last[0] += 1.0;
+                                }
+                            }
                         } else {
                             let step = sw as isize * rs;
                             for (j, (a, k)) in a.iter_mut().zip(k.iter_mut()).enumerate() {
@@ -156,6 +222,68 @@ pub unsafe fn pool(
             }
         }
     }
+}
+
+/// One output row of a 2×2 stride-2 pool from input rows `r0`, `r1` (`2·out.len()` columns
+/// each): eight outputs per step from fixed-size arrays, which the compiler turns into
+/// vector shuffles and blends; the remainder one by one.
+#[inline]
+fn pool_2x2_row(r0: &[f32], r1: &[f32], out: &mut [f32], op: PoolOp) {
+    #[inline(always)]
+    fn one(op: PoolOp, a0: f32, a1: f32, b0: f32, b1: f32) -> f32 {
+        match op {
+            PoolOp::Max => nan_max(nan_max(a0, a1), nan_max(b0, b1)),
+            PoolOp::Avg => ((a0 + a1) + (b0 + b1)) * 0.25,
+        }
+    }
+    let body = out.len() / 8 * 8;
+    let (o_body, o_rest) = out.split_at_mut(body);
+    for ((o, a), b) in o_body
+        .chunks_exact_mut(8)
+        .zip(r0.chunks_exact(16))
+        .zip(r1.chunks_exact(16))
+    {
+        let (o, a, b): (&mut [f32; 8], &[f32; 16], &[f32; 16]) = (
+            o.try_into().expect("chunk of 8"),
+            a.try_into().expect("chunk of 16"),
+            b.try_into().expect("chunk of 16"),
+        );
+        let mut v = [0.0f32; 8];
+        for i in 0..8 {
+            v[i] = one(op, a[2 * i], a[2 * i + 1], b[2 * i], b[2 * i + 1]);
+        }
+        *o = v;
+    }
+    for (j, o) in o_rest.iter_mut().enumerate() {
+        let x = 2 * (body + j);
+        *o = one(op, r0[x], r0[x + 1], r1[x], r1[x + 1]);
+    }
+}
+
+/// Sum and NaN-propagating max of a contiguous plane, in 16 independent lanes (so the loop
+/// vectorizes; the sum's rounding is that of a 16-way tree, like other vectorized runtimes').
+fn plane_sum_max(xs: &[f32]) -> (f32, f32) {
+    const L: usize = 16;
+    let mut s = [0.0f32; L];
+    let mut m = [f32::NEG_INFINITY; L];
+    let chunks = xs.chunks_exact(L);
+    let rest = chunks.remainder();
+    for ch in chunks {
+        for i in 0..L {
+            s[i] += ch[i];
+            m[i] = nan_max(m[i], ch[i]);
+        }
+    }
+    let (mut sum, mut max) = (0.0f32, f32::NEG_INFINITY);
+    for i in 0..L {
+        sum += s[i];
+        max = nan_max(max, m[i]);
+    }
+    for &x in rest {
+        sum += x;
+        max = nan_max(max, x);
+    }
+    (sum, max)
 }
 
 #[cfg(test)]

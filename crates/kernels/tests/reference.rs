@@ -1255,6 +1255,59 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(cfg(200))]
+
+    /// The 2×2 stride-2 fast path (and the global pool's lane sums): random odd and even
+    /// sizes, NaNs planted for max pooling (they must propagate).
+    #[test]
+    fn pool_2x2_stride2_and_global(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let op = if rng.chance(0.5) { PoolOp::Max } else { PoolOp::Avg };
+        let (n, c, h, w) = (1 + rng.below(2) as u32, 1 + rng.below(3) as u32, 2 + rng.below(19) as u32, 2 + rng.below(40) as u32);
+        let global = rng.chance(0.3);
+        let win = Window {
+            kernel: if global { [h, w] } else { [2, 2] },
+            stride: if global { [1, 1] } else { [2, 2] },
+            pad: [0; 4],
+            dilation: [1, 1],
+        };
+        let (oh, ow) = if global { (1, 1) } else { (h / 2, w / 2) };
+        let input = m.random(&mut rng, DType::F32, [n, c, h, w], false);
+        let output = m.random(&mut rng, DType::F32, [n, c, oh, ow], false);
+        m.fill_f32(&input, &mut rng, -5.0, 5.0);
+        let nan_at = (op == PoolOp::Max && rng.chance(0.5)).then(|| {
+            [rng.below(n as u64) as usize, rng.below(c as u64) as usize, rng.below(h as u64) as usize, rng.below(w as u64) as usize]
+        });
+        if let Some(at) = nan_at {
+            m.set_f32(&input, at, f32::NAN);
+        }
+        m.run(&Op::Pool { input, output, window: win, op, count_include_pad: false }, &mut Workspace::new()).unwrap();
+        for [a, b, y, x] in indices([n, c, oh, ow]) {
+            let (mut s, mut mx, mut nan) = (0.0f64, f64::NEG_INFINITY, false);
+            let (kh, kw) = (win.kernel[0] as usize, win.kernel[1] as usize);
+            for ky in 0..kh {
+                for kx in 0..kw {
+                    let (iy, ix) = (y * win.stride[0] as usize + ky, x * win.stride[1] as usize + kx);
+                    let v = m.get_f32(&input, [a, b, iy, ix]) as f64;
+                    nan |= v.is_nan();
+                    s += v; mx = mx.max(v);
+                }
+            }
+            let g = m.get_f32(&output, [a, b, y, x]);
+            match op {
+                PoolOp::Max if nan => prop_assert!(g.is_nan(), "NaN lost at {:?}: {g}", [a, b, y, x]),
+                PoolOp::Max => prop_assert!(close(g, mx, 1e-6, 1e-6), "max at {:?}: {g} vs {mx}", [a, b, y, x]),
+                PoolOp::Avg => {
+                    let want = s / (kh * kw) as f64;
+                    prop_assert!(close(g, want, 1e-5, 1e-5), "avg at {:?}: {g} vs {want}", [a, b, y, x]);
+                }
+            }
+        }
+    }
+}
+
 //===--- softmax, layer norm -----------------------------------------------------------===//
 
 proptest! {
