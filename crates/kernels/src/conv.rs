@@ -287,8 +287,14 @@ unsafe fn im2col(
                         drow.fill(0.0);
                         continue;
                     }
-                    drow[..lo].fill(0.0);
-                    drow[hi..].fill(0.0);
+                    // (Guarded: most rows have no padded columns, and an empty fill is still
+                    // a call to memset.)
+                    if lo > 0 {
+                        drow[..lo].fill(0.0);
+                    }
+                    if hi < g.ow {
+                        drow[hi..].fill(0.0);
+                    }
                     let ix0 = (lo * g.sw + kx * g.dw - g.pl) as isize;
                     let src = vi.at([n, c0 + c, iy as usize, 0]).wrapping_offset(ix0 * rs);
                     let d = &mut drow[lo..hi];
