@@ -15,7 +15,8 @@
 //!   while in use and the [`SlotTicket`] ownership protocol of an in-flight slot, all
 //!   model-checked with loom; the [`CompletionWake`] a waiting host thread blocks on until
 //!   the device signals a completion (with the [`SpinBudget`] that says how long to spin
-//!   first), model-checked too;
+//!   first), model-checked too, and the [`SeqEvent`] handshake that signals an eventfd
+//!   registered for one execution however registration and completion interleave;
 //! - [`tuning`]: every knob of the project with its reason.
 
 pub mod device;
@@ -24,6 +25,7 @@ pub mod gate;
 pub mod plane;
 pub mod ring;
 pub mod seq;
+pub mod seq_event;
 pub mod slot_ticket;
 pub mod status;
 pub mod sync;
@@ -43,6 +45,7 @@ pub use plane::{
 };
 pub use ring::{Consumer, Producer, ring};
 pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
+pub use seq_event::SeqEvent;
 pub use slot_ticket::SlotTicket;
 pub use status::NrtStatus;
 pub use use_gate::{GateRefused, UseGate};

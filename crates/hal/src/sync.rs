@@ -10,7 +10,7 @@ pub use loom::{
     hint::spin_loop,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence},
+        atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering, fence},
     },
     thread::{Thread, current as current_thread, park, yield_now},
 };
@@ -30,7 +30,7 @@ pub use std::{
     hint::spin_loop,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence},
+        atomic::{AtomicBool, AtomicI32, AtomicU8, AtomicU32, AtomicU64, Ordering, fence},
     },
     thread::{Thread, current as current_thread, park, yield_now},
 };

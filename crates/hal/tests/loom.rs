@@ -1,6 +1,6 @@
 //! Loom models of the lock-free protocols the runtime and the device share: the SPSC ring,
-//! the notification plane (and its watch), the park handshake, the completion wake, and the admission gate of
-//! handles.
+//! the notification plane (and its watch), the park handshake, the completion wake, the
+//! admission gate of handles, the slot ticket and the per-execution eventfd handshake.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
 //! (`.ci/run` does, with `LOOM_MAX_PREEMPTIONS=3`).
@@ -8,7 +8,9 @@
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
-use nrt_hal::{CompletionWake, GateRefused, IdleGate, NqRecord, SlotTicket, UseGate, plane, ring};
+use nrt_hal::{
+    CompletionWake, GateRefused, IdleGate, NqRecord, SeqEvent, SlotTicket, UseGate, plane, ring,
+};
 
 /// Producer and consumer on a 2-slot ring: every value arrives once, in order, across a wrap.
 #[test]
@@ -492,5 +494,34 @@ fn completion_wake_harvester_wakes_the_owner() {
         }
         device.join().unwrap();
         harvester.join().unwrap();
+    });
+}
+
+/// A caller registers an eventfd for execution 5 while its owner retires it: the eventfd is
+/// signalled exactly once, whichever side sees the other. Fails (no signal) if either side
+/// loads before its store is ordered — e.g. without the fence in `arm` or in `announce` —
+/// and (two signals) if both sides could win.
+#[test]
+fn seq_event_signals_exactly_once() {
+    loom::model(|| {
+        let ev = Arc::new(SeqEvent::new());
+        let retired = Arc::new(AtomicU32::new(0));
+        let signals = Arc::new(AtomicU32::new(0));
+        let owner = {
+            let (ev, retired, signals) = (ev.clone(), retired.clone(), signals.clone());
+            loom::thread::spawn(move || {
+                retired.store(1, Ordering::Release);
+                if let Some(fd) = ev.announce(5) {
+                    assert_eq!(fd, 9);
+                    signals.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        if let Some(fd) = ev.arm(5, 9, || retired.load(Ordering::Acquire) == 1) {
+            assert_eq!(fd, 9);
+            signals.fetch_add(1, Ordering::Relaxed);
+        }
+        owner.join().unwrap();
+        assert_eq!(signals.load(Ordering::Relaxed), 1);
     });
 }

@@ -542,23 +542,15 @@ impl Runtime {
             signal_efd(efd);
             return Ok(());
         }
-        let (s, fd) = &vc.xu.seq_efd[((n - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
+        let ev = &vc.xu.seq_efd[((n - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
         if efd < 0 {
-            if s.load(Ordering::Acquire) == n {
-                fd.store(-1, Ordering::Release);
-                s.store(0, Ordering::Release);
-            }
+            ev.disarm(n);
             return Ok(());
         }
-        fd.store(efd, Ordering::Release);
-        s.store(n, Ordering::Release);
-        if explicit::completed_already(vc, n) {
-            // Already complete: signal now (the harvest may also have: eventfds count).
-            if s.compare_exchange(n, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                signal_efd(fd.swap(-1, Ordering::AcqRel));
-            }
+        // Already complete (or completing right now): exactly one of this call and the
+        // retiring owner signals it (`SeqEvent`'s handshake).
+        if let Some(fd) = ev.arm(n, efd, || explicit::completed_already(vc, n)) {
+            signal_efd(fd);
         }
         Ok(())
     }

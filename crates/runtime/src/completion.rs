@@ -102,12 +102,10 @@ pub(crate) fn retired(vc: &VCore, seq: u64) -> bool {
 /// XU's.
 #[inline]
 pub(crate) fn announce(vc: &VCore, seq: u64) {
-    let (s, fd) = &vc.xu.seq_efd[((seq - 1) % tuning::EXEC_RING_SLOTS as u64) as usize];
-    if s.load(Ordering::Acquire) == seq
-        && s.compare_exchange(seq, 0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+    if let Some(fd) =
+        vc.xu.seq_efd[((seq - 1) % tuning::EXEC_RING_SLOTS as u64) as usize].announce(seq)
     {
-        signal_efd(fd.swap(-1, Ordering::AcqRel));
+        signal_efd(fd);
     }
     signal_efd(vc.xu.compute_efd.load(Ordering::Acquire));
 }

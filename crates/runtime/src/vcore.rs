@@ -210,8 +210,9 @@ pub(crate) struct Xu {
     pub(crate) async_inflight: AtomicU32,
     /// Tensor-op XU: last seq number (ops run inline and complete at once).
     pub(crate) tensor_ops: AtomicU64,
-    /// Eventfd registered for one seq, per in-flight slot: `(seq, fd)`.
-    pub(crate) seq_efd: Box<[(AtomicU64, AtomicI32)]>,
+    /// Eventfd registered for one seq, per in-flight slot (`nrt_hal::SeqEvent`: the
+    /// registration/retirement handshake).
+    pub(crate) seq_efd: Box<[nrt_hal::SeqEvent]>,
     /// Eventfd signalled on every completion of the compute XU (-1 = none).
     pub(crate) compute_efd: AtomicI32,
     /// Eventfd signalled on every completion of the tensor-op XU (-1 = none).
@@ -225,7 +226,7 @@ impl Xu {
             async_inflight: AtomicU32::new(0),
             tensor_ops: AtomicU64::new(0),
             seq_efd: (0..tuning::EXEC_RING_SLOTS)
-                .map(|_| (AtomicU64::new(0), AtomicI32::new(-1)))
+                .map(|_| nrt_hal::SeqEvent::new())
                 .collect(),
             compute_efd: AtomicI32::new(-1),
             tensor_efd: AtomicI32::new(-1),

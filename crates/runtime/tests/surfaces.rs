@@ -416,6 +416,17 @@ fn explicit_async_sequences_eventfds_and_backpressure() {
     );
     assert!(poll_efd(xfd, 5000) >= 1, "xu eventfd signalled");
     rt.register_xu_eventfd(0, XuKind::Compute, 0, -1).unwrap();
+    // Registration racing the retirement (another thread drives the harvest and retires
+    // while this one registers): every eventfd is signalled, exactly once (the SeqEvent
+    // handshake; its loom model covers the interleavings this only samples).
+    for _ in 0..500 {
+        let s = rt.execute_schedule(&m, &ins, &outs).unwrap();
+        let rt2 = rt.clone();
+        let retirer = std::thread::spawn(move || while !rt2.is_completed(s).unwrap() {});
+        rt.register_seq_eventfd(s, efd).unwrap();
+        retirer.join().unwrap();
+        assert_eq!(poll_efd(efd, 5000), 1, "seq {s:?}: eventfd signalled once");
+    }
     // SAFETY: closing fds we created.
     unsafe {
         libc::close(efd);
