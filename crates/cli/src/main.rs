@@ -342,6 +342,23 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
             continue;
         };
         for (i, (_, ins)) in ops.iter().enumerate() {
+            if let nrt_isa::Op::Conv {
+                output,
+                bias,
+                act: (func, ..),
+                ..
+            } = &ins.op
+                && *func != nrt_isa::ActFunc::Identity
+            {
+                lines.push(format!(
+                    "  core {} {} #{i}: Conv -> {:?}{} + {func:?}",
+                    b.core,
+                    b.engine.name(),
+                    output.shape,
+                    if bias.is_some() { " + bias" } else { "" },
+                ));
+                continue;
+            }
             let nrt_isa::Op::MatMul {
                 b: wb,
                 c,

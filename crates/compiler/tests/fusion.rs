@@ -452,7 +452,7 @@ fn small_integer_powers_avoid_powf() {
 }
 
 #[test]
-fn conv_uses_im2col_scratch_and_its_relu_runs_in_place() {
+fn conv_uses_im2col_scratch_and_applies_its_relu_itself() {
     let conv = |k: i64, stride: i64, group: i64, cin: i64, cout: i64| {
         model(
             vec![
@@ -498,17 +498,20 @@ fn conv_uses_im2col_scratch_and_its_relu_runs_in_place() {
     let c = ok(&conv(3, 2, 1, 4, 6));
     let ws = workspace(&c).expect("im2col scratch");
     assert_eq!(ws.elements(), 4 * 9 * 4 * 4);
-    let act = ops(&c, Engine::Act);
-    let Op::Activation {
-        input,
-        output,
-        func: ActFunc::Relu,
-        ..
-    } = act[0]
-    else {
-        panic!("{act:?}")
-    };
-    assert_eq!(input, output, "Relu in place over the convolution's output");
+    // The Relu that only the convolution feeds is the convolution's activation; the Sigmoid
+    // after it (fed by the Relu, not the convolution) stays an ACT instruction.
+    assert!(
+        matches!(
+            ops(&c, Engine::Pe)[0],
+            Op::Conv {
+                act: (ActFunc::Relu, ..),
+                ..
+            }
+        ),
+        "{:?}",
+        ops(&c, Engine::Pe)
+    );
+    assert_eq!(acts(&c), vec![ActFunc::Sigmoid]);
     // Pointwise (the input is the patch matrix) and depthwise: no scratch.
     assert!(workspace(&ok(&conv(1, 1, 1, 4, 6))).is_none());
     assert!(workspace(&ok(&conv(3, 1, 4, 4, 4))).is_none());
@@ -538,6 +541,57 @@ fn conv_uses_im2col_scratch_and_its_relu_runs_in_place() {
     }
     assert_eq!(scratch.len(), 2);
     assert_ne!(scratch[0], scratch[1]);
+}
+
+#[test]
+fn a_convolution_output_read_twice_keeps_its_activation_separate() {
+    // `c` feeds the Relu and is also a model output: the Relu cannot be applied in place.
+    let m = model(
+        vec![
+            node("Conv", &["X", "W"], &["c"], vec![]),
+            node("LeakyRelu", &["c"], &["Y"], vec![a_f("alpha", 0.2)]),
+        ],
+        vec![f32_init("W", &[4, 3, 3, 3], ramp(108, 0.01))],
+        vec![vi("X", dt::FLOAT, &[1, 3, 6, 6])],
+        vec![
+            vi("c", dt::FLOAT, &[1, 4, 4, 4]),
+            vi("Y", dt::FLOAT, &[1, 4, 4, 4]),
+        ],
+        13,
+    );
+    let c = ok(&m);
+    assert!(matches!(
+        ops(&c, Engine::Pe)[0],
+        Op::Conv {
+            act: (ActFunc::Identity, ..),
+            ..
+        }
+    ));
+    assert_eq!(acts(&c), vec![ActFunc::LeakyRelu]);
+    // Read once: fused, with its parameter.
+    let m = model(
+        vec![
+            node("Conv", &["X", "W"], &["c"], vec![]),
+            node("LeakyRelu", &["c"], &["Y"], vec![a_f("alpha", 0.2)]),
+        ],
+        vec![f32_init("W", &[4, 3, 3, 3], ramp(108, 0.01))],
+        vec![vi("X", dt::FLOAT, &[1, 3, 6, 6])],
+        vec![vi("Y", dt::FLOAT, &[1, 4, 4, 4])],
+        13,
+    );
+    let c = ok(&m);
+    assert!(
+        matches!(
+            ops(&c, Engine::Pe)[0],
+            Op::Conv {
+                act: (ActFunc::LeakyRelu, a, _),
+                ..
+            } if (a - 0.2).abs() < 1e-7
+        ),
+        "{:?}",
+        ops(&c, Engine::Pe)
+    );
+    assert!(acts(&c).is_empty());
 }
 
 #[test]
@@ -640,8 +694,19 @@ fn batch_norm_folds_into_its_convolution_and_fuses_its_relu() {
     );
     let c = ok(&m);
     let pe = ops(&c, Engine::Pe);
-    assert!(matches!(pe[0], Op::Conv { bias: Some(_), .. }), "{pe:?}");
-    assert_eq!(acts(&c), vec![ActFunc::Relu, ActFunc::Relu]);
+    // Conv + BN + Relu: one instruction (folded weights and bias, the Relu applied by it).
+    assert!(
+        matches!(
+            pe[0],
+            Op::Conv {
+                bias: Some(_),
+                act: (ActFunc::Relu, ..),
+                ..
+            }
+        ),
+        "{pe:?}"
+    );
+    assert_eq!(acts(&c), vec![ActFunc::Relu]);
     assert_eq!(ops(&c, Engine::Dve).len(), 1, "one per-channel product");
 }
 

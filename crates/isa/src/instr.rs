@@ -535,6 +535,11 @@ pub enum Op {
         window: Window,
         /// Groups.
         groups: u32,
+        /// Applied to each output element after the bias, while the output rows are still
+        /// in cache (`Identity`: none — encoded as [`opcode::CONV`]; any other function as
+        /// [`opcode::CONV_ACT`], NCM 1.5): `(function, alpha, beta)` as
+        /// [`Op::Activation`]'s.
+        act: (ActFunc, f32, f32),
     },
     /// ACT: `y = f(x · scale + bias)`.
     Activation {
@@ -744,6 +749,8 @@ pub mod opcode {
     pub const MATMUL_INTEGER: u8 = 0x23;
     /// [`super::Op::MatMul`] with an [`super::Epilogue`] (NCM 1.1).
     pub const MATMUL_EPI: u8 = 0x22;
+    /// [`super::Op::Conv`] with an activation (NCM 1.5).
+    pub const CONV_ACT: u8 = 0x24;
     /// [`super::Op::Activation`].
     pub const ACTIVATION: u8 = 0x30;
     /// [`super::Op::Binary`].
@@ -789,6 +796,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         BARRIER => ("Barrier", HEADER_SIZE + 8),
         MATMUL => ("MatMul", HEADER_SIZE + 3 * AP_SIZE + 8),
         CONV => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 48),
+        CONV_ACT => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 64),
         MATMUL_INTEGER => ("MatMulInteger", HEADER_SIZE + 5 * AP_SIZE + 8),
         MATMUL_EPI => ("MatMul", HEADER_SIZE + 5 * AP_SIZE + 24),
         ACTIVATION => ("Activation", HEADER_SIZE + 3 * AP_SIZE + 24),
@@ -829,7 +837,13 @@ impl Op {
                     MATMUL_EPI
                 }
             }
-            Op::Conv { .. } => CONV,
+            Op::Conv { act, .. } => {
+                if matches!(act.0, ActFunc::Identity) {
+                    CONV
+                } else {
+                    CONV_ACT
+                }
+            }
             Op::MatMulInteger { .. } => MATMUL_INTEGER,
             Op::Activation { .. } => ACTIVATION,
             Op::Binary { .. } => BINARY,
@@ -1332,6 +1346,7 @@ impl Instruction {
                 workspace,
                 window,
                 groups,
+                act,
             } => {
                 w.ap(input);
                 w.ap(weight);
@@ -1341,6 +1356,13 @@ impl Instruction {
                 w.window(window);
                 w.u32(*groups);
                 w.u32(bias.is_some() as u32 | (workspace.is_some() as u32) << 1);
+                if !matches!(act.0, ActFunc::Identity) {
+                    w.u8(act.0 as u8);
+                    w.zeros(3);
+                    w.f32(act.1);
+                    w.f32(act.2);
+                    w.zeros(4);
+                }
             }
             Op::MatMulInteger {
                 a,
@@ -2032,7 +2054,7 @@ impl Instruction {
                     epilogue,
                 }
             }
-            opcode::CONV => {
+            opcode::CONV | opcode::CONV_ACT => {
                 let input = r.ap("input")?;
                 let weight = r.ap("weight")?;
                 let output = r.ap("output")?;
@@ -2104,6 +2126,20 @@ impl Instruction {
                         .at(base + 4 * AP_SIZE + 16));
                     }
                 }
+                let mut act = (ActFunc::Identity, 0.0, 0.0);
+                if b[0] == opcode::CONV_ACT {
+                    r.pos = flags_at + 4;
+                    let at = r.pos;
+                    act.0 = r.enum_u8("act.func", ActFunc::from_u8)?;
+                    r.zeros(3, "reserved")?;
+                    act.1 = r.f32("act.alpha")?;
+                    act.2 = r.f32("act.beta")?;
+                    r.zeros(4, "reserved")?;
+                    if matches!(act.0, ActFunc::Identity) {
+                        // The encoding is canonical: no activation is opcode CONV.
+                        return Err(DecodeError::field("act.func", Reason::ReservedNonZero).at(at));
+                    }
+                }
                 Op::Conv {
                     input,
                     weight,
@@ -2112,6 +2148,7 @@ impl Instruction {
                     workspace,
                     window,
                     groups,
+                    act,
                 }
             }
             opcode::ACTIVATION => {

@@ -140,38 +140,50 @@ fn arb_op() -> impl Strategy<Value = Op> {
             3u32..9,
             0u32..2,
             1u32..3,
-            any::<bool>()
+            any::<bool>(),
+            0usize..ActFunc::ALL.len(),
+            finite(),
         )
-            .prop_flat_map(move |(n, g, cg, og, k, hw, pad, stride, has_bias)| {
-                let c = g * cg;
-                let o = g * og;
-                let window = Window {
-                    kernel: [0, 0],
-                    stride: [stride; 2],
-                    pad: [pad; 4],
-                    dilation: [1, 1],
-                };
-                let oh = window.out_dim(0, hw, k).unwrap();
-                let ws = cg * k * k * oh * oh;
-                (
-                    arb_ap(f, [n, c, hw, hw]),
-                    arb_ap(f, [o, cg, k, k]),
-                    arb_ap(f, [n, o, oh, oh]),
-                    opt(has_bias, arb_ap(f, [1, 1, 1, o])),
-                    prop::option::of(Just(ap_of(f, [1, 1, 1, ws], 1 << 24))),
-                )
-                    .prop_map(move |(input, weight, output, bias, workspace)| {
-                        Op::Conv {
-                            input,
-                            weight,
-                            output,
-                            bias,
-                            workspace,
-                            window,
-                            groups: g,
-                        }
-                    })
-            }),
+            .prop_flat_map(
+                move |(n, g, cg, og, k, hw, pad, stride, has_bias, fi, alpha)| {
+                    // Identity encodes as CONV, which carries no parameters.
+                    let func = ActFunc::ALL[fi];
+                    let act = if matches!(func, ActFunc::Identity) {
+                        (func, 0.0, 0.0)
+                    } else {
+                        (func, alpha, 0.5)
+                    };
+                    let c = g * cg;
+                    let o = g * og;
+                    let window = Window {
+                        kernel: [0, 0],
+                        stride: [stride; 2],
+                        pad: [pad; 4],
+                        dilation: [1, 1],
+                    };
+                    let oh = window.out_dim(0, hw, k).unwrap();
+                    let ws = cg * k * k * oh * oh;
+                    (
+                        arb_ap(f, [n, c, hw, hw]),
+                        arb_ap(f, [o, cg, k, k]),
+                        arb_ap(f, [n, o, oh, oh]),
+                        opt(has_bias, arb_ap(f, [1, 1, 1, o])),
+                        prop::option::of(Just(ap_of(f, [1, 1, 1, ws], 1 << 24))),
+                    )
+                        .prop_map(
+                            move |(input, weight, output, bias, workspace)| Op::Conv {
+                                input,
+                                weight,
+                                output,
+                                bias,
+                                workspace,
+                                window,
+                                groups: g,
+                                act,
+                            },
+                        )
+                }
+            ),
         (
             arb_dims(),
             0usize..ActFunc::ALL.len(),
@@ -856,4 +868,48 @@ fn packed_b_layout_is_checked() {
     assert!(enc(pairs, PACKED_B).is_ok());
     // Without the flag the same operand is an ordinary (and here mismatched) B.
     assert!(enc(b, 0).is_err());
+}
+
+/// A Conv's fused activation (NCM 1.5): `CONV_ACT` round-trips, `Identity` must be plain
+/// `CONV` (a `CONV_ACT` saying Identity is rejected, naming `act.func`), reserved bytes are
+/// checked, and a Conv without activation still encodes as `CONV`, byte for byte as in 1.0.
+#[test]
+fn conv_activation_is_its_own_opcode_and_canonical() {
+    let conv = |act: (ActFunc, f32, f32)| {
+        Instruction::new(Op::Conv {
+            input: AccessPattern::dense(0, DType::F32, &[1, 2, 5, 5]),
+            weight: AccessPattern::dense(4096, DType::F32, &[3, 2, 3, 3]),
+            output: AccessPattern::dense(8192, DType::F32, &[1, 3, 3, 3]),
+            bias: None,
+            workspace: None,
+            window: Window {
+                kernel: [0, 0],
+                stride: [1, 1],
+                pad: [0; 4],
+                dilation: [1, 1],
+            },
+            groups: 1,
+            act,
+        })
+    };
+    let mut plain = Vec::new();
+    conv((ActFunc::Identity, 0.0, 0.0)).encode(&mut plain);
+    assert_eq!(plain[0], opcode::CONV);
+    assert_eq!(plain.len(), HEADER_SIZE + 5 * 48 + 48);
+    let relu = conv((ActFunc::LeakyRelu, 0.25, 0.0));
+    let mut b = Vec::new();
+    relu.encode(&mut b);
+    assert_eq!(b[0], opcode::CONV_ACT);
+    assert_eq!(b.len(), HEADER_SIZE + 5 * 48 + 64);
+    assert_eq!(Instruction::decode(&b).unwrap().0, relu);
+    let func_at = HEADER_SIZE + 5 * 48 + 48;
+    let mut bad = b.clone();
+    bad[func_at] = ActFunc::Identity as u8;
+    assert_eq!(Instruction::decode(&bad).unwrap_err().field, "act.func");
+    let mut bad = b.clone();
+    bad[func_at + 1] = 1;
+    assert_eq!(Instruction::decode(&bad).unwrap_err().field, "reserved");
+    let mut bad = b;
+    bad[func_at + 12] = 1;
+    assert_eq!(Instruction::decode(&bad).unwrap_err().field, "reserved");
 }

@@ -265,6 +265,7 @@ fn main() {
                 workspace,
                 window,
                 groups,
+                act: (ActFunc::Identity, 0.0, 0.0),
             };
             let s = time(|| m.run(&op, &mut ws).unwrap());
             let flops = 2.0 * (o * (c / groups) * k * k * oh * oh) as f64;

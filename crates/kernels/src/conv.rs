@@ -28,7 +28,7 @@ use crate::pool::valid_range;
 use crate::strided::{View, copy_elems};
 use crate::{DeviceMemory, Workspace};
 use nrt_hal::tuning::KERNEL_IM2COL_BAND_BYTES;
-use nrt_isa::{AccessPattern, Window};
+use nrt_isa::{AccessPattern, ActFunc, Window};
 
 /// The operands of a convolution.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +47,8 @@ pub struct ConvArgs<'a> {
     pub window: &'a Window,
     /// Groups.
     pub groups: u32,
+    /// The activation applied to every output element last (`Identity`: none).
+    pub act: (ActFunc, f32, f32),
 }
 
 struct Geo {
@@ -119,7 +121,9 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
         } else if let (Some(col), true, true, true) = (args.workspace, out_flat, w_flat, geo.og > 1)
         {
             let col = mem.ptr(col.addr) as *mut f32;
-            im2col_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), col, ws);
+            // The activation goes band by band, while each band's output is in cache.
+            im2col_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), col, args.act, ws);
+            return;
         } else {
             #[cfg(all(
                 target_arch = "x86_64",
@@ -128,9 +132,69 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             ))]
             if geo.sw == 1 && vi.stride[3] == 1 && vo.stride[3] == 1 {
                 direct_avx::direct(&geo, &vi, &vw, &vo, bias.as_ref());
+                activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
                 return;
             }
             direct(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
+        }
+        activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
+    }
+}
+
+/// Applies `act` to output channels `os` and rows `ys` of every image (nothing for
+/// `Identity`): row slices where the rows are unit-stride, element by element otherwise.
+///
+/// # Safety
+/// The output view inside device memory.
+unsafe fn activate(
+    vo: &View<f32>,
+    os: core::ops::Range<usize>,
+    ys: core::ops::Range<usize>,
+    act: (ActFunc, f32, f32),
+) {
+    let (func, alpha, beta) = act;
+    if matches!(func, ActFunc::Identity) {
+        return;
+    }
+    let [_, _, h, w] = vo.shape;
+    let flat = vo.stride[3] == 1 && (h <= 1 || vo.stride[2] == w as isize);
+    for n in 0..vo.shape[0] {
+        if flat && ys == (0..h) && (os.len() <= 1 || vo.stride[1] == (h * w) as isize) {
+            // The channels' planes are one contiguous run: one call.
+            if !os.is_empty() {
+                // SAFETY: channels `os` of image n, contiguous (checked above).
+                let run = unsafe {
+                    core::slice::from_raw_parts_mut(vo.at([n, os.start, 0, 0]), os.len() * h * w)
+                };
+                crate::act::apply_in_place(func, alpha, beta, run);
+            }
+            continue;
+        }
+        for o in os.clone() {
+            if flat {
+                // Rows `ys` of one plane are contiguous: one call per channel.
+                // SAFETY: rows ys of channel o, contiguous (flat).
+                let run = unsafe {
+                    core::slice::from_raw_parts_mut(vo.at([n, o, ys.start, 0]), ys.len() * w)
+                };
+                crate::act::apply_in_place(func, alpha, beta, run);
+                continue;
+            }
+            for y in ys.clone() {
+                if vo.stride[3] == 1 {
+                    // SAFETY: a unit-stride output row of shape[3] elements.
+                    let row = unsafe {
+                        core::slice::from_raw_parts_mut(vo.at([n, o, y, 0]), vo.shape[3])
+                    };
+                    crate::act::apply_in_place(func, alpha, beta, row);
+                } else {
+                    for x in 0..vo.shape[3] {
+                        // SAFETY: inside the output.
+                        let e = unsafe { &mut *vo.at([n, o, y, x]) };
+                        crate::act::apply_in_place(func, alpha, beta, core::slice::from_mut(e));
+                    }
+                }
+            }
         }
     }
 }
@@ -204,6 +268,7 @@ unsafe fn pointwise_gemm(
 
 /// # Safety
 /// As [`conv`]; `col` holds `Cg·KH·KW·OH·OW` floats and overlaps no operand.
+#[allow(clippy::too_many_arguments)]
 unsafe fn im2col_gemm(
     g: &Geo,
     vi: &View<f32>,
@@ -211,6 +276,7 @@ unsafe fn im2col_gemm(
     vo: &View<f32>,
     bias: Option<&View<f32>>,
     col: *mut f32,
+    act: (ActFunc, f32, f32),
     ws: &mut Workspace,
 ) {
     let hw = g.oh * g.ow;
@@ -251,9 +317,31 @@ unsafe fn im2col_gemm(
                 // SAFETY: the matrices address the operands' elements (output rows
                 // oy0..oy0+rows flatten with the columns) and the filled workspace.
                 unsafe { gemm_auto(g.og, nb, kk, a, b, c, 1.0, acc, ws) };
+                // SAFETY: the band's output rows of this group's channels.
+                unsafe {
+                    activate_image(vo, n, grp * g.og..(grp + 1) * g.og, oy0..oy0 + rows, act)
+                };
             }
         }
     }
+}
+
+/// [`activate`] for image `n` only.
+///
+/// # Safety
+/// As [`activate`].
+unsafe fn activate_image(
+    vo: &View<f32>,
+    n: usize,
+    os: core::ops::Range<usize>,
+    ys: core::ops::Range<usize>,
+    act: (ActFunc, f32, f32),
+) {
+    let mut one = *vo;
+    one.shape[0] = 1;
+    one.ptr = vo.at([n, 0, 0, 0]);
+    // SAFETY: forwarded; `one` is image `n` of the output.
+    unsafe { activate(&one, os, ys, act) };
 }
 
 /// Unrolls the patches of image `n`, channels `c0..c0+Cg`, output rows `oy0..oy0+rows`, into

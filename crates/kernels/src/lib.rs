@@ -248,6 +248,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             workspace,
             window,
             groups,
+            act,
         } => {
             let args = conv::ConvArgs {
                 input,
@@ -257,6 +258,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
                 workspace: workspace.as_ref(),
                 window,
                 groups: *groups,
+                act: *act,
             };
             // SAFETY: see above.
             unsafe { conv::conv(&args, mem, ws) };

@@ -196,6 +196,7 @@ fn second_calls_allocate_nothing() {
             workspace,
             window,
             groups: 1,
+            act: (ActFunc::Relu, 0.0, 0.0),
         },
     ));
     ops.push((
@@ -208,6 +209,7 @@ fn second_calls_allocate_nothing() {
             workspace: None,
             window,
             groups: 1,
+            act: (ActFunc::Relu, 0.0, 0.0),
         },
     ));
     let w1 = m.dense(DType::F32, [16, 8, 1, 1]);
@@ -225,6 +227,7 @@ fn second_calls_allocate_nothing() {
             workspace: None,
             window: no_pad,
             groups: 1,
+            act: (ActFunc::Identity, 0.0, 0.0),
         },
     ));
 

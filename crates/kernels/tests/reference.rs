@@ -702,6 +702,13 @@ fn conv_case(seed: u64) {
         m.fill_f32(b, &mut rng, -1.0, 1.0);
     }
     m.fill_f32(&output, &mut rng, 100.0, 200.0);
+    // The fused activation: on every path (direct, pointwise, im2col by bands).
+    let act = match rng.below(4) {
+        0 => (ActFunc::Relu, 0.0, 0.0),
+        1 => (ActFunc::LeakyRelu, 0.1, 0.0),
+        2 => (ActFunc::Sigmoid, 0.0, 0.0),
+        _ => (ActFunc::Identity, 0.0, 0.0),
+    };
     let op = Op::Conv {
         input,
         weight,
@@ -710,6 +717,7 @@ fn conv_case(seed: u64) {
         workspace,
         window: win,
         groups,
+        act,
     };
     conv_check(&mut m, &op, &format!("conv seed {seed}"));
 }
@@ -723,6 +731,7 @@ fn conv_check(m: &mut Arena, op: &Op, what: &str) {
         bias,
         window: win,
         groups,
+        act,
         ..
     } = *op
     else {
@@ -755,7 +764,12 @@ fn conv_check(m: &mut Arena, op: &Op, what: &str) {
                 }
             }
         }
-        want.push(s);
+        want.push(match act.0 {
+            ActFunc::Relu => s.max(0.0),
+            ActFunc::LeakyRelu if s < 0.0 => act.1 as f64 * s,
+            ActFunc::Sigmoid => 1.0 / (1.0 + (-s).exp()),
+            _ => s,
+        });
     }
     assert_close(&got, &want, 1e-5, 1e-5, &format!("{what} {op:?}"));
 }
@@ -792,6 +806,7 @@ fn conv_im2col_in_several_bands() {
             workspace,
             window,
             groups,
+            act: (ActFunc::Identity, 0.0, 0.0),
         };
         conv_check(&mut m, &op, "banded im2col");
     }

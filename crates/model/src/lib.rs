@@ -44,7 +44,9 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   integer `BinaryOp`s 12–16 (bitwise and, or, xor, shift left, logical shift right).
 /// - 1.3: `MatMul` flag `PACKED_B` (8): B is constant weights packed in column panels
 ///   (`nrt_isa::matmul_flags::PACKED_B`).
-pub const VERSION_MINOR: u16 = 3;
+/// - 1.5: `Conv` may carry an activation (opcode `CONV_ACT`, `0x24`: the `Conv` fields, then
+///   the function and its two parameters; see `nrt_isa::Op::Conv`).
+pub const VERSION_MINOR: u16 = 5;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

@@ -11,7 +11,10 @@ use crate::params;
 use crate::params::{Ctx, Out, conv_transpose_params, out, window_params};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
-use nrt_isa::{AccessPattern, Op, Window};
+use nrt_isa::{AccessPattern, ActFunc, Op, Window};
+
+/// No activation after a convolution.
+pub(crate) const NO_ACT: (ActFunc, f32, f32) = (ActFunc::Identity, 0.0, 0.0);
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Col2Im", 18, infer_col2im)
@@ -269,6 +272,7 @@ impl<'a> Lowerer<'a> {
         bias: Option<AccessPattern>,
         window: Window,
         groups: u32,
+        act: (ActFunc, f32, f32),
     ) {
         let o = w.shape[0];
         let split_groups = groups > 1 && groups.is_multiple_of(2);
@@ -285,6 +289,7 @@ impl<'a> Lowerer<'a> {
                     workspace,
                     window,
                     groups,
+                    act,
                 },
             );
             return;
@@ -347,6 +352,7 @@ impl<'a> Lowerer<'a> {
                     workspace,
                     window,
                     groups: g2,
+                    act,
                 },
             );
         }
@@ -451,6 +457,33 @@ impl<'a> Lowerer<'a> {
                 o0,
             ),
         };
+        // An activation that only this convolution (or its folded batch norm) feeds is
+        // applied by the convolution itself, row band by row band while the output is in
+        // cache (Conv + BN + Relu in one instruction).
+        // Not when the activation writes a strided part of a Concat in place (the
+        // convolution writes dense outputs only: the part would then cost a copy instead).
+        let act = self.sole_consumer(target).and_then(|j| {
+            let cj = Ctx { g, n: &g.nodes[j] };
+            let f = super::unary::act_of(&cj).ok().flatten()?;
+            let o = g.nodes[j].outputs.first().copied().flatten()?;
+            let strided_part = self
+                .concat_of(o)
+                .is_some_and(|(_, _, axis, _)| g.values[o].shape[..axis].iter().any(|&d| d > 1));
+            (!self.skip[j]
+                && !strided_part
+                && !self.fused.contains_key(&j)
+                && g.nodes[j].inputs.first().copied().flatten() == Some(target)
+                && g.values[o].shape == g.values[target].shape
+                && g.values[o].dtype == DType::F32)
+                .then_some((j, o, f))
+        });
+        let (target, act) = match act {
+            Some((j, o, f)) => {
+                self.skip[j] = true;
+                (o, f)
+            }
+            None => (target, NO_ACT),
+        };
         let y = self.alloc(target);
         if y.shape.contains(&0) {
             return self.finish_fused_target(target, o0);
@@ -485,7 +518,7 @@ impl<'a> Lowerer<'a> {
             pad: [pb[0], pb[1], pe[0], pe[1]],
             dilation: two(&p.dilations, 1),
         };
-        self.conv_op(xa, wa, ya, ba, window, group);
+        self.conv_op(xa, wa, ya, ba, window, group, act);
         self.finish_fused_target(target, o0)
     }
 
@@ -617,7 +650,7 @@ impl<'a> Lowerer<'a> {
             pad: [pb[0] as u32, pb[1] as u32, pe[0] as u32, pe[1] as u32],
             dilation: [dl[0] as u32, dl[1] as u32],
         };
-        self.conv_op(xa, wa, ya, ba, window, group as u32);
+        self.conv_op(xa, wa, ya, ba, window, group as u32, NO_ACT);
         Ok(())
     }
 }
