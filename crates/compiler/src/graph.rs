@@ -431,7 +431,7 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
     for i in order {
         let n = &nodes[i];
         let name = node_name(i);
-        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+        if !domain_supported(&n.domain, &n.op_type) {
             return Err(CompileError::new(
                 ErrorKind::UnsupportedOp,
                 format!("operator domain '{}' is not supported", n.domain),
@@ -518,7 +518,7 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
 }
 
 /// The subgraph attribute `name` of node `n`, decoded.
-fn subgraph(a: &AttributeProto) -> Result<GraphProto> {
+pub(crate) fn subgraph(a: &AttributeProto) -> Result<GraphProto> {
     use prost::Message;
     GraphProto::decode(a.g.as_deref().unwrap_or_default()).map_err(decode_error)
 }
@@ -547,7 +547,7 @@ fn free_names(gp: &GraphProto, out: &mut Vec<String>) -> Result<()> {
 }
 
 /// The outer names the subgraphs of node attributes `attrs` read, in a fixed order.
-fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
+pub(crate) fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
     let mut free = Vec::new();
     for a in attrs.iter().filter(|a| a.g.is_some()) {
         free_names(&subgraph(a)?, &mut free)?;
@@ -557,17 +557,26 @@ fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
 
 /// The operators whose subgraph attributes the compiler inlines.
 fn holds_subgraphs(op: &str) -> bool {
-    matches!(op, "If" | "Scan")
+    matches!(op, "If" | "Scan" | "Loop" | "FlexAttention")
+}
+
+/// Whether the compiler reads operators of domain `domain` as `op`: the default domain, and
+/// `FlexAttention` of `ai.onnx.preview` (opset 1).
+pub(crate) fn domain_supported(domain: &str, op: &str) -> bool {
+    domain.is_empty()
+        || domain == "ai.onnx"
+        || (domain == "ai.onnx.preview" && op == "FlexAttention")
 }
 
 /// Node `n` with, for an `If`, the outer values its branches read ([`captured`]) appended
-/// to its inputs after the condition; for a `Scan`, after its own inputs.
+/// to its inputs after the condition; for a `Scan`, a `Loop` or a `FlexAttention`, after its
+/// own inputs.
 fn with_captures(n: &NodeProto) -> Result<NodeProto> {
     let mut n = n.clone();
     if n.op_type == "If" {
         n.input.truncate(1);
         n.input.extend(captured(&n.attribute)?);
-    } else if n.op_type == "Scan" {
+    } else if matches!(n.op_type.as_str(), "Scan" | "Loop" | "FlexAttention") {
         n.input.extend(captured(&n.attribute)?);
     }
     Ok(n)
@@ -595,7 +604,7 @@ fn body_node(
         }
     );
     let err_here = |kind, msg: String| CompileError::new(kind, msg).at_node(&name, &bn.op_type);
-    if !(bn.domain.is_empty() || bn.domain == "ai.onnx") {
+    if !domain_supported(&bn.domain, &bn.op_type) {
         return Err(err_here(
             ErrorKind::UnsupportedOp,
             format!("operator domain '{}' is not supported", bn.domain),
@@ -629,6 +638,95 @@ fn body_node(
     }
     Ok((name, bn, inputs))
 }
+/// The nodes of subgraph `gp` (an If branch, a loop iteration, an attention modifier)
+/// inlined under `prefix`: its initializers become constants, its nodes read their inputs
+/// from `scope` (the body's inputs and the outer values it captures, bound by the caller)
+/// and write new values named `<prefix><name>`. Output `k` is written into `targets[k]`
+/// when that is `Some` (through an `Identity` when no body node produces it: an outer value
+/// or a body input passed through). Returns the nodes and each output's value.
+pub(crate) fn inline_body(
+    g: &mut Graph,
+    gp: &GraphProto,
+    prefix: &str,
+    mut scope: HashMap<String, ValueId>,
+    targets: &[Option<ValueId>],
+) -> Result<(Vec<Node>, Vec<ValueId>)> {
+    for t in &gp.initializer {
+        let h = HostTensor::from_proto(t, None)?;
+        let id = g.values.len();
+        g.values.push(Value {
+            name: format!("{prefix}{}", t.name),
+            dtype: h.dtype,
+            shape: h.shape.clone(),
+            konst: Some(Rc::new(h)),
+        });
+        scope.insert(t.name.clone(), id);
+    }
+    let out_index: HashMap<&str, usize> = gp
+        .output
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.name.as_str(), i))
+        .collect();
+    let target = |k: usize| targets.get(k).copied().flatten();
+    let mut new_nodes = Vec::new();
+    for (i, bn) in gp.node.iter().enumerate() {
+        let (name, bn, inputs) = body_node(bn, i, prefix, &scope)?;
+        let mut outputs = Vec::new();
+        for o in &bn.output {
+            if o.is_empty() {
+                outputs.push(None);
+                continue;
+            }
+            let id = match out_index.get(o.as_str()).and_then(|&k| target(k)) {
+                Some(id) => id,
+                None => {
+                    g.values.push(Value {
+                        name: format!("{prefix}{o}"),
+                        dtype: DType::F32,
+                        shape: Vec::new(),
+                        konst: None,
+                    });
+                    g.values.len() - 1
+                }
+            };
+            scope.insert(o.clone(), id);
+            outputs.push(Some(id));
+        }
+        new_nodes.push(Node {
+            name,
+            op: bn.op_type.clone(),
+            inputs,
+            outputs,
+            attrs: bn.attribute.clone(),
+        });
+    }
+    let mut results = Vec::with_capacity(gp.output.len());
+    for (k, o) in gp.output.iter().enumerate() {
+        let src = scope.get(&o.name).copied().ok_or_else(|| {
+            CompileError::new(
+                ErrorKind::DanglingEdge,
+                format!("body output '{}' is produced by nothing", o.name),
+            )
+        })?;
+        let Some(t) = target(k) else {
+            results.push(src);
+            continue;
+        };
+        if src != t {
+            new_nodes.push(Node {
+                name: format!("{prefix}{}#out{k}", o.name),
+                op: "Identity".into(),
+                inputs: vec![Some(src)],
+                outputs: vec![Some(t)],
+                attrs: Vec::new(),
+            });
+        }
+        results.push(t);
+    }
+    Ok((new_nodes, results))
+}
+
 /// Inlines the `If` node `ni`, whose condition is a compile-time constant, as the nodes of
 /// the branch it takes: the branch's values are renamed `<If name>/<name>`, its outputs
 /// become the `If`'s outputs, and the values it reads from outside resolve in the
@@ -694,82 +792,8 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
         }
     }
     let prefix = format!("{}/", n.name);
-    for t in &gp.initializer {
-        let h = HostTensor::from_proto(t, None).map_err(|e| e.at_node(&n.name, &n.op))?;
-        let id = g.values.len();
-        g.values.push(Value {
-            name: format!("{prefix}{}", t.name),
-            dtype: h.dtype,
-            shape: h.shape.clone(),
-            konst: Some(Rc::new(h)),
-        });
-        scope.insert(t.name.clone(), id);
-    }
-    let out_index: HashMap<&str, usize> = gp
-        .output
-        .iter()
-        .enumerate()
-        .map(|(i, o)| (o.name.as_str(), i))
-        .collect();
-    let mut new_nodes = Vec::new();
-    for (i, bn) in gp.node.iter().enumerate() {
-        let (name, bn, inputs) = body_node(bn, i, &prefix, &scope)?;
-        let mut outputs = Vec::new();
-        for o in &bn.output {
-            if o.is_empty() {
-                outputs.push(None);
-                continue;
-            }
-            let id = match out_index.get(o.as_str()).and_then(|&k| n.outputs[k]) {
-                Some(id) => id,
-                None => {
-                    let id = g.values.len();
-                    g.values.push(Value {
-                        name: format!("{prefix}{o}"),
-                        dtype: DType::F32,
-                        shape: Vec::new(),
-                        konst: None,
-                    });
-                    id
-                }
-            };
-            scope.insert(o.clone(), id);
-            outputs.push(Some(id));
-        }
-        // A nested If's captured names resolved in this scope (its inputs after the
-        // condition).
-        let attrs = bn.attribute.clone();
-        new_nodes.push(Node {
-            name,
-            op: bn.op_type.clone(),
-            inputs,
-            outputs,
-            attrs,
-        });
-    }
-    // Branch outputs that no branch node produces (an outer value or a constant) pass
-    // through an Identity.
-    for (k, o) in gp.output.iter().enumerate() {
-        let Some(target) = n.outputs[k] else { continue };
-        let produced = new_nodes
-            .iter()
-            .any(|bn| bn.outputs.contains(&Some(target)));
-        if !produced {
-            let src = scope.get(&o.name).copied().ok_or_else(|| {
-                bad(
-                    ErrorKind::DanglingEdge,
-                    format!("{branch} output '{}' is produced by nothing", o.name),
-                )
-            })?;
-            new_nodes.push(Node {
-                name: format!("{prefix}{}", o.name),
-                op: "Identity".into(),
-                inputs: vec![Some(src)],
-                outputs: vec![Some(target)],
-                attrs: Vec::new(),
-            });
-        }
-    }
+    let (new_nodes, _) =
+        inline_body(g, &gp, &prefix, scope, &n.outputs).map_err(|e| e.at_node(&n.name, &n.op))?;
     g.nodes.splice(ni..=ni, new_nodes);
     Ok(())
 }

@@ -22,6 +22,7 @@ mod control;
 mod conv;
 mod einsum;
 mod elementwise;
+mod flex_attention;
 mod gather;
 mod grid;
 mod layout;
@@ -211,6 +212,7 @@ pub(crate) fn registry() -> &'static Registry {
         conv::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
+        flex_attention::register(&mut r);
         gather::register(&mut r);
         grid::register(&mut r);
         layout::register(&mut r);
@@ -324,7 +326,7 @@ pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
         "sub-byte and 8-bit float storage formats the device does not hold",
     ),
     (
-        "the `ai.onnx.preview` domain (FlexAttention …)",
+        "the `ai.onnx.preview` domain but FlexAttention",
         "experimental operators outside the default domain",
     ),
     (
