@@ -517,6 +517,36 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
     Ok(g)
 }
 
+/// The runtime graph inputs value `v` depends on, in model order: its producers walked
+/// back to the graph's inputs (what a caller must give with `input_values` for `v` to be
+/// known at compile time).
+pub(crate) fn input_deps(g: &Graph, v: ValueId) -> Vec<String> {
+    let mut producer: HashMap<ValueId, usize> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for o in n.outputs.iter().flatten() {
+            producer.insert(*o, i);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![v];
+    let mut found = std::collections::HashSet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) || g.values[x].konst.is_some() {
+            continue;
+        }
+        if g.inputs.contains(&x) {
+            found.insert(x);
+        } else if let Some(&p) = producer.get(&x) {
+            stack.extend(g.nodes[p].inputs.iter().flatten().copied());
+        }
+    }
+    g.inputs
+        .iter()
+        .filter(|i| found.contains(i))
+        .map(|&i| g.values[i].name.clone())
+        .collect()
+}
+
 /// The subgraph attribute `name` of node `n`, decoded.
 pub(crate) fn subgraph(a: &AttributeProto) -> Result<GraphProto> {
     use prost::Message;
@@ -749,7 +779,8 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
                 "condition '{}' is computed at run time: only an If whose condition is known at compile time (a constant, a folded shape comparison, an input given with input_values) is supported; it is folded to its branch",
                 cv.name
             ),
-        ));
+        )
+        .needing(input_deps(g, cond)));
     };
     if k.len() != 1 {
         return Err(bad(

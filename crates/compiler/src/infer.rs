@@ -37,9 +37,12 @@ pub fn infer(g: &mut Graph) -> Result<()> {
         }
         let Some(def) = ops::get(&g.nodes[ni].op) else {
             let c = Ctx { g, n: &g.nodes[ni] };
+            let why = ops::out_of_scope_reason(&c.n.op)
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
             return Err(c.e(
                 ErrorKind::UnsupportedOp,
-                format!("operator '{}' is not supported", c.n.op),
+                format!("operator '{}' is not supported{why}", c.n.op),
             ));
         };
         if let Some(expand) = def.expand
@@ -89,10 +92,20 @@ pub fn infer(g: &mut Graph) -> Result<()> {
             None
         };
         if folded.is_none() && matches!(def.fold, Fold::Only) {
-            return Err(c.e(
-                ErrorKind::UnsupportedOp,
-                "this operator is only supported on compile-time constant inputs",
-            ));
+            let mut needs: Vec<String> = Vec::new();
+            for &v in n.inputs.iter().flatten() {
+                for x in crate::graph::input_deps(g, v) {
+                    if !needs.contains(&x) {
+                        needs.push(x);
+                    }
+                }
+            }
+            return Err(c
+                .e(
+                    ErrorKind::UnsupportedOp,
+                    "this operator is only supported on compile-time constant inputs",
+                )
+                .needing(needs));
         }
         // Computing ops need f32 (integer tensors are for shapes and indices).
         if folded.is_none() {

@@ -860,3 +860,41 @@ fn a_causal_attention_too_large_for_its_mask_is_refused() {
     let msg = fails(&bytes, ErrorKind::TooLarge, Some("Attention_Y"));
     assert!(msg.contains("causal mask"), "{msg}");
 }
+
+/// A value that must be known at compile time and is not: the error names the graph inputs
+/// it depends on (walking its producers back), not the others, and binding exactly those
+/// compiles the model.
+#[test]
+fn a_range_computed_from_inputs_names_the_inputs_it_needs() {
+    let bytes = model(
+        vec![
+            node("Add", &["l", "one"], &["l1"], vec![]),
+            node("Range", &["s", "l1", "delta"], &["r"], vec![]),
+            node("Relu", &["x"], &["y"], vec![]),
+        ],
+        vec![
+            f32_init("one", &[], vec![1.0]),
+            f32_init("delta", &[], vec![0.5]),
+        ],
+        vec![
+            vi("x", dt::FLOAT, &[3]),
+            vi("s", dt::FLOAT, &[]),
+            vi("l", dt::FLOAT, &[]),
+        ],
+        vec![vi("r", dt::FLOAT, &[4]), vi("y", dt::FLOAT, &[3])],
+        13,
+    );
+    let e = compile(&bytes, None, &CompileOptions::default()).expect_err("needs values");
+    assert_eq!(e.kind, ErrorKind::UnsupportedOp, "{e}");
+    assert_eq!(e.needs_inputs, ["s", "l"], "{e}");
+    assert!(e.to_string().contains("s, l"), "{e}");
+    let mut o = CompileOptions::default();
+    o.input_values
+        .insert("s".into(), HostTensor::f32(vec![], vec![0.0]));
+    o.input_values
+        .insert("l".into(), HostTensor::f32(vec![], vec![1.0]));
+    let c = ok(&bytes, &o);
+    let r = c.model.outputs().find(|(_, t)| t.name == "r").expect("r").1;
+    assert_eq!(r.shape, [4]); // 0, 0.5, 1, 1.5
+    assert_eq!(c.report.specialized_inputs, ["s", "l"]);
+}

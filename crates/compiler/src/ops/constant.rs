@@ -67,12 +67,7 @@ pub(crate) fn infer_window(c: &Ctx) -> Result<Vec<Out>> {
     let size = match c.const_ints(0, "size")?.as_deref() {
         Some([s]) if *s >= 0 => *s as usize,
         Some(v) => return Err(c.bad_attr(format!("size {v:?}"))),
-        None => {
-            return Err(c.e(
-                ErrorKind::UnsupportedOp,
-                "size must be known at compile time",
-            ));
-        }
+        None => return Err(c.needs_known(0, "size must be known at compile time")),
     };
     let d = dtype_attr(c, "output_datatype", nrt_hal::DType::F32)?;
     let periodic = n.attr_i("periodic", 1)? != 0;
@@ -178,10 +173,23 @@ pub(crate) fn infer_range(c: &Ctx) -> Result<Vec<Out>> {
     let n = c.n;
     let (s, l, d) = (c.input(0)?, c.konst(1), c.konst(2));
     let (Some(st), Some(li), Some(de)) = (c.konst(0), l, d) else {
-        return Err(c.e(
-            ErrorKind::UnsupportedOp,
-            "Range inputs must be known at compile time",
-        ));
+        // The output's length depends on the values: every non-constant one is named.
+        let mut needs = Vec::new();
+        for i in 0..3 {
+            if c.konst(i).is_none() {
+                for x in c.needs_known(i, "").needs_inputs {
+                    if !needs.contains(&x) {
+                        needs.push(x);
+                    }
+                }
+            }
+        }
+        return Err(c
+            .e(
+                ErrorKind::UnsupportedOp,
+                "Range inputs (start, limit, delta) must be known at compile time: the output's length depends on them",
+            )
+            .needing(needs));
     };
     let (a, b, dd) = (st.get_f64(0), li.get_f64(0), de.get_f64(0));
     if dd == 0.0 {

@@ -335,6 +335,31 @@ pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
     ),
 ];
 
+/// Why operator `op` is unsupported by decision ([`OUT_OF_SCOPE`]), when it is.
+pub fn out_of_scope_reason(op: &str) -> Option<&'static str> {
+    let sequence = op.starts_with("Sequence")
+        || op.starts_with("Optional")
+        || matches!(op, "SplitToSequence" | "ConcatFromSequence");
+    let string = matches!(
+        op,
+        "StringNormalizer"
+            | "StringConcat"
+            | "StringSplit"
+            | "RegexFullMatch"
+            | "TfIdfVectorizer"
+            | "LabelEncoder"
+    );
+    if sequence {
+        Some("out of scope: sequence and optional values are not tensors")
+    } else if string {
+        Some("out of scope: the device holds numeric tensors only")
+    } else if op == "ImageDecoder" {
+        Some("out of scope: decodes encoded image bytes, not a computation on numeric tensors")
+    } else {
+        None
+    }
+}
+
 /// [`supported_report`] as the Markdown of `docs/supported-ops.md`.
 pub fn supported_markdown() -> String {
     let rows = supported_report();
