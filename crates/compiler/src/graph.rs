@@ -1094,6 +1094,246 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
     Ok(())
 }
 
+/// Longest Loop unrolled.
+const MAX_LOOP_ITERATIONS: u64 = 4096;
+
+/// The nodes stacking `parts` (one value per step) along a new leading axis into `out`
+/// (`Unsqueeze` each, then `Concat`), named under `prefix` with `tag`.
+fn stack_along_0(
+    g: &mut Graph,
+    prefix: &str,
+    tag: &str,
+    parts: &[ValueId],
+    out: ValueId,
+    nodes: &mut Vec<Node>,
+) {
+    let mut stacked = Vec::with_capacity(parts.len());
+    for (t, &v) in parts.iter().enumerate() {
+        g.values.push(Value {
+            name: format!("{prefix}#stack{tag}_{t}"),
+            dtype: DType::F32,
+            shape: Vec::new(),
+            konst: None,
+        });
+        let u = g.values.len() - 1;
+        let (inputs, attrs) = if g.opset >= 13 {
+            g.values.push(Value {
+                name: format!("{prefix}#axes{tag}_{t}"),
+                dtype: DType::I64,
+                shape: vec![1],
+                konst: Some(Rc::new(HostTensor::ints(DType::I64, vec![1], vec![0]))),
+            });
+            (vec![Some(v), Some(g.values.len() - 1)], Vec::new())
+        } else {
+            (
+                vec![Some(v)],
+                vec![AttributeProto {
+                    name: "axes".into(),
+                    r#type: at::INTS,
+                    ints: vec![0],
+                    ..Default::default()
+                }],
+            )
+        };
+        nodes.push(Node {
+            name: format!("{prefix}#unsqueeze{tag}_{t}"),
+            op: "Unsqueeze".into(),
+            inputs,
+            outputs: vec![Some(u)],
+            attrs,
+        });
+        stacked.push(Some(u));
+    }
+    nodes.push(Node {
+        name: format!("{prefix}#concat{tag}"),
+        op: "Concat".into(),
+        inputs: stacked,
+        outputs: vec![Some(out)],
+        attrs: vec![AttributeProto {
+            name: "axis".into(),
+            r#type: at::INT,
+            i: 0,
+            ..Default::default()
+        }],
+    });
+}
+
+/// Unrolls the `Loop` node `ni`, whose trip count `M` and condition must be known at
+/// compile time: the node is replaced by its body's nodes once per iteration (values
+/// renamed `<Loop name>/<i>/<name>`), iteration `i` reading the constant iteration number
+/// `i`, the condition, the loop-carried values the previous iteration produced and the
+/// outer values the body captures (the node's inputs after its own). Each iteration is
+/// inferred ([`crate::infer::infer_span`]) before the next is decided, so a condition the
+/// body computes is known by then (or the error names it). The final loop-carried values
+/// are the Loop's first outputs (through `Identity`), each scan output the iterations'
+/// values stacked along a new axis 0. Returns the index of the first node not yet
+/// inferred (the nodes writing the Loop's outputs).
+pub(crate) fn inline_loop(g: &mut Graph, ni: usize) -> Result<usize> {
+    let n = g.nodes[ni].clone();
+    let bad = |kind, msg: String| n.error(kind, msg);
+    let a = n
+        .attrs
+        .iter()
+        .find(|a| a.name == "body" && a.g.is_some())
+        .ok_or_else(|| bad(ErrorKind::BadAttribute, "no body subgraph".into()))?;
+    let gp = subgraph(a).map_err(|e| e.at_node(&n.name, &n.op))?;
+    let nc = gp.input.len().checked_sub(2).ok_or_else(|| {
+        bad(
+            ErrorKind::BadAttribute,
+            format!(
+                "the body has {} inputs (iteration number, condition, loop-carried values…)",
+                gp.input.len()
+            ),
+        )
+    })?;
+    let k_out = gp.output.len().checked_sub(1 + nc).ok_or_else(|| {
+        bad(
+            ErrorKind::BadAttribute,
+            format!(
+                "the body has {} outputs for {nc} loop-carried values (condition, values, scan outputs…)",
+                gp.output.len()
+            ),
+        )
+    })?;
+    if n.inputs.len() < 2 + nc || n.outputs.len() > nc + k_out {
+        return Err(bad(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "{} inputs and {} outputs for a body of {} inputs and {} outputs",
+                n.inputs.len(),
+                n.outputs.len(),
+                gp.input.len(),
+                gp.output.len()
+            ),
+        ));
+    }
+    let input = |k: usize| n.inputs.get(k).copied().flatten();
+    // One compile-time scalar of input `k` (the trip count, the condition), or the error
+    // naming it and the graph inputs it depends on.
+    let scalar = |g: &Graph, v: ValueId, what: &str| -> Result<i64> {
+        let val = &g.values[v];
+        match val.konst.as_deref() {
+            Some(t) if t.len() == 1 => Ok(t.to_i64s()[0]),
+            Some(t) => Err(bad(
+                ErrorKind::ShapeMismatch,
+                format!("{what} '{}' has {} elements (one expected)", val.name, t.len()),
+            )),
+            None => Err(bad(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "{what} '{}' is computed at run time: only a Loop whose trip count and condition are known at compile time (constants, folded shapes, inputs given with input_values) is supported; it is unrolled",
+                    val.name
+                ),
+            )
+            .needing(input_deps(g, v))),
+        }
+    };
+    let trip = match input(0) {
+        Some(m) => Some(scalar(g, m, "trip count")?.max(0) as u64),
+        None => None,
+    };
+    let mut cond = match input(1) {
+        Some(c) => Some(scalar(g, c, "condition")? != 0),
+        None => None,
+    };
+    if trip.is_none() && cond.is_none() {
+        return Err(bad(
+            ErrorKind::UnsupportedOp,
+            "a Loop with neither a trip count nor a condition never ends".into(),
+        ));
+    }
+    let outer: HashMap<String, ValueId> = captured(&n.attrs)?
+        .into_iter()
+        .zip(n.inputs.iter().skip(2 + nc))
+        .filter_map(|(name, id)| id.map(|id| (name, id)))
+        .collect();
+    let mut states: Vec<ValueId> = (0..nc)
+        .map(|i| {
+            input(2 + i).ok_or_else(|| {
+                bad(
+                    ErrorKind::ShapeMismatch,
+                    format!("loop-carried value {i} is missing"),
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    let mut scans: Vec<Vec<ValueId>> = vec![Vec::new(); k_out];
+    g.nodes.remove(ni);
+    let tail = g.nodes.len() - ni;
+    let mut pos = ni;
+    let mut i = 0u64;
+    while trip.is_none_or(|m| i < m) && cond != Some(false) {
+        if i >= MAX_LOOP_ITERATIONS {
+            return Err(bad(
+                ErrorKind::UnsupportedOp,
+                format!("a Loop of more than {MAX_LOOP_ITERATIONS} iterations (they are unrolled)"),
+            ));
+        }
+        let prefix = format!("{}/{i}/", n.name);
+        let mut scope = outer.clone();
+        for (k, t) in [
+            HostTensor::ints(DType::I64, vec![], vec![i as i64]),
+            HostTensor::ints(DType::Bool, vec![], vec![1]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            g.values.push(Value {
+                name: format!("{prefix}{}", gp.input[k].name),
+                dtype: t.dtype,
+                shape: Vec::new(),
+                konst: Some(Rc::new(t)),
+            });
+            scope.insert(gp.input[k].name.clone(), g.values.len() - 1);
+        }
+        for (j, &st) in states.iter().enumerate() {
+            scope.insert(gp.input[2 + j].name.clone(), st);
+        }
+        let (nodes, outs) =
+            inline_body(g, &gp, &prefix, scope, &[]).map_err(|e| e.at_node(&n.name, &n.op))?;
+        g.nodes.splice(pos..pos, nodes);
+        crate::infer::infer_span(g, pos, tail)?;
+        pos = g.nodes.len() - tail;
+        if cond.is_some() {
+            cond = Some(scalar(g, outs[0], "the condition the body computes")? != 0);
+        }
+        states.copy_from_slice(&outs[1..1 + nc]);
+        for (k, s) in scans.iter_mut().enumerate() {
+            s.push(outs[1 + nc + k]);
+        }
+        i += 1;
+    }
+    let prefix = format!("{}/", n.name);
+    let mut fin = Vec::new();
+    for (k, &st) in states.iter().enumerate() {
+        if let Some(Some(o)) = n.outputs.get(k).copied() {
+            fin.push(Node {
+                name: format!("{prefix}#final{k}"),
+                op: "Identity".into(),
+                inputs: vec![Some(st)],
+                outputs: vec![Some(o)],
+                attrs: Vec::new(),
+            });
+        }
+    }
+    for (k, parts) in scans.iter().enumerate() {
+        let Some(Some(o)) = n.outputs.get(nc + k).copied() else {
+            continue;
+        };
+        if parts.is_empty() {
+            return Err(bad(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "scan output {k} of a Loop that runs no iteration (an empty tensor of unknown shape)"
+                ),
+            ));
+        }
+        stack_along_0(g, &prefix, &k.to_string(), parts, o, &mut fin);
+    }
+    g.nodes.splice(pos..pos, fin);
+    Ok(pos)
+}
+
 /// A declared output: name, ONNX element type, dims (`None` where symbolic).
 pub type DeclaredOutput = (String, i32, Option<Vec<Option<i64>>>);
 

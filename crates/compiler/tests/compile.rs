@@ -898,3 +898,116 @@ fn a_range_computed_from_inputs_names_the_inputs_it_needs() {
     assert_eq!(r.shape, [4]); // 0, 0.5, 1, 1.5
     assert_eq!(c.report.specialized_inputs, ["s", "l"]);
 }
+
+/// `Loop` body: `(i, cond, acc) -> (cond, acc + x·i, acc)` reading the outer `x`.
+fn loop_model(cond_from_input: bool) -> Vec<u8> {
+    use prost::Message;
+    let body = GraphProto {
+        name: "body".into(),
+        node: vec![
+            node("Cast", &["i"], &["fi"], vec![a_i("to", dt::FLOAT as i64)]),
+            node("Mul", &["x", "fi"], &["xi"], vec![]),
+            node("Add", &["acc", "xi"], &["acc_out"], vec![]),
+            node("Identity", &["acc"], &["scan"], vec![]),
+            if cond_from_input {
+                // The condition is computed from a run-time value.
+                node("ReduceMax", &["acc_out"], &["m"], vec![a_i("keepdims", 0)])
+            } else {
+                node("Identity", &["c"], &["m0"], vec![])
+            },
+            if cond_from_input {
+                node("Less", &["m", "ten"], &["c_out"], vec![])
+            } else {
+                node("Identity", &["m0"], &["c_out"], vec![])
+            },
+        ],
+        initializer: vec![f32_init("ten", &[], vec![10.0])],
+        input: vec![
+            vi("i", dt::INT64, &[]),
+            vi("c", dt::BOOL, &[]),
+            vi("acc", dt::FLOAT, &[2]),
+        ],
+        output: vec![
+            vi("c_out", dt::BOOL, &[]),
+            vi("acc_out", dt::FLOAT, &[2]),
+            vi("scan", dt::FLOAT, &[2]),
+        ],
+        ..Default::default()
+    };
+    model(
+        vec![node(
+            "Loop",
+            &["M", "cond", "acc0"],
+            &["acc", "scans"],
+            vec![AttributeProto {
+                name: "body".into(),
+                r#type: attribute_type::GRAPH,
+                g: Some(body.encode_to_vec()),
+                ..Default::default()
+            }],
+        )],
+        vec![],
+        vec![
+            vi("M", dt::INT64, &[]),
+            vi("cond", dt::BOOL, &[]),
+            vi("acc0", dt::FLOAT, &[2]),
+            vi("x", dt::FLOAT, &[2]),
+        ],
+        vec![vi("acc", dt::FLOAT, &[2]), vi("scans", dt::FLOAT, &[3, 2])],
+        13,
+    )
+}
+
+fn loop_values(m: i64) -> CompileOptions {
+    let mut o = CompileOptions::default();
+    o.input_values.insert(
+        "M".into(),
+        HostTensor::ints(nrt_hal::DType::I64, vec![], vec![m]),
+    );
+    o.input_values.insert(
+        "cond".into(),
+        HostTensor::ints(nrt_hal::DType::Bool, vec![], vec![1]),
+    );
+    o
+}
+
+/// A Loop with a run-time trip count is an error naming the node and the input; with its
+/// value it unrolls, the body reading the outer `x` and stacking its scan output.
+#[test]
+fn a_loop_unrolls_over_a_compile_time_trip_count() {
+    let bytes = loop_model(false);
+    let msg = fails(&bytes, ErrorKind::UnsupportedOp, Some("Loop_acc"));
+    assert!(msg.contains("trip count 'M'"), "{msg}");
+    let e = compile(&bytes, None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.needs_inputs, ["M"], "{e}");
+    let c = ok(&bytes, &loop_values(3));
+    let outs: Vec<(String, Vec<u32>)> = c
+        .model
+        .outputs()
+        .map(|(_, t)| (t.name.clone(), t.shape.clone()))
+        .collect();
+    assert!(outs.contains(&("scans".into(), vec![3, 2])), "{outs:?}");
+    assert!(outs.contains(&("acc".into(), vec![2])), "{outs:?}");
+    // The declared scan shape is [3, 2]: a trip count of 4 gives [4, 2].
+    let c = ok(&bytes, &loop_values(4));
+    assert!(
+        c.model
+            .outputs()
+            .any(|(_, t)| t.name == "scans" && t.shape == [4, 2])
+    );
+}
+
+/// A condition the body computes from a run-time value cannot decide the unrolling: the
+/// error names the node and that value.
+#[test]
+fn a_loop_whose_condition_is_computed_at_run_time_is_refused() {
+    let e = compile(&loop_model(true), None, &loop_values(3)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::UnsupportedOp, "{e}");
+    assert_eq!(
+        e.node.as_ref().map(|n| n.name.as_str()),
+        Some("Loop_acc"),
+        "{e}"
+    );
+    assert!(e.message.contains("condition the body computes"), "{e}");
+    assert_eq!(e.needs_inputs, ["acc0", "x"], "{e}");
+}
