@@ -829,29 +829,37 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
     Ok(())
 }
 
-/// Longest Scan unrolled.
+/// Longest Scan unrolled (steps, times the batch of an opset-8 Scan).
 const MAX_SCAN_STEPS: usize = 4096;
 
-/// Inlines the `Scan` node `ni` (opset 9+) as its body's nodes once per step of its
-/// (inferred, so compile-time) sequence: step `t` reads element `t` of each scan input
-/// along its axis (`Gather` of a constant index; from the end for a reverse direction) and
-/// the state the previous step produced; the final states are the Scan's state outputs
-/// and each scan output is the steps' values stacked along its axis (`Unsqueeze` +
-/// `Concat`, reversed for a reverse direction). Body values are renamed
-/// `<Scan name>/<t>/<name>`; the outer values the body reads are the node's inputs after
-/// its own.
+/// What one unrolled scan needs: the body, its state and scan inputs, and how its outputs
+/// are stacked.
+struct ScanRun<'a> {
+    gp: &'a GraphProto,
+    /// Number of states.
+    ns: usize,
+    /// Per scan input: the value, its sequence axis, whether it is read from the end.
+    scan_in: Vec<(ValueId, usize, bool)>,
+    steps: usize,
+    outer: &'a HashMap<String, ValueId>,
+    out_axes: &'a [i64],
+    out_dirs: &'a [i64],
+}
+
+/// Inlines the `Scan` node `ni` as its body's nodes once per step of its (inferred, so
+/// compile-time) sequence: step `t` reads element `t` of each scan input along its axis
+/// (`Gather` of a constant index; from the end for a reverse direction) and the state the
+/// previous step produced; the final states are the Scan's state outputs and each scan
+/// output is the steps' values stacked along its axis (`Unsqueeze` + `Concat`, reversed for
+/// a reverse direction). Body values are renamed `<Scan name>/<t>/<name>`; the outer values
+/// the body reads are the node's inputs after its own. The batched form of opset 8 (a
+/// leading batch axis on states and scan inputs, an optional `sequence_lens` first input)
+/// is unrolled per batch entry the same way (`<Scan name>/b<b>/<t>/<name>`), the entries'
+/// results stacked along axis 0.
 pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
     let n = g.nodes[ni].clone();
     let bad = |kind, msg: String| n.error(kind, msg);
-    if g.opset < 9 {
-        return Err(bad(
-            ErrorKind::UnsupportedOp,
-            format!(
-                "Scan of opset {} (its batched form before opset 9)",
-                g.opset
-            ),
-        ));
-    }
+    let v8 = g.opset < 9;
     let a = n
         .attrs
         .iter()
@@ -869,7 +877,9 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             "fewer body outputs than states".into(),
         )
     })?;
-    if n.inputs.len() < ns + m || n.outputs.len() > ns + k_out {
+    // Opset 8: `sequence_lens` comes first.
+    let first = usize::from(v8);
+    if n.inputs.len() < first + ns + m || n.outputs.len() > ns + k_out {
         return Err(bad(
             ErrorKind::ShapeMismatch,
             format!(
@@ -888,14 +898,27 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             Some(v) => Err(bad(ErrorKind::BadAttribute, format!("{name} {v:?}"))),
         }
     };
-    let in_axes = ints("scan_input_axes", m)?;
-    let in_dirs = ints("scan_input_directions", m)?;
-    let out_axes = ints("scan_output_axes", k_out)?;
-    let out_dirs = ints("scan_output_directions", k_out)?;
+    let (in_axes, in_dirs, out_axes, out_dirs) = if v8 {
+        // Opset 8: the sequence axis is 1 of the batched inputs, 0 of a batch entry.
+        (
+            vec![1; m],
+            ints("directions", m)?,
+            vec![0; k_out],
+            vec![0; k_out],
+        )
+    } else {
+        (
+            ints("scan_input_axes", m)?,
+            ints("scan_input_directions", m)?,
+            ints("scan_output_axes", k_out)?,
+            ints("scan_output_directions", k_out)?,
+        )
+    };
     let mut scan_in = Vec::new();
     let mut steps = None;
+    let mut batch = None;
     for j in 0..m {
-        let v = n.inputs[ns + j].ok_or_else(|| {
+        let v = n.inputs[first + ns + j].ok_or_else(|| {
             bad(
                 ErrorKind::ShapeMismatch,
                 format!("scan input {j} is missing"),
@@ -907,133 +930,225 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
         if ax < -r || ax >= r {
             return Err(bad(
                 ErrorKind::BadAttribute,
-                format!("scan_input_axes {in_axes:?}"),
+                format!("scan_input_axes {in_axes:?} for an input of rank {r}"),
             ));
         }
         let ax = if ax < 0 { ax + r } else { ax } as usize;
         let len = shape[ax];
-        if steps.is_some_and(|s| s != len) {
+        if steps.is_some_and(|s| s != len) || (v8 && batch.is_some_and(|b| b != shape[0])) {
             return Err(bad(
                 ErrorKind::ShapeMismatch,
                 "scan inputs of different lengths".into(),
             ));
         }
         steps = Some(len);
-        scan_in.push((v, ax, in_dirs[j] != 0));
+        batch = Some(shape[0]);
+        // A batch entry's sequence axis is one less.
+        scan_in.push((v, if v8 { ax - 1 } else { ax }, in_dirs[j] != 0));
     }
     let steps = steps.unwrap_or(0);
-    if steps == 0 || steps > MAX_SCAN_STEPS {
+    let batch = if v8 { batch.unwrap_or(0) } else { 1 };
+    if steps == 0 || batch == 0 || steps.saturating_mul(batch) > MAX_SCAN_STEPS {
         return Err(bad(
             ErrorKind::UnsupportedOp,
-            format!("a Scan of {steps} steps (1 to {MAX_SCAN_STEPS} are unrolled)"),
+            format!(
+                "a Scan of {steps} steps × {batch} batch entries (1 to {MAX_SCAN_STEPS} in all are unrolled)"
+            ),
         ));
+    }
+    if v8 && let Some(lens) = n.inputs[0] {
+        match g.values[lens].konst.as_deref() {
+            Some(t) if t.to_i64s().iter().all(|&l| l == steps as i64) => {}
+            Some(t) => {
+                return Err(bad(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "sequence_lens {:?} shorter than the sequence ({steps}): only full sequences are unrolled",
+                        t.to_i64s()
+                    ),
+                ));
+            }
+            None => {
+                return Err(bad(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "sequence_lens '{}' must be known at compile time (and equal the sequence length {steps})",
+                        g.values[lens].name
+                    ),
+                )
+                .needing(input_deps(g, lens)));
+            }
+        }
     }
     let outer: HashMap<String, ValueId> = captured(&n.attrs)?
         .into_iter()
-        .zip(n.inputs.iter().skip(ns + m))
+        .zip(n.inputs.iter().skip(first + ns + m))
         .filter_map(|(name, id)| id.map(|id| (name, id)))
         .collect();
-    let opset = g.opset;
-    let mut states: Vec<ValueId> = (0..ns)
+    let states: Vec<ValueId> = (0..ns)
         .map(|i| {
-            n.inputs[i]
+            n.inputs[first + i]
                 .ok_or_else(|| bad(ErrorKind::ShapeMismatch, format!("state {i} is missing")))
         })
         .collect::<Result<_>>()?;
+    let mut run = ScanRun {
+        gp: &gp,
+        ns,
+        scan_in,
+        steps,
+        outer: &outer,
+        out_axes: &out_axes,
+        out_dirs: &out_dirs,
+    };
+    let targets: Vec<Option<ValueId>> = (0..ns + k_out)
+        .map(|k| n.outputs.get(k).copied().flatten())
+        .collect();
+    let mut new_nodes = Vec::new();
+    if !v8 {
+        scan_steps(
+            g,
+            &n,
+            &run,
+            states,
+            &format!("{}/", n.name),
+            &targets,
+            &mut new_nodes,
+        )?;
+    } else {
+        // Per batch entry `b`: its states and scan inputs (`Gather` of index `b` on axis
+        // 0), one scan, its outputs stacked over the entries along axis 0.
+        let batched: Vec<(ValueId, usize, bool)> = run.scan_in.clone();
+        let mut per_entry: Vec<Vec<ValueId>> = vec![Vec::new(); ns + k_out];
+        for b in 0..batch {
+            let prefix = format!("{}/b{b}/", n.name);
+            let mut pick = |g: &mut Graph, v: ValueId, tag: String| {
+                let idx = new_konst_i64(g, format!("{prefix}#entry{tag}"), vec![], vec![b as i64]);
+                let o = new_value(g, format!("{prefix}#{tag}"));
+                new_nodes.push(gather_node(format!("{prefix}#pick{tag}"), v, idx, 0, o));
+                o
+            };
+            let entry_states: Vec<ValueId> = states
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| pick(g, s, format!("state{i}")))
+                .collect();
+            run.scan_in = batched
+                .iter()
+                .enumerate()
+                .map(|(j, &(v, ax, rev))| (pick(g, v, format!("input{j}")), ax, rev))
+                .collect();
+            let entry_targets: Vec<Option<ValueId>> = targets
+                .iter()
+                .enumerate()
+                .map(|(k, t)| t.map(|_| new_value(g, format!("{prefix}#out{k}"))))
+                .collect();
+            scan_steps(
+                g,
+                &n,
+                &run,
+                entry_states,
+                &prefix,
+                &entry_targets,
+                &mut new_nodes,
+            )?;
+            for (k, t) in entry_targets.iter().enumerate() {
+                if let Some(t) = t {
+                    per_entry[k].push(*t);
+                }
+            }
+        }
+        let prefix = format!("{}/", n.name);
+        for (k, t) in targets.iter().enumerate() {
+            if let Some(t) = t {
+                stack_along_0(
+                    g,
+                    &prefix,
+                    &format!("batch{k}"),
+                    &per_entry[k],
+                    *t,
+                    &mut new_nodes,
+                );
+            }
+        }
+    }
+    g.nodes.splice(ni..=ni, new_nodes);
+    Ok(())
+}
+
+fn new_value(g: &mut Graph, name: String) -> ValueId {
+    g.values.push(Value {
+        name,
+        dtype: DType::F32,
+        shape: Vec::new(),
+        konst: None,
+    });
+    g.values.len() - 1
+}
+
+fn new_konst_i64(g: &mut Graph, name: String, shape: Vec<usize>, v: Vec<i64>) -> ValueId {
+    g.values.push(Value {
+        name,
+        dtype: DType::I64,
+        shape: shape.clone(),
+        konst: Some(Rc::new(HostTensor::ints(DType::I64, shape, v))),
+    });
+    g.values.len() - 1
+}
+
+fn gather_node(name: String, data: ValueId, index: ValueId, axis: usize, out: ValueId) -> Node {
+    Node {
+        name,
+        op: "Gather".into(),
+        inputs: vec![Some(data), Some(index)],
+        outputs: vec![Some(out)],
+        attrs: vec![AttributeProto {
+            name: "axis".into(),
+            r#type: at::INT,
+            i: axis as i64,
+            ..Default::default()
+        }],
+    }
+}
+
+/// The nodes of one unrolled scan (see [`inline_scan`]) from `states`, named under
+/// `prefix`; the final states and the stacked scan outputs are written into `targets`
+/// (`None`: not needed).
+fn scan_steps(
+    g: &mut Graph,
+    n: &Node,
+    run: &ScanRun,
+    mut states: Vec<ValueId>,
+    prefix: &str,
+    targets: &[Option<ValueId>],
+    new_nodes: &mut Vec<Node>,
+) -> Result<()> {
+    let (gp, ns, steps) = (run.gp, run.ns, run.steps);
+    let k_out = gp.output.len() - ns;
     let mut collected: Vec<Vec<ValueId>> = vec![Vec::new(); k_out];
-    let mut new_nodes: Vec<Node> = Vec::new();
-    let new_value = |g: &mut Graph, name: String| {
-        g.values.push(Value {
-            name,
-            dtype: DType::F32,
-            shape: Vec::new(),
-            konst: None,
-        });
-        g.values.len() - 1
-    };
-    let konst_i64 = |g: &mut Graph, name: String, shape: Vec<usize>, v: Vec<i64>| {
-        g.values.push(Value {
-            name,
-            dtype: DType::I64,
-            shape: shape.clone(),
-            konst: Some(Rc::new(HostTensor::ints(DType::I64, shape, v))),
-        });
-        g.values.len() - 1
-    };
     for t in 0..steps {
-        let prefix = format!("{}/{t}/", n.name);
-        let mut scope = outer.clone();
+        let step = format!("{prefix}{t}/");
+        let mut scope = run.outer.clone();
         for (i, inp) in gp.input.iter().enumerate().take(ns) {
             scope.insert(inp.name.clone(), states[i]);
         }
-        for (j, &(v, ax, rev)) in scan_in.iter().enumerate() {
+        for (j, &(v, ax, rev)) in run.scan_in.iter().enumerate() {
             let idx = if rev { steps - 1 - t } else { t };
-            let iv = konst_i64(g, format!("{prefix}#index{j}"), vec![], vec![idx as i64]);
-            let o = new_value(g, format!("{prefix}{}", gp.input[ns + j].name));
-            new_nodes.push(Node {
-                name: format!("{prefix}#slice{j}"),
-                op: "Gather".into(),
-                inputs: vec![Some(v), Some(iv)],
-                outputs: vec![Some(o)],
-                attrs: vec![AttributeProto {
-                    name: "axis".into(),
-                    r#type: crate::onnx::attribute_type::INT,
-                    i: ax as i64,
-                    ..Default::default()
-                }],
-            });
+            let iv = new_konst_i64(g, format!("{step}#index{j}"), vec![], vec![idx as i64]);
+            let o = new_value(g, format!("{step}{}", gp.input[ns + j].name));
+            new_nodes.push(gather_node(format!("{step}#slice{j}"), v, iv, ax, o));
             scope.insert(gp.input[ns + j].name.clone(), o);
         }
-        for tns in &gp.initializer {
-            let h = HostTensor::from_proto(tns, None).map_err(|e| e.at_node(&n.name, &n.op))?;
-            let id = g.values.len();
-            g.values.push(Value {
-                name: format!("{prefix}{}", tns.name),
-                dtype: h.dtype,
-                shape: h.shape.clone(),
-                konst: Some(Rc::new(h)),
-            });
-            scope.insert(tns.name.clone(), id);
-        }
-        for (i, bn) in gp.node.iter().enumerate() {
-            let (name, bn, inputs) = body_node(bn, i, &prefix, &scope)?;
-            let mut outputs = Vec::new();
-            for o in &bn.output {
-                if o.is_empty() {
-                    outputs.push(None);
-                    continue;
-                }
-                let id = new_value(g, format!("{prefix}{o}"));
-                scope.insert(o.clone(), id);
-                outputs.push(Some(id));
-            }
-            new_nodes.push(Node {
-                name,
-                op: bn.op_type.clone(),
-                inputs,
-                outputs,
-                attrs: bn.attribute.clone(),
-            });
-        }
-        let find = |name: &str| {
-            scope.get(name).copied().ok_or_else(|| {
-                bad(
-                    ErrorKind::DanglingEdge,
-                    format!("body output '{name}' is produced by nothing"),
-                )
-            })
-        };
-        for (i, st) in states.iter_mut().enumerate() {
-            *st = find(&gp.output[i].name)?;
-        }
+        let (nodes, outs) =
+            inline_body(g, gp, &step, scope, &[]).map_err(|e| e.at_node(&n.name, &n.op))?;
+        new_nodes.extend(nodes);
+        states.copy_from_slice(&outs[..ns]);
         for (k, c) in collected.iter_mut().enumerate() {
-            c.push(find(&gp.output[ns + k].name)?);
+            c.push(outs[ns + k]);
         }
     }
-    let prefix = format!("{}/", n.name);
     // Final states, through an Identity into the Scan's outputs.
     for (i, &st) in states.iter().enumerate() {
-        if let Some(Some(o)) = n.outputs.get(i).copied() {
+        if let Some(Some(o)) = targets.get(i).copied() {
             new_nodes.push(Node {
                 name: format!("{prefix}#state{i}"),
                 op: "Identity".into(),
@@ -1044,22 +1159,22 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
         }
     }
     for (k, vals) in collected.into_iter().enumerate() {
-        let Some(Some(o)) = n.outputs.get(ns + k).copied() else {
+        let Some(Some(o)) = targets.get(ns + k).copied() else {
             continue;
         };
-        let ax = out_axes[k];
+        let ax = run.out_axes[k];
         let mut parts = Vec::new();
         for (t, v) in vals.into_iter().enumerate() {
             let u = new_value(g, format!("{prefix}#stack{k}_{t}"));
-            let (inputs, attrs) = if opset >= 13 {
-                let a = konst_i64(g, format!("{prefix}#axes{k}_{t}"), vec![1], vec![ax]);
+            let (inputs, attrs) = if g.opset >= 13 {
+                let a = new_konst_i64(g, format!("{prefix}#axes{k}_{t}"), vec![1], vec![ax]);
                 (vec![Some(v), Some(a)], Vec::new())
             } else {
                 (
                     vec![Some(v)],
                     vec![AttributeProto {
                         name: "axes".into(),
-                        r#type: crate::onnx::attribute_type::INTS,
+                        r#type: at::INTS,
                         ints: vec![ax],
                         ..Default::default()
                     }],
@@ -1074,7 +1189,7 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             });
             parts.push(Some(u));
         }
-        if out_dirs[k] != 0 {
+        if run.out_dirs[k] != 0 {
             parts.reverse();
         }
         new_nodes.push(Node {
@@ -1084,13 +1199,12 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             outputs: vec![Some(o)],
             attrs: vec![AttributeProto {
                 name: "axis".into(),
-                r#type: crate::onnx::attribute_type::INT,
+                r#type: at::INT,
                 i: ax,
                 ..Default::default()
             }],
         });
     }
-    g.nodes.splice(ni..=ni, new_nodes);
     Ok(())
 }
 
