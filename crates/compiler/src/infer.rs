@@ -59,7 +59,7 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
             ));
         };
         if let Some(expand) = def.expand
-            && def.expand_when.is_none_or(|w| w(&g.nodes[ni]))
+            && def.expand_when.is_none_or(|w| w(g, &g.nodes[ni]))
         {
             expand(g, ni)?;
             continue; // infer the decomposition, from its first node

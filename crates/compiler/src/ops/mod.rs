@@ -95,7 +95,7 @@ pub(crate) struct OpDef {
     /// never reached).
     pub expand: Option<ExpandFn>,
     /// Decomposed only when this holds of the node (`None`: always).
-    pub expand_when: Option<fn(&crate::graph::Node) -> bool>,
+    pub expand_when: Option<fn(&crate::graph::Graph, &crate::graph::Node) -> bool>,
     /// Limits worth listing in the report.
     pub notes: &'static str,
 }
@@ -134,7 +134,7 @@ impl OpDef {
     /// kernel does not compute), and lower on its own otherwise.
     pub fn expands_when(
         &mut self,
-        when: fn(&crate::graph::Node) -> bool,
+        when: fn(&crate::graph::Graph, &crate::graph::Node) -> bool,
         f: ExpandFn,
     ) -> &mut Self {
         self.expand_when = Some(when);
