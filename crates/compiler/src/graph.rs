@@ -832,6 +832,28 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
 /// Longest Scan unrolled (steps, times the batch of an opset-8 Scan).
 const MAX_SCAN_STEPS: usize = 4096;
 
+/// Most nodes a graph may hold after unrolling a Scan or Loop (nested bodies multiply:
+/// a hostile model must not turn into millions of node copies).
+const MAX_GRAPH_NODES: usize = 1 << 18;
+
+/// The error when unrolling `copies` copies of a body of `body` nodes would pass
+/// [`MAX_GRAPH_NODES`].
+fn check_unrolled_size(g: &Graph, n: &Node, copies: usize, body: usize) -> Result<()> {
+    let total = copies
+        .checked_mul(body)
+        .and_then(|x| x.checked_add(g.nodes.len()));
+    if total.is_none_or(|t| t > MAX_GRAPH_NODES) {
+        return Err(n.error(
+            ErrorKind::TooLarge,
+            format!(
+                "unrolling {copies} copies of a body of {body} nodes into a graph of {} would pass {MAX_GRAPH_NODES} nodes",
+                g.nodes.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// What one unrolled scan needs: the body, its state and scan inputs, and how its outputs
 /// are stacked.
 struct ScanRun<'a> {
@@ -980,6 +1002,7 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             }
         }
     }
+    check_unrolled_size(g, &n, steps * batch, gp.node.len() + m + 2)?;
     let outer: HashMap<String, ValueId> = captured(&n.attrs)?
         .into_iter()
         .zip(n.inputs.iter().skip(first + ns + m))
@@ -1383,6 +1406,7 @@ pub(crate) fn inline_loop(g: &mut Graph, ni: usize) -> Result<usize> {
                 format!("a Loop of more than {MAX_LOOP_ITERATIONS} iterations (they are unrolled)"),
             ));
         }
+        check_unrolled_size(g, &n, 1, gp.node.len())?;
         let prefix = format!("{}/{i}/", n.name);
         let mut scope = outer.clone();
         for (k, t) in [

@@ -1011,3 +1011,59 @@ fn a_loop_whose_condition_is_computed_at_run_time_is_refused() {
     assert!(e.message.contains("condition the body computes"), "{e}");
     assert_eq!(e.needs_inputs, ["acc0", "x"], "{e}");
 }
+
+/// Nested Loops multiply their unrolled copies: a 4096 × 4096 nest is refused with a size
+/// error naming a Loop, before the graph holds millions of nodes.
+#[test]
+fn nested_loops_past_the_node_budget_are_refused() {
+    use prost::Message;
+    let body = |inner: Option<GraphProto>| {
+        let mut nodes = vec![node("Identity", &["c"], &["c_out"], vec![])];
+        match inner {
+            Some(g) => nodes.push(node(
+                "Loop",
+                &["M", "", "s"],
+                &["s_out"],
+                vec![AttributeProto {
+                    name: "body".into(),
+                    r#type: attribute_type::GRAPH,
+                    g: Some(g.encode_to_vec()),
+                    ..Default::default()
+                }],
+            )),
+            None => nodes.push(node("Neg", &["s"], &["s_out"], vec![])),
+        }
+        GraphProto {
+            name: "body".into(),
+            node: nodes,
+            input: vec![
+                vi("i", dt::INT64, &[]),
+                vi("c", dt::BOOL, &[]),
+                vi("s", dt::FLOAT, &[1]),
+            ],
+            output: vec![vi("c_out", dt::BOOL, &[]), vi("s_out", dt::FLOAT, &[1])],
+            ..Default::default()
+        }
+    };
+    let outer = body(Some(body(None)));
+    let bytes = model(
+        vec![node(
+            "Loop",
+            &["M", "", "x"],
+            &["y"],
+            vec![AttributeProto {
+                name: "body".into(),
+                r#type: attribute_type::GRAPH,
+                g: Some(outer.encode_to_vec()),
+                ..Default::default()
+            }],
+        )],
+        vec![i64_init("M", &[], vec![4096])],
+        vec![vi("x", dt::FLOAT, &[1])],
+        vec![vi("y", dt::FLOAT, &[1])],
+        13,
+    );
+    let e = compile(&bytes, None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    assert!(e.to_string().contains("(Loop)"), "{e}");
+}
