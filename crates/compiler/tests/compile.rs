@@ -1067,3 +1067,56 @@ fn nested_loops_past_the_node_budget_are_refused() {
     assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
     assert!(e.to_string().contains("(Loop)"), "{e}");
 }
+
+/// FlexAttention (domain ai.onnx.preview) whose score_mod reads an outer run-time value
+/// (`bias`, captured as an extra input) compiles; another preview-domain operator does not.
+#[test]
+fn flex_attention_score_mod_reads_outer_values() {
+    use prost::Message;
+    let score_mod = GraphProto {
+        name: "score_mod".into(),
+        node: vec![node("Add", &["scores", "bias"], &["out"], vec![])],
+        input: vec![vi("scores", dt::FLOAT, &[1, 2, 3, 5])],
+        output: vec![vi("out", dt::FLOAT, &[1, 2, 3, 5])],
+        ..Default::default()
+    };
+    let mut flex = node(
+        "FlexAttention",
+        &["Q", "K", "V"],
+        &["Y"],
+        vec![AttributeProto {
+            name: "score_mod".into(),
+            r#type: attribute_type::GRAPH,
+            g: Some(score_mod.encode_to_vec()),
+            ..Default::default()
+        }],
+    );
+    flex.domain = "ai.onnx.preview".into();
+    let inputs = vec![
+        vi("Q", dt::FLOAT, &[1, 2, 3, 4]),
+        vi("K", dt::FLOAT, &[1, 1, 5, 4]),
+        vi("V", dt::FLOAT, &[1, 1, 5, 6]),
+        vi("bias", dt::FLOAT, &[3, 5]),
+    ];
+    let bytes = model(
+        vec![flex.clone()],
+        vec![],
+        inputs.clone(),
+        vec![vi("Y", dt::FLOAT, &[1, 2, 3, 6])],
+        26,
+    );
+    let c = ok(&bytes, &CompileOptions::default());
+    assert!(c.model.inputs().any(|(_, t)| t.name == "bias"));
+    let y = c.model.outputs().next().expect("Y").1;
+    assert_eq!(y.shape, [1, 2, 3, 6]);
+    flex.op_type = "SomethingElse".into();
+    let bytes = model(
+        vec![flex],
+        vec![],
+        inputs,
+        vec![vi("Y", dt::FLOAT, &[1, 2, 3, 6])],
+        26,
+    );
+    let msg = fails(&bytes, ErrorKind::UnsupportedOp, None);
+    assert!(msg.contains("domain 'ai.onnx.preview'"), "{msg}");
+}
