@@ -251,12 +251,10 @@ pub(crate) fn infer_range(c: &Ctx) -> Result<Vec<Out>> {
     let (Some(st), Some(li), Some(de)) = (c.konst(0), l, d) else {
         // The output's length depends on the values: every non-constant one is named.
         let mut needs = Vec::new();
-        for i in 0..3 {
-            if c.konst(i).is_none() {
-                for x in c.needs_known(i, "").needs_inputs {
-                    if !needs.contains(&x) {
-                        needs.push(x);
-                    }
+        for v in c.n.inputs.iter().take(3).flatten() {
+            for x in crate::graph::input_deps(c.g, *v) {
+                if !needs.contains(&x) {
+                    needs.push(x);
                 }
             }
         }
