@@ -330,6 +330,10 @@ pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
         "experimental operators outside the default domain",
     ),
     (
+        "Bernoulli, RandomUniform(Like), RandomNormal(Like), Multinomial",
+        "their output depends on a random generator (no reference output to match)",
+    ),
+    (
         "Dropout with `training_mode` = 1 and `ratio` > 0",
         "its output depends on a random generator (with ratio 0 it is supported)",
     ),
@@ -349,8 +353,44 @@ pub fn out_of_scope_reason(op: &str) -> Option<&'static str> {
             | "TfIdfVectorizer"
             | "LabelEncoder"
     );
+    let ml = matches!(
+        op,
+        "TreeEnsemble"
+            | "TreeEnsembleClassifier"
+            | "TreeEnsembleRegressor"
+            | "Binarizer"
+            | "ArrayFeatureExtractor"
+            | "LinearClassifier"
+            | "LinearRegressor"
+            | "Normalizer"
+            | "OneHotEncoder"
+            | "Scaler"
+            | "SVMClassifier"
+            | "SVMRegressor"
+            | "ZipMap"
+            | "Imputer"
+            | "CategoryMapper"
+            | "DictVectorizer"
+            | "FeatureVectorizer"
+    );
+    let training = matches!(op, "Adam" | "Adagrad" | "Momentum" | "Gradient");
+    let random = matches!(
+        op,
+        "Bernoulli"
+            | "RandomUniform"
+            | "RandomUniformLike"
+            | "RandomNormal"
+            | "RandomNormalLike"
+            | "Multinomial"
+    );
     if sequence {
         Some("out of scope: sequence and optional values are not tensors")
+    } else if ml {
+        Some("out of scope: a classical-ML operator of the ai.onnx.ml domain")
+    } else if training {
+        Some("out of scope: a training operator of the ai.onnx.preview.training domain")
+    } else if random {
+        Some("its output depends on a random generator: no reference output to match")
     } else if string {
         Some("out of scope: the device holds numeric tensors only")
     } else if op == "ImageDecoder" {
