@@ -5,7 +5,9 @@
 //! Each test prints one line — `PASS name`, `FAIL name: …` with the largest error, or
 //! `UNSUPPORTED name: reason` — and the run ends with `N passed, M failed, K unsupported`.
 //! When a model needs the values of some inputs at compile time (a Reshape shape, Slice
-//! starts, …) the runner specializes it with the data set's values and says so.
+//! starts, a Loop's trip count, Range bounds, …) the compiler's error names the graph inputs
+//! that value depends on (`CompileError::needs_inputs`); the runner binds exactly those to
+//! the data set's values, compiles again, and says so (`specialized a,b`).
 
 use crate::args::ConformanceArgs;
 use crate::session::{self, Res};
@@ -136,7 +138,10 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOption
         Err(e) => return Outcome::Unsupported(e.to_string()),
     };
     if let Some(op) = nrt_compiler::first_unsupported_op(&ops) {
-        return Outcome::Unsupported(format!("op {op} is not supported"));
+        let why = nrt_compiler::out_of_scope_reason(op)
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        return Outcome::Unsupported(format!("op {op} is not supported{why}"));
     }
     let (in_names, out_names) = match graph_inputs(&bytes) {
         Ok(x) => x,
@@ -185,49 +190,15 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOption
         for (n, t) in &named {
             opts.input_shapes.insert(n.clone(), t.shape.clone());
         }
-        let compiled = match nrt_compiler::compile(&bytes, Some(dir), &opts) {
-            Ok(c) => c,
-            Err(first) => {
-                // Specialize: bind the values of the inputs that are not floating point
-                // (shapes, indices, axes, pads, …) and try again; if that is not enough,
-                // bind every input but the first (Clip bounds, batch-norm statistics, Resize
-                // scales, …). The line says which inputs were bound.
-                let ints: Vec<&String> = named
-                    .iter()
-                    .filter(|(_, t)| !nrt_compiler::tensor::is_float(t.dtype))
-                    .map(|(n, _)| n)
-                    .collect();
-                let rest: Vec<&String> = named.iter().skip(1).map(|(n, _)| n).collect();
-                let mut last = first;
-                let mut compiled = None;
-                for which in [ints, rest] {
-                    if which.is_empty() {
-                        continue;
-                    }
-                    let mut spec = opts.clone();
-                    for (n, t) in &named {
-                        if which.contains(&n) {
-                            spec.input_values.insert(n.clone(), t.clone());
-                        }
-                    }
-                    match nrt_compiler::compile(&bytes, Some(dir), &spec) {
-                        Ok(c) => {
-                            let names: Vec<&str> = which.iter().map(|s| s.as_str()).collect();
-                            notes.push(format!("specialized {}", names.join(",")));
-                            compiled = Some(c);
-                            break;
-                        }
-                        Err(e) => last = e,
-                    }
+        let compiled = match specialize_and_compile(&bytes, dir, &opts, &named) {
+            Ok((c, bound)) => {
+                if !bound.is_empty() {
+                    notes.push(format!("specialized {}", bound.join(",")));
                 }
-                match compiled {
-                    Some(c) => c,
-                    None if last.kind.is_unsupported() => {
-                        return Outcome::Unsupported(last.to_string());
-                    }
-                    None => return Outcome::Fail(format!("compile: {last}")),
-                }
+                c
             }
+            Err(e) if e.kind.is_unsupported() => return Outcome::Unsupported(e.to_string()),
+            Err(e) => return Outcome::Fail(format!("compile: {e}")),
         };
         let m = match rt.load(&compiled.model.encode(), 0, &LoadOptions::default()) {
             Ok(m) => m,
@@ -281,6 +252,80 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOption
         notes.push(format!("max error / max |reference| {worst_rel:.2e}"));
     }
     Outcome::Pass(notes.join("; "))
+}
+
+/// Compiles the model; when that fails because a value must be known at compile time, binds
+/// the graph inputs the compiler says it depends on (`CompileError::needs_inputs`) to the
+/// data set's values and tries again, until it compiles or nothing new can be bound.
+/// Returns the model and the inputs bound, in the order they were.
+fn specialize_and_compile(
+    bytes: &[u8],
+    dir: &Path,
+    opts: &CompileOptions,
+    named: &[(String, HostTensor)],
+) -> Result<(nrt_compiler::Compiled, Vec<String>), nrt_compiler::CompileError> {
+    let mut spec = opts.clone();
+    let mut bound: Vec<String> = Vec::new();
+    loop {
+        let e = match nrt_compiler::compile(bytes, Some(dir), &spec) {
+            Ok(c) => return Ok((c, bound)),
+            Err(e) => e,
+        };
+        if e.needs_inputs.is_empty() {
+            return fallback(bytes, dir, &spec, named, bound, e);
+        }
+        let mut progress = false;
+        for want in &e.needs_inputs {
+            if bound.contains(want) {
+                continue;
+            }
+            if let Some((_, t)) = named.iter().find(|(n, _)| n == want) {
+                spec.input_values.insert(want.clone(), t.clone());
+                bound.push(want.clone());
+                progress = true;
+            }
+        }
+        if !progress {
+            return fallback(bytes, dir, &spec, named, bound, e);
+        }
+    }
+}
+
+/// The runner's older guesses, for failures the compiler does not tie to input values (an
+/// element type the device lacks, which folding the whole graph on the host avoids): bind
+/// every input that is not floating point (shapes, indices, axes, …), else every input but
+/// the first (Clip bounds, batch-norm statistics, …).
+fn fallback(
+    bytes: &[u8],
+    dir: &Path,
+    spec: &CompileOptions,
+    named: &[(String, HostTensor)],
+    bound: Vec<String>,
+    first: nrt_compiler::CompileError,
+) -> Result<(nrt_compiler::Compiled, Vec<String>), nrt_compiler::CompileError> {
+    let ints: Vec<&String> = named
+        .iter()
+        .filter(|(_, t)| !nrt_compiler::tensor::is_float(t.dtype))
+        .map(|(n, _)| n)
+        .collect();
+    let rest: Vec<&String> = named.iter().skip(1).map(|(n, _)| n).collect();
+    for which in [ints, rest] {
+        if which.iter().all(|n| bound.contains(n)) {
+            continue;
+        }
+        let mut s = spec.clone();
+        let mut b = bound.clone();
+        for (n, t) in named {
+            if which.contains(&n) && !b.contains(n) {
+                s.input_values.insert(n.clone(), t.clone());
+                b.push(n.clone());
+            }
+        }
+        if let Ok(c) = nrt_compiler::compile(bytes, Some(dir), &s) {
+            return Ok((c, b));
+        }
+    }
+    Err(first)
 }
 
 fn read_output(info: &TensorInfo, t: &nrt_runtime::Tensor) -> Res<HostTensor> {

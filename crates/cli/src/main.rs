@@ -199,7 +199,7 @@ fn run(a: &RunArgs) -> Res<()> {
             from_files.push(format!("{n}={f} {:?}", h.shape));
         }
     }
-    let p = session::prepare(path, &opts).map_err(|e| {
+    let with_shapes = |e: String| {
         if from_files.is_empty() {
             e
         } else {
@@ -208,7 +208,34 @@ fn run(a: &RunArgs) -> Res<()> {
                 from_files.join(", ")
             )
         }
-    })?;
+    };
+    // A model that needs some values at compile time (a Range's bounds, a Loop's trip
+    // count, a Reshape's shape computed from inputs) is specialized on the inputs the
+    // compiler names, when --input gave them.
+    let p = if path.ends_with(".onnx") {
+        let values = files
+            .iter()
+            .map(|(n, (_, h))| (n.clone(), h.clone()))
+            .collect();
+        let (c, bound) =
+            session::compile_specializing(path, &mut opts, &values).map_err(with_shapes)?;
+        if !bound.is_empty() {
+            eprintln!(
+                "specialized the model on the values of input(s) {}: the compiler needs them at compile time; \
+                 the compiled model takes the other inputs only",
+                bound.join(", ")
+            );
+            for n in &bound {
+                files.remove(n);
+            }
+        }
+        session::Prepared {
+            ncm: c.model.encode(),
+            report: Some(c.report),
+        }
+    } else {
+        session::prepare(path, &opts).map_err(with_shapes)?
+    };
     let (_dev, rt) = session::runtime(None)?;
     let m = session::load(&rt, &p.ncm, -1)?;
     let (ins, outs, all) = session::io_tensors(&rt, &m)?;

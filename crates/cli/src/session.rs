@@ -73,6 +73,38 @@ pub fn compile_with_progress(path: &str, opts: &CompileOptions) -> Res<nrt_compi
     c
 }
 
+/// Compiles an `.onnx` file; when that fails because a value must be known at compile time
+/// (`CompileError::needs_inputs`) and `values` holds every graph input it depends on, binds
+/// them (`input_values`) and compiles again. Returns the model and the inputs bound.
+pub fn compile_specializing(
+    path: &str,
+    opts: &mut CompileOptions,
+    values: &std::collections::HashMap<String, HostTensor>,
+) -> Res<(nrt_compiler::Compiled, Vec<String>)> {
+    let mut bound = Vec::new();
+    loop {
+        let bar = spinner(format!("compiling {path}"));
+        let r = nrt_compiler::compile_file(Path::new(path), opts);
+        bar.finish_and_clear();
+        let e = match r {
+            Ok(c) => return Ok((c, bound)),
+            Err(e) => e,
+        };
+        let new: Vec<&String> = e
+            .needs_inputs
+            .iter()
+            .filter(|n| !opts.input_values.contains_key(*n))
+            .collect();
+        if new.is_empty() || !new.iter().all(|n| values.contains_key(*n)) {
+            return Err(format!("{path}: {e}"));
+        }
+        for n in new {
+            opts.input_values.insert(n.clone(), values[n].clone());
+            bound.push(n.clone());
+        }
+    }
+}
+
 /// Compiles an `.onnx` file, or reads a compiled model.
 pub fn prepare(path: &str, opts: &CompileOptions) -> Res<Prepared> {
     if path.ends_with(".onnx") {

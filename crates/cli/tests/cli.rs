@@ -384,3 +384,82 @@ fn run_specializes_minus_one_dims_from_the_inputs_given() {
         "{out}"
     );
 }
+
+/// A model whose output shape depends on input values (Range): `nrt run` binds the inputs
+/// the compiler names to the values given with --input, says so on stderr, and feeds the
+/// compiled model only the other inputs; without those values the error names them.
+#[test]
+fn run_specializes_on_the_input_values_the_compiler_needs() {
+    use nrt_compiler::onnx::*;
+    let vi = |name: &str, dims: &[i64]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: data_type::FLOAT,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&v| Dimension {
+                            dim_value: Some(v),
+                            dim_param: None,
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+    };
+    let n = |op: &str, ins: &[&str], out: &str| NodeProto {
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: vec![out.into()],
+        name: out.into(),
+        op_type: op.into(),
+        ..Default::default()
+    };
+    let onnx = encode_model(&ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            name: "range".into(),
+            node: vec![n("Range", &["s", "l", "d"], "y"), n("Relu", &["x"], "z")],
+            input: vec![vi("s", &[]), vi("l", &[]), vi("d", &[]), vi("x", &[2])],
+            output: vec![vi("y", &[3]), vi("z", &[2])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let dir = scratch("cli-specialize");
+    let model = dir.join("range.onnx");
+    std::fs::write(&model, onnx).expect("write");
+    let err = fails(&["run", s(&model)]);
+    assert!(err.contains("graph input(s) s, l, d"), "{err}");
+    let mut args = vec!["run".to_string(), s(&model).to_string()];
+    for (name, v) in [("s", 1.0f32), ("l", 2.5), ("d", 0.5), ("x", -1.0)] {
+        let shape: &[usize] = if name == "x" { &[2] } else { &[] };
+        let f = dir.join(format!("{name}.npy"));
+        write_npy_f32(&f, shape, &vec![v; shape.iter().product()]);
+        args.extend(["--input".into(), format!("{name}={}", s(&f))]);
+    }
+    let args: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
+    let out = nrt(&args);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("specialized the model on the values of input(s) s, l, d"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("output 'y' [3]: [1.00000, 1.50000, 2.00000]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("output 'z' [2]: [0.00000, 0.00000]"),
+        "{stdout}"
+    );
+}

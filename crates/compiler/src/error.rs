@@ -76,6 +76,11 @@ pub struct CompileError {
     pub node: Option<NodeRef>,
     /// What was wrong.
     pub message: String,
+    /// When the problem is that a value must be known at compile time and is not: the
+    /// graph inputs it depends on (found by walking its producers back), in model order.
+    /// Giving their values (`CompileOptions::input_values`) specializes the model on them;
+    /// `nrt conformance` and `nrt run` do that when they hold the values. Empty otherwise.
+    pub needs_inputs: Vec<String>,
 }
 
 impl CompileError {
@@ -85,7 +90,15 @@ impl CompileError {
             kind,
             node: None,
             message: message.into(),
+            needs_inputs: Vec::new(),
         }
+    }
+
+    /// Records the graph inputs the value this error is about depends on
+    /// ([`CompileError::needs_inputs`]).
+    pub fn needing(mut self, inputs: Vec<String>) -> Self {
+        self.needs_inputs = inputs;
+        self
     }
 
     /// Attaches the node (keeps an already attached one).
@@ -106,7 +119,15 @@ impl fmt::Display for CompileError {
         if let Some(n) = &self.node {
             write!(f, "node '{}' ({}): ", n.name, n.op_type)?;
         }
-        f.write_str(&self.message)
+        f.write_str(&self.message)?;
+        if !self.needs_inputs.is_empty() {
+            write!(
+                f,
+                " (it depends on the graph input(s) {}: give their values, with input_values or `nrt run --input NAME=FILE`, to specialize the model on them)",
+                self.needs_inputs.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -431,7 +431,7 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
     for i in order {
         let n = &nodes[i];
         let name = node_name(i);
-        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+        if !domain_supported(&n.domain, &n.op_type) {
             return Err(CompileError::new(
                 ErrorKind::UnsupportedOp,
                 format!("operator domain '{}' is not supported", n.domain),
@@ -517,8 +517,38 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
     Ok(g)
 }
 
+/// The runtime graph inputs value `v` depends on, in model order: its producers walked
+/// back to the graph's inputs (what a caller must give with `input_values` for `v` to be
+/// known at compile time).
+pub(crate) fn input_deps(g: &Graph, v: ValueId) -> Vec<String> {
+    let mut producer: HashMap<ValueId, usize> = HashMap::new();
+    for (i, n) in g.nodes.iter().enumerate() {
+        for o in n.outputs.iter().flatten() {
+            producer.insert(*o, i);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![v];
+    let mut found = std::collections::HashSet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) || g.values[x].konst.is_some() {
+            continue;
+        }
+        if g.inputs.contains(&x) {
+            found.insert(x);
+        } else if let Some(&p) = producer.get(&x) {
+            stack.extend(g.nodes[p].inputs.iter().flatten().copied());
+        }
+    }
+    g.inputs
+        .iter()
+        .filter(|i| found.contains(i))
+        .map(|&i| g.values[i].name.clone())
+        .collect()
+}
+
 /// The subgraph attribute `name` of node `n`, decoded.
-fn subgraph(a: &AttributeProto) -> Result<GraphProto> {
+pub(crate) fn subgraph(a: &AttributeProto) -> Result<GraphProto> {
     use prost::Message;
     GraphProto::decode(a.g.as_deref().unwrap_or_default()).map_err(decode_error)
 }
@@ -547,7 +577,7 @@ fn free_names(gp: &GraphProto, out: &mut Vec<String>) -> Result<()> {
 }
 
 /// The outer names the subgraphs of node attributes `attrs` read, in a fixed order.
-fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
+pub(crate) fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
     let mut free = Vec::new();
     for a in attrs.iter().filter(|a| a.g.is_some()) {
         free_names(&subgraph(a)?, &mut free)?;
@@ -557,17 +587,26 @@ fn captured(attrs: &[AttributeProto]) -> Result<Vec<String>> {
 
 /// The operators whose subgraph attributes the compiler inlines.
 fn holds_subgraphs(op: &str) -> bool {
-    matches!(op, "If" | "Scan")
+    matches!(op, "If" | "Scan" | "Loop" | "FlexAttention")
+}
+
+/// Whether the compiler reads operators of domain `domain` as `op`: the default domain, and
+/// `FlexAttention` of `ai.onnx.preview` (opset 1).
+pub(crate) fn domain_supported(domain: &str, op: &str) -> bool {
+    domain.is_empty()
+        || domain == "ai.onnx"
+        || (domain == "ai.onnx.preview" && op == "FlexAttention")
 }
 
 /// Node `n` with, for an `If`, the outer values its branches read ([`captured`]) appended
-/// to its inputs after the condition; for a `Scan`, after its own inputs.
+/// to its inputs after the condition; for a `Scan`, a `Loop` or a `FlexAttention`, after its
+/// own inputs.
 fn with_captures(n: &NodeProto) -> Result<NodeProto> {
     let mut n = n.clone();
     if n.op_type == "If" {
         n.input.truncate(1);
         n.input.extend(captured(&n.attribute)?);
-    } else if n.op_type == "Scan" {
+    } else if matches!(n.op_type.as_str(), "Scan" | "Loop" | "FlexAttention") {
         n.input.extend(captured(&n.attribute)?);
     }
     Ok(n)
@@ -595,7 +634,7 @@ fn body_node(
         }
     );
     let err_here = |kind, msg: String| CompileError::new(kind, msg).at_node(&name, &bn.op_type);
-    if !(bn.domain.is_empty() || bn.domain == "ai.onnx") {
+    if !domain_supported(&bn.domain, &bn.op_type) {
         return Err(err_here(
             ErrorKind::UnsupportedOp,
             format!("operator domain '{}' is not supported", bn.domain),
@@ -629,6 +668,95 @@ fn body_node(
     }
     Ok((name, bn, inputs))
 }
+/// The nodes of subgraph `gp` (an If branch, a loop iteration, an attention modifier)
+/// inlined under `prefix`: its initializers become constants, its nodes read their inputs
+/// from `scope` (the body's inputs and the outer values it captures, bound by the caller)
+/// and write new values named `<prefix><name>`. Output `k` is written into `targets[k]`
+/// when that is `Some` (through an `Identity` when no body node produces it: an outer value
+/// or a body input passed through). Returns the nodes and each output's value.
+pub(crate) fn inline_body(
+    g: &mut Graph,
+    gp: &GraphProto,
+    prefix: &str,
+    mut scope: HashMap<String, ValueId>,
+    targets: &[Option<ValueId>],
+) -> Result<(Vec<Node>, Vec<ValueId>)> {
+    for t in &gp.initializer {
+        let h = HostTensor::from_proto(t, None)?;
+        let id = g.values.len();
+        g.values.push(Value {
+            name: format!("{prefix}{}", t.name),
+            dtype: h.dtype,
+            shape: h.shape.clone(),
+            konst: Some(Rc::new(h)),
+        });
+        scope.insert(t.name.clone(), id);
+    }
+    let out_index: HashMap<&str, usize> = gp
+        .output
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.name.as_str(), i))
+        .collect();
+    let target = |k: usize| targets.get(k).copied().flatten();
+    let mut new_nodes = Vec::new();
+    for (i, bn) in gp.node.iter().enumerate() {
+        let (name, bn, inputs) = body_node(bn, i, prefix, &scope)?;
+        let mut outputs = Vec::new();
+        for o in &bn.output {
+            if o.is_empty() {
+                outputs.push(None);
+                continue;
+            }
+            let id = match out_index.get(o.as_str()).and_then(|&k| target(k)) {
+                Some(id) => id,
+                None => {
+                    g.values.push(Value {
+                        name: format!("{prefix}{o}"),
+                        dtype: DType::F32,
+                        shape: Vec::new(),
+                        konst: None,
+                    });
+                    g.values.len() - 1
+                }
+            };
+            scope.insert(o.clone(), id);
+            outputs.push(Some(id));
+        }
+        new_nodes.push(Node {
+            name,
+            op: bn.op_type.clone(),
+            inputs,
+            outputs,
+            attrs: bn.attribute.clone(),
+        });
+    }
+    let mut results = Vec::with_capacity(gp.output.len());
+    for (k, o) in gp.output.iter().enumerate() {
+        let src = scope.get(&o.name).copied().ok_or_else(|| {
+            CompileError::new(
+                ErrorKind::DanglingEdge,
+                format!("body output '{}' is produced by nothing", o.name),
+            )
+        })?;
+        let Some(t) = target(k) else {
+            results.push(src);
+            continue;
+        };
+        if src != t {
+            new_nodes.push(Node {
+                name: format!("{prefix}{}#out{k}", o.name),
+                op: "Identity".into(),
+                inputs: vec![Some(src)],
+                outputs: vec![Some(t)],
+                attrs: Vec::new(),
+            });
+        }
+        results.push(t);
+    }
+    Ok((new_nodes, results))
+}
+
 /// Inlines the `If` node `ni`, whose condition is a compile-time constant, as the nodes of
 /// the branch it takes: the branch's values are renamed `<If name>/<name>`, its outputs
 /// become the `If`'s outputs, and the values it reads from outside resolve in the
@@ -651,7 +779,8 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
                 "condition '{}' is computed at run time: only an If whose condition is known at compile time (a constant, a folded shape comparison, an input given with input_values) is supported; it is folded to its branch",
                 cv.name
             ),
-        ));
+        )
+        .needing(input_deps(g, cond)));
     };
     if k.len() != 1 {
         return Err(bad(
@@ -694,109 +823,65 @@ pub(crate) fn inline_if(g: &mut Graph, ni: usize) -> Result<()> {
         }
     }
     let prefix = format!("{}/", n.name);
-    for t in &gp.initializer {
-        let h = HostTensor::from_proto(t, None).map_err(|e| e.at_node(&n.name, &n.op))?;
-        let id = g.values.len();
-        g.values.push(Value {
-            name: format!("{prefix}{}", t.name),
-            dtype: h.dtype,
-            shape: h.shape.clone(),
-            konst: Some(Rc::new(h)),
-        });
-        scope.insert(t.name.clone(), id);
-    }
-    let out_index: HashMap<&str, usize> = gp
-        .output
-        .iter()
-        .enumerate()
-        .map(|(i, o)| (o.name.as_str(), i))
-        .collect();
-    let mut new_nodes = Vec::new();
-    for (i, bn) in gp.node.iter().enumerate() {
-        let (name, bn, inputs) = body_node(bn, i, &prefix, &scope)?;
-        let mut outputs = Vec::new();
-        for o in &bn.output {
-            if o.is_empty() {
-                outputs.push(None);
-                continue;
-            }
-            let id = match out_index.get(o.as_str()).and_then(|&k| n.outputs[k]) {
-                Some(id) => id,
-                None => {
-                    let id = g.values.len();
-                    g.values.push(Value {
-                        name: format!("{prefix}{o}"),
-                        dtype: DType::F32,
-                        shape: Vec::new(),
-                        konst: None,
-                    });
-                    id
-                }
-            };
-            scope.insert(o.clone(), id);
-            outputs.push(Some(id));
-        }
-        // A nested If's captured names resolved in this scope (its inputs after the
-        // condition).
-        let attrs = bn.attribute.clone();
-        new_nodes.push(Node {
-            name,
-            op: bn.op_type.clone(),
-            inputs,
-            outputs,
-            attrs,
-        });
-    }
-    // Branch outputs that no branch node produces (an outer value or a constant) pass
-    // through an Identity.
-    for (k, o) in gp.output.iter().enumerate() {
-        let Some(target) = n.outputs[k] else { continue };
-        let produced = new_nodes
-            .iter()
-            .any(|bn| bn.outputs.contains(&Some(target)));
-        if !produced {
-            let src = scope.get(&o.name).copied().ok_or_else(|| {
-                bad(
-                    ErrorKind::DanglingEdge,
-                    format!("{branch} output '{}' is produced by nothing", o.name),
-                )
-            })?;
-            new_nodes.push(Node {
-                name: format!("{prefix}{}", o.name),
-                op: "Identity".into(),
-                inputs: vec![Some(src)],
-                outputs: vec![Some(target)],
-                attrs: Vec::new(),
-            });
-        }
-    }
+    let (new_nodes, _) =
+        inline_body(g, &gp, &prefix, scope, &n.outputs).map_err(|e| e.at_node(&n.name, &n.op))?;
     g.nodes.splice(ni..=ni, new_nodes);
     Ok(())
 }
 
-/// Longest Scan unrolled.
+/// Longest Scan unrolled (steps, times the batch of an opset-8 Scan).
 const MAX_SCAN_STEPS: usize = 4096;
 
-/// Inlines the `Scan` node `ni` (opset 9+) as its body's nodes once per step of its
-/// (inferred, so compile-time) sequence: step `t` reads element `t` of each scan input
-/// along its axis (`Gather` of a constant index; from the end for a reverse direction) and
-/// the state the previous step produced; the final states are the Scan's state outputs
-/// and each scan output is the steps' values stacked along its axis (`Unsqueeze` +
-/// `Concat`, reversed for a reverse direction). Body values are renamed
-/// `<Scan name>/<t>/<name>`; the outer values the body reads are the node's inputs after
-/// its own.
-pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
-    let n = g.nodes[ni].clone();
-    let bad = |kind, msg: String| n.error(kind, msg);
-    if g.opset < 9 {
-        return Err(bad(
-            ErrorKind::UnsupportedOp,
+/// Most nodes a graph may hold after unrolling a Scan or Loop (nested bodies multiply:
+/// a hostile model must not turn into millions of node copies).
+const MAX_GRAPH_NODES: usize = 1 << 18;
+
+/// The error when unrolling `copies` copies of a body of `body` nodes would pass
+/// [`MAX_GRAPH_NODES`].
+fn check_unrolled_size(g: &Graph, n: &Node, copies: usize, body: usize) -> Result<()> {
+    let total = copies
+        .checked_mul(body)
+        .and_then(|x| x.checked_add(g.nodes.len()));
+    if total.is_none_or(|t| t > MAX_GRAPH_NODES) {
+        return Err(n.error(
+            ErrorKind::TooLarge,
             format!(
-                "Scan of opset {} (its batched form before opset 9)",
-                g.opset
+                "unrolling {copies} copies of a body of {body} nodes into a graph of {} would pass {MAX_GRAPH_NODES} nodes",
+                g.nodes.len()
             ),
         ));
     }
+    Ok(())
+}
+
+/// What one unrolled scan needs: the body, its state and scan inputs, and how its outputs
+/// are stacked.
+struct ScanRun<'a> {
+    gp: &'a GraphProto,
+    /// Number of states.
+    ns: usize,
+    /// Per scan input: the value, its sequence axis, whether it is read from the end.
+    scan_in: Vec<(ValueId, usize, bool)>,
+    steps: usize,
+    outer: &'a HashMap<String, ValueId>,
+    out_axes: &'a [i64],
+    out_dirs: &'a [i64],
+}
+
+/// Inlines the `Scan` node `ni` as its body's nodes once per step of its (inferred, so
+/// compile-time) sequence: step `t` reads element `t` of each scan input along its axis
+/// (`Gather` of a constant index; from the end for a reverse direction) and the state the
+/// previous step produced; the final states are the Scan's state outputs and each scan
+/// output is the steps' values stacked along its axis (`Unsqueeze` + `Concat`, reversed for
+/// a reverse direction). Body values are renamed `<Scan name>/<t>/<name>`; the outer values
+/// the body reads are the node's inputs after its own. The batched form of opset 8 (a
+/// leading batch axis on states and scan inputs, an optional `sequence_lens` first input)
+/// is unrolled per batch entry the same way (`<Scan name>/b<b>/<t>/<name>`), the entries'
+/// results stacked along axis 0.
+pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let bad = |kind, msg: String| n.error(kind, msg);
+    let v8 = g.opset < 9;
     let a = n
         .attrs
         .iter()
@@ -814,7 +899,9 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             "fewer body outputs than states".into(),
         )
     })?;
-    if n.inputs.len() < ns + m || n.outputs.len() > ns + k_out {
+    // Opset 8: `sequence_lens` comes first.
+    let first = usize::from(v8);
+    if n.inputs.len() < first + ns + m || n.outputs.len() > ns + k_out {
         return Err(bad(
             ErrorKind::ShapeMismatch,
             format!(
@@ -833,14 +920,27 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             Some(v) => Err(bad(ErrorKind::BadAttribute, format!("{name} {v:?}"))),
         }
     };
-    let in_axes = ints("scan_input_axes", m)?;
-    let in_dirs = ints("scan_input_directions", m)?;
-    let out_axes = ints("scan_output_axes", k_out)?;
-    let out_dirs = ints("scan_output_directions", k_out)?;
+    let (in_axes, in_dirs, out_axes, out_dirs) = if v8 {
+        // Opset 8: the sequence axis is 1 of the batched inputs, 0 of a batch entry.
+        (
+            vec![1; m],
+            ints("directions", m)?,
+            vec![0; k_out],
+            vec![0; k_out],
+        )
+    } else {
+        (
+            ints("scan_input_axes", m)?,
+            ints("scan_input_directions", m)?,
+            ints("scan_output_axes", k_out)?,
+            ints("scan_output_directions", k_out)?,
+        )
+    };
     let mut scan_in = Vec::new();
     let mut steps = None;
+    let mut batch = None;
     for j in 0..m {
-        let v = n.inputs[ns + j].ok_or_else(|| {
+        let v = n.inputs[first + ns + j].ok_or_else(|| {
             bad(
                 ErrorKind::ShapeMismatch,
                 format!("scan input {j} is missing"),
@@ -852,133 +952,226 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
         if ax < -r || ax >= r {
             return Err(bad(
                 ErrorKind::BadAttribute,
-                format!("scan_input_axes {in_axes:?}"),
+                format!("scan_input_axes {in_axes:?} for an input of rank {r}"),
             ));
         }
         let ax = if ax < 0 { ax + r } else { ax } as usize;
         let len = shape[ax];
-        if steps.is_some_and(|s| s != len) {
+        if steps.is_some_and(|s| s != len) || (v8 && batch.is_some_and(|b| b != shape[0])) {
             return Err(bad(
                 ErrorKind::ShapeMismatch,
                 "scan inputs of different lengths".into(),
             ));
         }
         steps = Some(len);
-        scan_in.push((v, ax, in_dirs[j] != 0));
+        batch = Some(shape[0]);
+        // A batch entry's sequence axis is one less.
+        scan_in.push((v, if v8 { ax - 1 } else { ax }, in_dirs[j] != 0));
     }
     let steps = steps.unwrap_or(0);
-    if steps == 0 || steps > MAX_SCAN_STEPS {
+    let batch = if v8 { batch.unwrap_or(0) } else { 1 };
+    if steps == 0 || batch == 0 || steps.saturating_mul(batch) > MAX_SCAN_STEPS {
         return Err(bad(
             ErrorKind::UnsupportedOp,
-            format!("a Scan of {steps} steps (1 to {MAX_SCAN_STEPS} are unrolled)"),
+            format!(
+                "a Scan of {steps} steps × {batch} batch entries (1 to {MAX_SCAN_STEPS} in all are unrolled)"
+            ),
         ));
     }
+    if v8 && let Some(lens) = n.inputs[0] {
+        match g.values[lens].konst.as_deref() {
+            Some(t) if t.to_i64s().iter().all(|&l| l == steps as i64) => {}
+            Some(t) => {
+                return Err(bad(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "sequence_lens {:?} shorter than the sequence ({steps}): only full sequences are unrolled",
+                        t.to_i64s()
+                    ),
+                ));
+            }
+            None => {
+                return Err(bad(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "sequence_lens '{}' must be known at compile time (and equal the sequence length {steps})",
+                        g.values[lens].name
+                    ),
+                )
+                .needing(input_deps(g, lens)));
+            }
+        }
+    }
+    check_unrolled_size(g, &n, steps * batch, gp.node.len() + m + 2)?;
     let outer: HashMap<String, ValueId> = captured(&n.attrs)?
         .into_iter()
-        .zip(n.inputs.iter().skip(ns + m))
+        .zip(n.inputs.iter().skip(first + ns + m))
         .filter_map(|(name, id)| id.map(|id| (name, id)))
         .collect();
-    let opset = g.opset;
-    let mut states: Vec<ValueId> = (0..ns)
+    let states: Vec<ValueId> = (0..ns)
         .map(|i| {
-            n.inputs[i]
+            n.inputs[first + i]
                 .ok_or_else(|| bad(ErrorKind::ShapeMismatch, format!("state {i} is missing")))
         })
         .collect::<Result<_>>()?;
+    let mut run = ScanRun {
+        gp: &gp,
+        ns,
+        scan_in,
+        steps,
+        outer: &outer,
+        out_axes: &out_axes,
+        out_dirs: &out_dirs,
+    };
+    let targets: Vec<Option<ValueId>> = (0..ns + k_out)
+        .map(|k| n.outputs.get(k).copied().flatten())
+        .collect();
+    let mut new_nodes = Vec::new();
+    if !v8 {
+        scan_steps(
+            g,
+            &n,
+            &run,
+            states,
+            &format!("{}/", n.name),
+            &targets,
+            &mut new_nodes,
+        )?;
+    } else {
+        // Per batch entry `b`: its states and scan inputs (`Gather` of index `b` on axis
+        // 0), one scan, its outputs stacked over the entries along axis 0.
+        let batched: Vec<(ValueId, usize, bool)> = run.scan_in.clone();
+        let mut per_entry: Vec<Vec<ValueId>> = vec![Vec::new(); ns + k_out];
+        for b in 0..batch {
+            let prefix = format!("{}/b{b}/", n.name);
+            let mut pick = |g: &mut Graph, v: ValueId, tag: String| {
+                let idx = new_konst_i64(g, format!("{prefix}#entry{tag}"), vec![], vec![b as i64]);
+                let o = new_value(g, format!("{prefix}#{tag}"));
+                new_nodes.push(gather_node(format!("{prefix}#pick{tag}"), v, idx, 0, o));
+                o
+            };
+            let entry_states: Vec<ValueId> = states
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| pick(g, s, format!("state{i}")))
+                .collect();
+            run.scan_in = batched
+                .iter()
+                .enumerate()
+                .map(|(j, &(v, ax, rev))| (pick(g, v, format!("input{j}")), ax, rev))
+                .collect();
+            let entry_targets: Vec<Option<ValueId>> = targets
+                .iter()
+                .enumerate()
+                .map(|(k, t)| t.map(|_| new_value(g, format!("{prefix}#out{k}"))))
+                .collect();
+            scan_steps(
+                g,
+                &n,
+                &run,
+                entry_states,
+                &prefix,
+                &entry_targets,
+                &mut new_nodes,
+            )?;
+            for (k, t) in entry_targets.iter().enumerate() {
+                if let Some(t) = t {
+                    per_entry[k].push(*t);
+                }
+            }
+        }
+        let prefix = format!("{}/", n.name);
+        for (k, t) in targets.iter().enumerate() {
+            if let Some(t) = t {
+                stack_along_0(
+                    g,
+                    &prefix,
+                    &format!("batch{k}"),
+                    &per_entry[k],
+                    *t,
+                    &mut new_nodes,
+                );
+            }
+        }
+    }
+    g.nodes.splice(ni..=ni, new_nodes);
+    Ok(())
+}
+
+fn new_value(g: &mut Graph, name: String) -> ValueId {
+    g.values.push(Value {
+        name,
+        dtype: DType::F32,
+        shape: Vec::new(),
+        konst: None,
+    });
+    g.values.len() - 1
+}
+
+fn new_konst_i64(g: &mut Graph, name: String, shape: Vec<usize>, v: Vec<i64>) -> ValueId {
+    g.values.push(Value {
+        name,
+        dtype: DType::I64,
+        shape: shape.clone(),
+        konst: Some(Rc::new(HostTensor::ints(DType::I64, shape, v))),
+    });
+    g.values.len() - 1
+}
+
+fn gather_node(name: String, data: ValueId, index: ValueId, axis: usize, out: ValueId) -> Node {
+    Node {
+        name,
+        op: "Gather".into(),
+        inputs: vec![Some(data), Some(index)],
+        outputs: vec![Some(out)],
+        attrs: vec![AttributeProto {
+            name: "axis".into(),
+            r#type: at::INT,
+            i: axis as i64,
+            ..Default::default()
+        }],
+    }
+}
+
+/// The nodes of one unrolled scan (see [`inline_scan`]) from `states`, named under
+/// `prefix`; the final states and the stacked scan outputs are written into `targets`
+/// (`None`: not needed).
+fn scan_steps(
+    g: &mut Graph,
+    n: &Node,
+    run: &ScanRun,
+    mut states: Vec<ValueId>,
+    prefix: &str,
+    targets: &[Option<ValueId>],
+    new_nodes: &mut Vec<Node>,
+) -> Result<()> {
+    let (gp, ns, steps) = (run.gp, run.ns, run.steps);
+    let k_out = gp.output.len() - ns;
     let mut collected: Vec<Vec<ValueId>> = vec![Vec::new(); k_out];
-    let mut new_nodes: Vec<Node> = Vec::new();
-    let new_value = |g: &mut Graph, name: String| {
-        g.values.push(Value {
-            name,
-            dtype: DType::F32,
-            shape: Vec::new(),
-            konst: None,
-        });
-        g.values.len() - 1
-    };
-    let konst_i64 = |g: &mut Graph, name: String, shape: Vec<usize>, v: Vec<i64>| {
-        g.values.push(Value {
-            name,
-            dtype: DType::I64,
-            shape: shape.clone(),
-            konst: Some(Rc::new(HostTensor::ints(DType::I64, shape, v))),
-        });
-        g.values.len() - 1
-    };
     for t in 0..steps {
-        let prefix = format!("{}/{t}/", n.name);
-        let mut scope = outer.clone();
+        let step = format!("{prefix}{t}/");
+        let mut scope = run.outer.clone();
         for (i, inp) in gp.input.iter().enumerate().take(ns) {
             scope.insert(inp.name.clone(), states[i]);
         }
-        for (j, &(v, ax, rev)) in scan_in.iter().enumerate() {
+        for (j, &(v, ax, rev)) in run.scan_in.iter().enumerate() {
             let idx = if rev { steps - 1 - t } else { t };
-            let iv = konst_i64(g, format!("{prefix}#index{j}"), vec![], vec![idx as i64]);
-            let o = new_value(g, format!("{prefix}{}", gp.input[ns + j].name));
-            new_nodes.push(Node {
-                name: format!("{prefix}#slice{j}"),
-                op: "Gather".into(),
-                inputs: vec![Some(v), Some(iv)],
-                outputs: vec![Some(o)],
-                attrs: vec![AttributeProto {
-                    name: "axis".into(),
-                    r#type: crate::onnx::attribute_type::INT,
-                    i: ax as i64,
-                    ..Default::default()
-                }],
-            });
+            let iv = new_konst_i64(g, format!("{step}#index{j}"), vec![], vec![idx as i64]);
+            let o = new_value(g, format!("{step}{}", gp.input[ns + j].name));
+            new_nodes.push(gather_node(format!("{step}#slice{j}"), v, iv, ax, o));
             scope.insert(gp.input[ns + j].name.clone(), o);
         }
-        for tns in &gp.initializer {
-            let h = HostTensor::from_proto(tns, None).map_err(|e| e.at_node(&n.name, &n.op))?;
-            let id = g.values.len();
-            g.values.push(Value {
-                name: format!("{prefix}{}", tns.name),
-                dtype: h.dtype,
-                shape: h.shape.clone(),
-                konst: Some(Rc::new(h)),
-            });
-            scope.insert(tns.name.clone(), id);
-        }
-        for (i, bn) in gp.node.iter().enumerate() {
-            let (name, bn, inputs) = body_node(bn, i, &prefix, &scope)?;
-            let mut outputs = Vec::new();
-            for o in &bn.output {
-                if o.is_empty() {
-                    outputs.push(None);
-                    continue;
-                }
-                let id = new_value(g, format!("{prefix}{o}"));
-                scope.insert(o.clone(), id);
-                outputs.push(Some(id));
-            }
-            new_nodes.push(Node {
-                name,
-                op: bn.op_type.clone(),
-                inputs,
-                outputs,
-                attrs: bn.attribute.clone(),
-            });
-        }
-        let find = |name: &str| {
-            scope.get(name).copied().ok_or_else(|| {
-                bad(
-                    ErrorKind::DanglingEdge,
-                    format!("body output '{name}' is produced by nothing"),
-                )
-            })
-        };
-        for (i, st) in states.iter_mut().enumerate() {
-            *st = find(&gp.output[i].name)?;
-        }
+        let (nodes, outs) =
+            inline_body(g, gp, &step, scope, &[]).map_err(|e| e.at_node(&n.name, &n.op))?;
+        new_nodes.extend(nodes);
+        states.copy_from_slice(&outs[..ns]);
         for (k, c) in collected.iter_mut().enumerate() {
-            c.push(find(&gp.output[ns + k].name)?);
+            c.push(outs[ns + k]);
         }
     }
-    let prefix = format!("{}/", n.name);
     // Final states, through an Identity into the Scan's outputs.
     for (i, &st) in states.iter().enumerate() {
-        if let Some(Some(o)) = n.outputs.get(i).copied() {
+        if let Some(Some(o)) = targets.get(i).copied() {
             new_nodes.push(Node {
                 name: format!("{prefix}#state{i}"),
                 op: "Identity".into(),
@@ -989,22 +1182,22 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
         }
     }
     for (k, vals) in collected.into_iter().enumerate() {
-        let Some(Some(o)) = n.outputs.get(ns + k).copied() else {
+        let Some(Some(o)) = targets.get(ns + k).copied() else {
             continue;
         };
-        let ax = out_axes[k];
+        let ax = run.out_axes[k];
         let mut parts = Vec::new();
         for (t, v) in vals.into_iter().enumerate() {
             let u = new_value(g, format!("{prefix}#stack{k}_{t}"));
-            let (inputs, attrs) = if opset >= 13 {
-                let a = konst_i64(g, format!("{prefix}#axes{k}_{t}"), vec![1], vec![ax]);
+            let (inputs, attrs) = if g.opset >= 13 {
+                let a = new_konst_i64(g, format!("{prefix}#axes{k}_{t}"), vec![1], vec![ax]);
                 (vec![Some(v), Some(a)], Vec::new())
             } else {
                 (
                     vec![Some(v)],
                     vec![AttributeProto {
                         name: "axes".into(),
-                        r#type: crate::onnx::attribute_type::INTS,
+                        r#type: at::INTS,
                         ints: vec![ax],
                         ..Default::default()
                     }],
@@ -1019,7 +1212,7 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             });
             parts.push(Some(u));
         }
-        if out_dirs[k] != 0 {
+        if run.out_dirs[k] != 0 {
             parts.reverse();
         }
         new_nodes.push(Node {
@@ -1029,14 +1222,254 @@ pub(crate) fn inline_scan(g: &mut Graph, ni: usize) -> Result<()> {
             outputs: vec![Some(o)],
             attrs: vec![AttributeProto {
                 name: "axis".into(),
-                r#type: crate::onnx::attribute_type::INT,
+                r#type: at::INT,
                 i: ax,
                 ..Default::default()
             }],
         });
     }
-    g.nodes.splice(ni..=ni, new_nodes);
     Ok(())
+}
+
+/// Longest Loop unrolled.
+const MAX_LOOP_ITERATIONS: u64 = 4096;
+
+/// The nodes stacking `parts` (one value per step) along a new leading axis into `out`
+/// (`Unsqueeze` each, then `Concat`), named under `prefix` with `tag`.
+fn stack_along_0(
+    g: &mut Graph,
+    prefix: &str,
+    tag: &str,
+    parts: &[ValueId],
+    out: ValueId,
+    nodes: &mut Vec<Node>,
+) {
+    let mut stacked = Vec::with_capacity(parts.len());
+    for (t, &v) in parts.iter().enumerate() {
+        g.values.push(Value {
+            name: format!("{prefix}#stack{tag}_{t}"),
+            dtype: DType::F32,
+            shape: Vec::new(),
+            konst: None,
+        });
+        let u = g.values.len() - 1;
+        let (inputs, attrs) = if g.opset >= 13 {
+            g.values.push(Value {
+                name: format!("{prefix}#axes{tag}_{t}"),
+                dtype: DType::I64,
+                shape: vec![1],
+                konst: Some(Rc::new(HostTensor::ints(DType::I64, vec![1], vec![0]))),
+            });
+            (vec![Some(v), Some(g.values.len() - 1)], Vec::new())
+        } else {
+            (
+                vec![Some(v)],
+                vec![AttributeProto {
+                    name: "axes".into(),
+                    r#type: at::INTS,
+                    ints: vec![0],
+                    ..Default::default()
+                }],
+            )
+        };
+        nodes.push(Node {
+            name: format!("{prefix}#unsqueeze{tag}_{t}"),
+            op: "Unsqueeze".into(),
+            inputs,
+            outputs: vec![Some(u)],
+            attrs,
+        });
+        stacked.push(Some(u));
+    }
+    nodes.push(Node {
+        name: format!("{prefix}#concat{tag}"),
+        op: "Concat".into(),
+        inputs: stacked,
+        outputs: vec![Some(out)],
+        attrs: vec![AttributeProto {
+            name: "axis".into(),
+            r#type: at::INT,
+            i: 0,
+            ..Default::default()
+        }],
+    });
+}
+
+/// Unrolls the `Loop` node `ni`, whose trip count `M` and condition must be known at
+/// compile time: the node is replaced by its body's nodes once per iteration (values
+/// renamed `<Loop name>/<i>/<name>`), iteration `i` reading the constant iteration number
+/// `i`, the condition, the loop-carried values the previous iteration produced and the
+/// outer values the body captures (the node's inputs after its own). Each iteration is
+/// inferred ([`crate::infer::infer_span`]) before the next is decided, so a condition the
+/// body computes is known by then (or the error names it). The final loop-carried values
+/// are the Loop's first outputs (through `Identity`), each scan output the iterations'
+/// values stacked along a new axis 0. Returns the index of the first node not yet
+/// inferred (the nodes writing the Loop's outputs).
+pub(crate) fn inline_loop(g: &mut Graph, ni: usize) -> Result<usize> {
+    let n = g.nodes[ni].clone();
+    let bad = |kind, msg: String| n.error(kind, msg);
+    let a = n
+        .attrs
+        .iter()
+        .find(|a| a.name == "body" && a.g.is_some())
+        .ok_or_else(|| bad(ErrorKind::BadAttribute, "no body subgraph".into()))?;
+    let gp = subgraph(a).map_err(|e| e.at_node(&n.name, &n.op))?;
+    let nc = gp.input.len().checked_sub(2).ok_or_else(|| {
+        bad(
+            ErrorKind::BadAttribute,
+            format!(
+                "the body has {} inputs (iteration number, condition, loop-carried values…)",
+                gp.input.len()
+            ),
+        )
+    })?;
+    let k_out = gp.output.len().checked_sub(1 + nc).ok_or_else(|| {
+        bad(
+            ErrorKind::BadAttribute,
+            format!(
+                "the body has {} outputs for {nc} loop-carried values (condition, values, scan outputs…)",
+                gp.output.len()
+            ),
+        )
+    })?;
+    if n.inputs.len() < 2 + nc || n.outputs.len() > nc + k_out {
+        return Err(bad(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "{} inputs and {} outputs for a body of {} inputs and {} outputs",
+                n.inputs.len(),
+                n.outputs.len(),
+                gp.input.len(),
+                gp.output.len()
+            ),
+        ));
+    }
+    let input = |k: usize| n.inputs.get(k).copied().flatten();
+    // One compile-time scalar of input `k` (the trip count, the condition), or the error
+    // naming it and the graph inputs it depends on.
+    let scalar = |g: &Graph, v: ValueId, what: &str| -> Result<i64> {
+        let val = &g.values[v];
+        match val.konst.as_deref() {
+            Some(t) if t.len() == 1 => Ok(t.to_i64s()[0]),
+            Some(t) => Err(bad(
+                ErrorKind::ShapeMismatch,
+                format!("{what} '{}' has {} elements (one expected)", val.name, t.len()),
+            )),
+            None => Err(bad(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "{what} '{}' is computed at run time: only a Loop whose trip count and condition are known at compile time (constants, folded shapes, inputs given with input_values) is supported; it is unrolled",
+                    val.name
+                ),
+            )
+            .needing(input_deps(g, v))),
+        }
+    };
+    let trip = match input(0) {
+        Some(m) => Some(scalar(g, m, "trip count")?.max(0) as u64),
+        None => None,
+    };
+    let mut cond = match input(1) {
+        Some(c) => Some(scalar(g, c, "condition")? != 0),
+        None => None,
+    };
+    if trip.is_none() && cond.is_none() {
+        return Err(bad(
+            ErrorKind::UnsupportedOp,
+            "a Loop with neither a trip count nor a condition never ends".into(),
+        ));
+    }
+    let outer: HashMap<String, ValueId> = captured(&n.attrs)?
+        .into_iter()
+        .zip(n.inputs.iter().skip(2 + nc))
+        .filter_map(|(name, id)| id.map(|id| (name, id)))
+        .collect();
+    let mut states: Vec<ValueId> = (0..nc)
+        .map(|i| {
+            input(2 + i).ok_or_else(|| {
+                bad(
+                    ErrorKind::ShapeMismatch,
+                    format!("loop-carried value {i} is missing"),
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    let mut scans: Vec<Vec<ValueId>> = vec![Vec::new(); k_out];
+    g.nodes.remove(ni);
+    let tail = g.nodes.len() - ni;
+    let mut pos = ni;
+    let mut i = 0u64;
+    while trip.is_none_or(|m| i < m) && cond != Some(false) {
+        if i >= MAX_LOOP_ITERATIONS {
+            return Err(bad(
+                ErrorKind::UnsupportedOp,
+                format!("a Loop of more than {MAX_LOOP_ITERATIONS} iterations (they are unrolled)"),
+            ));
+        }
+        check_unrolled_size(g, &n, 1, gp.node.len())?;
+        let prefix = format!("{}/{i}/", n.name);
+        let mut scope = outer.clone();
+        for (k, t) in [
+            HostTensor::ints(DType::I64, vec![], vec![i as i64]),
+            HostTensor::ints(DType::Bool, vec![], vec![1]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            g.values.push(Value {
+                name: format!("{prefix}{}", gp.input[k].name),
+                dtype: t.dtype,
+                shape: Vec::new(),
+                konst: Some(Rc::new(t)),
+            });
+            scope.insert(gp.input[k].name.clone(), g.values.len() - 1);
+        }
+        for (j, &st) in states.iter().enumerate() {
+            scope.insert(gp.input[2 + j].name.clone(), st);
+        }
+        let (nodes, outs) =
+            inline_body(g, &gp, &prefix, scope, &[]).map_err(|e| e.at_node(&n.name, &n.op))?;
+        g.nodes.splice(pos..pos, nodes);
+        crate::infer::infer_span(g, pos, tail)?;
+        pos = g.nodes.len() - tail;
+        if cond.is_some() {
+            cond = Some(scalar(g, outs[0], "the condition the body computes")? != 0);
+        }
+        states.copy_from_slice(&outs[1..1 + nc]);
+        for (k, s) in scans.iter_mut().enumerate() {
+            s.push(outs[1 + nc + k]);
+        }
+        i += 1;
+    }
+    let prefix = format!("{}/", n.name);
+    let mut fin = Vec::new();
+    for (k, &st) in states.iter().enumerate() {
+        if let Some(Some(o)) = n.outputs.get(k).copied() {
+            fin.push(Node {
+                name: format!("{prefix}#final{k}"),
+                op: "Identity".into(),
+                inputs: vec![Some(st)],
+                outputs: vec![Some(o)],
+                attrs: Vec::new(),
+            });
+        }
+    }
+    for (k, parts) in scans.iter().enumerate() {
+        let Some(Some(o)) = n.outputs.get(nc + k).copied() else {
+            continue;
+        };
+        if parts.is_empty() {
+            return Err(bad(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "scan output {k} of a Loop that runs no iteration (an empty tensor of unknown shape)"
+                ),
+            ));
+        }
+        stack_along_0(g, &prefix, &k.to_string(), parts, o, &mut fin);
+    }
+    g.nodes.splice(pos..pos, fin);
+    Ok(pos)
 }
 
 /// A declared output: name, ONNX element type, dims (`None` where symbolic).

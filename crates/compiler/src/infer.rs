@@ -20,11 +20,17 @@ use std::rc::Rc;
 
 /// Infers every value's type and shape and folds what can be computed at compile time.
 pub fn infer(g: &mut Graph) -> Result<()> {
+    infer_span(g, 0, 0)
+}
+
+/// Infers the nodes from `ni` up to the last `tail` nodes (which stay as they are; nodes
+/// inserted before them by inlining and expansion are inferred too). A `Loop` infers each
+/// unrolled iteration this way before it decides whether another one runs.
+pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()> {
     // A node widened from a half type: its index after the inserted casts, and the type
     // its f32 outputs go back to (see `crate::widen`).
     let mut widened: Option<(usize, DType)> = None;
-    let mut ni = 0;
-    while ni < g.nodes.len() {
+    while ni + tail < g.nodes.len() {
         // An If with a compile-time condition becomes its branch's nodes, inferred next.
         if g.nodes[ni].op == "If" {
             crate::graph::inline_if(g, ni)?;
@@ -35,15 +41,25 @@ pub fn infer(g: &mut Graph) -> Result<()> {
             crate::graph::inline_scan(g, ni)?;
             continue;
         }
+        // A Loop becomes its body's nodes once per iteration, each inferred before the
+        // next is decided (its trip count and condition must be known); inference goes on
+        // from the nodes that write its outputs.
+        if g.nodes[ni].op == "Loop" {
+            ni = crate::graph::inline_loop(g, ni)?;
+            continue;
+        }
         let Some(def) = ops::get(&g.nodes[ni].op) else {
             let c = Ctx { g, n: &g.nodes[ni] };
+            let why = ops::out_of_scope_reason(&c.n.op)
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default();
             return Err(c.e(
                 ErrorKind::UnsupportedOp,
-                format!("operator '{}' is not supported", c.n.op),
+                format!("operator '{}' is not supported{why}", c.n.op),
             ));
         };
         if let Some(expand) = def.expand
-            && def.expand_when.is_none_or(|w| w(&g.nodes[ni]))
+            && def.expand_when.is_none_or(|w| w(g, &g.nodes[ni]))
         {
             expand(g, ni)?;
             continue; // infer the decomposition, from its first node
@@ -89,10 +105,20 @@ pub fn infer(g: &mut Graph) -> Result<()> {
             None
         };
         if folded.is_none() && matches!(def.fold, Fold::Only) {
-            return Err(c.e(
-                ErrorKind::UnsupportedOp,
-                "this operator is only supported on compile-time constant inputs",
-            ));
+            let mut needs: Vec<String> = Vec::new();
+            for &v in n.inputs.iter().flatten() {
+                for x in crate::graph::input_deps(g, v) {
+                    if !needs.contains(&x) {
+                        needs.push(x);
+                    }
+                }
+            }
+            return Err(c
+                .e(
+                    ErrorKind::UnsupportedOp,
+                    "this operator is only supported on compile-time constant inputs",
+                )
+                .needing(needs));
         }
         // Computing ops need f32 (integer tensors are for shapes and indices).
         if folded.is_none() {

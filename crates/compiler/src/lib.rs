@@ -48,7 +48,7 @@ pub mod tensor;
 mod widen;
 
 pub use error::{CompileError, ErrorKind, NodeRef};
-pub use ops::{OpInfo, supported_ops, supported_report};
+pub use ops::{OpInfo, out_of_scope_reason, supported_ops, supported_report};
 pub use tensor::{HostTensor, decode_tensor_pb, encode_tensor_pb, read_tensor_pb, write_tensor_pb};
 
 use nrt_hal::DType;

@@ -80,6 +80,16 @@ impl<'a> Ctx<'a> {
 
     /// The error for input `v` (`what`) that must be a compile-time constant and is not.
     fn not_constant(&self, v: &Value, what: &str) -> CompileError {
+        let id = self
+            .n
+            .inputs
+            .iter()
+            .flatten()
+            .copied()
+            .find(|&i| std::ptr::eq(&self.g.values[i], v));
+        let needs = id
+            .map(|i| crate::graph::input_deps(self.g, i))
+            .unwrap_or_default();
         self.e(
             ErrorKind::UnsupportedOp,
             format!(
@@ -87,6 +97,21 @@ impl<'a> Ctx<'a> {
                 v.name
             ),
         )
+        .needing(needs)
+    }
+
+    /// The error for input `i`, which must be known at compile time and is not, naming the
+    /// graph inputs it depends on ([`CompileError::needs_inputs`]).
+    pub fn needs_known(&self, i: usize, msg: impl Into<String>) -> CompileError {
+        let needs = self
+            .n
+            .inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .map(|v| crate::graph::input_deps(self.g, v))
+            .unwrap_or_default();
+        self.e(ErrorKind::UnsupportedOp, msg).needing(needs)
     }
 
     /// Input `i` as compile-time integers (`None` if absent); an error if it is not constant.

@@ -860,3 +860,263 @@ fn a_causal_attention_too_large_for_its_mask_is_refused() {
     let msg = fails(&bytes, ErrorKind::TooLarge, Some("Attention_Y"));
     assert!(msg.contains("causal mask"), "{msg}");
 }
+
+/// A value that must be known at compile time and is not: the error names the graph inputs
+/// it depends on (walking its producers back), not the others, and binding exactly those
+/// compiles the model.
+#[test]
+fn a_range_computed_from_inputs_names_the_inputs_it_needs() {
+    let bytes = model(
+        vec![
+            node("Add", &["l", "one"], &["l1"], vec![]),
+            node("Range", &["s", "l1", "delta"], &["r"], vec![]),
+            node("Relu", &["x"], &["y"], vec![]),
+        ],
+        vec![
+            f32_init("one", &[], vec![1.0]),
+            f32_init("delta", &[], vec![0.5]),
+        ],
+        vec![
+            vi("x", dt::FLOAT, &[3]),
+            vi("s", dt::FLOAT, &[]),
+            vi("l", dt::FLOAT, &[]),
+        ],
+        vec![vi("r", dt::FLOAT, &[4]), vi("y", dt::FLOAT, &[3])],
+        13,
+    );
+    let e = compile(&bytes, None, &CompileOptions::default()).expect_err("needs values");
+    assert_eq!(e.kind, ErrorKind::UnsupportedOp, "{e}");
+    assert_eq!(e.needs_inputs, ["s", "l"], "{e}");
+    assert!(e.to_string().contains("s, l"), "{e}");
+    let mut o = CompileOptions::default();
+    o.input_values
+        .insert("s".into(), HostTensor::f32(vec![], vec![0.0]));
+    o.input_values
+        .insert("l".into(), HostTensor::f32(vec![], vec![1.0]));
+    let c = ok(&bytes, &o);
+    let r = c.model.outputs().find(|(_, t)| t.name == "r").expect("r").1;
+    assert_eq!(r.shape, [4]); // 0, 0.5, 1, 1.5
+    assert_eq!(c.report.specialized_inputs, ["s", "l"]);
+}
+
+/// `Loop` body: `(i, cond, acc) -> (cond, acc + x·i, acc)` reading the outer `x`.
+fn loop_model(cond_from_input: bool) -> Vec<u8> {
+    use prost::Message;
+    let body = GraphProto {
+        name: "body".into(),
+        node: vec![
+            node("Cast", &["i"], &["fi"], vec![a_i("to", dt::FLOAT as i64)]),
+            node("Mul", &["x", "fi"], &["xi"], vec![]),
+            node("Add", &["acc", "xi"], &["acc_out"], vec![]),
+            node("Identity", &["acc"], &["scan"], vec![]),
+            if cond_from_input {
+                // The condition is computed from a run-time value.
+                node("ReduceMax", &["acc_out"], &["m"], vec![a_i("keepdims", 0)])
+            } else {
+                node("Identity", &["c"], &["m0"], vec![])
+            },
+            if cond_from_input {
+                node("Less", &["m", "ten"], &["c_out"], vec![])
+            } else {
+                node("Identity", &["m0"], &["c_out"], vec![])
+            },
+        ],
+        initializer: vec![f32_init("ten", &[], vec![10.0])],
+        input: vec![
+            vi("i", dt::INT64, &[]),
+            vi("c", dt::BOOL, &[]),
+            vi("acc", dt::FLOAT, &[2]),
+        ],
+        output: vec![
+            vi("c_out", dt::BOOL, &[]),
+            vi("acc_out", dt::FLOAT, &[2]),
+            vi("scan", dt::FLOAT, &[2]),
+        ],
+        ..Default::default()
+    };
+    model(
+        vec![node(
+            "Loop",
+            &["M", "cond", "acc0"],
+            &["acc", "scans"],
+            vec![AttributeProto {
+                name: "body".into(),
+                r#type: attribute_type::GRAPH,
+                g: Some(body.encode_to_vec()),
+                ..Default::default()
+            }],
+        )],
+        vec![],
+        vec![
+            vi("M", dt::INT64, &[]),
+            vi("cond", dt::BOOL, &[]),
+            vi("acc0", dt::FLOAT, &[2]),
+            vi("x", dt::FLOAT, &[2]),
+        ],
+        vec![vi("acc", dt::FLOAT, &[2]), vi("scans", dt::FLOAT, &[3, 2])],
+        13,
+    )
+}
+
+fn loop_values(m: i64) -> CompileOptions {
+    let mut o = CompileOptions::default();
+    o.input_values.insert(
+        "M".into(),
+        HostTensor::ints(nrt_hal::DType::I64, vec![], vec![m]),
+    );
+    o.input_values.insert(
+        "cond".into(),
+        HostTensor::ints(nrt_hal::DType::Bool, vec![], vec![1]),
+    );
+    o
+}
+
+/// A Loop with a run-time trip count is an error naming the node and the input; with its
+/// value it unrolls, the body reading the outer `x` and stacking its scan output.
+#[test]
+fn a_loop_unrolls_over_a_compile_time_trip_count() {
+    let bytes = loop_model(false);
+    let msg = fails(&bytes, ErrorKind::UnsupportedOp, Some("Loop_acc"));
+    assert!(msg.contains("trip count 'M'"), "{msg}");
+    let e = compile(&bytes, None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.needs_inputs, ["M"], "{e}");
+    let c = ok(&bytes, &loop_values(3));
+    let outs: Vec<(String, Vec<u32>)> = c
+        .model
+        .outputs()
+        .map(|(_, t)| (t.name.clone(), t.shape.clone()))
+        .collect();
+    assert!(outs.contains(&("scans".into(), vec![3, 2])), "{outs:?}");
+    assert!(outs.contains(&("acc".into(), vec![2])), "{outs:?}");
+    // The declared scan shape is [3, 2]: a trip count of 4 gives [4, 2].
+    let c = ok(&bytes, &loop_values(4));
+    assert!(
+        c.model
+            .outputs()
+            .any(|(_, t)| t.name == "scans" && t.shape == [4, 2])
+    );
+}
+
+/// A condition the body computes from a run-time value cannot decide the unrolling: the
+/// error names the node and that value.
+#[test]
+fn a_loop_whose_condition_is_computed_at_run_time_is_refused() {
+    let e = compile(&loop_model(true), None, &loop_values(3)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::UnsupportedOp, "{e}");
+    assert_eq!(
+        e.node.as_ref().map(|n| n.name.as_str()),
+        Some("Loop_acc"),
+        "{e}"
+    );
+    assert!(e.message.contains("condition the body computes"), "{e}");
+    assert_eq!(e.needs_inputs, ["acc0", "x"], "{e}");
+}
+
+/// Nested Loops multiply their unrolled copies: a 4096 × 4096 nest is refused with a size
+/// error naming a Loop, before the graph holds millions of nodes.
+#[test]
+fn nested_loops_past_the_node_budget_are_refused() {
+    use prost::Message;
+    let body = |inner: Option<GraphProto>| {
+        let mut nodes = vec![node("Identity", &["c"], &["c_out"], vec![])];
+        match inner {
+            Some(g) => nodes.push(node(
+                "Loop",
+                &["M", "", "s"],
+                &["s_out"],
+                vec![AttributeProto {
+                    name: "body".into(),
+                    r#type: attribute_type::GRAPH,
+                    g: Some(g.encode_to_vec()),
+                    ..Default::default()
+                }],
+            )),
+            None => nodes.push(node("Neg", &["s"], &["s_out"], vec![])),
+        }
+        GraphProto {
+            name: "body".into(),
+            node: nodes,
+            input: vec![
+                vi("i", dt::INT64, &[]),
+                vi("c", dt::BOOL, &[]),
+                vi("s", dt::FLOAT, &[1]),
+            ],
+            output: vec![vi("c_out", dt::BOOL, &[]), vi("s_out", dt::FLOAT, &[1])],
+            ..Default::default()
+        }
+    };
+    let outer = body(Some(body(None)));
+    let bytes = model(
+        vec![node(
+            "Loop",
+            &["M", "", "x"],
+            &["y"],
+            vec![AttributeProto {
+                name: "body".into(),
+                r#type: attribute_type::GRAPH,
+                g: Some(outer.encode_to_vec()),
+                ..Default::default()
+            }],
+        )],
+        vec![i64_init("M", &[], vec![4096])],
+        vec![vi("x", dt::FLOAT, &[1])],
+        vec![vi("y", dt::FLOAT, &[1])],
+        13,
+    );
+    let e = compile(&bytes, None, &CompileOptions::default()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooLarge, "{e}");
+    assert!(e.to_string().contains("(Loop)"), "{e}");
+}
+
+/// FlexAttention (domain ai.onnx.preview) whose score_mod reads an outer run-time value
+/// (`bias`, captured as an extra input) compiles; another preview-domain operator does not.
+#[test]
+fn flex_attention_score_mod_reads_outer_values() {
+    use prost::Message;
+    let score_mod = GraphProto {
+        name: "score_mod".into(),
+        node: vec![node("Add", &["scores", "bias"], &["out"], vec![])],
+        input: vec![vi("scores", dt::FLOAT, &[1, 2, 3, 5])],
+        output: vec![vi("out", dt::FLOAT, &[1, 2, 3, 5])],
+        ..Default::default()
+    };
+    let mut flex = node(
+        "FlexAttention",
+        &["Q", "K", "V"],
+        &["Y"],
+        vec![AttributeProto {
+            name: "score_mod".into(),
+            r#type: attribute_type::GRAPH,
+            g: Some(score_mod.encode_to_vec()),
+            ..Default::default()
+        }],
+    );
+    flex.domain = "ai.onnx.preview".into();
+    let inputs = vec![
+        vi("Q", dt::FLOAT, &[1, 2, 3, 4]),
+        vi("K", dt::FLOAT, &[1, 1, 5, 4]),
+        vi("V", dt::FLOAT, &[1, 1, 5, 6]),
+        vi("bias", dt::FLOAT, &[3, 5]),
+    ];
+    let bytes = model(
+        vec![flex.clone()],
+        vec![],
+        inputs.clone(),
+        vec![vi("Y", dt::FLOAT, &[1, 2, 3, 6])],
+        26,
+    );
+    let c = ok(&bytes, &CompileOptions::default());
+    assert!(c.model.inputs().any(|(_, t)| t.name == "bias"));
+    let y = c.model.outputs().next().expect("Y").1;
+    assert_eq!(y.shape, [1, 2, 3, 6]);
+    flex.op_type = "SomethingElse".into();
+    let bytes = model(
+        vec![flex],
+        vec![],
+        inputs,
+        vec![vi("Y", dt::FLOAT, &[1, 2, 3, 6])],
+        26,
+    );
+    let msg = fails(&bytes, ErrorKind::UnsupportedOp, None);
+    assert!(msg.contains("domain 'ai.onnx.preview'"), "{msg}");
+}

@@ -2,8 +2,9 @@
 //!
 //! The tests live in the `onnx` Python package (`onnx/backend/test/data/node`); the
 //! directory is taken from `NRT_ONNX_NODE_TESTS`, else the project's `.venv`. Without it the
-//! test prints a note and passes. Integer inputs (shapes, axes, indices…) are specialized
-//! with the test's own input values, like `nrt conformance` does.
+//! test prints a note and passes. Inputs the compiler needs at compile time (it names them:
+//! `CompileError::needs_inputs`) are specialized with the test's own input values, like
+//! `nrt conformance` does.
 
 use nrt_compiler::check::check_ordering;
 use nrt_compiler::{
@@ -88,20 +89,34 @@ fn onnx_node_tests_compile_or_are_unsupported_with_a_reason() {
             .collect();
         for _ in 0..names.len() {
             let Err(e) = &res else { break };
-            let Some(rest) = e.message.split("input '").nth(1) else {
+            // The graph inputs the compiler names (`needs_inputs`); else the input its
+            // message names.
+            let wanted: Vec<String> = if !e.needs_inputs.is_empty() {
+                e.needs_inputs.clone()
+            } else if e.message.contains("input_values")
+                && let Some(rest) = e.message.split("input '").nth(1)
+            {
+                vec![rest.split('\'').next().unwrap_or("").to_string()]
+            } else {
                 break;
             };
-            if !e.message.contains("input_values") {
+            let mut added = false;
+            for w in wanted {
+                if opts.input_values.contains_key(&w) {
+                    continue;
+                }
+                let Some(k) = names.iter().position(|n| *n == w) else {
+                    continue;
+                };
+                let Some(Ok((_, t))) = inputs.get(k).map(|p| read_tensor_pb(p)) else {
+                    continue;
+                };
+                opts.input_values.insert(w, t);
+                added = true;
+            }
+            if !added {
                 break;
             }
-            let wanted = rest.split('\'').next().unwrap_or("").to_string();
-            let Some(k) = names.iter().position(|n| *n == wanted) else {
-                break;
-            };
-            let Some(Ok((_, t))) = inputs.get(k).map(|p| read_tensor_pb(p)) else {
-                break;
-            };
-            opts.input_values.insert(wanted, t);
             res = compile(&bytes, Some(d), &opts);
         }
         match res {

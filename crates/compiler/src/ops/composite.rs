@@ -162,10 +162,12 @@ fn expand_affine_grid(g: &mut Graph, ni: usize) -> Result<()> {
     let (ins, out, mut e) = begin(g, ni, 2)?;
     let (theta, size) = (ins[0], ins[1]);
     let Some(sz) = e.g.values[size].konst.as_deref().map(|t| t.to_i64s()) else {
-        return Err(n.error(
-            ErrorKind::UnsupportedOp,
-            "size must be known at compile time",
-        ));
+        return Err(n
+            .error(
+                ErrorKind::UnsupportedOp,
+                "size must be known at compile time",
+            )
+            .needing(crate::graph::input_deps(e.g, size)));
     };
     let ts = e.g.values[theta].shape.clone();
     let k = sz.len().saturating_sub(2);

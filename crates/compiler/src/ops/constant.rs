@@ -1,5 +1,7 @@
 //! Operators computed at compile time: Constant, Shape, Size, ConstantOfShape, Range,
-//! EyeLike (only the input's shape matters), and the Hann / Hamming / Blackman windows.
+//! EyeLike (only the input's shape matters), the Hann / Hamming / Blackman windows and
+//! MelWeightMatrix (from its five scalar inputs; given as graph inputs, they become known by
+//! specialization: the error names them).
 
 use super::{Fold, Registry};
 use crate::error::{ErrorKind, Result};
@@ -15,6 +17,9 @@ pub(super) fn register(r: &mut Registry) {
     r.op("Range", 11, infer_range).fold(Fold::Only);
     r.op("EyeLike", 9, infer_eye_like)
         .note("a constant of the input's shape");
+    r.op("MelWeightMatrix", 17, infer_mel_weight_matrix)
+        .fold(Fold::Only)
+        .note("parameters known at compile time: a constant");
     for name in ["HannWindow", "HammingWindow", "BlackmanWindow"] {
         r.op(name, 17, infer_window)
             .fold(Fold::Only)
@@ -67,12 +72,7 @@ pub(crate) fn infer_window(c: &Ctx) -> Result<Vec<Out>> {
     let size = match c.const_ints(0, "size")?.as_deref() {
         Some([s]) if *s >= 0 => *s as usize,
         Some(v) => return Err(c.bad_attr(format!("size {v:?}"))),
-        None => {
-            return Err(c.e(
-                ErrorKind::UnsupportedOp,
-                "size must be known at compile time",
-            ));
-        }
+        None => return Err(c.needs_known(0, "size must be known at compile time")),
     };
     let d = dtype_attr(c, "output_datatype", nrt_hal::DType::F32)?;
     let periodic = n.attr_i("periodic", 1)? != 0;
@@ -100,6 +100,77 @@ pub(crate) fn infer_window(c: &Ctx) -> Result<Vec<Out>> {
         }),
     )
     .map_err(|e| e.at_node(&n.name, &n.op))?;
+    Ok(vec![konst(t)])
+}
+
+/// MelWeightMatrix: the `[dft_length/2 + 1, num_mel_bins]` triangular filter bank, as
+/// the ONNX reference computes it (`op_mel_weight_matrix.py`): the mel bounds and step in
+/// f32, the band edges `⌊(dft_length + 1)·hz / sample_rate⌋` in f64, rising and falling
+/// ramps between consecutive edges.
+pub(crate) fn infer_mel_weight_matrix(c: &Ctx) -> Result<Vec<Out>> {
+    let n = c.n;
+    let scalar_i = |i: usize, what: &str| -> Result<i64> {
+        match c.const_ints(i, what)?.as_deref() {
+            Some([v]) => Ok(*v),
+            v => Err(c.bad_attr(format!("{what} {v:?} (one value expected)"))),
+        }
+    };
+    let scalar_f = |i: usize, what: &str| -> Result<f32> {
+        match c.const_floats(i, what)?.as_deref() {
+            Some([v]) => Ok(*v),
+            v => Err(c.bad_attr(format!("{what} {v:?} (one value expected)"))),
+        }
+    };
+    let mels = scalar_i(0, "num_mel_bins")?;
+    let dft = scalar_i(1, "dft_length")?;
+    let rate = scalar_i(2, "sample_rate")?;
+    let (lo, hi) = (
+        scalar_f(3, "lower_edge_hertz")?,
+        scalar_f(4, "upper_edge_hertz")?,
+    );
+    if mels <= 0 || dft <= 0 || rate <= 0 {
+        return Err(c.bad_attr(format!(
+            "num_mel_bins {mels}, dft_length {dft}, sample_rate {rate} (all must be positive)"
+        )));
+    }
+    let d = dtype_attr(c, "output_datatype", nrt_hal::DType::F32)?;
+    let (mels, bins) = (mels as usize, (dft / 2 + 1) as usize);
+    crate::tensor::budget("the output", &[bins, mels], d).map_err(|e| e.at_node(&n.name, &n.op))?;
+    let mel = |hz: f32| 2595f32 * (1f32 + hz / 700f32).log10();
+    let (lo_mel, hi_mel) = (mel(lo), mel(hi));
+    let step = (hi_mel - lo_mel) / (mels + 2) as f32;
+    let edges: Vec<i64> = (0..mels + 2)
+        .map(|i| {
+            let m = i as f64 * step as f64 + lo_mel as f64;
+            let hz = 700.0 * (10f64.powf(m / 2595.0) - 1.0);
+            (((dft + 1) as f64 * hz) / rate as f64).floor() as i64
+        })
+        .collect();
+    let mut w = vec![0f64; bins * mels];
+    let at = |j: i64| -> Result<usize> {
+        usize::try_from(j).ok().filter(|&j| j < bins).ok_or_else(|| {
+            c.bad_attr(format!(
+                "band edge {j} is outside the {bins} spectrogram bins (lower_edge_hertz {lo}, upper_edge_hertz {hi}, sample_rate {rate})"
+            ))
+        })
+    };
+    for i in 0..mels {
+        let (l, m, h) = (edges[i], edges[i + 1], edges[i + 2]);
+        if m == l {
+            w[at(m)? * mels + i] = 1.0;
+        } else {
+            for j in l..=m {
+                w[at(j)? * mels + i] = (j - l) as f64 / (m - l) as f64;
+            }
+        }
+        if h > m {
+            for j in m..h {
+                w[at(j)? * mels + i] = (h - j) as f64 / (h - m) as f64;
+            }
+        }
+    }
+    let t = HostTensor::try_from_f64s("the output", d, vec![bins, mels], w.into_iter())
+        .map_err(|e| e.at_node(&n.name, &n.op))?;
     Ok(vec![konst(t)])
 }
 
@@ -178,10 +249,21 @@ pub(crate) fn infer_range(c: &Ctx) -> Result<Vec<Out>> {
     let n = c.n;
     let (s, l, d) = (c.input(0)?, c.konst(1), c.konst(2));
     let (Some(st), Some(li), Some(de)) = (c.konst(0), l, d) else {
-        return Err(c.e(
-            ErrorKind::UnsupportedOp,
-            "Range inputs must be known at compile time",
-        ));
+        // The output's length depends on the values: every non-constant one is named.
+        let mut needs = Vec::new();
+        for v in c.n.inputs.iter().take(3).flatten() {
+            for x in crate::graph::input_deps(c.g, *v) {
+                if !needs.contains(&x) {
+                    needs.push(x);
+                }
+            }
+        }
+        return Err(c
+            .e(
+                ErrorKind::UnsupportedOp,
+                "Range inputs (start, limit, delta) must be known at compile time: the output's length depends on them",
+            )
+            .needing(needs));
     };
     let (a, b, dd) = (st.get_f64(0), li.get_f64(0), de.get_f64(0));
     if dd == 0.0 {

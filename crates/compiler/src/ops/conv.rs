@@ -1,5 +1,7 @@
 //! Conv and ConvTranspose on PE (im2col scratch from the arena; a following inference
-//! BatchNormalization folded into the weights).
+//! BatchNormalization folded into the weights). A 3-D ConvTranspose decomposes into a 2-D
+//! one over every input depth slice at once and a MatMul that sums each slice's kernel-depth
+//! planes into their output depths ([`expand_conv_transpose_3d`]).
 
 use super::Registry;
 use super::norm::bn_affine;
@@ -27,7 +29,8 @@ pub(super) fn register(r: &mut Registry) {
         .device(lower!(lower_conv));
     r.op("ConvTranspose", 1, infer_conv_transpose)
         .f32_on_device()
-        .note("1-D and 2-D")
+        .note("1-D and 2-D; 3-D as one 2-D ConvTranspose over the depth slices and a MatMul placing them")
+        .expands_when(is_3d, expand_conv_transpose_3d)
         .device(lower!(lower_conv_transpose));
 }
 
@@ -98,6 +101,138 @@ pub(crate) fn infer_conv_transpose(c: &Ctx) -> Result<Vec<Out>> {
     let mut s = vec![x.shape[0], w.shape[1] * group];
     s.extend(&p.out);
     Ok(vec![out(x.dtype, s)])
+}
+
+/// Whether node `n` is a 3-D ConvTranspose (its input is 5-D).
+fn is_3d(g: &crate::graph::Graph, n: &crate::graph::Node) -> bool {
+    n.inputs
+        .first()
+        .copied()
+        .flatten()
+        .is_some_and(|x| g.values[x].shape.len() == 5)
+}
+
+/// Replaces the 3-D `ConvTranspose` node `ni` (X `[N, C, D, H, W]`, W `[C, O/g, KD, KH,
+/// KW]`) by nodes the device computes. Input depth `i` and kernel depth `k` contribute the
+/// 2-D transposed convolution of slice `X[:, :, i]` with `W[:, :, k]` to output depth
+/// `i·s + k·d − pad`; so one 2-D ConvTranspose runs over the `N·D` slices as a batch with
+/// the kernel depths as extra output channels (`W` as `[C, KD·O/g, KH, KW]`), and a MatMul
+/// with a constant 0/1 matrix `[OD, D·KD]` sums the planes into their output depths (rows
+/// of output padding or not reached stay 0); the bias is added last. H and W keep their
+/// strides, dilations and pads (the 3-D output padding of an axis becomes 2-D end padding
+/// or output padding, whichever is not negative).
+fn expand_conv_transpose_3d(g: &mut crate::graph::Graph, ni: usize) -> Result<()> {
+    use super::attention::{Expansion, a_int, a_ints, g_splice};
+    let n = g.nodes[ni].clone();
+    let c = Ctx { g, n: &n };
+    let (xv, wv) = (c.input(0)?, c.input(1)?);
+    let (xs, ws) = (xv.shape.clone(), wv.shape.clone());
+    let dtype = xv.dtype;
+    if ws.len() != 5 {
+        return Err(c.mismatch(format!("ConvTranspose of {xs:?} with weights {ws:?}")));
+    }
+    let group = n.attr_i("group", 1)?;
+    let gr = usize::try_from(group).unwrap_or(0);
+    if gr < 1 || xs[1] % gr != 0 || ws[0] != xs[1] {
+        return Err(c.mismatch(format!(
+            "weights {ws:?} for {} input channels in {group} groups",
+            xs[1]
+        )));
+    }
+    let p = conv_transpose_params(&c, &xs[2..], ws[2..].to_vec())?;
+    let bias = c.opt(2).map(|_| n.inputs[2].expect("present"));
+    let Some(y) = n.outputs.first().copied().flatten() else {
+        return Err(c.bad_attr("the output Y is required"));
+    };
+    let (nb, cin, id) = (xs[0], xs[1], xs[2]);
+    let (og, kd, kh, kw) = (ws[1], ws[2], ws[3], ws[4]);
+    let o = og * gr;
+    let (od, oh, ow) = (p.out[0], p.out[1], p.out[2]);
+    // The 2-D pads of H and W, from the equivalent convolution's: begin = d·(k−1) − cb;
+    // end − output_padding = d·(k−1) − ce.
+    let ext = |i: usize| (p.dilations[i] * (ws[2 + i] - 1)) as i64;
+    let mut pads = vec![0i64; 4];
+    let mut out_pad = vec![0i64; 2];
+    for (j, i) in [1usize, 2].into_iter().enumerate() {
+        pads[j] = ext(i) - p.conv_pad_begin[i];
+        let end = ext(i) - p.conv_pad_end[i];
+        if end >= 0 {
+            pads[2 + j] = end;
+        } else {
+            out_pad[j] = -end;
+        }
+    }
+    let depth_begin = ext(0) - p.conv_pad_begin[0];
+    let (sd, dd) = (p.strides[0] as i64, p.dilations[0] as i64);
+    crate::tensor::budget("the depth placement matrix", &[od, id, kd], dtype)
+        .map_err(|e| e.at_node(&n.name, &n.op))?;
+    let place = crate::tensor::HostTensor::from_f64s(
+        dtype,
+        vec![od, id * kd],
+        (0..od).flat_map(|d| {
+            (0..id * kd).map(move |ik| {
+                let (i, k) = ((ik / kd) as i64, (ik % kd) as i64);
+                f64::from(u8::from(i * sd + k * dd - depth_begin == d as i64))
+            })
+        }),
+    );
+    let x_in = n.inputs[0].expect("present");
+    let w_in = n.inputs[1].expect("present");
+    let mut e = Expansion {
+        name: n.name.clone(),
+        g,
+        nodes: Vec::new(),
+    };
+    let i = |v: usize| v as i64;
+    let perm = a_ints("perm", &[0, 2, 1, 3, 4]);
+    let xt = e.node("Transpose", &[x_in], vec![perm.clone()], None);
+    let shape = e.ints("slices", &[i(nb * id), i(cin), i(xs[3]), i(xs[4])]);
+    let x2 = e.node("Reshape", &[xt, shape], vec![], None);
+    let wt = e.node("Transpose", &[w_in], vec![perm.clone()], None);
+    let shape = e.ints("kernel", &[i(cin), i(kd * og), i(kh), i(kw)]);
+    let w2 = e.node("Reshape", &[wt, shape], vec![], None);
+    let attrs = vec![
+        a_int("group", group),
+        a_ints("kernel_shape", &[i(kh), i(kw)]),
+        a_ints("strides", &[i(p.strides[1]), i(p.strides[2])]),
+        a_ints("dilations", &[i(p.dilations[1]), i(p.dilations[2])]),
+        a_ints("pads", &pads),
+        a_ints("output_padding", &out_pad),
+    ];
+    let z = e.node("ConvTranspose", &[x2, w2], attrs, None);
+    // [N·D, g·KD·O/g, OH, OW] → [N, D·KD, O·OH·OW] (kernel depth before group).
+    let z = if gr > 1 {
+        let shape = e.ints("groups", &[i(nb), i(id), group, i(kd), i(og), i(oh * ow)]);
+        let z6 = e.node("Reshape", &[z, shape], vec![], None);
+        e.node(
+            "Transpose",
+            &[z6],
+            vec![a_ints("perm", &[0, 1, 3, 2, 4, 5])],
+            None,
+        )
+    } else {
+        z
+    };
+    let shape = e.ints("planes", &[i(nb), i(id * kd), i(o * oh * ow)]);
+    let zr = e.node("Reshape", &[z, shape], vec![], None);
+    let m = e.konst("placement", place);
+    let y3 = e.node("MatMul", &[m, zr], vec![], None);
+    let shape = e.ints("depths", &[i(nb), i(od), i(o), i(oh), i(ow)]);
+    let y5 = e.node("Reshape", &[y3, shape], vec![], None);
+    match bias {
+        Some(b) => {
+            let yt = e.node("Transpose", &[y5], vec![perm], None);
+            let shape = e.ints("bias", &[i(o), 1, 1, 1]);
+            let br = e.node("Reshape", &[b, shape], vec![], None);
+            e.node("Add", &[yt, br], vec![], Some(y));
+        }
+        None => {
+            e.node("Transpose", &[y5], vec![perm], Some(y));
+        }
+    }
+    let nodes = std::mem::take(&mut e.nodes);
+    g_splice(e.g, ni, nodes);
+    Ok(())
 }
 
 /// Col2Im geometry: image dims, block dims, strides, dilations, begin pads, padded image

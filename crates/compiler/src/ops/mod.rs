@@ -22,6 +22,7 @@ mod control;
 mod conv;
 mod einsum;
 mod elementwise;
+mod flex_attention;
 mod gather;
 mod grid;
 mod layout;
@@ -94,7 +95,7 @@ pub(crate) struct OpDef {
     /// never reached).
     pub expand: Option<ExpandFn>,
     /// Decomposed only when this holds of the node (`None`: always).
-    pub expand_when: Option<fn(&crate::graph::Node) -> bool>,
+    pub expand_when: Option<fn(&crate::graph::Graph, &crate::graph::Node) -> bool>,
     /// Limits worth listing in the report.
     pub notes: &'static str,
 }
@@ -133,7 +134,7 @@ impl OpDef {
     /// kernel does not compute), and lower on its own otherwise.
     pub fn expands_when(
         &mut self,
-        when: fn(&crate::graph::Node) -> bool,
+        when: fn(&crate::graph::Graph, &crate::graph::Node) -> bool,
         f: ExpandFn,
     ) -> &mut Self {
         self.expand_when = Some(when);
@@ -211,6 +212,7 @@ pub(crate) fn registry() -> &'static Registry {
         conv::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
+        flex_attention::register(&mut r);
         gather::register(&mut r);
         grid::register(&mut r);
         layout::register(&mut r);
@@ -324,14 +326,79 @@ pub const OUT_OF_SCOPE: &[(&str, &str)] = &[
         "sub-byte and 8-bit float storage formats the device does not hold",
     ),
     (
-        "the `ai.onnx.preview` domain (FlexAttention …)",
+        "the `ai.onnx.preview` domain but FlexAttention",
         "experimental operators outside the default domain",
+    ),
+    (
+        "Bernoulli, RandomUniform(Like), RandomNormal(Like), Multinomial",
+        "their output depends on a random generator (no reference output to match)",
     ),
     (
         "Dropout with `training_mode` = 1 and `ratio` > 0",
         "its output depends on a random generator (with ratio 0 it is supported)",
     ),
 ];
+
+/// Why operator `op` is unsupported by decision ([`OUT_OF_SCOPE`]), when it is.
+pub fn out_of_scope_reason(op: &str) -> Option<&'static str> {
+    let sequence = op.starts_with("Sequence")
+        || op.starts_with("Optional")
+        || matches!(op, "SplitToSequence" | "ConcatFromSequence");
+    let string = matches!(
+        op,
+        "StringNormalizer"
+            | "StringConcat"
+            | "StringSplit"
+            | "RegexFullMatch"
+            | "TfIdfVectorizer"
+            | "LabelEncoder"
+    );
+    let ml = matches!(
+        op,
+        "TreeEnsemble"
+            | "TreeEnsembleClassifier"
+            | "TreeEnsembleRegressor"
+            | "Binarizer"
+            | "ArrayFeatureExtractor"
+            | "LinearClassifier"
+            | "LinearRegressor"
+            | "Normalizer"
+            | "OneHotEncoder"
+            | "Scaler"
+            | "SVMClassifier"
+            | "SVMRegressor"
+            | "ZipMap"
+            | "Imputer"
+            | "CategoryMapper"
+            | "DictVectorizer"
+            | "FeatureVectorizer"
+    );
+    let training = matches!(op, "Adam" | "Adagrad" | "Momentum" | "Gradient");
+    let random = matches!(
+        op,
+        "Bernoulli"
+            | "RandomUniform"
+            | "RandomUniformLike"
+            | "RandomNormal"
+            | "RandomNormalLike"
+            | "Multinomial"
+    );
+    if sequence {
+        Some("out of scope: sequence and optional values are not tensors")
+    } else if ml {
+        Some("out of scope: a classical-ML operator of the ai.onnx.ml domain")
+    } else if training {
+        Some("out of scope: a training operator of the ai.onnx.preview.training domain")
+    } else if random {
+        Some("its output depends on a random generator: no reference output to match")
+    } else if string {
+        Some("out of scope: the device holds numeric tensors only")
+    } else if op == "ImageDecoder" {
+        Some("out of scope: decodes encoded image bytes, not a computation on numeric tensors")
+    } else {
+        None
+    }
+}
 
 /// [`supported_report`] as the Markdown of `docs/supported-ops.md`.
 pub fn supported_markdown() -> String {

@@ -20,7 +20,7 @@ pub(super) fn register(r: &mut Registry) {
         .f32_on_device()
         .note("inference mode: constant parameters; training_mode = 1: decomposed (batch statistics, running mean and variance)")
         .expands_when(
-            |n| n.attr_i("training_mode", 0).is_ok_and(|t| t != 0),
+            |_, n| n.attr_i("training_mode", 0).is_ok_and(|t| t != 0),
             expand_batch_norm_training,
         )
         .device(lower!(lower_batch_norm));

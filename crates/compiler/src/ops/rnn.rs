@@ -121,7 +121,12 @@ fn rnn_params(c: &Ctx) -> Result<Rnn> {
     if let Some(lens) = c.opt(4) {
         let full = match &lens.konst {
             Some(t) => t.to_i64s().iter().all(|&l| l == seq as i64),
-            None => false,
+            None => {
+                return Err(c.needs_known(
+                    4,
+                    "sequence_lens must be known at compile time (and equal the sequence length)",
+                ));
+            }
         };
         if !full {
             return Err(c.e(

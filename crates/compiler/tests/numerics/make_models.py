@@ -825,6 +825,69 @@ def scans(out):
         [("S", F, [3]), ("Y1", F, [5, 3]), ("Y2", F, [3, 5])], [f32("two", 2.0)], opset=16)
 
 
+def loops_and_3d(out):
+    # Loop unrolled at compile time (compiler/src/graph.rs inline_loop): a trip count and a
+    # condition from initializers, a loop-carried state, a body reading the outer run-time
+    # X and the iteration number, a scan output stacked on axis 0; a while-loop ended by
+    # the condition its body computes from the iteration number.
+    F, I, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [N("Cast", ["i"], ["fi"], to=F), N("Mul", ["x", "fi"], ["xi"]),
+         N("Mul", ["s", "w"], ["sw"]), N("Add", ["sw", "xi"], ["t"]),
+         N("Tanh", ["t"], ["s_out"]), N("Mul", ["s_out", "two"], ["y"]),
+         N("Identity", ["c"], ["c_out"])],
+        "body",
+        [vi("i", I, []), vi("c", B, []), vi("s", F, [3])],
+        [vi("c_out", B, []), vi("s_out", F, [3]), vi("y", F, [3])],
+        [f32("two", 2.0)],
+    )
+    save_typed(out, "loop_state_scan_outer", [
+        N("Loop", ["M", "cond", "S0"], ["S", "Y"], body=body),
+    ], [("S0", F, [3]), ("x", F, [3]), ("w", F, [3])],
+        [("S", F, [3]), ("Y", F, [4, 3])],
+        [i64("M", 4), numpy_helper.from_array(np.array(True), "cond")], opset=17)
+    body = helper.make_graph(
+        [N("Add", ["i", "one"], ["i1"]), N("Less", ["i1", "three"], ["c_out"]),
+         N("Mul", ["s", "x"], ["sx"]), N("Add", ["sx", "half"], ["s_out"])],
+        "body",
+        [vi("i", I, []), vi("c", B, []), vi("s", F, [2, 3])],
+        [vi("c_out", B, []), vi("s_out", F, [2, 3])],
+        [i64("one", 1), i64("three", 3), f32("half", 0.5)],
+    )
+    save_typed(out, "loop_while_condition", [
+        N("Loop", ["", "cond", "S0"], ["S"], body=body),
+    ], [("S0", F, [2, 3]), ("x", F, [2, 3])], [("S", F, [2, 3])],
+        [numpy_helper.from_array(np.array(True), "cond")], opset=17)
+    # Scan of opset 8 (its batched form): per batch entry, one scan input reversed.
+    body = helper.make_graph(
+        [N("Add", ["s_in", "a"], ["s_out"]), N("Mul", ["s_out", "b"], ["o1"]),
+         N("Sub", ["a", "b"], ["o2"])],
+        "body",
+        [vi("s_in", F, [2]), vi("a", F, [2]), vi("b", F, [2])],
+        [vi("s_out", F, [2]), vi("o1", F, [2]), vi("o2", F, [2])],
+    )
+    save_typed(out, "scan8_batched", [
+        N("Scan", ["", "init", "X", "Z"], ["S", "Y1", "Y2"], num_scan_inputs=2,
+          directions=[0, 1], body=body),
+    ], [("init", F, [3, 2]), ("X", F, [3, 4, 2]), ("Z", F, [3, 4, 2])],
+        [("S", F, [3, 2]), ("Y1", F, [3, 4, 2]), ("Y2", F, [3, 4, 2])], [], opset=8)
+    # 3-D ConvTranspose (one 2-D ConvTranspose over the depth slices + a placing MatMul):
+    # strides, pads, output padding, two groups, bias.
+    save(out, "convtranspose_3d_strided_groups", [
+        N("ConvTranspose", ["X", "W", "B"], ["Y"], strides=[2, 1, 2], pads=[1, 0, 1, 0, 1, 0],
+          output_padding=[1, 0, 1], group=2),
+    ], [("X", [2, 4, 3, 4, 5])], [("Y", [2, 6, 5, 5, 9])],
+        [w("W", (4, 3, 3, 2, 3)), w("B", (6,), 0.5)])
+    # MelWeightMatrix folded at compile time, applied to a power spectrum.
+    save_typed(out, "mel_filter_bank", [
+        N("MelWeightMatrix", ["bins", "dft", "rate", "lo", "hi"], ["M"]),
+        N("Mul", ["X", "X"], ["P"]), N("MatMul", ["P", "M"], ["Y"]),
+    ], [("X", F, [2, 5, 257])], [("Y", F, [2, 5, 20])],
+        [i64("bins", 20), i64("dft", 512), i64("rate", 16000), f32("lo", 20.0),
+         f32("hi", 8000.0)], opset=17)
+
+
 def cache_and_unpool(out):
     # TensorScatter with run-time write indices (a KV-cache update, linear and circular),
     # MaxPool -> MaxUnpool (the indices computed on the device, with a larger output_shape),
@@ -883,6 +946,7 @@ def main():
     det_and_int_pool(out)
     cache_and_unpool(out)
     scans(out)
+    loops_and_3d(out)
     image_ops(out)
     grid_samples(out)
     batch_norm_training(out)
