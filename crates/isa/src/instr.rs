@@ -718,6 +718,110 @@ pub enum Op {
         /// The largest (else the smallest).
         largest: bool,
     },
+    /// POOL: the coordinates of the nonzero elements of `input` (ONNX NonZero; NCM 1.4), an
+    /// output whose extent depends on the data. `output` is the static upper bound
+    /// `[R, N]`; the actual result `[R, count]` is written packed first (row-major: row `r`
+    /// holds coordinate `r` of every nonzero element, in element order), the rest of
+    /// `output` is zero, and `shape` receives `[R, count]`. A float element is nonzero when
+    /// it compares unequal to 0 (NaN is nonzero).
+    NonZero {
+        /// `[d0, d1, d2, d3]`, any element type; the coordinates are those of its last `R`
+        /// dimensions (the first `4 − R` are 1).
+        input: AccessPattern,
+        /// `[1, 1, R, N]` of i64, `R` in 1..=4, `N` the elements of `input`.
+        output: AccessPattern,
+        /// `[1, 1, 1, 2]` of i64.
+        shape: AccessPattern,
+    },
+    /// POOL: the distinct slices `input[o, j, i]` (`j` along dimension 2, each slice the
+    /// `(o, i)` elements in order) of `input` (ONNX Unique; NCM 1.4). `y` is the static upper
+    /// bound (every slice distinct); the `U` distinct slices are written packed first (the
+    /// actual `[outer, U, inner]` row-major), zeros after. `sorted`: ascending
+    /// (lexicographic, NaN above every number and equal to itself), else in order of first
+    /// occurrence. `indices[u]` is the first occurrence of slice `u`, `counts[u]` how often
+    /// it occurs (both `U` long, zeros after), `inverse[j]` the slice of `y` that slice `j`
+    /// equals. `shape` receives `y`'s actual shape: `dims` with `U` at `dims.axis`.
+    Unique {
+        /// `[1, outer, A, inner]`, f32 or an integer type.
+        input: AccessPattern,
+        /// `[1, outer, A, inner]`, the input's type.
+        y: AccessPattern,
+        /// `[1, 1, 1, A]` of i64.
+        indices: AccessPattern,
+        /// `[1, 1, 1, A]` of i64.
+        inverse: AccessPattern,
+        /// `[1, 1, 1, A]` of i64.
+        counts: AccessPattern,
+        /// `[1, 1, 1, dims.rank]` of i64.
+        shape: AccessPattern,
+        /// `y`'s ONNX shape with the bound `A` at `dims.axis`.
+        dims: ShapeTemplate,
+        /// Ascending, else in order of first occurrence.
+        sorted: bool,
+    },
+    /// POOL: greedy non-maximum suppression per batch and class (ONNX NonMaxSuppression;
+    /// NCM 1.4). Boxes whose score is above the score threshold (when there is one) are
+    /// taken by descending score (equal scores: the lower box index first); a box whose IoU
+    /// with one already selected in its class is above the IoU threshold is dropped; at most
+    /// `max_out` per class. `selected` is the static upper bound; the `count` selections
+    /// `(batch, class, box)` are written packed first, zeros after, and `shape` receives
+    /// `[count, 3]`. The scalars come from operands read at execution time when present,
+    /// else from the immediates.
+    NonMaxSuppression {
+        /// `[1, B, S, 4]` of f32 (`[y1, x1, y2, x2]`, or `[xc, yc, w, h]` with
+        /// [`nms_flags::CENTER_POINT_BOX`]).
+        boxes: AccessPattern,
+        /// `[1, B, C, S]` of f32.
+        scores: AccessPattern,
+        /// `[1, 1, 1, 1]` of i64 ([`nms_flags::MAX_OUT`]); negative counts as 0.
+        max_out: Option<AccessPattern>,
+        /// `[1, 1, 1, 1]` of f32 ([`nms_flags::IOU`]).
+        iou: Option<AccessPattern>,
+        /// `[1, 1, 1, 1]` of f32 ([`nms_flags::SCORE`]).
+        score_threshold: Option<AccessPattern>,
+        /// `[1, 1, bound, 3]` of i64; selections past `bound` are not written.
+        selected: AccessPattern,
+        /// `[1, 1, 1, 2]` of i64.
+        shape: AccessPattern,
+        /// [`nms_flags`] (the operand flags follow the operands).
+        flags: u32,
+        /// Boxes per class without a `max_out` operand.
+        max_out_const: u32,
+        /// IoU threshold without an `iou` operand.
+        iou_const: f32,
+        /// Score threshold without a `score_threshold` operand, with
+        /// [`nms_flags::SCORE_CONST`] (without either, every box is a candidate).
+        score_const: f32,
+    },
+}
+
+/// The static shape of a value whose extent along one axis depends on the data
+/// ([`Op::Unique`]'s `y`): `rank` dimensions (1..=8), `dims[axis]` the upper bound, the
+/// dimensions past `rank` zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeTemplate {
+    /// Number of dimensions (1..=8).
+    pub rank: u8,
+    /// The data-dependent dimension (< `rank`).
+    pub axis: u8,
+    /// The dimensions (the bound at `axis`).
+    pub dims: [u32; 8],
+}
+
+/// Flags of [`Op::NonMaxSuppression`].
+pub mod nms_flags {
+    /// Boxes are `[x_center, y_center, width, height]` (else `[y1, x1, y2, x2]`).
+    pub const CENTER_POINT_BOX: u32 = 1;
+    /// The `max_out` operand is present.
+    pub const MAX_OUT: u32 = 2;
+    /// The `iou` operand is present.
+    pub const IOU: u32 = 4;
+    /// The `score_threshold` operand is present.
+    pub const SCORE: u32 = 8;
+    /// `score_const` is a threshold (without [`SCORE`]).
+    pub const SCORE_CONST: u32 = 16;
+    /// Every flag.
+    pub const ALL: u32 = 31;
 }
 
 /// Opcode bytes.
@@ -774,6 +878,12 @@ pub mod opcode {
     pub const SCATTER_ELEMENTS: u8 = 0x57;
     /// [`super::Op::TopK`].
     pub const TOP_K: u8 = 0x58;
+    /// [`super::Op::NonZero`] (NCM 1.4).
+    pub const NON_ZERO: u8 = 0x59;
+    /// [`super::Op::Unique`] (NCM 1.4).
+    pub const UNIQUE: u8 = 0x5A;
+    /// [`super::Op::NonMaxSuppression`] (NCM 1.4).
+    pub const NON_MAX_SUPPRESSION: u8 = 0x5B;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -806,6 +916,9 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         GATHER_ELEMENTS => ("GatherElements", HEADER_SIZE + 3 * AP_SIZE + 8),
         SCATTER_ELEMENTS => ("ScatterElements", HEADER_SIZE + 3 * AP_SIZE + 8),
         TOP_K => ("TopK", HEADER_SIZE + 3 * AP_SIZE + 8),
+        NON_ZERO => ("NonZero", HEADER_SIZE + 3 * AP_SIZE),
+        UNIQUE => ("Unique", HEADER_SIZE + 6 * AP_SIZE + 40),
+        NON_MAX_SUPPRESSION => ("NonMaxSuppression", HEADER_SIZE + 7 * AP_SIZE + 16),
         _ => return None,
     })
 }
@@ -846,6 +959,9 @@ impl Op {
             Op::GatherElements { .. } => GATHER_ELEMENTS,
             Op::ScatterElements { .. } => SCATTER_ELEMENTS,
             Op::TopK { .. } => TOP_K,
+            Op::NonZero { .. } => NON_ZERO,
+            Op::Unique { .. } => UNIQUE,
+            Op::NonMaxSuppression { .. } => NON_MAX_SUPPRESSION,
         }
     }
 
@@ -881,7 +997,10 @@ impl Op {
             | Op::Gather { .. }
             | Op::GatherElements { .. }
             | Op::ScatterElements { .. }
-            | Op::TopK { .. } => matches!(engine, Engine::Pool),
+            | Op::TopK { .. }
+            | Op::NonZero { .. }
+            | Op::Unique { .. }
+            | Op::NonMaxSuppression { .. } => matches!(engine, Engine::Pool),
         }
     }
 }
@@ -1114,6 +1233,55 @@ macro_rules! operand_table {
                 $f(0, "input", Role::Read, input);
                 $f(1, "values", Role::Write, values);
                 $f(2, "indices", Role::Write, indices);
+            }
+            Op::NonZero {
+                input,
+                output,
+                shape,
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "output", Role::Write, output);
+                $f(2, "shape", Role::Write, shape);
+            }
+            Op::Unique {
+                input,
+                y,
+                indices,
+                inverse,
+                counts,
+                shape,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "y", Role::Write, y);
+                $f(2, "indices", Role::Write, indices);
+                $f(3, "inverse", Role::Write, inverse);
+                $f(4, "counts", Role::Write, counts);
+                $f(5, "shape", Role::Write, shape);
+            }
+            Op::NonMaxSuppression {
+                boxes,
+                scores,
+                max_out,
+                iou,
+                score_threshold,
+                selected,
+                shape,
+                ..
+            } => {
+                $f(0, "boxes", Role::Read, boxes);
+                $f(1, "scores", Role::Read, scores);
+                if let Some(x) = max_out {
+                    $f(2, "max_out", Role::Read, x);
+                }
+                if let Some(x) = iou {
+                    $f(3, "iou", Role::Read, x);
+                }
+                if let Some(x) = score_threshold {
+                    $f(4, "score_threshold", Role::Read, x);
+                }
+                $f(5, "selected", Role::Write, selected);
+                $f(6, "shape", Role::Write, shape);
             }
         }
     };
@@ -1524,6 +1692,62 @@ impl Instruction {
                 w.u32(*largest as u32);
                 w.u32(0);
             }
+            Op::NonZero {
+                input,
+                output,
+                shape,
+            } => {
+                w.ap(input);
+                w.ap(output);
+                w.ap(shape);
+            }
+            Op::Unique {
+                input,
+                y,
+                indices,
+                inverse,
+                counts,
+                shape,
+                dims,
+                sorted,
+            } => {
+                for ap in [input, y, indices, inverse, counts, shape] {
+                    w.ap(ap);
+                }
+                w.u8(dims.rank);
+                w.u8(dims.axis);
+                w.u8(*sorted as u8);
+                w.u8(0);
+                for d in dims.dims {
+                    w.u32(d);
+                }
+                w.u32(0);
+            }
+            Op::NonMaxSuppression {
+                boxes,
+                scores,
+                max_out,
+                iou,
+                score_threshold,
+                selected,
+                shape,
+                flags,
+                max_out_const,
+                iou_const,
+                score_const,
+            } => {
+                w.ap(boxes);
+                w.ap(scores);
+                w.opt_ap(max_out);
+                w.opt_ap(iou);
+                w.opt_ap(score_threshold);
+                w.ap(selected);
+                w.ap(shape);
+                w.u32(*flags);
+                w.u32(*max_out_const);
+                w.f32(*iou_const);
+                w.f32(*score_const);
+            }
         }
         debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
     }
@@ -1726,6 +1950,13 @@ fn check_packed_b(b: &AccessPattern, k: u32, n: u32) -> Result<(), DecodeError> 
         }
     }
     Ok(())
+}
+
+/// The `shape` operand of an instruction with a data-dependent output: `[1, 1, 1, rank]`
+/// of i64, at byte `off` of the instruction.
+fn shape_operand(ap: &AccessPattern, rank: u32, off: usize) -> Result<(), DecodeError> {
+    require_dtype(ap, "shape.dtype", &[DType::I64]).map_err(|e| e.shifted(off))?;
+    same_shape("shape.shape", &[1, 1, 1, rank], ap).map_err(|e| e.shifted(off))
 }
 
 fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<(), DecodeError> {
@@ -2574,6 +2805,164 @@ impl Instruction {
                     values,
                     indices,
                     largest,
+                }
+            }
+            opcode::NON_ZERO => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let shape = r.ap("shape")?;
+                let at = HEADER_SIZE + AP_SIZE;
+                require_dtype(&output, "output.dtype", &[DType::I64]).map_err(|e| e.shifted(at))?;
+                let rank = output.shape[2];
+                if !(1..=4).contains(&rank) {
+                    return Err(DecodeError::field("output.shape", Reason::OutOfRange(rank as u64))
+                        .at(at + 16 + 8));
+                }
+                let mut lead = [1u32; 4];
+                lead[4 - rank as usize..].copy_from_slice(&input.shape[4 - rank as usize..]);
+                same_shape("input.shape", &lead, &input).map_err(|e| e.shifted(HEADER_SIZE))?;
+                let n = input.elements();
+                let n = u32::try_from(n).map_err(|_| {
+                    DecodeError::field("input.shape", Reason::OutOfRange(n)).at(HEADER_SIZE + 16)
+                })?;
+                same_shape("output.shape", &[1, 1, rank, n], &output)
+                    .map_err(|e| e.shifted(at))?;
+                shape_operand(&shape, 2, HEADER_SIZE + 2 * AP_SIZE)?;
+                Op::NonZero {
+                    input,
+                    output,
+                    shape,
+                }
+            }
+            opcode::UNIQUE => {
+                let input = r.ap("input")?;
+                let y = r.ap("y")?;
+                let indices = r.ap("indices")?;
+                let inverse = r.ap("inverse")?;
+                let counts = r.ap("counts")?;
+                let shape = r.ap("shape")?;
+                let at = r.pos;
+                let rank = r.u8();
+                let axis = r.u8();
+                let sorted = r.u8();
+                r.zeros(1, "reserved")?;
+                let mut dims = [0u32; 8];
+                for d in &mut dims {
+                    *d = r.u32();
+                }
+                r.zeros(4, "reserved")?;
+                if !(1..=8).contains(&rank) {
+                    return Err(DecodeError::field("dims.rank", Reason::OutOfRange(rank as u64)).at(at));
+                }
+                if axis >= rank {
+                    return Err(
+                        DecodeError::field("dims.axis", Reason::OutOfRange(axis as u64)).at(at + 1)
+                    );
+                }
+                if sorted > 1 {
+                    return Err(
+                        DecodeError::field("sorted", Reason::OutOfRange(sorted as u64)).at(at + 2)
+                    );
+                }
+                if let Some(i) = (rank as usize..8).find(|&i| dims[i] != 0) {
+                    return Err(DecodeError::field("dims", Reason::ReservedNonZero).at(at + 4 + 4 * i));
+                }
+                require_dtype(&input, "input.dtype", TOP_K_TYPES)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&y, "y.dtype", &[input.dtype])
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                dim_eq("input.shape", 0, 1, input.shape[0]).map_err(|e| e.shifted(HEADER_SIZE))?;
+                same_shape("y.shape", &input.shape, &y).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let a = input.shape[2];
+                for (k, (ap, name)) in [(indices, "indices.shape"), (inverse, "inverse.shape"), (counts, "counts.shape")]
+                    .iter()
+                    .enumerate()
+                {
+                    let off = HEADER_SIZE + (2 + k) * AP_SIZE;
+                    require_dtype(ap, "dtype", &[DType::I64]).map_err(|e| e.shifted(off))?;
+                    same_shape(name, &[1, 1, 1, a], ap).map_err(|e| e.shifted(off))?;
+                }
+                shape_operand(&shape, rank as u32, HEADER_SIZE + 5 * AP_SIZE)?;
+                // The template describes `y`: outer · bound · inner.
+                let prod = |ds: &[u32]| ds.iter().try_fold(1u64, |p, &d| p.checked_mul(d as u64));
+                let (r_, x) = (rank as usize, axis as usize);
+                let fits = prod(&dims[..x]) == Some(input.shape[1] as u64)
+                    && dims[x] == a
+                    && prod(&dims[x + 1..r_]) == Some(input.shape[3] as u64);
+                if !fits {
+                    return Err(DecodeError::field("dims", Reason::ShapeMismatch {
+                        dim: x,
+                        expected: a,
+                        found: dims[x],
+                    })
+                    .at(at + 4));
+                }
+                Op::Unique {
+                    input,
+                    y,
+                    indices,
+                    inverse,
+                    counts,
+                    shape,
+                    dims: ShapeTemplate { rank, axis, dims },
+                    sorted: sorted != 0,
+                }
+            }
+            opcode::NON_MAX_SUPPRESSION => {
+                let flags_at = HEADER_SIZE + 7 * AP_SIZE;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !nms_flags::ALL != 0 {
+                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags & !nms_flags::ALL)).at(flags_at));
+                }
+                if flags & nms_flags::SCORE != 0 && flags & nms_flags::SCORE_CONST != 0 {
+                    return Err(DecodeError::field("flags", Reason::UnknownFlags(nms_flags::SCORE_CONST)).at(flags_at));
+                }
+                let boxes = r.ap("boxes")?;
+                let scores = r.ap("scores")?;
+                let max_out = r.opt_ap("max_out", flags & nms_flags::MAX_OUT != 0)?;
+                let iou = r.opt_ap("iou", flags & nms_flags::IOU != 0)?;
+                let score_threshold = r.opt_ap("score_threshold", flags & nms_flags::SCORE != 0)?;
+                let selected = r.ap("selected")?;
+                let shape = r.ap("shape")?;
+                r.u32();
+                let max_out_const = r.u32();
+                let iou_const = r.f32("iou_const")?;
+                let score_const = r.f32("score_const")?;
+                require_dtype(&boxes, "boxes.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&scores, "scores.dtype", F32)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let [_, nb, ns, _] = boxes.shape;
+                same_shape("boxes.shape", &[1, nb, ns, 4], &boxes).map_err(|e| e.shifted(HEADER_SIZE))?;
+                let nc = scores.shape[2];
+                same_shape("scores.shape", &[1, nb, nc, ns], &scores)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                for (k, (op, dt)) in [(max_out, DType::I64), (iou, DType::F32), (score_threshold, DType::F32)]
+                    .iter()
+                    .enumerate()
+                {
+                    if let Some(ap) = op {
+                        let off = HEADER_SIZE + (2 + k) * AP_SIZE;
+                        require_dtype(ap, "dtype", &[*dt]).map_err(|e| e.shifted(off))?;
+                        same_shape("shape", &[1, 1, 1, 1], ap).map_err(|e| e.shifted(off))?;
+                    }
+                }
+                let off = HEADER_SIZE + 5 * AP_SIZE;
+                require_dtype(&selected, "selected.dtype", &[DType::I64]).map_err(|e| e.shifted(off))?;
+                same_shape("selected.shape", &[1, 1, selected.shape[2], 3], &selected)
+                    .map_err(|e| e.shifted(off))?;
+                shape_operand(&shape, 2, HEADER_SIZE + 6 * AP_SIZE)?;
+                Op::NonMaxSuppression {
+                    boxes,
+                    scores,
+                    max_out,
+                    iou,
+                    score_threshold,
+                    selected,
+                    shape,
+                    flags,
+                    max_out_const,
+                    iou_const,
+                    score_const,
                 }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),

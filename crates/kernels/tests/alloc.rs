@@ -418,6 +418,59 @@ fn second_calls_allocate_nothing() {
         },
     ));
 
+    // The data-dependent extents (sort orders and group tables in the workspace).
+    let nz_in = m.dense(DType::F32, [1, 1, 4, 33]);
+    let nz_out = m.dense(DType::I64, [1, 1, 2, 132]);
+    let two = m.dense(DType::I64, [1, 1, 1, 2]);
+    ops.push((
+        "non zero",
+        Op::NonZero {
+            input: nz_in,
+            output: nz_out,
+            shape: two,
+        },
+    ));
+    let u_in = m.dense(DType::F32, [1, 4, 33, 1]);
+    let u_y = m.dense(DType::F32, [1, 4, 33, 1]);
+    let u_k = [(); 3].map(|_| m.dense(DType::I64, [1, 1, 1, 33]));
+    let u_shape = m.dense(DType::I64, [1, 1, 1, 2]);
+    ops.push((
+        "unique",
+        Op::Unique {
+            input: u_in,
+            y: u_y,
+            indices: u_k[0],
+            inverse: u_k[1],
+            counts: u_k[2],
+            shape: u_shape,
+            dims: nrt_isa::ShapeTemplate {
+                rank: 2,
+                axis: 1,
+                dims: [4, 33, 0, 0, 0, 0, 0, 0],
+            },
+            sorted: false,
+        },
+    ));
+    let boxes = m.dense(DType::F32, [1, 2, 33, 4]);
+    let scores = m.dense(DType::F32, [1, 2, 3, 33]);
+    let selected = m.dense(DType::I64, [1, 1, 198, 3]);
+    ops.push((
+        "non max suppression",
+        Op::NonMaxSuppression {
+            boxes,
+            scores,
+            max_out: None,
+            iou: None,
+            score_threshold: None,
+            selected,
+            shape: two,
+            flags: 0,
+            max_out_const: 33,
+            iou_const: 0.5,
+            score_const: 0.0,
+        },
+    ));
+
     // The counter sees allocations at all.
     let before = allocs();
     let v = std::hint::black_box(vec![1u8; 10]);
