@@ -10,7 +10,7 @@
 use crate::args::ConformanceArgs;
 use crate::session::{self, Res};
 use nrt_compiler::{CompileOptions, HostTensor};
-use nrt_runtime::{DType, LoadOptions, Runtime, RuntimeConfig, TensorInfo};
+use nrt_runtime::{DType, LoadOptions, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 
 enum Outcome {
@@ -256,7 +256,7 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOption
                         "output '{name}' is not an output of the compiled model"
                     )));
                 };
-                let got = read_output(info, t)?;
+                let got = session::read_output(&all, info, t)?;
                 if cast.auto_cast != nrt_compiler::AutoCast::None {
                     worst_rel = worst_rel.max(max_rel_error(&got, want));
                 }
@@ -281,12 +281,6 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOption
         notes.push(format!("max error / max |reference| {worst_rel:.2e}"));
     }
     Outcome::Pass(notes.join("; "))
-}
-
-fn read_output(info: &TensorInfo, t: &nrt_runtime::Tensor) -> Res<HostTensor> {
-    let mut b = vec![0u8; info.size as usize];
-    t.read(&mut b, 0).map_err(|e| e.to_string())?;
-    session::from_device_bytes(info, &b)
 }
 
 /// Reads per-test tolerance overrides: lines `TEST RTOL ATOL  # reason`.

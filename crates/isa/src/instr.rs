@@ -2815,8 +2815,11 @@ impl Instruction {
                 require_dtype(&output, "output.dtype", &[DType::I64]).map_err(|e| e.shifted(at))?;
                 let rank = output.shape[2];
                 if !(1..=4).contains(&rank) {
-                    return Err(DecodeError::field("output.shape", Reason::OutOfRange(rank as u64))
-                        .at(at + 16 + 8));
+                    return Err(DecodeError::field(
+                        "output.shape",
+                        Reason::OutOfRange(rank as u64),
+                    )
+                    .at(at + 16 + 8));
                 }
                 let mut lead = [1u32; 4];
                 lead[4 - rank as usize..].copy_from_slice(&input.shape[4 - rank as usize..]);
@@ -2825,8 +2828,7 @@ impl Instruction {
                 let n = u32::try_from(n).map_err(|_| {
                     DecodeError::field("input.shape", Reason::OutOfRange(n)).at(HEADER_SIZE + 16)
                 })?;
-                same_shape("output.shape", &[1, 1, rank, n], &output)
-                    .map_err(|e| e.shifted(at))?;
+                same_shape("output.shape", &[1, 1, rank, n], &output).map_err(|e| e.shifted(at))?;
                 shape_operand(&shape, 2, HEADER_SIZE + 2 * AP_SIZE)?;
                 Op::NonZero {
                     input,
@@ -2852,31 +2854,40 @@ impl Instruction {
                 }
                 r.zeros(4, "reserved")?;
                 if !(1..=8).contains(&rank) {
-                    return Err(DecodeError::field("dims.rank", Reason::OutOfRange(rank as u64)).at(at));
+                    return Err(
+                        DecodeError::field("dims.rank", Reason::OutOfRange(rank as u64)).at(at),
+                    );
                 }
                 if axis >= rank {
                     return Err(
-                        DecodeError::field("dims.axis", Reason::OutOfRange(axis as u64)).at(at + 1)
+                        DecodeError::field("dims.axis", Reason::OutOfRange(axis as u64)).at(at + 1),
                     );
                 }
                 if sorted > 1 {
                     return Err(
-                        DecodeError::field("sorted", Reason::OutOfRange(sorted as u64)).at(at + 2)
+                        DecodeError::field("sorted", Reason::OutOfRange(sorted as u64)).at(at + 2),
                     );
                 }
                 if let Some(i) = (rank as usize..8).find(|&i| dims[i] != 0) {
-                    return Err(DecodeError::field("dims", Reason::ReservedNonZero).at(at + 4 + 4 * i));
+                    return Err(
+                        DecodeError::field("dims", Reason::ReservedNonZero).at(at + 4 + 4 * i)
+                    );
                 }
                 require_dtype(&input, "input.dtype", TOP_K_TYPES)
                     .map_err(|e| e.shifted(HEADER_SIZE))?;
                 require_dtype(&y, "y.dtype", &[input.dtype])
                     .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 dim_eq("input.shape", 0, 1, input.shape[0]).map_err(|e| e.shifted(HEADER_SIZE))?;
-                same_shape("y.shape", &input.shape, &y).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("y.shape", &input.shape, &y)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 let a = input.shape[2];
-                for (k, (ap, name)) in [(indices, "indices.shape"), (inverse, "inverse.shape"), (counts, "counts.shape")]
-                    .iter()
-                    .enumerate()
+                for (k, (ap, name)) in [
+                    (indices, "indices.shape"),
+                    (inverse, "inverse.shape"),
+                    (counts, "counts.shape"),
+                ]
+                .iter()
+                .enumerate()
                 {
                     let off = HEADER_SIZE + (2 + k) * AP_SIZE;
                     require_dtype(ap, "dtype", &[DType::I64]).map_err(|e| e.shifted(off))?;
@@ -2890,11 +2901,14 @@ impl Instruction {
                     && dims[x] == a
                     && prod(&dims[x + 1..r_]) == Some(input.shape[3] as u64);
                 if !fits {
-                    return Err(DecodeError::field("dims", Reason::ShapeMismatch {
-                        dim: x,
-                        expected: a,
-                        found: dims[x],
-                    })
+                    return Err(DecodeError::field(
+                        "dims",
+                        Reason::ShapeMismatch {
+                            dim: x,
+                            expected: a,
+                            found: dims[x],
+                        },
+                    )
                     .at(at + 4));
                 }
                 Op::Unique {
@@ -2912,10 +2926,18 @@ impl Instruction {
                 let flags_at = HEADER_SIZE + 7 * AP_SIZE;
                 let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
                 if flags & !nms_flags::ALL != 0 {
-                    return Err(DecodeError::field("flags", Reason::UnknownFlags(flags & !nms_flags::ALL)).at(flags_at));
+                    return Err(DecodeError::field(
+                        "flags",
+                        Reason::UnknownFlags(flags & !nms_flags::ALL),
+                    )
+                    .at(flags_at));
                 }
                 if flags & nms_flags::SCORE != 0 && flags & nms_flags::SCORE_CONST != 0 {
-                    return Err(DecodeError::field("flags", Reason::UnknownFlags(nms_flags::SCORE_CONST)).at(flags_at));
+                    return Err(DecodeError::field(
+                        "flags",
+                        Reason::UnknownFlags(nms_flags::SCORE_CONST),
+                    )
+                    .at(flags_at));
                 }
                 let boxes = r.ap("boxes")?;
                 let scores = r.ap("scores")?;
@@ -2932,13 +2954,18 @@ impl Instruction {
                 require_dtype(&scores, "scores.dtype", F32)
                     .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 let [_, nb, ns, _] = boxes.shape;
-                same_shape("boxes.shape", &[1, nb, ns, 4], &boxes).map_err(|e| e.shifted(HEADER_SIZE))?;
+                same_shape("boxes.shape", &[1, nb, ns, 4], &boxes)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
                 let nc = scores.shape[2];
                 same_shape("scores.shape", &[1, nb, nc, ns], &scores)
                     .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                for (k, (op, dt)) in [(max_out, DType::I64), (iou, DType::F32), (score_threshold, DType::F32)]
-                    .iter()
-                    .enumerate()
+                for (k, (op, dt)) in [
+                    (max_out, DType::I64),
+                    (iou, DType::F32),
+                    (score_threshold, DType::F32),
+                ]
+                .iter()
+                .enumerate()
                 {
                     if let Some(ap) = op {
                         let off = HEADER_SIZE + (2 + k) * AP_SIZE;
@@ -2947,7 +2974,8 @@ impl Instruction {
                     }
                 }
                 let off = HEADER_SIZE + 5 * AP_SIZE;
-                require_dtype(&selected, "selected.dtype", &[DType::I64]).map_err(|e| e.shifted(off))?;
+                require_dtype(&selected, "selected.dtype", &[DType::I64])
+                    .map_err(|e| e.shifted(off))?;
                 same_shape("selected.shape", &[1, 1, selected.shape[2], 3], &selected)
                     .map_err(|e| e.shifted(off))?;
                 shape_operand(&shape, 2, HEADER_SIZE + 6 * AP_SIZE)?;

@@ -421,22 +421,28 @@ fn arb_op() -> impl Strategy<Value = Op> {
             let k = [1, 1, 1, a];
             (
                 (arb_ap(f, s), arb_ap(f, s)),
-                (arb_ap(DType::I64, k), arb_ap(DType::I64, k), arb_ap(DType::I64, k)),
+                (
+                    arb_ap(DType::I64, k),
+                    arb_ap(DType::I64, k),
+                    arb_ap(DType::I64, k),
+                ),
                 arb_ap(DType::I64, [1, 1, 1, 3]),
             )
-                .prop_map(move |((input, y), (indices, inverse, counts), shape)| Op::Unique {
-                    input,
-                    y,
-                    indices,
-                    inverse,
-                    counts,
-                    shape,
-                    dims: ShapeTemplate {
-                        rank: 3,
-                        axis: 1,
-                        dims: [o, a, i, 0, 0, 0, 0, 0],
-                    },
-                    sorted,
+                .prop_map(move |((input, y), (indices, inverse, counts), shape)| {
+                    Op::Unique {
+                        input,
+                        y,
+                        indices,
+                        inverse,
+                        counts,
+                        shape,
+                        dims: ShapeTemplate {
+                            rank: 3,
+                            axis: 1,
+                            dims: [o, a, i, 0, 0, 0, 0, 0],
+                        },
+                        sorted,
+                    }
                 })
         }),
         (1u32..3, 0u32..5, 1u32..3, 0u32..9, 0u32..32, 0u32..100).prop_flat_map(
@@ -454,11 +460,19 @@ fn arb_op() -> impl Strategy<Value = Op> {
                         opt(flags & nms_flags::IOU != 0, arb_ap(f, one)),
                         opt(flags & nms_flags::SCORE != 0, arb_ap(f, one)),
                     ),
-                    (arb_ap(DType::I64, [1, 1, bound, 3]), arb_ap(DType::I64, [1, 1, 1, 2])),
+                    (
+                        arb_ap(DType::I64, [1, 1, bound, 3]),
+                        arb_ap(DType::I64, [1, 1, 1, 2]),
+                    ),
                     (finite(), finite()),
                 )
                     .prop_map(
-                        move |((boxes, scores), (max_out, iou, score_threshold), (selected, shape), (iou_const, score_const))| {
+                        move |(
+                            (boxes, scores),
+                            (max_out, iou, score_threshold),
+                            (selected, shape),
+                            (iou_const, score_const),
+                        )| {
                             Op::NonMaxSuppression {
                                 boxes,
                                 scores,

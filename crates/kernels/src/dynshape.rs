@@ -110,8 +110,11 @@ unsafe fn nz<T>(
     let vo = View::<i64>::new(output, mem);
     let rank = vo.shape[2];
     let zero = T::default();
-    // SAFETY (closure): every index is inside the input's shape.
-    let is_nz = |i: [usize; 4]| unsafe { vi.at(i).read() } & mask != zero;
+    let is_nz = |i: [usize; 4]| {
+        // SAFETY: every index passed is inside the input's shape.
+        let v = unsafe { vi.at(i).read() };
+        v & mask != zero
+    };
     let each = |f: &mut dyn FnMut([usize; 4])| {
         for a in 0..vi.shape[0] {
             for b in 0..vi.shape[1] {
@@ -222,8 +225,10 @@ unsafe fn uniq<T: Copy + PartialOrd + Default>(
     let (first, rest) = rest.split_at_mut(n);
     let (count, rest) = rest.split_at_mut(n);
     let (perm, rank) = rest.split_at_mut(n);
-    // SAFETY (closure): j < n, o < outer, i < inner: inside the input.
-    let at = |j: u64, o: usize, i: usize| unsafe { vi.at([0, o, j as usize, i]).read() };
+    let at = |j: u64, o: usize, i: usize| {
+        // SAFETY: j < n, o < outer, i < inner: inside the input.
+        unsafe { vi.at([0, o, j as usize, i]).read() }
+    };
     let cmp_slices = |x: u64, y: u64| {
         for o in 0..outer {
             for i in 0..inner {
@@ -364,8 +369,8 @@ pub unsafe fn non_max_suppression(a: &NmsArgs<'_>, mem: DeviceMemory, ws: &mut W
     let classes = vs.shape[2];
     let bound = vsel.shape[2];
     // The scalars: operands read now, else the immediates.
-    // SAFETY: each present operand is one element inside device memory.
     let max_out = match a.max_out {
+        // SAFETY: each present operand is one element inside device memory.
         Some(ap) => unsafe { View::<i64>::new(ap, mem).ptr.read() }.max(0) as u64,
         None => a.max_out_const as u64,
     };
@@ -386,12 +391,14 @@ pub unsafe fn non_max_suppression(a: &NmsArgs<'_>, mem: DeviceMemory, ws: &mut W
     let (ext, cand) = ws.f32_and_words(4 * boxes, boxes);
     let mut written = 0usize;
     'all: for b in 0..batches {
-        // SAFETY (closures): b < batches, j < boxes, c < classes, k < 4: inside the operands.
-        let score = |c: usize, j: u64| unsafe { vs.at([0, b, c, j as usize]).read() };
+        let score = |c: usize, j: u64| {
+            // SAFETY: b < batches, c < classes, j < boxes: inside the scores.
+            unsafe { vs.at([0, b, c, j as usize]).read() }
+        };
         let bx = |j: u64| {
             let mut v = [0f32; 4];
             for (k, x) in v.iter_mut().enumerate() {
-                // SAFETY: as above.
+                // SAFETY: b < batches, j < boxes, k < 4: inside the boxes.
                 *x = unsafe { vb.at([0, b, j as usize, k]).read() };
             }
             v
@@ -405,9 +412,8 @@ pub unsafe fn non_max_suppression(a: &NmsArgs<'_>, mem: DeviceMemory, ws: &mut W
                 }
             }
             // Descending score (NaN above every number), equal scores by ascending index.
-            cand[..n].sort_unstable_by(|&x, &y| {
-                ascending(&score(c, y), &score(c, x)).then(x.cmp(&y))
-            });
+            cand[..n]
+                .sort_unstable_by(|&x, &y| ascending(&score(c, y), &score(c, x)).then(x.cmp(&y)));
             let mut kept = 0usize;
             for &j in &cand[..n] {
                 if kept as u64 >= max_out {

@@ -49,7 +49,11 @@ fn non_zero_of_all_zero_input_is_empty_and_zero_filled() {
     let mut k = 0;
     m.fill_with(&input, || {
         k += 1;
-        if k % 2 == 0 { (-0.0f32).to_bits() as u64 } else { 0 }
+        if k % 2 == 0 {
+            (-0.0f32).to_bits() as u64
+        } else {
+            0
+        }
     });
     let (out, shape) = run_non_zero(&mut m, input, 2);
     assert_eq!(shape, [2, 0]);

@@ -56,3 +56,78 @@ fn d7_load_of_io_tensor_whose_size_overflows_fails_invalid() {
     assert_eq!(e.status, NrtStatus::Invalid, "{e:?}");
     assert!(e.message.contains("io[0].shape"), "{}", e.message);
 }
+
+/// NCM 1.4's data-dependent-extent instructions with hostile operands: an output bound past
+/// its plan entry, a `Unique` shape template that disagrees with its operands, a `NonZero`
+/// output that is not `[1, 1, rank, elements]`. Each load fails with `NRT_INVALID` naming
+/// the instruction and the field — nothing reaches a kernel.
+#[test]
+fn hostile_data_dependent_instructions_are_rejected_at_load() {
+    let (_dev, rt) = runtime();
+    let dense = |addr: u64, dtype: DType, shape: [u32; 4]| AccessPattern {
+        addr,
+        dtype,
+        shape,
+        stride: nrt_isa::dense_strides(&shape),
+    };
+    let cases: Vec<(&str, Box<dyn Fn(u64) -> Op>, &str)> = vec![
+        (
+            "nms selected past its plan entry",
+            Box::new(|t| Op::NonMaxSuppression {
+                boxes: dense(t, DType::F32, [1, 1, 4, 4]),
+                scores: dense(t, DType::F32, [1, 1, 1, 4]),
+                max_out: None,
+                iou: None,
+                score_threshold: None,
+                selected: dense(t, DType::I64, [1, 1, 1 << 20, 3]),
+                shape: dense(t, DType::I64, [1, 1, 1, 2]),
+                flags: 0,
+                max_out_const: 4,
+                iou_const: 0.5,
+                score_const: 0.0,
+            }),
+            "plan entry",
+        ),
+        (
+            "unique template disagreeing with its input",
+            Box::new(|t| Op::Unique {
+                input: dense(t, DType::F32, [1, 2, 3, 1]),
+                y: dense(t, DType::F32, [1, 2, 3, 1]),
+                indices: dense(t, DType::I64, [1, 1, 1, 3]),
+                inverse: dense(t, DType::I64, [1, 1, 1, 3]),
+                counts: dense(t, DType::I64, [1, 1, 1, 3]),
+                shape: dense(t, DType::I64, [1, 1, 1, 2]),
+                dims: nrt_isa::ShapeTemplate {
+                    rank: 2,
+                    axis: 1,
+                    dims: [2, 300, 0, 0, 0, 0, 0, 0],
+                },
+                sorted: true,
+            }),
+            "dims",
+        ),
+        (
+            "non-zero output not [1, 1, rank, elements]",
+            Box::new(|t| Op::NonZero {
+                input: dense(t, DType::F32, [1, 1, 2, 3]),
+                output: dense(t, DType::I64, [1, 1, 2, 5]),
+                shape: dense(t, DType::I64, [1, 1, 1, 2]),
+            }),
+            "output.shape",
+        ),
+    ];
+    for (what, op, field) in cases {
+        let mut b = ModelBuilder::new("dyn", 1);
+        let tmp = b.scratch(0, 4096, 64);
+        b.push(0, Engine::Pool, Instruction::new(op(vaddr(tmp, 0))));
+        let e = rt
+            .load(&b.build().encode(), 0, &quick_timeout())
+            .unwrap_err();
+        assert_eq!(e.status, NrtStatus::Invalid, "{what}: {e:?}");
+        assert!(
+            e.message.contains("instruction 0") && e.message.contains(field),
+            "{what}: {}",
+            e.message
+        );
+    }
+}

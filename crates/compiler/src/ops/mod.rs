@@ -20,6 +20,7 @@ mod composite;
 mod constant;
 mod control;
 mod conv;
+mod dynshape;
 mod einsum;
 mod elementwise;
 mod gather;
@@ -209,6 +210,7 @@ pub(crate) fn registry() -> &'static Registry {
         constant::register(&mut r);
         control::register(&mut r);
         conv::register(&mut r);
+        dynshape::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
         gather::register(&mut r);
