@@ -70,7 +70,8 @@ fn hostile_data_dependent_instructions_are_rejected_at_load() {
         shape,
         stride: nrt_isa::dense_strides(&shape),
     };
-    let cases: Vec<(&str, Box<dyn Fn(u64) -> Op>, &str)> = vec![
+    type Case = (&'static str, Box<dyn Fn(u64) -> Op>, &'static str);
+    let cases: Vec<Case> = vec![
         (
             "nms selected past its plan entry",
             Box::new(|t| Op::NonMaxSuppression {
