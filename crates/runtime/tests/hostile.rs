@@ -64,12 +64,14 @@ fn d7_load_of_io_tensor_whose_size_overflows_fails_invalid() {
 #[test]
 fn hostile_data_dependent_instructions_are_rejected_at_load() {
     let (_dev, rt) = runtime();
-    let dense = |addr: u64, dtype: DType, shape: [u32; 4]| AccessPattern {
-        addr,
-        dtype,
-        shape,
-        stride: nrt_isa::dense_strides(&shape),
-    };
+    fn dense(addr: u64, dtype: DType, shape: [u32; 4]) -> AccessPattern {
+        AccessPattern {
+            addr,
+            dtype,
+            shape,
+            stride: nrt_isa::dense_strides(&shape),
+        }
+    }
     type Case = (&'static str, Box<dyn Fn(u64) -> Op>, &'static str);
     let cases: Vec<Case> = vec![
         (
