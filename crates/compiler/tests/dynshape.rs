@@ -212,3 +212,47 @@ fn a_companion_name_already_taken_is_an_error() {
     let e = compile(&m, None, &CompileOptions::default()).expect_err("should fail");
     assert!(e.to_string().contains("Y:shape"), "{e}");
 }
+
+#[test]
+fn roi_align_reads_regions_at_execution_time() {
+    let m = model(
+        vec![node(
+            "RoiAlign",
+            &["X", "rois", "bi"],
+            &["Y"],
+            vec![
+                a_i("output_height", 3),
+                a_i("output_width", 2),
+                a_s("mode", "max"),
+                a_f("spatial_scale", 0.25),
+            ],
+        )],
+        vec![],
+        vec![
+            vi("X", dt::FLOAT, &[2, 4, 8, 8]),
+            vi("rois", dt::FLOAT, &[5, 4]),
+            vi("bi", dt::INT64, &[5]),
+        ],
+        vec![vi("Y", dt::FLOAT, &[5, 4, 3, 2])],
+        16,
+    );
+    let c = ok(&m, &CompileOptions::default());
+    assert_eq!(outputs(&c)[0].2, vec![5, 4, 3, 2]);
+    let op = pool_ops(&c)
+        .into_iter()
+        .find(|o| matches!(o, Op::RoiAlign { .. }))
+        .expect("a RoiAlign instruction");
+    let Op::RoiAlign {
+        flags,
+        spatial_scale,
+        sampling_ratio,
+        ..
+    } = op
+    else {
+        unreachable!()
+    };
+    // Opset 16: half_pixel by default.
+    use nrt_isa::roi_flags;
+    assert_eq!(flags, roi_flags::MAX | roi_flags::HALF_PIXEL);
+    assert_eq!((spatial_scale, sampling_ratio), (0.25, 0));
+}

@@ -793,6 +793,44 @@ pub enum Op {
         /// [`nms_flags::SCORE_CONST`] (without either, every box is a candidate).
         score_const: f32,
     },
+    /// POOL: region-of-interest align (ONNX RoiAlign; NCM 1.4): for each region `r` (its
+    /// `rois` row `[x1, y1, x2, y2]` times `spatial_scale`, minus ½ with
+    /// [`roi_flags::HALF_PIXEL`]) and each output cell, the bilinear samples of a
+    /// `grid × grid` lattice of the cell (`sampling_ratio`, or `ceil(cell size)` when 0,
+    /// capped at [`ROI_MAX_GRID`]) from image `batch_indices[r]` of `input`, averaged (or
+    /// their maximum, [`roi_flags::MAX`], of the weighted corner values as ONNX Runtime
+    /// takes it). A batch index outside `[0, N)` is a device error (`NRT_EXEC_OOB`).
+    RoiAlign {
+        /// `[N, C, H, W]` of f32.
+        input: AccessPattern,
+        /// `[1, 1, R, 4]` of f32.
+        rois: AccessPattern,
+        /// `[1, 1, 1, R]` of i64.
+        batch_indices: AccessPattern,
+        /// `[R, C, out_h, out_w]` of f32.
+        output: AccessPattern,
+        /// Scale of the region coordinates.
+        spatial_scale: f32,
+        /// Samples per cell and dimension (0: adaptive).
+        sampling_ratio: u32,
+        /// [`roi_flags`].
+        flags: u32,
+    },
+}
+
+/// Most samples per cell and dimension [`Op::RoiAlign`] takes (an adaptive grid of a huge
+/// or hostile region would otherwise make one instruction loop without bound).
+pub const ROI_MAX_GRID: u32 = 1 << 10;
+
+/// Flags of [`Op::RoiAlign`].
+pub mod roi_flags {
+    /// Maximum, else average.
+    pub const MAX: u32 = 1;
+    /// `half_pixel` coordinates (subtract ½; no minimum region size), else
+    /// `output_half_pixel` (regions at least 1 × 1).
+    pub const HALF_PIXEL: u32 = 2;
+    /// Every flag.
+    pub const ALL: u32 = 3;
 }
 
 /// The static shape of a value whose extent along one axis depends on the data
@@ -884,6 +922,8 @@ pub mod opcode {
     pub const UNIQUE: u8 = 0x5A;
     /// [`super::Op::NonMaxSuppression`] (NCM 1.4).
     pub const NON_MAX_SUPPRESSION: u8 = 0x5B;
+    /// [`super::Op::RoiAlign`] (NCM 1.4).
+    pub const ROI_ALIGN: u8 = 0x5C;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -919,6 +959,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         NON_ZERO => ("NonZero", HEADER_SIZE + 3 * AP_SIZE),
         UNIQUE => ("Unique", HEADER_SIZE + 6 * AP_SIZE + 40),
         NON_MAX_SUPPRESSION => ("NonMaxSuppression", HEADER_SIZE + 7 * AP_SIZE + 16),
+        ROI_ALIGN => ("RoiAlign", HEADER_SIZE + 4 * AP_SIZE + 16),
         _ => return None,
     })
 }
@@ -962,6 +1003,7 @@ impl Op {
             Op::NonZero { .. } => NON_ZERO,
             Op::Unique { .. } => UNIQUE,
             Op::NonMaxSuppression { .. } => NON_MAX_SUPPRESSION,
+            Op::RoiAlign { .. } => ROI_ALIGN,
         }
     }
 
@@ -1000,7 +1042,8 @@ impl Op {
             | Op::TopK { .. }
             | Op::NonZero { .. }
             | Op::Unique { .. }
-            | Op::NonMaxSuppression { .. } => matches!(engine, Engine::Pool),
+            | Op::NonMaxSuppression { .. }
+            | Op::RoiAlign { .. } => matches!(engine, Engine::Pool),
         }
     }
 }
@@ -1282,6 +1325,18 @@ macro_rules! operand_table {
                 }
                 $f(5, "selected", Role::Write, selected);
                 $f(6, "shape", Role::Write, shape);
+            }
+            Op::RoiAlign {
+                input,
+                rois,
+                batch_indices,
+                output,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "rois", Role::Read, rois);
+                $f(2, "batch_indices", Role::Read, batch_indices);
+                $f(3, "output", Role::Write, output);
             }
         }
     };
@@ -1747,6 +1802,24 @@ impl Instruction {
                 w.u32(*max_out_const);
                 w.f32(*iou_const);
                 w.f32(*score_const);
+            }
+            Op::RoiAlign {
+                input,
+                rois,
+                batch_indices,
+                output,
+                spatial_scale,
+                sampling_ratio,
+                flags,
+            } => {
+                w.ap(input);
+                w.ap(rois);
+                w.ap(batch_indices);
+                w.ap(output);
+                w.f32(*spatial_scale);
+                w.u32(*sampling_ratio);
+                w.u32(*flags);
+                w.u32(0);
             }
         }
         debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
@@ -2991,6 +3064,45 @@ impl Instruction {
                     max_out_const,
                     iou_const,
                     score_const,
+                }
+            }
+            opcode::ROI_ALIGN => {
+                let input = r.ap("input")?;
+                let rois = r.ap("rois")?;
+                let batch_indices = r.ap("batch_indices")?;
+                let output = r.ap("output")?;
+                let spatial_scale = r.f32("spatial_scale")?;
+                let at = r.pos;
+                let sampling_ratio = r.u32();
+                if sampling_ratio > ROI_MAX_GRID {
+                    return Err(DecodeError::field(
+                        "sampling_ratio",
+                        Reason::OutOfRange(sampling_ratio as u64),
+                    )
+                    .at(at));
+                }
+                let flags = r.flags("flags", roi_flags::ALL)?;
+                r.zeros(4, "reserved")?;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                let off = |k: usize| HEADER_SIZE + k * AP_SIZE;
+                require_dtype(&rois, "rois.dtype", F32).map_err(|e| e.shifted(off(1)))?;
+                require_dtype(&batch_indices, "batch_indices.dtype", &[DType::I64])
+                    .map_err(|e| e.shifted(off(2)))?;
+                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(off(3)))?;
+                let nr = output.shape[0];
+                same_shape("rois.shape", &[1, 1, nr, 4], &rois).map_err(|e| e.shifted(off(1)))?;
+                same_shape("batch_indices.shape", &[1, 1, 1, nr], &batch_indices)
+                    .map_err(|e| e.shifted(off(2)))?;
+                dim_eq("output.shape", 1, input.shape[1], output.shape[1])
+                    .map_err(|e| e.shifted(off(3)))?;
+                Op::RoiAlign {
+                    input,
+                    rois,
+                    batch_indices,
+                    output,
+                    spatial_scale,
+                    sampling_ratio,
+                    flags,
                 }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),

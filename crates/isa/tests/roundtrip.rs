@@ -490,6 +490,27 @@ fn arb_op() -> impl Strategy<Value = Op> {
                     )
             }
         ),
+        (arb_dims(), 1u32..4, 1u32..4, 0u32..5, 0u32..4, finite()).prop_flat_map(
+            move |(x, nr, oh, ratio, flags, scale)| {
+                (
+                    arb_ap(f, x),
+                    arb_ap(f, [1, 1, nr, 4]),
+                    arb_ap(DType::I64, [1, 1, 1, nr]),
+                    arb_ap(f, [nr, x[1], oh, 2]),
+                )
+                    .prop_map(move |(input, rois, batch_indices, output)| {
+                        Op::RoiAlign {
+                            input,
+                            rois,
+                            batch_indices,
+                            output,
+                            spatial_scale: scale,
+                            sampling_ratio: ratio,
+                            flags,
+                        }
+                    })
+            }
+        ),
     ]
 }
 

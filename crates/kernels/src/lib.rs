@@ -22,6 +22,7 @@
 //! | [`gather`] | `Gather`, `GatherElements`, `ScatterElements` |
 //! | [`topk`] | `TopK` |
 //! | [`dynshape`] | `NonZero`, `Unique`, `NonMaxSuppression` (data-dependent extents: the result packed first in its static bound, zeros after, the actual shape written out) |
+//! | [`roi`] | `RoiAlign` |
 //! | [`qmatmul`] | `MatMulInteger` (AVX-512 VNNI `vpdpbusd` when present, else portable) |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
@@ -57,6 +58,7 @@ pub mod pool;
 pub mod qmatmul;
 pub mod reduce;
 pub mod resize;
+pub mod roi;
 pub mod strided;
 pub mod topk;
 pub mod vmath;
@@ -469,6 +471,27 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             // SAFETY: see above.
             unsafe { dynshape::non_max_suppression(&args, mem, ws) };
             Ok(())
+        }
+        Op::RoiAlign {
+            input,
+            rois,
+            batch_indices,
+            output,
+            spatial_scale,
+            sampling_ratio,
+            flags,
+        } => {
+            let args = roi::RoiArgs {
+                input,
+                rois,
+                batch_indices,
+                output,
+                spatial_scale: *spatial_scale,
+                sampling_ratio: *sampling_ratio,
+                flags: *flags,
+            };
+            // SAFETY: see above.
+            unsafe { roi::roi_align(&args, mem) }
         }
     }
 }

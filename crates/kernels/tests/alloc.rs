@@ -471,6 +471,23 @@ fn second_calls_allocate_nothing() {
         },
     ));
 
+    let roi_x = m.dense(DType::F32, [2, 3, 9, 9]);
+    let rois = m.dense(DType::F32, [1, 1, 4, 4]);
+    let roi_b = m.dense(DType::I64, [1, 1, 1, 4]);
+    let roi_y = m.dense(DType::F32, [4, 3, 2, 2]);
+    ops.push((
+        "roi align",
+        Op::RoiAlign {
+            input: roi_x,
+            rois,
+            batch_indices: roi_b,
+            output: roi_y,
+            spatial_scale: 0.5,
+            sampling_ratio: 0,
+            flags: nrt_isa::roi_flags::HALF_PIXEL,
+        },
+    ));
+
     // The counter sees allocations at all.
     let before = allocs();
     let v = std::hint::black_box(vec![1u8; 10]);

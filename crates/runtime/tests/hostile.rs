@@ -57,9 +57,9 @@ fn d7_load_of_io_tensor_whose_size_overflows_fails_invalid() {
     assert!(e.message.contains("io[0].shape"), "{}", e.message);
 }
 
-/// NCM 1.4's data-dependent-extent instructions with hostile operands: an output bound past
-/// its plan entry, a `Unique` shape template that disagrees with its operands, a `NonZero`
-/// output that is not `[1, 1, rank, elements]`. Each load fails with `NRT_INVALID` naming
+/// NCM 1.4's instructions with hostile operands: an output bound past its plan entry, a
+/// `Unique` shape template that disagrees with its operands, a `NonZero` output that is not
+/// `[1, 1, rank, elements]`, a `RoiAlign` sampling grid past its cap. Each load fails with `NRT_INVALID` naming
 /// the instruction and the field — nothing reaches a kernel.
 #[test]
 fn hostile_data_dependent_instructions_are_rejected_at_load() {
@@ -117,6 +117,19 @@ fn hostile_data_dependent_instructions_are_rejected_at_load() {
                 shape: dense(t, DType::I64, [1, 1, 1, 2]),
             }),
             "output.shape",
+        ),
+        (
+            "roi align with a sampling grid past its cap",
+            Box::new(|t| Op::RoiAlign {
+                input: dense(t, DType::F32, [1, 1, 4, 4]),
+                rois: dense(t, DType::F32, [1, 1, 1, 4]),
+                batch_indices: dense(t, DType::I64, [1, 1, 1, 1]),
+                output: dense(t, DType::F32, [1, 1, 2, 2]),
+                spatial_scale: 1.0,
+                sampling_ratio: u32::MAX,
+                flags: 0,
+            }),
+            "sampling_ratio",
         ),
     ];
     for (what, op, field) in cases {

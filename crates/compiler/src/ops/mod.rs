@@ -35,6 +35,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod roi;
 mod spectral;
 mod unary;
 
@@ -225,6 +226,7 @@ pub(crate) fn registry() -> &'static Registry {
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);
+        roi::register(&mut r);
         spectral::register(&mut r);
         unary::register(&mut r);
         r
