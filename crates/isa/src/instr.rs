@@ -816,6 +816,27 @@ pub enum Op {
         /// [`roi_flags`].
         flags: u32,
     },
+    /// POOL: the columns of a deformable convolution (ONNX DeformConv; NCM 1.4), for a
+    /// MatMul with the weights to finish: `cols[n, (c·kH + i)·kW + j, y, x]` is
+    /// `mask[n, (g·kH + i)·kW + j, y, x]` times the bilinear sample of `input[n, c]` (zero
+    /// outside the image) at `(y·sH − padT + i·dH + Δh, x·sW − padL + j·dW + Δw)`, where
+    /// `g = c / (C / offset_groups)` and `(Δh, Δw)` is `offset[n, ((g·kH + i)·kW + j)·2 +
+    /// {0, 1}, y, x]`.
+    DeformIm2col {
+        /// `[N, C, H, W]` of f32.
+        input: AccessPattern,
+        /// `[N, G·kH·kW·2, oH, oW]` of f32.
+        offset: AccessPattern,
+        /// `[N, G·kH·kW, oH, oW]` of f32 (absent: 1).
+        mask: Option<AccessPattern>,
+        /// `[N, C·kH·kW, oH, oW]` of f32.
+        cols: AccessPattern,
+        /// Kernel, stride, top/left padding, dilation (the bottom/right padding is 0: the
+        /// output size is `cols`').
+        window: Window,
+        /// `G` (≥ 1, divides C).
+        offset_groups: u32,
+    },
 }
 
 /// Most samples per cell and dimension [`Op::RoiAlign`] takes (an adaptive grid of a huge
@@ -924,6 +945,8 @@ pub mod opcode {
     pub const NON_MAX_SUPPRESSION: u8 = 0x5B;
     /// [`super::Op::RoiAlign`] (NCM 1.4).
     pub const ROI_ALIGN: u8 = 0x5C;
+    /// [`super::Op::DeformIm2col`] (NCM 1.4).
+    pub const DEFORM_IM2COL: u8 = 0x5D;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -960,6 +983,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         UNIQUE => ("Unique", HEADER_SIZE + 6 * AP_SIZE + 40),
         NON_MAX_SUPPRESSION => ("NonMaxSuppression", HEADER_SIZE + 7 * AP_SIZE + 16),
         ROI_ALIGN => ("RoiAlign", HEADER_SIZE + 4 * AP_SIZE + 16),
+        DEFORM_IM2COL => ("DeformIm2col", HEADER_SIZE + 4 * AP_SIZE + 48),
         _ => return None,
     })
 }
@@ -1004,6 +1028,7 @@ impl Op {
             Op::Unique { .. } => UNIQUE,
             Op::NonMaxSuppression { .. } => NON_MAX_SUPPRESSION,
             Op::RoiAlign { .. } => ROI_ALIGN,
+            Op::DeformIm2col { .. } => DEFORM_IM2COL,
         }
     }
 
@@ -1043,7 +1068,8 @@ impl Op {
             | Op::NonZero { .. }
             | Op::Unique { .. }
             | Op::NonMaxSuppression { .. }
-            | Op::RoiAlign { .. } => matches!(engine, Engine::Pool),
+            | Op::RoiAlign { .. }
+            | Op::DeformIm2col { .. } => matches!(engine, Engine::Pool),
         }
     }
 }
@@ -1337,6 +1363,20 @@ macro_rules! operand_table {
                 $f(1, "rois", Role::Read, rois);
                 $f(2, "batch_indices", Role::Read, batch_indices);
                 $f(3, "output", Role::Write, output);
+            }
+            Op::DeformIm2col {
+                input,
+                offset,
+                mask,
+                cols,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "offset", Role::Read, offset);
+                if let Some(x) = mask {
+                    $f(2, "mask", Role::Read, x);
+                }
+                $f(3, "cols", Role::Write, cols);
             }
         }
     };
@@ -1820,6 +1860,22 @@ impl Instruction {
                 w.u32(*sampling_ratio);
                 w.u32(*flags);
                 w.u32(0);
+            }
+            Op::DeformIm2col {
+                input,
+                offset,
+                mask,
+                cols,
+                window,
+                offset_groups,
+            } => {
+                w.ap(input);
+                w.ap(offset);
+                w.opt_ap(mask);
+                w.ap(cols);
+                w.window(window);
+                w.u32(*offset_groups);
+                w.u32(mask.is_some() as u32);
             }
         }
         debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
@@ -3103,6 +3159,67 @@ impl Instruction {
                     spatial_scale,
                     sampling_ratio,
                     flags,
+                }
+            }
+            opcode::DEFORM_IM2COL => {
+                let flags_at = HEADER_SIZE + 4 * AP_SIZE + 44;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !1 != 0 {
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags & !1)).at(flags_at),
+                    );
+                }
+                let input = r.ap("input")?;
+                let offset = r.ap("offset")?;
+                let mask = r.opt_ap("mask", flags & 1 != 0)?;
+                let cols = r.ap("cols")?;
+                let win_at = r.pos;
+                let window = r.window(true)?;
+                if window.pad[2] != 0 || window.pad[3] != 0 {
+                    return Err(DecodeError::field(
+                        "window.pad",
+                        Reason::OutOfRange(window.pad[2].max(window.pad[3]) as u64),
+                    )
+                    .at(win_at + 24));
+                }
+                let g_at = r.pos;
+                let groups = r.u32();
+                r.u32();
+                let off = |k: usize| HEADER_SIZE + k * AP_SIZE;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(off(0)))?;
+                require_dtype(&offset, "offset.dtype", F32).map_err(|e| e.shifted(off(1)))?;
+                require_dtype(&cols, "cols.dtype", F32).map_err(|e| e.shifted(off(3)))?;
+                let [n, c, _, _] = input.shape;
+                if groups == 0 || !c.is_multiple_of(groups) {
+                    return Err(DecodeError::field(
+                        "offset_groups",
+                        Reason::OutOfRange(groups as u64),
+                    )
+                    .at(g_at));
+                }
+                let k = window.kernel[0] as u64 * window.kernel[1] as u64;
+                let fit = |v: u64, field: &'static str, at: usize| {
+                    u32::try_from(v)
+                        .map_err(|_| DecodeError::field(field, Reason::OutOfRange(v)).at(at))
+                };
+                let (oh, ow) = (cols.shape[2], cols.shape[3]);
+                let gk = fit(groups as u64 * k, "window.kernel", win_at)?;
+                let gk2 = fit(gk as u64 * 2, "window.kernel", win_at)?;
+                let ck = fit(c as u64 * k, "window.kernel", win_at)?;
+                same_shape("offset.shape", &[n, gk2, oh, ow], &offset)
+                    .map_err(|e| e.shifted(off(1)))?;
+                if let Some(m) = &mask {
+                    require_dtype(m, "mask.dtype", F32).map_err(|e| e.shifted(off(2)))?;
+                    same_shape("mask.shape", &[n, gk, oh, ow], m).map_err(|e| e.shifted(off(2)))?;
+                }
+                same_shape("cols.shape", &[n, ck, oh, ow], &cols).map_err(|e| e.shifted(off(3)))?;
+                Op::DeformIm2col {
+                    input,
+                    offset,
+                    mask,
+                    cols,
+                    window,
+                    offset_groups: groups,
                 }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),

@@ -511,6 +511,32 @@ fn arb_op() -> impl Strategy<Value = Op> {
                     })
             }
         ),
+        (1u32..3, 1u32..4, 1u32..3, 1u32..3, 1u32..4, any::<bool>()).prop_flat_map(
+            move |(n, cg, g, kh, o, masked)| {
+                let c = cg * g;
+                (
+                    arb_ap(f, [n, c, 5, 5]),
+                    arb_ap(f, [n, g * kh * 2 * 2, o, o]),
+                    opt(masked, arb_ap(f, [n, g * kh * 2, o, o])),
+                    arb_ap(f, [n, c * kh * 2, o, o]),
+                )
+                    .prop_map(move |(input, offset, mask, cols)| {
+                        Op::DeformIm2col {
+                            input,
+                            offset,
+                            mask,
+                            cols,
+                            window: Window {
+                                kernel: [kh, 2],
+                                stride: [1, 2],
+                                pad: [1, 0, 0, 0],
+                                dilation: [1, 1],
+                            },
+                            offset_groups: g,
+                        }
+                    })
+            }
+        ),
     ]
 }
 

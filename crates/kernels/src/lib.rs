@@ -23,6 +23,7 @@
 //! | [`topk`] | `TopK` |
 //! | [`dynshape`] | `NonZero`, `Unique`, `NonMaxSuppression` (data-dependent extents: the result packed first in its static bound, zeros after, the actual shape written out) |
 //! | [`roi`] | `RoiAlign` |
+//! | [`deform`] | `DeformIm2col` (the sampled columns of a deformable convolution) |
 //! | [`qmatmul`] | `MatMulInteger` (AVX-512 VNNI `vpdpbusd` when present, else portable) |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
@@ -46,6 +47,7 @@ pub mod act;
 pub mod binary;
 pub mod conv;
 pub mod copy;
+pub mod deform;
 pub mod dynshape;
 pub mod elem;
 pub mod gather;
@@ -492,6 +494,26 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             };
             // SAFETY: see above.
             unsafe { roi::roi_align(&args, mem) }
+        }
+        Op::DeformIm2col {
+            input,
+            offset,
+            mask,
+            cols,
+            window,
+            offset_groups,
+        } => {
+            let args = deform::DeformArgs {
+                input,
+                offset,
+                mask: mask.as_ref(),
+                cols,
+                window,
+                offset_groups: *offset_groups,
+            };
+            // SAFETY: see above.
+            unsafe { deform::deform_im2col(&args, mem) };
+            Ok(())
         }
     }
 }

@@ -488,6 +488,27 @@ fn second_calls_allocate_nothing() {
         },
     ));
 
+    let d_x = m.dense(DType::F32, [1, 4, 6, 6]);
+    let d_off = m.dense(DType::F32, [1, 36, 6, 6]);
+    let d_mask = m.dense(DType::F32, [1, 18, 6, 6]);
+    let d_cols = m.dense(DType::F32, [1, 36, 6, 6]);
+    ops.push((
+        "deform im2col",
+        Op::DeformIm2col {
+            input: d_x,
+            offset: d_off,
+            mask: Some(d_mask),
+            cols: d_cols,
+            window: nrt_isa::Window {
+                kernel: [3, 3],
+                stride: [1, 1],
+                pad: [1, 1, 0, 0],
+                dilation: [1, 1],
+            },
+            offset_groups: 2,
+        },
+    ));
+
     // The counter sees allocations at all.
     let before = allocs();
     let v = std::hint::black_box(vec![1u8; 10]);

@@ -47,7 +47,7 @@ pub const VERSION_MAJOR: u16 = 1;
 /// - 1.4: the `NonZero`, `Unique` and `NonMaxSuppression` instructions (0x59–0x5B), whose
 ///   outputs have a data-dependent extent: a static upper bound plus an i64 companion output
 ///   `<name>:shape` holding the actual shape (see `docs/ncm-format.md`); the `RoiAlign`
-///   instruction (0x5C).
+///   and `DeformIm2col` instructions (0x5C, 0x5D).
 pub const VERSION_MINOR: u16 = 4;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;

@@ -59,7 +59,8 @@ fn d7_load_of_io_tensor_whose_size_overflows_fails_invalid() {
 
 /// NCM 1.4's instructions with hostile operands: an output bound past its plan entry, a
 /// `Unique` shape template that disagrees with its operands, a `NonZero` output that is not
-/// `[1, 1, rank, elements]`, a `RoiAlign` sampling grid past its cap. Each load fails with `NRT_INVALID` naming
+/// `[1, 1, rank, elements]`, a `RoiAlign` sampling grid past its cap, `DeformIm2col` offsets
+/// that do not match its kernel. Each load fails with `NRT_INVALID` naming
 /// the instruction and the field — nothing reaches a kernel.
 #[test]
 fn hostile_data_dependent_instructions_are_rejected_at_load() {
@@ -130,6 +131,23 @@ fn hostile_data_dependent_instructions_are_rejected_at_load() {
                 flags: 0,
             }),
             "sampling_ratio",
+        ),
+        (
+            "deform im2col whose offsets do not match its kernel",
+            Box::new(|t| Op::DeformIm2col {
+                input: dense(t, DType::F32, [1, 2, 4, 4]),
+                offset: dense(t, DType::F32, [1, 7, 3, 3]),
+                mask: None,
+                cols: dense(t, DType::F32, [1, 8, 3, 3]),
+                window: nrt_isa::Window {
+                    kernel: [2, 2],
+                    stride: [1, 1],
+                    pad: [0, 0, 0, 0],
+                    dilation: [1, 1],
+                },
+                offset_groups: 1,
+            }),
+            "offset.shape",
         ),
     ];
     for (what, op, field) in cases {

@@ -20,6 +20,7 @@ mod composite;
 mod constant;
 mod control;
 mod conv;
+mod deform;
 mod dynshape;
 mod einsum;
 mod elementwise;
@@ -211,6 +212,7 @@ pub(crate) fn registry() -> &'static Registry {
         constant::register(&mut r);
         control::register(&mut r);
         conv::register(&mut r);
+        deform::register(&mut r);
         dynshape::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
