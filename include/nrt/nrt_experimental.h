@@ -24,12 +24,19 @@ typedef enum nrt_tensor_usage {
 
 #define NRT_TENSOR_NAME_MAX 256
 
+/* Outputs whose extent depends on the data (ONNX NonZero, Unique, NonMaxSuppression; NCM 1.4):
+ * the device has static shapes, so such an output "Y" is listed at its static upper bound
+ * (shape, size), followed by an int64 output "Y:shape" of shape [ndim] into which every
+ * execution writes Y's actual shape. The first prod(Y:shape) elements of Y hold the actual
+ * result in row-major order of that shape (packed, not a corner of the bound); the rest of
+ * Y is zero. C callers see and read both tensors; nrt run, nrt conformance and the Python
+ * package return Y trimmed to its actual shape and hide "Y:shape". */
 typedef struct nrt_tensor_info {
     char name[NRT_TENSOR_NAME_MAX]; /* NUL-terminated (longer names are truncated) */
     nrt_tensor_usage_t usage;
-    size_t size;                    /* bytes */
+    size_t size;                    /* bytes (an upper bound for a data-dependent output, above) */
     nrt_dtype_t dtype;
-    uint32_t *shape;                /* ndim entries (NULL for a scalar) */
+    uint32_t *shape;                /* ndim entries (NULL for a scalar); the bound, as size */
     uint32_t ndim;
 } nrt_tensor_info_t;
 

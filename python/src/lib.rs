@@ -638,6 +638,34 @@ enum Src<'py> {
     Device(RtTensor),
 }
 
+/// The suffix of the i64 output holding the actual shape of an output whose extent depends
+/// on the data: `<name>:shape`.
+const SHAPE_SUFFIX: &str = ":shape";
+
+/// `a` (an output at its static upper bound, the actual elements packed first) trimmed to
+/// the actual shape held by `shape`: a fresh array.
+fn trimmed<'py>(
+    a: &Bound<'py, PyUntypedArray>,
+    shape: &Bound<'py, PyUntypedArray>,
+    name: &str,
+) -> PyResult<Bound<'py, PyAny>> {
+    let dims: Vec<i64> = shape.call_method0("tolist")?.extract()?;
+    let n = dims.iter().try_fold(1u64, |p, &d| {
+        u64::try_from(d).ok().and_then(|d| p.checked_mul(d))
+    });
+    match n {
+        Some(n) if dims.len() == a.ndim() && n <= a.len() as u64 => a
+            .call_method1("reshape", (-1,))?
+            .get_item(pyo3::types::PySlice::new(a.py(), 0, n as isize, 1))?
+            .call_method1("reshape", (PyTuple::new(a.py(), &dims)?,))?
+            .call_method0("copy"),
+        _ => Err(invalid(format!(
+            "output '{name}': its actual shape {dims:?} does not fit its bound {:?}",
+            a.shape()
+        ))),
+    }
+}
+
 /// A model loaded on the process-global runtime. Call it with a dict of numpy arrays (or
 /// nrt.Tensor) keyed by input name; it returns a dict of numpy arrays keyed by output name.
 #[pyclass(frozen, module = "nrt", name = "Model")]
@@ -1162,9 +1190,24 @@ impl Model {
                 return Err(model_err(model, e));
             }
         }
+        // An output whose extent depends on the data (NonZero, Unique, NonMaxSuppression)
+        // comes back trimmed to the actual shape its `<name>:shape` companion holds; the
+        // companion is not a result of its own.
+        let names: Vec<&str> = self.outputs.iter().map(|o| o.get().name.as_str()).collect();
         let d = PyDict::new(py);
-        for (o, a) in self.outputs.iter().zip(outs) {
-            d.set_item(&o.get().name, a)?;
+        for (o, a) in self.outputs.iter().zip(&outs) {
+            let name = o.get().name.as_str();
+            if name
+                .strip_suffix(SHAPE_SUFFIX)
+                .is_some_and(|base| names.contains(&base))
+            {
+                continue;
+            }
+            let companion = format!("{name}{SHAPE_SUFFIX}");
+            match names.iter().position(|n| *n == companion) {
+                Some(j) => d.set_item(name, trimmed(a, &outs[j], name)?)?,
+                None => d.set_item(name, a)?,
+            }
         }
         Ok(d)
     }

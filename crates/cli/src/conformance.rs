@@ -12,7 +12,7 @@
 use crate::args::ConformanceArgs;
 use crate::session::{self, Res};
 use nrt_compiler::{CompileOptions, HostTensor};
-use nrt_runtime::{DType, LoadOptions, Runtime, RuntimeConfig, TensorInfo};
+use nrt_runtime::{DType, LoadOptions, Runtime, RuntimeConfig};
 use std::path::{Path, PathBuf};
 
 enum Outcome {
@@ -227,7 +227,7 @@ fn run_test(rt: &Runtime, dir: &Path, rtol: f64, atol: f64, cast: &CompileOption
                         "output '{name}' is not an output of the compiled model"
                     )));
                 };
-                let got = read_output(info, t)?;
+                let got = session::read_output(&all, info, t)?;
                 if cast.auto_cast != nrt_compiler::AutoCast::None {
                     worst_rel = worst_rel.max(max_rel_error(&got, want));
                 }

@@ -273,19 +273,18 @@ fn run(a: &RunArgs) -> Res<()> {
         return Err(format!("--input {n}: the model has no input named '{n}'"));
     }
     rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
-    for (info, t) in all
-        .iter()
-        .filter(|(i, _)| i.usage == nrt_model::Usage::Output)
-    {
-        let mut b = vec![0u8; info.size as usize];
-        t.read(&mut b, 0).map_err(|e| e.to_string())?;
-        let h = session::from_device_bytes(info, &b)?;
+    // An output whose extent depends on the data is shown (and written) trimmed to its
+    // actual shape; its `<name>:shape` companion is not shown on its own.
+    for (info, t) in all.iter().filter(|(i, _)| {
+        i.usage == nrt_model::Usage::Output && !session::is_shape_companion(&all, &i.name)
+    }) {
+        let h = session::read_output(&all, info, t)?;
         let v: Vec<f64> = (0..h.len()).map(|i| h.get_f64(i)).collect();
         let head: Vec<String> = v.iter().take(8).map(|x| format!("{x:.5}")).collect();
         println!(
             "output '{}' {:?}: [{}{}]",
             info.name,
-            info.shape,
+            h.shape,
             head.join(", "),
             if v.len() > 8 { ", ..." } else { "" }
         );

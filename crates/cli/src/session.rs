@@ -161,6 +161,51 @@ pub fn from_device_bytes(info: &TensorInfo, bytes: &[u8]) -> Res<HostTensor> {
     HostTensor::from_bytes(info.dtype, shape, bytes).map_err(|e| e.to_string())
 }
 
+/// The suffix of the i64 output holding the actual shape of an output whose extent
+/// depends on the data (NonZero, Unique, NonMaxSuppression): `<name>:shape`.
+pub const SHAPE_SUFFIX: &str = ":shape";
+
+/// Whether output `name` is the `<output>:shape` companion of another output of the model.
+pub fn is_shape_companion(all: &[(TensorInfo, Tensor)], name: &str) -> bool {
+    name.strip_suffix(SHAPE_SUFFIX).is_some_and(|base| {
+        all.iter()
+            .any(|(i, _)| i.name == base && i.usage == nrt_model::Usage::Output)
+    })
+}
+
+/// Reads output `info` (tensor `t`) of a model whose I/O is `all`: as it is, or, when the
+/// model has its `<name>:shape` companion, trimmed to that actual shape (the device writes
+/// the actual elements packed first in the static upper bound).
+pub fn read_output(all: &[(TensorInfo, Tensor)], info: &TensorInfo, t: &Tensor) -> Res<HostTensor> {
+    let mut b = vec![0u8; info.size as usize];
+    t.read(&mut b, 0).map_err(|e| e.to_string())?;
+    let companion = format!("{}{SHAPE_SUFFIX}", info.name);
+    let Some((si, st)) = all.iter().find(|(i, _)| i.name == companion) else {
+        return from_device_bytes(info, &b);
+    };
+    let mut sb = vec![0u8; si.size as usize];
+    st.read(&mut sb, 0).map_err(|e| e.to_string())?;
+    let dims: Vec<i64> = sb
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    let bound: u64 = info.shape.iter().map(|&d| d as u64).product();
+    let shape: Option<Vec<usize>> = dims.iter().map(|&d| usize::try_from(d).ok()).collect();
+    let elements = shape
+        .as_ref()
+        .and_then(|s| s.iter().try_fold(1u64, |p, &d| p.checked_mul(d as u64)));
+    match (shape, elements) {
+        (Some(shape), Some(n)) if dims.len() == info.shape.len() && n <= bound => {
+            let bytes = n as usize * info.dtype.size();
+            HostTensor::from_bytes(info.dtype, shape, &b[..bytes]).map_err(|e| e.to_string())
+        }
+        _ => Err(format!(
+            "output '{}': its actual shape {dims:?} ('{companion}') does not fit its bound {:?}",
+            info.name, info.shape
+        )),
+    }
+}
+
 /// Deterministic pseudo-random input bytes for a tensor.
 pub fn random_bytes(info: &TensorInfo, seed: u64) -> Vec<u8> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;

@@ -74,6 +74,10 @@ pub struct Graph {
     pub opset: i64,
     /// Inputs the caller's `input_values` turned into constants.
     pub specialized: Vec<String>,
+    /// Values whose extent depends on the data (NonZero, Unique, NonMaxSuppression): their
+    /// `shape` is a static upper bound, the device writes the actual shape into the
+    /// companion output `<name>:shape`. Only graph outputs may be such values.
+    pub bounded: std::collections::BTreeSet<ValueId>,
 }
 
 /// Lowest and highest default-domain opset accepted. Opsets 23–25 only extend the types of

@@ -73,6 +73,25 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
         }
         let n = &g.nodes[ni];
         let c = Ctx { g, n };
+        // A value whose extent depends on the data exists only as a graph output: its
+        // static shape is an upper bound, which no consumer could compute with.
+        if let Some(&v) = n.inputs.iter().flatten().find(|v| g.bounded.contains(v)) {
+            let producer = g
+                .nodes
+                .iter()
+                .find(|p| p.outputs.contains(&Some(v)))
+                .map_or_else(String::new, |p| format!(" of node '{}' ({})", p.name, p.op));
+            return Err(c.e(
+                ErrorKind::UnsupportedOp,
+                format!(
+                    "input '{}' is the output{producer}, whose extent depends on the data; \
+                     such a value may only be a graph output (the device has static shapes: \
+                     it holds an upper bound, and the actual shape in '{}:shape'), not read \
+                     by node '{}' ({})",
+                    g.values[v].name, g.values[v].name, n.name, n.op
+                ),
+            ));
+        }
         let outs = (def.infer)(&c)?;
         // One size budget for every value, checked before anything of that size is folded,
         // planned or emitted (D5, D7): shapes come from the model and may be anything.
@@ -133,6 +152,9 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
                     format!("output {k} is not supported"),
                 ));
             };
+            if o.bounded && folded.is_none() {
+                g.bounded.insert(id);
+            }
             let v = &mut g.values[id];
             v.dtype = o.dtype;
             v.shape = o.shape.clone();

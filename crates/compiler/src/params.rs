@@ -18,6 +18,9 @@ pub(crate) struct Out {
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub konst: Option<HostTensor>,
+    /// `shape` is a static upper bound: the extent depends on the data (see
+    /// [`crate::graph::Graph::bounded`]).
+    pub bounded: bool,
 }
 
 pub(crate) fn out(dtype: DType, shape: Vec<usize>) -> Out {
@@ -25,6 +28,15 @@ pub(crate) fn out(dtype: DType, shape: Vec<usize>) -> Out {
         dtype,
         shape,
         konst: None,
+        bounded: false,
+    }
+}
+
+/// An output whose extent depends on the data, at its static upper bound `shape`.
+pub(crate) fn bounded_out(dtype: DType, shape: Vec<usize>) -> Out {
+    Out {
+        bounded: true,
+        ..out(dtype, shape)
     }
 }
 
@@ -33,6 +45,7 @@ pub(crate) fn konst(t: HostTensor) -> Out {
         dtype: t.dtype,
         shape: t.shape.clone(),
         konst: Some(t),
+        bounded: false,
     }
 }
 

@@ -76,6 +76,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         });
     }
     let mut out_vars: HashMap<ValueId, Vec<u32>> = HashMap::new();
+    let mut shape_vars: HashMap<ValueId, u32> = HashMap::new();
     for &v in &g.outputs {
         let val = &g.values[v];
         if !names.insert(val.name.clone()) {
@@ -94,6 +95,28 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
             input: false,
         });
         out_vars.entry(v).or_default().push(var);
+        // A value whose extent depends on the data: its static upper bound above, and right
+        // after it the i64 companion `<name>:shape` the device writes its actual shape to.
+        if g.bounded.contains(&v) {
+            let name = format!("{}:shape", val.name);
+            if !names.insert(name.clone()) {
+                return Err(CompileError::new(
+                    ErrorKind::UnsupportedOp,
+                    format!(
+                        "'{name}' (the actual shape of output '{}') is already a name of the model",
+                        val.name
+                    ),
+                ));
+            }
+            let rank = val.shape.len();
+            let var = b.output(&name, nrt_hal::DType::I64, &[rank as u32]);
+            io.push(IoInfo {
+                mem_ref: b.io_mem_ref(var),
+                bytes: 8 * rank as u64,
+                input: false,
+            });
+            shape_vars.insert(v, var);
+        }
     }
     // Live nodes: those an output needs (constants need nothing).
     let mut needed = vec![false; g.values.len()];
@@ -150,6 +173,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         const_addr: HashMap::new(),
         io: io.clone(),
         out_vars,
+        shape_vars,
         consumers,
         skip,
         lowered_nodes: 0,

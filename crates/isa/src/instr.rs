@@ -723,6 +723,169 @@ pub enum Op {
         /// The largest (else the smallest).
         largest: bool,
     },
+    /// POOL: the coordinates of the nonzero elements of `input` (ONNX NonZero; NCM 1.4), an
+    /// output whose extent depends on the data. `output` is the static upper bound
+    /// `[R, N]`; the actual result `[R, count]` is written packed first (row-major: row `r`
+    /// holds coordinate `r` of every nonzero element, in element order), the rest of
+    /// `output` is zero, and `shape` receives `[R, count]`. A float element is nonzero when
+    /// it compares unequal to 0 (NaN is nonzero).
+    NonZero {
+        /// `[d0, d1, d2, d3]`, any element type; the coordinates are those of its last `R`
+        /// dimensions (the first `4 − R` are 1).
+        input: AccessPattern,
+        /// `[1, 1, R, N]` of i64, `R` in 1..=4, `N` the elements of `input`.
+        output: AccessPattern,
+        /// `[1, 1, 1, 2]` of i64.
+        shape: AccessPattern,
+    },
+    /// POOL: the distinct slices `input[o, j, i]` (`j` along dimension 2, each slice the
+    /// `(o, i)` elements in order) of `input` (ONNX Unique; NCM 1.4). `y` is the static upper
+    /// bound (every slice distinct); the `U` distinct slices are written packed first (the
+    /// actual `[outer, U, inner]` row-major), zeros after. `sorted`: ascending
+    /// (lexicographic, NaN above every number and equal to itself), else in order of first
+    /// occurrence. `indices[u]` is the first occurrence of slice `u`, `counts[u]` how often
+    /// it occurs (both `U` long, zeros after), `inverse[j]` the slice of `y` that slice `j`
+    /// equals. `shape` receives `y`'s actual shape: `dims` with `U` at `dims.axis`.
+    Unique {
+        /// `[1, outer, A, inner]`, f32 or an integer type.
+        input: AccessPattern,
+        /// `[1, outer, A, inner]`, the input's type.
+        y: AccessPattern,
+        /// `[1, 1, 1, A]` of i64.
+        indices: AccessPattern,
+        /// `[1, 1, 1, A]` of i64.
+        inverse: AccessPattern,
+        /// `[1, 1, 1, A]` of i64.
+        counts: AccessPattern,
+        /// `[1, 1, 1, dims.rank]` of i64.
+        shape: AccessPattern,
+        /// `y`'s ONNX shape with the bound `A` at `dims.axis`.
+        dims: ShapeTemplate,
+        /// Ascending, else in order of first occurrence.
+        sorted: bool,
+    },
+    /// POOL: greedy non-maximum suppression per batch and class (ONNX NonMaxSuppression;
+    /// NCM 1.4). Boxes whose score is above the score threshold (when there is one) are
+    /// taken by descending score (equal scores: the lower box index first); a box whose IoU
+    /// with one already selected in its class is above the IoU threshold is dropped; at most
+    /// `max_out` per class. `selected` is the static upper bound; the `count` selections
+    /// `(batch, class, box)` are written packed first, zeros after, and `shape` receives
+    /// `[count, 3]`. The scalars come from operands read at execution time when present,
+    /// else from the immediates.
+    NonMaxSuppression {
+        /// `[1, B, S, 4]` of f32 (`[y1, x1, y2, x2]`, or `[xc, yc, w, h]` with
+        /// [`nms_flags::CENTER_POINT_BOX`]).
+        boxes: AccessPattern,
+        /// `[1, B, C, S]` of f32.
+        scores: AccessPattern,
+        /// `[1, 1, 1, 1]` of i64 ([`nms_flags::MAX_OUT`]); negative counts as 0.
+        max_out: Option<AccessPattern>,
+        /// `[1, 1, 1, 1]` of f32 ([`nms_flags::IOU`]).
+        iou: Option<AccessPattern>,
+        /// `[1, 1, 1, 1]` of f32 ([`nms_flags::SCORE`]).
+        score_threshold: Option<AccessPattern>,
+        /// `[1, 1, bound, 3]` of i64; selections past `bound` are not written.
+        selected: AccessPattern,
+        /// `[1, 1, 1, 2]` of i64.
+        shape: AccessPattern,
+        /// [`nms_flags`] (the operand flags follow the operands).
+        flags: u32,
+        /// Boxes per class without a `max_out` operand.
+        max_out_const: u32,
+        /// IoU threshold without an `iou` operand.
+        iou_const: f32,
+        /// Score threshold without a `score_threshold` operand, with
+        /// [`nms_flags::SCORE_CONST`] (without either, every box is a candidate).
+        score_const: f32,
+    },
+    /// POOL: region-of-interest align (ONNX RoiAlign; NCM 1.4): for each region `r` (its
+    /// `rois` row `[x1, y1, x2, y2]` times `spatial_scale`, minus ½ with
+    /// [`roi_flags::HALF_PIXEL`]) and each output cell, the bilinear samples of a
+    /// `grid × grid` lattice of the cell (`sampling_ratio`, or `ceil(cell size)` when 0,
+    /// capped at [`ROI_MAX_GRID`]) from image `batch_indices[r]` of `input`, averaged (or
+    /// their maximum, [`roi_flags::MAX`], of the weighted corner values as ONNX Runtime
+    /// takes it). A batch index outside `[0, N)` is a device error (`NRT_EXEC_OOB`).
+    RoiAlign {
+        /// `[N, C, H, W]` of f32.
+        input: AccessPattern,
+        /// `[1, 1, R, 4]` of f32.
+        rois: AccessPattern,
+        /// `[1, 1, 1, R]` of i64.
+        batch_indices: AccessPattern,
+        /// `[R, C, out_h, out_w]` of f32.
+        output: AccessPattern,
+        /// Scale of the region coordinates.
+        spatial_scale: f32,
+        /// Samples per cell and dimension (0: adaptive).
+        sampling_ratio: u32,
+        /// [`roi_flags`].
+        flags: u32,
+    },
+    /// POOL: the columns of a deformable convolution (ONNX DeformConv; NCM 1.4), for a
+    /// MatMul with the weights to finish: `cols[n, (c·kH + i)·kW + j, y, x]` is
+    /// `mask[n, (g·kH + i)·kW + j, y, x]` times the bilinear sample of `input[n, c]` (zero
+    /// outside the image) at `(y·sH − padT + i·dH + Δh, x·sW − padL + j·dW + Δw)`, where
+    /// `g = c / (C / offset_groups)` and `(Δh, Δw)` is `offset[n, ((g·kH + i)·kW + j)·2 +
+    /// {0, 1}, y, x]`.
+    DeformIm2col {
+        /// `[N, C, H, W]` of f32.
+        input: AccessPattern,
+        /// `[N, G·kH·kW·2, oH, oW]` of f32.
+        offset: AccessPattern,
+        /// `[N, G·kH·kW, oH, oW]` of f32 (absent: 1).
+        mask: Option<AccessPattern>,
+        /// `[N, C·kH·kW, oH, oW]` of f32.
+        cols: AccessPattern,
+        /// Kernel, stride, top/left padding, dilation (the bottom/right padding is 0: the
+        /// output size is `cols`').
+        window: Window,
+        /// `G` (≥ 1, divides C).
+        offset_groups: u32,
+    },
+}
+
+/// Most samples per cell and dimension [`Op::RoiAlign`] takes (an adaptive grid of a huge
+/// or hostile region would otherwise make one instruction loop without bound).
+pub const ROI_MAX_GRID: u32 = 1 << 10;
+
+/// Flags of [`Op::RoiAlign`].
+pub mod roi_flags {
+    /// Maximum, else average.
+    pub const MAX: u32 = 1;
+    /// `half_pixel` coordinates (subtract ½; no minimum region size), else
+    /// `output_half_pixel` (regions at least 1 × 1).
+    pub const HALF_PIXEL: u32 = 2;
+    /// Every flag.
+    pub const ALL: u32 = 3;
+}
+
+/// The static shape of a value whose extent along one axis depends on the data
+/// ([`Op::Unique`]'s `y`): `rank` dimensions (1..=8), `dims[axis]` the upper bound, the
+/// dimensions past `rank` zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShapeTemplate {
+    /// Number of dimensions (1..=8).
+    pub rank: u8,
+    /// The data-dependent dimension (< `rank`).
+    pub axis: u8,
+    /// The dimensions (the bound at `axis`).
+    pub dims: [u32; 8],
+}
+
+/// Flags of [`Op::NonMaxSuppression`].
+pub mod nms_flags {
+    /// Boxes are `[x_center, y_center, width, height]` (else `[y1, x1, y2, x2]`).
+    pub const CENTER_POINT_BOX: u32 = 1;
+    /// The `max_out` operand is present.
+    pub const MAX_OUT: u32 = 2;
+    /// The `iou` operand is present.
+    pub const IOU: u32 = 4;
+    /// The `score_threshold` operand is present.
+    pub const SCORE: u32 = 8;
+    /// `score_const` is a threshold (without [`SCORE`]).
+    pub const SCORE_CONST: u32 = 16;
+    /// Every flag.
+    pub const ALL: u32 = 31;
 }
 
 /// Opcode bytes.
@@ -781,6 +944,16 @@ pub mod opcode {
     pub const SCATTER_ELEMENTS: u8 = 0x57;
     /// [`super::Op::TopK`].
     pub const TOP_K: u8 = 0x58;
+    /// [`super::Op::NonZero`] (NCM 1.4).
+    pub const NON_ZERO: u8 = 0x59;
+    /// [`super::Op::Unique`] (NCM 1.4).
+    pub const UNIQUE: u8 = 0x5A;
+    /// [`super::Op::NonMaxSuppression`] (NCM 1.4).
+    pub const NON_MAX_SUPPRESSION: u8 = 0x5B;
+    /// [`super::Op::RoiAlign`] (NCM 1.4).
+    pub const ROI_ALIGN: u8 = 0x5C;
+    /// [`super::Op::DeformIm2col`] (NCM 1.4).
+    pub const DEFORM_IM2COL: u8 = 0x5D;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -814,6 +987,11 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         GATHER_ELEMENTS => ("GatherElements", HEADER_SIZE + 3 * AP_SIZE + 8),
         SCATTER_ELEMENTS => ("ScatterElements", HEADER_SIZE + 3 * AP_SIZE + 8),
         TOP_K => ("TopK", HEADER_SIZE + 3 * AP_SIZE + 8),
+        NON_ZERO => ("NonZero", HEADER_SIZE + 3 * AP_SIZE),
+        UNIQUE => ("Unique", HEADER_SIZE + 6 * AP_SIZE + 40),
+        NON_MAX_SUPPRESSION => ("NonMaxSuppression", HEADER_SIZE + 7 * AP_SIZE + 16),
+        ROI_ALIGN => ("RoiAlign", HEADER_SIZE + 4 * AP_SIZE + 16),
+        DEFORM_IM2COL => ("DeformIm2col", HEADER_SIZE + 4 * AP_SIZE + 48),
         _ => return None,
     })
 }
@@ -860,6 +1038,11 @@ impl Op {
             Op::GatherElements { .. } => GATHER_ELEMENTS,
             Op::ScatterElements { .. } => SCATTER_ELEMENTS,
             Op::TopK { .. } => TOP_K,
+            Op::NonZero { .. } => NON_ZERO,
+            Op::Unique { .. } => UNIQUE,
+            Op::NonMaxSuppression { .. } => NON_MAX_SUPPRESSION,
+            Op::RoiAlign { .. } => ROI_ALIGN,
+            Op::DeformIm2col { .. } => DEFORM_IM2COL,
         }
     }
 
@@ -895,7 +1078,12 @@ impl Op {
             | Op::Gather { .. }
             | Op::GatherElements { .. }
             | Op::ScatterElements { .. }
-            | Op::TopK { .. } => matches!(engine, Engine::Pool),
+            | Op::TopK { .. }
+            | Op::NonZero { .. }
+            | Op::Unique { .. }
+            | Op::NonMaxSuppression { .. }
+            | Op::RoiAlign { .. }
+            | Op::DeformIm2col { .. } => matches!(engine, Engine::Pool),
         }
     }
 }
@@ -1128,6 +1316,81 @@ macro_rules! operand_table {
                 $f(0, "input", Role::Read, input);
                 $f(1, "values", Role::Write, values);
                 $f(2, "indices", Role::Write, indices);
+            }
+            Op::NonZero {
+                input,
+                output,
+                shape,
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "output", Role::Write, output);
+                $f(2, "shape", Role::Write, shape);
+            }
+            Op::Unique {
+                input,
+                y,
+                indices,
+                inverse,
+                counts,
+                shape,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "y", Role::Write, y);
+                $f(2, "indices", Role::Write, indices);
+                $f(3, "inverse", Role::Write, inverse);
+                $f(4, "counts", Role::Write, counts);
+                $f(5, "shape", Role::Write, shape);
+            }
+            Op::NonMaxSuppression {
+                boxes,
+                scores,
+                max_out,
+                iou,
+                score_threshold,
+                selected,
+                shape,
+                ..
+            } => {
+                $f(0, "boxes", Role::Read, boxes);
+                $f(1, "scores", Role::Read, scores);
+                if let Some(x) = max_out {
+                    $f(2, "max_out", Role::Read, x);
+                }
+                if let Some(x) = iou {
+                    $f(3, "iou", Role::Read, x);
+                }
+                if let Some(x) = score_threshold {
+                    $f(4, "score_threshold", Role::Read, x);
+                }
+                $f(5, "selected", Role::Write, selected);
+                $f(6, "shape", Role::Write, shape);
+            }
+            Op::RoiAlign {
+                input,
+                rois,
+                batch_indices,
+                output,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "rois", Role::Read, rois);
+                $f(2, "batch_indices", Role::Read, batch_indices);
+                $f(3, "output", Role::Write, output);
+            }
+            Op::DeformIm2col {
+                input,
+                offset,
+                mask,
+                cols,
+                ..
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "offset", Role::Read, offset);
+                if let Some(x) = mask {
+                    $f(2, "mask", Role::Read, x);
+                }
+                $f(3, "cols", Role::Write, cols);
             }
         }
     };
@@ -1546,6 +1809,96 @@ impl Instruction {
                 w.u32(*largest as u32);
                 w.u32(0);
             }
+            Op::NonZero {
+                input,
+                output,
+                shape,
+            } => {
+                w.ap(input);
+                w.ap(output);
+                w.ap(shape);
+            }
+            Op::Unique {
+                input,
+                y,
+                indices,
+                inverse,
+                counts,
+                shape,
+                dims,
+                sorted,
+            } => {
+                for ap in [input, y, indices, inverse, counts, shape] {
+                    w.ap(ap);
+                }
+                w.u8(dims.rank);
+                w.u8(dims.axis);
+                w.u8(*sorted as u8);
+                w.u8(0);
+                for d in dims.dims {
+                    w.u32(d);
+                }
+                w.u32(0);
+            }
+            Op::NonMaxSuppression {
+                boxes,
+                scores,
+                max_out,
+                iou,
+                score_threshold,
+                selected,
+                shape,
+                flags,
+                max_out_const,
+                iou_const,
+                score_const,
+            } => {
+                w.ap(boxes);
+                w.ap(scores);
+                w.opt_ap(max_out);
+                w.opt_ap(iou);
+                w.opt_ap(score_threshold);
+                w.ap(selected);
+                w.ap(shape);
+                w.u32(*flags);
+                w.u32(*max_out_const);
+                w.f32(*iou_const);
+                w.f32(*score_const);
+            }
+            Op::RoiAlign {
+                input,
+                rois,
+                batch_indices,
+                output,
+                spatial_scale,
+                sampling_ratio,
+                flags,
+            } => {
+                w.ap(input);
+                w.ap(rois);
+                w.ap(batch_indices);
+                w.ap(output);
+                w.f32(*spatial_scale);
+                w.u32(*sampling_ratio);
+                w.u32(*flags);
+                w.u32(0);
+            }
+            Op::DeformIm2col {
+                input,
+                offset,
+                mask,
+                cols,
+                window,
+                offset_groups,
+            } => {
+                w.ap(input);
+                w.ap(offset);
+                w.opt_ap(mask);
+                w.ap(cols);
+                w.window(window);
+                w.u32(*offset_groups);
+                w.u32(mask.is_some() as u32);
+            }
         }
         debug_assert_eq!(out.len() - start, len, "{} encoding size", self.op.name());
     }
@@ -1748,6 +2101,13 @@ fn check_packed_b(b: &AccessPattern, k: u32, n: u32) -> Result<(), DecodeError> 
         }
     }
     Ok(())
+}
+
+/// The `shape` operand of an instruction with a data-dependent output: `[1, 1, 1, rank]`
+/// of i64, at byte `off` of the instruction.
+fn shape_operand(ap: &AccessPattern, rank: u32, off: usize) -> Result<(), DecodeError> {
+    require_dtype(ap, "shape.dtype", &[DType::I64]).map_err(|e| e.shifted(off))?;
+    same_shape("shape.shape", &[1, 1, 1, rank], ap).map_err(|e| e.shifted(off))
 }
 
 fn dim_eq(field: &'static str, dim: usize, expected: u32, found: u32) -> Result<(), DecodeError> {
@@ -2611,6 +2971,292 @@ impl Instruction {
                     values,
                     indices,
                     largest,
+                }
+            }
+            opcode::NON_ZERO => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let shape = r.ap("shape")?;
+                let at = HEADER_SIZE + AP_SIZE;
+                require_dtype(&output, "output.dtype", &[DType::I64]).map_err(|e| e.shifted(at))?;
+                let rank = output.shape[2];
+                if !(1..=4).contains(&rank) {
+                    return Err(DecodeError::field(
+                        "output.shape",
+                        Reason::OutOfRange(rank as u64),
+                    )
+                    .at(at + 16 + 8));
+                }
+                let mut lead = [1u32; 4];
+                lead[4 - rank as usize..].copy_from_slice(&input.shape[4 - rank as usize..]);
+                same_shape("input.shape", &lead, &input).map_err(|e| e.shifted(HEADER_SIZE))?;
+                let n = input.elements();
+                let n = u32::try_from(n).map_err(|_| {
+                    DecodeError::field("input.shape", Reason::OutOfRange(n)).at(HEADER_SIZE + 16)
+                })?;
+                same_shape("output.shape", &[1, 1, rank, n], &output).map_err(|e| e.shifted(at))?;
+                shape_operand(&shape, 2, HEADER_SIZE + 2 * AP_SIZE)?;
+                Op::NonZero {
+                    input,
+                    output,
+                    shape,
+                }
+            }
+            opcode::UNIQUE => {
+                let input = r.ap("input")?;
+                let y = r.ap("y")?;
+                let indices = r.ap("indices")?;
+                let inverse = r.ap("inverse")?;
+                let counts = r.ap("counts")?;
+                let shape = r.ap("shape")?;
+                let at = r.pos;
+                let rank = r.u8();
+                let axis = r.u8();
+                let sorted = r.u8();
+                r.zeros(1, "reserved")?;
+                let mut dims = [0u32; 8];
+                for d in &mut dims {
+                    *d = r.u32();
+                }
+                r.zeros(4, "reserved")?;
+                if !(1..=8).contains(&rank) {
+                    return Err(
+                        DecodeError::field("dims.rank", Reason::OutOfRange(rank as u64)).at(at),
+                    );
+                }
+                if axis >= rank {
+                    return Err(
+                        DecodeError::field("dims.axis", Reason::OutOfRange(axis as u64)).at(at + 1),
+                    );
+                }
+                if sorted > 1 {
+                    return Err(
+                        DecodeError::field("sorted", Reason::OutOfRange(sorted as u64)).at(at + 2),
+                    );
+                }
+                if let Some(i) = (rank as usize..8).find(|&i| dims[i] != 0) {
+                    return Err(
+                        DecodeError::field("dims", Reason::ReservedNonZero).at(at + 4 + 4 * i)
+                    );
+                }
+                require_dtype(&input, "input.dtype", TOP_K_TYPES)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&y, "y.dtype", &[input.dtype])
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                dim_eq("input.shape", 0, 1, input.shape[0]).map_err(|e| e.shifted(HEADER_SIZE))?;
+                same_shape("y.shape", &input.shape, &y)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let a = input.shape[2];
+                for (k, (ap, name)) in [
+                    (indices, "indices.shape"),
+                    (inverse, "inverse.shape"),
+                    (counts, "counts.shape"),
+                ]
+                .iter()
+                .enumerate()
+                {
+                    let off = HEADER_SIZE + (2 + k) * AP_SIZE;
+                    require_dtype(ap, "dtype", &[DType::I64]).map_err(|e| e.shifted(off))?;
+                    same_shape(name, &[1, 1, 1, a], ap).map_err(|e| e.shifted(off))?;
+                }
+                shape_operand(&shape, rank as u32, HEADER_SIZE + 5 * AP_SIZE)?;
+                // The template describes `y`: outer · bound · inner.
+                let prod = |ds: &[u32]| ds.iter().try_fold(1u64, |p, &d| p.checked_mul(d as u64));
+                let (r_, x) = (rank as usize, axis as usize);
+                let fits = prod(&dims[..x]) == Some(input.shape[1] as u64)
+                    && dims[x] == a
+                    && prod(&dims[x + 1..r_]) == Some(input.shape[3] as u64);
+                if !fits {
+                    return Err(DecodeError::field(
+                        "dims",
+                        Reason::ShapeMismatch {
+                            dim: x,
+                            expected: a,
+                            found: dims[x],
+                        },
+                    )
+                    .at(at + 4));
+                }
+                Op::Unique {
+                    input,
+                    y,
+                    indices,
+                    inverse,
+                    counts,
+                    shape,
+                    dims: ShapeTemplate { rank, axis, dims },
+                    sorted: sorted != 0,
+                }
+            }
+            opcode::NON_MAX_SUPPRESSION => {
+                let flags_at = HEADER_SIZE + 7 * AP_SIZE;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !nms_flags::ALL != 0 {
+                    return Err(DecodeError::field(
+                        "flags",
+                        Reason::UnknownFlags(flags & !nms_flags::ALL),
+                    )
+                    .at(flags_at));
+                }
+                if flags & nms_flags::SCORE != 0 && flags & nms_flags::SCORE_CONST != 0 {
+                    return Err(DecodeError::field(
+                        "flags",
+                        Reason::UnknownFlags(nms_flags::SCORE_CONST),
+                    )
+                    .at(flags_at));
+                }
+                let boxes = r.ap("boxes")?;
+                let scores = r.ap("scores")?;
+                let max_out = r.opt_ap("max_out", flags & nms_flags::MAX_OUT != 0)?;
+                let iou = r.opt_ap("iou", flags & nms_flags::IOU != 0)?;
+                let score_threshold = r.opt_ap("score_threshold", flags & nms_flags::SCORE != 0)?;
+                let selected = r.ap("selected")?;
+                let shape = r.ap("shape")?;
+                r.u32();
+                let max_out_const = r.u32();
+                let iou_const = r.f32("iou_const")?;
+                let score_const = r.f32("score_const")?;
+                require_dtype(&boxes, "boxes.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&scores, "scores.dtype", F32)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                let [_, nb, ns, _] = boxes.shape;
+                same_shape("boxes.shape", &[1, nb, ns, 4], &boxes)
+                    .map_err(|e| e.shifted(HEADER_SIZE))?;
+                let nc = scores.shape[2];
+                same_shape("scores.shape", &[1, nb, nc, ns], &scores)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                for (k, (op, dt)) in [
+                    (max_out, DType::I64),
+                    (iou, DType::F32),
+                    (score_threshold, DType::F32),
+                ]
+                .iter()
+                .enumerate()
+                {
+                    if let Some(ap) = op {
+                        let off = HEADER_SIZE + (2 + k) * AP_SIZE;
+                        require_dtype(ap, "dtype", &[*dt]).map_err(|e| e.shifted(off))?;
+                        same_shape("shape", &[1, 1, 1, 1], ap).map_err(|e| e.shifted(off))?;
+                    }
+                }
+                let off = HEADER_SIZE + 5 * AP_SIZE;
+                require_dtype(&selected, "selected.dtype", &[DType::I64])
+                    .map_err(|e| e.shifted(off))?;
+                same_shape("selected.shape", &[1, 1, selected.shape[2], 3], &selected)
+                    .map_err(|e| e.shifted(off))?;
+                shape_operand(&shape, 2, HEADER_SIZE + 6 * AP_SIZE)?;
+                Op::NonMaxSuppression {
+                    boxes,
+                    scores,
+                    max_out,
+                    iou,
+                    score_threshold,
+                    selected,
+                    shape,
+                    flags,
+                    max_out_const,
+                    iou_const,
+                    score_const,
+                }
+            }
+            opcode::ROI_ALIGN => {
+                let input = r.ap("input")?;
+                let rois = r.ap("rois")?;
+                let batch_indices = r.ap("batch_indices")?;
+                let output = r.ap("output")?;
+                let spatial_scale = r.f32("spatial_scale")?;
+                let at = r.pos;
+                let sampling_ratio = r.u32();
+                if sampling_ratio > ROI_MAX_GRID {
+                    return Err(DecodeError::field(
+                        "sampling_ratio",
+                        Reason::OutOfRange(sampling_ratio as u64),
+                    )
+                    .at(at));
+                }
+                let flags = r.flags("flags", roi_flags::ALL)?;
+                r.zeros(4, "reserved")?;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                let off = |k: usize| HEADER_SIZE + k * AP_SIZE;
+                require_dtype(&rois, "rois.dtype", F32).map_err(|e| e.shifted(off(1)))?;
+                require_dtype(&batch_indices, "batch_indices.dtype", &[DType::I64])
+                    .map_err(|e| e.shifted(off(2)))?;
+                require_dtype(&output, "output.dtype", F32).map_err(|e| e.shifted(off(3)))?;
+                let nr = output.shape[0];
+                same_shape("rois.shape", &[1, 1, nr, 4], &rois).map_err(|e| e.shifted(off(1)))?;
+                same_shape("batch_indices.shape", &[1, 1, 1, nr], &batch_indices)
+                    .map_err(|e| e.shifted(off(2)))?;
+                dim_eq("output.shape", 1, input.shape[1], output.shape[1])
+                    .map_err(|e| e.shifted(off(3)))?;
+                Op::RoiAlign {
+                    input,
+                    rois,
+                    batch_indices,
+                    output,
+                    spatial_scale,
+                    sampling_ratio,
+                    flags,
+                }
+            }
+            opcode::DEFORM_IM2COL => {
+                let flags_at = HEADER_SIZE + 4 * AP_SIZE + 44;
+                let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
+                if flags & !1 != 0 {
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags & !1)).at(flags_at),
+                    );
+                }
+                let input = r.ap("input")?;
+                let offset = r.ap("offset")?;
+                let mask = r.opt_ap("mask", flags & 1 != 0)?;
+                let cols = r.ap("cols")?;
+                let win_at = r.pos;
+                let window = r.window(true)?;
+                if window.pad[2] != 0 || window.pad[3] != 0 {
+                    return Err(DecodeError::field(
+                        "window.pad",
+                        Reason::OutOfRange(window.pad[2].max(window.pad[3]) as u64),
+                    )
+                    .at(win_at + 24));
+                }
+                let g_at = r.pos;
+                let groups = r.u32();
+                r.u32();
+                let off = |k: usize| HEADER_SIZE + k * AP_SIZE;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(off(0)))?;
+                require_dtype(&offset, "offset.dtype", F32).map_err(|e| e.shifted(off(1)))?;
+                require_dtype(&cols, "cols.dtype", F32).map_err(|e| e.shifted(off(3)))?;
+                let [n, c, _, _] = input.shape;
+                if groups == 0 || !c.is_multiple_of(groups) {
+                    return Err(DecodeError::field(
+                        "offset_groups",
+                        Reason::OutOfRange(groups as u64),
+                    )
+                    .at(g_at));
+                }
+                let k = window.kernel[0] as u64 * window.kernel[1] as u64;
+                let fit = |v: u64, field: &'static str, at: usize| {
+                    u32::try_from(v)
+                        .map_err(|_| DecodeError::field(field, Reason::OutOfRange(v)).at(at))
+                };
+                let (oh, ow) = (cols.shape[2], cols.shape[3]);
+                let gk = fit(groups as u64 * k, "window.kernel", win_at)?;
+                let gk2 = fit(gk as u64 * 2, "window.kernel", win_at)?;
+                let ck = fit(c as u64 * k, "window.kernel", win_at)?;
+                same_shape("offset.shape", &[n, gk2, oh, ow], &offset)
+                    .map_err(|e| e.shifted(off(1)))?;
+                if let Some(m) = &mask {
+                    require_dtype(m, "mask.dtype", F32).map_err(|e| e.shifted(off(2)))?;
+                    same_shape("mask.shape", &[n, gk, oh, ow], m).map_err(|e| e.shifted(off(2)))?;
+                }
+                same_shape("cols.shape", &[n, ck, oh, ow], &cols).map_err(|e| e.shifted(off(3)))?;
+                Op::DeformIm2col {
+                    input,
+                    offset,
+                    mask,
+                    cols,
+                    window,
+                    offset_groups: groups,
                 }
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),

@@ -21,7 +21,7 @@
 //! | PE | [`Op::MatMul`] (accumulate, transpose, batched, fused [`Epilogue`]: bias, residual, activation), [`Op::MatMulInteger`] (u8/i8 → i32), [`Op::Conv`] (direct or im2col) |
 //! | ACT | [`Op::Activation`]: `y = f(x·scale + bias)` for every [`ActFunc`] |
 //! | DVE | [`Op::Binary`], [`Op::TensorScalar`], [`Op::Select`], [`Op::Copy`] (cast, transpose), [`Op::Fill`] |
-//! | POOL | [`Op::Reduce`], [`Op::Pool`], [`Op::Softmax`], [`Op::LayerNorm`], [`Op::Resize`], [`Op::Gather`], [`Op::GatherElements`], [`Op::ScatterElements`], [`Op::TopK`], [`Op::Copy`], [`Op::Fill`] |
+//! | POOL | [`Op::Reduce`], [`Op::Pool`], [`Op::Softmax`], [`Op::LayerNorm`], [`Op::Resize`], [`Op::Gather`], [`Op::GatherElements`], [`Op::ScatterElements`], [`Op::TopK`], [`Op::NonZero`], [`Op::Unique`], [`Op::NonMaxSuppression`] (data-dependent extents), [`Op::RoiAlign`], [`Op::DeformIm2col`], [`Op::Copy`], [`Op::Fill`] |
 //! | SP | [`Op::DmaCopy`], [`Op::DmaDescriptors`], [`Op::SemSet`], [`Op::Notify`], [`Op::Barrier`] |
 //! | all | [`Op::End`], [`Op::Nop`] |
 
@@ -33,8 +33,9 @@ pub use ap::{AP_SIZE, AccessPattern, ByteRows, MAX_DIMS, dense_strides};
 pub use error::{DecodeError, Reason};
 pub use instr::{
     ActFunc, AddressField, BinaryOp, CoordMode, Epilogue, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,
-    HEADER_SIZE, Instruction, NearestMode, Op, Operand, OperandMut, PoolOp, ReduceOp, ResizeMode,
-    Role, ScatterReduce, SemRef, Sync, Window, matmul_flags, opcode, opcode_info,
+    HEADER_SIZE, Instruction, NearestMode, Op, Operand, OperandMut, PoolOp, ROI_MAX_GRID, ReduceOp,
+    ResizeMode, Role, ScatterReduce, SemRef, ShapeTemplate, Sync, Window, matmul_flags, nms_flags,
+    opcode, opcode_info, roi_flags,
 };
 
 use nrt_hal::Engine;

@@ -411,6 +411,144 @@ fn arb_op() -> impl Strategy<Value = Op> {
                 },
             )
         }),
+        (arb_dims(), 1u32..5).prop_flat_map(move |(s, rank)| {
+            let mut s = s;
+            for d in &mut s[..4 - rank as usize] {
+                *d = 1;
+            }
+            let n: u32 = s.iter().product();
+            (
+                arb_ap(DType::U8, s),
+                arb_ap(DType::I64, [1, 1, rank, n]),
+                arb_ap(DType::I64, [1, 1, 1, 2]),
+            )
+                .prop_map(|(input, output, shape)| Op::NonZero {
+                    input,
+                    output,
+                    shape,
+                })
+        }),
+        (1u32..4, 0u32..5, 1u32..4, any::<bool>()).prop_flat_map(move |(o, a, i, sorted)| {
+            let s = [1, o, a, i];
+            let k = [1, 1, 1, a];
+            (
+                (arb_ap(f, s), arb_ap(f, s)),
+                (
+                    arb_ap(DType::I64, k),
+                    arb_ap(DType::I64, k),
+                    arb_ap(DType::I64, k),
+                ),
+                arb_ap(DType::I64, [1, 1, 1, 3]),
+            )
+                .prop_map(move |((input, y), (indices, inverse, counts), shape)| {
+                    Op::Unique {
+                        input,
+                        y,
+                        indices,
+                        inverse,
+                        counts,
+                        shape,
+                        dims: ShapeTemplate {
+                            rank: 3,
+                            axis: 1,
+                            dims: [o, a, i, 0, 0, 0, 0, 0],
+                        },
+                        sorted,
+                    }
+                })
+        }),
+        (1u32..3, 0u32..5, 1u32..3, 0u32..9, 0u32..32, 0u32..100).prop_flat_map(
+            move |(b, s, c, bound, flags, max)| {
+                let flags = if flags & nms_flags::SCORE != 0 {
+                    flags & !nms_flags::SCORE_CONST
+                } else {
+                    flags
+                };
+                let one = [1, 1, 1, 1];
+                (
+                    (arb_ap(f, [1, b, s, 4]), arb_ap(f, [1, b, c, s])),
+                    (
+                        opt(flags & nms_flags::MAX_OUT != 0, arb_ap(DType::I64, one)),
+                        opt(flags & nms_flags::IOU != 0, arb_ap(f, one)),
+                        opt(flags & nms_flags::SCORE != 0, arb_ap(f, one)),
+                    ),
+                    (
+                        arb_ap(DType::I64, [1, 1, bound, 3]),
+                        arb_ap(DType::I64, [1, 1, 1, 2]),
+                    ),
+                    (finite(), finite()),
+                )
+                    .prop_map(
+                        move |(
+                            (boxes, scores),
+                            (max_out, iou, score_threshold),
+                            (selected, shape),
+                            (iou_const, score_const),
+                        )| {
+                            Op::NonMaxSuppression {
+                                boxes,
+                                scores,
+                                max_out,
+                                iou,
+                                score_threshold,
+                                selected,
+                                shape,
+                                flags,
+                                max_out_const: max,
+                                iou_const,
+                                score_const,
+                            }
+                        },
+                    )
+            }
+        ),
+        (arb_dims(), 1u32..4, 1u32..4, 0u32..5, 0u32..4, finite()).prop_flat_map(
+            move |(x, nr, oh, ratio, flags, scale)| {
+                (
+                    arb_ap(f, x),
+                    arb_ap(f, [1, 1, nr, 4]),
+                    arb_ap(DType::I64, [1, 1, 1, nr]),
+                    arb_ap(f, [nr, x[1], oh, 2]),
+                )
+                    .prop_map(move |(input, rois, batch_indices, output)| {
+                        Op::RoiAlign {
+                            input,
+                            rois,
+                            batch_indices,
+                            output,
+                            spatial_scale: scale,
+                            sampling_ratio: ratio,
+                            flags,
+                        }
+                    })
+            }
+        ),
+        (1u32..3, 1u32..4, 1u32..3, 1u32..3, 1u32..4, any::<bool>()).prop_flat_map(
+            move |(n, cg, g, kh, o, masked)| {
+                let c = cg * g;
+                (
+                    arb_ap(f, [n, c, 5, 5]),
+                    arb_ap(f, [n, g * kh * 2 * 2, o, o]),
+                    opt(masked, arb_ap(f, [n, g * kh * 2, o, o])),
+                    arb_ap(f, [n, c * kh * 2, o, o]),
+                )
+                    .prop_map(move |(input, offset, mask, cols)| {
+                        Op::DeformIm2col {
+                            input,
+                            offset,
+                            mask,
+                            cols,
+                            window: Window {
+                                kernel: [kh, 2],
+                                stride: [1, 2],
+                                pad: [1, 0, 0, 0],
+                                dilation: [1, 1],
+                            },
+                            offset_groups: g,
+                        }
+                    })
+            }
+        ),
     ]
 }
 

@@ -21,6 +21,9 @@
 //! | [`resize`] | `Resize` (ONNX reference semantics) |
 //! | [`gather`] | `Gather`, `GatherElements`, `ScatterElements` |
 //! | [`topk`] | `TopK` |
+//! | [`dynshape`] | `NonZero`, `Unique`, `NonMaxSuppression` (data-dependent extents: the result packed first in its static bound, zeros after, the actual shape written out) |
+//! | [`roi`] | `RoiAlign` |
+//! | [`deform`] | `DeformIm2col` (the sampled columns of a deformable convolution) |
 //! | [`qmatmul`] | `MatMulInteger` (AVX-512 VNNI `vpdpbusd` when present, else portable) |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
@@ -44,6 +47,8 @@ pub mod act;
 pub mod binary;
 pub mod conv;
 pub mod copy;
+pub mod deform;
+pub mod dynshape;
 pub mod elem;
 pub mod gather;
 pub mod gemm_packed;
@@ -55,6 +60,7 @@ pub mod pool;
 pub mod qmatmul;
 pub mod reduce;
 pub mod resize;
+pub mod roi;
 pub mod strided;
 pub mod topk;
 pub mod vmath;
@@ -408,6 +414,108 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
         } => {
             // SAFETY: see above.
             unsafe { topk::top_k(input, values, indices, *largest, mem, ws) }
+        }
+        Op::NonZero {
+            input,
+            output,
+            shape,
+        } => {
+            // SAFETY: see above.
+            unsafe { dynshape::non_zero(input, output, shape, mem) }
+        }
+        Op::Unique {
+            input,
+            y,
+            indices,
+            inverse,
+            counts,
+            shape,
+            dims,
+            sorted,
+        } => {
+            let args = dynshape::UniqueArgs {
+                input,
+                y,
+                indices,
+                inverse,
+                counts,
+                shape,
+                dims,
+                sorted: *sorted,
+            };
+            // SAFETY: see above.
+            unsafe { dynshape::unique(&args, mem, ws) }
+        }
+        Op::NonMaxSuppression {
+            boxes,
+            scores,
+            max_out,
+            iou,
+            score_threshold,
+            selected,
+            shape,
+            flags,
+            max_out_const,
+            iou_const,
+            score_const,
+        } => {
+            let args = dynshape::NmsArgs {
+                boxes,
+                scores,
+                max_out: max_out.as_ref(),
+                iou: iou.as_ref(),
+                score_threshold: score_threshold.as_ref(),
+                selected,
+                shape,
+                flags: *flags,
+                max_out_const: *max_out_const,
+                iou_const: *iou_const,
+                score_const: *score_const,
+            };
+            // SAFETY: see above.
+            unsafe { dynshape::non_max_suppression(&args, mem, ws) };
+            Ok(())
+        }
+        Op::RoiAlign {
+            input,
+            rois,
+            batch_indices,
+            output,
+            spatial_scale,
+            sampling_ratio,
+            flags,
+        } => {
+            let args = roi::RoiArgs {
+                input,
+                rois,
+                batch_indices,
+                output,
+                spatial_scale: *spatial_scale,
+                sampling_ratio: *sampling_ratio,
+                flags: *flags,
+            };
+            // SAFETY: see above.
+            unsafe { roi::roi_align(&args, mem) }
+        }
+        Op::DeformIm2col {
+            input,
+            offset,
+            mask,
+            cols,
+            window,
+            offset_groups,
+        } => {
+            let args = deform::DeformArgs {
+                input,
+                offset,
+                mask: mask.as_ref(),
+                cols,
+                window,
+                offset_groups: *offset_groups,
+            };
+            // SAFETY: see above.
+            unsafe { deform::deform_im2col(&args, mem) };
+            Ok(())
         }
     }
 }

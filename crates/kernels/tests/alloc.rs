@@ -421,6 +421,97 @@ fn second_calls_allocate_nothing() {
         },
     ));
 
+    // The data-dependent extents (sort orders and group tables in the workspace).
+    let nz_in = m.dense(DType::F32, [1, 1, 4, 33]);
+    let nz_out = m.dense(DType::I64, [1, 1, 2, 132]);
+    let two = m.dense(DType::I64, [1, 1, 1, 2]);
+    ops.push((
+        "non zero",
+        Op::NonZero {
+            input: nz_in,
+            output: nz_out,
+            shape: two,
+        },
+    ));
+    let u_in = m.dense(DType::F32, [1, 4, 33, 1]);
+    let u_y = m.dense(DType::F32, [1, 4, 33, 1]);
+    let u_k = [(); 3].map(|_| m.dense(DType::I64, [1, 1, 1, 33]));
+    let u_shape = m.dense(DType::I64, [1, 1, 1, 2]);
+    ops.push((
+        "unique",
+        Op::Unique {
+            input: u_in,
+            y: u_y,
+            indices: u_k[0],
+            inverse: u_k[1],
+            counts: u_k[2],
+            shape: u_shape,
+            dims: nrt_isa::ShapeTemplate {
+                rank: 2,
+                axis: 1,
+                dims: [4, 33, 0, 0, 0, 0, 0, 0],
+            },
+            sorted: false,
+        },
+    ));
+    let boxes = m.dense(DType::F32, [1, 2, 33, 4]);
+    let scores = m.dense(DType::F32, [1, 2, 3, 33]);
+    let selected = m.dense(DType::I64, [1, 1, 198, 3]);
+    ops.push((
+        "non max suppression",
+        Op::NonMaxSuppression {
+            boxes,
+            scores,
+            max_out: None,
+            iou: None,
+            score_threshold: None,
+            selected,
+            shape: two,
+            flags: 0,
+            max_out_const: 33,
+            iou_const: 0.5,
+            score_const: 0.0,
+        },
+    ));
+
+    let roi_x = m.dense(DType::F32, [2, 3, 9, 9]);
+    let rois = m.dense(DType::F32, [1, 1, 4, 4]);
+    let roi_b = m.dense(DType::I64, [1, 1, 1, 4]);
+    let roi_y = m.dense(DType::F32, [4, 3, 2, 2]);
+    ops.push((
+        "roi align",
+        Op::RoiAlign {
+            input: roi_x,
+            rois,
+            batch_indices: roi_b,
+            output: roi_y,
+            spatial_scale: 0.5,
+            sampling_ratio: 0,
+            flags: nrt_isa::roi_flags::HALF_PIXEL,
+        },
+    ));
+
+    let d_x = m.dense(DType::F32, [1, 4, 6, 6]);
+    let d_off = m.dense(DType::F32, [1, 36, 6, 6]);
+    let d_mask = m.dense(DType::F32, [1, 18, 6, 6]);
+    let d_cols = m.dense(DType::F32, [1, 36, 6, 6]);
+    ops.push((
+        "deform im2col",
+        Op::DeformIm2col {
+            input: d_x,
+            offset: d_off,
+            mask: Some(d_mask),
+            cols: d_cols,
+            window: nrt_isa::Window {
+                kernel: [3, 3],
+                stride: [1, 1],
+                pad: [1, 1, 0, 0],
+                dilation: [1, 1],
+            },
+            offset_groups: 2,
+        },
+    ));
+
     // The counter sees allocations at all.
     let before = allocs();
     let v = std::hint::black_box(vec![1u8; 10]);

@@ -44,6 +44,10 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   integer `BinaryOp`s 12–16 (bitwise and, or, xor, shift left, logical shift right).
 /// - 1.3: `MatMul` flag `PACKED_B` (8): B is constant weights packed in column panels
 ///   (`nrt_isa::matmul_flags::PACKED_B`).
+/// - 1.4: the `NonZero`, `Unique` and `NonMaxSuppression` instructions (0x59–0x5B), whose
+///   outputs have a data-dependent extent: a static upper bound plus an i64 companion output
+///   `<name>:shape` holding the actual shape (see `docs/ncm-format.md`); the `RoiAlign`
+///   and `DeformIm2col` instructions (0x5C, 0x5D).
 /// - 1.5: `Conv` may carry an activation (opcode `CONV_ACT`, `0x24`: the `Conv` fields, then
 ///   the function and its two parameters; see `nrt_isa::Op::Conv`).
 pub const VERSION_MINOR: u16 = 5;

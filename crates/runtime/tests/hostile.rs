@@ -56,3 +56,112 @@ fn d7_load_of_io_tensor_whose_size_overflows_fails_invalid() {
     assert_eq!(e.status, NrtStatus::Invalid, "{e:?}");
     assert!(e.message.contains("io[0].shape"), "{}", e.message);
 }
+
+/// NCM 1.4's instructions with hostile operands: an output bound past its plan entry, a
+/// `Unique` shape template that disagrees with its operands, a `NonZero` output that is not
+/// `[1, 1, rank, elements]`, a `RoiAlign` sampling grid past its cap, `DeformIm2col` offsets
+/// that do not match its kernel. Each load fails with `NRT_INVALID` naming
+/// the instruction and the field — nothing reaches a kernel.
+#[test]
+fn hostile_data_dependent_instructions_are_rejected_at_load() {
+    let (_dev, rt) = runtime();
+    fn dense(addr: u64, dtype: DType, shape: [u32; 4]) -> AccessPattern {
+        AccessPattern {
+            addr,
+            dtype,
+            shape,
+            stride: nrt_isa::dense_strides(&shape),
+        }
+    }
+    type Case = (&'static str, Box<dyn Fn(u64) -> Op>, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            "nms selected past its plan entry",
+            Box::new(|t| Op::NonMaxSuppression {
+                boxes: dense(t, DType::F32, [1, 1, 4, 4]),
+                scores: dense(t, DType::F32, [1, 1, 1, 4]),
+                max_out: None,
+                iou: None,
+                score_threshold: None,
+                selected: dense(t, DType::I64, [1, 1, 1 << 20, 3]),
+                shape: dense(t, DType::I64, [1, 1, 1, 2]),
+                flags: 0,
+                max_out_const: 4,
+                iou_const: 0.5,
+                score_const: 0.0,
+            }),
+            "plan entry",
+        ),
+        (
+            "unique template disagreeing with its input",
+            Box::new(|t| Op::Unique {
+                input: dense(t, DType::F32, [1, 2, 3, 1]),
+                y: dense(t, DType::F32, [1, 2, 3, 1]),
+                indices: dense(t, DType::I64, [1, 1, 1, 3]),
+                inverse: dense(t, DType::I64, [1, 1, 1, 3]),
+                counts: dense(t, DType::I64, [1, 1, 1, 3]),
+                shape: dense(t, DType::I64, [1, 1, 1, 2]),
+                dims: nrt_isa::ShapeTemplate {
+                    rank: 2,
+                    axis: 1,
+                    dims: [2, 300, 0, 0, 0, 0, 0, 0],
+                },
+                sorted: true,
+            }),
+            "dims",
+        ),
+        (
+            "non-zero output not [1, 1, rank, elements]",
+            Box::new(|t| Op::NonZero {
+                input: dense(t, DType::F32, [1, 1, 2, 3]),
+                output: dense(t, DType::I64, [1, 1, 2, 5]),
+                shape: dense(t, DType::I64, [1, 1, 1, 2]),
+            }),
+            "output.shape",
+        ),
+        (
+            "roi align with a sampling grid past its cap",
+            Box::new(|t| Op::RoiAlign {
+                input: dense(t, DType::F32, [1, 1, 4, 4]),
+                rois: dense(t, DType::F32, [1, 1, 1, 4]),
+                batch_indices: dense(t, DType::I64, [1, 1, 1, 1]),
+                output: dense(t, DType::F32, [1, 1, 2, 2]),
+                spatial_scale: 1.0,
+                sampling_ratio: u32::MAX,
+                flags: 0,
+            }),
+            "sampling_ratio",
+        ),
+        (
+            "deform im2col whose offsets do not match its kernel",
+            Box::new(|t| Op::DeformIm2col {
+                input: dense(t, DType::F32, [1, 2, 4, 4]),
+                offset: dense(t, DType::F32, [1, 7, 3, 3]),
+                mask: None,
+                cols: dense(t, DType::F32, [1, 8, 3, 3]),
+                window: nrt_isa::Window {
+                    kernel: [2, 2],
+                    stride: [1, 1],
+                    pad: [0, 0, 0, 0],
+                    dilation: [1, 1],
+                },
+                offset_groups: 1,
+            }),
+            "offset.shape",
+        ),
+    ];
+    for (what, op, field) in cases {
+        let mut b = ModelBuilder::new("dyn", 1);
+        let tmp = b.scratch(0, 4096, 64);
+        b.push(0, Engine::Pool, Instruction::new(op(vaddr(tmp, 0))));
+        let e = rt
+            .load(&b.build().encode(), 0, &quick_timeout())
+            .unwrap_err();
+        assert_eq!(e.status, NrtStatus::Invalid, "{what}: {e:?}");
+        assert!(
+            e.message.contains("instruction 0") && e.message.contains(field),
+            "{what}: {}",
+            e.message
+        );
+    }
+}

@@ -71,6 +71,8 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) io: Vec<IoInfo>,
     /// Output var_ids of each value.
     pub(crate) out_vars: HashMap<ValueId, Vec<u32>>,
+    /// The `<name>:shape` output var_id of each output whose extent depends on the data.
+    pub(crate) shape_vars: HashMap<ValueId, u32>,
     /// Live consumers of each value (nodes).
     pub(crate) consumers: Vec<Vec<usize>>,
     pub(crate) skip: Vec<bool>,

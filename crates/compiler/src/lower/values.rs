@@ -267,16 +267,30 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 
+    /// Where the actual shape of `v` (an output whose extent depends on the data) is
+    /// written: its `<name>:shape` output buffer, or a temporary when `v` is not a graph
+    /// output (an unused output of its node). A dense i64 `[rank]` view.
+    pub(crate) fn shape_out(&mut self, v: ValueId) -> View {
+        let rank = self.g.values[v].shape.len();
+        let addr = match self.shape_vars.get(&v) {
+            Some(&var) => vaddr(self.b.io_mem_ref(var), 0),
+            None => self.temp(8 * rank),
+        };
+        View::dense(addr, nrt_hal::DType::I64, &[rank])
+    }
+
     /// After `v` is final: copies it into any output buffer it is not already in, then
-    /// stores and notifies those outputs.
+    /// stores and notifies those outputs (and its `<name>:shape` companion).
     pub(crate) fn finish_value(&mut self, v: ValueId) -> Result<()> {
         let Some(vars) = self.out_vars.get(&v).cloned() else {
             return Ok(());
         };
         let src = self.sview(v)?;
-        for j in vars {
+        let companion = self.shape_vars.get(&v).copied();
+        for j in vars.into_iter().chain(companion) {
             let dst_addr = vaddr(self.b.io_mem_ref(j), 0);
-            if src.addr != dst_addr || !src.is_dense() {
+            // (a companion `<name>:shape` was written in place by the value's producer)
+            if Some(j) != companion && (src.addr != dst_addr || !src.is_dense()) {
                 let dst = View::dense(dst_addr, src.dtype, &src.shape);
                 self.copy(Engine::Dve, &src, &dst)?;
             }

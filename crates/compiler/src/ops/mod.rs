@@ -20,6 +20,8 @@ mod composite;
 mod constant;
 mod control;
 mod conv;
+mod deform;
+mod dynshape;
 mod einsum;
 mod elementwise;
 mod flex_attention;
@@ -35,6 +37,7 @@ mod quant;
 mod reduce;
 mod resize;
 mod rnn;
+mod roi;
 mod spectral;
 mod unary;
 
@@ -210,6 +213,8 @@ pub(crate) fn registry() -> &'static Registry {
         constant::register(&mut r);
         control::register(&mut r);
         conv::register(&mut r);
+        deform::register(&mut r);
+        dynshape::register(&mut r);
         einsum::register(&mut r);
         elementwise::register(&mut r);
         flex_attention::register(&mut r);
@@ -225,6 +230,7 @@ pub(crate) fn registry() -> &'static Registry {
         reduce::register(&mut r);
         resize::register(&mut r);
         rnn::register(&mut r);
+        roi::register(&mut r);
         spectral::register(&mut r);
         unary::register(&mut r);
         r
