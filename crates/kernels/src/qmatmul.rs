@@ -133,6 +133,19 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
             for kk in 0..k {
                 let (w, shift) = (kk / 4, 8 * (kk % 4));
                 let words = &mut bpack[w * np..][..n];
+                if vb.stride[3] == 1 {
+                    // A unit-stride row (weights as stored): one slice, no index arithmetic
+                    // per byte, so the loop vectorizes (this packing is per execution and
+                    // was most of a 64×512×512 product's time).
+                    // SAFETY: row (p, q, kk) of B holds n contiguous bytes.
+                    let row = unsafe { core::slice::from_raw_parts(vb.at([p, q, kk, 0]), n) };
+                    for ((word, sum), &x) in words.iter_mut().zip(colsum.iter_mut()).zip(row) {
+                        let byte = x ^ b_flip;
+                        *sum += byte as i8 as i32;
+                        *word |= ((byte as u32) << shift) as i32;
+                    }
+                    continue;
+                }
                 for (j, (word, sum)) in words.iter_mut().zip(colsum.iter_mut()).enumerate() {
                     // SAFETY: (p, q, kk, j) inside B.
                     let byte = unsafe { *vb.at([p, q, kk, j]) } ^ b_flip;
@@ -165,6 +178,16 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
                         let _ = vnni;
                         tile_portable(&a_rows, &bpack[j0..], np, k4, &mut acc);
                     }
+                    // The tile's columns' zero points, read once per tile, not per element.
+                    let cols = NR.min(n - j0);
+                    let mut zbs = [0i32; NR];
+                    for (c, zb) in zbs.iter_mut().enumerate().take(cols) {
+                        // SAFETY: (p, q, 0, j0 + c) inside the zero point's [.., 1, N].
+                        *zb = vzb
+                            .as_ref()
+                            .map_or(0, |z| unsafe { byte_at(z, b_signed, [p, q, 0, j0 + c]) })
+                            - b_off;
+                    }
                     for (r, acc_row) in acc.iter().enumerate().take(rows) {
                         let i = i0 + r;
                         // SAFETY: (p, q, i, 0) inside the zero point's [.., M, 1].
@@ -172,19 +195,25 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
                             .as_ref()
                             .map_or(0, |z| unsafe { byte_at(z, a_signed, [p, q, i, 0]) })
                             + a_off;
-                        for (c, &dot) in acc_row.iter().enumerate().take(NR.min(n - j0)) {
-                            let j = j0 + c;
-                            // SAFETY: (p, q, 0, j) inside the zero point's [.., 1, N].
-                            let zb = vzb
-                                .as_ref()
-                                .map_or(0, |z| unsafe { byte_at(z, b_signed, [p, q, 0, j]) })
-                                - b_off;
-                            let v = dot
+                        let mut out = [0i32; NR];
+                        for c in 0..cols {
+                            let (dot, zb) = (acc_row[c], zbs[c]);
+                            out[c] = dot
                                 .wrapping_sub(zb.wrapping_mul(rowsum[i]))
-                                .wrapping_sub(za.wrapping_mul(colsum[j]))
+                                .wrapping_sub(za.wrapping_mul(colsum[j0 + c]))
                                 .wrapping_add((k as i32).wrapping_mul(za).wrapping_mul(zb));
-                            // SAFETY: (p, q, i, j) inside C.
-                            unsafe { vc.at([p, q, i, j]).write(v) };
+                        }
+                        if vc.stride[3] == 1 {
+                            // SAFETY: columns j0..j0 + cols of row (p, q, i) of C, unit stride.
+                            unsafe {
+                                core::slice::from_raw_parts_mut(vc.at([p, q, i, j0]), cols)
+                                    .copy_from_slice(&out[..cols])
+                            };
+                        } else {
+                            for (c, &v) in out.iter().enumerate().take(cols) {
+                                // SAFETY: (p, q, i, j0 + c) inside C.
+                                unsafe { vc.at([p, q, i, j0 + c]).write(v) };
+                            }
                         }
                     }
                     j0 += NR;
