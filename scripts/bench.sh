@@ -54,13 +54,19 @@ models=()
 if [ -d "$PEERS_WORKDIR/models" ]; then
   for m in tiny mlp mlp_b64 encoder; do models+=("$PEERS_WORKDIR/models/$m.onnx"); done
 fi
-models+=("$out/samples/cnn/model.onnx")
+models+=("$out/samples/cnn/model.onnx" "$out/samples/int8_gemm/model.onnx" "$out/samples/lstm_step/model.onnx")
 for m in "${models[@]}"; do
   name=$(basename "$m" .onnx); [ "$name" = model ] && name=$(basename "$(dirname "$m")")
   "$nrt" bench "$m" --json --seconds "$secs" | sed "s/\"model\":\"[^\"]*\"/\"model\":\"$name\"/" >> "$out/nrt.jsonl"
-  # The same model with bf16 weights (`--auto-cast matmult`), beside the f32 peers.
-  "$nrt" bench "$m" --json --seconds "$secs" --auto-cast matmult \
-    | sed "s/\"model\":\"[^\"]*\"/\"model\":\"${name}_bf16\"/" >> "$out/nrt.jsonl"
+  # The same model with bf16 weights (`--auto-cast matmult`), beside the f32 peers (not for
+  # the int8 and LSTM rows, whose products are not f32 MatMuls).
+  case "$name" in
+    int8_gemm|lstm_step) ;;
+    *)
+      "$nrt" bench "$m" --json --seconds "$secs" --auto-cast matmult \
+        | sed "s/\"model\":\"[^\"]*\"/\"model\":\"${name}_bf16\"/" >> "$out/nrt.jsonl"
+      ;;
+  esac
   case "$name" in
     mlp_b64|encoder)
       # Split across two cores (each computing on its own device thread), beside ORT's 2-thread row.
@@ -83,7 +89,11 @@ if [ -d "$peers_dir" ]; then
   "$py" "$peers_dir/bench_peers.py" --seconds "$secs" --models tiny,mlp,mlp_b64,encoder --peers "$peers" \
     2> "$out/peers.log" > /dev/null || true
 fi
-# The project's own cnn sample, which the shared peers script does not know: ONNX Runtime 1
-# and 2 threads, timed the same way, in the same log.
-"$py" scripts/ort_model.py "$out/samples/cnn/model.onnx" cnn "$secs" >> "$out/peers.log" || true
+# The project's own samples the shared peers script does not know (cnn; int8_gemm, a
+# dynamically quantized 64x512x512 layer: DynamicQuantizeLinear + MatMulInteger; lstm_step,
+# one streaming LSTM step with its state): ONNX Runtime 1 and 2 threads, timed the same way,
+# in the same log.
+for m in cnn int8_gemm lstm_step; do
+  "$py" scripts/ort_model.py "$out/samples/$m/model.onnx" "$m" "$secs" >> "$out/peers.log" || true
+done
 "$py" scripts/bench_table.py "$out"

@@ -79,13 +79,29 @@ print("| model | nrt | " + " | ".join(present) + " | nrt / ort-t1 |")
 print("|---|---:|" + "---:|" * len(present) + "---:|")
 for r in rows:
     base = r["model"].split("_bf16")[0]
-    if (base not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn") or r["surface"] != "sync"
+    if (base not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn", "int8_gemm", "lstm_step")
+            or r["surface"] != "sync"
             or r.get("cores", 1) != 1):
         continue
     cells = [f"{peers[(base, p)]:.2f}" if (base, p) in peers else "-" for p in present]
     o = peers.get((base, "ort-t1"))
     ratio = f"{r['median_ns'] / 1000 / o:.2f}" if o else "-"
     print(f"| {r['model']} | {r['median_ns'] / 1000:.2f} | " + " | ".join(cells) + f" | {ratio} |")
+
+# The int8 GEMM (one dynamically quantized 64x512x512 layer) in GOPS, and the LSTM step.
+q = next((r for r in rows if r["model"] == "int8_gemm" and r["surface"] == "sync"), None)
+if q:
+    ops = 2 * 64 * 512 * 512
+    o = peers.get(("int8_gemm", "ort-t1"))
+    ort = f"{ops / (o * 1000):.0f} GOPS" if o else "-"
+    print(f"\nint8 GEMM 64x512x512 (DynamicQuantizeLinear + MatMulInteger + rescale, whole "
+          f"execution): nrt {ops / q['median_ns']:.0f} GOPS, ONNX Runtime 1 thread {ort}")
+l = next((r for r in rows if r["model"] == "lstm_step" and r["surface"] == "sync"), None)
+if l:
+    o = peers.get(("lstm_step", "ort-t1"))
+    ort = f"{o:.2f} µs" if o else "-"
+    print(f"LSTM step (input 128, hidden 256, state in and out): nrt {l['median_ns'] / 1000:.2f} µs, "
+          f"ONNX Runtime 1 thread {ort}")
 
 print("\n## Both vCPUs: two cores, two processes, the waiting caller's CPU\n")
 print("| model | nrt 1 core µs | nrt 2 cores µs | 2c / 1c | ort-t1 µs | ort-t2 µs | nrt 2c / ort-t2 | caller CPU 1c / 2c (share of a vCPU) |")

@@ -42,8 +42,8 @@ pub enum Command {
     /// Starts a runtime, runs one execution, then reports the process's CPU time while it
     /// sits idle (device thread and XU workers parked: expect ~0%).
     Idle(IdleArgs),
-    /// Writes the project's own ONNX models (transformer, encoder, cnn, mlp, mlp_b64) as
-    /// DIR/<name>/model.onnx.
+    /// Writes the project's own ONNX models (transformer, encoder, cnn, mlp, mlp_b64,
+    /// int8_gemm, lstm_step) as DIR/<name>/model.onnx.
     Samples(SamplesArgs),
     /// Lists the virtual host's Neuron devices, their cores and memory, and the processes
     /// that hold them (the `neuron-ls` table, or its JSON with --json-output).

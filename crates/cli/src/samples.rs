@@ -111,6 +111,15 @@ impl Graph {
     }
 
     fn finish(self, name: &str, input: ValueInfoProto, output: ValueInfoProto) -> Vec<u8> {
+        self.finish_io(name, vec![input], vec![output])
+    }
+
+    fn finish_io(
+        self,
+        name: &str,
+        inputs: Vec<ValueInfoProto>,
+        outputs: Vec<ValueInfoProto>,
+    ) -> Vec<u8> {
         let m = ModelProto {
             ir_version: 8,
             opset_import: vec![OperatorSetIdProto {
@@ -122,8 +131,8 @@ impl Graph {
                 node: self.nodes,
                 name: name.to_owned(),
                 initializer: self.inits,
-                input: vec![input],
-                output: vec![output],
+                input: inputs,
+                output: outputs,
                 ..Default::default()
             }),
             ..Default::default()
@@ -338,6 +347,87 @@ pub fn mlp(batch: i64, width: i64, layers: usize) -> Vec<u8> {
     )
 }
 
+/// One dynamically quantized linear layer, as ONNX Runtime's `quantize_dynamic` writes it:
+/// `X: f32[m, k]` → DynamicQuantizeLinear (u8, per tensor) → MatMulInteger with constant i8
+/// weights `[k, n]` → Cast to f32 → times `x_scale · w_scale` → `Y: f32[m, n]`. The int8
+/// GEMM benchmark (GOPS beside ONNX Runtime's MatMulInteger, `scripts/bench.sh`).
+pub fn int8_gemm(m: i64, k: i64, n: i64) -> Vec<u8> {
+    let mut g = Graph::new(0x9E37_79B9_7F4A_7C15);
+    let w: Vec<u8> = (0..k * n)
+        .map(|_| (g.rng.next() * 127.0).round() as i8 as u8)
+        .collect();
+    g.inits.push(TensorProto {
+        name: "Wq".into(),
+        dims: vec![k, n],
+        data_type: data_type::INT8,
+        raw_data: w,
+        ..Default::default()
+    });
+    g.inits.push(TensorProto {
+        name: "Wzp".into(),
+        dims: vec![],
+        data_type: data_type::INT8,
+        raw_data: vec![0],
+        ..Default::default()
+    });
+    let ws = g.constant("Ws", &[1.0 / (127.0 * (k as f32).sqrt())]);
+    g.nodes.push(NodeProto {
+        input: vec!["X".into()],
+        output: vec!["Xq".into(), "Xs".into(), "Xzp".into()],
+        name: "quantize".into(),
+        op_type: "DynamicQuantizeLinear".into(),
+        ..Default::default()
+    });
+    let mm = g.node("MatMulInteger", &["Xq", "Wq", "Xzp", "Wzp"], "acc", vec![]);
+    let f = g.node(
+        "Cast",
+        &[&mm],
+        "accf",
+        vec![int("to", data_type::FLOAT as i64)],
+    );
+    let scale = g.node("Mul", &["Xs", &ws], "scale", vec![]);
+    g.node("Mul", &[&f, &scale], "Y", vec![]);
+    g.finish(
+        "int8_gemm",
+        value_info("X", &[m, k]),
+        value_info("Y", &[m, n]),
+    )
+}
+
+/// One step of a streaming LSTM (what voice and audio models run per frame): `X: f32[1, 1,
+/// input]` and the state `H0`, `C0: f32[1, 1, hidden]` in, the new state `Yh`, `Yc` out
+/// (fed back by the caller as the next step's `H0`, `C0`). The LSTM step benchmark.
+pub fn lstm_step(input: i64, hidden: i64) -> Vec<u8> {
+    let mut g = Graph::new(0xD1B5_4A32_D192_ED03);
+    let sc = 1.0 / (hidden as f32).sqrt();
+    g.weight("W", &[1, 4 * hidden, input], sc);
+    g.weight("R", &[1, 4 * hidden, hidden], sc);
+    g.weight("B", &[1, 8 * hidden], 0.1);
+    g.nodes.push(NodeProto {
+        input: ["X", "W", "R", "B", "", "H0", "C0"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        output: vec!["".into(), "Yh".into(), "Yc".into()],
+        name: "lstm".into(),
+        op_type: "LSTM".into(),
+        attribute: vec![int("hidden_size", hidden)],
+        ..Default::default()
+    });
+    g.finish_io(
+        "lstm_step",
+        vec![
+            value_info("X", &[1, 1, input]),
+            value_info("H0", &[1, 1, hidden]),
+            value_info("C0", &[1, 1, hidden]),
+        ],
+        vec![
+            value_info("Yh", &[1, 1, hidden]),
+            value_info("Yc", &[1, 1, hidden]),
+        ],
+    )
+}
+
 /// Every sample, by name: what `nrt samples` writes and the test suite checks against
 /// ONNX Runtime.
 pub fn all() -> Vec<(&'static str, Vec<u8>)> {
@@ -347,5 +437,7 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         ("cnn", small_cnn()),
         ("mlp", mlp(1, 512, 4)),
         ("mlp_b64", mlp(64, 512, 4)),
+        ("int8_gemm", int8_gemm(64, 512, 512)),
+        ("lstm_step", lstm_step(128, 256)),
     ]
 }
