@@ -111,6 +111,30 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
             // Pack A (u8) with its row sums.
             rowsum.fill(0);
             for (i, row) in apack.chunks_exact_mut(k4.max(1)).take(m).enumerate() {
+                if va.stride[3] == 1 {
+                    // A unit-stride row: whole words from 4-byte chunks (vectorizes), the
+                    // short tail padded with zeros.
+                    // SAFETY: row (p, q, i) of A holds k contiguous bytes.
+                    let src = unsafe { core::slice::from_raw_parts(va.at([p, q, i, 0]), k) };
+                    let mut sum = 0i32;
+                    let chunks = src.chunks_exact(4);
+                    let tail = chunks.remainder();
+                    for (word, c) in row.iter_mut().zip(chunks) {
+                        let b = [c[0] ^ a_flip, c[1] ^ a_flip, c[2] ^ a_flip, c[3] ^ a_flip];
+                        sum += b[0] as i32 + b[1] as i32 + b[2] as i32 + b[3] as i32;
+                        *word = i32::from_le_bytes(b);
+                    }
+                    if !tail.is_empty() {
+                        let mut b = [0u8; 4];
+                        for (d, &x) in b.iter_mut().zip(tail) {
+                            *d = x ^ a_flip;
+                            sum += *d as i32;
+                        }
+                        row[k / 4] = i32::from_le_bytes(b);
+                    }
+                    rowsum[i] = sum;
+                    continue;
+                }
                 let mut sum = 0i32;
                 for (w, word) in row.iter_mut().enumerate() {
                     let mut bytes = [0u8; 4];
@@ -130,7 +154,30 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
             // is read in memory order; each byte goes to its place in its column's word.
             colsum.fill(0);
             bpack.fill(0);
-            for kk in 0..k {
+            // Four unit-stride rows at a time: each word written once (not or-ed into four
+            // times), their column sums added in the same pass.
+            let quads = if vb.stride[3] == 1 { k / 4 } else { 0 };
+            for w in 0..quads {
+                // SAFETY: rows 4w..4w+4 of (p, q) hold n contiguous bytes each.
+                let rows: [&[u8]; 4] = core::array::from_fn(|t| unsafe {
+                    core::slice::from_raw_parts(vb.at([p, q, 4 * w + t, 0]), n)
+                });
+                let words = &mut bpack[w * np..][..n];
+                for (j, (word, sum)) in words.iter_mut().zip(colsum.iter_mut()).enumerate() {
+                    let b = [
+                        rows[0][j] ^ b_flip,
+                        rows[1][j] ^ b_flip,
+                        rows[2][j] ^ b_flip,
+                        rows[3][j] ^ b_flip,
+                    ];
+                    *sum += b[0] as i8 as i32
+                        + b[1] as i8 as i32
+                        + b[2] as i8 as i32
+                        + b[3] as i8 as i32;
+                    *word = i32::from_le_bytes(b);
+                }
+            }
+            for kk in 4 * quads..k {
                 let (w, shift) = (kk / 4, 8 * (kk % 4));
                 let words = &mut bpack[w * np..][..n];
                 if vb.stride[3] == 1 {
