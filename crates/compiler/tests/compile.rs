@@ -117,6 +117,73 @@ fn error_shape_mismatch_names_the_node() {
     fails(&m, ErrorKind::ShapeMismatch, Some("Add_Y"));
 }
 
+/// A 3-D Conv decomposes (Pad, Gather, one 2-D Conv); what it cannot take is an error
+/// naming the node and the attribute or shape, before any node is replaced.
+#[test]
+fn conv_3d_errors_name_the_node() {
+    let conv = |attrs: Vec<AttributeProto>, w: &[i64], y: &[i64]| {
+        let len = w.iter().product::<i64>() as usize;
+        model(
+            vec![node("Conv", &["X", "W"], &["Y"], attrs)],
+            vec![f32_init("W", w, vec![0.1; len])],
+            vec![vi("X", dt::FLOAT, &[1, 4, 5, 6, 6])],
+            vec![vi("Y", dt::FLOAT, y)],
+            17,
+        )
+    };
+    let c = ok(
+        &conv(
+            vec![a_ints("strides", &[2, 1, 1])],
+            &[2, 4, 3, 3, 3],
+            &[1, 2, 2, 4, 4],
+        ),
+        &CompileOptions::default(),
+    );
+    assert_eq!(c.model.io[1].shape, vec![1, 2, 2, 4, 4]);
+    let s = fails(
+        &conv(vec![a_i("group", 3)], &[3, 1, 3, 3, 3], &[1, 3, 3, 4, 4]),
+        ErrorKind::BadAttribute,
+        Some("Conv_Y"),
+    );
+    assert!(s.contains("group 3"), "{s}");
+    let s = fails(
+        &conv(vec![], &[2, 3, 3, 3, 3], &[1, 2, 3, 4, 4]),
+        ErrorKind::ShapeMismatch,
+        Some("Conv_Y"),
+    );
+    assert!(s.contains("4 input channels"), "{s}");
+    let s = fails(
+        &conv(
+            vec![a_ints("dilations", &[3, 1, 1])],
+            &[2, 4, 3, 3, 3],
+            &[1, 2, 1, 4, 4],
+        ),
+        ErrorKind::ShapeMismatch,
+        Some("Conv_Y"),
+    );
+    assert!(s.contains("does not fit"), "{s}");
+    let s = fails(
+        &conv(
+            vec![a_ints("pads", &[1, 1])],
+            &[2, 4, 3, 3, 3],
+            &[1, 2, 3, 4, 4],
+        ),
+        ErrorKind::BadAttribute,
+        Some("Conv_Y"),
+    );
+    assert!(s.contains("pads"), "{s}");
+    let s = fails(
+        &conv(
+            vec![a_ints("kernel_shape", &[3, 3, 2])],
+            &[2, 4, 3, 3, 3],
+            &[1, 2, 3, 4, 4],
+        ),
+        ErrorKind::ShapeMismatch,
+        Some("Conv_Y"),
+    );
+    assert!(s.contains("kernel_shape"), "{s}");
+}
+
 #[test]
 fn error_negative_dim() {
     let m = model(

@@ -1,7 +1,10 @@
 //! Conv and ConvTranspose on PE (im2col scratch from the arena; a following inference
 //! BatchNormalization folded into the weights). A 3-D ConvTranspose decomposes into a 2-D
 //! one over every input depth slice at once and a MatMul that sums each slice's kernel-depth
-//! planes into their output depths ([`expand_conv_transpose_3d`]).
+//! planes into their output depths ([`expand_conv_transpose_3d`]); a 3-D Conv decomposes
+//! into a depth-padding Pad, a Gather stacking each output depth's kernel-depth input slices
+//! as channels, and one 2-D Conv over all output depth slices as a batch
+//! ([`expand_conv_3d`]).
 
 use super::Registry;
 use super::norm::bn_affine;
@@ -25,7 +28,8 @@ pub(super) fn register(r: &mut Registry) {
         .device(lower!(lower_col2im));
     r.op("Conv", 1, infer_conv)
         .f32_on_device()
-        .note("1-D and 2-D")
+        .note("1-D and 2-D; 3-D as one 2-D Conv over the output depth slices with the kernel depth taps as extra input channels")
+        .expands_when(is_3d, expand_conv_3d)
         .device(lower!(lower_conv));
     r.op("ConvTranspose", 1, infer_conv_transpose)
         .f32_on_device()
@@ -103,7 +107,7 @@ pub(crate) fn infer_conv_transpose(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, s)])
 }
 
-/// Whether node `n` is a 3-D ConvTranspose (its input is 5-D).
+/// Whether node `n` is a 3-D Conv or ConvTranspose (its input is 5-D).
 fn is_3d(g: &crate::graph::Graph, n: &crate::graph::Node) -> bool {
     n.inputs
         .first()
@@ -230,6 +234,129 @@ fn expand_conv_transpose_3d(g: &mut crate::graph::Graph, ni: usize) -> Result<()
             e.node("Transpose", &[y5], vec![perm], Some(y));
         }
     }
+    let nodes = std::mem::take(&mut e.nodes);
+    g_splice(e.g, ni, nodes);
+    Ok(())
+}
+
+/// Replaces the 3-D `Conv` node `ni` (X `[N, C, D, H, W]`, W `[O, C/g, KD, KH, KW]`) by
+/// nodes the device computes. Output depth `od` reads the input depths
+/// `od·s + kd·d − pad` (`kd` < KD) of the depth-padded input; a Gather on the padded depth
+/// axis collects those `KD` slices for every output depth (`[N, C, OD·KD, H, W]`), a
+/// Transpose/Reshape makes them the channels of a 2-D batch (`[N·OD, C·KD, H, W]`, channel
+/// `c·KD + kd`, so each group's channels stay contiguous), and one 2-D Conv with W as
+/// `[O, (C/g)·KD, KH, KW]` — same channel order — and the bias computes every output depth
+/// slice at once. H and W keep their strides, dilations and pads (auto_pad resolved by
+/// `window_params` over all three axes).
+fn expand_conv_3d(g: &mut crate::graph::Graph, ni: usize) -> Result<()> {
+    use super::attention::{Expansion, a_int, a_ints, g_splice};
+    let n = g.nodes[ni].clone();
+    let c = Ctx { g, n: &n };
+    let (xv, wv) = (c.input(0)?, c.input(1)?);
+    let (xs, ws) = (xv.shape.clone(), wv.shape.clone());
+    let dtype = xv.dtype;
+    if ws.len() != 5 {
+        return Err(c.mismatch(format!("Conv of {xs:?} with weights {ws:?}")));
+    }
+    let group = n.attr_i("group", 1)?;
+    let gr = usize::try_from(group).unwrap_or(0);
+    if gr < 1 || xs[1] % gr != 0 || ws[0] % gr != 0 {
+        return Err(c.bad_attr(format!("group {group}")));
+    }
+    if ws[1].checked_mul(gr) != Some(xs[1]) {
+        return Err(c.mismatch(format!(
+            "weights {ws:?} for {} input channels in {group} groups",
+            xs[1]
+        )));
+    }
+    let kernel: Vec<usize> = ws[2..].to_vec();
+    if let Some(ks) = n.attr_ints("kernel_shape")?
+        && ks.iter().map(|&k| k as usize).collect::<Vec<_>>() != kernel
+    {
+        return Err(c.mismatch(format!("kernel_shape {ks:?} but weights {ws:?}")));
+    }
+    let bias = c
+        .opt(2)
+        .map(|b| (b.elements(), n.inputs[2].expect("present")));
+    if let Some((len, _)) = bias
+        && len != ws[0]
+    {
+        return Err(c.mismatch(format!("bias of {len} for {} channels", ws[0])));
+    }
+    let p = window_params(&c, &xs[2..], kernel, false)?;
+    let Some(y) = n.outputs.first().copied().flatten() else {
+        return Err(c.bad_attr("the output Y is required"));
+    };
+    let (nb, cin, h, w) = (xs[0], xs[1], xs[3], xs[4]);
+    let (o, cg, kd, kh, kw) = (ws[0], ws[1], ws[2], ws[3], ws[4]);
+    let (od, oh, ow) = (p.out[0], p.out[1], p.out[2]);
+    // The gathered input is KD·OD/D times the input; keep it inside the tensor budget.
+    crate::tensor::budget("the gathered depth slices", &[nb, cin, od, kd, h, w], dtype)
+        .map_err(|e| e.at_node(&n.name, &n.op))?;
+    let (sd, dd) = (p.strides[0], p.dilations[0]);
+    let idx: Vec<i64> = (0..od)
+        .flat_map(|d| (0..kd).map(move |k| (d * sd + k * dd) as i64))
+        .collect();
+    let x_in = n.inputs[0].expect("present");
+    let w_in = n.inputs[1].expect("present");
+    let mut e = Expansion {
+        name: n.name.clone(),
+        g,
+        nodes: Vec::new(),
+    };
+    let i = |v: usize| v as i64;
+    let xp = if p.pad_begin[0] + p.pad_end[0] > 0 {
+        let pads = e.ints(
+            "depth_pads",
+            &[0, 0, i(p.pad_begin[0]), 0, 0, 0, 0, i(p.pad_end[0]), 0, 0],
+        );
+        e.node("Pad", &[x_in, pads], vec![], None)
+    } else {
+        x_in
+    };
+    let idx = e.ints("depth_taps", &idx);
+    let xg = e.node("Gather", &[xp, idx], vec![a_int("axis", 2)], None);
+    let shape = e.ints("taps", &[i(nb), i(cin), i(od), i(kd), i(h * w)]);
+    let x5 = e.node("Reshape", &[xg, shape], vec![], None);
+    let xt = e.node(
+        "Transpose",
+        &[x5],
+        vec![a_ints("perm", &[0, 2, 1, 3, 4])],
+        None,
+    );
+    let shape = e.ints("slices", &[i(nb * od), i(cin * kd), i(h), i(w)]);
+    let x2 = e.node("Reshape", &[xt, shape], vec![], None);
+    let shape = e.ints("kernel", &[i(o), i(cg * kd), i(kh), i(kw)]);
+    let w2 = e.node("Reshape", &[w_in, shape], vec![], None);
+    let attrs = vec![
+        a_int("group", group),
+        a_ints("kernel_shape", &[i(kh), i(kw)]),
+        a_ints("strides", &[i(p.strides[1]), i(p.strides[2])]),
+        a_ints("dilations", &[i(p.dilations[1]), i(p.dilations[2])]),
+        a_ints(
+            "pads",
+            &[
+                i(p.pad_begin[1]),
+                i(p.pad_begin[2]),
+                i(p.pad_end[1]),
+                i(p.pad_end[2]),
+            ],
+        ),
+    ];
+    let mut ins = vec![x2, w2];
+    ins.extend(bias.map(|(_, b)| b));
+    let z = e.node("Conv", &ins, attrs, None);
+    // [N·OD, O, OH, OW] → [N, O, OD, OH, OW].
+    let shape = e.ints("depths", &[i(nb), i(od), i(o), i(oh * ow)]);
+    let z4 = e.node("Reshape", &[z, shape], vec![], None);
+    let zt = e.node(
+        "Transpose",
+        &[z4],
+        vec![a_ints("perm", &[0, 2, 1, 3])],
+        None,
+    );
+    let shape = e.ints("output", &[i(nb), i(o), i(od), i(oh), i(ow)]);
+    e.node("Reshape", &[zt, shape], vec![], Some(y));
     let nodes = std::mem::take(&mut e.nodes);
     g_splice(e.g, ni, nodes);
     Ok(())

@@ -941,6 +941,31 @@ def packed_weights(out):
     ], [("X", [160, 160])], [("Y", [160, 160])], [w("W", (160, 160), 0.08)])
 
 
+def convs_3d(out):
+    # 3-D Conv (compiler/src/ops/conv.rs expand_conv_3d: Pad on depth, a Gather stacking each
+    # output depth's kernel-depth slices as channels, one 2-D Conv over the depth slices):
+    # stride 2 with asymmetric pads and bias; dilations with two groups and per-axis strides;
+    # depthwise SAME_UPPER; a Conv-Relu-Conv chain with a 1x1x1 kernel and kernel_shape.
+    save(out, "conv3d_strided_pads_bias", [
+        N("Conv", ["X", "W", "B"], ["Y"], strides=[2, 2, 2], pads=[1, 0, 1, 1, 1, 0]),
+    ], [("X", [2, 3, 7, 8, 9])], [("Y", [2, 4, 4, 4, 4])],
+        [w("W", (4, 3, 3, 3, 3)), w("B", (4,), 0.5)])
+    save(out, "conv3d_dilated_groups", [
+        N("Conv", ["X", "W"], ["Y"], group=2, dilations=[3, 1, 2], strides=[1, 2, 1],
+          pads=[2, 1, 0, 0, 1, 1]),
+    ], [("X", [1, 4, 9, 6, 7])], [("Y", [1, 6, 8, 3, 6])], [w("W", (6, 2, 2, 3, 2))])
+    save(out, "conv3d_depthwise_same_upper", [
+        N("Conv", ["X", "W", "B"], ["Y"], group=3, auto_pad="SAME_UPPER", strides=[2, 1, 2]),
+    ], [("X", [1, 3, 5, 6, 6])], [("Y", [1, 3, 3, 6, 3])],
+        [w("W", (3, 1, 3, 3, 3)), w("B", (3,), 0.5)])
+    save(out, "conv3d_chain", [
+        N("Conv", ["X", "W1", "B1"], ["h"], pads=[1] * 6, kernel_shape=[3, 3, 3]),
+        N("Relu", ["h"], ["r"]),
+        N("Conv", ["r", "W2"], ["Y"]),
+    ], [("X", [1, 2, 4, 5, 5])], [("Y", [1, 2, 4, 5, 5])],
+        [w("W1", (4, 2, 3, 3, 3)), w("B1", (4,), 0.5), w("W2", (2, 4, 1, 1, 1))])
+
+
 def main():
     out = sys.argv[1]
     det_and_int_pool(out)
@@ -981,6 +1006,7 @@ def main():
     norms(out)
     concats(out)
     nested_concat(out)
+    convs_3d(out)
 
 
 if __name__ == "__main__":
