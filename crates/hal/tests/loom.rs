@@ -525,3 +525,100 @@ fn seq_event_signals_exactly_once() {
         assert_eq!(signals.load(Ordering::Relaxed), 1);
     });
 }
+
+/// The software core's poll vs its serving thread's park (`nrt_sim`: `CoreShared::work`,
+/// `DeviceShared::hand_back`). A poll stores `doorbell_seen` when it starts and `active` when
+/// it ends, under the core's lock; the serving device thread parks when neither says there
+/// is work. A host thread that assists (polls the core itself) can hold the lock across the
+/// server's check: the server then sees the doorbell consumed and the core not yet active
+/// and parks, and no later doorbell wakes it. Hence the hand-back: a poller that does not
+/// serve the core notifies the server's gate if it left work. Two requests behind one
+/// doorbell; each poll runs at most one. With `hand_back` off the model fails — the host's
+/// wait for both requests never ends — which is the lost wake-up
+/// CI once showed as a 5 s timeout in `hostile fatal_implicit`.
+fn assisted_core_model(hand_back: bool) {
+    use loom::sync::Mutex;
+    use loom::sync::atomic::AtomicBool;
+    struct Core {
+        gate: IdleGate,
+        doorbell: AtomicU32,
+        seen: AtomicU32,
+        active: AtomicBool,
+        ready: Mutex<u32>,
+        done: AtomicU32,
+        stop: AtomicBool,
+    }
+    impl Core {
+        fn has_work(&self) -> bool {
+            self.active.load(Ordering::Relaxed)
+                || self.doorbell.load(Ordering::Acquire) != self.seen.load(Ordering::Relaxed)
+        }
+        fn work(&self, ready: &mut u32) {
+            let bell = self.doorbell.load(Ordering::Acquire);
+            let seen = self.seen.load(Ordering::Relaxed);
+            if bell != seen {
+                self.seen.store(bell, Ordering::Relaxed);
+                *ready += bell - seen;
+            }
+            if *ready > 0 {
+                *ready -= 1;
+                self.done.fetch_add(1, Ordering::Release);
+            }
+            self.active.store(*ready > 0, Ordering::Relaxed);
+        }
+    }
+    loom::model(move || {
+        let core = Arc::new(Core {
+            gate: IdleGate::new(),
+            doorbell: AtomicU32::new(0),
+            seen: AtomicU32::new(0),
+            active: AtomicBool::new(false),
+            ready: Mutex::new(0),
+            done: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let c = core.clone();
+        let server = loom::thread::spawn(move || {
+            c.gate.register_sleeper();
+            while !c.stop.load(Ordering::Acquire) {
+                match c.ready.try_lock() {
+                    Ok(mut ready) => c.work(&mut ready),
+                    // The host holds the core: a real thread polls again (the park
+                    // below returns at once while a doorbell is pending); let it run.
+                    Err(_) => loom::thread::yield_now(),
+                }
+                c.gate
+                    .sleep_until(|| c.stop.load(Ordering::Acquire) || c.has_work());
+            }
+        });
+        core.doorbell.fetch_add(2, Ordering::Release);
+        core.gate.notify();
+        // The host assists once.
+        {
+            let mut ready = core.ready.lock().unwrap();
+            core.work(&mut ready);
+        }
+        if hand_back && core.has_work() {
+            core.gate.notify();
+        }
+        // Both requests run (a stranded one spins this wait past loom's branch limit).
+        while core.done.load(Ordering::Acquire) < 2 {
+            loom::thread::yield_now();
+        }
+        core.stop.store(true, Ordering::Release);
+        core.gate.notify();
+        server.join().unwrap();
+    });
+}
+
+#[test]
+fn assisted_core_hands_back_what_it_leaves() {
+    assisted_core_model(true);
+}
+
+/// Without the hand-back the server sleeps through the second request.
+#[test]
+#[should_panic(expected = "maximum number of branches")]
+fn assisted_core_without_hand_back_strands_work() {
+    assisted_core_model(false);
+}

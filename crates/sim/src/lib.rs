@@ -345,6 +345,30 @@ impl DeviceShared {
     fn core(&self, nc: u32) -> Result<&CoreShared, HalError> {
         self.cores.get(nc as usize).ok_or(HalError::BadCore(nc))
     }
+
+    /// The device thread that serves core `c`: its own (`c % threads`), or its group
+    /// leader's when the core is served jointly.
+    #[inline]
+    fn server_thread(&self, c: usize) -> usize {
+        self.cores[c].joint_thread().unwrap_or(c % self.gates.len())
+    }
+
+    /// After a thread that does not serve core `c` polled it and changed its state (a host
+    /// thread's assist, or a device thread covering for a sleeping one; a poll that only
+    /// found the core still stalled changed nothing and hands nothing back, or a stalled
+    /// core's two pollers would wake each other in turn): hands what the poll left — requests it
+    /// moved to the ready queue, an execution stalled at a barrier — back to the core's own
+    /// thread. That thread may have parked while the poll held the core: it saw the
+    /// doorbell already consumed (`doorbell_seen` is stored first) and the core not yet
+    /// marked active (stored last), and no doorbell follows to wake it. The store of
+    /// `active` and [`IdleGate::notify`]'s fence pair with the sleeper's flag store and
+    /// fence (the gate's Dekker handshake), so one of the two sees the other.
+    #[inline]
+    fn hand_back(&self, c: usize) {
+        if self.cores[c].has_work() {
+            self.gates[self.server_thread(c)].notify();
+        }
+    }
 }
 
 /// Runs a device thread: polls its cores while they have work, spins a bounded time after
@@ -355,16 +379,14 @@ impl DeviceShared {
 fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
     let gate = &dev.gates[worker];
     gate.register_sleeper();
-    let threads = dev.config.threads as usize;
     let all: Vec<usize> = (0..dev.cores.len()).collect();
     // Whether this thread polls core `c` now: it serves it (its own core, unless the core is
     // served jointly by its group leader's thread; or a core it serves jointly), or the core
     // has work and the thread that serves it sleeps. Any thread may poll any core — the
     // core's lock makes one at a time — so a stale view costs a wasted poll, never lost work.
     let serves = |c: usize| -> bool {
-        let core = &dev.cores[c];
-        let server = core.joint_thread().unwrap_or(c % threads);
-        server == worker || (core.has_work() && dev.gates[server].is_sleeping())
+        let server = dev.server_thread(c);
+        server == worker || (dev.cores[c].has_work() && dev.gates[server].is_sleeping())
     };
     dev.threads_started.fetch_add(1, Ordering::Release);
     let stall_block = tuning::DEVICE_STALL_BLOCK_MAX
@@ -387,10 +409,14 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
             if !serves(c) {
                 continue;
             }
-            match dev.cores[c].poll(&dev) {
+            let poll = dev.cores[c].poll(&dev);
+            match poll {
                 Poll::Progressed => progressed = true,
                 Poll::Stalled => stalled = true,
                 Poll::Idle => {}
+            }
+            if poll == Poll::Progressed && dev.server_thread(c) != worker {
+                dev.hand_back(c);
             }
         }
         if progressed {
@@ -825,18 +851,20 @@ impl Device for SoftDevice {
         if semaphore == SEMAPHORE_INFERENCE_START {
             // Wake the thread that serves the core: its own, or its group leader's when the
             // core is served jointly (a stale answer wakes a thread that passes the work on).
-            let server = core
-                .joint_thread()
-                .unwrap_or(nc as usize % self.shared.gates.len());
-            self.shared.gates[server].notify();
+            self.shared.gates[self.shared.server_thread(nc as usize)].notify();
         }
         Ok(())
     }
 
     fn assist(&self, nc: u32) -> bool {
-        self.shared
-            .core(nc)
-            .is_ok_and(|core| core.poll(&self.shared) == Poll::Progressed)
+        let Ok(core) = self.shared.core(nc) else {
+            return false;
+        };
+        let progressed = core.poll(&self.shared) == Poll::Progressed;
+        if progressed {
+            self.shared.hand_back(nc as usize);
+        }
+        progressed
     }
 
     fn notification_wake(
