@@ -166,9 +166,10 @@ pub(crate) fn execute_implicit(
     Ok(())
 }
 
-/// The implicit surface's owner duties, run by the XU worker: retires every implicit
-/// execution whose completion word is written, oldest first from `cursor`, and calls the
-/// callback for each; returns whether any was retired. The worker owns implicit executions
+/// The implicit surface's owner duties, run by the XU worker: retires the implicit
+/// executions whose completion words are written, oldest first from `cursor`, up to the first
+/// implicit one still running, and calls the callback for each — so the callback sees them
+/// in submission order; returns whether any was retired. The worker owns implicit executions
 /// only; the others' owners (a synchronous caller, the thread that settles an explicit one)
 /// retire theirs.
 pub(crate) fn retire_done(rt: &RuntimeInner, vc: &VCore, cursor: &mut u64) -> bool {
@@ -186,6 +187,10 @@ pub(crate) fn retire_done(rt: &RuntimeInner, vc: &VCore, cursor: &mut u64) -> bo
             // SAFETY: the ticket is ours to read (see harvest's protocol).
             let surface = unsafe { (*slot.info.get()).surface };
             match (surface, completed_status(slot, seq)) {
+                // Callbacks report implicit executions in submission order: a later one
+                // whose completion word the harvest wrote first (its record sat on a plane
+                // the harvest read earlier) waits for this one.
+                (Surface::Implicit { .. }, None) => break,
                 (_, None) => advance = false,
                 (Surface::Implicit { job_id }, Some(status)) => {
                     // SAFETY: as above.
