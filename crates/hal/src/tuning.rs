@@ -123,11 +123,24 @@ pub const HARVEST_PURE_SPIN_POLLS: u32 = 256;
 pub const HARVEST_YIELD_EVERY_POLLS: u32 = 64;
 
 /// A host thread spinning for a completion lends itself to the device ([`crate::Device::assist`])
-/// once every this many polls that found nothing. A near-null execution completes within the
-/// pure spin ([`HARVEST_PURE_SPIN_POLLS`]), so on a quiet machine this never fires; when a
-/// co-tenant holds the device thread's vCPU for a time slice (ms), the waiting caller runs the
-/// execution itself after a few µs instead of yielding to a thread that is not there.
-pub const HOST_ASSIST_EVERY_IDLE_POLLS: u32 = 512;
+/// once its pure spin ([`HARVEST_PURE_SPIN_POLLS`]) is over, and then once every this many
+/// polls that found nothing — right before each `sched_yield` ([`HARVEST_YIELD_EVERY_POLLS`]).
+/// A near-null execution completes within the pure spin on a quiet machine, so this does not
+/// fire there; when a co-tenant holds the device thread's vCPU for a time slice (ms), the
+/// waiting caller runs the execution itself instead of yielding — a yield hands its own vCPU
+/// to the co-tenant for a slice. (Assisting only every 512 polls, after four such yields,
+/// one busy co-tenant cut sync throughput to 0.07× quiet.)
+pub const HOST_ASSIST_EVERY_IDLE_POLLS: u32 = 64;
+
+/// A client polling `nrta_is_completed` lends its thread to the device once every this many
+/// idle harvest polls of the vcore (anyone's: the count is the vcore's; only while executions
+/// are expected within [`WAIT_SPIN_CAP`]). A polling client typically yields its vCPU every
+/// few dozen polls of its own (`nrt bench` every 64), handing it to a co-tenant for a time
+/// slice: the assist must come first. At 512, explicit depth 8 beside one busy process ran
+/// 0.28 M exec/s; at 32, 0.84–0.96 M/s (`scripts/ab_binaries.sh … cotenant`), quiet within
+/// noise. On a quiet machine the device thread holds the core while it runs, so an assist
+/// is one failed `try_lock`.
+pub const POLLER_ASSIST_EVERY_IDLE_POLLS: u32 = 32;
 
 /// The longest a waiter spins before it blocks on the completion wake
 /// ([`crate::wake::SpinBudget`]), and the longest expected execution for which it spins at
@@ -147,6 +160,14 @@ pub const WAIT_SPIN_SLACK: Duration = Duration::from_micros(2);
 /// eighth follows a model whose time changes (another model loaded on the core, a co-tenant)
 /// within ~16 executions, and one outlier (a preemption) moves it by an eighth only.
 pub const WAIT_EWMA_SHIFT: u32 = 3;
+
+/// A sample enters the spin budget's average at most this many times the average (once
+/// there is one). Beside a co-tenant a near-null execution now and then waits out a time
+/// slice (ms): one such sample moved a 0.5 µs average to ~50 µs, past `WAIT_SPIN_CAP`, and
+/// the caller switched to blocking — the worst policy when the device thread is merely
+/// descheduled. Clamped, an outlier moves it by under half; a model that really got slower
+/// still gets there (×1.375 per sample: 0.5 µs → 600 µs in ~22 samples).
+pub const WAIT_EWMA_OUTLIER_FACTOR: u64 = 4;
 
 /// Longest block of a waiter on the completion wake before it looks again by itself. The
 /// device signals every completion, so this bound is only for what nobody signals: the

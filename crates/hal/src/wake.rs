@@ -279,7 +279,9 @@ impl SpinBudget {
         let new = if old == 0 {
             sample.max(1)
         } else {
-            // old + (sample - old) / 2^shift, in wrapping-free form.
+            // old + (sample - old) / 2^shift, in wrapping-free form, the sample clamped to
+            // WAIT_EWMA_OUTLIER_FACTOR times the average (a preemption is not the model).
+            let sample = sample.min(old.saturating_mul(tuning::WAIT_EWMA_OUTLIER_FACTOR));
             let s = tuning::WAIT_EWMA_SHIFT;
             (old - (old >> s)).saturating_add(sample >> s).max(1)
         };
@@ -391,6 +393,29 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicU32 as StdU32;
+
+    /// One preemption-length outlier does not turn a near-null model's spinning waiter into a
+    /// blocking one; a model that really became long does, within a few dozen samples.
+    #[test]
+    fn an_outlier_does_not_flip_the_budget_but_a_slower_model_does() {
+        let b = SpinBudget::new();
+        for _ in 0..32 {
+            b.record(Duration::from_nanos(500));
+        }
+        b.record(Duration::from_millis(3));
+        assert!(
+            b.expected().unwrap() < Duration::from_micros(1),
+            "{:?}",
+            b.expected()
+        );
+        assert!(b.spin_limit() > Duration::ZERO);
+        let mut n = 0;
+        while b.spin_limit() > Duration::ZERO {
+            b.record(Duration::from_micros(600));
+            n += 1;
+            assert!(n < 40, "still spinning after {n} samples of 600 µs");
+        }
+    }
 
     /// Only a waiter that expects a long execution switches the fences; the switch sticks.
     #[test]

@@ -112,11 +112,11 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
     // Help the harvest along (re-entrant, non-blocking); it settles what it finishes.
     if drive(rt, vc, n) == Step::Idle {
         // A client polling in a loop is a spinning waiter too: once in
-        // HOST_ASSIST_EVERY_IDLE_POLLS idle harvest polls of the vcore (any poller's), lend
+        // POLLER_ASSIST_EVERY_IDLE_POLLS idle harvest polls of the vcore (any poller's), lend
         // this thread to the device, whose own thread may not be running (wait.rs) — for
         // short executions only: a poll must not turn into running a long one.
         let idle = vc.idle_polls.load(Ordering::Relaxed);
-        if idle.is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS)
+        if idle.is_multiple_of(tuning::POLLER_ASSIST_EVERY_IDLE_POLLS)
             && vc
                 .spin
                 .expected()

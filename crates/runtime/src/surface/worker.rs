@@ -89,7 +89,7 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
     vc.xu.gate.register_sleeper();
     rt.workers_started.fetch_add(1, Ordering::Release);
     let mut cursor = 1u64; // oldest seq the worker may still have to retire
-    let mut w = VcoreWait::new(&*rt.device, vc, vc.spin.spin_limit());
+    let mut w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
     let mut last_external = vc.counters.external_harvests.load(Ordering::Relaxed);
     let mut defer = tuning::HARVEST_SLEEP;
     while !rt.stop.load(Ordering::Acquire) {
@@ -100,7 +100,7 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             vc.xu.gate.sleep_until(|| {
                 rt.stop.load(Ordering::Acquire) || vc.xu.async_inflight.load(Ordering::Acquire) != 0
             });
-            w = VcoreWait::new(&*rt.device, vc, vc.spin.spin_limit());
+            w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
             continue;
         }
         let external = vc.counters.external_harvests.load(Ordering::Relaxed);
@@ -120,7 +120,7 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
                 .gate
                 .sleep_until_timeout(defer, || rt.stop.load(Ordering::Acquire));
             defer = (defer * 2).min(tuning::XU_DEFER_MAX);
-            w = VcoreWait::new(&*rt.device, vc, vc.spin.spin_limit());
+            w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
             continue;
         }
         defer = tuning::HARVEST_SLEEP;
@@ -131,7 +131,7 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             vc.signal_waiters();
         }
         if progressed || retired {
-            w = VcoreWait::new(&*rt.device, vc, vc.spin.spin_limit());
+            w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
             continue;
         }
         // Spin while a completion is expected soon, then block until a core publishes
