@@ -361,6 +361,11 @@ unsafe fn im2col(
 ) {
     let hw = rows * g.ow;
     let rs = vi.stride[3];
+    // Stride 1 with rows as wide as the output's ("same" padding) and contiguous: output row
+    // j's patch row is input row j + const shifted by a constant column offset, so a band's
+    // valid rows are one copy of a contiguous run — the pad columns, which that copy fills
+    // with the neighbouring rows' edge elements, are zeroed after.
+    let flat = g.sh == 1 && g.sw == 1 && rs == 1 && g.w == g.ow && vi.stride[2] == g.w as isize;
     let mut r = 0;
     for c in 0..g.cg {
         for ky in 0..g.kh {
@@ -368,6 +373,11 @@ unsafe fn im2col(
                 let dst = &mut col[r * hw..(r + 1) * hw];
                 r += 1;
                 let (lo, hi) = valid_range(g.ow, g.w, g.sw, kx * g.dw, g.pl);
+                if flat && lo < hi {
+                    // SAFETY: forwarded (the input view covers image n, channel c0 + c).
+                    unsafe { im2col_flat(g, vi, n, c0 + c, oy0 + ky * g.dh, (lo, hi), kx, dst) };
+                    continue;
+                }
                 for (j, oy) in (oy0..oy0 + rows).enumerate() {
                     let drow = &mut dst[j * g.ow..(j + 1) * g.ow];
                     let iy = (oy * g.sh + ky * g.dh) as isize - g.pt as isize;
@@ -409,6 +419,61 @@ unsafe fn im2col(
                     }
                 }
             }
+        }
+    }
+}
+
+/// One patch row (`c`, `ky`, `kx`) of [`im2col`] on its flat path: `dst` is `rows · OW`
+/// floats for output rows from the one whose input row is `top - pt` (`top` = the band's first
+/// output row + `ky · dh`); `(lo, hi)` are the output columns whose input column is inside
+/// the row.
+///
+/// # Safety
+/// The input view inside device memory, its rows `W` (= `OW`) floats apart, unit-stride.
+#[allow(clippy::too_many_arguments)]
+unsafe fn im2col_flat(
+    g: &Geo,
+    vi: &View<f32>,
+    n: usize,
+    c: usize,
+    top: usize,
+    (lo, hi): (usize, usize),
+    kx: usize,
+    dst: &mut [f32],
+) {
+    let ow = g.ow;
+    let rows = dst.len() / ow;
+    // Input row of output row j: base + j. Rows outside the image are zero.
+    let base = top as isize - g.pt as isize;
+    let jlo = (-base).clamp(0, rows as isize) as usize;
+    let jhi = (g.h as isize - base).clamp(jlo as isize, rows as isize) as usize;
+    dst[..jlo * ow].fill(0.0);
+    dst[jhi * ow..].fill(0.0);
+    if jlo == jhi {
+        return;
+    }
+    // dst[j·OW + x] = in[base + j][x + shift]; with rows OW apart that is one run from
+    // in[base + jlo][0] + (t − jlo·OW) + shift for every t whose read stays inside rows
+    // jlo..jhi: t0..t1 below (lo < hi bounds |shift| below OW).
+    let shift = (kx * g.dw) as isize - g.pl as isize;
+    let t0 = jlo * ow + (-shift).max(0) as usize;
+    let t1 = jhi * ow - shift.max(0) as usize;
+    let row0 = vi.at([n, c, (base + jlo as isize) as usize, 0]);
+    let d = &mut dst[t0..t1];
+    // SAFETY: reads in[base + jlo][max(shift, 0)] .. in[base + jhi − 1][OW + min(shift, 0)],
+    // all inside rows jlo..jhi of the plane (t0 − jlo·OW + shift ≥ 0, t1 − jlo·OW + shift ≤
+    // (jhi − jlo)·OW).
+    unsafe {
+        copy_elems(
+            row0.wrapping_offset((t0 - jlo * ow) as isize + shift),
+            d.as_mut_ptr(),
+            d.len(),
+        )
+    };
+    if lo > 0 || hi < ow {
+        for row in dst[jlo * ow..jhi * ow].chunks_exact_mut(ow) {
+            row[..lo].fill(0.0);
+            row[hi..].fill(0.0);
         }
     }
 }

@@ -812,12 +812,59 @@ fn conv_im2col_in_several_bands() {
     }
 }
 
+/// Stride-1 convolutions whose rows are as wide as the input's ("same" padding, split any
+/// way between left and right, with dilation): im2col's flat path, which copies a band's
+/// rows as one run and then zeroes the pad columns.
+fn conv_same_width_case(seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut m = Arena::new(16 << 20);
+    let (c, o) = (1 + rng.below(4) as u32, 2 + rng.below(4) as u32);
+    let (h, w) = (1 + rng.below(9) as u32, 1 + rng.below(20) as u32);
+    let (kh, kw) = (1 + rng.below(3) as u32, 1 + rng.below(4) as u32);
+    let (dh, dw) = (1 + rng.below(2) as u32, 1 + rng.below(2) as u32);
+    let span = (kw - 1) * dw;
+    let pl = rng.below(span as u64 + 1) as u32;
+    let win = Window {
+        kernel: [0, 0],
+        stride: [1, 1],
+        pad: [rng.below(3) as u32, pl, rng.below(3) as u32, span - pl],
+        dilation: [dh, dw],
+    };
+    let (Some(oh), Some(ow)) = (win.out_dim(0, h, kh), win.out_dim(1, w, kw)) else {
+        return;
+    };
+    assert_eq!(ow, w);
+    let input = m.random(&mut rng, DType::F32, [1, c, h, w], false);
+    let weight = m.dense(DType::F32, [o, c, kh, kw]);
+    let output = m.dense(DType::F32, [1, o, oh, ow]);
+    let workspace = Some(m.dense(DType::F32, [1, 1, 1, c * kh * kw * oh * ow]));
+    m.fill_f32(&input, &mut rng, -1.0, 1.0);
+    m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+    m.fill_f32(&output, &mut rng, 100.0, 200.0);
+    let op = Op::Conv {
+        input,
+        weight,
+        output,
+        bias: None,
+        workspace,
+        window: win,
+        groups: 1,
+        act: (ActFunc::Identity, 0.0, 0.0),
+    };
+    conv_check(&mut m, &op, &format!("same-width conv seed {seed}"));
+}
+
 proptest! {
     #![proptest_config(cfg(300))]
 
     #[test]
     fn conv_random(seed in any::<u64>()) {
         conv_case(seed);
+    }
+
+    #[test]
+    fn conv_same_width_random(seed in any::<u64>()) {
+        conv_same_width_case(seed);
     }
 }
 
