@@ -445,6 +445,21 @@ pub enum Op {
     End,
     /// Does nothing (carries only synchronization).
     Nop,
+    /// Any engine: predication (NCM 1.6). Sets the engine's guard from one element of device
+    /// memory: with `cond`, the guard holds while `(cond != 0) == when`; without, it always
+    /// holds (the guard is lifted). While the guard fails, the engine's compute and DMA
+    /// instructions do only their synchronization — they wait and signal as always, so every
+    /// semaphore count the other engines wait for is reached, but they touch no memory and
+    /// cannot fault. Control instructions (`Nop`, `SemSet`, `Notify`, `Barrier`, `Guard`,
+    /// `End`) always run. Every execution starts with the guard lifted. The compiler brackets
+    /// the instructions of each branch of an `If` whose condition is computed at run time
+    /// with it, so the branch not taken costs one pass over its synchronization.
+    Guard {
+        /// One `bool` or `u8` element (the condition), or `None` to lift the guard.
+        cond: Option<AccessPattern>,
+        /// The condition value under which the guarded instructions run.
+        when: bool,
+    },
     /// SP: strided copy by the DMA engine (same shape and element type).
     DmaCopy {
         /// Source.
@@ -894,6 +909,8 @@ pub mod opcode {
     pub const END: u8 = 0x01;
     /// [`super::Op::Nop`].
     pub const NOP: u8 = 0x02;
+    /// [`super::Op::Guard`] (NCM 1.6).
+    pub const GUARD: u8 = 0x03;
     /// [`super::Op::DmaCopy`].
     pub const DMA_COPY: u8 = 0x10;
     /// [`super::Op::DmaDescriptors`].
@@ -962,6 +979,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
     Some(match op {
         END => ("End", HEADER_SIZE),
         NOP => ("Nop", HEADER_SIZE),
+        GUARD => ("Guard", HEADER_SIZE + AP_SIZE + 8),
         DMA_COPY => ("DmaCopy", HEADER_SIZE + 2 * AP_SIZE),
         DMA_DESCRIPTORS => ("DmaDescriptors", HEADER_SIZE + 16),
         SEM_SET => ("SemSet", HEADER_SIZE + 8),
@@ -1003,6 +1021,7 @@ impl Op {
         match self {
             Op::End => END,
             Op::Nop => NOP,
+            Op::Guard { .. } => GUARD,
             Op::DmaCopy { .. } => DMA_COPY,
             Op::DmaDescriptors { .. } => DMA_DESCRIPTORS,
             Op::SemSet { .. } => SEM_SET,
@@ -1056,7 +1075,7 @@ impl Op {
     /// Whether the opcode may run on `engine`.
     pub const fn runs_on(&self, engine: Engine) -> bool {
         match self {
-            Op::End | Op::Nop => true,
+            Op::End | Op::Nop | Op::Guard { .. } => true,
             Op::DmaCopy { .. }
             | Op::DmaDescriptors { .. }
             | Op::SemSet { .. }
@@ -1162,6 +1181,11 @@ macro_rules! operand_table {
             | Op::Notify { .. }
             | Op::Barrier { .. }
             | Op::DmaDescriptors { .. } => {}
+            Op::Guard { cond, .. } => {
+                if let Some(x) = cond {
+                    $f(0, "cond", Role::Read, x);
+                }
+            }
             Op::DmaCopy { src, dst } => {
                 $f(0, "src", Role::Read, src);
                 $f(1, "dst", Role::Write, dst);
@@ -1545,6 +1569,11 @@ impl Instruction {
         w.u32(self.sync.signal.map_or(0, |(_, v)| v));
         match &self.op {
             Op::End | Op::Nop => {}
+            Op::Guard { cond, when } => {
+                w.opt_ap(cond);
+                w.u32(cond.is_some() as u32 | (*when as u32) << 1);
+                w.u32(0);
+            }
             Op::DmaCopy { src, dst } => {
                 w.ap(src);
                 w.ap(dst);
@@ -2220,6 +2249,34 @@ impl Instruction {
         let op = match b[0] {
             opcode::END => Op::End,
             opcode::NOP => Op::Nop,
+            opcode::GUARD => {
+                let at = HEADER_SIZE + AP_SIZE;
+                let flags = u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+                if flags & !3 != 0 {
+                    return Err(
+                        DecodeError::field("flags", Reason::UnknownFlags(flags & !3)).at(at),
+                    );
+                }
+                let (present, when) = (flags & 1 != 0, flags & 2 != 0);
+                // Canonical: a lifted guard has no operand (zeros) and no polarity.
+                let cond = r.opt_ap("cond", present)?;
+                if let Some(c) = &cond {
+                    require_dtype(c, "cond.dtype", &[DType::Bool, DType::U8])
+                        .map_err(|e| e.shifted(HEADER_SIZE))?;
+                    if c.elements() != 1 {
+                        return Err(DecodeError::field(
+                            "cond.shape",
+                            Reason::OutOfRange(c.elements()),
+                        )
+                        .at(HEADER_SIZE + 16));
+                    }
+                } else if when {
+                    return Err(DecodeError::field("flags", Reason::ReservedNonZero).at(at));
+                }
+                r.pos = at + 4;
+                r.zeros(4, "reserved")?;
+                Op::Guard { cond, when }
+            }
             opcode::DMA_COPY => {
                 let src = r.ap("src")?;
                 let dst = r.ap("dst")?;

@@ -23,7 +23,7 @@
 //! | DVE | [`Op::Binary`], [`Op::TensorScalar`], [`Op::Select`], [`Op::Copy`] (cast, transpose), [`Op::Fill`] |
 //! | POOL | [`Op::Reduce`], [`Op::Pool`], [`Op::Softmax`], [`Op::LayerNorm`], [`Op::Resize`], [`Op::Gather`], [`Op::GatherElements`], [`Op::ScatterElements`], [`Op::TopK`], [`Op::NonZero`], [`Op::Unique`], [`Op::NonMaxSuppression`] (data-dependent extents), [`Op::RoiAlign`], [`Op::DeformIm2col`], [`Op::Copy`], [`Op::Fill`] |
 //! | SP | [`Op::DmaCopy`], [`Op::DmaDescriptors`], [`Op::SemSet`], [`Op::Notify`], [`Op::Barrier`] |
-//! | all | [`Op::End`], [`Op::Nop`] |
+//! | all | [`Op::End`], [`Op::Nop`], [`Op::Guard`] (predication: the instructions after it run only while its condition holds) |
 
 pub mod ap;
 pub mod error;

@@ -69,6 +69,19 @@ fn arb_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         Just(Op::End),
         Just(Op::Nop),
+        Just(Op::Guard {
+            cond: None,
+            when: false
+        }),
+        (
+            prop_oneof![Just(DType::Bool), Just(DType::U8)]
+                .prop_flat_map(|d| arb_ap(d, [1, 1, 1, 1])),
+            any::<bool>()
+        )
+            .prop_map(|(c, when)| Op::Guard {
+                cond: Some(c),
+                when
+            }),
         arb_dims()
             .prop_flat_map(move |s| (arb_ap(f, s), arb_ap(f, s)))
             .prop_map(|(src, dst)| Op::DmaCopy { src, dst }),
@@ -1050,4 +1063,52 @@ fn conv_activation_is_its_own_opcode_and_canonical() {
     let mut bad = b;
     bad[func_at + 12] = 1;
     assert_eq!(Instruction::decode(&bad).unwrap_err().field, "reserved");
+}
+
+/// A Guard's condition is one bool/u8 element; a lifted guard has no operand and no
+/// polarity (the encoding is canonical).
+#[test]
+fn guard_condition_is_one_byte_element_and_lifted_guard_is_canonical() {
+    let enc = |op: Op| {
+        let mut b = Vec::new();
+        Instruction::new(op).encode(&mut b);
+        b
+    };
+    let ok = Op::Guard {
+        cond: Some(AccessPattern::dense(64, DType::Bool, &[1])),
+        when: true,
+    };
+    assert_eq!(Instruction::decode(&enc(ok)).unwrap().0.op, ok);
+    let two = enc(Op::Guard {
+        cond: Some(AccessPattern::dense(64, DType::Bool, &[2])),
+        when: true,
+    });
+    assert_eq!(Instruction::decode(&two).unwrap_err().field, "cond.shape");
+    let wide = enc(Op::Guard {
+        cond: Some(AccessPattern::dense(64, DType::F32, &[1])),
+        when: true,
+    });
+    assert_eq!(Instruction::decode(&wide).unwrap_err().field, "cond.dtype");
+    let mut lifted_when = enc(Op::Guard {
+        cond: None,
+        when: false,
+    });
+    lifted_when[HEADER_SIZE + AP_SIZE] = 2;
+    assert_eq!(
+        Instruction::decode(&lifted_when).unwrap_err().field,
+        "flags"
+    );
+    let mut lifted_operand = enc(Op::Guard {
+        cond: None,
+        when: false,
+    });
+    lifted_operand[HEADER_SIZE] = 1;
+    assert_eq!(
+        Instruction::decode(&lifted_operand).unwrap_err().reason,
+        Reason::ReservedNonZero
+    );
+    // Every engine runs it.
+    for e in Engine::ALL {
+        assert!(ok.runs_on(e));
+    }
 }

@@ -217,6 +217,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
     match op {
         Op::End
         | Op::Nop
+        | Op::Guard { .. }
         | Op::DmaDescriptors { .. }
         | Op::SemSet { .. }
         | Op::Notify { .. }

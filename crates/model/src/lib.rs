@@ -50,7 +50,9 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   and `DeformIm2col` instructions (0x5C, 0x5D).
 /// - 1.5: `Conv` may carry an activation (opcode `CONV_ACT`, `0x24`: the `Conv` fields, then
 ///   the function and its two parameters; see `nrt_isa::Op::Conv`).
-pub const VERSION_MINOR: u16 = 5;
+/// - 1.6: the `Guard` instruction (opcode `0x03`, any engine): predication, what an `If` on
+///   a run-time condition compiles to (see `nrt_isa::Op::Guard`).
+pub const VERSION_MINOR: u16 = 6;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

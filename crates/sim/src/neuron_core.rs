@@ -154,6 +154,8 @@ struct EngineState {
     phase: Phase,
     /// The current Barrier instruction already added its arrival.
     barrier_armed: bool,
+    /// The last [`Op::Guard`] failed: compute and DMA instructions only synchronize.
+    guarded_off: bool,
 }
 
 /// Faults that fire on the current execution.
@@ -564,6 +566,7 @@ impl CoreInner {
             pc: 0,
             phase: Phase::NotStarted,
             barrier_armed: false,
+            guarded_off: false,
         };
         self.nan_target = None;
         Some(Execution {
@@ -843,6 +846,14 @@ impl CoreInner {
                     return Step::Progress;
                 }
                 Op::Nop => {}
+                Op::Guard { cond, when } => {
+                    exec.engines[ei].guarded_off = cond.is_some_and(|c| {
+                        // SAFETY: the operand (one byte) was validated in bounds when the
+                        // block was decoded (`operands_valid`).
+                        let v = unsafe { mem.ptr(c.addr).read_volatile() };
+                        (v != 0) != *when
+                    });
+                }
                 Op::SemSet { sem, value } => self.sem_set(core, dev, exec, *sem, *value),
                 Op::Notify {
                     subtype,
@@ -876,6 +887,8 @@ impl CoreInner {
                     }
                     exec.engines[ei].barrier_armed = false;
                 }
+                // Predicated off: the instruction only synchronizes (below).
+                _ if exec.engines[ei].guarded_off => {}
                 Op::DmaDescriptors { table, count } => {
                     if run_descriptors(mem, table.wrapping_add(exec.io_offset), *count).is_err() {
                         self.post_error(core, ErrorSubtype::DmaAbort, e, exec.idx, pc as u32);
@@ -926,7 +939,7 @@ impl CoreInner {
             // semaphore is what another core waits for, and it must not wait behind this
             // core's next instruction (the input DMA's publish behind the first MatMul held
             // back the partner core's first layer by the whole layer).
-            moved_data |= moves_data(&ins.op);
+            moved_data |= moves_data(&ins.op) && !exec.engines[ei].guarded_off;
         }
         if progressed {
             Step::Progress
@@ -1036,7 +1049,12 @@ fn publishes(ins: &Instruction) -> bool {
 fn moves_data(op: &Op) -> bool {
     !matches!(
         op,
-        Op::Nop | Op::SemSet { .. } | Op::Notify { .. } | Op::Barrier { .. } | Op::End
+        Op::Nop
+            | Op::Guard { .. }
+            | Op::SemSet { .. }
+            | Op::Notify { .. }
+            | Op::Barrier { .. }
+            | Op::End
     )
 }
 

@@ -799,3 +799,89 @@ fn automatic_device_threads() {
         .is_err()
     );
 }
+
+/// Predication (NCM 1.6): behind a failing `Guard`, an engine's instructions only
+/// synchronize — a Fill writes nothing and a Gather of index 100 of 4 rows does not fault,
+/// yet their signals still count, so the engine waiting on them goes on; a lifted guard runs
+/// what follows. With the condition the other way the same block runs them (the Gather, of
+/// an index in range then, copies its row).
+#[test]
+fn a_failing_guard_leaves_only_the_synchronization() {
+    use nrt_hal::DType;
+    use nrt_isa::AccessPattern;
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let mem = dev.mem_alloc(4096, 64).unwrap();
+    let (cond, a, b, data, idx, gathered) =
+        (mem, mem + 64, mem + 128, mem + 192, mem + 256, mem + 320);
+    dev.copy_in(data, &5.0f32.to_le_bytes()).unwrap();
+    let sem = SemRef::local(10);
+    let fill = |at: u64, v: f32| Op::Fill {
+        out: AccessPattern::dense(at, DType::F32, &[4]),
+        bits: v.to_bits() as u64,
+    };
+    // POOL: under `cond == 0`, fill A (which SP waits for) and gather; then, lifted, fill B.
+    let pool = d
+        .load_block(&[
+            Instruction::new(Op::Guard {
+                cond: Some(AccessPattern::dense(cond, DType::Bool, &[1])),
+                when: false,
+            }),
+            Instruction::new(fill(a, 1.0)).signal(sem, 1),
+            Instruction::new(Op::Gather {
+                data: AccessPattern::dense(data, DType::F32, &[1, 1, 4, 1]),
+                indices: AccessPattern::dense(idx, DType::I64, &[1, 1, 1, 1]),
+                output: AccessPattern::dense(gathered, DType::F32, &[1, 1, 1, 1]),
+            }),
+            Instruction::new(Op::Guard {
+                cond: None,
+                when: false,
+            }),
+            Instruction::new(fill(b, 2.0)),
+        ])
+        .unwrap();
+    let sp = d
+        .load_block(&[Instruction::new(Op::Notify {
+            subtype: 6,
+            sub_id: 7,
+            payload: 3,
+        })
+        .wait(sem, 1)])
+        .unwrap();
+    let end = d.load_block(&[]).unwrap();
+    let read = |at: u64| {
+        let mut x = [0u8; 4];
+        dev.copy_out(at, &mut x).unwrap();
+        f32::from_le_bytes(x)
+    };
+    for (i, (c, index)) in [(1u8, 100i64), (0, 0)].into_iter().enumerate() {
+        dev.copy_in(cond, &[c]).unwrap();
+        dev.copy_in(idx, &index.to_le_bytes()).unwrap();
+        dev.memset(a, 0, 128).unwrap();
+        dev.memset(gathered, 0, 4).unwrap();
+        d.stage([end, end, pool, end, sp], i as u32, 0, 0, 1);
+        d.doorbell().unwrap();
+        let recs = d.wait_for_ends(5, T);
+        assert_eq!(errors(&recs), vec![], "cond {c}");
+        let custom = recs
+            .iter()
+            .filter(|r| r.record_kind() == Some(RecordKind::Custom))
+            .count();
+        assert_eq!(
+            custom, 1,
+            "cond {c}: SP's wait on the guarded signal: {recs:?}"
+        );
+        assert_eq!(read(b), 2.0, "cond {c}: the lifted guard runs the fill");
+        let ran = c == 0;
+        assert_eq!(
+            read(a),
+            if ran { 1.0 } else { 0.0 },
+            "cond {c}: the guarded fill"
+        );
+        assert_eq!(
+            read(gathered),
+            if ran { 5.0 } else { 0.0 },
+            "cond {c}: the gather"
+        );
+    }
+}
