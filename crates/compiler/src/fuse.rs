@@ -52,6 +52,7 @@ struct Builder<'a> {
     outputs: &'a HashSet<ValueId>,
     producer: &'a [Option<usize>],
     shape: &'a [usize],
+    guard: Option<crate::graph::Guard>,
     x: Option<ValueId>,
     nodes: Vec<usize>,
 }
@@ -88,7 +89,9 @@ impl Builder<'_> {
     }
 
     fn node(&mut self, p: usize) -> Option<Expr> {
-        if self.nodes.len() >= MAX_NODES {
+        // A recognized activation runs under one guard (never across a predicated branch's
+        // edge).
+        if self.nodes.len() >= MAX_NODES || self.g.nodes[p].guard != self.guard {
             return None;
         }
         if !self.nodes.contains(&p) {
@@ -300,6 +303,7 @@ pub(crate) fn find_activations(
             outputs,
             producer: &producer,
             shape: &g.values[out].shape,
+            guard: n.guard,
             x: None,
             nodes: Vec::new(),
         };
@@ -316,6 +320,7 @@ pub(crate) fn find_activations(
         if let Some(p) = producer[x]
             && !claimed[p]
             && g.nodes[p].op == "Add"
+            && g.nodes[p].guard == n.guard
             && !outputs.contains(&x)
             && consumers[x].iter().all(|c| nodes.contains(c))
         {

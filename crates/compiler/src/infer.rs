@@ -11,12 +11,22 @@
 //! [`crate::params`], shared with folding and lowering.
 
 use crate::error::{ErrorKind, Result};
-use crate::graph::Graph;
+use crate::graph::{Graph, Guard};
 use crate::ops::{self, Fold};
 use crate::params::Ctx;
 use crate::tensor::{HostTensor, budget};
 use nrt_hal::DType;
 use std::rc::Rc;
+
+/// Gives the `count` nodes from `at` the guard `guard`: the nodes that replaced a node of a
+/// predicated `If` branch (its decomposition, an unrolled body) run under its condition.
+fn inherit_guard(g: &mut Graph, at: usize, count: usize, guard: Option<Guard>) {
+    if guard.is_some() {
+        for n in &mut g.nodes[at..at + count] {
+            n.guard = guard;
+        }
+    }
+}
 
 /// Infers every value's type and shape and folds what can be computed at compile time.
 pub fn infer(g: &mut Graph) -> Result<()> {
@@ -31,14 +41,18 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
     // its f32 outputs go back to (see `crate::widen`).
     let mut widened: Option<(usize, DType)> = None;
     while ni + tail < g.nodes.len() {
-        // An If with a compile-time condition becomes its branch's nodes, inferred next.
+        // An If with a compile-time condition becomes its branch's nodes, inferred next; one
+        // with a run-time condition becomes both branches' nodes, predicated and inferred
+        // now, and the nodes that select its outputs, inferred next.
         if g.nodes[ni].op == "If" {
-            crate::graph::inline_if(g, ni)?;
+            ni = crate::graph::inline_if(g, ni)?;
             continue;
         }
         // A Scan becomes its body's nodes once per step (its sequence length is known).
         if g.nodes[ni].op == "Scan" {
+            let (guard, before) = (g.nodes[ni].guard, g.nodes.len());
             crate::graph::inline_scan(g, ni)?;
+            inherit_guard(g, ni, (g.nodes.len() + 1).saturating_sub(before), guard);
             continue;
         }
         // A Loop becomes its body's nodes once per iteration, each inferred before the
@@ -61,7 +75,9 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
         if let Some(expand) = def.expand
             && def.expand_when.is_none_or(|w| w(g, &g.nodes[ni]))
         {
+            let (guard, before) = (g.nodes[ni].guard, g.nodes.len());
             expand(g, ni)?;
+            inherit_guard(g, ni, (g.nodes.len() + 1).saturating_sub(before), guard);
             continue; // infer the decomposition, from its first node
         }
         if widened.is_none_or(|(at, _)| at != ni)
@@ -119,7 +135,14 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
             && !matches!(def.fold, Fold::Never)
             && n.inputs.iter().any(|i| i.is_some())
         {
-            crate::eval::eval(&c, &outs)?
+            match crate::eval::eval(&c, &outs) {
+                Ok(f) => f,
+                // A node of a predicated branch may fail on constants only when its branch
+                // runs (a Gather past the end that the condition rules out): it stays on the
+                // device, where it faults only if it runs, as ONNX Runtime errs only then.
+                Err(_) if n.guard.is_some() && !matches!(def.fold, Fold::Only) => None,
+                Err(e) => return Err(e),
+            }
         } else {
             None
         };

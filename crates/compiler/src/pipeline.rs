@@ -132,7 +132,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
             .any(|&o| needed[o] && g.values[o].konst.is_none());
         if wanted {
             live[ni] = true;
-            for &i in n.inputs.iter().flatten() {
+            for i in n.reads() {
                 if g.values[i].konst.is_none() {
                     needed[i] = true;
                 }
@@ -142,7 +142,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
     let mut consumers = vec![Vec::new(); g.values.len()];
     for (ni, n) in g.nodes.iter().enumerate() {
         if live[ni] {
-            for &i in n.inputs.iter().flatten() {
+            for i in n.reads() {
                 if !consumers[i].contains(&ni) {
                     consumers[i].push(ni);
                 }
@@ -165,6 +165,9 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         cast_addr: HashMap::new(),
         packed_addr: HashMap::new(),
         prog: Vec::new(),
+        guards: Vec::new(),
+        guard: None,
+        guard_ap: None,
         loc: vec![None; g.values.len()],
         owns: vec![false; g.values.len()],
         dense_cache: HashMap::new(),
@@ -214,7 +217,9 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         }
         l.lowered_nodes += 1;
         let n = &g.nodes[ni];
-        l.lower_node(ni).map_err(|e| e.at_node(&n.name, &n.op))?;
+        l.set_guard(n.guard)
+            .and_then(|()| l.lower_node(ni))
+            .map_err(|e| e.at_node(&n.name, &n.op))?;
         for &o in n.outputs.iter().flatten() {
             if l.loc[o].is_some() {
                 l.finish_value(o).map_err(|e| e.at_node(&n.name, &n.op))?;
@@ -223,13 +228,16 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
     }
     let Lowerer {
         b: mut builder,
-        prog: mut program,
+        prog,
+        guards,
         temps,
         io,
         lowered_nodes,
         ..
     } = l;
 
+    // Predication (a run-time If): each engine's guarded instructions behind an Op::Guard.
+    let mut program = crate::lower::predicate(prog, &guards);
     // Liveness of the temporaries, then placement.
     let mut iv: Vec<Interval> = temps
         .iter()

@@ -11,7 +11,7 @@
 //! on the way out. MaxPool / GlobalMaxPool take 8- and 16-bit integers the same way (exact
 //! in f32; the max only picks values).
 
-use crate::graph::{Graph, Node, Value, ValueId};
+use crate::graph::{Graph, Guard, Node, Value, ValueId};
 use crate::onnx::{AttributeProto, attribute_type as at};
 use crate::ops::{Dtypes, OpDef};
 use crate::tensor::dtype_to_onnx;
@@ -43,7 +43,13 @@ pub(crate) fn needed(g: &Graph, ni: usize, def: &OpDef) -> Option<DType> {
     ins().map(|v| v.dtype).find(|&d| is_half(d) || exact_int(d))
 }
 
-fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
+fn cast_node(
+    name: String,
+    input: ValueId,
+    output: ValueId,
+    to: DType,
+    guard: Option<Guard>,
+) -> Node {
     Node {
         name,
         op: "Cast".to_owned(),
@@ -55,6 +61,7 @@ fn cast_node(name: String, input: ValueId, output: ValueId, to: DType) -> Node {
             i: dtype_to_onnx(to) as i64,
             ..Default::default()
         }],
+        guard,
     }
 }
 
@@ -94,6 +101,7 @@ pub(crate) fn cast_inputs(g: &mut Graph, ni: usize, from: DType) -> usize {
             v,
             wide,
             DType::F32,
+            g.nodes[ni].guard,
         ));
         g.nodes[ni].inputs[k] = Some(wide);
     }
@@ -124,6 +132,7 @@ pub(crate) fn cast_outputs(g: &mut Graph, ni: usize, half: DType) {
             wide,
             o,
             half,
+            g.nodes[ni].guard,
         ));
     }
     g.nodes.splice(ni + 1..ni + 1, casts);

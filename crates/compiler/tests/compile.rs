@@ -5,7 +5,7 @@ mod common;
 use common::*;
 use nrt_compiler::check::check_ordering;
 use nrt_compiler::onnx::data_type as dt;
-use nrt_compiler::onnx::{AttributeProto, GraphProto, attribute_type};
+use nrt_compiler::onnx::{AttributeProto, GraphProto, NodeProto, attribute_type};
 use nrt_compiler::{CompileOptions, Compiled, ErrorKind, HostTensor, compile};
 use nrt_hal::Engine;
 use nrt_isa::{Op, decode_block};
@@ -846,10 +846,12 @@ fn half_tensors_through_f32_only_operators() {
     }
 }
 
-/// An `If` on a condition known only at run time is refused, naming the node and the
-/// condition; the same model with the condition given at compile time folds to a branch.
+/// An `If` on a condition known only at run time keeps both branches, predicated: on ACT
+/// the then-branch's Relu runs behind `Guard(cond, true)`, the else-branch's Neg behind
+/// `Guard(cond, false)`, and DVE selects the output; the same model with the condition given
+/// at compile time folds to one branch, with no guard.
 #[test]
-fn if_on_a_run_time_condition_is_named_and_a_constant_one_folds() {
+fn if_on_a_run_time_condition_is_predicated_and_a_constant_one_folds() {
     use prost::Message;
     let branch = |name: &str, op: &str| {
         let g = GraphProto {
@@ -882,8 +884,25 @@ fn if_on_a_run_time_condition_is_named_and_a_constant_one_folds() {
         vec![vi("Y", dt::FLOAT, &[2, 3])],
         13,
     );
-    let msg = fails(&bytes, ErrorKind::UnsupportedOp, Some("If_Y"));
-    assert!(msg.contains("condition 'cond'"), "{msg}");
+    let c = ok(&bytes, &CompileOptions::default());
+    let act = decode_block(&c.model.block(0, Engine::Act).unwrap().code, Engine::Act).unwrap();
+    let seq: Vec<String> = act
+        .iter()
+        .filter_map(|(_, i)| match i.op {
+            Op::Guard { cond, when } => Some(format!("guard {}{when}", cond.is_some() as u8)),
+            Op::Activation { func, .. } => Some(format!("{func:?}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        seq,
+        ["guard 1true", "Relu", "guard 1false", "Neg"],
+        "{seq:?}"
+    );
+    let dve = decode_block(&c.model.block(0, Engine::Dve).unwrap().code, Engine::Dve).unwrap();
+    assert!(dve.iter().any(|(_, i)| matches!(i.op, Op::Select { .. })));
+    assert!(!dve.iter().any(|(_, i)| matches!(i.op, Op::Guard { .. })));
+    check_ordering(&c.model).unwrap();
     for (v, want) in [(1, nrt_isa::ActFunc::Relu), (0, nrt_isa::ActFunc::Neg)] {
         let mut o = CompileOptions::default();
         o.input_values.insert(
@@ -901,7 +920,62 @@ fn if_on_a_run_time_condition_is_named_and_a_constant_one_folds() {
             })
             .collect();
         assert_eq!(funcs, [want], "cond {v}");
+        assert!(
+            !decode_block(code, Engine::Act)
+                .unwrap()
+                .iter()
+                .any(|(_, i)| matches!(i.op, Op::Guard { .. }))
+        );
     }
+}
+
+/// With a run-time condition both branches must give an output the same static shape: an
+/// `If` whose branches disagree is an error naming it, the output and both shapes.
+#[test]
+fn run_time_if_with_branches_of_different_shapes_is_refused() {
+    use prost::Message;
+    let branch = |attr: &str, nodes: Vec<NodeProto>, out: &str| {
+        let g = GraphProto {
+            node: nodes,
+            name: attr.into(),
+            output: vec![vi(out, dt::FLOAT, &[])],
+            ..Default::default()
+        };
+        AttributeProto {
+            name: attr.into(),
+            r#type: attribute_type::GRAPH,
+            g: Some(g.encode_to_vec()),
+            ..Default::default()
+        }
+    };
+    let bytes = model(
+        vec![node(
+            "If",
+            &["cond"],
+            &["Y"],
+            vec![
+                branch(
+                    "then_branch",
+                    vec![node("Relu", &["X"], &["a"], vec![])],
+                    "a",
+                ),
+                branch(
+                    "else_branch",
+                    vec![node("ReduceSum", &["X"], &["b"], vec![a_i("keepdims", 1)])],
+                    "b",
+                ),
+            ],
+        )],
+        vec![],
+        vec![vi("cond", dt::BOOL, &[]), vi("X", dt::FLOAT, &[2, 3])],
+        vec![vi("Y", dt::FLOAT, &[2, 3])],
+        13,
+    );
+    let msg = fails(&bytes, ErrorKind::ShapeMismatch, Some("If_Y"));
+    assert!(
+        msg.contains("then_branch") && msg.contains("[2, 3]") && msg.contains("[1, 1]"),
+        "{msg}"
+    );
 }
 
 /// A causal Attention whose [q_seq, total_seq] mask would be too large to build is refused

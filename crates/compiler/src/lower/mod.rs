@@ -28,7 +28,7 @@
 
 use crate::error::{CompileError, ErrorKind, Result};
 use crate::fuse::Fusion;
-use crate::graph::{Graph, Node, ValueId};
+use crate::graph::{Graph, Guard, Node, ValueId};
 use crate::ops;
 use crate::params::Ctx;
 use crate::schedule::IoInfo;
@@ -56,14 +56,21 @@ pub(crate) struct Lowerer<'a> {
     /// the value holds `[N, K]`: the packed constant.
     pub(crate) packed_addr: HashMap<(ValueId, bool), u64>,
     pub(crate) prog: Vec<(u8, Engine, Instruction)>,
+    /// The guard of each instruction of `prog` (its condition's access pattern and the value
+    /// under which it runs): [`predicate`] turns them into [`Op::Guard`] instructions.
+    pub(crate) guards: Vec<Option<(AccessPattern, bool)>>,
+    /// The guard of the node being lowered, and its access pattern.
+    pub(crate) guard: Option<Guard>,
+    pub(crate) guard_ap: Option<(AccessPattern, bool)>,
     /// Where each computed value lives: a dense view of its own storage, or a strided view
     /// of another value's (layout operators only describe, never copy).
     pub(crate) loc: Vec<Option<View>>,
     /// Whether the value's storage is a temporary allocated for it (it may then be
     /// overwritten in place by its only consumer).
     pub(crate) owns: Vec<bool>,
-    /// Dense copies of values whose view is strided, made for consumers that need them.
-    pub(crate) dense_cache: HashMap<ValueId, View>,
+    /// Dense copies of values whose view is strided, made for consumers that need them (by
+    /// value and the guard they were made under).
+    pub(crate) dense_cache: HashMap<(ValueId, Option<Guard>), View>,
     /// Activations recognized from decompositions (GELU), by the node that ends them.
     pub(crate) fused: HashMap<usize, Fusion>,
     pub(crate) temps: Vec<u64>,
@@ -96,6 +103,21 @@ pub(crate) struct At<'a> {
 impl<'a> Lowerer<'a> {
     pub(crate) fn emit(&mut self, core: u8, engine: Engine, op: Op) {
         self.prog.push((core, engine, Instruction::new(op)));
+        self.guards.push(self.guard_ap);
+    }
+
+    /// Lowers what follows under `guard` (the node's): its condition is a one-element value
+    /// computed earlier.
+    pub(crate) fn set_guard(&mut self, guard: Option<Guard>) -> Result<()> {
+        self.guard = guard;
+        self.guard_ap = match guard {
+            None => None,
+            Some(gd) => {
+                let v = self.sview(gd.cond)?;
+                Some((View::dense(v.addr, v.dtype, &[1]).ap()?, gd.when))
+            }
+        };
+        Ok(())
     }
 
     /// Emits a row operation — one whose operands all have `op`'s shape (broadcast ones
@@ -253,12 +275,16 @@ impl<'a> Lowerer<'a> {
         })
     }
 
-    /// The single live consumer of `v`, if `v` has exactly one and is not a graph output.
+    /// The single live consumer of `v`, if `v` has exactly one, is not a graph output, and
+    /// runs under the guard of the node being lowered: what a producer may fuse with (an
+    /// epilogue, a folded BatchNormalization, a write into a Concat's part) — never across
+    /// the edge of a predicated branch, whose nodes must not run when it is not taken.
     pub(crate) fn sole_consumer(&self, v: ValueId) -> Option<usize> {
         if self.out_vars.contains_key(&v) || self.consumers[v].len() != 1 {
             return None;
         }
-        Some(self.consumers[v][0])
+        let j = self.consumers[v][0];
+        (self.g.nodes[j].guard == self.guard).then_some(j)
     }
 
     pub(crate) fn out(&self, ni: usize, k: usize) -> Result<ValueId> {
@@ -361,4 +387,40 @@ impl<'a> Lowerer<'a> {
             )),
         }
     }
+}
+
+/// Brackets the guarded instructions of `prog` (`guards`, one per instruction): on each
+/// core's engine, a [`Op::Guard`] goes before the first instruction whose guard differs from
+/// the one before it on that engine (lifting it when the new one is none). The engine's
+/// instructions keep their program order (the scheduler keeps each stream's order), so the
+/// guard covers exactly them; its condition is an operand like any other, so the scheduler
+/// orders it after the condition's producer and the planner keeps the condition alive.
+pub(crate) fn predicate(
+    prog: Vec<(u8, Engine, Instruction)>,
+    guards: &[Option<(AccessPattern, bool)>],
+) -> Vec<(u8, Engine, Instruction)> {
+    if guards.iter().all(Option::is_none) {
+        return prog;
+    }
+    let mut current: HashMap<(u8, Engine), Option<(AccessPattern, bool)>> = HashMap::new();
+    let mut out = Vec::with_capacity(prog.len() + guards.len() / 4);
+    for ((core, engine, ins), &want) in prog.into_iter().zip(guards) {
+        let now = current.entry((core, engine)).or_insert(None);
+        if *now != want {
+            let op = match want {
+                Some((cond, when)) => Op::Guard {
+                    cond: Some(cond),
+                    when,
+                },
+                None => Op::Guard {
+                    cond: None,
+                    when: false,
+                },
+            };
+            out.push((core, engine, Instruction::new(op)));
+            *now = want;
+        }
+        out.push((core, engine, ins));
+    }
+    out
 }

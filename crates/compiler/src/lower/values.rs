@@ -70,13 +70,15 @@ impl<'a> Lowerer<'a> {
         if s.is_dense() {
             return Ok(View::dense(s.addr, s.dtype, &s.shape));
         }
-        if let Some(d) = self.dense_cache.get(&v) {
+        // Keyed by the guard too: a copy made in a predicated branch exists only when the
+        // branch ran.
+        if let Some(d) = self.dense_cache.get(&(v, self.guard)) {
             return Ok(d.clone());
         }
         let bytes = s.shape.iter().product::<usize>() * s.dtype.size();
         let d = View::dense(self.temp(bytes), s.dtype, &s.shape);
         self.copy(Engine::Pool, &s, &d)?;
-        self.dense_cache.insert(v, d.clone());
+        self.dense_cache.insert((v, self.guard), d.clone());
         Ok(d)
     }
 

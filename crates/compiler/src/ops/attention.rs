@@ -125,6 +125,7 @@ impl Expansion<'_> {
             inputs: inputs.iter().map(|&v| Some(v)).collect(),
             outputs: vec![Some(o)],
             attrs,
+            guard: None,
         });
         o
     }

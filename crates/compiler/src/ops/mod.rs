@@ -99,6 +99,9 @@ pub(crate) struct OpDef {
     pub expand: Option<ExpandFn>,
     /// Decomposed only when this holds of the node (`None`: always).
     pub expand_when: Option<fn(&crate::graph::Graph, &crate::graph::Node) -> bool>,
+    /// Inlined as the nodes of its subgraphs before inference (`If`, `Scan`, `Loop`: see
+    /// [`crate::graph`]): what runs on the device is theirs.
+    pub inlined: bool,
     /// Limits worth listing in the report.
     pub notes: &'static str,
 }
@@ -119,6 +122,12 @@ impl OpDef {
     /// f32 only and never folded: a floating-point kernel that always runs on the device.
     pub fn f32_on_device(&mut self) -> &mut Self {
         self.dtypes(Dtypes::Float).fold(Fold::Never)
+    }
+
+    /// Inlined as its subgraphs' nodes before inference ([`OpDef::inlined`]).
+    pub fn inlined(&mut self) -> &mut Self {
+        self.inlined = true;
+        self
     }
 
     /// Sets its lowering.
@@ -195,6 +204,7 @@ impl Registry {
             lower: None,
             expand: None,
             expand_when: None,
+            inlined: false,
             notes: "",
         })
     }
@@ -286,6 +296,7 @@ pub fn supported_report() -> Vec<OpInfo> {
             since: d.since,
             runs: match (d.lower.is_some(), d.fold) {
                 _ if d.expand.is_some() && d.expand_when.is_none() => "device (decomposed)",
+                _ if d.inlined => "device (inlined)",
                 (_, Fold::Only) => "compile time only",
                 (false, _) => "compile time",
                 (true, _) => "device",

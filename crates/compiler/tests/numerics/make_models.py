@@ -430,6 +430,54 @@ def if_gated(out):
     save(out, "if_shape_gated", nodes, [("X", [3, 6])], [("Y", [3, 6])], inits, opset=13)
 
 
+def if_runtime(out):
+    # Ifs whose conditions are computed at run time (issue 13): both branches predicated on
+    # the device (Op::Guard), each output selected by a Where. `c` (sum |X| >= 0) always
+    # holds but is not known at compile time; the first If takes its then branch, the second
+    # (on Not c) its else branch, so each run has a branch taken and one not taken on either
+    # side. The branches not taken gather rows far past X's end (argmax + 100): they must not
+    # run (ONNX Runtime never runs them). The taken then-branch nests an If on a data-dependent
+    # condition (max X > 0.5) and reads outer values (X, an initializer, a computed value).
+    def branch(name, nodes, outs, inits=()):
+        return helper.make_graph(nodes, name, [],
+                                 [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                  for o in outs], list(inits))
+
+    def oob(name, tag):
+        return branch(name, [
+            N("ArgMax", ["X"], [f"am{tag}"], axis=1, keepdims=0),
+            N("Add", [f"am{tag}", "hundred"], [f"rows{tag}"]),
+            N("Gather", ["X", f"rows{tag}"], [f"g{tag}"], axis=0),
+        ], [f"g{tag}"])
+
+    inner_then = branch("inner_then", [N("Mul", ["r", "s"], ["y2"])], ["y2"])
+    inner_else = branch("inner_else", [N("Neg", ["r"], ["y3"])], ["y3"])
+    taken_then = branch("taken_then", [
+        N("MatMul", ["X", "W1"], ["h"]),
+        N("Relu", ["h"], ["r"]),
+        N("If", ["big"], ["yt"], then_branch=inner_then, else_branch=inner_else),
+    ], ["yt"])
+    taken_else = branch("taken_else", [
+        N("MatMul", ["X", "W2"], ["h2"]),
+        N("Sigmoid", ["h2"], ["ye"]),
+    ], ["ye"])
+    nodes = [
+        N("Abs", ["X"], ["ax"]),
+        N("ReduceSum", ["ax"], ["sa"], keepdims=0),
+        N("GreaterOrEqual", ["sa", "zero"], ["c"]),
+        N("Not", ["c"], ["nc"]),
+        N("ReduceMax", ["X"], ["m"], keepdims=0),
+        N("Greater", ["m", "half"], ["big"]),
+        N("ReduceMean", ["X"], ["s"], keepdims=1),
+        N("If", ["c"], ["Y1"], then_branch=taken_then, else_branch=oob("oob_else", "a")),
+        N("If", ["nc"], ["Y2"], then_branch=oob("oob_then", "b"), else_branch=taken_else),
+    ]
+    inits = [w("W1", (8, 8)), w("W2", (8, 8)), f32("zero", 0.0), f32("half", 0.5),
+             i64("hundred", 100)]
+    save(out, "if_run_time", nodes, [("X", [4, 8])], [("Y1", [4, 8]), ("Y2", [4, 8])],
+         inits, opset=13)
+
+
 def blocked_qdq(out):
     # Blocked quantization (opset 21) with a ragged last block: 10 columns in blocks of 4.
     qs = RNG.uniform(0.01, 0.05, (3, 3)).astype(np.float32)
@@ -990,6 +1038,7 @@ def main():
     quantized_convs(out)
     blocked_qdq(out)
     if_gated(out)
+    if_runtime(out)
     recurrent(out)
     quantized_attention(out)
     epilogues(out)
