@@ -7,9 +7,18 @@
 //! executions passes `initial_h` / `initial_c` in and takes `Y_h` / `Y_c` out.
 //!
 //! Supported: forward, reverse and bidirectional; `layout` 0 and 1; `clip`; LSTM peepholes;
-//! GRU `linear_before_reset` 0 and 1; the default activations. Not supported (named in the
-//! error): other activations, LSTM `input_forget`, `sequence_lens` shorter than the
-//! sequence.
+//! GRU `linear_before_reset` 0 and 1; the default activations; `sequence_lens` (a constant
+//! or computed at run time). Not supported (named in the error): other activations, LSTM
+//! `input_forget`.
+//!
+//! `sequence_lens` (batch entry `b` is `L_b` steps long, the rest padding) is a mask the
+//! device computes once, `M[t, b] = t < L_b`: each step computes as usual, then keeps its
+//! new state only where `M` holds (`Select` into the running state) and zeroes its `Y` rows
+//! where it does not. Steps past `L_b` so leave entry `b`'s state as it was — the final
+//! state is the one at step `L_b − 1` — and in the reverse direction, which runs `t = seq − 1
+//! … 0`, entry `b` starts from its initial state at `t = L_b − 1`, as ONNX defines. Without
+//! `sequence_lens` (or with a constant equal to the sequence length) none of this is
+//! emitted.
 
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
@@ -24,7 +33,7 @@ pub(super) fn register(r: &mut Registry) {
     for name in ["RNN", "GRU", "LSTM"] {
         r.op(name, 7, infer_rnn)
             .dtypes(Dtypes::Float)
-            .note("unrolled over the sequence; default activations; sequence_lens = full length")
+            .note("unrolled over the sequence; default activations; sequence_lens constant or computed at run time (a mask)")
             .device(lower!(lower_rnn));
     }
 }
@@ -44,6 +53,8 @@ struct Rnn {
     batch_first: bool,
     clip: Option<f32>,
     linear_before_reset: bool,
+    /// `sequence_lens` is given and may be shorter than the sequence: steps are masked.
+    masked: bool,
 }
 
 fn rnn_params(c: &Ctx) -> Result<Rnn> {
@@ -118,22 +129,27 @@ fn rnn_params(c: &Ctx) -> Result<Rnn> {
         v if v > 0.0 => Some(v),
         v => return Err(c.bad_attr(format!("clip {v}"))),
     };
+    let mut masked = false;
     if let Some(lens) = c.opt(4) {
-        let full = match &lens.konst {
-            Some(t) => t.to_i64s().iter().all(|&l| l == seq as i64),
-            None => {
-                return Err(c.needs_known(
-                    4,
-                    "sequence_lens must be known at compile time (and equal the sequence length)",
-                ));
-            }
-        };
-        if !full {
-            return Err(c.e(
-                ErrorKind::UnsupportedOp,
-                "sequence_lens other than a constant equal to the sequence length",
-            ));
+        if lens.dtype != DType::I32 || lens.shape != [batch] {
+            return Err(c.mismatch(format!(
+                "sequence_lens is {} {:?} (int32 [{batch}] expected)",
+                lens.dtype, lens.shape
+            )));
         }
+        masked = match &lens.konst {
+            Some(t) => {
+                let lens = t.to_i64s();
+                if let Some(l) = lens.iter().find(|&&l| l < 0 || l > seq as i64) {
+                    return Err(c.e(
+                        ErrorKind::BadShape,
+                        format!("sequence_lens holds {l}, outside 0..={seq} (the sequence length)"),
+                    ));
+                }
+                lens.iter().any(|&l| l != seq as i64)
+            }
+            None => true,
+        };
     }
     let state = if batch_first {
         [batch, dirs, hidden]
@@ -169,6 +185,7 @@ fn rnn_params(c: &Ctx) -> Result<Rnn> {
         batch_first,
         clip,
         linear_before_reset: gates == 3 && n.attr_i("linear_before_reset", 0)? != 0,
+        masked,
     })
 }
 
@@ -308,6 +325,28 @@ impl<'a> Lowerer<'a> {
                 v2(y_all.elems((((t * dirs + d) * b) * h) as i64), b, h, h)
             }
         };
+        // `sequence_lens`: the mask M[t, b] = t < L_b (bool [seq, batch]), once for both
+        // directions; step t reads row t broadcast over the hidden units.
+        let mask = if p.masked {
+            let ramp = self.add_const(&crate::tensor::HostTensor::ints(
+                DType::I32,
+                vec![seq, 1],
+                (0..seq as i64).collect(),
+            ));
+            let ramp = View::dense(ramp, DType::I32, &[seq, 1]).broadcast(&[seq, b]);
+            let lens = self.input_view(n, 4)?.broadcast(&[seq, b]);
+            let m = View::dense(self.temp(seq * b), DType::Bool, &[seq, b]);
+            self.binary(&ramp, &lens, &m, BinaryOp::Less)?;
+            Some(m)
+        } else {
+            None
+        };
+        let mask_at = |m: &View, t: usize| View {
+            addr: m.elems((t * b) as i64),
+            dtype: DType::Bool,
+            shape: vec![b, h],
+            strides: vec![1, 0],
+        };
         let rows = seq * b;
         for d in 0..dirs {
             let backwards = p.reverse || d == 1;
@@ -337,6 +376,24 @@ impl<'a> Lowerer<'a> {
             } else {
                 None
             };
+            // Masked: the running state lives in its own buffers (a step past an entry's
+            // length keeps it), not in Y's slots.
+            let mut state = None;
+            if mask.is_some() {
+                let hs = self.t2(b, h);
+                self.copy(Engine::Dve, &hp, &hs)?;
+                let cs = match &cp {
+                    Some(c0) => {
+                        let cs = self.t2(b, h);
+                        self.copy(Engine::Dve, c0, &cs)?;
+                        Some(cs)
+                    }
+                    None => None,
+                };
+                hp = hs.clone();
+                cp = cs.clone();
+                state = Some((hs, cs));
+            }
             let order: Vec<usize> = if backwards {
                 (0..seq).rev().collect()
             } else {
@@ -422,6 +479,17 @@ impl<'a> Lowerer<'a> {
                     }
                 }
                 hp = ht;
+                if let (Some(m), Some((hs, cs))) = (&mask, &state) {
+                    let mt = mask_at(m, t);
+                    self.select(&mt, &hp, hs, hs)?;
+                    if let (Some(cs), Some(ct)) = (cs, &cp) {
+                        self.select(&mt, ct, cs, cs)?;
+                    }
+                    let zero = self.scalar(0.0, &[b, h]);
+                    self.select(&mt, &hp, &zero, &hp)?;
+                    hp = hs.clone();
+                    cp = cs.clone();
+                }
             }
             // Final states.
             let fin = |l: &mut Self, k: usize, src: &View| -> Result<()> {

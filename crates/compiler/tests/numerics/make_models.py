@@ -402,6 +402,43 @@ def recurrent(out):
         [w("W", (1, h, i), 0.5), w("R", (1, h, h), 0.5), w("B", (1, 2 * h), 0.3)], opset=14)
 
 
+def sequence_lens(out):
+    # Recurrent networks over padded batches (issue 13): sequence_lens as a constant and as
+    # an input (ONNX Runtime's oracle feeds 0..2 of 6 steps), forward, reverse and
+    # bidirectional, with initial state, against ONNX Runtime: Y is zero past each entry's
+    # length and Y_h / Y_c are the state at its last step (the reverse direction starts
+    # there).
+    s, b, i, h = 6, 3, 5, 4
+    F, I32 = TensorProto.FLOAT, TensorProto.INT32
+    save(out, "lstm_bidirectional_sequence_lens", [
+        N("LSTM", ["X", "W", "R", "B", "L", "H0", "C0"], ["Y", "Yh", "Yc"], hidden_size=h,
+          direction="bidirectional")],
+        [("X", [s, b, i]), ("H0", [2, b, h]), ("C0", [2, b, h])],
+        [("Y", [s, 2, b, h]), ("Yh", [2, b, h]), ("Yc", [2, b, h])],
+        [w("W", (2, 4 * h, i), 0.4), w("R", (2, 4 * h, h), 0.4), w("B", (2, 8 * h), 0.3),
+         numpy_helper.from_array(np.array([6, 2, 4], np.int32), "L")], opset=14)
+    save_typed(out, "gru_reverse_sequence_lens_input", [
+        N("GRU", ["X", "W", "R", "B", "L"], ["Y", "Yh"], hidden_size=h, direction="reverse")],
+        [("X", F, [s, b, i]), ("L", I32, [b])],
+        [("Y", F, [s, 1, b, h]), ("Yh", F, [1, b, h])],
+        [w("W", (1, 3 * h, i), 0.4), w("R", (1, 3 * h, h), 0.4), w("B", (1, 6 * h), 0.3)],
+        opset=14)
+    save_typed(out, "rnn_sequence_lens_computed", [
+        # The lengths computed in the graph: 1 + (index of each entry's largest first
+        # feature over time) — a value only the data decides.
+        N("Slice", ["X", "z", "one", "two"], ["x0"]),
+        N("ArgMax", ["x0"], ["am"], axis=0, keepdims=0),
+        N("Reshape", ["am", "bshape"], ["am1"]),
+        N("Add", ["am1", "one64"], ["l64"]),
+        N("Cast", ["l64"], ["L"], to=I32),
+        N("RNN", ["X", "W", "R", "B", "L", "H0"], ["Y", "Yh"], hidden_size=h)],
+        [("X", F, [s, b, i]), ("H0", F, [1, b, h])],
+        [("Y", F, [s, 1, b, h]), ("Yh", F, [1, b, h])],
+        [w("W", (1, h, i), 0.5), w("R", (1, h, h), 0.5), w("B", (1, 2 * h), 0.3),
+         i64("z", [0]), i64("one", [1]), i64("two", [2]), i64("bshape", [b]),
+         i64("one64", 1)], opset=14)
+
+
 def if_gated(out):
     # An If whose condition is a shape comparison (folded at compile time, issue 13): the
     # branches read outer-scope values (X, a computed value, an initializer) and the taken
@@ -1040,6 +1077,7 @@ def main():
     if_gated(out)
     if_runtime(out)
     recurrent(out)
+    sequence_lens(out)
     quantized_attention(out)
     epilogues(out)
     computed_operands(out)
