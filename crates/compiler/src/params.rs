@@ -260,7 +260,9 @@ pub(crate) fn slice_params(c: &Ctx, shape: &[usize]) -> Result<Vec<(i64, usize, 
 }
 
 /// Per-axis `(begin, end)` pads, mode, constant value.
-pub(crate) type PadParams = (Vec<(i64, i64)>, String, f64);
+/// `(per-axis (begin, end), mode, constant value)`; the value is `None` when input 2 is
+/// computed at run time (the device then fills from it).
+pub(crate) type PadParams = (Vec<(i64, i64)>, String, Option<f64>);
 
 /// Pad parameters: per-axis `(begin, end)` (negative = crop), mode, constant value.
 pub(crate) fn pad_params(c: &Ctx, rank: usize) -> Result<PadParams> {
@@ -274,16 +276,14 @@ pub(crate) fn pad_params(c: &Ctx, rank: usize) -> Result<PadParams> {
             .attr_ints("pads")?
             .or(n.attr_ints("paddings")?)
             .ok_or_else(|| c.bad_attr("missing 'pads'"))?;
-        (p, n.attr_f("value", 0.0)? as f64, None)
+        (p, Some(n.attr_f("value", 0.0)? as f64), None)
     } else {
         let p = c
             .const_ints(1, "pads")?
             .ok_or_else(|| c.bad_attr("missing pads"))?;
         let v = match c.opt(2) {
-            Some(v) if v.elements() > 0 => c
-                .const_floats(2, "constant_value")?
-                .map_or(0.0, |v| v[0] as f64),
-            _ => 0.0,
+            Some(v) if v.elements() > 0 => v.konst.as_ref().map(|t| t.get_f64(0)),
+            _ => Some(0.0),
         };
         (p, v, c.const_ints(3, "axes")?)
     };

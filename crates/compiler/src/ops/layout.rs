@@ -5,7 +5,7 @@
 use super::unary::infer_same;
 use super::{Fold, Registry};
 use crate::error::{ErrorKind, Result};
-use crate::graph::Value;
+use crate::graph::{Graph, Node, Value};
 use crate::lower::view::View;
 use crate::lower::{At, Lowerer};
 use crate::params;
@@ -44,7 +44,8 @@ pub(super) fn register(r: &mut Registry) {
     r.op("Trilu", 14, infer_trilu).device(lower!(lower_trilu));
     r.op("ReverseSequence", 10, infer_reverse_sequence)
         .fold(Fold::Never)
-        .note("sequence_lens known at compile time: a reversed-view copy per batch entry")
+        .note("sequence_lens constant: a reversed-view copy per batch entry; computed at run time: a GatherElements of computed indices")
+        .expands_when(lens_at_run_time, expand_reverse_sequence)
         .device(lower!(lower_reverse_sequence));
     r.op("CenterCropPad", 18, infer_center_crop_pad)
         .fold(Fold::Never)
@@ -74,6 +75,102 @@ fn center_crop_pad_sizes(c: &Ctx) -> Result<Vec<usize>> {
         out[a] = usize::try_from(s).map_err(|_| c.bad_attr(format!("shape {shape:?}")))?;
     }
     Ok(out)
+}
+
+/// Whether a ReverseSequence's lengths are computed at run time.
+fn lens_at_run_time(g: &Graph, n: &Node) -> bool {
+    n.inputs
+        .get(1)
+        .copied()
+        .flatten()
+        .is_some_and(|l| g.values[l].konst.is_none())
+}
+
+/// Replaces ReverseSequence node `ni`, whose `sequence_lens` is computed at run time, by a
+/// gather of computed indices along the time axis: with `t` the step and `L` the entry's
+/// length, `idx = t < L ? L − 1 − t : t`, broadcast over the other axes, then
+/// `GatherElements(X, idx, time_axis)` (a length past the sequence is an out-of-range index
+/// on the device, as ONNX Runtime refuses it).
+fn expand_reverse_sequence(g: &mut Graph, ni: usize) -> Result<()> {
+    let n = g.nodes[ni].clone();
+    let input = |k: usize| n.inputs.get(k).copied().flatten();
+    let (Some(x), Some(lens), Some(y)) = (input(0), input(1), n.outputs.first().copied().flatten())
+    else {
+        return Err(n.error(
+            ErrorKind::ShapeMismatch,
+            "input, sequence_lens and output are required",
+        ));
+    };
+    let shape = g.values[x].shape.clone();
+    let r = shape.len();
+    let norm = |a: i64| {
+        let a = if a < 0 { a + r as i64 } else { a };
+        usize::try_from(a).ok().filter(|&a| a < 2 && r >= 2)
+    };
+    let (Some(ba), Some(ta)) = (
+        norm(n.attr_i("batch_axis", 1)?),
+        norm(n.attr_i("time_axis", 0)?),
+    ) else {
+        return Err(n.error(
+            ErrorKind::BadAttribute,
+            format!("batch_axis and time_axis (0 and 1) of a rank-{r} input"),
+        ));
+    };
+    if ba == ta || g.values[lens].shape != [shape[ba]] {
+        return Err(n.error(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "batch_axis {ba}, time_axis {ta}, sequence_lens {:?} for input {shape:?}",
+                g.values[lens].shape
+            ),
+        ));
+    }
+    let (steps, batch) = (shape[ta], shape[ba]);
+    let mut e = super::attention::Expansion {
+        name: n.name.clone(),
+        g,
+        nodes: Vec::new(),
+    };
+    // [T, 1] / [1, B] for time axis 0, [1, T] / [B, 1] for time axis 1.
+    let (t_shape, l_shape) = if ta == 0 {
+        (vec![steps, 1], [1, batch as i64])
+    } else {
+        (vec![1, steps], [batch as i64, 1])
+    };
+    let t = e.konst(
+        "t",
+        HostTensor::ints(DType::I64, t_shape, (0..steps as i64).collect()),
+    );
+    let l64 = e.node(
+        "Cast",
+        &[lens],
+        vec![super::attention::a_int("to", 7)],
+        None,
+    );
+    let l_shape = e.ints("lshape", &l_shape);
+    let l = e.node("Reshape", &[l64, l_shape], vec![], None);
+    let one = e.scalar("one", DType::I64, 1.0);
+    let keep = e.node("Less", &[t, l], vec![], None);
+    let last = e.node("Sub", &[l, one], vec![], None);
+    let rev = e.node("Sub", &[last, t], vec![], None);
+    let idx2 = e.node("Where", &[keep, rev, t], vec![], None);
+    let full: Vec<i64> = (0..r)
+        .map(|i| if i < 2 { shape[i] as i64 } else { 1 })
+        .collect();
+    let full = e.ints("ishape", &full);
+    let idx_r = e.node("Reshape", &[idx2, full], vec![], None);
+    let xs: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
+    let xs = e.ints("xshape", &xs);
+    let idx = e.node("Expand", &[idx_r, xs], vec![], None);
+    e.node(
+        "GatherElements",
+        &[x, idx],
+        vec![super::attention::a_int("axis", ta as i64)],
+        Some(y),
+    );
+    let nodes = std::mem::take(&mut e.nodes);
+    e.g.nodes.splice(ni..=ni, nodes);
+    Ok(())
 }
 
 /// ReverseSequence's batch axis, time axis and lengths.
@@ -357,7 +454,14 @@ pub(crate) fn infer_depth_space(c: &Ctx) -> Result<Vec<Out>> {
 /// Pad.
 pub(crate) fn infer_pad(c: &Ctx) -> Result<Vec<Out>> {
     let x = c.input(0)?;
-    let (pads, mode, _) = pad_params(c, x.shape.len())?;
+    let (pads, mode, value) = pad_params(c, x.shape.len())?;
+    if value.is_none() && c.input(2)?.dtype != x.dtype {
+        return Err(c.mismatch(format!(
+            "constant_value is {}, the data {}",
+            c.input(2)?.dtype,
+            x.dtype
+        )));
+    }
     let mut s = Vec::new();
     for (i, &(b, e)) in pads.iter().enumerate() {
         // pad_params bounded b and e: this neither overflows nor goes negative.
@@ -613,7 +717,21 @@ impl<'a> Lowerer<'a> {
         }
         let any_pad = pads.iter().any(|&(b, e)| b > 0 || e > 0);
         if mode == "constant" && any_pad {
-            self.fill(Engine::Pool, &y, value)?;
+            match value {
+                Some(v) => self.fill(Engine::Pool, &y, v)?,
+                // constant_value computed at run time: its one element broadcast over the
+                // output, before the interior is copied in.
+                None => {
+                    let v = self.input_view(n, 2)?;
+                    let v = View {
+                        shape: vec![1; y.shape.len()],
+                        strides: vec![0; y.shape.len()],
+                        ..v
+                    }
+                    .broadcast(&y.shape);
+                    self.copy(Engine::Pool, &v, &y)?;
+                }
+            }
         }
         self.copy(Engine::Pool, &src, &dst)?;
         if mode == "constant" {

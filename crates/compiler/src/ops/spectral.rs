@@ -9,12 +9,12 @@
 
 use super::Registry;
 use crate::error::Result;
-use crate::lower::view::mk_ap;
+use crate::lower::view::{View, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
 use crate::tensor::{HostTensor, budget, try_vec};
 use nrt_hal::DType;
-use nrt_isa::matmul_flags;
+use nrt_isa::{BinaryOp, matmul_flags};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("DFT", 17, infer_dft)
@@ -23,7 +23,7 @@ pub(super) fn register(r: &mut Registry) {
         .device(lower!(lower_dft));
     r.op("STFT", 17, infer_stft)
         .f32_on_device()
-        .note("frame step, length and window known at compile time")
+        .note("frame step and length known at compile time; the window constant (folded into the DFT) or computed at run time")
         .device(lower!(lower_stft));
 }
 
@@ -158,8 +158,9 @@ fn dft_matrix(
     Ok(w)
 }
 
-/// STFT's frame step, frame (and transform) length, window, onesided.
-fn stft_params(c: &Ctx) -> Result<(usize, usize, Vec<f32>, bool)> {
+/// STFT's frame step, frame (and transform) length, window (`None`: computed at run time,
+/// input 2), onesided.
+fn stft_params(c: &Ctx) -> Result<(usize, usize, Option<Vec<f32>>, bool)> {
     let x = c.input(0)?;
     if x.shape.len() != 3 || !matches!(x.shape[2], 1 | 2) {
         return Err(c.mismatch(format!(
@@ -171,12 +172,22 @@ fn stft_params(c: &Ctx) -> Result<(usize, usize, Vec<f32>, bool)> {
         Some([s]) if *s >= 1 && *s <= (1 << 31) => *s as usize,
         v => return Err(c.bad_attr(format!("frame_step {v:?}"))),
     };
-    let window = match c.opt(2) {
-        Some(v) if v.elements() > 0 => Some(
-            c.const_floats(2, "window")?
-                .ok_or_else(|| c.bad_attr("missing window"))?,
-        ),
-        _ => None,
+    // A window computed at run time multiplies the frames on the device; a constant one is
+    // folded into the DFT matrices.
+    let (window, run_time_window) = match c.opt(2) {
+        Some(v) if v.elements() > 0 => match &v.konst {
+            Some(t) => (Some(t.to_f32s()), false),
+            None if v.shape.len() == 1 && v.dtype == DType::F32 => {
+                (Some(vec![1.0; v.shape[0]]), true)
+            }
+            None => {
+                return Err(c.mismatch(format!(
+                    "window {} {:?} (f32 [frame_length] expected)",
+                    v.dtype, v.shape
+                )));
+            }
+        },
+        _ => (None, false),
     };
     let flen = match c.opt(3) {
         Some(v) if v.elements() > 0 => match c.const_ints(3, "frame_length")?.as_deref() {
@@ -200,7 +211,7 @@ fn stft_params(c: &Ctx) -> Result<(usize, usize, Vec<f32>, bool)> {
         )));
     }
     let onesided = c.n.attr_i("onesided", 1)? != 0;
-    Ok((step, flen, window, onesided))
+    Ok((step, flen, (!run_time_window).then_some(window), onesided))
 }
 
 /// STFT: `[batch, frames, bins, 2]`.
@@ -287,18 +298,37 @@ impl<'a> Lowerer<'a> {
         };
         let (cin, len) = (p.cin as i64, xv.shape[1] as i64);
         let (fl, bi) = (flen as i64, bins as i64);
+        // The frames of input component ci: a strided view of the signal, or, with a window
+        // computed at run time, that view times the window (one DVE pass per component).
+        let mut frames_of = Vec::with_capacity(p.cin);
+        for ci in 0..p.cin {
+            let view = View {
+                addr: x.elems(ci as i64),
+                dtype: DType::F32,
+                shape: vec![batch, frames, flen],
+                strides: vec![len * cin, step as i64 * cin, cin],
+            };
+            if window.is_some() {
+                frames_of.push(view);
+                continue;
+            }
+            let w = self.input_view(n, 2)?.broadcast(&[batch, frames, flen]);
+            let t = View::dense(
+                self.temp(batch * frames * flen * 4),
+                DType::F32,
+                &[batch, frames, flen],
+            );
+            self.binary(&view, &w, &t, BinaryOp::Mul)?;
+            frames_of.push(t);
+        }
+        let window = window.unwrap_or_default();
         for c2 in 0..2usize {
             let mut first = true;
-            for ci in 0..p.cin {
+            for (ci, framed) in frames_of.iter().enumerate() {
                 let w = dft_matrix(&p, c2, ci, bins, flen, &window)
                     .map_err(|e| e.at_node(&n.name, &n.op))?;
                 let wa = self.add_const(&HostTensor::f32(vec![bins, flen], w));
-                let a = mk_ap(
-                    x.elems(ci as i64),
-                    DType::F32,
-                    &[batch, frames, flen],
-                    &[len * cin, step as i64 * cin, cin],
-                )?;
+                let a = framed.ap()?;
                 let b = mk_ap(wa, DType::F32, &[batch, flen, bins], &[0, 1, fl])?;
                 let cc = mk_ap(
                     y.elems(c2 as i64),

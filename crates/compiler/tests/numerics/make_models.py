@@ -439,6 +439,36 @@ def sequence_lens(out):
          i64("one64", 1)], opset=14)
 
 
+def computed_value_operands(out):
+    # Operands ONNX Runtime takes at run time and that decide values, not shapes (issue 13):
+    # Pad's constant_value, ReverseSequence's sequence_lens (both axis orders), STFT's window,
+    # each computed in the graph from the input, against ONNX Runtime.
+    F = TensorProto.FLOAT
+    save(out, "pad_computed_value", [
+        N("ReduceMean", ["X"], ["v"], keepdims=0),
+        N("Pad", ["X", "pads", "v"], ["Y"], mode="constant")],
+        [("X", [2, 3, 4])], [("Y", [2, 5, 7])], [i64("pads", [0, 1, 2, 0, 1, 1])], opset=13)
+    t, b = 5, 3
+    save(out, "reverse_sequence_computed_lens", [
+        N("Slice", ["X", "z", "one", "two"], ["x0"]),
+        N("ArgMax", ["x0"], ["am"], axis=0, keepdims=0),
+        N("Reshape", ["am", "bshape"], ["am1"]),
+        N("Add", ["am1", "one1"], ["L"]),
+        N("ReverseSequence", ["X", "L"], ["Y"], time_axis=0, batch_axis=1),
+        N("Transpose", ["X"], ["Xt"], perm=[1, 0, 2]),
+        N("ReverseSequence", ["Xt", "L"], ["Yt"], time_axis=1, batch_axis=0)],
+        [("X", [t, b, 2])], [("Y", [t, b, 2]), ("Yt", [b, t, 2])],
+        [i64("z", [0]), i64("one", [1]), i64("two", [2]), i64("bshape", [b]),
+         i64("one1", 1)], opset=13)
+    save(out, "stft_computed_window", [
+        N("ReduceMean", ["X"], ["m"], keepdims=0),
+        N("Mul", ["w0", "m"], ["wm"]),
+        N("Sigmoid", ["wm"], ["win"]),
+        N("STFT", ["X", "step", "win"], ["Y"])],
+        [("X", [1, 32, 1])], [("Y", [1, 3, 9, 2])],
+        [i64("step", 8), w("w0", (16,), 2.0)], opset=17)
+
+
 def if_gated(out):
     # An If whose condition is a shape comparison (folded at compile time, issue 13): the
     # branches read outer-scope values (X, a computed value, an initializer) and the taken
@@ -1081,6 +1111,7 @@ def main():
     quantized_attention(out)
     epilogues(out)
     computed_operands(out)
+    computed_value_operands(out)
     gelu_models(out)
     attention(out, "Mul")
     attention(out, "Div")
