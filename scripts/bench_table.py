@@ -51,11 +51,11 @@ for quiet, busy, depth in (("sync", "sync-cotenant", 1), ("explicit", "explicit-
 if ("tiny", "tract-native") in peers:
     print(f"tract-native tiny (same run): {peers[('tiny', 'tract-native')]:.2f} µs")
 
-print("\n## GEMM (GFLOP/s, single thread)\n")
+print("\n## GEMM (GFLOP/s, single thread; int8 rows in GOPS)\n")
 for r in rows:
     if r["surface"] == "peak":
         print(f"- {r['model']}: {r['note']}")
-print("\n| M×K×N | weights | nrt through the device | share of its peak | the MatMul alone | ONNX Runtime t1 (f32) | ratio |")
+print("\n| M×K×N | weights | nrt through the device | share of its peak | the MatMul alone | ONNX Runtime t1 (f32; int8: MatMulInteger) | ratio |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for r in rows:
     if r["surface"] != "gemm":
@@ -65,10 +65,12 @@ for r in rows:
     m, k, n = map(int, shape.split("x"))
     g = 2 * m * k * n / r["median_ns"]
     share = next((p.split(" of ")[0] for p in r["note"].split(", ") if "% of" in p), "-")
-    o = gemm.get(shape)
+    o = gemm.get(f"int8 {shape}" if wt == "int8" else shape)
     og = f"{o['gflops']:.1f}" if o else "-"
     ratio = f"{g / o['gflops']:.2f}" if o else "-"
     alone = re.search(r"the instruction alone ([0-9.]+), ([0-9]+%)", r["note"])
+    if alone is None:
+        alone = re.search(r"the instruction alone ([0-9.]+)()", r["note"])
     alone = f"{alone.group(1)} ({alone.group(2)})" if alone else "-"
     print(f"| {shape} | {wt} | {g:.1f} | {share} | {alone} | {og} | {ratio} |")
 

@@ -471,6 +471,30 @@ fn model_matmul(bytes: &[u8]) -> Res<Standalone> {
     Ok(Standalone { op, mem })
 }
 
+/// The first compute instruction of a compiled model's PE block, its every operand moved
+/// into one host buffer (filled with small bytes: integer kernels' speed does not depend on
+/// the values): what the int8 rows time alone.
+fn model_op(bytes: &[u8]) -> Res<Standalone> {
+    let m = nrt_model::CompiledModel::decode(bytes).map_err(|e| e.to_string())?;
+    let pe = m.block(0, nrt_hal::Engine::Pe).ok_or("no PE block")?;
+    let ops = nrt_isa::decode_block(&pe.code, nrt_hal::Engine::Pe).map_err(|e| e.to_string())?;
+    let mut op = ops
+        .into_iter()
+        .map(|(_, i)| i.op)
+        .find(|o| o.output().is_some())
+        .ok_or("no compute instruction on PE")?;
+    let mut end = 0u64;
+    op.operands_mut(|o| {
+        let (lo, hi) = o.ap.byte_extent();
+        // `lo` is ≤ 0 only for negative strides, which these models do not have.
+        let at = end.next_multiple_of(64);
+        o.ap.addr = (at as i128 - lo) as u64;
+        end = at + (hi - lo) as u64;
+    });
+    let mem = vec![0x0101_0101_0101_0101u64; (end.next_multiple_of(64) / 8) as usize];
+    Ok(Standalone { op, mem })
+}
+
 /// Median time of the instruction alone (the kernel on host memory, no execution around
 /// it), in ns: what the device's engine spends of the whole execution.
 fn kernel_ns(s: &Standalone, seconds: f64) -> f64 {
@@ -787,12 +811,46 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
             rt.unload(&model).map_err(|e| e.to_string())?;
         }
     }
+    // int8: one MatMulInteger (u8 × i8 → i32, AVX-512 VNNI `vpdpbusd` where present), as
+    // `nrt compile` emits it, in GOPS against the machine's vpdpbusd limit.
+    let i8_before = peak_measure(Peak::I8Dot);
+    let mut int8 = Vec::new();
+    for (m, k, n) in [(64i64, 512i64, 512i64), (512, 512, 512)] {
+        let onnx = crate::samples::matmul_integer(m, k, n);
+        let c = nrt_compiler::compile(&onnx, None, &nrt_compiler::CompileOptions::default())
+            .map_err(|e| format!("matmul_integer: {e}"))?;
+        let bytes = c.model.encode();
+        let model = session::load(&rt, &bytes, 0)?;
+        let mut r = sync_rows(&rt, &model, &format!("matmul {m}x{k}x{n} int8"), 1, seconds)?;
+        r.surface = "gemm".into();
+        let kernel = kernel_ns(&model_op(&bytes)?, seconds);
+        int8.push((r, 2.0 * (m * k * n) as f64, kernel));
+        rt.unload(&model).map_err(|e| e.to_string())?;
+    }
     let f32_peak = max(f32_before, peak_measure(Peak::F32Fma));
     let bf16_peak = max(bf16_before, peak_measure(Peak::Bf16Dot));
+    let i8_peak = max(i8_before, peak_measure(Peak::I8Dot));
     let mut rows = vec![
         peak_row("peak f32 FMA", f32_peak),
         peak_row("peak bf16 dot", bf16_peak),
+        Row {
+            note: peak_row("", i8_peak).note.replace("GFLOP/s", "GOPS"),
+            ..peak_row("peak int8 dot", i8_peak)
+        },
     ];
+    for (mut r, ops, kernel) in int8 {
+        let (gops, kops) = (ops / r.median_ns, ops / kernel);
+        r.note = match i8_peak {
+            Some(p) => format!(
+                "{gops:.1} GOPS (whole execution), {:.0}% of the int8 peak; the instruction \
+                 alone {kops:.1}, {:.0}%",
+                100.0 * gops / p,
+                100.0 * kops / p,
+            ),
+            None => format!("{gops:.1} GOPS (whole execution); the instruction alone {kops:.1}"),
+        };
+        rows.push(r);
+    }
     for (mut r, flop, bf16, kernel) in gemms {
         let gflops = flop / r.median_ns;
         let kflops = flop / kernel;

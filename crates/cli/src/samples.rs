@@ -394,6 +394,35 @@ pub fn int8_gemm(m: i64, k: i64, n: i64) -> Vec<u8> {
     )
 }
 
+/// One `MatMulInteger` `Y: i32[m, n] = X: u8[m, k] · W: i8[k, n]` (W a constant, no zero
+/// points): the int8 row of `nrt bench --gemm`.
+pub fn matmul_integer(m: i64, k: i64, n: i64) -> Vec<u8> {
+    let mut g = Graph::new(0x6A09_E667_F3BC_C908);
+    let w: Vec<u8> = (0..k * n)
+        .map(|_| (g.rng.next() * 127.0).round() as i8 as u8)
+        .collect();
+    g.inits.push(TensorProto {
+        name: "W".into(),
+        dims: vec![k, n],
+        data_type: data_type::INT8,
+        raw_data: w,
+        ..Default::default()
+    });
+    g.node("MatMulInteger", &["X", "W"], "Y", vec![]);
+    let typed = |name: &str, dims: &[i64], elem: i32| {
+        let mut v = value_info(name, dims);
+        if let Some(t) = v.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+            t.elem_type = elem;
+        }
+        v
+    };
+    g.finish_io(
+        "matmul_integer",
+        vec![typed("X", &[m, k], data_type::UINT8)],
+        vec![typed("Y", &[m, n], data_type::INT32)],
+    )
+}
+
 /// One step of a streaming LSTM (what voice and audio models run per frame): `X: f32[1, 1,
 /// input]` and the state `H0`, `C0: f32[1, 1, hidden]` in, the new state `Yh`, `Yc` out
 /// (fed back by the caller as the next step's `H0`, `C0`). The LSTM step benchmark.

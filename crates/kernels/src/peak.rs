@@ -14,6 +14,9 @@ pub enum Peak {
     F32Fma,
     /// bf16 pair dot product into f32 (`vdpbf16ps`, AVX-512 BF16): 32 multiply-adds each.
     Bf16Dot,
+    /// u8 × i8 quadruple dot product into i32 (`vpdpbusd`, AVX-512 VNNI): 64 multiply-adds
+    /// each (the int8 GEMM's instruction; its "FLOP" are integer operations, GOPS).
+    I8Dot,
 }
 
 /// A measuring loop: FLOP per iteration, and the loop over `n` iterations.
@@ -54,6 +57,10 @@ fn select(which: Peak) -> Option<Loop> {
         Peak::F32Fma if has!("avx2") && has!("fma") => Some((12.0 * 8.0 * 2.0, |n| {
             // SAFETY: AVX2 and FMA detected just above.
             unsafe { x86::fma256(n) }
+        })),
+        Peak::I8Dot if has!("avx512f") && has!("avx512vnni") => Some((12.0 * 64.0 * 2.0, |n| {
+            // SAFETY: AVX-512F and AVX-512 VNNI detected just above.
+            unsafe { x86::dpbusd(n) }
         })),
         Peak::Bf16Dot if has!("avx512f") && has!("avx512bf16") => {
             Some((12.0 * 32.0 * 2.0, |n| {
@@ -146,6 +153,19 @@ mod x86 {
         }
         chains!(_mm512_setzero_ps(), step, _mm512_reduce_add_ps, n)
     }
+
+    /// `n` iterations of 12 `vpdpbusd`.
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    pub(super) unsafe fn dpbusd(n: u64) -> f32 {
+        let x = _mm512_set1_epi8(std::hint::black_box(1));
+        macro_rules! step {
+            ($a:expr) => {
+                _mm512_dpbusd_epi32($a, x, x)
+            };
+        }
+        let sum = |v: __m512i| _mm512_reduce_add_epi32(v) as f32;
+        chains!(_mm512_setzero_si512(), step, sum, n)
+    }
 }
 
 #[cfg(test)]
@@ -157,8 +177,10 @@ mod tests {
         // Any x86-64-v3 machine has FMA; a few GFLOP/s at least even when shared.
         let g = measure(Peak::F32Fma, Duration::from_millis(20), 2).expect("FMA present");
         assert!(g > 1.0 && g < 10_000.0, "{g} GFLOP/s");
-        if let Some(b) = measure(Peak::Bf16Dot, Duration::from_millis(20), 2) {
-            assert!(b > 1.0 && b < 20_000.0, "{b} GFLOP/s");
+        for p in [Peak::Bf16Dot, Peak::I8Dot] {
+            if let Some(b) = measure(p, Duration::from_millis(20), 2) {
+                assert!(b > 1.0 && b < 40_000.0, "{p:?}: {b} G/s");
+            }
         }
     }
 }
