@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nrt
-from conftest import ort_run, run_py
+from conftest import ort_run, run_py, tiny_model
 
 SAMPLES = ["mlp", "mlp_b64", "cnn", "encoder", "transformer"]
 
@@ -313,3 +313,18 @@ def test_every_public_name_has_a_docstring():
         for k, v in vars(cls).items():
             if not k.startswith("_") and (callable(v) or inspect.isdatadescriptor(v)):
                 assert getattr(v, "__doc__", None), f"{cls.__name__}.{k}"
+
+
+def test_minus_one_batch_model_matches_onnx_runtime(tmp_path):
+    """A model exported with -1 as its batch dimension (a common exporter habit; ONNX Runtime
+    takes it as unknown): the session specializes it per batch size given, one compiled model
+    each, every call checked against ONNX Runtime."""
+    path = tiny_model(tmp_path / "minus_one.onnx", batch=-1)
+    s = nrt.InferenceSession(path)
+    assert s.compiled_shapes == []
+    for n in (3, 1, 3, 7):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_allclose(
+            s.run(None, {"X": x})[0], ort_run(path, {"X": x})[0], rtol=1e-5, atol=1e-6
+        )
+    assert sorted(s.compiled_shapes) == [((1, 4),), ((3, 4),), ((7, 4),)]
