@@ -110,6 +110,20 @@ impl Graph {
         name.to_owned()
     }
 
+    /// A constant int8 `[k, n]` of random values in −127..=127.
+    fn int8_weight(&mut self, name: &str, k: i64, n: i64) {
+        let w: Vec<u8> = (0..k * n)
+            .map(|_| (self.rng.next() * 127.0).round() as i8 as u8)
+            .collect();
+        self.inits.push(TensorProto {
+            name: name.into(),
+            dims: vec![k, n],
+            data_type: data_type::INT8,
+            raw_data: w,
+            ..Default::default()
+        });
+    }
+
     fn finish(self, name: &str, input: ValueInfoProto, output: ValueInfoProto) -> Vec<u8> {
         self.finish_io(name, vec![input], vec![output])
     }
@@ -353,16 +367,7 @@ pub fn mlp(batch: i64, width: i64, layers: usize) -> Vec<u8> {
 /// GEMM benchmark (GOPS beside ONNX Runtime's MatMulInteger, `scripts/bench.sh`).
 pub fn int8_gemm(m: i64, k: i64, n: i64) -> Vec<u8> {
     let mut g = Graph::new(0x9E37_79B9_7F4A_7C15);
-    let w: Vec<u8> = (0..k * n)
-        .map(|_| (g.rng.next() * 127.0).round() as i8 as u8)
-        .collect();
-    g.inits.push(TensorProto {
-        name: "Wq".into(),
-        dims: vec![k, n],
-        data_type: data_type::INT8,
-        raw_data: w,
-        ..Default::default()
-    });
+    g.int8_weight("Wq", k, n);
     g.inits.push(TensorProto {
         name: "Wzp".into(),
         dims: vec![],
@@ -398,16 +403,7 @@ pub fn int8_gemm(m: i64, k: i64, n: i64) -> Vec<u8> {
 /// points): the int8 row of `nrt bench --gemm`.
 pub fn matmul_integer(m: i64, k: i64, n: i64) -> Vec<u8> {
     let mut g = Graph::new(0x6A09_E667_F3BC_C908);
-    let w: Vec<u8> = (0..k * n)
-        .map(|_| (g.rng.next() * 127.0).round() as i8 as u8)
-        .collect();
-    g.inits.push(TensorProto {
-        name: "W".into(),
-        dims: vec![k, n],
-        data_type: data_type::INT8,
-        raw_data: w,
-        ..Default::default()
-    });
+    g.int8_weight("W", k, n);
     g.node("MatMulInteger", &["X", "W"], "Y", vec![]);
     let typed = |name: &str, dims: &[i64], elem: i32| {
         let mut v = value_info(name, dims);

@@ -370,29 +370,8 @@ fn scan_steps(
         let ax = run.out_axes[k];
         let mut parts = Vec::new();
         for (t, v) in vals.into_iter().enumerate() {
-            let u = new_value(g, format!("{prefix}#stack{k}_{t}"));
-            let (inputs, attrs) = if g.opset >= 13 {
-                let a = new_konst_i64(g, format!("{prefix}#axes{k}_{t}"), vec![1], vec![ax]);
-                (vec![Some(v), Some(a)], Vec::new())
-            } else {
-                (
-                    vec![Some(v)],
-                    vec![AttributeProto {
-                        name: "axes".into(),
-                        r#type: at::INTS,
-                        ints: vec![ax],
-                        ..Default::default()
-                    }],
-                )
-            };
-            new_nodes.push(Node {
-                name: format!("{prefix}#unsqueeze{k}_{t}"),
-                op: "Unsqueeze".into(),
-                inputs,
-                outputs: vec![Some(u)],
-                attrs,
-                guard: None,
-            });
+            let (node, u) = unsqueeze(g, &format!("{prefix}#stack{k}_{t}"), v, ax);
+            new_nodes.push(node);
             parts.push(Some(u));
         }
         if run.out_dirs[k] != 0 {
@@ -418,6 +397,35 @@ fn scan_steps(
 /// Longest Loop unrolled.
 const MAX_LOOP_ITERATIONS: u64 = 4096;
 
+/// An `Unsqueeze` of `v` at `axis` into a new value named `name` (the axes an input from
+/// opset 13, an attribute before): the node and the value.
+fn unsqueeze(g: &mut Graph, name: &str, v: ValueId, axis: i64) -> (Node, ValueId) {
+    let u = new_value(g, name.to_owned());
+    let (inputs, attrs) = if g.opset >= 13 {
+        let a = new_konst_i64(g, format!("{name}#axes"), vec![1], vec![axis]);
+        (vec![Some(v), Some(a)], Vec::new())
+    } else {
+        (
+            vec![Some(v)],
+            vec![AttributeProto {
+                name: "axes".into(),
+                r#type: at::INTS,
+                ints: vec![axis],
+                ..Default::default()
+            }],
+        )
+    };
+    let node = Node {
+        name: format!("{name}#unsqueeze"),
+        op: "Unsqueeze".into(),
+        inputs,
+        outputs: vec![Some(u)],
+        attrs,
+        guard: None,
+    };
+    (node, u)
+}
+
 /// The nodes stacking `parts` (one value per step) along a new leading axis into `out`
 /// (`Unsqueeze` each, then `Concat`), named under `prefix` with `tag`.
 fn stack_along_0(
@@ -430,40 +438,8 @@ fn stack_along_0(
 ) {
     let mut stacked = Vec::with_capacity(parts.len());
     for (t, &v) in parts.iter().enumerate() {
-        g.values.push(Value {
-            name: format!("{prefix}#stack{tag}_{t}"),
-            dtype: DType::F32,
-            shape: Vec::new(),
-            konst: None,
-        });
-        let u = g.values.len() - 1;
-        let (inputs, attrs) = if g.opset >= 13 {
-            g.values.push(Value {
-                name: format!("{prefix}#axes{tag}_{t}"),
-                dtype: DType::I64,
-                shape: vec![1],
-                konst: Some(Rc::new(HostTensor::ints(DType::I64, vec![1], vec![0]))),
-            });
-            (vec![Some(v), Some(g.values.len() - 1)], Vec::new())
-        } else {
-            (
-                vec![Some(v)],
-                vec![AttributeProto {
-                    name: "axes".into(),
-                    r#type: at::INTS,
-                    ints: vec![0],
-                    ..Default::default()
-                }],
-            )
-        };
-        nodes.push(Node {
-            name: format!("{prefix}#unsqueeze{tag}_{t}"),
-            op: "Unsqueeze".into(),
-            inputs,
-            outputs: vec![Some(u)],
-            attrs,
-            guard: None,
-        });
+        let (node, u) = unsqueeze(g, &format!("{prefix}#stack{tag}_{t}"), v, 0);
+        nodes.push(node);
         stacked.push(Some(u));
     }
     nodes.push(Node {
