@@ -131,6 +131,19 @@ fn body_node(
     }
     Ok((name, bn, inputs))
 }
+/// `Identity(src) → dst`, named `name`: how an unrolled or inlined body writes a value the
+/// graph already names (an output, a final state).
+pub(super) fn identity(name: String, src: ValueId, dst: ValueId) -> Node {
+    Node {
+        name,
+        op: "Identity".into(),
+        inputs: vec![Some(src)],
+        outputs: vec![Some(dst)],
+        attrs: Vec::new(),
+        guard: None,
+    }
+}
+
 /// The nodes of subgraph `gp` (an If branch, a loop iteration, an attention modifier)
 /// inlined under `prefix`: its initializers become constants, its nodes read their inputs
 /// from `scope` (the body's inputs and the outer values it captures, bound by the caller)
@@ -208,14 +221,7 @@ pub(crate) fn inline_body(
             continue;
         };
         if src != t {
-            new_nodes.push(Node {
-                name: format!("{prefix}{}#out{k}", o.name),
-                op: "Identity".into(),
-                inputs: vec![Some(src)],
-                outputs: vec![Some(t)],
-                attrs: Vec::new(),
-                guard: None,
-            });
+            new_nodes.push(identity(format!("{prefix}{}#out{k}", o.name), src, t));
         }
         results.push(t);
     }

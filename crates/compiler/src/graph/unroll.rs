@@ -1,6 +1,6 @@
 //! `Scan` and `Loop` unrolled at compile time: one copy of the body per step or iteration.
 
-use super::body::{captured, inline_body, subgraph};
+use super::body::{captured, identity, inline_body, subgraph};
 use super::{Graph, Node, Value, ValueId, input_deps};
 use crate::error::{ErrorKind, Result};
 use crate::onnx::{AttributeProto, GraphProto, attribute_type as at};
@@ -353,14 +353,7 @@ fn scan_steps(
     // Final states, through an Identity into the Scan's outputs.
     for (i, &st) in states.iter().enumerate() {
         if let Some(Some(o)) = targets.get(i).copied() {
-            new_nodes.push(Node {
-                name: format!("{prefix}#state{i}"),
-                op: "Identity".into(),
-                inputs: vec![Some(st)],
-                outputs: vec![Some(o)],
-                attrs: Vec::new(),
-                guard: None,
-            });
+            new_nodes.push(identity(format!("{prefix}#state{i}"), st, o));
         }
     }
     for (k, vals) in collected.into_iter().enumerate() {
@@ -610,14 +603,7 @@ pub(crate) fn inline_loop(g: &mut Graph, ni: usize) -> Result<usize> {
     let mut fin = Vec::new();
     for (k, &st) in states.iter().enumerate() {
         if let Some(Some(o)) = n.outputs.get(k).copied() {
-            fin.push(Node {
-                name: format!("{prefix}#final{k}"),
-                op: "Identity".into(),
-                inputs: vec![Some(st)],
-                outputs: vec![Some(o)],
-                attrs: Vec::new(),
-                guard: None,
-            });
+            fin.push(identity(format!("{prefix}#final{k}"), st, o));
         }
     }
     for (k, parts) in scans.iter().enumerate() {
