@@ -75,6 +75,21 @@ use core::fmt;
 use core::time::Duration;
 use std::time::Instant;
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of [`CompletionWake::last_wake_ns`] and of the
+/// runtime's latency samples.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
 /// A completion wake: one futex word with an armed flag. Shared (in an `Arc`) by the host
 /// threads that wait and the device that signals; the device signals it through
 /// [`crate::PlaneProducer::set_wake`].
@@ -87,6 +102,10 @@ struct WakeWords {
     word: Futex,
     /// [`FENCES_ASYMMETRIC`], [`FENCES_SWITCHING`] or [`FENCES_SYMMETRIC`].
     fences: AtomicU8,
+    /// [`monotonic_ns`] when a signaler last found the wake armed and woke its waiters
+    /// (written by that signaler only, `Relaxed`; 0 = never): where a blocked waiter's
+    /// completion really came, before its wake-up latency ([`CompletionWake::last_wake_ns`]).
+    woke_at: AtomicU64,
 }
 
 /// Signalers use a compiler barrier, waiters `membarrier` (see the module docs).
@@ -125,6 +144,7 @@ impl CompletionWake {
             inner: CachePadded(WakeWords {
                 word: Futex::new(0),
                 fences: AtomicU8::new(FENCES_ASYMMETRIC),
+                woke_at: AtomicU64::new(0),
             }),
         }
     }
@@ -155,6 +175,9 @@ impl CompletionWake {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
+                    // One clock read on the path that makes a system call anyway (never when
+                    // nobody waits): when the completion came, for the spin budgets.
+                    self.inner.woke_at.store(monotonic_ns(), Ordering::Relaxed);
                     self.inner.word.wake_all();
                     return;
                 }
@@ -217,6 +240,14 @@ impl CompletionWake {
         }
         w.word.wait(seen, timeout);
         WaitOutcome::Woken
+    }
+
+    /// [`monotonic_ns`] of the last time a signaler woke blocked waiters (0 = never). A
+    /// waiter that blocked for a completion learns from it when the completion came: its own
+    /// wake-up came 20–60 µs later on a VM, and that delay is the cost of having blocked, not
+    /// the execution's ([`SpinBudget::spinning_latency`]).
+    pub fn last_wake_ns(&self) -> u64 {
+        self.inner.woke_at.load(Ordering::Relaxed)
     }
 
     /// Whether waiters and signalers use symmetric fences now (a hint, for tests).
@@ -286,6 +317,24 @@ impl SpinBudget {
             (old - (old >> s)).saturating_add(sample >> s).max(1)
         };
         self.ewma.store(new, Ordering::Relaxed);
+    }
+
+    /// The latency to learn from for an execution submitted at `t0` and seen complete at
+    /// `now` (both [`monotonic_ns`]) on a vcore whose wake last woke a blocked waiter at
+    /// `last_wake` ([`CompletionWake::last_wake_ns`]): what a waiter that kept spinning would
+    /// have seen. When a wake-up came during the execution, the completion came then — the
+    /// waiter blocked and saw it only after its own wake-up latency. Counting that latency
+    /// would make the policy feed itself: a 36 µs model (the `cnn` sample), once measured at
+    /// 79 µs because its caller blocked, stays past [`tuning::WAIT_SPIN_CAP`] and blocks for
+    /// ever (79 µs instead of 36 µs per execution).
+    #[inline]
+    pub fn spinning_latency(t0: u64, now: u64, last_wake: u64) -> Duration {
+        let end = if last_wake > t0 && last_wake <= now {
+            last_wake
+        } else {
+            now
+        };
+        Duration::from_nanos(end.saturating_sub(t0))
     }
 
     /// The expected latency (`None` before the first sample).
@@ -492,10 +541,39 @@ mod tests {
             std::thread::yield_now();
         }
         done.store(1, Ordering::Release);
+        let before = monotonic_ns();
         wake.signal();
+        let after = monotonic_ns();
         let blocks = t.join().unwrap();
         assert!(blocks >= 1);
         assert!(wake.wakes() >= 1, "the signal found the waiter");
+        // The wake-up is stamped when the signaler woke the waiter, not when it ran again.
+        let at = wake.last_wake_ns();
+        assert!(before <= at && at <= after, "{before} <= {at} <= {after}");
+    }
+
+    /// A blocked waiter's latency sample ends at the wake-up the device issued, so its own
+    /// wake-up delay does not count; a spinning waiter's (no wake-up during the execution)
+    /// ends when it saw the completion.
+    #[test]
+    fn the_spin_sample_ends_at_the_wake_up_of_a_blocked_waiter() {
+        let us = |x: u64| x * 1_000;
+        let lat = SpinBudget::spinning_latency;
+        // Blocked: submitted at 100 µs, woken by the device at 136 µs, ran again at 179 µs.
+        assert_eq!(lat(us(100), us(179), us(136)), Duration::from_micros(36));
+        // Spun: the last wake-up was before the submission (another execution's).
+        assert_eq!(lat(us(100), us(136), us(40)), Duration::from_micros(36));
+        // Never blocked on this vcore.
+        assert_eq!(lat(us(100), us(136), 0), Duration::from_micros(36));
+        // A stamp after `now` (another thread's later wake-up) is not this execution's end.
+        assert_eq!(lat(us(100), us(136), us(150)), Duration::from_micros(36));
+        // So a model just under the cap, once measured through a block, learns its real
+        // time and spins again instead of blocking for ever.
+        let b = SpinBudget::new();
+        for _ in 0..64 {
+            b.record(lat(us(100), us(179), us(136)));
+        }
+        assert!(b.spin_limit() > Duration::ZERO, "{:?}", b.expected());
     }
 
     #[test]

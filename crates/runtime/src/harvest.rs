@@ -582,9 +582,13 @@ fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, 
         crate::host::bump(&st.errors[c], 1);
     }
     if t0 != 0 {
-        let ns = crate::host::now_ns().saturating_sub(t0);
-        // The waiters' spin budgets learn from the same sample (harvest token: one writer).
-        let lat = Duration::from_nanos(ns);
+        let now = crate::host::now_ns();
+        let ns = now.saturating_sub(t0);
+        // The waiters' spin budgets learn from the same sample (harvest token: one writer),
+        // as a waiter that kept spinning would have seen it: up to the device's wake-up of a
+        // blocked waiter if one came meanwhile (its wake-up latency is the blocking's cost).
+        let last_wake = vc.wake.as_ref().map_or(0, |w| w.last_wake_ns());
+        let lat = nrt_hal::SpinBudget::spinning_latency(t0, now, last_wake);
         vc.spin.record(lat);
         // SAFETY: as above.
         if let Some(m) = unsafe { (*slot.info.get()).model.as_ref() } {

@@ -301,15 +301,7 @@ pub fn percentile(hist: &[u64], p: f64) -> Option<f64> {
 /// Monotonic nanoseconds (`CLOCK_MONOTONIC`, the vDSO; no allocation).
 #[inline]
 pub(crate) fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer for the duration of the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
+    nrt_hal::monotonic_ns()
 }
 
 /// The runtime directory: `NRT_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/nrt-rs`, else
