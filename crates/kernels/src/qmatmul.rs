@@ -10,8 +10,9 @@
 //!
 //! Packing (per batch, in the [`Workspace`]): A as `[M][K4]` words of 4 consecutive k
 //! bytes, B as `[K4][Np]` words (the 4 k bytes of one column), `K4 = ⌈K/4⌉`, `Np` the
-//! columns rounded up to the tile width, zero padded — so a tile loads 16 columns' words
-//! as one 64-byte vector and broadcasts one word of A.
+//! columns rounded up to the tile width plus one cache line (so a tile's rows do not alias
+//! in L1), zero padded — so a tile loads 16 columns' words as one 64-byte vector and
+//! broadcasts one word of A.
 
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
@@ -94,7 +95,11 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
     let (a_flip, a_off) = if a_signed { (0x80u8, 128i32) } else { (0, 0) };
     let (b_flip, b_off) = if b_signed { (0, 0) } else { (0x80u8, 128i32) };
     let k4 = k.div_ceil(4);
-    let np = n.div_ceil(NR) * NR;
+    // Packed B's row stride in words: the columns rounded up to the tile width, plus one
+    // cache line, so that a tile's K4 rows (one 128-byte load pair each) fall into
+    // consecutive L1 sets rather than the same few (N = 512 made the stride 2 KiB: every row
+    // in one of two sets, the tile streaming B from L2).
+    let np = n.div_ceil(NR) * NR + 16;
     let words = ws.typed::<i32>(m * k4 + k4 * np + m + np);
     let (apack, rest) = words.split_at_mut(m * k4);
     let (bpack, rest) = rest.split_at_mut(k4 * np);
@@ -302,17 +307,25 @@ unsafe fn tile_vnni(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, acc: &mut
     use std::arch::x86_64::*;
     let z = _mm512_setzero_si512();
     let mut c = [[z; 2]; MR];
+    // The bounds once, here: the loop below reads through raw pointers, so each step is two
+    // loads of B, MR broadcast loads of A and 2·MR `vpdpbusd` — no per-row slice bounds
+    // checks (they doubled the instructions per step and held the loop to half the
+    // instruction's throughput).
+    assert!(a.iter().all(|r| r.len() >= k4) && (k4 == 0 || b.len() >= (k4 - 1) * np + NR));
+    let ap: [*const i32; MR] = core::array::from_fn(|r| a[r].as_ptr());
+    let bp = b.as_ptr();
     for w in 0..k4 {
-        let brow = &b[w * np..][..NR];
-        // SAFETY: `brow` holds NR = 32 words: two unaligned 64-byte loads.
+        // SAFETY: row w of B holds NR = 32 words from `w·np` (asserted above): two
+        // unaligned 64-byte loads.
         let (b0, b1) = unsafe {
             (
-                _mm512_loadu_si512(brow.as_ptr() as *const _),
-                _mm512_loadu_si512(brow.as_ptr().add(16) as *const _),
+                _mm512_loadu_si512(bp.add(w * np) as *const _),
+                _mm512_loadu_si512(bp.add(w * np + 16) as *const _),
             )
         };
         for r in 0..MR {
-            let av = _mm512_set1_epi32(a[r][w]);
+            // SAFETY: each row of A holds k4 words (asserted above).
+            let av = _mm512_set1_epi32(unsafe { ap[r].add(w).read() });
             c[r][0] = _mm512_dpbusd_epi32(c[r][0], av, b0);
             c[r][1] = _mm512_dpbusd_epi32(c[r][1], av, b1);
         }
