@@ -307,6 +307,15 @@ pub trait Device: Send + Sync + fmt::Debug {
         false
     }
 
+    /// [`Device::assist`], but only if the device has not yet taken core `nc`'s last
+    /// doorbell: its thread has not looked at the core since the host rang — on a shared
+    /// host, because it is not running. A waiter calls it early in its spin: a device thread
+    /// that is running takes a doorbell within a few hundred ns, so on a quiet machine this
+    /// is one load and does nothing. Hardware (the default) does nothing.
+    fn assist_untaken(&self, _nc: u32) -> bool {
+        false
+    }
+
     /// Attaches a completion wake to core `nc`'s notification plane (`None` detaches it):
     /// after each publication of records the device signals it, so a host thread blocked on
     /// it ([`CompletionWake::wait`]) wakes — the completion interrupt of the driver's

@@ -132,6 +132,14 @@ pub const HARVEST_YIELD_EVERY_POLLS: u32 = 64;
 /// one busy co-tenant cut sync throughput to 0.07× quiet.)
 pub const HOST_ASSIST_EVERY_IDLE_POLLS: u32 = 64;
 
+/// Before its pure spin is over, a waiting host thread checks once, at this many idle polls
+/// (~1–2 µs), whether the device has even taken its doorbell, and if not runs the work itself
+/// ([`crate::Device::assist_untaken`]). A running device thread takes a doorbell within a
+/// few hundred ns, so on a quiet machine the check finds it taken and does nothing; beside a
+/// co-tenant that holds the device thread's vCPU, the waiter no longer spins the whole pure
+/// spin (~7 µs at 256 polls) before the first assist.
+pub const HOST_EARLY_ASSIST_POLLS: u32 = 48;
+
 /// A client polling `nrta_is_completed` lends its thread to the device once every this many
 /// idle harvest polls of the vcore (anyone's: the count is the vcore's; only while executions
 /// are expected within [`WAIT_SPIN_CAP`]). A polling client typically yields its vCPU every

@@ -63,6 +63,11 @@ impl<'a> VcoreWait<'a> {
     pub(crate) fn idle(&mut self, ready: impl FnOnce() -> bool) {
         let vc = self.vc;
         self.idle = self.idle.wrapping_add(1);
+        // Early, once: the device has not even taken the doorbell (its thread is not
+        // running).
+        if self.assists && self.idle == tuning::HOST_EARLY_ASSIST_POLLS && self.assist_untaken() {
+            return;
+        }
         // Past the pure spin, right before each of the waiter's yields (the counts agree:
         // both start at 0 and count these calls).
         if self.assists
@@ -90,6 +95,17 @@ impl<'a> VcoreWait<'a> {
 impl VcoreWait<'_> {
     /// Lends this thread to the vcore's cores ([`Device::assist`]): a spinning waiter whose
     /// device thread is not running (a co-tenant holds its vCPU) runs the work itself.
+    /// [`VcoreWait::assist`] only where the device has not taken the doorbell
+    /// ([`Device::assist_untaken`]).
+    #[cold]
+    fn assist_untaken(&self) -> bool {
+        let mut any = false;
+        for &c in &self.vc.cores {
+            any |= self.device.assist_untaken(c);
+        }
+        any
+    }
+
     #[cold]
     fn assist(&self) -> bool {
         let mut any = false;

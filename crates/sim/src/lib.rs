@@ -856,6 +856,13 @@ impl Device for SoftDevice {
         Ok(())
     }
 
+    fn assist_untaken(&self, nc: u32) -> bool {
+        match self.shared.core(nc) {
+            Ok(core) if core.doorbell_pending() => self.assist(nc),
+            _ => false,
+        }
+    }
+
     fn assist(&self, nc: u32) -> bool {
         let Ok(core) = self.shared.core(nc) else {
             return false;

@@ -770,6 +770,64 @@ fn a_lent_host_thread_runs_a_core_whose_device_thread_is_busy() {
     );
 }
 
+/// The early assist (`assist_untaken`) runs a core's work only while the device has not
+/// taken its doorbell: with the one device thread inside a long execution of core 0, core 1's
+/// doorbell waits, and the lent thread runs it; once taken (by the assist or the device),
+/// another early assist does nothing, and with nothing rung neither does it.
+#[test]
+fn an_early_assist_runs_only_a_doorbell_the_device_has_not_taken() {
+    let dev = SoftDevice::new(SimConfig {
+        memory_bytes: 1 << 30,
+        threads: 1,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let mut b0 = d0.empty_blocks().unwrap();
+    let mut long = vec![Instruction::new(Op::Notify {
+        subtype: 6,
+        sub_id: nrt_hal::wire::CUSTOM_SUB_ID_OUTPUT_DONE,
+        payload: 0,
+    })];
+    long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 1_000_000));
+    b0[4] = d0.load_block(&long).unwrap();
+    let b1 = d1.empty_blocks().unwrap();
+    assert!(!dev.assist_untaken(1), "nothing rung: nothing to run");
+    let mut lent = false;
+    for idx in 0..5 {
+        d0.stage(b0, idx, 0, 0, 1);
+        d0.doorbell().unwrap();
+        let mut seen = Vec::new();
+        let t0 = Instant::now();
+        while kinds(&seen, RecordKind::Custom).is_empty() && t0.elapsed() < T {
+            d0.drain(&mut seen);
+        }
+        d1.stage(b1, idx, 0, 0, 1);
+        d1.doorbell().unwrap();
+        if dev.assist_untaken(1) {
+            let mut r1 = Vec::new();
+            d1.drain(&mut r1);
+            assert_eq!(kinds(&r1, RecordKind::End).len(), 5, "{r1:?}");
+            d0.drain(&mut seen);
+            lent = kinds(&seen, RecordKind::End).len() < 5;
+        } else {
+            assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
+        }
+        assert!(!dev.assist_untaken(1), "taken: nothing left for an early assist");
+        let ends = kinds(&seen, RecordKind::End).len();
+        let more = d0.wait_for_ends(5 - ends, T);
+        assert_eq!(ends + kinds(&more, RecordKind::End).len(), 5);
+        if lent {
+            break;
+        }
+    }
+    assert!(
+        lent,
+        "the early assist never ran core 1 while the device thread ran core 0"
+    );
+}
+
 /// `threads: 0` is one device thread per core, up to the CPUs; more threads than cores is
 /// refused.
 #[test]
