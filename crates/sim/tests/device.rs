@@ -814,7 +814,10 @@ fn an_early_assist_runs_only_a_doorbell_the_device_has_not_taken() {
         } else {
             assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
         }
-        assert!(!dev.assist_untaken(1), "taken: nothing left for an early assist");
+        assert!(
+            !dev.assist_untaken(1),
+            "taken: nothing left for an early assist"
+        );
         let ends = kinds(&seen, RecordKind::End).len();
         let more = d0.wait_for_ends(5 - ends, T);
         assert_eq!(ends + kinds(&more, RecordKind::End).len(), 5);
