@@ -131,8 +131,30 @@ macro_rules! with_func {
     }};
 }
 
-/// `x = f(x)` in place over a contiguous slice, for the MatMul epilogue.
+/// `x = f(x)` in place over a contiguous slice, for the MatMul and Conv epilogues. Built
+/// twice and picked at run time: with AVX-512F enabled the functions' range checks and NaN
+/// selects are mask-register blends, not two-µop `vblendvps` (see `norm::softmax`).
 pub fn apply_in_place(func: ActFunc, alpha: f32, beta: f32, xs: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F detected just above.
+        return unsafe { apply_in_place_avx512(func, alpha, beta, xs) };
+    }
+    apply_in_place_here(func, alpha, beta, xs);
+}
+
+/// [`apply_in_place`] compiled with AVX-512F enabled.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn apply_in_place_avx512(func: ActFunc, alpha: f32, beta: f32, xs: &mut [f32]) {
+    apply_in_place_here(func, alpha, beta, xs);
+}
+
+#[inline(always)]
+fn apply_in_place_here(func: ActFunc, alpha: f32, beta: f32, xs: &mut [f32]) {
     macro_rules! go {
         ($f:expr) => {{
             let f = $f;
