@@ -90,14 +90,55 @@ fn fold_row<T: Acc>(x: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
     lanes[0]
 }
 
+/// The maximum (`MAX`) or minimum of a row, NaN propagating: 16 independent lanes of a
+/// plain compare-and-select — which vectorizes to one compare and one blend per vector —
+/// with NaNs noted on the side (the select with `b != b` folded in, as [`max`] has it, left
+/// LLVM a scalar/vector mix at a third of the speed: a DynamicQuantizeLinear's range over
+/// 64×512 floats, one max and one min, took 10 µs each, now 3.5 µs).
+#[inline(always)]
+fn extreme_row<T: Acc, const MAX: bool>(x: &[T], init: T) -> T {
+    let better = |v: T, a: T| if MAX { v > a } else { v < a };
+    let mut lanes = [init; 16];
+    let mut nans = [false; 16];
+    let mut it = x.chunks_exact(16);
+    for c in &mut it {
+        for i in 0..16 {
+            let v = c[i];
+            #[allow(clippy::eq_op)]
+            {
+                nans[i] |= v != v;
+            }
+            lanes[i] = if better(v, lanes[i]) { v } else { lanes[i] };
+        }
+    }
+    if nans.iter().any(|&n| n) {
+        #[allow(clippy::eq_op)]
+        return *x.iter().find(|&&v| v != v).expect("a NaN was seen");
+    }
+    let rest = it.remainder();
+    let mut m = init;
+    for &v in lanes.iter().chain(rest) {
+        #[allow(clippy::eq_op)]
+        if v != v {
+            return v;
+        }
+        if better(v, m) {
+            m = v;
+        }
+    }
+    m
+}
+
 /// # Safety
 /// Operands inside `mem`, aligned to `T`.
+#[allow(clippy::too_many_arguments)]
 unsafe fn run<T: Acc>(
     input: &AccessPattern,
     output: &AccessPattern,
     axes: u8,
     init: T,
     f: impl Fn(T, T) -> T + Copy,
+    fold: impl Fn(&[T], T) -> T + Copy,
     mem: DeviceMemory,
     ws: &mut Workspace,
 ) -> View<T> {
@@ -136,7 +177,7 @@ unsafe fn run<T: Acc>(
             if sa == 0 {
                 // SAFETY: `oa` indexes the accumulator (dense over the output shape).
                 let a = unsafe { &mut *accp.offset(oa) };
-                *a = f(*a, fold_row(b, init, f));
+                *a = f(*a, fold(b, init));
             } else {
                 // SAFETY: as above; the kept inner row has unit stride in the accumulator.
                 let a = unsafe { core::slice::from_raw_parts_mut(accp.offset(oa + i as isize), m) };
@@ -182,9 +223,18 @@ unsafe fn typed<T: Acc>(
     // SAFETY: (every arm) the caller's contract.
     unsafe {
         match op {
-            ReduceOp::Sum | ReduceOp::Mean => run(input, output, axes, T::ZERO, T::add, mem, ws),
-            ReduceOp::Max => run(input, output, axes, T::LOWEST, max, mem, ws),
-            ReduceOp::Min => run(input, output, axes, T::HIGHEST, min, mem, ws),
+            ReduceOp::Sum | ReduceOp::Mean => {
+                let fold = |x: &[T], init| fold_row(x, init, T::add);
+                run(input, output, axes, T::ZERO, T::add, fold, mem, ws)
+            }
+            ReduceOp::Max => {
+                let fold = extreme_row::<T, true>;
+                run(input, output, axes, T::LOWEST, max, fold, mem, ws)
+            }
+            ReduceOp::Min => {
+                let fold = extreme_row::<T, false>;
+                run(input, output, axes, T::HIGHEST, min, fold, mem, ws)
+            }
         }
     }
 }

@@ -1211,6 +1211,14 @@ proptest! {
             DType::I32 => m.fill_with(&input, || (rng.next() as u32 >> rng.below(32)) as u64),
             _ => m.fill_with(&input, || rng.next() >> rng.below(64)),
         }
+        // A few NaNs in some inputs: every reduction over one propagates it (the max and min
+        // folds track them beside their 16 vector lanes).
+        if dt == DType::F32 && !shape.contains(&0) && rng.chance(0.4) {
+            for _ in 0..1 + rng.below(3) {
+                let idx: [usize; 4] = core::array::from_fn(|d| rng.below(shape[d] as u64) as usize);
+                m.set_f32(&input, idx, f32::NAN);
+            }
+        }
         m.run(&Op::Reduce { input, output, op, axes }, &mut Workspace::new()).unwrap();
         if oshape.contains(&0) { return Ok(()); }
         for oidx in indices(oshape) {
@@ -1219,6 +1227,7 @@ proptest! {
             let (mut mx, mut mn) = (f64::NEG_INFINITY, f64::INFINITY);
             let (mut si, mut mxi, mut mni) = (0i128, i128::MIN, i128::MAX);
             let mut count = 0u64;
+            let mut nan = false;
             for idx in indices(shape) {
                 if (0..4).any(|d| axes & (1 << d) == 0 && idx[d] != oidx[d]) { continue; }
                 count += 1;
@@ -1226,6 +1235,7 @@ proptest! {
                 match dt {
                     DType::F32 => {
                         let v = f32::from_bits(raw as u32) as f64;
+                        nan |= v.is_nan();
                         sum_f += v; sum_abs += v.abs(); mx = mx.max(v); mn = mn.min(v);
                     }
                     DType::I32 => { let v = raw as u32 as i32 as i128; si += v; mxi = mxi.max(v); mni = mni.min(v); }
@@ -1242,8 +1252,8 @@ proptest! {
                         ReduceOp::Max => (mx, 0.0),
                         ReduceOp::Min => (mn, 0.0),
                     };
-                    if count == 0 && op == ReduceOp::Mean {
-                        prop_assert!(g.is_nan());
+                    if (count == 0 && op == ReduceOp::Mean) || nan {
+                        prop_assert!(g.is_nan(), "{op:?} axes {axes:#b} at {oidx:?}: {g}, want NaN");
                     } else {
                         prop_assert!(close(g, want, 0.0, tol), "{op:?} axes {axes:#b} at {oidx:?}: {g} vs {want}");
                     }
@@ -1815,7 +1825,10 @@ proptest! {
     #![proptest_config(cfg(200))]
 
     /// MatMulInteger against the definition, every signedness pair, with and without zero
-    /// points (runs the VNNI path where the CPU has it, the portable one elsewhere).
+    /// points (runs the VNNI path where the CPU has it, the portable one elsewhere); with B
+    /// unpacked or in the compiler's packed layout (`qmatmul_layout`, shared by the
+    /// batches), with i32 results or scaled f32 ones (per column or per tensor). K and N
+    /// cover the tails: K not a multiple of 4, N not a multiple of the 32-column tile.
     #[test]
     fn matmul_integer_random(seed in any::<u64>()) {
         let mut rng = Rng::new(seed);
@@ -1823,29 +1836,74 @@ proptest! {
         let at = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
         let bt = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
         let (b2, mm, k, n) = (1 + rng.below(2) as u32, 1 + rng.below(9) as u32, rng.below(70) as u32, 1 + rng.below(70) as u32);
+        let (packed, scaled, per_column) = (rng.chance(0.5), rng.chance(0.5), rng.chance(0.5));
         let a = m.random(&mut rng, at, [1, b2, mm, k], true);
-        let b = m.random(&mut rng, bt, [1, b2, k, n], true);
-        let c = m.random(&mut rng, DType::I32, [1, b2, mm, n], false);
+        // A packed B is one matrix for every batch.
+        let b = m.random(&mut rng, bt, [1, if packed { 1 } else { b2 }, k, n], true);
+        let ct = if scaled { DType::F32 } else { DType::I32 };
+        let c = m.random(&mut rng, ct, [1, b2, mm, n], false);
         let za = m.random(&mut rng, at, [1, b2, mm, 1], true);
         let zb = m.random(&mut rng, bt, [1, b2, 1, n], true);
         for ap in [&a, &b, &za, &zb] {
             m.fill_with(ap, || rng.below(256));
         }
+        let scale = {
+            let mut sc = m.dense(DType::F32, [1, b2, 1, n]);
+            m.fill_f32(&sc, &mut rng, -2.0, 2.0);
+            if !per_column {
+                sc.stride = [0, 0, 0, 0];
+                sc.shape = [1, b2, 1, n];
+            }
+            sc
+        };
+        let bq = if packed {
+            let (ku, nu) = (k as usize, n as usize);
+            let vals: Vec<u8> = (0..ku * nu).map(|x| m.get_raw(&b, [0, 0, x / nu, x % nu]) as u8).collect();
+            let bytes = nrt_isa::qmatmul_layout::pack(ku, nu, bt == DType::I8, |p, j| vals[p * nu + j]).unwrap();
+            let np4 = 4 * nrt_isa::qmatmul_layout::padded_columns(nu).unwrap() as u32;
+            let ap = m.dense(bt, [1, 1, k.div_ceil(4) + 1, np4]);
+            prop_assert_eq!(bytes.len(), ap.elements() as usize);
+            for (x, &v) in bytes.iter().enumerate() {
+                m.set_raw(&ap, [0, 0, x / np4 as usize, x % np4 as usize], v as u64);
+            }
+            ap
+        } else {
+            b
+        };
         let (use_za, use_zb) = (rng.chance(0.6), rng.chance(0.6));
-        let op = Op::MatMulInteger { a, b, c, a_zero: use_za.then_some(za), b_zero: use_zb.then_some(zb) };
+        let op = Op::MatMulInteger {
+            a,
+            b: bq,
+            c,
+            a_zero: use_za.then_some(za),
+            b_zero: use_zb.then_some(zb),
+            packed_b: packed,
+            scale: scaled.then_some(scale),
+        };
+        // Through the encoding: the decoder accepts what the test built.
+        let mut enc = Vec::new();
+        nrt_isa::Instruction::new(op.clone()).encode(&mut enc);
+        prop_assert_eq!(nrt_isa::Instruction::decode(&enc).map(|(i, _)| i.op), Ok(op.clone()));
         m.run(&op, &mut Workspace::new()).unwrap();
         let val = |bits: u64, t: DType| if t == DType::I8 { bits as u8 as i8 as i64 } else { bits as u8 as i64 };
         for q in 0..b2 as usize {
+            let qb = if packed { 0 } else { q };
             for i in 0..mm as usize {
                 for j in 0..n as usize {
                     let zav = if use_za { val(m.get_raw(&za, [0, q, i, 0]), at) } else { 0 };
                     let zbv = if use_zb { val(m.get_raw(&zb, [0, q, 0, j]), bt) } else { 0 };
                     let mut want = 0i64;
                     for kk in 0..k as usize {
-                        want += (val(m.get_raw(&a, [0, q, i, kk]), at) - zav) * (val(m.get_raw(&b, [0, q, kk, j]), bt) - zbv);
+                        want += (val(m.get_raw(&a, [0, q, i, kk]), at) - zav) * (val(m.get_raw(&b, [0, qb, kk, j]), bt) - zbv);
                     }
-                    let got = m.get_raw(&c, [0, q, i, j]) as u32 as i32;
-                    prop_assert_eq!(got, want as i32, "at {:?} ({:?} x {:?}, k {})", [q, i, j], at, bt, k);
+                    if scaled {
+                        let want = want as i32 as f32 * m.get_f32(&scale, [0, q, 0, j]);
+                        let got = m.get_f32(&c, [0, q, i, j]);
+                        prop_assert_eq!(got.to_bits(), want.to_bits(), "at {:?} ({:?} x {:?}, k {}, packed {})", [q, i, j], at, bt, k, packed);
+                    } else {
+                        let got = m.get_raw(&c, [0, q, i, j]) as u32 as i32;
+                        prop_assert_eq!(got, want as i32, "at {:?} ({:?} x {:?}, k {}, packed {})", [q, i, j], at, bt, k, packed);
+                    }
                 }
             }
         }
@@ -1909,6 +1967,8 @@ fn int8_gemm_throughput() {
                     c,
                     a_zero: None,
                     b_zero: None,
+                    packed_b: false,
+                    scale: None,
                 };
                 let mem = m.mem();
                 let t = std::time::Instant::now();
