@@ -363,6 +363,7 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
     let mut lines = Vec::new();
     let (mut matmuls, mut cast) = (0usize, std::collections::BTreeMap::new());
     let mut packed = 0usize;
+    let (mut int_products, mut int_packed) = (0usize, 0usize);
     for b in &m.blocks {
         let Ok(ops) = nrt_isa::decode_block(&b.code, b.engine) else {
             continue;
@@ -383,6 +384,27 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
                     output.shape,
                     if bias.is_some() { " + bias" } else { "" },
                 ));
+                continue;
+            }
+            if let nrt_isa::Op::MatMulInteger {
+                b: wb,
+                c,
+                packed_b,
+                scale,
+                ..
+            } = &ins.op
+            {
+                int_products += 1;
+                int_packed += *packed_b as usize;
+                if scale.is_some() {
+                    lines.push(format!(
+                        "  core {} {} #{i}: MatMulInteger ({} weights) -> {:?} f32 + scale",
+                        b.core,
+                        b.engine.name(),
+                        wb.dtype,
+                        c.shape
+                    ));
+                }
                 continue;
             }
             let nrt_isa::Op::MatMul {
@@ -444,6 +466,11 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
         weights.join(", ")
     );
     println!("packed weights: {packed} of {matmuls} MatMuls read B packed in panels");
+    if int_products > 0 {
+        println!(
+            "integer products: {int_packed} of {int_products} MatMulIntegers read constant B packed"
+        );
+    }
     if !lines.is_empty() {
         println!("fused epilogues ({}):", lines.len());
         for l in lines {

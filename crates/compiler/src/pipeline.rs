@@ -164,6 +164,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         auto_cast,
         cast_addr: HashMap::new(),
         packed_addr: HashMap::new(),
+        qpacked_addr: HashMap::new(),
         prog: Vec::new(),
         guards: Vec::new(),
         guard: None,

@@ -370,6 +370,63 @@ pub mod matmul_flags {
     }
 }
 
+/// The layout of a packed B of [`Op::MatMulInteger`] (`packed_b`, NCM 1.7): constant weights
+/// that the compiler lays out once the way the product reads them, so no execution re-packs
+/// them (at 64×512×512 that packing was a third of the instruction's time).
+///
+/// For a `K × N` B of type `u8` or `i8`, with `K4 = ⌈K/4⌉` and `Np =` [`padded_columns`]`(N)`:
+/// `K4 + 1` rows of `Np` little-endian 32-bit words. Word `j` of row `w < K4` holds the
+/// bytes `B[4w..4w+4, j]` (k order, zero past `K`) *re-biased to i8* (`b` for i8, `b ^ 0x80`
+/// — that is `b − 128` — for u8); word `j < N` of row `K4` is column `j`'s sum of those
+/// re-biased bytes as an i32 (the zero-point correction's term); every other word is 0. The
+/// operand's AP is `[1, 1, K4 + 1, 4·Np]` of B's type with strides `[0, 0, 4·Np, 1]` (the
+/// type still says how the zero point is read). Not for a B that differs between batches.
+pub mod qmatmul_layout {
+    /// The product's column tile: packed rows are padded to a multiple of it.
+    pub const COLUMN_TILE: usize = 32;
+
+    /// Words in one packed row for `n` columns: whole tiles plus one 64-byte line (so the
+    /// `K4` rows of a tile fall into consecutive L1 sets, not the same few: with `n = 512`
+    /// a 2 KiB row stride put every row in one of two sets).
+    pub fn padded_columns(n: usize) -> Option<usize> {
+        n.div_ceil(COLUMN_TILE)
+            .checked_mul(COLUMN_TILE)?
+            .checked_add(16)
+    }
+
+    /// Bytes of the packed layout of a `k × n` B (`None` on overflow).
+    pub fn packed_len(k: usize, n: usize) -> Option<usize> {
+        k.div_ceil(4)
+            .checked_add(1)?
+            .checked_mul(padded_columns(n)?)?
+            .checked_mul(4)
+    }
+
+    /// Packs the `k × n` matrix `get(p, j)` (its bytes as stored; `signed`: i8, else u8).
+    pub fn pack(
+        k: usize,
+        n: usize,
+        signed: bool,
+        get: impl Fn(usize, usize) -> u8,
+    ) -> Option<Vec<u8>> {
+        let np = padded_columns(n)?;
+        let k4 = k.div_ceil(4);
+        let mut out = vec![0u8; packed_len(k, n)?];
+        let flip = if signed { 0 } else { 0x80 };
+        for j in 0..n {
+            let mut sum = 0i32;
+            for p in 0..k {
+                let byte = get(p, j) ^ flip;
+                sum = sum.wrapping_add(byte as i8 as i32);
+                out[((p / 4) * np + j) * 4 + p % 4] = byte;
+            }
+            let at = (k4 * np + j) * 4;
+            out[at..at + 4].copy_from_slice(&sum.to_le_bytes());
+        }
+        Some(out)
+    }
+}
+
 /// What [`Op::MatMul`] applies to each output tile while it is still in cache, before it
 /// is stored: `C = func(alpha·op(A)·op(B) [+ C] + bias + residual)`. Both added operands have
 /// C's shape (broadcast by stride 0: a per-column bias is `[.., .., M, N]` with strides
@@ -520,18 +577,26 @@ pub enum Op {
         epilogue: Epilogue,
     },
     /// PE: integer matrix product, `C = (A − a_zero)·(B − b_zero)` in i32 (wrapping),
-    /// batched over the two leading dimensions (ONNX MatMulInteger).
+    /// batched over the two leading dimensions (ONNX MatMulInteger); with `scale`, the sums
+    /// are converted to f32 and multiplied by it (ONNX Runtime's `MatMulIntegerToFloat`:
+    /// a dynamically quantized layer's `Cast` and `Mul` fused, [`opcode::MATMUL_INTEGER_SCALED`],
+    /// NCM 1.7).
     MatMulInteger {
         /// `[b1, b2, M, K]` u8 or i8.
         a: AccessPattern,
-        /// `[b1, b2, K, N]` u8 or i8.
+        /// `[b1, b2, K, N]` u8 or i8; with `packed_b`, the layout of
+        /// [`qmatmul_layout`] instead.
         b: AccessPattern,
-        /// `[b1, b2, M, N]` i32.
+        /// `[b1, b2, M, N]` i32 (f32 with `scale`).
         c: AccessPattern,
         /// `[b1, b2, M, 1]` of A's type (per row, usually broadcast), if any.
         a_zero: Option<AccessPattern>,
         /// `[b1, b2, 1, N]` of B's type (per column, usually broadcast), if any.
         b_zero: Option<AccessPattern>,
+        /// B is constant weights packed once by the compiler ([`qmatmul_layout`], NCM 1.7).
+        packed_b: bool,
+        /// `[b1, b2, 1, N]` f32 (per column or, with strides 0, per tensor), if any.
+        scale: Option<AccessPattern>,
     },
     /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
     Conv {
@@ -929,6 +994,8 @@ pub mod opcode {
     pub const MATMUL_INTEGER: u8 = 0x23;
     /// [`super::Op::MatMul`] with an [`super::Epilogue`] (NCM 1.1).
     pub const MATMUL_EPI: u8 = 0x22;
+    /// [`super::Op::MatMulInteger`] with a `scale` (f32 results, NCM 1.7).
+    pub const MATMUL_INTEGER_SCALED: u8 = 0x25;
     /// [`super::Op::Conv`] with an activation (NCM 1.5).
     pub const CONV_ACT: u8 = 0x24;
     /// [`super::Op::Activation`].
@@ -989,6 +1056,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         CONV => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 48),
         CONV_ACT => ("Conv", HEADER_SIZE + 5 * AP_SIZE + 64),
         MATMUL_INTEGER => ("MatMulInteger", HEADER_SIZE + 5 * AP_SIZE + 8),
+        MATMUL_INTEGER_SCALED => ("MatMulInteger", HEADER_SIZE + 6 * AP_SIZE + 8),
         MATMUL_EPI => ("MatMul", HEADER_SIZE + 5 * AP_SIZE + 24),
         ACTIVATION => ("Activation", HEADER_SIZE + 3 * AP_SIZE + 24),
         BINARY => ("Binary", HEADER_SIZE + 3 * AP_SIZE + 8),
@@ -1041,7 +1109,8 @@ impl Op {
                     CONV_ACT
                 }
             }
-            Op::MatMulInteger { .. } => MATMUL_INTEGER,
+            Op::MatMulInteger { scale: None, .. } => MATMUL_INTEGER,
+            Op::MatMulInteger { scale: Some(_), .. } => MATMUL_INTEGER_SCALED,
             Op::Activation { .. } => ACTIVATION,
             Op::Binary { .. } => BINARY,
             Op::TensorScalar { .. } => TENSOR_SCALAR,
@@ -1224,6 +1293,8 @@ macro_rules! operand_table {
                 c,
                 a_zero,
                 b_zero,
+                scale,
+                ..
             } => {
                 $f(0, "a", Role::Read, a);
                 $f(1, "b", Role::Read, b);
@@ -1233,6 +1304,9 @@ macro_rules! operand_table {
                 }
                 if let Some(x) = b_zero {
                     $f(4, "b_zero", Role::Read, x);
+                }
+                if let Some(x) = scale {
+                    $f(5, "scale", Role::Read, x);
                 }
             }
             Op::Conv {
@@ -1662,13 +1736,22 @@ impl Instruction {
                 c,
                 a_zero,
                 b_zero,
+                packed_b,
+                scale,
             } => {
                 w.ap(a);
                 w.ap(b);
                 w.ap(c);
                 w.opt_ap(a_zero);
                 w.opt_ap(b_zero);
-                w.u32(a_zero.is_some() as u32 | (b_zero.is_some() as u32) << 1);
+                if scale.is_some() {
+                    w.opt_ap(scale);
+                }
+                w.u32(
+                    a_zero.is_some() as u32
+                        | (b_zero.is_some() as u32) << 1
+                        | (*packed_b as u32) << 2,
+                );
                 w.u32(0);
             }
             Op::Activation {
@@ -2128,6 +2211,31 @@ fn check_packed_b(b: &AccessPattern, k: u32, n: u32) -> Result<(), DecodeError> 
                     .at(32 + 4 * d),
             );
         }
+    }
+    Ok(())
+}
+
+/// The layout of a packed B of [`Op::MatMulInteger`] holding a `k × n` matrix
+/// ([`qmatmul_layout`]): `[1, 1, ⌈k/4⌉ + 1, 4·Np]`, strides `[any, any, 4·Np, 1]`, at a
+/// 4-byte aligned address (the product reads it as words).
+fn check_packed_int_b(b: &AccessPattern, k: u32, n: u32) -> Result<(), DecodeError> {
+    let np = qmatmul_layout::padded_columns(n as usize)
+        .and_then(|np| u32::try_from(np.checked_mul(4)?).ok())
+        .ok_or_else(|| DecodeError::field("b.shape", Reason::OutOfRange(n as u64)).at(16 + 12))?;
+    dim_eq("b.shape", 0, 1, b.shape[0])?;
+    dim_eq("b.shape", 1, 1, b.shape[1])?;
+    dim_eq("b.shape", 2, k.div_ceil(4) + 1, b.shape[2])?;
+    dim_eq("b.shape", 3, np, b.shape[3])?;
+    for (d, w) in [(2, np as i64), (3, 1)] {
+        if b.stride[d] as i64 != w {
+            return Err(
+                DecodeError::field("b.stride", Reason::OutOfRange(b.stride[d] as u64))
+                    .at(32 + 4 * d),
+            );
+        }
+    }
+    if !b.addr.is_multiple_of(4) {
+        return Err(DecodeError::field("b.addr", Reason::OutOfRange(b.addr)).at(0));
     }
     Ok(())
 }
@@ -2953,30 +3061,39 @@ impl Instruction {
                     reduce,
                 }
             }
-            opcode::MATMUL_INTEGER => {
-                let flags_at = HEADER_SIZE + 5 * AP_SIZE;
+            opcode::MATMUL_INTEGER | opcode::MATMUL_INTEGER_SCALED => {
+                let scaled = b[0] == opcode::MATMUL_INTEGER_SCALED;
+                let aps = if scaled { 6 } else { 5 };
+                let flags_at = HEADER_SIZE + aps * AP_SIZE;
                 let flags = u32::from_le_bytes(b[flags_at..flags_at + 4].try_into().expect("4"));
-                if flags & !3 != 0 {
+                if flags & !7 != 0 {
                     return Err(
                         DecodeError::field("flags", Reason::UnknownFlags(flags)).at(flags_at)
                     );
                 }
+                let packed_b = flags & 4 != 0;
                 let a = r.ap("a")?;
                 let b_ = r.ap("b")?;
                 let c = r.ap("c")?;
                 let a_zero = r.opt_ap("a_zero", flags & 1 != 0)?;
                 let b_zero = r.opt_ap("b_zero", flags & 2 != 0)?;
+                let scale = if scaled { Some(r.ap("scale")?) } else { None };
                 r.u32();
                 r.zeros(4, "reserved")?;
                 const Q: &[DType] = &[DType::U8, DType::I8];
                 require_dtype(&a, "a.dtype", Q).map_err(|e| e.shifted(HEADER_SIZE))?;
                 require_dtype(&b_, "b.dtype", Q).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
-                require_dtype(&c, "c.dtype", &[DType::I32])
+                let c_type = if scaled { DType::F32 } else { DType::I32 };
+                require_dtype(&c, "c.dtype", &[c_type])
                     .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
                 let [b1, b2, m, k] = a.shape;
                 let n = c.shape[3];
-                same_shape("b.shape", &[b1, b2, k, n], &b_)
-                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                if packed_b {
+                    check_packed_int_b(&b_, k, n).map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                } else {
+                    same_shape("b.shape", &[b1, b2, k, n], &b_)
+                        .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                }
                 same_shape("c.shape", &[b1, b2, m, n], &c)
                     .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
                 if let Some(z) = &a_zero {
@@ -2989,12 +3106,19 @@ impl Instruction {
                     require_dtype(z, "b_zero.dtype", &[b_.dtype]).map_err(|e| e.shifted(at))?;
                     same_shape("b_zero.shape", &[b1, b2, 1, n], z).map_err(|e| e.shifted(at))?;
                 }
+                if let Some(sc) = &scale {
+                    let at = HEADER_SIZE + 5 * AP_SIZE;
+                    require_dtype(sc, "scale.dtype", &[DType::F32]).map_err(|e| e.shifted(at))?;
+                    same_shape("scale.shape", &[b1, b2, 1, n], sc).map_err(|e| e.shifted(at))?;
+                }
                 Op::MatMulInteger {
                     a,
                     b: b_,
                     c,
                     a_zero,
                     b_zero,
+                    packed_b,
+                    scale,
                 }
             }
             opcode::TOP_K => {

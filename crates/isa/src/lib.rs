@@ -35,7 +35,7 @@ pub use instr::{
     ActFunc, AddressField, BinaryOp, CoordMode, Epilogue, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,
     HEADER_SIZE, Instruction, NearestMode, Op, Operand, OperandMut, PoolOp, ROI_MAX_GRID, ReduceOp,
     ResizeMode, Role, ScatterReduce, SemRef, ShapeTemplate, Sync, Window, matmul_flags, nms_flags,
-    opcode, opcode_info, roi_flags,
+    opcode, opcode_info, qmatmul_layout, roi_flags,
 };
 
 use nrt_hal::Engine;

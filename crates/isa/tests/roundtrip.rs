@@ -387,7 +387,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
         (
             arb_dims(),
             1u32..6,
-            0usize..4,
+            0usize..8,
             any::<(bool, bool, bool, bool)>()
         )
             .prop_flat_map(move |(s, n, zps, (ai8, bi8, _, _))| {
@@ -402,13 +402,36 @@ fn arb_op() -> impl Strategy<Value = Op> {
                     arb_ap(DType::I32, [b1, b2, m, n]),
                     arb_ap(at, [b1, b2, m, 1]),
                     arb_ap(bt, [b1, b2, 1, n]),
+                    arb_ap(DType::F32, [b1, b2, 1, n]),
+                    any::<bool>(),
                 )
-                    .prop_map(move |(a, b, c, za, zb)| Op::MatMulInteger {
-                        a,
-                        b,
-                        c,
-                        a_zero: (zps & 1 != 0).then_some(za),
-                        b_zero: (zps & 2 != 0).then_some(zb),
+                    .prop_map(move |(a, b, mut c, za, zb, sc, packed)| {
+                        // A packed B (`qmatmul_layout`): `[1, 1, K4 + 1, 4·Np]`, dense rows.
+                        let b = if packed {
+                            let np4 = 4 * nrt_isa::qmatmul_layout::padded_columns(n as usize)
+                                .unwrap() as u32;
+                            AccessPattern {
+                                addr: b.addr & !3,
+                                dtype: b.dtype,
+                                shape: [1, 1, k.div_ceil(4) + 1, np4],
+                                stride: [0, 0, np4 as i32, 1],
+                            }
+                        } else {
+                            b
+                        };
+                        let scaled = zps & 4 != 0;
+                        if scaled {
+                            c.dtype = DType::F32;
+                        }
+                        Op::MatMulInteger {
+                            a,
+                            b,
+                            c,
+                            a_zero: (zps & 1 != 0).then_some(za),
+                            b_zero: (zps & 2 != 0).then_some(zb),
+                            packed_b: packed,
+                            scale: scaled.then_some(sc),
+                        }
                     })
             },),
         (arb_dims(), 0u32..4, any::<bool>()).prop_flat_map(move |(s, k, largest)| {

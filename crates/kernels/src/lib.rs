@@ -277,6 +277,8 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             c,
             a_zero,
             b_zero,
+            packed_b,
+            scale,
         } => {
             let args = qmatmul::Args {
                 a,
@@ -284,6 +286,8 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
                 c,
                 a_zero: a_zero.as_ref(),
                 b_zero: b_zero.as_ref(),
+                packed_b: *packed_b,
+                scale: scale.as_ref(),
             };
             // SAFETY: see above.
             unsafe { qmatmul::matmul_integer(&args, mem, ws) };

@@ -12,7 +12,12 @@
 //! bytes, B as `[K4][Np]` words (the 4 k bytes of one column), `K4 = ⌈K/4⌉`, `Np` the
 //! columns rounded up to the tile width plus one cache line (so a tile's rows do not alias
 //! in L1), zero padded — so a tile loads 16 columns' words as one 64-byte vector and
-//! broadcasts one word of A.
+//! broadcasts one word of A. Constant weights come packed already (`packed_b`: the compiler
+//! wrote B in that layout with its column sums, `nrt_isa::qmatmul_layout`), which at
+//! 64×512×512 saves a third of the instruction.
+//!
+//! With a `scale`, each corrected sum is converted to f32 and multiplied by its column's
+//! scale as the tile is stored (a dynamically quantized layer's `Cast` and `Mul`).
 
 use crate::strided::View;
 use crate::{DeviceMemory, Workspace};
@@ -37,6 +42,138 @@ pub struct Args<'a> {
     pub a_zero: Option<&'a AccessPattern>,
     /// `[b1, b2, 1, N]`, B's type, if any.
     pub b_zero: Option<&'a AccessPattern>,
+    /// B is in the compiler's packed layout (`nrt_isa::qmatmul_layout`).
+    pub packed_b: bool,
+    /// `[b1, b2, 1, N]` f32: C is f32, the sums times it, if any.
+    pub scale: Option<&'a AccessPattern>,
+}
+
+/// Where the corrected sums go.
+enum Out {
+    /// i32 as they are.
+    Integer(View<i32>),
+    /// f32, times the scale: `(C, scale)`.
+    Scaled(View<f32>, View<f32>),
+}
+
+impl Out {
+    /// Writes `sums` to columns `at[3]..at[3] + sums.len()` of row `at[..3]`.
+    ///
+    /// # Safety
+    /// Those elements lie inside C (and the scale's `[.., 1, N]`), in device memory.
+    #[inline(always)]
+    unsafe fn store(&self, at: [usize; 4], sums: &[i32]) {
+        let [p, q, i, j0] = at;
+        match self {
+            Out::Integer(vc) if vc.stride[3] == 1 => {
+                // SAFETY: per the contract, a unit-stride run of C.
+                unsafe {
+                    core::slice::from_raw_parts_mut(vc.at(at), sums.len()).copy_from_slice(sums)
+                };
+            }
+            Out::Integer(vc) => {
+                for (c, &v) in sums.iter().enumerate() {
+                    // SAFETY: per the contract.
+                    unsafe { vc.at([p, q, i, j0 + c]).write(v) };
+                }
+            }
+            Out::Scaled(vc, vs) if vc.stride[3] == 1 && vs.stride[3] <= 1 => {
+                // A unit-stride run of C, the scale per column or one value: a loop that
+                // vectorizes (converting and scaling 16 sums per instruction pair).
+                // SAFETY: per the contract, `sums.len()` elements of C from `at`, and of the
+                // scale from (p, q, 0, j0) when it is per column.
+                unsafe {
+                    let dst = core::slice::from_raw_parts_mut(vc.at(at), sums.len());
+                    if vs.stride[3] == 0 {
+                        let s = *vs.at([p, q, 0, j0]);
+                        for (d, &v) in dst.iter_mut().zip(sums) {
+                            *d = v as f32 * s;
+                        }
+                    } else {
+                        let sc = core::slice::from_raw_parts(vs.at([p, q, 0, j0]), sums.len());
+                        for ((d, &v), &s) in dst.iter_mut().zip(sums).zip(sc) {
+                            *d = v as f32 * s;
+                        }
+                    }
+                }
+            }
+            Out::Scaled(vc, vs) => {
+                for (c, &v) in sums.iter().enumerate() {
+                    // SAFETY: per the contract.
+                    unsafe {
+                        let s = *vs.at([p, q, 0, j0 + c]);
+                        vc.at([p, q, i, j0 + c]).write(v as f32 * s);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Packs rows of B (batch `pq`) into `bpack` (`[K4][np]` words of 4 consecutive k bytes,
+/// re-biased by `b_flip`) and their column sums into `colsum`: row by row (k outer), so
+/// that a row-major B is read in memory order; each byte goes to its place in its column's
+/// word.
+///
+/// # Safety
+/// B's batch `pq` inside device memory with `k × n` elements; `bpack` holds `⌈k/4⌉·np`
+/// words and `colsum` `≥ n`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn pack_b(
+    vb: &View<u8>,
+    pq: [usize; 2],
+    k: usize,
+    n: usize,
+    np: usize,
+    b_flip: u8,
+    bpack: &mut [i32],
+    colsum: &mut [i32],
+) {
+    let [p, q] = pq;
+    colsum.fill(0);
+    bpack.fill(0);
+    // Four unit-stride rows at a time: each word written once (not or-ed into four
+    // times), their column sums added in the same pass.
+    let quads = if vb.stride[3] == 1 { k / 4 } else { 0 };
+    for w in 0..quads {
+        // SAFETY: rows 4w..4w+4 of (p, q) hold n contiguous bytes each.
+        let rows: [&[u8]; 4] = core::array::from_fn(|t| unsafe {
+            core::slice::from_raw_parts(vb.at([p, q, 4 * w + t, 0]), n)
+        });
+        let words = &mut bpack[w * np..][..n];
+        for (j, (word, sum)) in words.iter_mut().zip(colsum.iter_mut()).enumerate() {
+            let b = [
+                rows[0][j] ^ b_flip,
+                rows[1][j] ^ b_flip,
+                rows[2][j] ^ b_flip,
+                rows[3][j] ^ b_flip,
+            ];
+            *sum += b[0] as i8 as i32 + b[1] as i8 as i32 + b[2] as i8 as i32 + b[3] as i8 as i32;
+            *word = i32::from_le_bytes(b);
+        }
+    }
+    for kk in 4 * quads..k {
+        let (w, shift) = (kk / 4, 8 * (kk % 4));
+        let words = &mut bpack[w * np..][..n];
+        if vb.stride[3] == 1 {
+            // A unit-stride row (weights as stored): one slice, no index arithmetic per
+            // byte, so the loop vectorizes.
+            // SAFETY: row (p, q, kk) of B holds n contiguous bytes.
+            let row = unsafe { core::slice::from_raw_parts(vb.at([p, q, kk, 0]), n) };
+            for ((word, sum), &x) in words.iter_mut().zip(colsum.iter_mut()).zip(row) {
+                let byte = x ^ b_flip;
+                *sum += byte as i8 as i32;
+                *word |= ((byte as u32) << shift) as i32;
+            }
+            continue;
+        }
+        for (j, (word, sum)) in words.iter_mut().zip(colsum.iter_mut()).enumerate() {
+            // SAFETY: (p, q, kk, j) inside B.
+            let byte = unsafe { *vb.at([p, q, kk, j]) } ^ b_flip;
+            *sum += byte as i8 as i32;
+            *word |= ((byte as u32) << shift) as i32;
+        }
+    }
 }
 
 /// Reads element `idx` of an 8-bit operand as its value (signed for i8).
@@ -98,19 +235,32 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
     // Packed B's row stride in words: the columns rounded up to the tile width, plus one
     // cache line, so that a tile's K4 rows (one 128-byte load pair each) fall into
     // consecutive L1 sets rather than the same few (N = 512 made the stride 2 KiB: every row
-    // in one of two sets, the tile streaming B from L2).
+    // in one of two sets, the tile streaming B from L2). The compiler's packed weights use
+    // the same layout (`qmatmul_layout`).
+    const { assert!(NR == nrt_isa::qmatmul_layout::COLUMN_TILE) };
     let np = n.div_ceil(NR) * NR + 16;
-    let words = ws.typed::<i32>(m * k4 + k4 * np + m + np);
+    let packed = args.packed_b;
+    let b_words = if packed { 0 } else { k4 * np + np };
+    let words = ws.typed::<i32>(m * k4 + m + b_words);
     let (apack, rest) = words.split_at_mut(m * k4);
-    let (bpack, rest) = rest.split_at_mut(k4 * np);
-    let (rowsum, colsum) = rest.split_at_mut(m);
-    let (va, vb, vc) = (
-        View::<u8>::new(args.a, mem),
-        View::<u8>::new(args.b, mem),
-        View::<i32>::new(args.c, mem),
-    );
+    let (rowsum, rest) = rest.split_at_mut(m);
+    let (bpack_ws, colsum_ws) = rest.split_at_mut(b_words - if packed { 0 } else { np });
+    // A packed B: its words and column sums as the compiler stored them.
+    // SAFETY: the decoder checked the packed layout (`[1, 1, K4 + 1, 4·Np]` bytes, dense
+    // rows, 4-byte aligned) and the device checked that the operand lies inside `mem`;
+    // nothing writes it while the instruction runs (B is read-only here).
+    let packed_words: &[i32] = if packed {
+        unsafe { core::slice::from_raw_parts(mem.ptr(args.b.addr) as *const i32, (k4 + 1) * np) }
+    } else {
+        &[]
+    };
+    let (va, vb) = (View::<u8>::new(args.a, mem), View::<u8>::new(args.b, mem));
     let vza = args.a_zero.map(|z| View::<u8>::new(z, mem));
     let vzb = args.b_zero.map(|z| View::<u8>::new(z, mem));
+    let out = match args.scale {
+        Some(sc) => Out::Scaled(View::<f32>::new(args.c, mem), View::<f32>::new(sc, mem)),
+        None => Out::Integer(View::<i32>::new(args.c, mem)),
+    };
     for p in 0..b1 {
         for q in 0..b2 {
             // Pack A (u8) with its row sums.
@@ -155,56 +305,15 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
                 }
                 rowsum[i] = sum;
             }
-            // Pack B (i8) with its column sums: row by row (k outer), so that a row-major B
-            // is read in memory order; each byte goes to its place in its column's word.
-            colsum.fill(0);
-            bpack.fill(0);
-            // Four unit-stride rows at a time: each word written once (not or-ed into four
-            // times), their column sums added in the same pass.
-            let quads = if vb.stride[3] == 1 { k / 4 } else { 0 };
-            for w in 0..quads {
-                // SAFETY: rows 4w..4w+4 of (p, q) hold n contiguous bytes each.
-                let rows: [&[u8]; 4] = core::array::from_fn(|t| unsafe {
-                    core::slice::from_raw_parts(vb.at([p, q, 4 * w + t, 0]), n)
-                });
-                let words = &mut bpack[w * np..][..n];
-                for (j, (word, sum)) in words.iter_mut().zip(colsum.iter_mut()).enumerate() {
-                    let b = [
-                        rows[0][j] ^ b_flip,
-                        rows[1][j] ^ b_flip,
-                        rows[2][j] ^ b_flip,
-                        rows[3][j] ^ b_flip,
-                    ];
-                    *sum += b[0] as i8 as i32
-                        + b[1] as i8 as i32
-                        + b[2] as i8 as i32
-                        + b[3] as i8 as i32;
-                    *word = i32::from_le_bytes(b);
-                }
+            if !packed {
+                // SAFETY: per the caller's contract (B inside `mem`, shape `[b1, b2, K, N]`).
+                unsafe { pack_b(&vb, [p, q], k, n, np, b_flip, bpack_ws, colsum_ws) };
             }
-            for kk in 4 * quads..k {
-                let (w, shift) = (kk / 4, 8 * (kk % 4));
-                let words = &mut bpack[w * np..][..n];
-                if vb.stride[3] == 1 {
-                    // A unit-stride row (weights as stored): one slice, no index arithmetic
-                    // per byte, so the loop vectorizes (this packing is per execution and
-                    // was most of a 64×512×512 product's time).
-                    // SAFETY: row (p, q, kk) of B holds n contiguous bytes.
-                    let row = unsafe { core::slice::from_raw_parts(vb.at([p, q, kk, 0]), n) };
-                    for ((word, sum), &x) in words.iter_mut().zip(colsum.iter_mut()).zip(row) {
-                        let byte = x ^ b_flip;
-                        *sum += byte as i8 as i32;
-                        *word |= ((byte as u32) << shift) as i32;
-                    }
-                    continue;
-                }
-                for (j, (word, sum)) in words.iter_mut().zip(colsum.iter_mut()).enumerate() {
-                    // SAFETY: (p, q, kk, j) inside B.
-                    let byte = unsafe { *vb.at([p, q, kk, j]) } ^ b_flip;
-                    *sum += byte as i8 as i32;
-                    *word |= ((byte as u32) << shift) as i32;
-                }
-            }
+            let (bpack, colsum): (&[i32], &[i32]) = if packed {
+                packed_words.split_at(k4 * np)
+            } else {
+                (bpack_ws, colsum_ws)
+            };
             // Tiles.
             let mut i0 = 0;
             while i0 < m {
@@ -247,26 +356,17 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
                             .as_ref()
                             .map_or(0, |z| unsafe { byte_at(z, a_signed, [p, q, i, 0]) })
                             + a_off;
-                        let mut out = [0i32; NR];
+                        let mut sums = [0i32; NR];
                         for c in 0..cols {
                             let (dot, zb) = (acc_row[c], zbs[c]);
-                            out[c] = dot
+                            sums[c] = dot
                                 .wrapping_sub(zb.wrapping_mul(rowsum[i]))
                                 .wrapping_sub(za.wrapping_mul(colsum[j0 + c]))
                                 .wrapping_add((k as i32).wrapping_mul(za).wrapping_mul(zb));
                         }
-                        if vc.stride[3] == 1 {
-                            // SAFETY: columns j0..j0 + cols of row (p, q, i) of C, unit stride.
-                            unsafe {
-                                core::slice::from_raw_parts_mut(vc.at([p, q, i, j0]), cols)
-                                    .copy_from_slice(&out[..cols])
-                            };
-                        } else {
-                            for (c, &v) in out.iter().enumerate().take(cols) {
-                                // SAFETY: (p, q, i, j0 + c) inside C.
-                                unsafe { vc.at([p, q, i, j0 + c]).write(v) };
-                            }
-                        }
+                        // SAFETY: columns j0..j0 + cols of row (p, q, i) lie inside C (and
+                        // the scale's `[.., 1, N]`).
+                        unsafe { out.store([p, q, i, j0], &sums[..cols]) };
                     }
                     j0 += NR;
                 }

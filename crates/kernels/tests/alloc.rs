@@ -418,6 +418,8 @@ fn second_calls_allocate_nothing() {
             c: qc,
             a_zero: None,
             b_zero: None,
+            packed_b: false,
+            scale: None,
         },
     ));
 

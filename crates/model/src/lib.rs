@@ -52,7 +52,7 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   the function and its two parameters; see `nrt_isa::Op::Conv`).
 /// - 1.6: the `Guard` instruction (opcode `0x03`, any engine): predication, what an `If` on
 ///   a run-time condition compiles to (see `nrt_isa::Op::Guard`).
-pub const VERSION_MINOR: u16 = 6;
+pub const VERSION_MINOR: u16 = 7;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

@@ -55,6 +55,8 @@ pub(crate) struct Lowerer<'a> {
     /// Weights already packed in panels (`matmul_flags::PACKED_B`), by value and whether
     /// the value holds `[N, K]`: the packed constant.
     pub(crate) packed_addr: HashMap<(ValueId, bool), u64>,
+    /// Integer-product weights already stored packed (`qmatmul_layout`), by value.
+    pub(crate) qpacked_addr: HashMap<ValueId, u64>,
     pub(crate) prog: Vec<(u8, Engine, Instruction)>,
     /// The guard of each instruction of `prog` (its condition's access pattern and the value
     /// under which it runs): [`predicate`] turns them into [`Op::Guard`] instructions.
@@ -285,6 +287,47 @@ impl<'a> Lowerer<'a> {
         }
         let j = self.consumers[v][0];
         (self.g.nodes[j].guard == self.guard).then_some(j)
+    }
+
+    /// Makes `v` available now by lowering its producer ahead of its place in model order,
+    /// when `v` is not yet computed and the producer is one plain node (no control flow,
+    /// not part of a recognized pattern, under the current guard) whose inputs all are:
+    /// how a fused operand (the scale of a dequantizing product, computed from two scalars
+    /// after the product in model order) becomes available to the instruction that reads
+    /// it. Returns whether `v` is available.
+    pub(crate) fn hoist_producer(&mut self, v: ValueId) -> Result<bool> {
+        let g = self.g;
+        if g.values[v].konst.is_some() || self.loc[v].is_some() {
+            return Ok(true);
+        }
+        let Some(p) = g
+            .nodes
+            .iter()
+            .position(|n| n.outputs.iter().flatten().any(|&o| o == v))
+        else {
+            return Ok(false);
+        };
+        let n = &g.nodes[p];
+        let ready = |x: ValueId| g.values[x].konst.is_some() || self.loc[x].is_some();
+        if self.skip[p]
+            || self.fused.contains_key(&p)
+            || self.fused.values().any(|f| f.nodes.contains(&p))
+            || n.guard != self.guard
+            || matches!(n.op.as_str(), "If" | "Loop" | "Scan")
+            || !n.inputs.iter().flatten().all(|&x| ready(x))
+        {
+            return Ok(false);
+        }
+        self.skip[p] = true;
+        self.lowered_nodes += 1;
+        self.lower_node(p).map_err(|e| e.at_node(&n.name, &n.op))?;
+        for &o in n.outputs.iter().flatten() {
+            if self.loc[o].is_some() {
+                self.finish_value(o)
+                    .map_err(|e| e.at_node(&n.name, &n.op))?;
+            }
+        }
+        Ok(self.loc[v].is_some())
     }
 
     pub(crate) fn out(&self, ni: usize, k: usize) -> Result<ValueId> {

@@ -37,7 +37,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Input `i` of node `n` (present: inference checked the node's arity).
-    fn input_id(n: &Node, i: usize) -> Result<ValueId> {
+    pub(crate) fn input_id(n: &Node, i: usize) -> Result<ValueId> {
         n.inputs.get(i).copied().flatten().ok_or_else(|| {
             n.error(
                 ErrorKind::Internal,

@@ -16,13 +16,13 @@
 use super::unary::infer_same;
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
-use crate::graph::{Node, Value};
+use crate::graph::{Node, Value, ValueId};
 use crate::lower::view::{View, dense_ap, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, matmul_shape, out, window_params};
 use crate::tensor::dtype_from_onnx;
 use nrt_hal::DType;
-use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, ReduceOp};
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, ReduceOp, qmatmul_layout};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Round", 11, infer_same)
@@ -330,6 +330,7 @@ pub(crate) fn infer_qlinear_matmul(c: &Ctx) -> Result<Vec<Out>> {
 impl<'a> Lowerer<'a> {
     /// `acc ← (A − za)·(B − zb)` into the i32 view `acc` (of the product's shape), one
     /// `MatMulInteger` on PE (inputs as in [`int_product`]).
+    #[allow(clippy::too_many_arguments)]
     fn int_matmul(
         &mut self,
         n: &Node,
@@ -338,12 +339,13 @@ impl<'a> Lowerer<'a> {
         ib: usize,
         izb: usize,
         acc: &View,
+        scale: Option<View>,
     ) -> Result<()> {
         let s = &acc.shape;
         let r = s.len();
         let (m, nn) = (s[r - 2], s[r - 1]);
         let a = self.input_view(n, ia)?;
-        let b = self.input_view(n, ib)?;
+        let bv = Self::input_id(n, ib)?;
         let k = a.shape[a.shape.len() - 1];
         if s.iter().product::<usize>() == 0 {
             return Ok(());
@@ -368,15 +370,64 @@ impl<'a> Lowerer<'a> {
         };
         let za = zero(self, iza, m, 1)?;
         let zb = zero(self, izb, 1, nn)?;
+        let mut full = s[..r - 2].to_vec();
+        full.extend([1, nn]);
+        let scale = scale.map(|v| v.broadcast(&full).ap()).transpose()?;
+        // (A packed weight is stored packed only: its plain form is never materialized.)
+        let (b, packed_b) = match self.pack_int_weight(bv, self.g.values[bv].dtype, k, nn) {
+            Some(ap) => (ap, true),
+            None => (self.view(bv)?.broadcast(&bshape).ap()?, false),
+        };
         let op = Op::MatMulInteger {
             a: a.broadcast(&ashape).ap()?,
-            b: b.broadcast(&bshape).ap()?,
+            b,
             c: acc.ap()?,
             a_zero: za.map(|z| z.ap()).transpose()?,
             b_zero: zb.map(|z| z.ap()).transpose()?,
+            packed_b,
+            scale,
         };
         self.emit(0, nrt_hal::Engine::Pe, op);
         Ok(())
+    }
+
+    /// A constant 2-D `k × n` weight B of the integer product stored once in the product's
+    /// packed layout (`qmatmul_layout`: its words and column sums, so no execution re-packs
+    /// them), as the instruction's B operand. `None` — B used as stored — when B is not a
+    /// constant matrix, when `n` is under half a column tile (the padding would dominate),
+    /// or when the packed size overflows the operand's fields.
+    fn pack_int_weight(
+        &mut self,
+        v: ValueId,
+        dtype: DType,
+        k: usize,
+        n: usize,
+    ) -> Option<AccessPattern> {
+        let val = &self.g.values[v];
+        let t = val.konst.as_deref()?;
+        if val.shape != [k, n] || n < qmatmul_layout::COLUMN_TILE / 2 {
+            return None;
+        }
+        let np4 = u32::try_from(qmatmul_layout::padded_columns(n)?.checked_mul(4)?).ok()?;
+        let rows = u32::try_from(k.div_ceil(4) + 1).ok()?;
+        i32::try_from(np4).ok()?;
+        let addr = match self.qpacked_addr.get(&v) {
+            Some(&a) => a,
+            None => {
+                let bytes = t.to_bytes();
+                let packed =
+                    qmatmul_layout::pack(k, n, dtype == DType::I8, |p, j| bytes[p * n + j])?;
+                let a = nrt_model::vaddr(self.b.constant(&packed, 64), 0);
+                self.qpacked_addr.insert(v, a);
+                a
+            }
+        };
+        Some(AccessPattern {
+            addr,
+            dtype,
+            shape: [1, 1, rows, np4],
+            stride: [0, 0, np4 as i32, 1],
+        })
     }
 
     /// `acc ← conv(x − x_zero, w − w_zero)` into the i32 view `acc` (`[N, M, OH, OW]` or
@@ -519,6 +570,8 @@ impl<'a> Lowerer<'a> {
             c: dense_ap(acc.addr, DType::I32, &[nb, m, oh * ow])?,
             a_zero,
             b_zero,
+            packed_b: false,
+            scale: None,
         };
         self.emit(0, nrt_hal::Engine::Pe, op);
         Ok(())
@@ -588,10 +641,72 @@ impl<'a> Lowerer<'a> {
         self.q_store(&t, Some(&zf.broadcast(&shape)), y)
     }
 
-    /// MatMulInteger: one instruction on PE.
+    /// MatMulInteger: one instruction on PE. When the i32 result is only converted to f32
+    /// and multiplied by a per-tensor or per-column scale (`Cast(to=FLOAT)` then `Mul`, as
+    /// ONNX Runtime's `quantize_dynamic` writes a layer), both nodes are the instruction's
+    /// f32 output (its `scale`, ONNX Runtime's `MatMulIntegerToFloat`).
     pub(crate) fn lower_matmul_integer(&mut self, at: At<'a>) -> Result<()> {
+        if let Some((nodes, s, out)) = self.dequantizing_consumers(at.o0)
+            && self.hoist_producer(s)?
+        {
+            let sv = self.sview(s)?;
+            let sv = if sv.strides.iter().any(|&x| x < 0) {
+                self.view(s)?
+            } else {
+                sv
+            };
+            for j in nodes {
+                self.skip[j] = true;
+            }
+            let y = self.alloc(out);
+            self.int_matmul(at.n, 0, 2, 1, 3, &y, Some(sv))?;
+            return self.finish_value(out);
+        }
         let y = self.alloc(at.o0);
-        self.int_matmul(at.n, 0, 2, 1, 3, &y)
+        self.int_matmul(at.n, 0, 2, 1, 3, &y, None)
+    }
+
+    /// The `Cast(to=FLOAT)` and `Mul` by a scale that follow the integer product `v`, if
+    /// they are its only readers and the scale is f32 with one value per tensor or per
+    /// column: `(nodes, scale, result)` (the caller makes the scale available,
+    /// [`Lowerer::hoist_producer`]).
+    fn dequantizing_consumers(&self, v: ValueId) -> Option<([usize; 2], ValueId, ValueId)> {
+        let g = self.g;
+        let shape = &g.values[v].shape;
+        let cast = self.sole_consumer(v)?;
+        let nc = &g.nodes[cast];
+        let cv = nc.outputs.first().copied().flatten()?;
+        if nc.op != "Cast"
+            || i32::try_from(nc.attr_i("to", 0).ok()?)
+                .ok()
+                .and_then(dtype_from_onnx)
+                != Some(DType::F32)
+            || g.values[cv].dtype != DType::F32
+            || self.skip[cast]
+        {
+            return None;
+        }
+        let mul = self.sole_consumer(cv)?;
+        let nm = &g.nodes[mul];
+        let ins: Vec<ValueId> = nm.inputs.iter().flatten().copied().collect();
+        let other = match (nm.op.as_str(), ins.as_slice()) {
+            ("Mul", &[p, q]) if p == cv && q != cv => q,
+            ("Mul", &[p, q]) if q == cv && p != cv => p,
+            _ => return None,
+        };
+        let out = nm.outputs.first().copied().flatten()?;
+        let os = &g.values[other].shape;
+        let per_column = os.iter().rev().skip(1).all(|&d| d == 1)
+            && os
+                .last()
+                .is_none_or(|&d| d == 1 || Some(&d) == shape.last())
+            && os.len() <= shape.len();
+        (g.values[out].shape == *shape
+            && g.values[out].dtype == DType::F32
+            && g.values[other].dtype == DType::F32
+            && per_column
+            && !self.skip[mul])
+            .then_some(([cast, mul], other, out))
     }
 
     /// QLinearMatMul: the integer product, then `round(acc · a_scale·b_scale/y_scale)` plus
@@ -604,7 +719,7 @@ impl<'a> Lowerer<'a> {
             return Ok(());
         }
         let acc = View::dense(self.temp(total * 4), DType::I32, oshape);
-        self.int_matmul(n, 0, 2, 3, 5, &acc)?;
+        self.int_matmul(n, 0, 2, 3, 5, &acc, None)?;
         self.requantize(n, &acc, &y, oshape.len() - 1)
     }
 

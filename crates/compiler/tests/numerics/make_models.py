@@ -376,6 +376,34 @@ def quantized_attention(out):
           ("Y4", [1, 13, 40])], inits, opset=18)
 
 
+def int8_dequantizing_products(out):
+    # The dequantizing integer product (MatMulInteger + Cast + Mul fused into one instruction
+    # with packed constant weights): u8 weights with a per-column zero point and a
+    # per-column scale; i8 weights whose product feeds a graph output and another reader
+    # (not fused: the i32 result is kept); K = 37 and N = 45 leave tails in the 4-byte words
+    # and the 32-column tile.
+    w8 = RNG.integers(0, 256, (37, 45)).astype(np.uint8)
+    wi = RNG.integers(-128, 128, (37, 45)).astype(np.int8)
+    inits = [
+        numpy_helper.from_array(w8, "Wu"),
+        numpy_helper.from_array(RNG.integers(100, 156, 45).astype(np.uint8), "wuzp"),
+        f32("colscale", RNG.uniform(0.001, 0.01, 45)),
+        numpy_helper.from_array(wi, "Wi"),
+    ]
+    nodes = [
+        N("DynamicQuantizeLinear", ["X"], ["xq", "xs", "xzp"]),
+        N("MatMulInteger", ["xq", "Wu", "xzp", "wuzp"], ["acc"]),
+        N("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+        N("Mul", ["colscale", "accf"], ["Y1"]),
+        N("MatMulInteger", ["xq", "Wi", "xzp"], ["acc2"]),
+        N("Cast", ["acc2"], ["acc2f"], to=TensorProto.FLOAT),
+        N("Mul", ["acc2f", "xs"], ["Y2"]),
+        N("Cast", ["acc2"], ["Y3"], to=TensorProto.FLOAT),
+    ]
+    save(out, "int8_dequantizing_products", nodes, [("X", [2, 9, 37])],
+         [("Y1", [2, 9, 45]), ("Y2", [2, 9, 45]), ("Y3", [2, 9, 45])], inits, opset=18)
+
+
 def recurrent(out):
     # Recurrent networks unrolled on the device (issue 13), against ONNX Runtime: a
     # streaming LSTM step block with its state in and out (Y omitted, peepholes, biases), a
@@ -1109,6 +1137,7 @@ def main():
     recurrent(out)
     sequence_lens(out)
     quantized_attention(out)
+    int8_dequantizing_products(out)
     epilogues(out)
     computed_operands(out)
     computed_value_operands(out)
