@@ -246,10 +246,11 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
     let (rowsum, rest) = rest.split_at_mut(m);
     let (bpack_ws, colsum_ws) = rest.split_at_mut(b_words - if packed { 0 } else { np });
     // A packed B: its words and column sums as the compiler stored them.
-    // SAFETY: the decoder checked the packed layout (`[1, 1, K4 + 1, 4·Np]` bytes, dense
-    // rows, 4-byte aligned) and the device checked that the operand lies inside `mem`;
-    // nothing writes it while the instruction runs (B is read-only here).
     let packed_words: &[i32] = if packed {
+        // SAFETY: the decoder checked the packed layout (`[1, 1, K4 + 1, 4·Np]` bytes, dense
+        // rows, a 4-byte aligned address in 64-byte aligned device memory) and the device
+        // checked that the operand lies inside `mem`; nothing writes it while the
+        // instruction runs (B is read-only here).
         unsafe { core::slice::from_raw_parts(mem.ptr(args.b.addr) as *const i32, (k4 + 1) * np) }
     } else {
         &[]

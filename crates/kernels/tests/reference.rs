@@ -1882,8 +1882,8 @@ proptest! {
         };
         // Through the encoding: the decoder accepts what the test built.
         let mut enc = Vec::new();
-        nrt_isa::Instruction::new(op.clone()).encode(&mut enc);
-        prop_assert_eq!(nrt_isa::Instruction::decode(&enc).map(|(i, _)| i.op), Ok(op.clone()));
+        nrt_isa::Instruction::new(op).encode(&mut enc);
+        prop_assert_eq!(nrt_isa::Instruction::decode(&enc).map(|(i, _)| i.op), Ok(op));
         m.run(&op, &mut Workspace::new()).unwrap();
         let val = |bits: u64, t: DType| if t == DType::I8 { bits as u8 as i8 as i64 } else { bits as u8 as i64 };
         for q in 0..b2 as usize {
