@@ -177,6 +177,29 @@ pub const WAIT_EWMA_SHIFT: u32 = 3;
 /// still gets there (×1.375 per sample: 0.5 µs → 600 µs in ~22 samples).
 pub const WAIT_EWMA_OUTLIER_FACTOR: u64 = 4;
 
+/// A waiter for an execution too long to spin for ([`WAIT_SPIN_CAP`]) blocks, but asks its
+/// timer to wake it this much plus the timer's learned lateness before the expected
+/// completion, then spins the rest: a device-signaled wake-up comes 20–60 µs after the
+/// completion on a VM (the `mlp` peer model: 28 µs from the device's last record to the
+/// caller's return, ~15% of its 190 µs), a timer wake-up taken early costs nothing but the
+/// spin. The margin covers the expectation's jitter.
+pub const WAIT_PREWAKE_MARGIN: Duration = Duration::from_micros(10);
+
+/// The timer lateness assumed before a model measured any ([`WAIT_PREWAKE_MARGIN`]): a futex
+/// timeout with the default 50 µs timer slack came back 72–80 µs late on the 2-vCPU VM, with
+/// a 1 ns slack 24–27 µs. Learned per model from each pre-wake (moving average,
+/// [`WAIT_EWMA_SHIFT`]).
+pub const WAIT_PREWAKE_INITIAL_LATENESS: Duration = Duration::from_micros(80);
+
+/// A pre-wake is only armed when the block before it would last at least this long; below,
+/// the execution is waited for by blocking alone (a short timed sleep is mostly lateness).
+pub const WAIT_PREWAKE_MIN_SLEEP: Duration = Duration::from_micros(20);
+
+/// Timer slack (`PR_SET_TIMERSLACK`) a thread gets the first time it arms a pre-wake: the
+/// kernel's default 50 µs would make every pre-wake that much later (and the lead, hence the
+/// spin, that much longer). Per thread; set once, left as it is.
+pub const WAIT_PREWAKE_TIMER_SLACK_NS: u64 = 1_000;
+
 /// Longest block of a waiter on the completion wake before it looks again by itself. The
 /// device signals every completion, so this bound is only for what nobody signals: the
 /// deadline sweep of a hung execution (deadlines are ≥ 100 ms) and a device without a wake.

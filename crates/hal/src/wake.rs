@@ -292,6 +292,9 @@ impl fmt::Debug for CompletionWake {
 pub struct SpinBudget {
     /// The average in nanoseconds, `<< WAIT_EWMA_SHIFT` fixed point; 0 = no sample yet.
     ewma: AtomicU64,
+    /// How late this model's pre-wake timers came back (see [`Waiter::with_prewake`]), the
+    /// same fixed point; 0 = no sample yet.
+    lateness: AtomicU64,
 }
 
 impl SpinBudget {
@@ -299,14 +302,21 @@ impl SpinBudget {
     pub fn new() -> SpinBudget {
         SpinBudget {
             ewma: AtomicU64::new(0),
+            lateness: AtomicU64::new(0),
         }
     }
 
     /// Adds one execution's latency to the average.
     #[inline]
     pub fn record(&self, latency: Duration) {
-        let sample = (latency.as_nanos().min(u64::MAX as u128 >> 8) as u64) << 8;
-        let old = self.ewma.load(Ordering::Relaxed);
+        Self::average_in(&self.ewma, latency);
+    }
+
+    /// Adds `sample` to the moving average in `avg`.
+    #[inline]
+    fn average_in(avg: &AtomicU64, sample: Duration) {
+        let sample = (sample.as_nanos().min(u64::MAX as u128 >> 8) as u64) << 8;
+        let old = avg.load(Ordering::Relaxed);
         let new = if old == 0 {
             sample.max(1)
         } else {
@@ -316,7 +326,38 @@ impl SpinBudget {
             let s = tuning::WAIT_EWMA_SHIFT;
             (old - (old >> s)).saturating_add(sample >> s).max(1)
         };
-        self.ewma.store(new, Ordering::Relaxed);
+        avg.store(new, Ordering::Relaxed);
+    }
+
+    /// Adds how late one pre-wake timer came back to its average.
+    #[inline]
+    pub fn record_lateness(&self, late: Duration) {
+        Self::average_in(&self.lateness, late);
+    }
+
+    /// How late a pre-wake timer is expected to come back (the assumed
+    /// [`tuning::WAIT_PREWAKE_INITIAL_LATENESS`] before the first sample).
+    #[inline]
+    pub fn timer_lateness(&self) -> Duration {
+        match self.lateness.load(Ordering::Relaxed) {
+            0 => tuning::WAIT_PREWAKE_INITIAL_LATENESS,
+            v => Duration::from_nanos(v >> 8),
+        }
+    }
+
+    /// For an execution too long to spin for: how long after its submission a waiter should
+    /// have its timer wake it — the expected latency less the timer's lateness and
+    /// [`tuning::WAIT_PREWAKE_MARGIN`] — so that it is spinning when the completion comes.
+    /// `None` when the waiter spins anyway, or the sleep would be shorter than
+    /// [`tuning::WAIT_PREWAKE_MIN_SLEEP`].
+    #[inline]
+    pub fn prewake(&self) -> Option<Duration> {
+        let e = self.expected()?;
+        if e <= tuning::WAIT_SPIN_CAP {
+            return None;
+        }
+        let sleep = e.checked_sub(self.timer_lateness() + tuning::WAIT_PREWAKE_MARGIN)?;
+        (sleep >= tuning::WAIT_PREWAKE_MIN_SLEEP).then_some(sleep)
     }
 
     /// The latency to learn from for an execution submitted at `t0` and seen complete at
@@ -379,6 +420,9 @@ pub struct Waiter<'a> {
     polls: u32,
     /// The budget said "do not spin": a long execution ([`CompletionWake::wait_long`]).
     long: bool,
+    /// [`Waiter::with_prewake`]: when the timer should end the block, and the budget that
+    /// learns how late it came.
+    prewake: Option<(Instant, &'a SpinBudget)>,
 }
 
 impl<'a> Waiter<'a> {
@@ -392,7 +436,26 @@ impl<'a> Waiter<'a> {
             spin,
             polls: 0,
             long: spin.is_zero(),
+            prewake: None,
         }
+    }
+
+    /// For a waiter that blocks at once (a long execution, its spin limit zero): its first
+    /// block ends by timer [`SpinBudget::prewake`] after now (the submission), and it spins
+    /// from there (up to [`tuning::WAIT_SPIN_CAP`], then blocks as usual) — so it is running
+    /// when the completion comes instead of waking 20–60 µs after it. The thread's timer
+    /// slack is lowered to [`tuning::WAIT_PREWAKE_TIMER_SLACK_NS`] once. Nothing changes for
+    /// a spinning waiter, one without a wake, or a model without history.
+    #[inline]
+    pub fn with_prewake(mut self, budget: &'a SpinBudget) -> Waiter<'a> {
+        if self.wake.is_some()
+            && self.spin.is_zero()
+            && let Some(d) = budget.prewake()
+        {
+            lower_timer_slack_once();
+            self.prewake = Some((Instant::now() + d, budget));
+        }
+        self
     }
 
     /// Called after a look that found nothing: spins one poll, yields now and then, or —
@@ -404,6 +467,11 @@ impl<'a> Waiter<'a> {
     pub fn idle(&mut self, ready: impl FnOnce() -> bool) -> bool {
         self.polls = self.polls.wrapping_add(1);
         if self.spin.is_zero() && self.wake.is_some() {
+            if let Some((at, budget)) = self.prewake {
+                // A long execution with a pre-wake: block until the timer says the
+                // completion is near (or it comes first), then spin.
+                return self.block_until(at, budget, ready);
+            }
             // A long execution: block at once (the device signals its completion).
             return self.block(ready);
         }
@@ -422,6 +490,40 @@ impl<'a> Waiter<'a> {
         }
     }
 
+    /// The pre-wake's block: sleeps until `at` unless signaled (or `ready()`) first; once
+    /// `at` passed, learns the timer's lateness (when no signal woke it) and turns the
+    /// waiter into a spinning one, counted from now.
+    #[cold]
+    fn block_until(
+        &mut self,
+        at: Instant,
+        budget: &SpinBudget,
+        ready: impl FnOnce() -> bool,
+    ) -> bool {
+        let w = self.wake.expect("a pre-wake needs a wake");
+        let before = Instant::now();
+        let blocked = before < at;
+        if blocked {
+            let wakes = w.wakes();
+            let timeout = (at - before).min(tuning::WAIT_BLOCK_RECHECK);
+            let woken = w.wait_long(Some(timeout), ready) == WaitOutcome::Woken;
+            let after = Instant::now();
+            if after < at {
+                // Signaled (or spurious) before the timer: the caller looks; the pre-wake
+                // stays armed for the next block.
+                return true;
+            }
+            if woken && w.wakes() == wakes {
+                // No signaler woke it: the timer did, this late.
+                budget.record_lateness(after - at);
+            }
+        }
+        self.prewake = None;
+        self.spin = tuning::WAIT_SPIN_CAP;
+        self.since = Some(Instant::now());
+        blocked
+    }
+
     #[cold]
     fn block(&mut self, ready: impl FnOnce() -> bool) -> bool {
         if let Some(w) = self.wake {
@@ -434,6 +536,32 @@ impl<'a> Waiter<'a> {
         // Look again right away; the next idle call blocks again.
         self.spin = Duration::ZERO;
         true
+    }
+}
+
+/// Lowers this thread's timer slack to [`tuning::WAIT_PREWAKE_TIMER_SLACK_NS`], once per
+/// thread (a thread-local flag; no allocation). Linux only; a failure leaves the default.
+#[cold]
+fn lower_timer_slack_once() {
+    #[cfg(all(not(loom), target_os = "linux"))]
+    {
+        thread_local! {
+            static LOWERED: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+        }
+        if LOWERED.with(|l| l.replace(true)) {
+            return;
+        }
+        // SAFETY: PR_SET_TIMERSLACK takes one integer argument (the slack in ns) and touches
+        // no memory of ours; the trailing arguments are ignored.
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_TIMERSLACK,
+                tuning::WAIT_PREWAKE_TIMER_SLACK_NS as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            );
+        }
     }
 }
 
@@ -618,5 +746,97 @@ mod tests {
             }
         }
         t.join().unwrap();
+    }
+
+    /// The pre-wake leaves the timer's lateness (assumed, then learned) and the margin before
+    /// the expected completion; none for an execution the waiter spins for, or one too
+    /// short for a useful sleep.
+    #[test]
+    fn the_prewake_leaves_the_timer_lateness_and_the_margin() {
+        let b = SpinBudget::new();
+        assert_eq!(b.prewake(), None, "no history");
+        b.record(Duration::from_micros(500));
+        let lead = tuning::WAIT_PREWAKE_INITIAL_LATENESS + tuning::WAIT_PREWAKE_MARGIN;
+        assert_eq!(b.prewake(), Some(Duration::from_micros(500) - lead));
+        b.record_lateness(Duration::from_micros(25));
+        assert_eq!(b.timer_lateness(), Duration::from_micros(25));
+        assert_eq!(
+            b.prewake(),
+            Some(Duration::from_micros(500 - 25) - tuning::WAIT_PREWAKE_MARGIN)
+        );
+        let short = SpinBudget::new();
+        short.record(tuning::WAIT_SPIN_CAP);
+        assert_eq!(short.prewake(), None, "spun for");
+        let barely = SpinBudget::new();
+        barely.record(tuning::WAIT_SPIN_CAP + Duration::from_micros(1));
+        barely.record_lateness(Duration::from_micros(40));
+        assert_eq!(
+            barely.prewake(),
+            None,
+            "the sleep would be under the minimum"
+        );
+    }
+
+    /// A waiter for a long execution, with no signal coming, sleeps until its pre-wake (not
+    /// the 10 ms recheck), learns how late the timer came, and then spins: its next idle
+    /// calls do not block until the spin limit passes.
+    #[test]
+    fn a_prewaking_waiter_is_woken_by_its_timer_and_then_spins() {
+        let wake = CompletionWake::new();
+        let b = SpinBudget::new();
+        b.record(Duration::from_millis(2));
+        let sleep = b.prewake().expect("a long model pre-wakes");
+        let t0 = Instant::now();
+        let mut w = Waiter::new(Some(&wake), b.spin_limit()).with_prewake(&b);
+        while t0.elapsed() < sleep {
+            assert!(w.idle(|| false), "blocks until the pre-wake");
+        }
+        assert!(
+            t0.elapsed() < tuning::WAIT_BLOCK_RECHECK,
+            "{:?}",
+            t0.elapsed()
+        );
+        assert_ne!(
+            b.timer_lateness(),
+            tuning::WAIT_PREWAKE_INITIAL_LATENESS,
+            "a sample"
+        );
+        // Spinning now: the first polls neither block nor take long.
+        let t1 = Instant::now();
+        for _ in 0..tuning::HARVEST_PURE_SPIN_POLLS - 2 {
+            assert!(!w.idle(|| false));
+        }
+        assert!(
+            t1.elapsed() < tuning::WAIT_SPIN_CAP * 20,
+            "{:?}",
+            t1.elapsed()
+        );
+    }
+
+    /// A completion signaled before the pre-wake ends the block at once, and teaches the
+    /// budget no lateness (the timer did not fire).
+    #[test]
+    fn a_signal_before_the_prewake_wakes_the_waiter() {
+        let wake = Arc::new(CompletionWake::new());
+        let done = Arc::new(StdU32::new(0));
+        let (w2, d2) = (wake.clone(), done.clone());
+        let t = std::thread::spawn(move || {
+            let b = SpinBudget::new();
+            b.record(Duration::from_secs(5));
+            let mut w = Waiter::new(Some(&w2), b.spin_limit()).with_prewake(&b);
+            let t0 = Instant::now();
+            while d2.load(Ordering::Acquire) == 0 {
+                w.idle(|| d2.load(Ordering::Acquire) != 0);
+            }
+            (t0.elapsed(), b.timer_lateness())
+        });
+        while !wake.is_armed() {
+            std::thread::yield_now();
+        }
+        done.store(1, Ordering::Release);
+        wake.signal();
+        let (waited, lateness) = t.join().unwrap();
+        assert!(waited < Duration::from_secs(1), "{waited:?}");
+        assert_eq!(lateness, tuning::WAIT_PREWAKE_INITIAL_LATENESS);
     }
 }

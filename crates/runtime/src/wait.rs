@@ -16,7 +16,7 @@
 //!   in-flight count, a tensor pending on several vcores).
 
 use crate::vcore::VCore;
-use nrt_hal::{Device, Waiter, tuning};
+use nrt_hal::{Device, SpinBudget, Waiter, tuning};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -42,6 +42,25 @@ impl<'a> VcoreWait<'a> {
             idle: 0,
             assists: true,
         }
+    }
+
+    /// As [`VcoreWait::new`] with the spin limit of `budget` and, for a long execution, its
+    /// pre-wake ([`Waiter::with_prewake`]): a caller waiting for its own execution, created
+    /// right after the doorbell (the pre-wake counts from now). Only where a CPU is left
+    /// beside the vcore's device threads: a model spanning every CPU keeps them all busy,
+    /// and a spinning caller would take one from a device thread (`encoder --cores 2` on 2
+    /// vCPUs: 1.07× the time with the pre-wake, caller CPU 4.3% → 8.6%).
+    #[inline]
+    pub(crate) fn for_execution(
+        device: &'a dyn Device,
+        vc: &'a VCore,
+        budget: &'a SpinBudget,
+    ) -> VcoreWait<'a> {
+        let mut w = VcoreWait::new(device, vc, budget.spin_limit());
+        if vc.cores.len() < cpus() {
+            w.waiter = w.waiter.with_prewake(budget);
+        }
+        w
     }
 
     /// The XU worker's wait: as [`VcoreWait::new`], but it never runs device work. The
@@ -89,6 +108,20 @@ impl<'a> VcoreWait<'a> {
                 Ordering::Relaxed,
             );
         }
+    }
+}
+
+/// The CPUs this process may run on (`std::thread::available_parallelism`, read once and
+/// cached; at least 1).
+fn cpus() -> usize {
+    static CPUS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match CPUS.load(Ordering::Relaxed) {
+        0 => {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            CPUS.store(n, Ordering::Relaxed);
+            n
+        }
+        n => n,
     }
 }
 

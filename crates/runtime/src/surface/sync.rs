@@ -121,7 +121,7 @@ fn run_sync<S: Stamps>(
 /// Between steps it spins while the model's spin budget says the completion is near, then
 /// blocks on the vcore's completion wake ([`crate::wait`]).
 fn wait_for(rt: &RuntimeInner, vc: &VCore, model: &ModelShared, seq: u64) -> NrtStatus {
-    let mut w = VcoreWait::new(&*rt.device, vc, model.spin.spin_limit());
+    let mut w = VcoreWait::for_execution(&*rt.device, vc, &model.spin);
     loop {
         match drive(rt, vc, seq) {
             Step::Done => {
