@@ -145,6 +145,8 @@ wire_enum!(
         Acosh = 29,
         /// `atanh x` (NCM 1.2).
         Atanh = 30,
+        /// `x` rounded to the nearest integer, ties to even (ONNX `Round`; NCM 1.7).
+        Round = 31,
     }
 );
 

@@ -127,6 +127,7 @@ macro_rules! with_func {
             ActFunc::Asinh => $go!(|x: f32| f64::from(x).asinh() as f32),
             ActFunc::Acosh => $go!(|x: f32| f64::from(x).acosh() as f32),
             ActFunc::Atanh => $go!(|x: f32| f64::from(x).atanh() as f32),
+            ActFunc::Round => $go!(f32::round_ties_even),
         }
     }};
 }

@@ -933,6 +933,7 @@ fn act_ref(f: ActFunc, x: f64, alpha: f64, beta: f64) -> f64 {
         Asinh => x.asinh(),
         Acosh => x.acosh(),
         Atanh => x.atanh(),
+        Round => x.round_ties_even(),
     }
 }
 

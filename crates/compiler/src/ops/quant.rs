@@ -4,12 +4,11 @@
 //! simulator when the CPU has it): MatMulInteger, and QLinearMatMul as that product
 //! requantized (`round(acc · a_scale·b_scale/y_scale) + y_zero_point`, saturated).
 //!
-//! Rounding to nearest, ties to even, is exact f32 arithmetic: for `|x| ≤ 2^22`,
-//! `(x + 1.5·2^23) − 1.5·2^23` lands on the integer grid of `[2^23, 2^24)` with the FPU's
-//! round-to-nearest-even (two DVE `TensorScalar`s). Quantization clamps to `±2^22` first (any
-//! value beyond saturates anyway); `Round` keeps values with `|x| ≥ 2^22` (already integers)
-//! and NaN through a select. Integer results are exact f32 integers in the target range, so
-//! the final converting copy (which truncates) is exact. Blocked quantization (opset 21's
+//! Rounding to nearest, ties to even, is one ACT instruction, `ActFunc::Round` (NCM 1.7;
+//! before it, a clamp to `±2^22`, `(x + 1.5·2^23) − 1.5·2^23` and, for `Round`, a select of
+//! the large values: three to five passes). Quantization is then `round(x / scale)`, `+
+//! zero_point` and the converting copy into the quantized type, which saturates to the
+//! type's range (NaN → 0) — the clamp to that range it replaces gave the same values. Blocked quantization (opset 21's
 //! `block_size`) expands each parameter to the input's shape with one POOL `Gather`.
 //! Float8 / int4 / int2 types are not supported and are named in the error.
 
@@ -51,22 +50,6 @@ pub(super) fn register(r: &mut Registry) {
     r.op("DynamicQuantizeLinear", 11, infer_dynamic_quantize)
         .dtypes(Dtypes::Float)
         .device(lower!(lower_dynamic_quantize));
-}
-
-/// `1.5·2^23`: adding then subtracting it rounds an f32 of magnitude ≤ 2^22 to an integer.
-const ROUND_MAGIC: f32 = 12_582_912.0;
-/// The largest magnitude [`ROUND_MAGIC`] rounds correctly.
-const ROUND_LIMIT: f32 = 4_194_304.0;
-
-/// The range of a quantized type.
-fn q_range(dt: DType) -> (f32, f32) {
-    match dt {
-        DType::U8 => (0.0, 255.0),
-        DType::I8 => (-128.0, 127.0),
-        DType::U16 => (0.0, 65535.0),
-        DType::I16 => (-32768.0, 32767.0),
-        _ => (i32::MIN as f32, i32::MAX as f32),
-    }
 }
 
 /// Scale / zero-point geometry: `None` per tensor, `Some(axis)` per axis or, with a
@@ -729,10 +712,9 @@ impl<'a> Lowerer<'a> {
         View::dense(self.temp(n.max(1) * 4), DType::F32, shape)
     }
 
-    /// `t ← round(t)` in place, for `|t| ≤ 2^22` (see the module comment).
-    fn round_small(&mut self, t: &View) -> Result<()> {
-        self.tensor_scalar(t, t, BinaryOp::Add, ROUND_MAGIC)?;
-        self.tensor_scalar(t, t, BinaryOp::Sub, ROUND_MAGIC)
+    /// `t ← round(t)` (ties to even) in place on ACT.
+    fn round(&mut self, t: &View) -> Result<()> {
+        self.activation(t, t, None, (ActFunc::Round, 0.0, 0.0), 1.0)
     }
 
     /// `t ← clamp(t, lo, hi)` in place on ACT.
@@ -783,42 +765,23 @@ impl<'a> Lowerer<'a> {
 
     /// `y ← saturate(round(t) + zp)` as `y`'s type, `t` an f32 temporary (overwritten).
     fn q_store(&mut self, t: &View, zp: Option<&View>, y: &View) -> Result<()> {
-        self.clamp(t, -ROUND_LIMIT, ROUND_LIMIT)?;
-        self.round_small(t)?;
+        self.round(t)?;
         if let Some(z) = zp {
             self.binary(t, z, t, BinaryOp::Add)?;
         }
-        let (lo, hi) = q_range(y.dtype);
-        self.clamp(t, lo, hi)?;
+        // The converting copy saturates to y's type (the kernels' f32 → integer conversion:
+        // truncation of the exact integers here, saturation, NaN → 0).
         self.copy(nrt_hal::Engine::Dve, t, y)
     }
 
-    /// Round: ties to even; values of magnitude ≥ 2^22 (integers already), ±inf and NaN
-    /// pass through a select.
+    /// Round: ties to even, one ACT instruction.
     pub(crate) fn lower_round(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, oshape, .. } = at;
         let (x, y) = self.unary_io(n, o0)?;
         if oshape.iter().product::<usize>() == 0 {
             return Ok(());
         }
-        let a = self.f32_temp(oshape);
-        self.activation(&x, &a, None, (ActFunc::Abs, 0.0, 0.0), 1.0)?;
-        let small = View::dense(
-            self.temp(oshape.iter().product::<usize>()),
-            DType::Bool,
-            oshape,
-        );
-        let lim = self.scalar(ROUND_LIMIT, oshape);
-        self.binary(&a, &lim, &small, BinaryOp::Less)?;
-        self.activation(
-            &x,
-            &a,
-            None,
-            (ActFunc::Clip, -ROUND_LIMIT, ROUND_LIMIT),
-            1.0,
-        )?;
-        self.round_small(&a)?;
-        self.select(&small, &a, &x, &y)
+        self.activation(&x, &y, None, (ActFunc::Round, 0.0, 0.0), 1.0)
     }
 
     /// Quantize / Dequantize operands: the axis of the scale (`None` per tensor), the input
@@ -903,7 +866,7 @@ impl<'a> Lowerer<'a> {
         self.binary(&mn, &scale, &zf, BinaryOp::Div)?;
         self.tensor_scalar(&zf, &zf, BinaryOp::Mul, -1.0)?;
         self.clamp(&zf, 0.0, 255.0)?;
-        self.round_small(&zf)?;
+        self.round(&zf)?;
         if let Some(v) = n.outputs.get(2).copied().flatten() {
             let zq = self.alloc(v);
             self.copy(
