@@ -155,8 +155,9 @@ pub const POLLER_ASSIST_EVERY_IDLE_POLLS: u32 = 32;
 /// all. A futex block costs the device ~1–2 µs to wake it and the waiter 20–60 µs of wake
 /// latency, so spinning pays for executions that finish well within that; a near-null
 /// execution (0.5–1 µs) and small models (tens of µs) stay on the spinning path. Past this an
-/// execution is waited for by blocking at once: a 600 µs model's caller spinning even 50 µs
-/// would use 8% of a vCPU that the device threads need.
+/// execution is waited for by blocking at once — a 600 µs model's caller spinning from the
+/// start would hold a vCPU the device threads need — except for the end of a synchronous
+/// wait, which the pre-wake spins ([`WAIT_PREWAKE_MARGIN`]).
 pub const WAIT_SPIN_CAP: Duration = Duration::from_micros(50);
 
 /// Added to twice the expected execution time to make a waiter's spin limit: the jitter of a

@@ -297,30 +297,23 @@ fn main() {
     }
 
     if bench.on("softmax") {
-        let x = m.dense(DType::F32, [1, 1, 1000, 1000]);
-        let y = m.dense(DType::F32, [1, 1, 1000, 1000]);
-        m.fill_f32(&x, &mut rng, -5.0, 5.0);
-        let op = Op::Softmax {
-            input: x,
-            output: y,
-            log: false,
-        };
-        let s = time(|| m.run(&op, &mut ws).unwrap());
-        println!("softmax 1000x1000: {:.3} ns/elem", s * 1e9 / 1e6);
-        // The attention scores of the encoder sample: 512 rows of 128.
-        let x = m.dense(DType::F32, [1, 1, 512, 128]);
-        let y = m.dense(DType::F32, [1, 1, 512, 128]);
-        m.fill_f32(&x, &mut rng, -5.0, 5.0);
-        let op = Op::Softmax {
-            input: x,
-            output: y,
-            log: false,
-        };
-        let s = time(|| m.run(&op, &mut ws).unwrap());
-        println!(
-            "softmax 512x128: {:.2} us, {:.3} ns/elem",
-            s * 1e6,
-            s * 1e9 / 65536.0
-        );
+        // A large square, and the attention scores of the encoder sample (512 rows of 128).
+        for (rows, cols) in [(1000u32, 1000u32), (512, 128)] {
+            let x = m.dense(DType::F32, [1, 1, rows, cols]);
+            let y = m.dense(DType::F32, [1, 1, rows, cols]);
+            m.fill_f32(&x, &mut rng, -5.0, 5.0);
+            let op = Op::Softmax {
+                input: x,
+                output: y,
+                log: false,
+            };
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            let n = f64::from(rows) * f64::from(cols);
+            println!(
+                "softmax {rows}x{cols}: {:.2} us, {:.3} ns/elem",
+                s * 1e6,
+                s * 1e9 / n
+            );
+        }
     }
 }
