@@ -92,47 +92,33 @@ pub trait Elem: Copy + Default + 'static {
     fn from_i64(v: i64) -> Self;
 }
 
+// `from_f32`: the wide integers by `as`. The narrow ones through a clamp, a NaN select and an
+// unchecked i32 conversion: the same values as `as` (truncation toward zero, saturation,
+// NaN → 0) in a form that vectorizes (`vcvttps2dq`); LLVM leaves `f32 as u8` (and a
+// saturating `as i32`) scalar, a NaN test per element, and the f32 → u8 store of a
+// dynamically quantized layer's input was its slowest pass (29 µs for 64×512).
 macro_rules! int_elem {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $width:ident),*) => {$(
         impl Elem for $t {
             #[inline(always)]
             fn to_f32(self) -> f32 { self as f32 }
             #[inline(always)]
-            fn from_f32(v: f32) -> Self { v as $t }
+            fn from_f32(v: f32) -> Self { int_elem!(@from_f32 $width, $t, v) }
             #[inline(always)]
             fn to_i64(self) -> i64 { self as i64 }
             #[inline(always)]
             fn from_i64(v: i64) -> Self { v as $t }
         }
     )*};
+    (@from_f32 wide, $t:ty, $v:ident) => { $v as $t };
+    (@from_f32 narrow, $t:ty, $v:ident) => {{
+        let c = $v.clamp(<$t>::MIN as f32, <$t>::MAX as f32);
+        let c = if c.is_nan() { 0.0 } else { c };
+        // SAFETY: `c` is finite and within the type's range, so within i32's.
+        unsafe { c.to_int_unchecked::<i32>() as $t }
+    }};
 }
-int_elem!(i32, u32, i64, u64);
-
-// The narrow integers convert from f32 through a clamp, a NaN select and an unchecked i32
-// conversion: the same values as `as` (truncation toward zero, saturation, NaN → 0) in a
-// form that vectorizes (`vcvttps2dq`); LLVM leaves `f32 as u8` (and a saturating `as i32`)
-// scalar, a NaN test per element, and the f32 → u8 store of a dynamically quantized
-// layer's input was its slowest pass (29 µs for 64×512).
-macro_rules! narrow_int_elem {
-    ($($t:ty),*) => {$(
-        impl Elem for $t {
-            #[inline(always)]
-            fn to_f32(self) -> f32 { self as f32 }
-            #[inline(always)]
-            fn from_f32(v: f32) -> Self {
-                let c = v.clamp(<$t>::MIN as f32, <$t>::MAX as f32);
-                let c = if c.is_nan() { 0.0 } else { c };
-                // SAFETY: `c` is finite and within the type's range, so within i32's.
-                unsafe { c.to_int_unchecked::<i32>() as $t }
-            }
-            #[inline(always)]
-            fn to_i64(self) -> i64 { self as i64 }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self { v as $t }
-        }
-    )*};
-}
-narrow_int_elem!(i8, u8, i16, u16);
+int_elem!(i8: narrow, u8: narrow, i16: narrow, u16: narrow, i32: wide, u32: wide, i64: wide, u64: wide);
 
 impl Elem for f32 {
     #[inline(always)]

@@ -244,7 +244,7 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
     let words = ws.typed::<i32>(m * k4 + m + b_words);
     let (apack, rest) = words.split_at_mut(m * k4);
     let (rowsum, rest) = rest.split_at_mut(m);
-    let (bpack_ws, colsum_ws) = rest.split_at_mut(b_words - if packed { 0 } else { np });
+    let (bpack_ws, colsum_ws) = rest.split_at_mut(if packed { 0 } else { k4 * np });
     // A packed B: its words and column sums as the compiler stored them.
     let packed_words: &[i32] = if packed {
         // SAFETY: the decoder checked the packed layout (`[1, 1, K4 + 1, 4·Np]` bytes, dense

@@ -132,18 +132,20 @@ impl VcoreWait<'_> {
     /// ([`Device::assist_untaken`]).
     #[cold]
     fn assist_untaken(&self) -> bool {
-        let mut any = false;
-        for &c in &self.vc.cores {
-            any |= self.device.assist_untaken(c);
-        }
-        any
+        self.lend(|d, c| d.assist_untaken(c))
     }
 
     #[cold]
     fn assist(&self) -> bool {
+        self.lend(|d, c| d.assist(c))
+    }
+
+    /// `f` on each of the vcore's cores; whether any ran work.
+    #[inline]
+    fn lend(&self, f: impl Fn(&dyn Device, u32) -> bool) -> bool {
         let mut any = false;
         for &c in &self.vc.cores {
-            any |= self.device.assist(c);
+            any |= f(self.device, c);
         }
         any
     }

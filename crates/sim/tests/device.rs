@@ -709,23 +709,23 @@ fn short_lockstep_parts_are_served_jointly_long_ones_in_parallel() {
     assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);
 }
 
-/// A host thread lent to a core (`Device::assist`) runs that core's pending execution when
-/// the thread that serves the core is busy elsewhere (here: the one device thread is inside
-/// a long execution on core 0), and does nothing to a core another thread is running. (A
-/// few attempts: a host thread preempted for the whole long execution sees the device thread
-/// serve core 1 itself.)
-#[test]
-fn a_lent_host_thread_runs_a_core_whose_device_thread_is_busy() {
-    let dev = SoftDevice::new(SimConfig {
+/// One core's instruction blocks, by engine.
+type Blocks = [nrt_hal::DevAddr; nrt_hal::NUM_ENGINES];
+
+/// A two-core device served by one device thread.
+fn one_thread_two_cores() -> SoftDevice {
+    SoftDevice::new(SimConfig {
         memory_bytes: 1 << 30,
         threads: 1,
         ..SimConfig::default()
     })
-    .unwrap();
-    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
-    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    .unwrap()
+}
+
+/// The blocks of the assist tests: core 0's compute block is an output-done notification
+/// (published at once) and then a million instructions; core 1's are empty.
+fn long_on_core0(d0: &mut DirectDriver, d1: &mut DirectDriver) -> (Blocks, Blocks) {
     let mut b0 = d0.empty_blocks().unwrap();
-    // An output-done notification first (published at once), then a million instructions.
     let mut long = vec![Instruction::new(Op::Notify {
         subtype: 6,
         sub_id: nrt_hal::wire::CUSTOM_SUB_ID_OUTPUT_DONE,
@@ -733,33 +733,69 @@ fn a_lent_host_thread_runs_a_core_whose_device_thread_is_busy() {
     })];
     long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 1_000_000));
     b0[4] = d0.load_block(&long).unwrap();
-    let b1 = d1.empty_blocks().unwrap();
+    (b0, d1.empty_blocks().unwrap())
+}
+
+/// Waits until the device thread is inside core 0's execution (its notification); returns
+/// the records seen.
+fn inside_core0(d0: &mut DirectDriver) -> Vec<NqRecord> {
+    let mut seen = Vec::new();
+    let t0 = Instant::now();
+    while kinds(&seen, RecordKind::Custom).is_empty() && t0.elapsed() < T {
+        d0.drain(&mut seen);
+    }
+    seen
+}
+
+/// After core 1's doorbell: when the test's thread `ran` core 1's execution, its five END
+/// records are there already; else the device thread publishes them. Then core 0's
+/// execution finishes. Returns whether core 1 ran while core 0's was still running.
+fn settle(
+    d0: &mut DirectDriver,
+    d1: &mut DirectDriver,
+    mut seen: Vec<NqRecord>,
+    ran: bool,
+) -> bool {
+    let mut during = false;
+    if ran {
+        let mut r1 = Vec::new();
+        d1.drain(&mut r1);
+        assert_eq!(kinds(&r1, RecordKind::End).len(), 5, "{r1:?}");
+        d0.drain(&mut seen);
+        during = kinds(&seen, RecordKind::End).len() < 5;
+    } else {
+        assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
+    }
+    let ends = kinds(&seen, RecordKind::End).len();
+    let more = d0.wait_for_ends(5 - ends, T);
+    assert_eq!(ends + kinds(&more, RecordKind::End).len(), 5);
+    during
+}
+
+/// A host thread lent to a core (`Device::assist`) runs that core's pending execution when
+/// the thread that serves the core is busy elsewhere (here: the one device thread is inside
+/// a long execution on core 0), and does nothing to a core another thread is running. (A
+/// few attempts: a host thread preempted for the whole long execution sees the device thread
+/// serve core 1 itself.)
+#[test]
+fn a_lent_host_thread_runs_a_core_whose_device_thread_is_busy() {
+    let dev = one_thread_two_cores();
+    let (mut d0, mut d1) = (
+        DirectDriver::new(&dev, 0).unwrap(),
+        DirectDriver::new(&dev, 1).unwrap(),
+    );
+    let (b0, b1) = long_on_core0(&mut d0, &mut d1);
     let mut lent = false;
     for idx in 0..5 {
         d0.stage(b0, idx, 0, 0, 1);
         d0.doorbell().unwrap();
-        // Wait until the device thread is inside core 0's execution (its notification).
-        let mut seen = Vec::new();
-        let t0 = Instant::now();
-        while kinds(&seen, RecordKind::Custom).is_empty() && t0.elapsed() < T {
-            d0.drain(&mut seen);
-        }
+        let seen = inside_core0(&mut d0);
         assert!(!kinds(&seen, RecordKind::Custom).is_empty(), "{seen:?}");
         let busy = !dev.assist(0);
         d1.stage(b1, idx, 0, 0, 1);
         d1.doorbell().unwrap();
-        if busy && dev.assist(1) {
-            let mut r1 = Vec::new();
-            d1.drain(&mut r1);
-            assert_eq!(kinds(&r1, RecordKind::End).len(), 5, "{r1:?}");
-            d0.drain(&mut seen);
-            lent = kinds(&seen, RecordKind::End).len() < 5;
-        } else {
-            assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
-        }
-        let ends = kinds(&seen, RecordKind::End).len();
-        let more = d0.wait_for_ends(5 - ends, T);
-        assert_eq!(ends + kinds(&more, RecordKind::End).len(), 5);
+        let ran = busy && dev.assist(1);
+        lent = settle(&mut d0, &mut d1, seen, ran);
         if lent {
             break;
         }
@@ -776,51 +812,26 @@ fn a_lent_host_thread_runs_a_core_whose_device_thread_is_busy() {
 /// another early assist does nothing, and with nothing rung neither does it.
 #[test]
 fn an_early_assist_runs_only_a_doorbell_the_device_has_not_taken() {
-    let dev = SoftDevice::new(SimConfig {
-        memory_bytes: 1 << 30,
-        threads: 1,
-        ..SimConfig::default()
-    })
-    .unwrap();
-    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
-    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
-    let mut b0 = d0.empty_blocks().unwrap();
-    let mut long = vec![Instruction::new(Op::Notify {
-        subtype: 6,
-        sub_id: nrt_hal::wire::CUSTOM_SUB_ID_OUTPUT_DONE,
-        payload: 0,
-    })];
-    long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 1_000_000));
-    b0[4] = d0.load_block(&long).unwrap();
-    let b1 = d1.empty_blocks().unwrap();
+    let dev = one_thread_two_cores();
+    let (mut d0, mut d1) = (
+        DirectDriver::new(&dev, 0).unwrap(),
+        DirectDriver::new(&dev, 1).unwrap(),
+    );
+    let (b0, b1) = long_on_core0(&mut d0, &mut d1);
     assert!(!dev.assist_untaken(1), "nothing rung: nothing to run");
     let mut lent = false;
     for idx in 0..5 {
         d0.stage(b0, idx, 0, 0, 1);
         d0.doorbell().unwrap();
-        let mut seen = Vec::new();
-        let t0 = Instant::now();
-        while kinds(&seen, RecordKind::Custom).is_empty() && t0.elapsed() < T {
-            d0.drain(&mut seen);
-        }
+        let seen = inside_core0(&mut d0);
         d1.stage(b1, idx, 0, 0, 1);
         d1.doorbell().unwrap();
-        if dev.assist_untaken(1) {
-            let mut r1 = Vec::new();
-            d1.drain(&mut r1);
-            assert_eq!(kinds(&r1, RecordKind::End).len(), 5, "{r1:?}");
-            d0.drain(&mut seen);
-            lent = kinds(&seen, RecordKind::End).len() < 5;
-        } else {
-            assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
-        }
+        let ran = dev.assist_untaken(1);
+        lent = settle(&mut d0, &mut d1, seen, ran);
         assert!(
             !dev.assist_untaken(1),
             "taken: nothing left for an early assist"
         );
-        let ends = kinds(&seen, RecordKind::End).len();
-        let more = d0.wait_for_ends(5 - ends, T);
-        assert_eq!(ends + kinds(&more, RecordKind::End).len(), 5);
         if lent {
             break;
         }
