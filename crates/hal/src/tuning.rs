@@ -330,6 +330,12 @@ pub const KERNEL_TRANSPOSE_TILE: usize = 8;
 /// unbanded 27 GFLOP/s.
 pub const KERNEL_IM2COL_BAND_BYTES: usize = 512 << 10;
 
+/// Bytes of patch panels (K rows × 32 output pixels each) that `Conv`'s panel path unrolls
+/// before each packed-GEMM call: enough panels to amortize the call over a small K (the
+/// `cnn` sample's first layer, K = 27, takes 4 panels a call), few enough that they stay in
+/// the 48 KiB L1 beside the weight rows the tiles broadcast; at least one panel whatever K.
+pub const KERNEL_CONV_PANEL_BYTES: usize = 16 << 10;
+
 /// Elements per chunk of the kernels' strided elementwise paths (operands that are strided,
 /// broadcast or in place go through stack buffers of this many elements: 2–4 KiB each, so a
 /// chunk of every operand stays in L1 while a kernel runs over it, and the per-chunk overhead

@@ -233,12 +233,31 @@ fn main() {
     }
 
     if bench.on("conv") {
+        // The machine's f32 FMA limit in this run: each row's share of it.
+        let peak = nrt_kernels::peak::measure(
+            nrt_kernels::peak::Peak::F32Fma,
+            std::time::Duration::from_millis(50),
+            5,
+        )
+        .unwrap_or(f64::NAN);
+        println!("conv: f32 FMA limit {peak:.1} GFLOP/s");
         for (name, c, o, hw, k, groups, with_ws) in [
             ("3x3 64->64 56x56 im2col", 64, 64, 56, 3, 1, true),
             ("3x3 64->64 56x56 direct", 64, 64, 56, 3, 1, false),
             ("1x1 64->256 56x56", 64, 256, 56, 1, 1, false),
             ("3x3 dw 128 56x56", 128, 128, 56, 3, 128, false),
             ("3x3 3->32 224x224 s2 im2col", 3, 32, 224, 3, 1, true),
+            // The `cnn` sample's two convolutions.
+            ("cnn conv1 3x3 3->16 32x32 im2col", 3, 16, 32, 3, 1, true),
+            (
+                "cnn conv2 3x3 16->32 16x16 s2 im2col",
+                16,
+                32,
+                16,
+                3,
+                1,
+                true,
+            ),
         ] {
             let stride = if name.contains("s2") { 2 } else { 1 };
             let pad = k / 2;
@@ -270,9 +289,10 @@ fn main() {
             let s = time(|| m.run(&op, &mut ws).unwrap());
             let flops = 2.0 * (o * (c / groups) * k * k * oh * oh) as f64;
             println!(
-                "conv {name}: {:.1} us, {:.1} GFLOP/s",
+                "conv {name}: {:.1} us, {:.1} GFLOP/s ({:.0}% of the limit)",
                 s * 1e6,
-                flops / s / 1e9
+                flops / s / 1e9,
+                100.0 * flops / s / 1e9 / peak
             );
         }
     }

@@ -6,7 +6,11 @@
 //! - **pointwise** (1×1 kernel, stride 1, no padding, input planes contiguous): the input
 //!   already is the im2col matrix, so each group is one GEMM `out[Og × HW] = W[Og × Cg] ·
 //!   in[Cg × HW]`, no scratch;
-//! - **im2col + GEMM** when the instruction supplies a `workspace` (the compiler sized it
+//! - **panels + packed GEMM** (AVX-512F, dense weights) where im2col + GEMM would run: a
+//!   few 32-pixel panels of the patch matrix at a time, unrolled with masked loads into
+//!   L1-sized host scratch in the packed-B layout and multiplied by the packed GEMM's register
+//!   tiles, bias and Relu in registers (see the `panel` module);
+//! - **im2col + GEMM** otherwise when the instruction supplies a `workspace` (the compiler sized it
 //!   `(C/groups)·KH·KW·OH·OW` floats) and each group has more than one output channel: the
 //!   patches of one image and group are unrolled into the workspace (zeros for padding) a band
 //!   of output rows at a time (sized by
@@ -22,6 +26,8 @@
 //!   every tap adds `w · input` to an output-plane accumulator in the host workspace over the
 //!   contiguous range of output columns whose input column is inside the image (see
 //!   `pool::valid_range`).
+
+mod panel;
 
 use crate::matmul::{Mat, gemm_auto};
 use crate::pool::valid_range;
@@ -118,6 +124,20 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             fill_bias(&vo, bias.as_ref());
         } else if pointwise && out_flat && w_flat && geo.og > 1 {
             pointwise_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
+        } else if args.workspace.is_some()
+            && out_flat
+            && w_flat
+            && geo.og > 1
+            && vw.stride[3] == 1
+            && panel::available()
+        {
+            // im2col a few panels at a time into the packed-B GEMM, bias and Relu in registers.
+            let relu = matches!(args.act.0, ActFunc::Relu);
+            panel::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws);
+            if !relu {
+                activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
+            }
+            return;
         } else if let (Some(col), true, true, true) = (args.workspace, out_flat, w_flat, geo.og > 1)
         {
             let col = mem.ptr(col.addr) as *mut f32;

@@ -23,11 +23,15 @@ use nrt_hal::tuning::GEMM_PACKED_KC;
 pub use nrt_isa::matmul_flags::{PANEL_WIDTHS, pack_b, packed_len};
 
 /// What the packed GEMM applies to each finished tile of C in registers, before storing it
-/// (the common case of the MatMul epilogue): `C = relu?(alpha·A·B [+ C] + bias)`.
+/// (the common case of the MatMul and Conv epilogues): `C = relu?(alpha·A·B [+ C] + bias +
+/// row_bias)`.
 #[derive(Clone, Copy, Debug)]
 pub struct TileEpilogue {
     /// Per-column bias: `bias[j]` is added to column `j` of every row (null: none).
     pub bias: *const f32,
+    /// Per-row bias: `row_bias[i]` is added to every column of row `i` (null: none) — a
+    /// convolution's per-output-channel bias, whose output channels are the rows.
+    pub row_bias: *const f32,
     /// Then `Relu` (`x < 0 ? 0 : x`, NaN kept).
     pub relu: bool,
 }
@@ -36,6 +40,7 @@ impl TileEpilogue {
     /// Nothing.
     pub const NONE: TileEpilogue = TileEpilogue {
         bias: core::ptr::null(),
+        row_bias: core::ptr::null(),
         relu: false,
     };
 }
@@ -57,7 +62,7 @@ pub struct Packed {
 /// # Safety
 /// A readable and C writable for every element their shape and strides address; B readable
 /// for `ceil(n / nr)` panels of `k·nr` floats; `epi.bias` (if not null) readable for `n`
-/// floats; C overlapping none of them.
+/// floats and `epi.row_bias` for `m`; C overlapping none of them.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_packed(
     m: usize,
@@ -83,6 +88,9 @@ pub unsafe fn gemm_packed(
                     let mut v = if accumulate { *p } else { 0.0 };
                     if !epi.bias.is_null() {
                         v += *epi.bias.add(j);
+                    }
+                    if !epi.row_bias.is_null() {
+                        v += *epi.row_bias.add(i);
                     }
                     *p = if epi.relu && v < 0.0 { 0.0 } else { v };
                 }
@@ -376,9 +384,10 @@ struct Tile {
     cs: isize,
     alpha: f32,
     add: bool,
-    /// The epilogue's bias at the tile's first column (null: none), and Relu; only on the
-    /// last K block.
+    /// The epilogue's bias at the tile's first column and row bias at its first row (null:
+    /// none), and Relu; only on the last K block.
     bias: *const f32,
+    row_bias: *const f32,
     relu: bool,
 }
 
@@ -427,6 +436,11 @@ unsafe fn drive(j: &Job, mr_max: usize, width: usize, kernel: impl Fn(&Tile)) {
                         } else {
                             core::ptr::null()
                         },
+                        row_bias: if last && !j.epi.row_bias.is_null() {
+                            j.epi.row_bias.wrapping_add(i0)
+                        } else {
+                            core::ptr::null()
+                        },
                         relu: last && j.epi.relu,
                     });
                     s += width;
@@ -449,21 +463,25 @@ unsafe fn store_partial<const WIDTH: usize>(t: &Tile, tile: &[[f32; WIDTH]]) {
         for (x, v) in row.iter().enumerate().take(t.cols) {
             let p = t.c.wrapping_offset(r as isize * t.rs + x as isize * t.cs);
             // SAFETY: element (r, x) of the tile lies in C per the contract.
-            unsafe { *p = finish(t, x, if t.add { *p + v } else { *v }) };
+            unsafe { *p = finish(t, r, x, if t.add { *p + v } else { *v }) };
         }
     }
 }
 
-/// The tile epilogue on one element of column `x` of the tile (the order of the vector
-/// paths: the sum, then the bias, then Relu).
+/// The tile epilogue on the element of row `r` and column `x` of the tile (the order of
+/// the vector paths: the sum, then the column bias, then the row bias, then Relu).
 ///
 /// # Safety
-/// `t.bias` (if not null) readable at `x`.
+/// `t.bias` (if not null) readable at `x`, `t.row_bias` (if not null) at `r`.
 #[inline(always)]
-unsafe fn finish(t: &Tile, x: usize, mut v: f32) -> f32 {
+unsafe fn finish(t: &Tile, r: usize, x: usize, mut v: f32) -> f32 {
     if !t.bias.is_null() {
         // SAFETY: per the contract.
         v += unsafe { *t.bias.add(x) };
+    }
+    if !t.row_bias.is_null() {
+        // SAFETY: per the contract.
+        v += unsafe { *t.row_bias.add(r) };
     }
     if t.relu && v < 0.0 { 0.0 } else { v }
 }
@@ -543,6 +561,11 @@ mod x86 {
             if t.cs == 1 && t.cols == 16 * W {
                 for r in 0..R {
                     let cr = t.c.offset(r as isize * t.rs);
+                    let rb = if t.row_bias.is_null() {
+                        None
+                    } else {
+                        Some(_mm512_set1_ps(*t.row_bias.add(r)))
+                    };
                     for w in 0..W {
                         let mut v = _mm512_mul_ps(acc[r][w], va);
                         if t.add {
@@ -550,6 +573,9 @@ mod x86 {
                         }
                         if !t.bias.is_null() {
                             v = _mm512_add_ps(v, _mm512_loadu_ps(t.bias.add(16 * w)));
+                        }
+                        if let Some(rb) = rb {
+                            v = _mm512_add_ps(v, rb);
                         }
                         if t.relu {
                             // The second operand when either is NaN: NaN stays, -0 stays.
@@ -581,7 +607,7 @@ mod x86 {
                 let v = flat[r * W + x / 16][x % 16];
                 let p = t.c.wrapping_offset(r as isize * t.rs + x as isize * t.cs);
                 // SAFETY: element (r, x) of the tile lies in C per the contract.
-                unsafe { *p = finish(t, x, if t.add { *p + v } else { v }) };
+                unsafe { *p = finish(t, r, x, if t.add { *p + v } else { v }) };
             }
         }
     }
@@ -718,6 +744,11 @@ mod x86 {
             if t.cs == 1 && t.cols == 16 {
                 for r in 0..R {
                     let cr = t.c.offset(r as isize * t.rs);
+                    let rb = if t.row_bias.is_null() {
+                        None
+                    } else {
+                        Some(_mm256_set1_ps(*t.row_bias.add(r)))
+                    };
                     for w in 0..2 {
                         let mut v = _mm256_mul_ps(acc[r][w], va);
                         if t.add {
@@ -725,6 +756,9 @@ mod x86 {
                         }
                         if !t.bias.is_null() {
                             v = _mm256_add_ps(v, _mm256_loadu_ps(t.bias.add(8 * w)));
+                        }
+                        if let Some(rb) = rb {
+                            v = _mm256_add_ps(v, rb);
                         }
                         if t.relu {
                             // The second operand when either is NaN: NaN stays, -0 stays.

@@ -529,6 +529,7 @@ pub unsafe fn matmul(
                 let epi = if in_tile {
                     TileEpilogue {
                         bias: addends[0].map_or(core::ptr::null(), |b| b.ptr),
+                        row_bias: core::ptr::null(),
                         relu: epilogue.func == ActFunc::Relu,
                     }
                 } else {

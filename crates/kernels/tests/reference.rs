@@ -812,6 +812,57 @@ fn conv_im2col_in_several_bands() {
     }
 }
 
+/// The panel path's row blocks and K blocks (AVX-512: 14-row register tiles, K in blocks of
+/// 512): 30 output channels (tiles of 14, 14, 2), K = 60·3·3 = 540, strides 1 and 2 with
+/// odd sizes (panels of 32 pixels straddle output rows, the last one partial), bias and Relu
+/// in the tile epilogue, and a Sigmoid applied after.
+#[test]
+fn conv_panels_many_channels_and_long_k() {
+    for (case, (stride, act)) in [
+        (1u32, ActFunc::Relu),
+        (2, ActFunc::Identity),
+        (2, ActFunc::Sigmoid),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rng = Rng::new(40 + case as u64);
+        let mut m = Arena::new(16 << 20);
+        let (c, o, h, w) = (60u32, 30u32, 9u32, 13u32);
+        let window = Window {
+            kernel: [0, 0],
+            stride: [stride, stride],
+            pad: [1, 0, 1, 2],
+            dilation: [1, 1],
+        };
+        let (oh, ow) = (
+            window.out_dim(0, h, 3).unwrap(),
+            window.out_dim(1, w, 3).unwrap(),
+        );
+        let input = m.dense(DType::F32, [1, c, h, w]);
+        let weight = m.dense(DType::F32, [o, c, 3, 3]);
+        let output = m.dense(DType::F32, [1, o, oh, ow]);
+        let bias = (case != 1).then(|| m.dense(DType::F32, [1, 1, 1, o]));
+        let workspace = Some(m.dense(DType::F32, [1, 1, 1, c * 9 * oh * ow]));
+        m.fill_f32(&input, &mut rng, -1.0, 1.0);
+        m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+        if let Some(b) = &bias {
+            m.fill_f32(b, &mut rng, -1.0, 1.0);
+        }
+        let op = Op::Conv {
+            input,
+            weight,
+            output,
+            bias,
+            workspace,
+            window,
+            groups: 1,
+            act: (act, 0.0, 0.0),
+        };
+        conv_check(&mut m, &op, "panels, many channels");
+    }
+}
+
 /// Stride-1 convolutions whose rows are as wide as the input's ("same" padding, split any
 /// way between left and right, with dilation): im2col's flat path, which copies a band's
 /// rows as one run and then zeroes the pad columns.
@@ -1332,13 +1383,14 @@ proptest! {
     #![proptest_config(cfg(200))]
 
     /// The 2×2 stride-2 fast path (and the global pool's lane sums): random odd and even
-    /// sizes, NaNs planted for max pooling (they must propagate).
+    /// sizes (up to 72 wide: the AVX-512 path takes 16 outputs a step), NaNs planted for max
+    /// pooling (they must propagate).
     #[test]
     fn pool_2x2_stride2_and_global(seed in any::<u64>()) {
         let mut rng = Rng::new(seed);
         let mut m = Arena::new(ARENA);
         let op = if rng.chance(0.5) { PoolOp::Max } else { PoolOp::Avg };
-        let (n, c, h, w) = (1 + rng.below(2) as u32, 1 + rng.below(3) as u32, 2 + rng.below(19) as u32, 2 + rng.below(40) as u32);
+        let (n, c, h, w) = (1 + rng.below(2) as u32, 1 + rng.below(3) as u32, 2 + rng.below(19) as u32, 2 + rng.below(72) as u32);
         let global = rng.chance(0.3);
         let win = Window {
             kernel: if global { [h, w] } else { [2, 2] },
@@ -2281,12 +2333,20 @@ fn matmul_packed_every_isa() {
         let alpha = if rng.chance(0.5) { 1.0 } else { -0.75 };
         // The in-register epilogue: a per-column bias of B's full width (the tile reads it
         // from its first column on), Relu.
+        // And a per-row bias (a convolution's per-channel bias).
         let bias: Vec<f32> = (0..n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let row_bias: Vec<f32> = (0..m_).map(|_| rng.f32(-1.0, 1.0)).collect();
         let use_bias = rng.chance(0.5);
+        let use_row_bias = rng.chance(0.5);
         let relu = rng.chance(0.5);
         let epi = TileEpilogue {
             bias: if use_bias {
                 bias[start..].as_ptr()
+            } else {
+                core::ptr::null()
+            },
+            row_bias: if use_row_bias {
+                row_bias.as_ptr()
             } else {
                 core::ptr::null()
             },
@@ -2340,13 +2400,16 @@ fn matmul_packed_every_isa() {
                     if use_bias {
                         want += bias[start + j] as f64;
                     }
+                    if use_row_bias {
+                        want += row_bias[i] as f64;
+                    }
                     if relu && want < 0.0 {
                         want = 0.0;
                     }
                     assert!(
                         (got - want).abs() <= 1e-5 * (sa + prev.abs() + 1.0) + 1e-6,
-                        "{isa:?} m{m_} k{k} n{n} nr{nr} start{start} bias {use_bias} relu {relu}: \
-                         ({i}, {j}) {got} vs {want}"
+                        "{isa:?} m{m_} k{k} n{n} nr{nr} start{start} bias {use_bias} \
+                         row bias {use_row_bias} relu {relu}: ({i}, {j}) {got} vs {want}"
                     );
                 }
             }
@@ -2437,6 +2500,7 @@ fn matmul_packed_bf16_every_path() {
                             } else {
                                 core::ptr::null()
                             },
+                            row_bias: core::ptr::null(),
                             relu,
                         },
                         fast,
