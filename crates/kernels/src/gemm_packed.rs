@@ -227,6 +227,37 @@ pub struct PackedBf16 {
     pub panel_stride: isize,
 }
 
+/// The kernels of the bf16 packed GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bf16Kernel {
+    /// The AMX tile unit (`tdpbf16ps`, [`crate::amx`]); panels of 32 or 64 columns (16-wide
+    /// panels take [`Bf16Kernel::Dot`]).
+    Amx,
+    /// `vdpbf16ps` in 14×32 register tiles (AVX-512 BF16).
+    Dot,
+    /// Plain Rust.
+    Portable,
+}
+
+impl Bf16Kernel {
+    /// Whether this CPU (and, for AMX, this process) runs the kernel.
+    pub fn available(self) -> bool {
+        match self {
+            Bf16Kernel::Amx => bf16_fast() && crate::amx::bf16_available(),
+            Bf16Kernel::Dot => bf16_fast(),
+            Bf16Kernel::Portable => true,
+        }
+    }
+
+    /// The fastest available kernel.
+    pub fn best() -> Bf16Kernel {
+        [Bf16Kernel::Amx, Bf16Kernel::Dot]
+            .into_iter()
+            .find(|k| k.available())
+            .unwrap_or(Bf16Kernel::Portable)
+    }
+}
+
 /// Whether the bf16 packed GEMM runs `vdpbf16ps` here (else a portable loop).
 pub fn bf16_fast() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -241,8 +272,8 @@ pub fn bf16_fast() -> bool {
 
 /// `C = alpha·A·B` (`+=` when `accumulate`), then `epi`, for an f32 `m×k` A (rounded to
 /// bf16 once per call, as the unpacked bf16 path does), a packed bf16 `k×n` B and an f32
-/// `m×n` C: `vdpbf16ps` in 14×32 register tiles with AVX-512 BF16, else a portable loop
-/// (`fast`: whether to take the former; it must be available).
+/// `m×n` C on `kernel` (it must be available): the AMX tile unit, `vdpbf16ps` in 14×32
+/// register tiles (AVX-512 BF16), or a portable loop.
 ///
 /// # Safety
 /// As [`gemm_packed`], B readable for `ceil(n / nr)` panels of `ceil(k/2)·2·nr` bf16.
@@ -257,7 +288,7 @@ pub unsafe fn gemm_packed_bf16(
     alpha: f32,
     accumulate: bool,
     epi: TileEpilogue,
-    fast: bool,
+    kernel: Bf16Kernel,
     ws: &mut Workspace,
 ) {
     if m == 0 || n == 0 {
@@ -273,7 +304,14 @@ pub unsafe fn gemm_packed_bf16(
         unsafe { gemm_packed(m, n, 0, a, b, c, alpha, accumulate, epi, ws) };
         return;
     }
-    debug_assert!(!fast || bf16_fast());
+    debug_assert!(kernel.available());
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Bf16Kernel::Amx && (b.nr == 32 || b.nr == 64) {
+        // SAFETY: forwarded contract; the tile unit is usable; m, n, k ≥ 1.
+        unsafe { crate::amx::gemm_packed_bf16(m, n, k, a, b, c, alpha, accumulate, epi, ws) };
+        return;
+    }
+    let fast = kernel != Bf16Kernel::Portable;
     let kp = k.div_ceil(2);
     // A rounded to bf16 rows of `2·kp` (one f32 slot per pair), the odd K padded with 0.
     let buf = ws.f32(0, m * kp);

@@ -44,6 +44,7 @@
 //!   GEMM crate's thread-local packing buffer), which grow to the largest need and stay.
 
 pub mod act;
+pub mod amx;
 pub mod binary;
 pub mod conv;
 pub mod copy;

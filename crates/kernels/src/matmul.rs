@@ -62,7 +62,7 @@
 //! a plain 1 MiB read takes 18 µs); the GEMM crate needs 35 µs (88 µs with B transposed).
 
 use crate::gemm_packed::{
-    Packed, PackedBf16, TileEpilogue, bf16_fast, gemm_packed, gemm_packed_bf16,
+    Bf16Kernel, Packed, PackedBf16, TileEpilogue, gemm_packed, gemm_packed_bf16,
 };
 use crate::matmul_half::{Half, HalfMat, gemm_half};
 use crate::strided::View;
@@ -548,9 +548,9 @@ pub unsafe fn matmul(
                                 nr: pb.nr,
                                 panel_stride: vh.stride[1],
                             };
-                            let fast = bf16_fast();
+                            let kernel = Bf16Kernel::best();
                             let (a, c) = (off(ma), off(mc));
-                            gemm_packed_bf16(rb, n, k, a, hb, c, alpha, acc, epi, fast, ws)
+                            gemm_packed_bf16(rb, n, k, a, hb, c, alpha, acc, epi, kernel, ws)
                         }
                         (None, None) => gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws),
                         (Some(kind), _) => {

@@ -14,6 +14,9 @@ pub enum Peak {
     F32Fma,
     /// bf16 pair dot product into f32 (`vdpbf16ps`, AVX-512 BF16): 32 multiply-adds each.
     Bf16Dot,
+    /// bf16 tile multiply into f32 tiles (`tdpbf16ps`, Intel AMX): 8,192 multiply-adds each
+    /// (the bf16 packed GEMM's instruction where the process may use AMX).
+    Bf16Tile,
     /// u8 × i8 quadruple dot product into i32 (`vpdpbusd`, AVX-512 VNNI): 64 multiply-adds
     /// each (the int8 GEMM's instruction; its "FLOP" are integer operations, GOPS).
     I8Dot,
@@ -62,6 +65,12 @@ fn select(which: Peak) -> Option<Loop> {
             // SAFETY: AVX-512F and AVX-512 VNNI detected just above.
             unsafe { x86::dpbusd(n) }
         })),
+        Peak::Bf16Tile if crate::amx::bf16_available() => {
+            Some((4.0 * 16.0 * 16.0 * 32.0 * 2.0, |n| {
+                // SAFETY: the tile unit is usable (checked just above).
+                unsafe { crate::amx::tile_loop(n) }
+            }))
+        }
         Peak::Bf16Dot if has!("avx512f") && has!("avx512bf16") => {
             Some((12.0 * 32.0 * 2.0, |n| {
                 // SAFETY: AVX-512F and AVX-512 BF16 detected just above.
@@ -177,7 +186,7 @@ mod tests {
         // Any x86-64-v3 machine has FMA; a few GFLOP/s at least even when shared.
         let g = measure(Peak::F32Fma, Duration::from_millis(20), 2).expect("FMA present");
         assert!(g > 1.0 && g < 10_000.0, "{g} GFLOP/s");
-        for p in [Peak::Bf16Dot, Peak::I8Dot] {
+        for p in [Peak::Bf16Dot, Peak::Bf16Tile, Peak::I8Dot] {
             if let Some(b) = measure(p, Duration::from_millis(20), 2) {
                 assert!(b > 1.0 && b < 40_000.0, "{p:?}: {b} G/s");
             }

@@ -2417,18 +2417,152 @@ fn matmul_packed_every_isa() {
     }
 }
 
+/// The bf16 packed GEMM on the AMX tile unit (where this process has it), against the f64
+/// reference on A rounded to bf16: M across 32-row blocks and a last block of ≤ 16 rows, K
+/// with and without a partial 32-pair chunk (its B rows come from a zero-padded copy: the
+/// panels are followed by NaNs here, which would poison a sum that read past K), column
+/// and row biases, Relu, accumulate, and C row-major or column-major.
+#[test]
+fn matmul_packed_bf16_amx() {
+    use nrt_kernels::gemm_packed::{Bf16Kernel, PackedBf16, TileEpilogue, gemm_packed_bf16};
+    use nrt_kernels::matmul::Mat;
+    if !Bf16Kernel::Amx.available() {
+        eprintln!("no AMX-BF16 here: nothing to test");
+        return;
+    }
+    let mut rng = Rng::new(23);
+    for case in 0..40u64 {
+        let m_ = 1 + rng.below(if case % 4 == 0 { 80 } else { 40 }) as usize;
+        let k = if case % 3 == 0 {
+            32 * (1 + rng.below(8) as usize)
+        } else {
+            1 + rng.below(300) as usize
+        };
+        let n = 1 + rng.below(140) as usize;
+        let nr = [32, 64][(case % 2) as usize];
+        let kp = k.div_ceil(2);
+        let a: Vec<f32> = (0..m_ * k).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let bh: Vec<u16> = (0..k * n)
+            .map(|_| f32_to_bf16(rng.f32(-1.0, 1.0)))
+            .collect();
+        let mut packed = matmul_flags::pack_b_pairs(k, n, nr, |p, j| bh[p * n + j]);
+        let len = packed.len();
+        packed.extend(std::iter::repeat_n(0x7FC0u16, 64 * nr)); // NaNs past the panels
+        let col_major = rng.chance(0.4);
+        let ld = if col_major { m_ + 3 } else { n + 2 };
+        let c0: Vec<f32> = (0..ld * if col_major { n } else { m_ })
+            .map(|_| rng.f32(-1.0, 1.0))
+            .collect();
+        let at = |i: usize, j: usize| if col_major { j * ld + i } else { i * ld + j };
+        let bias: Vec<f32> = (0..n).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let row_bias: Vec<f32> = (0..m_).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let (use_bias, use_row_bias, relu, accumulate) = (
+            rng.chance(0.5),
+            rng.chance(0.5),
+            rng.chance(0.5),
+            rng.chance(0.5),
+        );
+        let alpha = if rng.chance(0.5) { 1.0 } else { -0.5 };
+        let mut c = c0.clone();
+        // SAFETY: A m×k, B's panels (then NaNs), C m×n at stride ld (row- or column-major),
+        // the biases of n and m floats: all inside their vectors; AMX available.
+        unsafe {
+            gemm_packed_bf16(
+                m_,
+                n,
+                k,
+                Mat {
+                    ptr: a.as_ptr() as *mut f32,
+                    rs: k as isize,
+                    cs: 1,
+                },
+                PackedBf16 {
+                    ptr: packed.as_ptr(),
+                    nr,
+                    panel_stride: (kp * 2 * nr) as isize,
+                },
+                Mat {
+                    ptr: c.as_mut_ptr(),
+                    rs: if col_major { 1 } else { ld as isize },
+                    cs: if col_major { ld as isize } else { 1 },
+                },
+                alpha,
+                accumulate,
+                TileEpilogue {
+                    bias: if use_bias {
+                        bias.as_ptr()
+                    } else {
+                        core::ptr::null()
+                    },
+                    row_bias: if use_row_bias {
+                        row_bias.as_ptr()
+                    } else {
+                        core::ptr::null()
+                    },
+                    relu,
+                },
+                Bf16Kernel::Amx,
+                &mut Workspace::new(),
+            )
+        };
+        assert!(packed[len..].iter().all(|&h| h == 0x7FC0), "wrote into B");
+        for i in 0..m_ {
+            for j in 0..n {
+                let (mut s, mut sa) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let x = bf16_to_f32(f32_to_bf16(a[i * k + p])) as f64
+                        * bf16_to_f32(bh[p * n + j]) as f64;
+                    s += x;
+                    sa += x.abs();
+                }
+                let prev = c0[at(i, j)] as f64;
+                let mut y = alpha as f64 * s + if accumulate { prev } else { 0.0 };
+                if use_bias {
+                    y += bias[j] as f64;
+                }
+                if use_row_bias {
+                    y += row_bias[i] as f64;
+                }
+                if relu && y < 0.0 {
+                    y = 0.0;
+                }
+                let got = c[at(i, j)] as f64;
+                assert!(
+                    (got - y).abs() <= 1e-4 * (sa + prev.abs() + 1.0),
+                    "case {case} m{m_} k{k} n{n} nr{nr} col-major {col_major}: ({i}, {j}) {got} vs {y}"
+                );
+            }
+        }
+        // Nothing outside the m×n block of C moved.
+        for (x, (&g, &p)) in c.iter().zip(&c0).enumerate() {
+            let (i, j) = if col_major {
+                (x % ld, x / ld)
+            } else {
+                (x / ld, x % ld)
+            };
+            if i >= m_ || j >= n {
+                assert_eq!(
+                    g.to_bits(),
+                    p.to_bits(),
+                    "case {case}: wrote outside C at {x}"
+                );
+            }
+        }
+    }
+}
+
 /// The bf16 packed GEMM (`vdpbf16ps` where the CPU has AVX-512 BF16, and the portable loop
 /// everywhere) against the f64 reference on A rounded to bf16: odd K (the padded pair),
 /// column ranges of B from a panel boundary, every panel width, accumulate, bias and Relu;
 /// half the cases through the decoded `Op::MatMul`.
 #[test]
 fn matmul_packed_bf16_every_path() {
-    use nrt_kernels::gemm_packed::{PackedBf16, TileEpilogue, bf16_fast, gemm_packed_bf16};
+    use nrt_kernels::gemm_packed::{Bf16Kernel, PackedBf16, TileEpilogue, gemm_packed_bf16};
     use nrt_kernels::matmul::Mat;
     let mut rng = Rng::new(11);
-    let paths: Vec<bool> = [true, false]
+    let paths: Vec<Bf16Kernel> = [Bf16Kernel::Amx, Bf16Kernel::Dot, Bf16Kernel::Portable]
         .into_iter()
-        .filter(|&f| !f || bf16_fast())
+        .filter(|k| k.available())
         .collect();
     for case in 0..48u64 {
         let m_ = 1 + rng.below(33) as usize;
@@ -2467,7 +2601,7 @@ fn matmul_packed_bf16_every_path() {
             }
             (y, 1e-4 * (sa + prev.abs() + 1.0))
         };
-        for &fast in &paths {
+        for &kernel in &paths {
             let mut c = c0.clone();
             if case % 2 == 0 {
                 // SAFETY: A m×k, C m×n (row stride ldc), B's panels from `start`, the bias
@@ -2503,13 +2637,13 @@ fn matmul_packed_bf16_every_path() {
                             row_bias: core::ptr::null(),
                             relu,
                         },
-                        fast,
+                        kernel,
                         &mut Workspace::new(),
                     )
                 };
             } else {
-                if !fast && bf16_fast() {
-                    continue; // the op takes the fast path on this CPU
+                if kernel != Bf16Kernel::best() {
+                    continue; // the op takes the best kernel on this CPU
                 }
                 // Through the decoded instruction, C dense (ldc = n here).
                 let mut ar = Arena::new(8 << 20);
@@ -2588,7 +2722,7 @@ fn matmul_packed_bf16_every_path() {
                     let (w, tol) = want(i, j);
                     assert!(
                         (got - w).abs() <= tol,
-                        "case {case} fast {fast} m{m_} k{k} n{n} nr{nr} start{start}: ({i}, \
+                        "case {case} {kernel:?} m{m_} k{k} n{n} nr{nr} start{start}: ({i}, \
                          {j}) {got} vs {w}"
                     );
                 }
