@@ -617,6 +617,24 @@ fn two_cores_run_the_halves_of_batched_products_in_parallel() {
     );
     check_ordering(&two.model).unwrap();
     assert_eq!(matmul_makespan(&two.model), 2);
+    // Split by the batch (the heads), not by N: each core multiplies whole [s, d] matrices
+    // of half the heads (an N split left 32-column products).
+    for core in 0..2u8 {
+        let pe =
+            decode_block(&two.model.block(core, Engine::Pe).unwrap().code, Engine::Pe).unwrap();
+        let shapes: Vec<[u32; 4]> = pe
+            .iter()
+            .filter_map(|(_, i)| match i.op {
+                Op::MatMul { c, .. } => Some(c.shape),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(shapes.len(), 2, "core {core}: {shapes:?}");
+        for (sh, n) in shapes.iter().zip([s, d]) {
+            assert_eq!(sh[1] as i64 * 2, h, "core {core}: {sh:?}");
+            assert_eq!(sh[3] as i64, n, "core {core}: {sh:?}");
+        }
+    }
 }
 
 /// Softmax and layer normalization, large enough, are split by rows between two cores
