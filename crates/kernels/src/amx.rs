@@ -20,10 +20,14 @@
 //! a NaN there would poison the sum). The finished block goes through a 32×32 stack buffer
 //! to C with the epilogue (alpha, accumulate, per-column and per-row bias, Relu) in AVX-512.
 //!
-//! Availability ([`bf16_available`]): CPUID's AMX-TILE and AMX-BF16, the tile state enabled
+//! The int8 product of [`crate::qmatmul`] runs on the same blocks with `tdpbusd` (u8 × i8
+//! quadruples into i32: 16,384 multiply-adds an instruction against `vpdpbusd`'s 64): its
+//! packed words are the B tile rows too ([`int8_products`]).
+//!
+//! Availability ([`bf16_available`], [`int8_available`]): CPUID's AMX-TILE and AMX-BF16, the tile state enabled
 //! by the OS in XCR0, and Linux's per-process permission for the tile data
 //! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), asked once. `NRT_SIM_AMX=0` turns
-//! the path off (the AVX-512 BF16 kernels then run), for comparisons.
+//! both paths off (the AVX-512 BF16 and VNNI kernels then run), for comparisons.
 
 use crate::Workspace;
 use crate::gemm_packed::{PackedBf16, TileEpilogue};
@@ -32,23 +36,36 @@ use core::sync::atomic::{AtomicU8, Ordering};
 
 /// Whether the AMX bf16 path runs in this process (see the module docs); decided once.
 pub fn bf16_available() -> bool {
-    static STATE: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
+    features() & BF16 != 0
+}
+
+/// Whether the AMX int8 path (`tdpbusd`, [`crate::qmatmul`]) runs in this process.
+pub fn int8_available() -> bool {
+    features() & INT8 != 0
+}
+
+const KNOWN: u8 = 0x80;
+const BF16: u8 = 1;
+const INT8: u8 = 2;
+
+/// The usable AMX features ([`BF16`], [`INT8`]), detected once.
+fn features() -> u8 {
+    static STATE: AtomicU8 = AtomicU8::new(0);
     match STATE.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let yes = detect();
-            STATE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-            yes
+        0 => {
+            let f = detect() | KNOWN;
+            STATE.store(f, Ordering::Relaxed);
+            f
         }
+        f => f,
     }
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn detect() -> bool {
+fn detect() -> u8 {
     use core::arch::x86_64::{__cpuid, __cpuid_count};
     if std::env::var_os("NRT_SIM_AMX").is_some_and(|v| v == "0") {
-        return false;
+        return 0;
     }
     // The rounding of A and the stores use AVX-512 F/BW/BF16 (every AMX CPU has them; a
     // hypervisor might still hide them).
@@ -56,13 +73,16 @@ fn detect() -> bool {
         && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512bf16"))
     {
-        return false;
+        return 0;
     }
-    // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE; CPUID.1:ECX bit 27 OSXSAVE.
+    // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE, bit 25 AMX-INT8; CPUID.1:ECX bit
+    // 27 OSXSAVE.
     let leaf7 = __cpuid_count(7, 0);
-    let (bf16, tile) = (leaf7.edx & (1 << 22) != 0, leaf7.edx & (1 << 24) != 0);
-    if !(bf16 && tile) || __cpuid(1).ecx & (1 << 27) == 0 {
-        return false;
+    let tile = leaf7.edx & (1 << 24) != 0;
+    let units = (if leaf7.edx & (1 << 22) != 0 { BF16 } else { 0 })
+        | (if leaf7.edx & (1 << 25) != 0 { INT8 } else { 0 });
+    if !tile || units == 0 || __cpuid(1).ecx & (1 << 27) == 0 {
+        return 0;
     }
     // XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA): the OS saves the tile state.
     let (lo, _hi): (u32, u32);
@@ -73,7 +93,7 @@ fn detect() -> bool {
             options(nomem, nostack, preserves_flags));
     }
     if lo & (0b11 << 17) != 0b11 << 17 {
-        return false;
+        return 0;
     }
     // Linux hands out the 8 KiB tile data state only to processes that ask (5.16+).
     const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
@@ -87,12 +107,12 @@ fn detect() -> bool {
             XFEATURE_XTILEDATA,
         )
     };
-    r == 0
+    if r == 0 { units } else { 0 }
 }
 
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-fn detect() -> bool {
-    false
+fn detect() -> u8 {
+    0
 }
 
 /// Pairs of K per tile chunk (a tile row is 64 bytes: 16 pairs of bf16).
@@ -182,7 +202,7 @@ pub unsafe fn gemm_packed_bf16(
                 // columns from s; the tail copy holds 16 rows of 128 bytes; `cbuf` is 32 rows
                 // of 128 bytes; the tile unit is usable (`bf16_available`).
                 unsafe {
-                    block(
+                    block_bf16(
                         full,
                         (abuf.as_ptr() as *const u8).add((i0 / 16) * nq * tile_bytes),
                         nq * tile_bytes,
@@ -194,7 +214,7 @@ pub unsafe fn gemm_packed_bf16(
                         } else {
                             core::ptr::null()
                         },
-                        cbuf.0.as_mut_ptr(),
+                        cbuf.0.as_mut_ptr() as *mut u8,
                     )
                 };
                 let (mr, cols) = ((m - i0).min(32), (n - col).min(32));
@@ -207,6 +227,108 @@ pub unsafe fn gemm_packed_bf16(
         }
     }
 }
+
+/// The raw sums of the packed int8 product (`Σ` over words of four `u8 × i8` products, as
+/// `vpdpbusd` computes them in [`crate::qmatmul`]) in blocks of 32 rows × 32 columns on the
+/// tile unit (`tdpbusd`), each handed to `sink(i0, j0, rows, cols, block)` (block row `r`,
+/// column `x` is C's `(i0 + r, j0 + x)`; `rows ≤ 32`, `cols ≤ 32` are the valid ones).
+///
+/// `apack`: `m` rows of `k4` words (A's bytes, four k a word); `bpack`: `k4` rows of `np`
+/// words (B's quadruples, one column a word; `np ≥ ⌈n/32⌉·32`); `tiles`: scratch of at least
+/// [`int8_scratch_words`] words. As for bf16, A is re-laid tile by tile with zeros past K
+/// and M, and a partial last K chunk of B is read from a zero-padded copy.
+///
+/// # Safety
+/// [`int8_available`]; `m, n, k4 ≥ 1`; the slices as described.
+#[allow(clippy::too_many_arguments)]
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn int8_products(
+    m: usize,
+    n: usize,
+    k4: usize,
+    apack: &[i32],
+    bpack: &[i32],
+    np: usize,
+    tiles: &mut [i32],
+    mut sink: impl FnMut(usize, usize, usize, usize, &[[i32; 32]; 32]),
+) {
+    debug_assert!(int8_available() && m > 0 && n > 0 && k4 > 0);
+    let nq = k4.div_ceil(PAIRS);
+    let (chunks, tail) = (k4 / PAIRS, k4 % PAIRS);
+    let rows = m.div_ceil(32) * 32;
+    assert!(
+        apack.len() >= m * k4
+            && bpack.len() >= k4 * np
+            && np >= n.div_ceil(32) * 32
+            && tiles.len() >= int8_scratch_words(m, k4)
+    );
+    let (abuf, tbuf) = tiles.split_at_mut(rows * nq * PAIRS);
+    let tbuf = &mut tbuf[..PAIRS * 32];
+    for t in 0..rows / 16 {
+        for q in 0..nq {
+            for r in 0..16 {
+                let i = 16 * t + r;
+                let dst = &mut abuf[((t * nq + q) * 16 + r) * PAIRS..][..PAIRS];
+                let w0 = q * PAIRS;
+                if i < m && w0 < k4 {
+                    let take = PAIRS.min(k4 - w0);
+                    dst[..take].copy_from_slice(&apack[i * k4 + w0..][..take]);
+                    dst[take..].fill(0);
+                } else {
+                    dst.fill(0);
+                }
+            }
+        }
+    }
+    tbuf.fill(0);
+    let tile_bytes = 16 * PAIRS * 4;
+    let ldb = np * 4;
+    let mut blk = IBlock([[0; 32]; 32]);
+    let mut j0 = 0;
+    while j0 < n {
+        let bp = bpack[j0..].as_ptr() as *const u8;
+        if tail > 0 {
+            for (r, dst) in tbuf.chunks_exact_mut(32).enumerate().take(tail) {
+                dst.copy_from_slice(&bpack[(chunks * PAIRS + r) * np + j0..][..32]);
+            }
+        }
+        let mut i0 = 0;
+        while i0 < m {
+            // SAFETY: A's tiles hold row tiles i0/16 and i0/16 + 1 (rows is a multiple of
+            // 32), nq chunks each; B holds `chunks` chunks of 16 rows of np words, 32 words
+            // from j0 (np ≥ j0 + 32); the tail copy 16 rows of 128 bytes; `blk` 32 rows of
+            // 128 bytes; the tile unit is usable (`int8_available`).
+            unsafe {
+                block_u8i8(
+                    m - i0 > 16,
+                    (abuf.as_ptr() as *const u8).add((i0 / 16) * nq * tile_bytes),
+                    nq * tile_bytes,
+                    bp,
+                    ldb,
+                    chunks,
+                    if tail > 0 {
+                        tbuf.as_ptr() as *const u8
+                    } else {
+                        core::ptr::null()
+                    },
+                    blk.0.as_mut_ptr() as *mut u8,
+                )
+            };
+            sink(i0, j0, (m - i0).min(32), (n - j0).min(32), &blk.0);
+            i0 += 32;
+        }
+        j0 += 32;
+    }
+}
+
+/// Words of scratch [`int8_products`] needs.
+pub(crate) fn int8_scratch_words(m: usize, k4: usize) -> usize {
+    m.div_ceil(32) * 32 * k4.div_ceil(PAIRS) * PAIRS + PAIRS * 32
+}
+
+/// A finished 32×32 block of int8 sums, 64-byte aligned for the tile stores.
+#[repr(C, align(64))]
+struct IBlock([[i32; 32]; 32]);
 
 /// A finished 32×32 block of C, 64-byte aligned for the tile stores.
 #[repr(C, align(64))]
@@ -231,133 +353,144 @@ const CONFIG: TileConfig = TileConfig {
     rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
 };
 
-/// One block of C into `c` (32 rows of 32 f32, 128 bytes apart; only the first 16 rows
-/// when `!full`): `chunks` chunks of K from `a` (A's tiled layout: 1 KiB a chunk, rows 64
-/// bytes apart; the second row tile `a_next` bytes on) and `b` (16 rows `ldb` bytes apart a
-/// chunk, 32 columns), then, if `bt` is not null, one more chunk of A with B from `bt` (16
-/// rows of 128 bytes).
-///
-/// # Safety
-/// Every tile load inside its buffer as described; the tile unit usable.
-#[allow(clippy::too_many_arguments)]
-#[cfg(target_arch = "x86_64")]
-unsafe fn block(
-    full: bool,
-    a: *const u8,
-    a_next: usize,
-    b: *const u8,
-    ldb: usize,
-    chunks: usize,
-    bt: *const u8,
-    c: *mut f32,
-) {
-    let cfg = &CONFIG;
-    let a1 = a.wrapping_add(a_next);
-    let lda = 64usize;
-    let bstep = 16 * ldb;
-    if full {
-        // SAFETY: the caller's contract; the block configures, uses and releases the tiles
-        // itself, so no tile state outlives it.
-        unsafe {
-            core::arch::asm!(
-                "ldtilecfg [{cfg}]",
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                "test {n}, {n}",
-                "jz 3f",
-                "2:",
-                "tileloadd tmm4, [{a0} + {lda}*1]",
-                "tileloadd tmm5, [{a1} + {lda}*1]",
-                "tileloadd tmm6, [{b} + {ldb}*1]",
-                "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "add {a0}, 1024",
-                "add {a1}, 1024",
-                "add {b}, {bstep}",
-                "dec {n}",
-                "jnz 2b",
-                "3:",
-                "test {bt}, {bt}",
-                "jz 4f",
-                "tileloadd tmm4, [{a0} + {lda}*1]",
-                "tileloadd tmm5, [{a1} + {lda}*1]",
-                "tileloadd tmm6, [{bt} + {s128}*1]",
-                "tileloadd tmm7, [{bt} + {s128}*1 + 64]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "tdpbf16ps tmm2, tmm5, tmm6",
-                "tdpbf16ps tmm3, tmm5, tmm7",
-                "4:",
-                "tilestored [{c} + {s128}*1], tmm0",
-                "tilestored [{c} + {s128}*1 + 64], tmm1",
-                "tilestored [{c} + {s128}*1 + 2048], tmm2",
-                "tilestored [{c} + {s128}*1 + 2112], tmm3",
-                "tilerelease",
-                cfg = in(reg) cfg,
-                a0 = inout(reg) a => _,
-                a1 = inout(reg) a1 => _,
-                lda = in(reg) lda,
-                b = inout(reg) b => _,
-                ldb = in(reg) ldb,
-                bstep = in(reg) bstep,
-                n = inout(reg) chunks => _,
-                bt = in(reg) bt,
-                s128 = in(reg) 128usize,
-                c = in(reg) c,
-                options(nostack),
-            );
+/// Defines a block function for one tile multiply instruction (`tdpbf16ps`: bf16 pairs into
+/// f32; `tdpbusd`: u8 × i8 quadruples into i32). Both read A and B tiles of 16 rows of 64
+/// bytes (16 four-byte units) and accumulate 16×16 four-byte sums, so one layout and one
+/// loop serve both.
+macro_rules! tile_block {
+    ($name:ident, $dp:literal) => {
+        /// One block of C into `c` (32 rows of 32 four-byte sums, 128 bytes apart; only the first 16 rows
+        /// when `!full`): `chunks` chunks of K from `a` (A's tiled layout: 1 KiB a chunk, rows 64
+        /// bytes apart; the second row tile `a_next` bytes on) and `b` (16 rows `ldb` bytes apart a
+        /// chunk, 32 columns), then, if `bt` is not null, one more chunk of A with B from `bt` (16
+        /// rows of 128 bytes).
+        ///
+        /// # Safety
+        /// Every tile load inside its buffer as described; the tile unit usable.
+        #[allow(clippy::too_many_arguments)]
+        #[cfg(target_arch = "x86_64")]
+        unsafe fn $name(
+            full: bool,
+            a: *const u8,
+            a_next: usize,
+            b: *const u8,
+            ldb: usize,
+            chunks: usize,
+            bt: *const u8,
+            c: *mut u8,
+        ) {
+            let cfg = &CONFIG;
+            let a1 = a.wrapping_add(a_next);
+            let lda = 64usize;
+            let bstep = 16 * ldb;
+            if full {
+                // SAFETY: the caller's contract; the block configures, uses and releases the tiles
+                // itself, so no tile state outlives it.
+                unsafe {
+                    core::arch::asm!(
+                        "ldtilecfg [{cfg}]",
+                        "tilezero tmm0",
+                        "tilezero tmm1",
+                        "tilezero tmm2",
+                        "tilezero tmm3",
+                        "test {n}, {n}",
+                        "jz 3f",
+                        "2:",
+                        "tileloadd tmm4, [{a0} + {lda}*1]",
+                        "tileloadd tmm5, [{a1} + {lda}*1]",
+                        "tileloadd tmm6, [{b} + {ldb}*1]",
+                        "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
+                        concat!($dp, " tmm0, tmm4, tmm6"),
+                        concat!($dp, " tmm1, tmm4, tmm7"),
+                        concat!($dp, " tmm2, tmm5, tmm6"),
+                        concat!($dp, " tmm3, tmm5, tmm7"),
+                        "add {a0}, 1024",
+                        "add {a1}, 1024",
+                        "add {b}, {bstep}",
+                        "dec {n}",
+                        "jnz 2b",
+                        "3:",
+                        "test {bt}, {bt}",
+                        "jz 4f",
+                        "tileloadd tmm4, [{a0} + {lda}*1]",
+                        "tileloadd tmm5, [{a1} + {lda}*1]",
+                        "tileloadd tmm6, [{bt} + {s128}*1]",
+                        "tileloadd tmm7, [{bt} + {s128}*1 + 64]",
+                        concat!($dp, " tmm0, tmm4, tmm6"),
+                        concat!($dp, " tmm1, tmm4, tmm7"),
+                        concat!($dp, " tmm2, tmm5, tmm6"),
+                        concat!($dp, " tmm3, tmm5, tmm7"),
+                        "4:",
+                        "tilestored [{c} + {s128}*1], tmm0",
+                        "tilestored [{c} + {s128}*1 + 64], tmm1",
+                        "tilestored [{c} + {s128}*1 + 2048], tmm2",
+                        "tilestored [{c} + {s128}*1 + 2112], tmm3",
+                        "tilerelease",
+                        cfg = in(reg) cfg,
+                        a0 = inout(reg) a => _,
+                        a1 = inout(reg) a1 => _,
+                        lda = in(reg) lda,
+                        b = inout(reg) b => _,
+                        ldb = in(reg) ldb,
+                        bstep = in(reg) bstep,
+                        n = inout(reg) chunks => _,
+                        bt = in(reg) bt,
+                        s128 = in(reg) 128usize,
+                        c = in(reg) c,
+                        options(nostack),
+                    );
+                }
+            } else {
+                // SAFETY: as above, with one A tile (rows 0..16) and two accumulators.
+                unsafe {
+                    core::arch::asm!(
+                        "ldtilecfg [{cfg}]",
+                        "tilezero tmm0",
+                        "tilezero tmm1",
+                        "test {n}, {n}",
+                        "jz 3f",
+                        "2:",
+                        "tileloadd tmm4, [{a0} + {lda}*1]",
+                        "tileloadd tmm6, [{b} + {ldb}*1]",
+                        "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
+                        concat!($dp, " tmm0, tmm4, tmm6"),
+                        concat!($dp, " tmm1, tmm4, tmm7"),
+                        "add {a0}, 1024",
+                        "add {b}, {bstep}",
+                        "dec {n}",
+                        "jnz 2b",
+                        "3:",
+                        "test {bt}, {bt}",
+                        "jz 4f",
+                        "tileloadd tmm4, [{a0} + {lda}*1]",
+                        "tileloadd tmm6, [{bt} + {s128}*1]",
+                        "tileloadd tmm7, [{bt} + {s128}*1 + 64]",
+                        concat!($dp, " tmm0, tmm4, tmm6"),
+                        concat!($dp, " tmm1, tmm4, tmm7"),
+                        "4:",
+                        "tilestored [{c} + {s128}*1], tmm0",
+                        "tilestored [{c} + {s128}*1 + 64], tmm1",
+                        "tilerelease",
+                        cfg = in(reg) cfg,
+                        a0 = inout(reg) a => _,
+                        lda = in(reg) lda,
+                        b = inout(reg) b => _,
+                        ldb = in(reg) ldb,
+                        bstep = in(reg) bstep,
+                        n = inout(reg) chunks => _,
+                        bt = in(reg) bt,
+                        s128 = in(reg) 128usize,
+                        c = in(reg) c,
+                        options(nostack),
+                    );
+                }
+            }
         }
-    } else {
-        // SAFETY: as above, with one A tile (rows 0..16) and two accumulators.
-        unsafe {
-            core::arch::asm!(
-                "ldtilecfg [{cfg}]",
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "test {n}, {n}",
-                "jz 3f",
-                "2:",
-                "tileloadd tmm4, [{a0} + {lda}*1]",
-                "tileloadd tmm6, [{b} + {ldb}*1]",
-                "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "add {a0}, 1024",
-                "add {b}, {bstep}",
-                "dec {n}",
-                "jnz 2b",
-                "3:",
-                "test {bt}, {bt}",
-                "jz 4f",
-                "tileloadd tmm4, [{a0} + {lda}*1]",
-                "tileloadd tmm6, [{bt} + {s128}*1]",
-                "tileloadd tmm7, [{bt} + {s128}*1 + 64]",
-                "tdpbf16ps tmm0, tmm4, tmm6",
-                "tdpbf16ps tmm1, tmm4, tmm7",
-                "4:",
-                "tilestored [{c} + {s128}*1], tmm0",
-                "tilestored [{c} + {s128}*1 + 64], tmm1",
-                "tilerelease",
-                cfg = in(reg) cfg,
-                a0 = inout(reg) a => _,
-                lda = in(reg) lda,
-                b = inout(reg) b => _,
-                ldb = in(reg) ldb,
-                bstep = in(reg) bstep,
-                n = inout(reg) chunks => _,
-                bt = in(reg) bt,
-                s128 = in(reg) 128usize,
-                c = in(reg) c,
-                options(nostack),
-            );
-        }
-    }
+    };
 }
+
+tile_block!(block_bf16, "tdpbf16ps");
+tile_block!(block_u8i8, "tdpbusd");
 
 /// Writes rows `0..mr` and columns `0..cols` of a finished block (`blk`, rows of 32) into C
 /// at (`i0`, `j0`): scaled by alpha, added to C when `accumulate`, then the epilogue.
@@ -442,50 +575,58 @@ unsafe fn store(
     }
 }
 
-/// `n` iterations of four independent `tdpbf16ps` on tiles that stay in the tile registers
-/// (the tile unit's register-only limit, [`crate::peak::Peak::Bf16Tile`]); returns one
-/// element of the result so the work is not dead.
-///
-/// # Safety
-/// [`bf16_available`].
-#[cfg(target_arch = "x86_64")]
-pub(crate) unsafe fn tile_loop(n: u64) -> f32 {
-    #[repr(C, align(64))]
-    struct Buf([u16; 16 * 32]);
-    let ones = Buf([0x3F80; 16 * 32]); // bf16 1.0
-    let mut out = CBlock([0.0; 32 * 32]);
-    // SAFETY: the tile unit is usable; the loads read `ones` (16 rows of 64 bytes) and the
-    // store writes the first 16 rows of `out` (128 bytes apart); the tiles are configured,
-    // used and released inside the block.
-    unsafe {
-        core::arch::asm!(
-            "ldtilecfg [{cfg}]",
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            "tileloadd tmm4, [{a} + {s64}*1]",
-            "tileloadd tmm6, [{a} + {s64}*1]",
-            "test {n}, {n}",
-            "jz 3f",
-            "2:",
-            "tdpbf16ps tmm0, tmm4, tmm6",
-            "tdpbf16ps tmm1, tmm4, tmm6",
-            "tdpbf16ps tmm2, tmm4, tmm6",
-            "tdpbf16ps tmm3, tmm4, tmm6",
-            "dec {n}",
-            "jnz 2b",
-            "3:",
-            "tilestored [{c} + {s128}*1], tmm0",
-            "tilerelease",
-            cfg = in(reg) &CONFIG,
-            a = in(reg) ones.0.as_ptr(),
-            s64 = in(reg) 64usize,
-            n = inout(reg) n => _,
-            c = in(reg) out.0.as_mut_ptr(),
-            s128 = in(reg) 128usize,
-            options(nostack),
-        );
-    }
-    out.0[0]
+/// Defines a register-only loop for one tile multiply instruction.
+macro_rules! tile_loop {
+    ($name:ident, $dp:literal) => {
+        /// `n` iterations of four independent tile multiplies on tiles that stay in the tile
+        /// registers (the tile unit's register-only limit, [`crate::peak::Peak`]); returns
+        /// one element of the result so the work is not dead.
+        ///
+        /// # Safety
+        /// The instruction's AMX feature usable ([`bf16_available`], [`int8_available`]).
+        #[cfg(target_arch = "x86_64")]
+        pub(crate) unsafe fn $name(n: u64) -> f32 {
+            #[repr(C, align(64))]
+            struct Buf([u16; 16 * 32]);
+            let ones = Buf([0x3F80; 16 * 32]); // bf16 1.0 (as bytes: 0x80, 0x3F)
+            let mut out = CBlock([0.0; 32 * 32]);
+            // SAFETY: the tile unit is usable; the loads read `ones` (16 rows of 64 bytes) and the
+            // store writes the first 16 rows of `out` (128 bytes apart); the tiles are configured,
+            // used and released inside the block.
+            unsafe {
+                core::arch::asm!(
+                    "ldtilecfg [{cfg}]",
+                    "tilezero tmm0",
+                    "tilezero tmm1",
+                    "tilezero tmm2",
+                    "tilezero tmm3",
+                    "tileloadd tmm4, [{a} + {s64}*1]",
+                    "tileloadd tmm6, [{a} + {s64}*1]",
+                    "test {n}, {n}",
+                    "jz 3f",
+                    "2:",
+                    concat!($dp, " tmm0, tmm4, tmm6"),
+                    concat!($dp, " tmm1, tmm4, tmm6"),
+                    concat!($dp, " tmm2, tmm4, tmm6"),
+                    concat!($dp, " tmm3, tmm4, tmm6"),
+                    "dec {n}",
+                    "jnz 2b",
+                    "3:",
+                    "tilestored [{c} + {s128}*1], tmm0",
+                    "tilerelease",
+                    cfg = in(reg) &CONFIG,
+                    a = in(reg) ones.0.as_ptr(),
+                    s64 = in(reg) 64usize,
+                    n = inout(reg) n => _,
+                    c = in(reg) out.0.as_mut_ptr(),
+                    s128 = in(reg) 128usize,
+                    options(nostack),
+                );
+            }
+            out.0[0]
+        }
+    };
 }
+
+tile_loop!(tile_loop_bf16, "tdpbf16ps");
+tile_loop!(tile_loop_u8i8, "tdpbusd");

@@ -17,6 +17,9 @@ pub enum Peak {
     /// bf16 tile multiply into f32 tiles (`tdpbf16ps`, Intel AMX): 8,192 multiply-adds each
     /// (the bf16 packed GEMM's instruction where the process may use AMX).
     Bf16Tile,
+    /// u8 × i8 tile multiply into i32 tiles (`tdpbusd`, Intel AMX): 16,384 multiply-adds
+    /// each (the int8 GEMM's instruction where the process may use AMX).
+    I8Tile,
     /// u8 × i8 quadruple dot product into i32 (`vpdpbusd`, AVX-512 VNNI): 64 multiply-adds
     /// each (the int8 GEMM's instruction; its "FLOP" are integer operations, GOPS).
     I8Dot,
@@ -68,7 +71,13 @@ fn select(which: Peak) -> Option<Loop> {
         Peak::Bf16Tile if crate::amx::bf16_available() => {
             Some((4.0 * 16.0 * 16.0 * 32.0 * 2.0, |n| {
                 // SAFETY: the tile unit is usable (checked just above).
-                unsafe { crate::amx::tile_loop(n) }
+                unsafe { crate::amx::tile_loop_bf16(n) }
+            }))
+        }
+        Peak::I8Tile if crate::amx::int8_available() => {
+            Some((4.0 * 16.0 * 16.0 * 64.0 * 2.0, |n| {
+                // SAFETY: the tile unit is usable (checked just above).
+                unsafe { crate::amx::tile_loop_u8i8(n) }
             }))
         }
         Peak::Bf16Dot if has!("avx512f") && has!("avx512bf16") => {
@@ -186,7 +195,7 @@ mod tests {
         // Any x86-64-v3 machine has FMA; a few GFLOP/s at least even when shared.
         let g = measure(Peak::F32Fma, Duration::from_millis(20), 2).expect("FMA present");
         assert!(g > 1.0 && g < 10_000.0, "{g} GFLOP/s");
-        for p in [Peak::Bf16Dot, Peak::Bf16Tile, Peak::I8Dot] {
+        for p in [Peak::Bf16Dot, Peak::Bf16Tile, Peak::I8Dot, Peak::I8Tile] {
             if let Some(b) = measure(p, Duration::from_millis(20), 2) {
                 assert!(b > 1.0 && b < 40_000.0, "{p:?}: {b} G/s");
             }

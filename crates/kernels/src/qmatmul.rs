@@ -206,7 +206,17 @@ fn has_vnni() -> bool {
 /// Operands inside `mem`, aligned, shapes and types as the decoder checks.
 pub unsafe fn matmul_integer(args: &Args, mem: DeviceMemory, ws: &mut Workspace) {
     // SAFETY: per the caller's contract.
-    unsafe { run(args, mem, ws, has_vnni()) }
+    unsafe { run(args, mem, ws, has_vnni(), true) }
+}
+
+/// [`matmul_integer`] without the AMX tile unit (`vpdpbusd` where the CPU has VNNI), for
+/// tests comparing paths.
+///
+/// # Safety
+/// As [`matmul_integer`].
+pub unsafe fn matmul_integer_vnni(args: &Args, mem: DeviceMemory, ws: &mut Workspace) {
+    // SAFETY: per the caller's contract.
+    unsafe { run(args, mem, ws, has_vnni(), false) }
 }
 
 /// [`matmul_integer`] on the portable path, whatever the CPU (for tests comparing paths).
@@ -215,12 +225,13 @@ pub unsafe fn matmul_integer(args: &Args, mem: DeviceMemory, ws: &mut Workspace)
 /// As [`matmul_integer`].
 pub unsafe fn matmul_integer_portable(args: &Args, mem: DeviceMemory, ws: &mut Workspace) {
     // SAFETY: per the caller's contract.
-    unsafe { run(args, mem, ws, false) }
+    unsafe { run(args, mem, ws, false, false) }
 }
 
 /// # Safety
-/// As [`matmul_integer`]; `vnni` only where the CPU has AVX-512 VNNI.
-unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
+/// As [`matmul_integer`]; `vnni` only where the CPU has AVX-512 VNNI. `tiles`: the AMX tile
+/// unit may run the product (where the process has it, with `vnni`).
+unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, tiles: bool) {
     let [b1, b2, m, k] = args.a.shape.map(|d| d as usize);
     let n = args.c.shape[3] as usize;
     if b1 * b2 * m * n == 0 {
@@ -241,9 +252,22 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
     let np = n.div_ceil(NR) * NR + 16;
     let packed = args.packed_b;
     let b_words = if packed { 0 } else { k4 * np + np };
-    let words = ws.typed::<i32>(m * k4 + m + b_words);
+    // The AMX tile unit (`tdpbusd`) where the process may use it: 16×64-byte tiles of A and B
+    // into 16×16 i32 (4,096 multiply-adds an instruction against `vpdpbusd`'s 64), on the
+    // same packed words; A re-laid tile by tile in extra scratch.
+    #[cfg(target_arch = "x86_64")]
+    let amx = tiles && vnni && k4 > 0 && crate::amx::int8_available();
+    #[cfg(not(target_arch = "x86_64"))]
+    let amx = tiles && false;
+    let amx_words = if amx {
+        crate::amx::int8_scratch_words(m, k4)
+    } else {
+        0
+    };
+    let words = ws.typed::<i32>(m * k4 + m + b_words + amx_words);
     let (apack, rest) = words.split_at_mut(m * k4);
     let (rowsum, rest) = rest.split_at_mut(m);
+    let (amx_tiles, rest) = rest.split_at_mut(amx_words);
     let (bpack_ws, colsum_ws) = rest.split_at_mut(if packed { 0 } else { k4 * np });
     // A packed B: its words and column sums as the compiler stored them.
     let packed_words: &[i32] = if packed {
@@ -315,6 +339,40 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
             } else {
                 (bpack_ws, colsum_ws)
             };
+            let corrections = Corrections {
+                vza: vza.as_ref(),
+                vzb: vzb.as_ref(),
+                a_signed,
+                b_signed,
+                a_off,
+                b_off,
+                k: k as i32,
+            };
+            #[cfg(target_arch = "x86_64")]
+            if amx {
+                let sink =
+                    |i0: usize, j0: usize, rows: usize, cols: usize, blk: &[[i32; NR]; 32]| {
+                        let zbs = corrections.column_zero_points([p, q], j0, cols);
+                        for (r, acc_row) in blk.iter().enumerate().take(rows) {
+                            let i = i0 + r;
+                            let sums = corrections.row(
+                                [p, q, i],
+                                acc_row,
+                                &zbs,
+                                rowsum[i],
+                                &colsum[j0..],
+                                cols,
+                            );
+                            // SAFETY: columns j0..j0 + cols of row (p, q, i) lie inside C (and the
+                            // scale's `[.., 1, N]`).
+                            unsafe { out.store([p, q, i, j0], &sums[..cols]) };
+                        }
+                    };
+                // SAFETY: AMX-INT8 usable (checked above); A holds m rows of k4 words, B k4
+                // rows of np ≥ ⌈n/32⌉·32 words; the scratch was sized for it.
+                unsafe { crate::amx::int8_products(m, n, k4, apack, bpack, np, amx_tiles, sink) };
+                continue;
+            }
             // Tiles.
             let mut i0 = 0;
             while i0 < m {
@@ -342,29 +400,17 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
                     }
                     // The tile's columns' zero points, read once per tile, not per element.
                     let cols = NR.min(n - j0);
-                    let mut zbs = [0i32; NR];
-                    for (c, zb) in zbs.iter_mut().enumerate().take(cols) {
-                        // SAFETY: (p, q, 0, j0 + c) inside the zero point's [.., 1, N].
-                        *zb = vzb
-                            .as_ref()
-                            .map_or(0, |z| unsafe { byte_at(z, b_signed, [p, q, 0, j0 + c]) })
-                            - b_off;
-                    }
+                    let zbs = corrections.column_zero_points([p, q], j0, cols);
                     for (r, acc_row) in acc.iter().enumerate().take(rows) {
                         let i = i0 + r;
-                        // SAFETY: (p, q, i, 0) inside the zero point's [.., M, 1].
-                        let za = vza
-                            .as_ref()
-                            .map_or(0, |z| unsafe { byte_at(z, a_signed, [p, q, i, 0]) })
-                            + a_off;
-                        let mut sums = [0i32; NR];
-                        for c in 0..cols {
-                            let (dot, zb) = (acc_row[c], zbs[c]);
-                            sums[c] = dot
-                                .wrapping_sub(zb.wrapping_mul(rowsum[i]))
-                                .wrapping_sub(za.wrapping_mul(colsum[j0 + c]))
-                                .wrapping_add((k as i32).wrapping_mul(za).wrapping_mul(zb));
-                        }
+                        let sums = corrections.row(
+                            [p, q, i],
+                            acc_row,
+                            &zbs,
+                            rowsum[i],
+                            &colsum[j0..],
+                            cols,
+                        );
                         // SAFETY: columns j0..j0 + cols of row (p, q, i) lie inside C (and
                         // the scale's `[.., 1, N]`).
                         unsafe { out.store([p, q, i, j0], &sums[..cols]) };
@@ -374,6 +420,61 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool) {
                 i0 += MR;
             }
         }
+    }
+}
+
+/// The zero-point terms of the re-biased product (see the module docs): per column `zb'`,
+/// per row `za'`, and `C = A'·B' − zb'·rowsum(A') − za'·colsum(B') + K·za'·zb'`.
+struct Corrections<'a> {
+    vza: Option<&'a View<u8>>,
+    vzb: Option<&'a View<u8>>,
+    a_signed: bool,
+    b_signed: bool,
+    a_off: i32,
+    b_off: i32,
+    k: i32,
+}
+
+impl Corrections<'_> {
+    /// `zb'` of columns `j0..j0 + cols` of batch `pq` (read once per tile, not per element).
+    #[inline(always)]
+    fn column_zero_points(&self, [p, q]: [usize; 2], j0: usize, cols: usize) -> [i32; NR] {
+        let mut zbs = [0i32; NR];
+        for (c, zb) in zbs.iter_mut().enumerate().take(cols) {
+            // SAFETY: (p, q, 0, j0 + c) inside the zero point's [.., 1, N] (the decoder
+            // checked its shape against C's).
+            *zb = self.vzb.map_or(0, |z| unsafe {
+                byte_at(z, self.b_signed, [p, q, 0, j0 + c])
+            }) - self.b_off;
+        }
+        zbs
+    }
+
+    /// The corrected sums of row `(p, q, i)`'s first `cols` columns from the raw ones.
+    #[inline(always)]
+    fn row(
+        &self,
+        [p, q, i]: [usize; 3],
+        raw: &[i32; NR],
+        zbs: &[i32; NR],
+        rowsum: i32,
+        colsum: &[i32],
+        cols: usize,
+    ) -> [i32; NR] {
+        // SAFETY: (p, q, i, 0) inside the zero point's [.., M, 1].
+        let za = self
+            .vza
+            .map_or(0, |z| unsafe { byte_at(z, self.a_signed, [p, q, i, 0]) })
+            + self.a_off;
+        let mut sums = [0i32; NR];
+        for c in 0..cols {
+            let (dot, zb) = (raw[c], zbs[c]);
+            sums[c] = dot
+                .wrapping_sub(zb.wrapping_mul(rowsum))
+                .wrapping_sub(za.wrapping_mul(colsum[c]))
+                .wrapping_add(self.k.wrapping_mul(za).wrapping_mul(zb));
+        }
+        sums
     }
 }
 

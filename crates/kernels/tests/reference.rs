@@ -1888,7 +1888,10 @@ proptest! {
         let mut m = Arena::new(ARENA);
         let at = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
         let bt = if rng.chance(0.5) { DType::I8 } else { DType::U8 };
-        let (b2, mm, k, n) = (1 + rng.below(2) as u32, 1 + rng.below(9) as u32, rng.below(70) as u32, 1 + rng.below(70) as u32);
+        // Sometimes past 32 rows and 64 k-quadruples (the AMX path's row blocks, its 16-row
+        // last block and whole K chunks beside a partial one).
+        let big = rng.chance(0.3);
+        let (b2, mm, k, n) = (1 + rng.below(2) as u32, 1 + rng.below(if big { 40 } else { 9 }) as u32, rng.below(if big { 300 } else { 70 }) as u32, 1 + rng.below(70) as u32);
         let (packed, scaled, per_column) = (rng.chance(0.5), rng.chance(0.5), rng.chance(0.5));
         let a = m.random(&mut rng, at, [1, b2, mm, k], true);
         // A packed B is one matrix for every batch.
@@ -2042,6 +2045,57 @@ fn int8_gemm_throughput() {
             ops / best[0] / 1e9,
             ops / best[1] / 1e9
         );
+    }
+}
+
+/// The int8 GEMM's paths — dispatched (AMX tiles where the process has them), VNNI alone,
+/// portable — agree exactly on shapes with row blocks, K chunks and tails, zero points and
+/// packed B.
+#[test]
+fn matmul_integer_paths_agree() {
+    use nrt_kernels::qmatmul::{
+        Args, matmul_integer, matmul_integer_portable, matmul_integer_vnni,
+    };
+    let mut rng = Rng::new(5);
+    for (mm, k, n) in [
+        (1u32, 5u32, 3u32),
+        (33, 64, 40),
+        (50, 257, 97),
+        (64, 512, 64),
+    ] {
+        let mut m = Arena::new(32 << 20);
+        let a = m.dense(DType::U8, [1, 1, mm, k]);
+        let b = m.dense(DType::I8, [1, 1, k, n]);
+        let za = m.dense(DType::U8, [1, 1, mm, 1]);
+        let zb = m.dense(DType::I8, [1, 1, 1, n]);
+        for x in [&a, &b, &za, &zb] {
+            m.fill_with(x, || rng.below(256));
+        }
+        let cs: Vec<_> = (0..3).map(|_| m.dense(DType::I32, [1, 1, mm, n])).collect();
+        let mut ws = Workspace::new();
+        for (path, c) in cs.iter().enumerate() {
+            let args = Args {
+                a: &a,
+                b: &b,
+                c,
+                a_zero: Some(&za),
+                b_zero: Some(&zb),
+                packed_b: false,
+                scale: None,
+            };
+            let mem = m.mem();
+            // SAFETY: operands inside the arena, aligned, shapes as the decoder checks.
+            unsafe {
+                match path {
+                    0 => matmul_integer(&args, mem, &mut ws),
+                    1 => matmul_integer_vnni(&args, mem, &mut ws),
+                    _ => matmul_integer_portable(&args, mem, &mut ws),
+                }
+            }
+        }
+        let r: Vec<_> = cs.iter().map(|c| m.read_raw(c)).collect();
+        assert_eq!(r[0], r[2], "dispatched vs portable, {mm}x{k}x{n}");
+        assert_eq!(r[1], r[2], "VNNI vs portable, {mm}x{k}x{n}");
     }
 }
 
