@@ -277,6 +277,13 @@ pub const GEMV_MAX_ROWS: usize = 4;
 /// B streams past it from L2. Measured on the project's machine at 64×512×512.
 pub const GEMM_PACKED_KC: usize = 512;
 
+/// Rows of a packed-B panel ahead of the current one that the AVX-512 f32 tile prefetches
+/// into L1 (`prefetcht0`, one or two lines per step of K). `mlp_b64` (four 1 MiB layers
+/// streaming from L3), paired runs against no prefetch: 16 rows 0.908 (8/8 pairs lower), 32
+/// the same as 16 (1.003 against it), 8 rows 1.017 against 16; `prefetcht1` at 16 was 1.06×
+/// the `prefetcht0` time.
+pub const GEMM_PACKED_PREFETCH_ROWS: usize = 16;
+
 /// Panel width (columns) of the constant weights the compiler packs for the packed-B GEMM
 /// (`nrt_isa::matmul_flags::PACKED_B`): one AVX-512 tile width (2 × 16 floats). At 64×512×512
 /// on this project's machine the kernel ran at 79% of the f32 peak with 16-column panels

@@ -558,6 +558,7 @@ unsafe fn portable(j: &Job) {
 mod x86 {
     use super::{Job, Tile, drive, finish, store_partial};
     use core::arch::x86_64::*;
+    use nrt_hal::tuning::GEMM_PACKED_PREFETCH_ROWS;
 
     /// AVX-512 microkernel: `R` rows × `W` vectors of 16 columns.
     ///
@@ -572,7 +573,16 @@ mod x86 {
             let mut acc = [[_mm512_setzero_ps(); W]; R];
             let rows: [*const f32; R] = core::array::from_fn(|r| t.a.offset(r as isize * t.lda));
             let mut bp = t.b;
+            let ahead = GEMM_PACKED_PREFETCH_ROWS as isize * t.ldb;
             for p in 0..t.kc {
+                // The panel's rows a few steps ahead, into L1: a layer's weights stream from
+                // L3 on the first row block (an MLP's layers do not all fit L2), faster than
+                // the hardware prefetcher runs ahead. A prefetch never faults, so the rows
+                // past the panel's end cost nothing but the line.
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_offset(ahead) as *const i8);
+                if W > 1 {
+                    _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_offset(ahead + 16) as *const i8);
+                }
                 let bv: [__m512; W] = core::array::from_fn(|w| _mm512_loadu_ps(bp.add(16 * w)));
                 for r in 0..R {
                     let av = _mm512_set1_ps(*rows[r].add(p));
