@@ -246,6 +246,7 @@ fn main() {
             ("3x3 64->64 56x56 direct", 64, 64, 56, 3, 1, false),
             ("1x1 64->256 56x56", 64, 256, 56, 1, 1, false),
             ("3x3 dw 128 56x56", 128, 128, 56, 3, 128, false),
+            ("3x3 dw 32 56x56", 32, 32, 56, 3, 32, false),
             ("3x3 3->32 224x224 s2 im2col", 3, 32, 224, 3, 1, true),
             // The `cnn` sample's two convolutions.
             ("cnn conv1 3x3 3->16 32x32 im2col", 3, 16, 32, 3, 1, true),

@@ -18,7 +18,10 @@
 //!   still in cache when the GEMM reads it), then one GEMM per band through
 //!   [`crate::matmul::gemm_auto`]. A bias is written into the
 //!   output first and the GEMM accumulates onto it;
-//! - **direct** otherwise (and for depthwise, where a GEMM would have one row). With a
+//! - **depthwise** (AVX-512F, one channel per group, kernels 3, 5 or 7 wide, horizontal
+//!   stride 1 or 2): strips of 16 output columns, one masked row load and one FMA a tap
+//!   (the `depthwise` module);
+//! - **direct** otherwise (and for other depthwise shapes, where a GEMM would have one row). With a
 //!   horizontal stride of 1 and unit-stride rows, a register-blocked AVX2 kernel computes
 //!   strips of 16 or 8 output columns for up to 4 output channels at once, the sums over
 //!   `(c, ky, kx)` held in registers (one input load feeds 4 FMAs); the columns whose window
@@ -27,6 +30,7 @@
 //!   contiguous range of output columns whose input column is inside the image (see
 //!   `pool::valid_range`).
 
+mod depthwise;
 mod panel;
 
 use crate::matmul::{Mat, gemm_auto};
@@ -55,6 +59,26 @@ pub struct ConvArgs<'a> {
     pub groups: u32,
     /// The activation applied to every output element last (`Identity`: none).
     pub act: (ActFunc, f32, f32),
+}
+
+/// `⌈a / b⌉` for `a ≥ 0`, `b ≥ 1`, without a division for the strides 1 and 2 (a division is
+/// ~25 cycles, and this runs twice per tap and segment).
+#[inline(always)]
+fn ceil_div(a: isize, b: isize) -> isize {
+    match b {
+        1 => a,
+        2 => (a + 1) >> 1,
+        _ => (a + b - 1) / b,
+    }
+}
+
+/// Spreads the 8 bits of `m` to the even bits of a 16-bit mask (bit `i` → bit `2i`).
+#[inline(always)]
+fn even_bits(m: u16) -> u16 {
+    let mut x = m & 0xFF;
+    x = (x | (x << 4)) & 0x0F0F;
+    x = (x | (x << 2)) & 0x3333;
+    (x | (x << 1)) & 0x5555
 }
 
 struct Geo {
@@ -143,6 +167,15 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             let col = mem.ptr(col.addr) as *mut f32;
             // The activation goes band by band, while each band's output is in cache.
             im2col_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), col, args.act, ws);
+            return;
+        } else if depthwise::applies(&geo, &vi, &vo) {
+            // One channel per group: broadcast weights times masked row loads, four strips of
+            // 16 columns at a time, bias and Relu in registers.
+            let relu = matches!(args.act.0, ActFunc::Relu);
+            depthwise::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu);
+            if !relu {
+                activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
+            }
             return;
         } else {
             #[cfg(all(

@@ -661,7 +661,12 @@ fn conv_case(seed: u64) {
     let wmax = if rng.chance(0.3) { 40 } else { 11 };
     let w = 1 + rng.below(wmax) as u32;
     let kh = if one_d { 1 } else { 1 + rng.below(3) as u32 };
-    let kw = 1 + rng.below(4) as u32;
+    // Sometimes 5 or 7 wide: the depthwise kernel's unrolled widths.
+    let kw = if rng.chance(0.15) {
+        [5, 7][rng.below(2) as usize]
+    } else {
+        1 + rng.below(4) as u32
+    };
     let mut win = Window {
         kernel: [0, 0],
         stride: [1 + rng.below(2) as u32, 1 + rng.below(3) as u32],

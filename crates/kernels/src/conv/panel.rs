@@ -26,7 +26,7 @@ use crate::matmul::Mat;
 use crate::strided::View;
 use nrt_hal::tuning::{GEMM_PACK_NR, KERNEL_CONV_PANEL_BYTES};
 
-use super::Geo;
+use super::{Geo, ceil_div, even_bits};
 
 /// Whether this CPU runs the panel path.
 pub(super) fn available() -> bool {
@@ -125,26 +125,6 @@ pub(super) unsafe fn conv(
             }
         }
     }
-}
-
-/// `⌈a / b⌉` for `a ≥ 0`, `b ≥ 1`, without a division for the strides 1 and 2 (a division is
-/// ~25 cycles, and this runs twice per tap and segment).
-#[inline(always)]
-fn ceil_div(a: isize, b: isize) -> isize {
-    match b {
-        1 => a,
-        2 => (a + 1) >> 1,
-        _ => (a + b - 1) / b,
-    }
-}
-
-/// Spreads the 8 bits of `m` to the even bits of a 16-bit mask (bit `i` → bit `2i`).
-#[inline(always)]
-fn even_bits(m: u16) -> u16 {
-    let mut x = m & 0xFF;
-    x = (x | (x << 4)) & 0x0F0F;
-    x = (x | (x << 2)) & 0x3333;
-    (x | (x << 1)) & 0x5555
 }
 
 /// Lanes `lo..hi` (`lo ≤ hi ≤ 32`) of a panel row as a mask.
