@@ -461,7 +461,7 @@ unsafe fn map2_tiled<A: Copy, B: Copy, O: Copy>(
                             for r in 0..rows {
                                 // SAFETY: element (r0 + r, c0 + c) of b, inside it per the
                                 // contract.
-                                t[r * TILE_COLS + c] = unsafe { *col.wrapping_offset(r as isize) };
+                                t[r * TILE_COLS + c] = unsafe { *col.wrapping_add(r) };
                             }
                         }
                     });
