@@ -84,6 +84,20 @@ for m in "${models[@]}"; do
     cat "$out/proc0.jsonl" "$out/proc1.jsonl" >> "$out/nrt.jsonl"
   fi
 done
+# The bf16 rows' error: each model with seeded inputs and ONNX Runtime's f32 outputs
+# (scripts/ort_oracle.py), checked by `nrt conformance --auto-cast matmult` with tolerances
+# loose enough to pass, so that it prints each model's max error / max |reference|.
+echo "== nrt: bf16 auto-cast error against ONNX Runtime f32" >&2
+errdir="$out/bf16_err"
+mkdir -p "$errdir"
+for m in "${models[@]}"; do
+  name=$(basename "$m" .onnx); [ "$name" = model ] && name=$(basename "$(dirname "$m")")
+  case "$name" in int8_gemm|lstm_step) continue ;; esac
+  mkdir -p "$errdir/$name" && cp "$m" "$errdir/$name/model.onnx"
+done
+"$py" scripts/ort_oracle.py "$errdir"/* > /dev/null || true
+"$nrt" conformance "$errdir" --auto-cast matmult --auto-cast-type bf16 --rtol 1 --atol 1 \
+  > "$out/bf16_err.txt" || true
 if [ -d "$peers_dir" ]; then
   echo "== peers: $peers" >&2
   "$py" "$peers_dir/bench_peers.py" --seconds "$secs" --models tiny,mlp,mlp_b64,encoder --peers "$peers" \

@@ -74,11 +74,25 @@ for r in rows:
     alone = f"{alone.group(1)} ({alone.group(2)})" if alone else "-"
     print(f"| {shape} | {wt} | {g:.1f} | {share} | {alone} | {og} | {ratio} |")
 
+# The bf16 auto-cast's error against ONNX Runtime in f32 on the same inputs (bench.sh runs
+# `nrt conformance --auto-cast matmult` on each model with ONNX Runtime's outputs as the
+# reference): max |nrt − ORT| / max |ORT| over each model's outputs.
+bf16_err = {}
+err_path = os.path.join(out, "bf16_err.txt")
+if os.path.exists(err_path):
+    for line in open(err_path):
+        m = re.match(r"PASS (\S+) \(.*max error / max \|reference\| ([0-9.e+-]+)", line)
+        if m:
+            bf16_err[m.group(1) + "_bf16"] = m.group(2)
+
 print("\n## Compute models (median µs, synchronous single inference)\n")
+print("bf16 rows: `--auto-cast matmult` (bf16 weights, f32 accumulation), beside the peers in f32; "
+      "their error column is max |nrt − ORT f32| / max |ORT f32| over the model's outputs on "
+      "the same seeded inputs.\n")
 names = ["ort-t1", "ort-t2", "tract-native", "tract", "iree-sync", "iree-sync-native", "iree-task"]
 present = [p for p in names if any(k[1] == p for k in peers)]
-print("| model | nrt | " + " | ".join(present) + " | nrt / ort-t1 |")
-print("|---|---:|" + "---:|" * len(present) + "---:|")
+print("| model | nrt | " + " | ".join(present) + " | nrt / ort-t1 | bf16 error vs ORT f32 |")
+print("|---|---:|" + "---:|" * len(present) + "---:|---:|")
 for r in rows:
     base = r["model"].split("_bf16")[0]
     if (base not in ("tiny", "mlp", "mlp_b64", "encoder", "cnn", "int8_gemm", "lstm_step")
@@ -88,7 +102,8 @@ for r in rows:
     cells = [f"{peers[(base, p)]:.2f}" if (base, p) in peers else "-" for p in present]
     o = peers.get((base, "ort-t1"))
     ratio = f"{r['median_ns'] / 1000 / o:.2f}" if o else "-"
-    print(f"| {r['model']} | {r['median_ns'] / 1000:.2f} | " + " | ".join(cells) + f" | {ratio} |")
+    err = bf16_err.get(r["model"], "-" if r["model"].endswith("_bf16") else "")
+    print(f"| {r['model']} | {r['median_ns'] / 1000:.2f} | " + " | ".join(cells) + f" | {ratio} | {err} |")
 
 # The int8 GEMM (one dynamically quantized 64x512x512 layer) in GOPS, and the LSTM step.
 q = next((r for r in rows if r["model"] == "int8_gemm" and r["surface"] == "sync"), None)
