@@ -348,29 +348,40 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, ti
                 b_off,
                 k: k as i32,
             };
+            // A finished block of raw sums (rows of NR columns from (i0, j0)), corrected and
+            // stored: the AMX blocks and the VNNI/portable tiles both end here.
+            let store_block = |i0: usize,
+                               j0: usize,
+                               rows: usize,
+                               cols: usize,
+                               blk: &[[i32; NR]]| {
+                // The block's columns' zero points, read once per block, not per element.
+                let zbs = corrections.column_zero_points([p, q], j0, cols);
+                for (r, acc_row) in blk.iter().enumerate().take(rows) {
+                    let i = i0 + r;
+                    let sums =
+                        corrections.row([p, q, i], acc_row, &zbs, rowsum[i], &colsum[j0..], cols);
+                    // SAFETY: columns j0..j0 + cols of row (p, q, i) lie inside C (and the
+                    // scale's `[.., 1, N]`).
+                    unsafe { out.store([p, q, i, j0], &sums[..cols]) };
+                }
+            };
             #[cfg(target_arch = "x86_64")]
             if amx {
-                let sink =
-                    |i0: usize, j0: usize, rows: usize, cols: usize, blk: &[[i32; NR]; 32]| {
-                        let zbs = corrections.column_zero_points([p, q], j0, cols);
-                        for (r, acc_row) in blk.iter().enumerate().take(rows) {
-                            let i = i0 + r;
-                            let sums = corrections.row(
-                                [p, q, i],
-                                acc_row,
-                                &zbs,
-                                rowsum[i],
-                                &colsum[j0..],
-                                cols,
-                            );
-                            // SAFETY: columns j0..j0 + cols of row (p, q, i) lie inside C (and the
-                            // scale's `[.., 1, N]`).
-                            unsafe { out.store([p, q, i, j0], &sums[..cols]) };
-                        }
-                    };
                 // SAFETY: AMX-INT8 usable (checked above); A holds m rows of k4 words, B k4
                 // rows of np ≥ ⌈n/32⌉·32 words; the scratch was sized for it.
-                unsafe { crate::amx::int8_products(m, n, k4, apack, bpack, np, amx_tiles, sink) };
+                unsafe {
+                    crate::amx::int8_products(
+                        m,
+                        n,
+                        k4,
+                        apack,
+                        bpack,
+                        np,
+                        amx_tiles,
+                        |i0, j0, r, c, b| store_block(i0, j0, r, c, b),
+                    )
+                };
                 continue;
             }
             // Tiles.
@@ -398,23 +409,7 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, ti
                         let _ = vnni;
                         tile_portable(&a_rows, &bpack[j0..], np, k4, &mut acc);
                     }
-                    // The tile's columns' zero points, read once per tile, not per element.
-                    let cols = NR.min(n - j0);
-                    let zbs = corrections.column_zero_points([p, q], j0, cols);
-                    for (r, acc_row) in acc.iter().enumerate().take(rows) {
-                        let i = i0 + r;
-                        let sums = corrections.row(
-                            [p, q, i],
-                            acc_row,
-                            &zbs,
-                            rowsum[i],
-                            &colsum[j0..],
-                            cols,
-                        );
-                        // SAFETY: columns j0..j0 + cols of row (p, q, i) lie inside C (and
-                        // the scale's `[.., 1, N]`).
-                        unsafe { out.store([p, q, i, j0], &sums[..cols]) };
-                    }
+                    store_block(i0, j0, rows, NR.min(n - j0), &acc);
                     j0 += NR;
                 }
                 i0 += MR;
