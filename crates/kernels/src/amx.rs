@@ -13,9 +13,9 @@
 //! Blocking: C in blocks of 32 rows × 32 columns (four accumulator tiles, two A tiles and
 //! two B tiles: all eight tile registers), or 16 × 32 for a last block of ≤ 16 rows. A block's
 //! whole K loop, its stores and the tile configuration run inside one `asm!` block, so no
-//! tile state lives across Rust code. A is rounded into host scratch with rows padded to
-//! whole 32-pair chunks (zeros) and a multiple of the block's rows; a K that is not a
-//! multiple of 32 takes its last chunk of B from a zero-padded 16-row copy (the packed panel
+//! tile state lives across Rust code. A is rounded into host scratch and stored tile by tile
+//! (16 rows × 16 pairs, 1 KiB, one sequential stream per row tile), zeros past K and M; a K
+//! that is not a multiple of 32 takes its last chunk of B from a zero-padded 16-row copy (the packed panel
 //! has no rows past K, and reading on would multiply the zeros of A by whatever follows —
 //! a NaN there would poison the sum). The finished block goes through a 32×32 stack buffer
 //! to C with the epilogue (alpha, accumulate, per-column and per-row bias, Relu) in AVX-512.
@@ -24,10 +24,11 @@
 //! quadruples into i32: 16,384 multiply-adds an instruction against `vpdpbusd`'s 64): its
 //! packed words are the B tile rows too ([`int8_products`]).
 //!
-//! Availability ([`bf16_available`], [`int8_available`]): CPUID's AMX-TILE and AMX-BF16, the tile state enabled
-//! by the OS in XCR0, and Linux's per-process permission for the tile data
-//! (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), asked once. `NRT_SIM_AMX=0` turns
-//! both paths off (the AVX-512 BF16 and VNNI kernels then run), for comparisons.
+//! Availability ([`bf16_available`], [`int8_available`]): CPUID's AMX-TILE and AMX-BF16 /
+//! AMX-INT8, the tile state enabled by the OS in XCR0, and Linux's per-process permission for
+//! the tile data (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`), asked once.
+//! `NRT_SIM_AMX=0` turns both paths off (the AVX-512 BF16 and VNNI kernels then run), for
+//! comparisons.
 
 use crate::Workspace;
 use crate::gemm_packed::{PackedBf16, TileEpilogue};
