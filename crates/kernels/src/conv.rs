@@ -6,6 +6,9 @@
 //! - **pointwise** (1×1 kernel, stride 1, no padding, input planes contiguous): the input
 //!   already is the im2col matrix, so each group is one GEMM `out[Og × HW] = W[Og × Cg] ·
 //!   in[Cg × HW]`, no scratch;
+//! - **direct, sixteen channels at a time** (AVX-512F, a short patch `Cg·KH·KW ≤ 64` such
+//!   as an RGB input layer, rows of 16 or more outputs, stride 1 or 2): each input row load
+//!   feeds sixteen FMAs with broadcast weights (the `direct512` module);
 //! - **panels + packed GEMM** (AVX-512F, dense weights) where im2col + GEMM would run: a
 //!   few 32-pixel panels of the patch matrix at a time, unrolled with masked loads into
 //!   L1-sized host scratch in the packed-B layout and multiplied by the packed GEMM's register
@@ -31,6 +34,7 @@
 //!   `pool::valid_range`).
 
 mod depthwise;
+mod direct512;
 mod panel;
 
 use crate::matmul::{Mat, gemm_auto};
@@ -148,6 +152,15 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             fill_bias(&vo, bias.as_ref());
         } else if pointwise && out_flat && w_flat && geo.og > 1 {
             pointwise_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
+        } else if args.workspace.is_some() && direct512::applies(&geo, &vi, &vo) {
+            // A short patch (an RGB input layer): sixteen channels' FMAs per input load,
+            // straight from the input rows.
+            let relu = matches!(args.act.0, ActFunc::Relu);
+            direct512::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws);
+            if !relu {
+                activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
+            }
+            return;
         } else if args.workspace.is_some()
             && out_flat
             && w_flat

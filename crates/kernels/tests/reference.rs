@@ -868,6 +868,60 @@ fn conv_panels_many_channels_and_long_k() {
     }
 }
 
+/// Short-patch convolutions (an RGB input layer: 3 channels, 3×3 or 5×5), the AVX-512 direct
+/// kernel's shapes: a partial block of 16 output channels (20), rows of 16 or more outputs
+/// with a partial last strip, strides 1 and 2, asymmetric padding up to 2 on the right (the
+/// last strip's taps past the row), bias, Relu or Sigmoid after.
+#[test]
+fn conv_short_patch_direct() {
+    for (case, (o, k, stride, pads, act)) in [
+        (16u32, 3u32, 1u32, [1u32, 1, 1, 1], ActFunc::Relu),
+        (20, 3, 2, [0, 0, 2, 2], ActFunc::Identity),
+        (20, 5, 1, [2, 1, 2, 2], ActFunc::Sigmoid),
+        (16, 5, 2, [1, 2, 0, 2], ActFunc::Relu),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rng = Rng::new(60 + case as u64);
+        let mut m = Arena::new(16 << 20);
+        let (c, h, w) = (3u32, 9u32, 37u32);
+        let window = Window {
+            kernel: [0, 0],
+            stride: [stride, stride],
+            pad: pads,
+            dilation: [1, 1],
+        };
+        let (oh, ow) = (
+            window.out_dim(0, h, k).unwrap(),
+            window.out_dim(1, w, k).unwrap(),
+        );
+        assert!(ow >= 16, "case {case}: {ow} columns");
+        let input = m.dense(DType::F32, [2, c, h, w]);
+        let weight = m.dense(DType::F32, [o, c, k, k]);
+        let output = m.dense(DType::F32, [2, o, oh, ow]);
+        let bias = m.dense(DType::F32, [1, 1, 1, o]);
+        let workspace = Some(m.dense(DType::F32, [1, 1, 1, c * k * k * oh * ow]));
+        m.fill_f32(&input, &mut rng, -1.0, 1.0);
+        m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+        m.fill_f32(&bias, &mut rng, -1.0, 1.0);
+        // Whatever follows the input rows in memory: a read past a row must show.
+        let after = m.dense(DType::F32, [1, 1, 1, 64]);
+        m.fill_f32(&after, &mut rng, 50.0, 60.0);
+        let op = Op::Conv {
+            input,
+            weight,
+            output,
+            bias: Some(bias),
+            workspace,
+            window,
+            groups: 1,
+            act: (act, 0.0, 0.0),
+        };
+        conv_check(&mut m, &op, &format!("short-patch conv case {case}"));
+    }
+}
+
 /// Stride-1 convolutions whose rows are as wide as the input's ("same" padding, split any
 /// way between left and right, with dilation): im2col's flat path, which copies a band's
 /// rows as one run and then zeroes the pad columns.

@@ -1,0 +1,221 @@
+//! `Conv` with a short patch (`K = Cg·KH·KW` small, as for an RGB input layer) on AVX-512F,
+//! directly from the input rows: sixteen output channels at a time, each an accumulator
+//! holding 16 output pixels of one row; every tap is one masked load of the input row
+//! (stride 2: two loads and a permute) that feeds sixteen FMAs with broadcast weights. The
+//! panel path unrolled the patches into scratch and ran the GEMM's tiles, whose fixed costs
+//! a K of 27 does not amortize: the `cnn` sample's first layer (3→16, 3×3 on 32×32) took
+//! 10.4 µs of its 18.5 in place.
+//!
+//! The weights of a block of sixteen channels are copied once per group into `[K][16]`
+//! (zeros for channels past the group's), so a tap's sixteen broadcasts read one line; a
+//! per-call table gives each strip's tap columns their input offset and lane mask (as in
+//! the depthwise kernel).
+
+use crate::Workspace;
+use crate::strided::View;
+
+use super::{Geo, ceil_div, even_bits};
+
+/// Output channels per block (one accumulator each).
+const OB: usize = 16;
+/// Largest patch (`Cg·KH·KW`) taken here: beyond it the panel path's GEMM reuses each
+/// unrolled patch row across more channels than the sixteen here.
+const MAX_K: usize = 64;
+/// Largest strips × tap columns of the table.
+const TABLE: usize = 256;
+/// Largest `Cg·KH` (input rows one output row reads).
+const ROWS: usize = 64;
+
+/// Whether this CPU runs the kernel and the geometry suits it: a short patch, rows at least
+/// 16 wide (the strips' lanes), unit-stride rows, horizontal stride 1 or 2, several output
+/// channels per group.
+pub(super) fn applies(g: &Geo, vi: &View<f32>, vo: &View<f32>) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        g.cg * g.kh * g.kw <= MAX_K
+            && g.cg * g.kh <= ROWS
+            && g.og >= 2
+            && g.ow >= 16
+            && (g.sw == 1 || g.sw == 2)
+            && g.ow.div_ceil(16) * g.kw <= TABLE
+            && vi.stride[3] == 1
+            && vo.stride[3] == 1
+            && std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, vi, vo);
+        false
+    }
+}
+
+/// The convolution of every image and group; `relu` fused.
+///
+/// # Safety
+/// As [`super::conv`]; [`applies`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn conv(
+    g: &Geo,
+    vi: &View<f32>,
+    vw: &View<f32>,
+    vo: &View<f32>,
+    bias: Option<&View<f32>>,
+    relu: bool,
+    ws: &mut Workspace,
+) {
+    // SAFETY: forwarded; the stride is 1 or 2 (`applies`).
+    unsafe {
+        if g.sw == 1 {
+            blocks::<1>(g, vi, vw, vo, bias, relu, ws)
+        } else {
+            blocks::<2>(g, vi, vw, vo, bias, relu, ws)
+        }
+    }
+}
+
+/// [`conv`] for the horizontal stride `SW`.
+///
+/// # Safety
+/// As [`conv`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn blocks<const SW: usize>(
+    g: &Geo,
+    vi: &View<f32>,
+    vw: &View<f32>,
+    vo: &View<f32>,
+    bias: Option<&View<f32>>,
+    relu: bool,
+    ws: &mut Workspace,
+) {
+    use core::arch::x86_64::*;
+    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let (w, sw) = (g.w as isize, SW as isize);
+    let zero = _mm512_setzero_ps();
+    let taps = g.kh * g.kw;
+    let k = g.cg * taps;
+    let nstrips = g.ow.div_ceil(16);
+    // Per strip and tap column (the same for every row, channel and image): the input column
+    // of lane 0 and the lanes inside the input row and the output row.
+    let mut table = [(0isize, 0u16); TABLE];
+    for s in 0..nstrips {
+        let x0 = 16 * s;
+        let live = ((1u32 << (g.ow - x0).min(16)) - 1) as u16;
+        for kx in 0..g.kw {
+            // Lane j reads input column ix + j·SW.
+            let ix = (x0 * SW + kx * g.dw) as isize - g.pl as isize;
+            let first = if ix >= 0 { 0 } else { ceil_div(-ix, sw) };
+            let end = if ix >= w { 0 } else { ceil_div(w - ix, sw) };
+            let (first, end) = (first.clamp(0, 16), end.clamp(0, 16));
+            let mask = if first < end {
+                (((1u32 << end) - 1) & !((1u32 << first) - 1)) as u16 & live
+            } else {
+                0
+            };
+            table[s * g.kw + kx] = (ix, mask);
+        }
+    }
+    let wbuf = ws.f32(0, k * OB);
+    let mut rows = [(core::ptr::null::<f32>(), 0usize); ROWS];
+    for grp in 0..g.groups {
+        for ob in (0..g.og).step_by(OB) {
+            let nb = OB.min(g.og - ob);
+            let o0 = grp * g.og + ob;
+            // The block's weights as [K][16] (tap t of channel o at t·16 + o).
+            for o in 0..OB {
+                for c in 0..g.cg {
+                    for ky in 0..g.kh {
+                        for kx in 0..g.kw {
+                            let t = (c * g.kh + ky) * g.kw + kx;
+                            wbuf[t * OB + o] = if o < nb {
+                                // SAFETY: the weight has [O, Cg, KH, KW] elements.
+                                unsafe { *vw.at([o0 + o, c, ky, kx]) }
+                            } else {
+                                0.0
+                            };
+                        }
+                    }
+                }
+            }
+            let bvals: [f32; OB] = core::array::from_fn(|o| match bias {
+                // SAFETY: the bias has O elements.
+                Some(b) if o < nb => unsafe { *b.at([0, 0, 0, o0 + o]) },
+                _ => 0.0,
+            });
+            for n in 0..g.n {
+                for oy in 0..g.oh {
+                    // The input rows this output row reads: (channel, kernel row) pairs inside
+                    // the image, with their index into the taps.
+                    let mut nr = 0;
+                    for c in 0..g.cg {
+                        for ky in 0..g.kh {
+                            let iy = (oy * g.sh + ky * g.dh) as isize - g.pt as isize;
+                            if iy >= 0 && iy < g.h as isize {
+                                let row = vi.at([n, grp * g.cg + c, iy as usize, 0]);
+                                rows[nr] = (row as *const f32, (c * g.kh + ky) * g.kw);
+                                nr += 1;
+                            }
+                        }
+                    }
+                    for s in 0..nstrips {
+                        let mut acc: [__m512; OB] =
+                            core::array::from_fn(|o| _mm512_set1_ps(bvals[o]));
+                        for &(row, t0) in &rows[..nr] {
+                            for kx in 0..g.kw {
+                                let (ix, mask) = table[s * g.kw + kx];
+                                let p = row.wrapping_offset(ix);
+                                // SAFETY: only `mask` lanes are read, whose input columns lie
+                                // inside the row (the table); the block's weights hold K taps
+                                // of 16.
+                                unsafe {
+                                    let v = if SW == 1 {
+                                        _mm512_maskz_loadu_ps(mask, p)
+                                    } else {
+                                        let lo = _mm512_maskz_loadu_ps(even_bits(mask), p);
+                                        let hi = _mm512_maskz_loadu_ps(
+                                            even_bits(mask >> 8),
+                                            p.wrapping_add(16),
+                                        );
+                                        _mm512_permutex2var_ps(lo, evens, hi)
+                                    };
+                                    let wt = wbuf.as_ptr().add((t0 + kx) * OB);
+                                    for (o, a) in acc.iter_mut().enumerate() {
+                                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*wt.add(o)), v, *a);
+                                    }
+                                }
+                            }
+                        }
+                        let live = ((1u32 << (g.ow - 16 * s).min(16)) - 1) as u16;
+                        for (o, a) in acc.iter().enumerate().take(nb) {
+                            // The second operand when either is NaN: NaN stays, as elsewhere.
+                            let v = if relu { _mm512_max_ps(zero, *a) } else { *a };
+                            // SAFETY: the `live` lanes are output columns of row oy of
+                            // channel o0 + o.
+                            unsafe {
+                                _mm512_mask_storeu_ps(vo.at([n, o0 + o, oy, 16 * s]), live, v)
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Never called: [`applies`] is false off x86-64.
+///
+/// # Safety
+/// Unreachable.
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) unsafe fn conv(
+    _: &Geo,
+    _: &View<f32>,
+    _: &View<f32>,
+    _: &View<f32>,
+    _: Option<&View<f32>>,
+    _: bool,
+    _: &mut Workspace,
+) {
+    unreachable!("the direct AVX-512 kernel needs AVX-512F")
+}
