@@ -214,6 +214,17 @@ impl PlaneProducer {
         }
     }
 
+    /// Makes every written record visible and signals the plane's completion wake, whether
+    /// or not anything was left to publish: for records published quietly earlier that a
+    /// waiter must now be woken for (see [`publish_quietly`](Self::publish_quietly)).
+    #[inline]
+    pub fn publish_and_signal(&mut self) {
+        self.publish_quietly();
+        if let Some(w) = &self.wake {
+            w.signal();
+        }
+    }
+
     /// Makes every written record visible as [`publish`](Self::publish) does, without
     /// signaling the wake; returns whether anything was published. For records no waiter
     /// needs to be woken for: the START records of an execution that is still running (a

@@ -267,6 +267,86 @@ impl CompletionWake {
     }
 }
 
+/// Which execution each core of a lockstep group last finished its part of — so that only
+/// the core whose part completes an execution signals the completion wake.
+///
+/// A lockstep execution is complete for the host once every core of its group published its
+/// part's last records. A core that finishes first publishes them quietly (visible to a
+/// spinning waiter, no wake); the last one signals. Woken by the first core, a blocked caller
+/// found the execution unfinished and blocked again — and that wake-up had come by an
+/// inter-processor interrupt to the vCPU the other core's device thread was computing on
+/// (`mlp_b64 --cores 2`: the caller then ran there, and the real completion's wake from the
+/// other vCPU took 27 µs to arrive and 18 µs more to preempt).
+///
+/// # Protocol (Dekker, like the wake itself)
+///
+/// ```text
+///   core c, its part of execution idx done:
+///     publish its records quietly            -- Release stores of its ring tails
+///     done[c] = idx + 1                      -- Release store
+///     fence(SeqCst)
+///     if every core of the group has done[·] ≥ idx + 1 (Acquire loads): signal the wake
+/// ```
+///
+/// Of two cores finishing together, at least one reads the other's store (each stores, then
+/// fences `SeqCst`, then loads), so at least one signals, and it signals after the other's tail
+/// stores are visible to it (its load of the other's `done` acquires them) — so the woken
+/// waiter sees every part. Both may signal: a spurious wake at worst. `tests/loom.rs`
+/// (`lockstep_last_part_wakes_the_waiter`) model-checks it with two planes and one wake.
+///
+/// # Who writes what
+///
+/// | word | written by | ordering |
+/// |---|---|---|
+/// | `done[c]` | the thread running core `c`'s part (it holds the core's lock) | `Release` store then a `SeqCst` fence; read with `Acquire` loads (after the reader's own fence) by the group's other cores |
+pub struct LockstepParts {
+    done: Box<[CachePadded<AtomicU64>]>,
+}
+
+impl LockstepParts {
+    /// For `cores` cores, none of which finished anything.
+    pub fn new(cores: usize) -> LockstepParts {
+        LockstepParts {
+            done: (0..cores).map(|_| CachePadded(AtomicU64::new(0))).collect(),
+        }
+    }
+
+    /// Core `me` finished its part of execution `idx` of the group of `count` cores starting
+    /// at `group`, and published that part's records: whether every core of the group has
+    /// now finished `idx` (or a later execution) — then the caller signals the wake. Cores
+    /// outside the table count as finished.
+    pub fn finish(&self, me: usize, group: usize, count: usize, idx: u32) -> bool {
+        if let Some(d) = self.done.get(me) {
+            d.store(idx as u64 + 1, Ordering::Release);
+        }
+        // Orders this core's store before its loads (and each other core's, by its own
+        // fence): the Dekker pair.
+        fence(Ordering::SeqCst);
+        (group..group.saturating_add(count)).all(|c| {
+            c == me
+                || self.done.get(c).is_none_or(|d| {
+                    let d = d.load(Ordering::Acquire);
+                    d != 0 && ((d - 1) as u32).wrapping_sub(idx) as i32 >= 0
+                })
+        })
+    }
+
+    /// Forgets what core `core` finished (it was reset, or joined another group).
+    pub fn reset(&self, core: usize) {
+        if let Some(d) = self.done.get(core) {
+            d.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl fmt::Debug for LockstepParts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockstepParts")
+            .field("cores", &self.done.len())
+            .finish()
+    }
+}
+
 impl fmt::Debug for CompletionWake {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompletionWake")

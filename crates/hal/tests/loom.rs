@@ -9,7 +9,8 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use nrt_hal::{
-    CompletionWake, GateRefused, IdleGate, NqRecord, SeqEvent, SlotTicket, UseGate, plane, ring,
+    CompletionWake, GateRefused, IdleGate, LockstepParts, NqRecord, SeqEvent, SlotTicket, UseGate,
+    plane, ring,
 };
 
 /// Producer and consumer on a 2-slot ring: every value arrives once, in order, across a wrap.
@@ -494,6 +495,53 @@ fn completion_wake_harvester_wakes_the_owner() {
         }
         device.join().unwrap();
         harvester.join().unwrap();
+    });
+}
+
+/// The two cores of a lockstep execution finish their parts together: each publishes its
+/// last record quietly and signals the shared wake only if the other part is finished too
+/// (`LockstepParts::finish`). The caller, blocked on the wake until it has both records,
+/// must wake: at least one core signals, after both records are visible. Fails (the caller
+/// blocks forever) without the fence between a core's store and its loads.
+#[test]
+fn lockstep_last_part_wakes_the_waiter() {
+    loom::model(|| {
+        let wake = Arc::new(CompletionWake::new());
+        let parts = Arc::new(LockstepParts::new(2));
+        let mut consumers = Vec::new();
+        let mut cores = Vec::new();
+        for me in 0..2usize {
+            let (mut p, c) = plane(2);
+            p.set_wake(Some(wake.clone()));
+            consumers.push(c);
+            let parts = parts.clone();
+            cores.push(loom::thread::spawn(move || {
+                assert!(p.push(0, rec(me as u32)));
+                p.publish_quietly();
+                if parts.finish(me, 0, 2, 5) {
+                    p.publish_and_signal();
+                }
+            }));
+        }
+        let mut got = [false; 2];
+        while !(got[0] && got[1]) {
+            let mut new = 0;
+            for (i, c) in consumers.iter_mut().enumerate() {
+                new += c.drain_all(|_, r| {
+                    assert_eq!(r.compute_idx, i as u32);
+                    got[i] = true;
+                });
+            }
+            if new == 0 {
+                let (a, b) = consumers.split_at(1);
+                wake.wait(None, || {
+                    (!got[0] && a[0].has_records()) || (!got[1] && b[0].has_records())
+                });
+            }
+        }
+        for t in cores {
+            t.join().unwrap();
+        }
     });
 }
 

@@ -177,6 +177,9 @@ pub(crate) struct DeviceShared {
     /// group is busy (with a thread per core, a partner's long kernel — or its thread being
     /// preempted — is a wait, not a hang).
     lockstep_busy: Box<[AtomicU64]>,
+    /// Per core: the lockstep execution whose part it last finished; the core whose part
+    /// completes an execution signals the completion wake, the others publish quietly.
+    pub(crate) lockstep_parts: nrt_hal::LockstepParts,
     /// Per core: how many polls advanced its lockstep execution (the hang watchdog of a
     /// stalled partner resets when this moves).
     lockstep_progress: Box<[AtomicU64]>,
@@ -534,6 +537,7 @@ impl SoftDevice {
             group_abort: (0..n).map(|_| AtomicU64::new(0)).collect(),
             lockstep_taken: (0..n).map(|_| AtomicU64::new(0)).collect(),
             lockstep_busy: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_parts: nrt_hal::LockstepParts::new(n),
             lockstep_progress: (0..n).map(|_| AtomicU64::new(0)).collect(),
             stall_blocked: (0..config.threads)
                 .map(|_| AtomicBool::new(false))
@@ -913,6 +917,7 @@ impl Device for SoftDevice {
         core.lock().reset(core, &self.shared);
         self.shared.group_abort[nc as usize].store(0, Ordering::Release);
         self.shared.lockstep_taken[nc as usize].store(0, Ordering::Release);
+        self.shared.lockstep_parts.reset(nc as usize);
         // A partner stalled on the execution the reset dropped looks again now.
         self.shared.cross_core_event();
         Ok(())

@@ -126,6 +126,10 @@ pub(crate) struct CoreInner {
     pub(crate) exec_count: u64,
     pub(crate) wedged: bool,
     ws: Workspace,
+    /// The lockstep part this poll finished (`group`, `count`, `compute_idx`): its records
+    /// signal the wake only if every other part is finished too
+    /// ([`nrt_hal::LockstepParts`]).
+    finished_part: Option<(u32, u8, u32)>,
     /// Engine semaphores touched by the current execution (bit per index).
     dirty: [u64; 4],
     /// Output of the last compute instruction of the engine a NaN fault targets in the
@@ -268,6 +272,7 @@ impl CoreShared {
                 exec_count: 0,
                 wedged: false,
                 ws: Workspace::default(),
+                finished_part: None,
                 dirty: [0; 4],
                 nan_target: None,
                 last_blocks: None,
@@ -360,17 +365,33 @@ impl CoreShared {
         } else {
             Poll::Idle
         };
-        // Make the records of this poll visible: one batch, one store per ring. An execution
-        // stalled at a barrier (its partner core computes) wrote only START records (and
-        // ENDs of engines with nothing to do): nobody waits for those, so they do not wake
-        // the host; the poll that finishes the execution (or aborts it) does.
+        // Make the records of this poll visible: one batch, one store per ring. Records of an
+        // execution still in flight (START records, ENDs of engines with nothing to do, of a
+        // part stalled at a barrier or just begun) wake nobody: no waiter needs them. The
+        // poll that finishes an execution (or aborts it) signals — but a lockstep part's last
+        // records signal only if every other part is finished too (the last core to finish
+        // wakes the host, once).
+        let inner = &mut *inner;
+        let finished_part = inner.finished_part.take();
         if let Some(p) = inner.rings.as_mut()
-            && p.has_unpublished()
+            && (p.has_unpublished() || finished_part.is_some())
         {
-            if matches!(result, Poll::Stalled) {
-                p.publish_quietly();
+            let signal = match finished_part {
+                Some((group, count, idx)) => {
+                    p.publish_quietly();
+                    dev.lockstep_parts.finish(
+                        self.index as usize,
+                        group as usize,
+                        count as usize,
+                        idx,
+                    )
+                }
+                None => inner.current.is_none(),
+            };
+            if signal {
+                p.publish_and_signal();
             } else {
-                p.publish();
+                p.publish_quietly();
             }
         }
         self.mirrors.active.store(
@@ -679,6 +700,9 @@ impl CoreInner {
                 done &= exec.engines[e.index()].phase == Phase::Done;
             }
             if done {
+                if exec.req.sg_count > 1 {
+                    self.finished_part = Some((exec.group, exec.req.sg_count, exec.idx));
+                }
                 if let Some(t) = run_from {
                     self.part_done(core, dev, &exec, exec.busy + t.elapsed());
                 }

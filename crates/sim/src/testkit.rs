@@ -219,6 +219,11 @@ impl<'d> DirectDriver<'d> {
         self.rings.drain_all(|_, rec| out.push(rec)) as usize
     }
 
+    /// Whether records are waiting in any ring (what a blocked waiter's `ready` reads).
+    pub fn has_records(&self) -> bool {
+        self.rings.has_records()
+    }
+
     /// Spins until `count` END records have arrived or `timeout` passes; returns every
     /// record seen.
     pub fn wait_for_ends(&mut self, count: usize, timeout: Duration) -> Vec<NqRecord> {

@@ -644,6 +644,60 @@ fn the_cores_of_a_lockstep_pair_compute_on_their_own_threads() {
     assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);
 }
 
+/// The two cores of a lockstep execution share one completion wake, as the cores of a
+/// vcore do. The core that finishes its part first publishes its records quietly; only the
+/// last part's wake the blocked host — at most once per execution — and the host then finds
+/// every record of both parts. (Each part's END used to wake it: the host blocked again after
+/// the first, whose wake-up had interrupted the vCPU the other core was computing on.)
+#[test]
+fn only_the_last_part_of_a_lockstep_execution_wakes_the_host() {
+    let dev = two_thread_device();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let wake = d0.attach_wake().unwrap();
+    dev.notification_wake(1, Some(wake.clone())).unwrap();
+    // Core 0 works long after the barrier, core 1 not at all: core 1 finishes first.
+    let g = SemRef::global(0);
+    let mut long = vec![Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 300_000));
+    let short = [Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
+    b0[4] = d0.load_block(&long).unwrap();
+    b1[4] = d1.load_block(&short).unwrap();
+    let runs = 10;
+    let before = wake.wakes();
+    for idx in 0..runs {
+        d0.stage(b0, idx, 0, 0, 2);
+        d1.stage(b1, idx, 0, 1, 2);
+        d0.doorbell().unwrap();
+        d1.doorbell().unwrap();
+        let (mut r0, mut r1) = (Vec::new(), Vec::new());
+        let t0 = Instant::now();
+        loop {
+            d0.drain(&mut r0);
+            d1.drain(&mut r1);
+            if kinds(&r0, RecordKind::End).len() == 5 && kinds(&r1, RecordKind::End).len() == 5 {
+                break;
+            }
+            let left = T.saturating_sub(t0.elapsed());
+            assert!(!left.is_zero(), "execution {idx} incomplete: {r0:?} {r1:?}");
+            wake.wait(Some(left), || d0.has_records() || d1.has_records());
+        }
+        assert!(
+            t0.elapsed() < T / 2,
+            "execution {idx}: woken by the timeout, not the device ({:?})",
+            t0.elapsed()
+        );
+    }
+    let wakes = wake.wakes().wrapping_sub(before);
+    assert!(
+        wakes <= runs,
+        "{wakes} wakes for {runs} executions: a part that was not the last woke the host"
+    );
+    assert!(wakes >= 1, "the device never woke the blocked host");
+    assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
+}
+
 /// A lockstep pair whose parts are short is served jointly — the leader's device thread
 /// runs both cores, so a barrier is no hand-off between threads — and goes back to a thread
 /// per core once its parts are long; either way every execution completes.
