@@ -126,6 +126,10 @@ pub(crate) struct CoreInner {
     pub(crate) exec_count: u64,
     pub(crate) wedged: bool,
     ws: Workspace,
+    /// A streaming output's OUTPUT_DONE record was published quietly and a blocked waiter
+    /// is still to be woken for it: once the engine that wrote it has run its step, or
+    /// with the records that finish the execution, whichever comes first.
+    wake_pending: bool,
     /// The lockstep part this poll finished (`group`, `count`, `compute_idx`): its records
     /// signal the wake only if every other part is finished too
     /// ([`nrt_hal::LockstepParts`]).
@@ -272,6 +276,7 @@ impl CoreShared {
                 exec_count: 0,
                 wedged: false,
                 ws: Workspace::default(),
+                wake_pending: false,
                 finished_part: None,
                 dirty: [0; 4],
                 nan_target: None,
@@ -368,15 +373,18 @@ impl CoreShared {
         // Make the records of this poll visible: one batch, one store per ring. Records of an
         // execution still in flight (START records, ENDs of engines with nothing to do, of a
         // part stalled at a barrier or just begun) wake nobody: no waiter needs them. The
-        // poll that finishes an execution (or aborts it) signals — but a lockstep part's last
-        // records signal only if every other part is finished too (the last core to finish
-        // wakes the host, once).
+        // poll that finishes an execution (or aborts it) signals, and so does one that left
+        // a streaming output's wake pending — but a lockstep part's last records signal only
+        // if every other part is finished too (the last core to finish wakes the host, once).
         let inner = &mut *inner;
+        let wake_pending = core::mem::take(&mut inner.wake_pending);
         let finished_part = inner.finished_part.take();
         if let Some(p) = inner.rings.as_mut()
-            && (p.has_unpublished() || finished_part.is_some())
+            && (p.has_unpublished() || finished_part.is_some() || wake_pending)
         {
-            let signal = match finished_part {
+            // A finished part is always recorded, even when a pending wake signals anyway:
+            // a partner finishing later must see it.
+            let finishes = match finished_part {
                 Some((group, count, idx)) => {
                     p.publish_quietly();
                     dev.lockstep_parts.finish(
@@ -388,7 +396,7 @@ impl CoreShared {
                 }
                 None => inner.current.is_none(),
             };
-            if signal {
+            if wake_pending || finishes {
                 p.publish_and_signal();
             } else {
                 p.publish_quietly();
@@ -425,10 +433,15 @@ impl CoreInner {
         }
     }
 
-    /// Publishes what was posted (streaming records must not wait for the end).
-    fn publish(&mut self) {
+    /// Makes a streaming output's record visible now (a spinning waiter sees it at once) and
+    /// leaves the wake of a blocked one pending ([`CoreInner::wake_pending`]). Signaled at
+    /// once, the wake-up of a caller on the device thread's vCPU preempted the thread before
+    /// it wrote the execution's last records: the caller found the execution unfinished,
+    /// blocked again and had to be woken a second time.
+    fn publish_streaming(&mut self) {
         if let Some(p) = self.rings.as_mut() {
-            p.publish();
+            p.publish_quietly();
+            self.wake_pending = true;
         }
     }
 
@@ -697,6 +710,15 @@ impl CoreInner {
                         return Poll::Progressed;
                     }
                 }
+                // A streaming output's wake: now, unless this step finished the execution
+                // (then the poll's publication of its last records signals it).
+                if self.wake_pending
+                    && exec.engines.iter().any(|x| x.phase != Phase::Done)
+                    && let Some(p) = self.rings.as_mut()
+                {
+                    self.wake_pending = false;
+                    p.publish_and_signal();
+                }
                 done &= exec.engines[e.index()].phase == Phase::Done;
             }
             if done {
@@ -896,8 +918,9 @@ impl CoreInner {
                     self.post(core, ei, rec, drop);
                     if *sub_id == CUSTOM_SUB_ID_OUTPUT_DONE {
                         // A streaming output is final: the host must see it now, not when
-                        // the whole execution is done.
-                        self.publish();
+                        // the whole execution is done (a blocked waiter is woken after
+                        // this engine's step, or with the execution's last records).
+                        self.publish_streaming();
                     }
                 }
                 Op::Barrier { sem, count } => {
