@@ -160,6 +160,13 @@ pub const POLLER_ASSIST_EVERY_IDLE_POLLS: u32 = 32;
 /// wait, which the pre-wake spins ([`WAIT_PREWAKE_MARGIN`]).
 pub const WAIT_SPIN_CAP: Duration = Duration::from_micros(50);
 
+/// With a vCPU to spare beside the vcore's device threads, a waiter for an execution past
+/// [`WAIT_SPIN_CAP`] but too short for a pre-wake (its sleep would be under
+/// [`WAIT_PREWAKE_MIN_SLEEP`] once the timer's lateness and the margin are left) spins for
+/// it, up to this, instead of blocking: blocked, it learned of the completion 40 µs late (the
+/// `int8_gemm` sample: 72 µs of device time, 110–118 µs a call; spinning, 69 µs).
+pub const WAIT_SPIN_CAP_SPARE_CPU: Duration = Duration::from_micros(150);
+
 /// Added to twice the expected execution time to make a waiter's spin limit: the jitter of a
 /// near-null execution (a cross-core round trip is 0.1–0.4 µs, a missed poll of the device
 /// thread about as much), so one late completion does not cost a block and a wake.
@@ -188,9 +195,14 @@ pub const WAIT_PREWAKE_MARGIN: Duration = Duration::from_micros(10);
 
 /// The timer lateness assumed before a model measured any ([`WAIT_PREWAKE_MARGIN`]): a futex
 /// timeout with the default 50 µs timer slack came back 72–80 µs late on the 2-vCPU VM, with
-/// a 1 ns slack 24–27 µs. Learned per model from each pre-wake (moving average,
-/// [`WAIT_EWMA_SHIFT`]).
-pub const WAIT_PREWAKE_INITIAL_LATENESS: Duration = Duration::from_micros(80);
+/// a 1 ns slack 24–27 µs — and a pre-wake lowers the thread's slack to
+/// [`WAIT_PREWAKE_TIMER_SLACK_NS`] before its first sleep, so the second figure applies.
+/// Learned per model from each pre-wake (moving average, [`WAIT_EWMA_SHIFT`]) — but only
+/// once one is armed: assumed at 80 µs, a model of 50–110 µs never had a sleep long enough
+/// ([`WAIT_PREWAKE_MIN_SLEEP`]), so it never learned better and blocked until the device
+/// woke it, 40 µs after its completion (the `int8_gemm` sample: 72 µs of device time, 115 µs
+/// a call).
+pub const WAIT_PREWAKE_INITIAL_LATENESS: Duration = Duration::from_micros(30);
 
 /// A pre-wake is only armed when the block before it would last at least this long; below,
 /// the execution is waited for by blocking alone (a short timed sleep is mostly lateness).

@@ -476,6 +476,24 @@ impl SpinBudget {
             Some(e) => (e * 2 + tuning::WAIT_SPIN_SLACK).min(tuning::WAIT_SPIN_CAP),
         }
     }
+
+    /// [`SpinBudget::spin_limit`] for a waiter with a vCPU to spare beside the device
+    /// threads (which may pre-wake): an execution too short for a pre-wake
+    /// ([`SpinBudget::prewake`] is `None`) but not past
+    /// [`tuning::WAIT_SPIN_CAP_SPARE_CPU`] is spun for rather than blocked on.
+    #[inline]
+    pub fn spin_limit_spare_cpu(&self) -> Duration {
+        match self.expected() {
+            Some(e)
+                if e > tuning::WAIT_SPIN_CAP
+                    && e <= tuning::WAIT_SPIN_CAP_SPARE_CPU
+                    && self.prewake().is_none() =>
+            {
+                (e * 2 + tuning::WAIT_SPIN_SLACK).min(tuning::WAIT_SPIN_CAP_SPARE_CPU)
+            }
+            _ => self.spin_limit(),
+        }
+    }
 }
 
 /// One wait for a completion: spins within the [`SpinBudget`]'s limit — a `sched_yield` every
@@ -855,6 +873,47 @@ mod tests {
             None,
             "the sleep would be under the minimum"
         );
+    }
+
+    /// With a vCPU to spare, an execution past the spin cap that is too short for a pre-wake
+    /// is spun for (up to the spare-CPU cap); a longer one pre-wakes, a short one spins as
+    /// always.
+    #[test]
+    fn a_spare_cpu_spins_for_what_is_too_short_to_prewake() {
+        let mid = SpinBudget::new();
+        mid.record(Duration::from_micros(70));
+        mid.record_lateness(Duration::from_micros(45));
+        assert_eq!(
+            mid.prewake(),
+            None,
+            "70 - 45 - 10 µs is under the minimum sleep"
+        );
+        assert_eq!(mid.spin_limit(), Duration::ZERO);
+        assert_eq!(
+            mid.spin_limit_spare_cpu(),
+            (Duration::from_micros(140) + tuning::WAIT_SPIN_SLACK)
+                .min(tuning::WAIT_SPIN_CAP_SPARE_CPU)
+        );
+        let long = SpinBudget::new();
+        long.record(Duration::from_micros(500));
+        assert!(long.prewake().is_some());
+        assert_eq!(
+            long.spin_limit_spare_cpu(),
+            Duration::ZERO,
+            "pre-wakes instead"
+        );
+        let past = SpinBudget::new();
+        past.record(tuning::WAIT_SPIN_CAP_SPARE_CPU + Duration::from_micros(1));
+        past.record_lateness(tuning::WAIT_SPIN_CAP_SPARE_CPU);
+        assert_eq!(past.prewake(), None);
+        assert_eq!(
+            past.spin_limit_spare_cpu(),
+            Duration::ZERO,
+            "past the cap: blocks"
+        );
+        let short = SpinBudget::new();
+        short.record(Duration::from_micros(5));
+        assert_eq!(short.spin_limit_spare_cpu(), short.spin_limit());
     }
 
     /// A waiter for a long execution, with no signal coming, sleeps until its pre-wake (not

@@ -46,8 +46,9 @@ impl<'a> VcoreWait<'a> {
 
     /// As [`VcoreWait::new`] with the spin limit of `budget` and, for a long execution, its
     /// pre-wake ([`Waiter::with_prewake`]): a caller waiting for its own execution, created
-    /// right after the doorbell (the pre-wake counts from now). Only where a CPU is left
-    /// beside the vcore's device threads: a model spanning every CPU keeps them all busy,
+    /// right after the doorbell (the pre-wake counts from now); an execution too short to
+    /// pre-wake for is spun for ([`SpinBudget::spin_limit_spare_cpu`]). Both only where a CPU
+    /// is left beside the vcore's device threads: a model spanning every CPU keeps them all busy,
     /// and a spinning caller would take one from a device thread (`encoder --cores 2` on 2
     /// vCPUs: 1.07× the time with the pre-wake, caller CPU 4.3% → 8.6%).
     #[inline]
@@ -56,11 +57,13 @@ impl<'a> VcoreWait<'a> {
         vc: &'a VCore,
         budget: &'a SpinBudget,
     ) -> VcoreWait<'a> {
-        let mut w = VcoreWait::new(device, vc, budget.spin_limit());
         if vc.cores.len() < cpus() {
+            let mut w = VcoreWait::new(device, vc, budget.spin_limit_spare_cpu());
             w.waiter = w.waiter.with_prewake(budget);
+            w
+        } else {
+            VcoreWait::new(device, vc, budget.spin_limit())
         }
-        w
     }
 
     /// The XU worker's wait: as [`VcoreWait::new`], but it never runs device work. The
