@@ -67,6 +67,7 @@ pub struct ConvArgs<'a> {
 
 /// `⌈a / b⌉` for `a ≥ 0`, `b ≥ 1`, without a division for the strides 1 and 2 (a division is
 /// ~25 cycles, and this runs twice per tap and segment).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn ceil_div(a: isize, b: isize) -> isize {
     match b {
@@ -77,12 +78,65 @@ fn ceil_div(a: isize, b: isize) -> isize {
 }
 
 /// Spreads the 8 bits of `m` to the even bits of a 16-bit mask (bit `i` → bit `2i`).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn even_bits(m: u16) -> u16 {
     let mut x = m & 0xFF;
     x = (x | (x << 4)) & 0x0F0F;
     x = (x | (x << 2)) & 0x3333;
     (x | (x << 1)) & 0x5555
+}
+
+/// Fills `table` (entry `s·kw + kx`) for the direct AVX-512 kernels: per strip `s` of 16
+/// output columns and tap column `kx`, the input column of lane 0 and the mask of the lanes
+/// whose input column lies inside the row and whose output column inside the output row.
+/// The same for every row, channel and image, so the kernels' inner loops do a masked load
+/// (two at stride 2) and an FMA per tap, nothing else; masked-off lanes — padding, columns
+/// past the row — are never read.
+#[cfg(target_arch = "x86_64")]
+fn strip_table(g: &Geo, sw: usize, kw: usize, table: &mut [(isize, u16)]) {
+    let (w, swi) = (g.w as isize, sw as isize);
+    for s in 0..g.ow.div_ceil(16) {
+        let x0 = 16 * s;
+        let live = ((1u32 << (g.ow - x0).min(16)) - 1) as u16;
+        for kx in 0..kw {
+            // Lane j reads input column ix + j·sw.
+            let ix = (x0 * sw + kx * g.dw) as isize - g.pl as isize;
+            let first = if ix >= 0 { 0 } else { ceil_div(-ix, swi) };
+            let end = if ix >= w { 0 } else { ceil_div(w - ix, swi) };
+            let (first, end) = (first.clamp(0, 16), end.clamp(0, 16));
+            let mask = if first < end {
+                (((1u32 << end) - 1) & !((1u32 << first) - 1)) as u16 & live
+            } else {
+                0
+            };
+            table[s * kw + kx] = (ix, mask);
+        }
+    }
+}
+
+/// The 16 input columns of a strip: lane `j` is `p[j·SW]` (`SW` 1 or 2), only the `mask`
+/// lanes read (the others zero) — one masked load, or at stride 2 two masked loads and a
+/// permute picking the even elements.
+///
+/// # Safety
+/// The `mask` lanes' elements readable; AVX-512F present (inlined into its kernels).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load_strip<const SW: usize>(p: *const f32, mask: u16) -> core::arch::x86_64::__m512 {
+    use core::arch::x86_64::*;
+    // SAFETY: per the contract.
+    unsafe {
+        if SW == 1 {
+            _mm512_maskz_loadu_ps(mask, p)
+        } else {
+            let evens =
+                _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            let lo = _mm512_maskz_loadu_ps(even_bits(mask), p);
+            let hi = _mm512_maskz_loadu_ps(even_bits(mask >> 8), p.wrapping_add(16));
+            _mm512_permutex2var_ps(lo, evens, hi)
+        }
+    }
 }
 
 struct Geo {

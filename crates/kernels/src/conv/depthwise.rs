@@ -12,7 +12,9 @@
 
 use crate::strided::View;
 
-use super::{Geo, ceil_div, even_bits};
+use super::Geo;
+#[cfg(target_arch = "x86_64")]
+use super::{load_strip, strip_table};
 
 /// Whether this CPU runs the depthwise kernel, and the geometry suits it: one channel per
 /// group in and out, unit-stride rows in and out, a horizontal stride of 1 or 2.
@@ -86,31 +88,13 @@ unsafe fn strips<const SW: usize, const KW: usize>(
     relu: bool,
 ) {
     use core::arch::x86_64::*;
-    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let (w, sw) = (g.w as isize, SW as isize);
     let zero = _mm512_setzero_ps();
     let nstrips = g.ow.div_ceil(16);
     // Per strip and tap column, once for the whole call (the same for every row and
     // channel): the input column of lane 0 and the lanes whose column is inside the row (and
     // the output's). The loop below then does a load and an FMA per tap, nothing else.
     let mut table = [(0isize, 0u16); TABLE];
-    for s in 0..nstrips {
-        let x0 = 16 * s;
-        let live = ((1u32 << (g.ow - x0).min(16)) - 1) as u16;
-        for kx in 0..KW {
-            // Lane j reads input column ix + j·SW.
-            let ix = (x0 * SW + kx * g.dw) as isize - g.pl as isize;
-            let first = if ix >= 0 { 0 } else { ceil_div(-ix, sw) };
-            let end = if ix >= w { 0 } else { ceil_div(w - ix, sw) };
-            let (first, end) = (first.clamp(0, 16), end.clamp(0, 16));
-            let mask = if first < end {
-                (((1u32 << end) - 1) & !((1u32 << first) - 1)) as u16 & live
-            } else {
-                0
-            };
-            table[s * KW + kx] = (ix, mask);
-        }
-    }
+    strip_table(g, SW, KW, &mut table);
     let mut rows = [(core::ptr::null::<f32>(), 0usize); ROWS];
     for n in 0..g.n {
         for c in 0..g.groups {
@@ -146,16 +130,7 @@ unsafe fn strips<const SW: usize, const KW: usize>(
                             // SAFETY: only `mask` lanes are read, whose input columns lie
                             // inside the row (the table); the weight has [O, 1, KH, KW].
                             unsafe {
-                                let v = if SW == 1 {
-                                    _mm512_maskz_loadu_ps(mask, p)
-                                } else {
-                                    let lo = _mm512_maskz_loadu_ps(even_bits(mask), p);
-                                    let hi = _mm512_maskz_loadu_ps(
-                                        even_bits(mask >> 8),
-                                        p.wrapping_add(16),
-                                    );
-                                    _mm512_permutex2var_ps(lo, evens, hi)
-                                };
+                                let v = load_strip::<SW>(p, mask);
                                 let wv = _mm512_set1_ps(*wr.wrapping_offset(kx as isize * ws3));
                                 accs[kx] = _mm512_fmadd_ps(wv, v, accs[kx]);
                             }

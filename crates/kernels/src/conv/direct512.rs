@@ -14,7 +14,9 @@
 use crate::Workspace;
 use crate::strided::View;
 
-use super::{Geo, ceil_div, even_bits};
+use super::Geo;
+#[cfg(target_arch = "x86_64")]
+use super::{load_strip, strip_table};
 
 /// Output channels per block (one accumulator each).
 const OB: usize = 16;
@@ -90,8 +92,6 @@ unsafe fn blocks<const SW: usize>(
     ws: &mut Workspace,
 ) {
     use core::arch::x86_64::*;
-    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let (w, sw) = (g.w as isize, SW as isize);
     let zero = _mm512_setzero_ps();
     let taps = g.kh * g.kw;
     let k = g.cg * taps;
@@ -99,23 +99,7 @@ unsafe fn blocks<const SW: usize>(
     // Per strip and tap column (the same for every row, channel and image): the input column
     // of lane 0 and the lanes inside the input row and the output row.
     let mut table = [(0isize, 0u16); TABLE];
-    for s in 0..nstrips {
-        let x0 = 16 * s;
-        let live = ((1u32 << (g.ow - x0).min(16)) - 1) as u16;
-        for kx in 0..g.kw {
-            // Lane j reads input column ix + j·SW.
-            let ix = (x0 * SW + kx * g.dw) as isize - g.pl as isize;
-            let first = if ix >= 0 { 0 } else { ceil_div(-ix, sw) };
-            let end = if ix >= w { 0 } else { ceil_div(w - ix, sw) };
-            let (first, end) = (first.clamp(0, 16), end.clamp(0, 16));
-            let mask = if first < end {
-                (((1u32 << end) - 1) & !((1u32 << first) - 1)) as u16 & live
-            } else {
-                0
-            };
-            table[s * g.kw + kx] = (ix, mask);
-        }
-    }
+    strip_table(g, SW, g.kw, &mut table);
     let wbuf = ws.f32(0, k * OB);
     let mut rows = [(core::ptr::null::<f32>(), 0usize); ROWS];
     for grp in 0..g.groups {
@@ -169,16 +153,7 @@ unsafe fn blocks<const SW: usize>(
                                 // inside the row (the table); the block's weights hold K taps
                                 // of 16.
                                 unsafe {
-                                    let v = if SW == 1 {
-                                        _mm512_maskz_loadu_ps(mask, p)
-                                    } else {
-                                        let lo = _mm512_maskz_loadu_ps(even_bits(mask), p);
-                                        let hi = _mm512_maskz_loadu_ps(
-                                            even_bits(mask >> 8),
-                                            p.wrapping_add(16),
-                                        );
-                                        _mm512_permutex2var_ps(lo, evens, hi)
-                                    };
+                                    let v = load_strip::<SW>(p, mask);
                                     let wt = wbuf.as_ptr().add((t0 + kx) * OB);
                                     for (o, a) in acc.iter_mut().enumerate() {
                                         *a = _mm512_fmadd_ps(_mm512_set1_ps(*wt.add(o)), v, *a);
