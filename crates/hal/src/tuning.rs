@@ -157,7 +157,8 @@ pub const POLLER_ASSIST_EVERY_IDLE_POLLS: u32 = 32;
 /// execution (0.5–1 µs) and small models (tens of µs) stay on the spinning path. Past this an
 /// execution is waited for by blocking at once — a 600 µs model's caller spinning from the
 /// start would hold a vCPU the device threads need — except for the end of a synchronous
-/// wait, which the pre-wake spins ([`WAIT_PREWAKE_MARGIN`]).
+/// wait, which the pre-wake spins ([`WAIT_PREWAKE_MARGIN`]), and, with a vCPU to spare, an
+/// execution too short to pre-wake for ([`WAIT_SPIN_CAP_SPARE_CPU`]).
 pub const WAIT_SPIN_CAP: Duration = Duration::from_micros(50);
 
 /// With a vCPU to spare beside the vcore's device threads, a waiter for an execution past
