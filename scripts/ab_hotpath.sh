@@ -6,6 +6,7 @@
 #
 #   scripts/ab_hotpath.sh [BASE=0e8cac4] [ROUNDS=16] [SECONDS=0.2]
 #   ALIGN=64 scripts/ab_hotpath.sh ...   # both builds with functions and loops aligned
+#   COTENANT=1 scripts/ab_hotpath.sh ... # also the three rows beside a busy co-tenant process
 #
 # Rows: sync median latency, explicit depth 8 throughput, implicit depth 8 throughput.
 #
@@ -58,3 +59,15 @@ echo "-- implicit depth 8, execs_per_s (higher is better)"
 $ab "$rounds" '"execs_per_s":([0-9.]+)' \
   "$a bench --surface implicit --depth 8 --seconds $secs --json" \
   "$b bench --surface implicit --depth 8 --seconds $secs --json"
+if [ -n "${COTENANT:-}" ]; then
+  # The same rows beside one busy-looping process (../shared/tools/cotenant.sh): what a
+  # change to a spin or yield policy does when the threads outnumber the vCPUs.
+  ct=../shared/tools/cotenant.sh
+  [ -x "$ct" ] || ct="bash $ct"
+  for row in "sync" "explicit --depth 8" "implicit --depth 8"; do
+    echo "-- co-tenant $row, execs_per_s (higher is better)"
+    $ab "$rounds" '"execs_per_s":([0-9.]+)' \
+      "$ct -- $a bench --surface $row --seconds $secs --json" \
+      "$ct -- $b bench --surface $row --seconds $secs --json"
+  done
+fi

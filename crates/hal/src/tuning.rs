@@ -9,10 +9,13 @@ use core::time::Duration;
 
 //===--- device (software NeuronCore) ---------------------------------------------------===//
 
-/// While idle-polling, a device thread calls `sched_yield` once every this many polls
-/// (~3–5 µs): if the submitting thread shares its vCPU it runs at once instead of waiting a
-/// time slice; alone, the yield costs ~0.3 µs.
-pub const DEVICE_YIELD_EVERY_IDLE_POLLS: u32 = 256;
+/// While idle-polling, a device thread calls `sched_yield` at most this often (it checks the
+/// clock every 64 polls): if the submitting or harvesting thread shares its vCPU it runs at
+/// once instead of waiting a time slice; alone, the yield costs ~0.3 µs. A time, not a poll
+/// count: an idle poll costs 12–20 ns on one machine (256 polls, the earlier count, were
+/// 3–5 µs) and ~50 ns on another (AMD EPYC under KVM: 13–15 µs, and the implicit-async
+/// worker that shared the device thread's vCPU waited that long for each turn).
+pub const DEVICE_IDLE_YIELD_PERIOD: Duration = Duration::from_micros(3);
 
 /// How long a device thread keeps polling for doorbells after its last work before it parks.
 /// Back-to-back executions (a caller looping on `execute`) arrive well within it and never
@@ -43,8 +46,8 @@ pub const DEVICE_ENGINE_QUANTUM: u32 = 64;
 /// the partner's next cross-core event (a global semaphore change, a take, an abort). With
 /// both device threads on their own vCPU the partner arrives within microseconds of balanced
 /// work; with more runnable threads than vCPUs (a co-tenant) the partner may not be running,
-/// and a spin past this would hold the very vCPU it needs. Polls yield every
-/// [`DEVICE_YIELD_EVERY_IDLE_POLLS`] meanwhile.
+/// and a spin past this would hold the very vCPU it needs. Polls yield at most every
+/// [`DEVICE_IDLE_YIELD_PERIOD`] meanwhile.
 pub const DEVICE_STALL_SPIN: Duration = Duration::from_micros(50);
 
 /// Longest block of a stalled device thread before it looks again by itself. Cross-core

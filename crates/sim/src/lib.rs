@@ -398,6 +398,8 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
     // When work was last seen. Reading the clock costs ~30 ns here, as much as a poll, so it
     // is read only every 64 idle polls: `worked` says whether work came since that reading.
     let mut last_work = Instant::now();
+    // When the idle or stalled polls last yielded the vCPU (checked with the clock above).
+    let mut last_yield = last_work;
     let mut worked = false;
     let mut idle_polls = 0u32;
     // Polls that found only stalled executions, and when the stall began (read every 64).
@@ -436,11 +438,12 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
             // block until the partner does something.
             worked = true;
             stalled_polls = stalled_polls.wrapping_add(1);
-            if stalled_polls.is_multiple_of(tuning::DEVICE_YIELD_EVERY_IDLE_POLLS) {
-                std::thread::yield_now();
-            }
             if stalled_polls.is_multiple_of(64) {
                 let now = Instant::now();
+                if now.duration_since(last_yield) >= tuning::DEVICE_IDLE_YIELD_PERIOD {
+                    std::thread::yield_now();
+                    last_yield = now;
+                }
                 let since = *stalled_since.get_or_insert(now);
                 if now.duration_since(since) >= tuning::DEVICE_STALL_SPIN {
                     dev.stall_blocked[worker].store(true, Ordering::Relaxed);
@@ -459,11 +462,12 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         stalled_polls = 0;
         stalled_since = None;
         idle_polls += 1;
-        if idle_polls.is_multiple_of(tuning::DEVICE_YIELD_EVERY_IDLE_POLLS) {
-            std::thread::yield_now();
-        }
         if idle_polls.is_multiple_of(64) {
             let now = Instant::now();
+            if now.duration_since(last_yield) >= tuning::DEVICE_IDLE_YIELD_PERIOD {
+                std::thread::yield_now();
+                last_yield = now;
+            }
             if core::mem::take(&mut worked) {
                 last_work = now;
             } else if now.duration_since(last_work) >= dev.config.spin_after_work {

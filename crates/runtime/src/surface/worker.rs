@@ -155,6 +155,11 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
         if retired {
             // Drains and tensor reads wait for what the worker retires.
             vc.signal_waiters();
+            // The callbacks it just ran are what the client waits for: if the client shares
+            // this vCPU (three runnable threads on two), hand it the CPU now, before the
+            // worker spins for the next completion; alone, the yield returns in ~0.3 µs once
+            // per batch it retires.
+            std::thread::yield_now();
         }
         if progressed || retired {
             w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
