@@ -120,6 +120,11 @@ pub(crate) struct VCore {
     /// Harvest polls that found nothing waiting (paces their deadline sweeps; any thread,
     /// relaxed: a lost count only shifts the pace).
     pub(crate) idle_polls: AtomicU32,
+    /// The last assist of a polling client ran device work: the device thread is not
+    /// running (a co-tenant holds its vCPU), so polling clients assist on every idle poll
+    /// until an assist finds nothing to run (`surface::explicit::is_completed`). Relaxed: a
+    /// stale view costs one assist more or less.
+    pub(crate) assisting: AtomicBool,
     pub(crate) slots: Box<[InflightSlot]>,
     /// Highest seq such that every execution up to it is done.
     pub(crate) completed: AtomicU64,

@@ -91,15 +91,20 @@ impl<'a> VcoreWait<'a> {
             return;
         }
         // Past the pure spin, right before each of the waiter's yields (the counts agree:
-        // both start at 0 and count these calls).
+        // both start at 0 and count these calls) — and on every idle step while the vcore's
+        // last assist ran work ([`VCore::assisting`]: the device thread is not running).
         if self.assists
-            && self.idle >= tuning::HARVEST_PURE_SPIN_POLLS
-            && self
-                .idle
-                .is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS)
-            && self.assist()
+            && ((self.idle >= tuning::HARVEST_PURE_SPIN_POLLS
+                && self
+                    .idle
+                    .is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS))
+                || vc.assisting.load(Ordering::Relaxed))
         {
-            return;
+            let ran = self.assist();
+            vc.assisting.store(ran, Ordering::Relaxed);
+            if ran {
+                return;
+            }
         }
         if self.waiter.idle(|| vc.has_records() || ready()) {
             // It blocked (up to WAIT_BLOCK_RECHECK): make the next idle step sweep the

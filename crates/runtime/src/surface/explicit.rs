@@ -115,16 +115,20 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
         // POLLER_ASSIST_EVERY_IDLE_POLLS idle harvest polls of the vcore (any poller's), lend
         // this thread to the device, whose own thread may not be running (wait.rs) — for
         // short executions only: a poll must not turn into running a long one.
+        // Once an assist ran work, the next poll assists again, until one finds nothing.
         let idle = vc.idle_polls.load(Ordering::Relaxed);
-        if idle.is_multiple_of(tuning::POLLER_ASSIST_EVERY_IDLE_POLLS)
+        if (vc.assisting.load(Ordering::Relaxed)
+            || idle.is_multiple_of(tuning::POLLER_ASSIST_EVERY_IDLE_POLLS))
             && vc
                 .spin
                 .expected()
                 .is_some_and(|e| e < tuning::WAIT_SPIN_CAP)
         {
+            let mut ran = false;
             for &c in &vc.cores {
-                rt.device.assist(c);
+                ran |= rt.device.assist(c);
             }
+            vc.assisting.store(ran, Ordering::Relaxed);
         }
     }
     Ok(retired(vc, n))
