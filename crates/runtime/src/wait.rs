@@ -92,13 +92,18 @@ impl<'a> VcoreWait<'a> {
         }
         // Past the pure spin, right before each of the waiter's yields (the counts agree:
         // both start at 0 and count these calls) — and on every idle step while the vcore's
-        // last assist ran work ([`VCore::assisting`]: the device thread is not running).
+        // last assist ran work ([`VCore::assisting`]: the device thread is not running) and
+        // its executions are short (a long one stays on the device thread).
         if self.assists
             && ((self.idle >= tuning::HARVEST_PURE_SPIN_POLLS
                 && self
                     .idle
                     .is_multiple_of(tuning::HOST_ASSIST_EVERY_IDLE_POLLS))
-                || vc.assisting.load(Ordering::Relaxed))
+                || (vc.assisting.load(Ordering::Relaxed)
+                    && vc
+                        .spin
+                        .expected()
+                        .is_some_and(|e| e < tuning::WAIT_SPIN_CAP)))
         {
             let ran = self.assist();
             vc.assisting.store(ran, Ordering::Relaxed);
