@@ -194,6 +194,10 @@ pub struct TraceArgs {
     /// Executions to trace.
     #[arg(long, default_value_t = 100)]
     pub executions: usize,
+    /// Also time every compute and DMA instruction on the device (nested in its engine's
+    /// track), and print where the device time went, by opcode.
+    #[arg(long)]
+    pub instructions: bool,
     #[command(flatten)]
     pub compile: CompileOpts,
 }

@@ -518,20 +518,48 @@ fn trace(a: &TraceArgs) -> Res<()> {
     } else {
         session::prepare(path, &session::compile_options(&a.compile)?)?.ncm
     };
-    let (_dev, rt) = session::runtime(None)?;
+    let (dev, rt) = session::runtime(None)?;
     let m = session::load(&rt, &ncm, -1)?;
     let (ins, outs, _all) = session::io_tensors(&rt, &m)?;
+    if a.instructions {
+        // Room for every instruction of every execution, up to a bound on the memory.
+        let per_core = ncm_instructions(&ncm)
+            .saturating_mul(n)
+            .min(TRACE_INSTRUCTIONS_PER_CORE_MAX);
+        dev.record_instructions(per_core)
+            .map_err(|e| format!("--instructions: {e}"))?;
+    }
     rt.set_tracing(true);
     for _ in 0..n {
         rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
     }
     let spans = rt.trace_spans();
-    let json = nrt_runtime::chrome_json(&spans, &[(m.id(), m.name())]);
+    let zero = rt.trace_device_epoch_ns().unwrap_or(0);
+    let instructions: Vec<nrt_runtime::InstructionSpan> = dev
+        .instruction_events()
+        .into_iter()
+        .map(|e| nrt_runtime::InstructionSpan {
+            core: e.core.min(u8::MAX as u32) as u8,
+            engine: e.engine.index() as u8,
+            exec_idx: e.exec_idx,
+            pc: e.pc,
+            op: e.op,
+            start_ns: e.start_ns.saturating_sub(zero),
+            end_ns: e.end_ns.saturating_sub(zero),
+        })
+        .collect();
+    let json =
+        nrt_runtime::chrome_json_with_instructions(&spans, &[(m.id(), m.name())], &instructions);
     std::fs::write(out, json).map_err(|e| format!("writing {out}: {e}"))?;
     println!(
-        "{} executions, {} spans -> {out} (open in https://ui.perfetto.dev or chrome://tracing)",
+        "{} executions, {} spans{} -> {out} (open in https://ui.perfetto.dev or chrome://tracing)",
         n,
-        spans.len()
+        spans.len(),
+        if a.instructions {
+            format!(", {} instructions", instructions.len())
+        } else {
+            String::new()
+        }
     );
     for (s, med, p99) in stage_summary(&spans) {
         println!(
@@ -541,7 +569,52 @@ fn trace(a: &TraceArgs) -> Res<()> {
             fmt_ns(p99)
         );
     }
+    if a.instructions {
+        print_instruction_summary(&instructions, n);
+    }
     Ok(())
+}
+
+/// The most instruction events `nrt trace --instructions` keeps per core (~48 MiB).
+const TRACE_INSTRUCTIONS_PER_CORE_MAX: usize = 1 << 20;
+
+/// Instructions in a compiled model's blocks (all cores and engines), decoded from its NCM;
+/// a bound for the timeline's room, so an unreadable count is a generous guess.
+fn ncm_instructions(ncm: &[u8]) -> usize {
+    nrt_model::CompiledModel::decode(ncm)
+        .map(|m| {
+            m.blocks
+                .iter()
+                .map(|b| nrt_isa::decode_block(&b.code, b.engine).map_or(4096, |v| v.len()))
+                .sum::<usize>()
+        })
+        .unwrap_or(4096)
+        .max(1)
+}
+
+/// Where the device time went, by opcode: total, share, count, and the mean per execution.
+fn print_instruction_summary(instructions: &[nrt_runtime::InstructionSpan], executions: usize) {
+    let mut by_op: Vec<(&str, u64, usize)> = Vec::new();
+    for i in instructions {
+        let d = i.end_ns.saturating_sub(i.start_ns);
+        match by_op.iter_mut().find(|(op, _, _)| *op == i.op) {
+            Some(e) => {
+                e.1 += d;
+                e.2 += 1;
+            }
+            None => by_op.push((i.op, d, 1)),
+        }
+    }
+    by_op.sort_by_key(|e| std::cmp::Reverse(e.1));
+    let total: u64 = by_op.iter().map(|e| e.1).sum();
+    println!("device time by opcode (all cores and engines, summed):");
+    for (op, ns, count) in by_op {
+        println!(
+            "  {op:<20} {:>10} per execution  {:>5.1}%  {count} instructions",
+            fmt_ns(ns as f64 / executions.max(1) as f64),
+            100.0 * ns as f64 / total.max(1) as f64
+        );
+    }
 }
 
 fn demo(a: &DemoArgs) -> Res<()> {

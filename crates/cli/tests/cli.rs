@@ -141,6 +141,28 @@ fn compile_inspect_run_trace_and_bench_a_sample_model() {
     for stage in ["bind", "stage", "doorbell", "harvest"] {
         assert!(json.contains(stage), "trace shows the {stage} stage");
     }
+    assert!(
+        !json.contains("\"cat\":\"instruction\""),
+        "instructions only with --instructions"
+    );
+    let printed = ok(&[
+        "trace",
+        s(&ncm),
+        "-o",
+        s(&trace),
+        "--executions",
+        "3",
+        "--instructions",
+    ]);
+    let json = std::fs::read_to_string(&trace).expect("trace written");
+    assert!(
+        json.contains("\"cat\":\"instruction\"") && json.contains("\"exec_idx\""),
+        "one event per instruction"
+    );
+    assert!(
+        printed.contains("device time by opcode"),
+        "where the device time went: {printed}"
+    );
 
     let bench = ok(&["bench", s(&ncm), "--seconds", "0.05", "--json"]);
     assert!(

@@ -438,6 +438,13 @@ impl Runtime {
         self.0.trace.set_enabled(on, || dev.clock_ns());
     }
 
+    /// The device clock ([`nrt_hal::Device::clock_ns`]) when tracing was last turned on:
+    /// the trace's time zero, for placing device-side events (a software device's
+    /// instruction timeline) on the spans' axis. `None` while no trace was started.
+    pub fn trace_device_epoch_ns(&self) -> Option<u64> {
+        self.0.trace.device_epoch_ns()
+    }
+
     /// The recorded spans, oldest first.
     pub fn trace_spans(&self) -> Vec<Span> {
         let mut v = Vec::new();

@@ -69,7 +69,10 @@ pub use pipeline::ExecMode;
 pub use surface::explicit::XuKind;
 pub use surface::implicit::{AsyncCallback, in_async_callback};
 pub use tensor::{Placement, Tensor, TensorSet};
-pub use trace::{InspectConfig, InspectMode, Span, Stage, chrome_json};
+pub use trace::{
+    InspectConfig, InspectMode, InstructionSpan, Span, Stage, chrome_json,
+    chrome_json_with_instructions,
+};
 
 use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};

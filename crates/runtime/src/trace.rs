@@ -518,6 +518,12 @@ impl Trace {
         }
     }
 
+    /// The device clock at the ring's time zero, if a ring exists.
+    pub(crate) fn device_epoch_ns(&self) -> Option<u64> {
+        let g = self.ring.lock().unwrap_or_else(|e| e.into_inner());
+        g.as_ref().map(|r| r.device_epoch_ns)
+    }
+
     /// Copies the recorded spans (oldest first) into `out`.
     pub(crate) fn spans(&self, out: &mut Vec<Span>) {
         let g = self.ring.lock().unwrap_or_else(|e| e.into_inner());
@@ -561,11 +567,44 @@ fn write_profile(file: &std::path::Path, json: &str, spans: usize) {
     }
 }
 
+/// One instruction on a device engine, for [`chrome_json_with_instructions`]: times in ns
+/// since the trace's time zero (a software device's event minus
+/// [`crate::Runtime::trace_device_epoch_ns`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstructionSpan {
+    /// The core, as in [`Stage::Engine`] (`nrt trace` loads its model on the device's
+    /// first cores, where the physical index and the index within the group agree).
+    pub core: u8,
+    /// The engine (0..5: PE, ACT, POOL, DVE, SP).
+    pub engine: u8,
+    /// The execution's compute index on the core.
+    pub exec_idx: u32,
+    /// The instruction's index in its engine's block.
+    pub pc: u32,
+    /// The opcode's mnemonic.
+    pub op: &'static str,
+    /// Start, in ns since tracing was enabled.
+    pub start_ns: u64,
+    /// End, in ns since tracing was enabled.
+    pub end_ns: u64,
+}
+
 /// The spans as Chrome trace-event JSON (opens in <https://ui.perfetto.dev> and
 /// `chrome://tracing`): one complete event per span on the caller-thread track, named after
 /// its stage, with the execution's seq and model id as arguments. `names` gives a display
 /// name per model id (spans of models it does not name show the id).
 pub fn chrome_json(spans: &[Span], names: &[(u32, &str)]) -> String {
+    chrome_json_with_instructions(spans, names, &[])
+}
+
+/// [`chrome_json`], plus one complete event per instruction on its engine's track (nested
+/// inside that engine's span of the execution), named after its opcode, with the execution's
+/// compute index and the instruction's pc as arguments.
+pub fn chrome_json_with_instructions(
+    spans: &[Span],
+    names: &[(u32, &str)],
+    instructions: &[InstructionSpan],
+) -> String {
     use std::fmt::Write;
     let mut json = String::from("{\"traceEvents\":[\n");
     json.push_str(
@@ -574,20 +613,40 @@ pub fn chrome_json(spans: &[Span], names: &[(u32, &str)]) -> String {
     json.push_str("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":1,\"args\":{\"name\":\"execute (caller thread)\"}}");
     // One track per engine that appears: tid 2 + core × 5 + engine.
     let mut named = [false; crate::MAX_LOCKSTEP_CORES * NUM_ENGINES];
-    for s in spans {
-        if let Stage::Engine { core, engine } = s.stage {
-            let k = (core as usize).min(crate::MAX_LOCKSTEP_CORES - 1) * NUM_ENGINES
-                + (engine as usize).min(NUM_ENGINES - 1);
-            if !core::mem::replace(&mut named[k], true) {
-                let _ = write!(
-                    json,
-                    ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":\"device core {} engine {}\"}}}}",
-                    2 + k,
-                    core,
-                    s.stage.name()
-                );
-            }
+    let track = |core: u8, engine: u8| {
+        (core as usize).min(crate::MAX_LOCKSTEP_CORES - 1) * NUM_ENGINES
+            + (engine as usize).min(NUM_ENGINES - 1)
+    };
+    let engines = spans
+        .iter()
+        .filter_map(|s| match s.stage {
+            Stage::Engine { core, engine } => Some((core, engine)),
+            _ => None,
+        })
+        .chain(instructions.iter().map(|i| (i.core, i.engine)));
+    for (core, engine) in engines {
+        let k = track(core, engine);
+        if !core::mem::replace(&mut named[k], true) {
+            let _ = write!(
+                json,
+                ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":\"device core {} engine {}\"}}}}",
+                2 + k,
+                core,
+                Stage::Engine { core, engine }.name()
+            );
         }
+    }
+    for i in instructions {
+        let _ = write!(
+            json,
+            ",\n{{\"name\":\"{}\",\"cat\":\"instruction\",\"ph\":\"X\",\"pid\":1,\"tid\":{},\"ts\":{:.3},\"dur\":{:.3},\"args\":{{\"exec_idx\":{},\"pc\":{}}}}}",
+            i.op,
+            2 + track(i.core, i.engine),
+            i.start_ns as f64 / 1e3,
+            i.end_ns.saturating_sub(i.start_ns) as f64 / 1e3,
+            i.exec_idx,
+            i.pc
+        );
     }
     for s in spans {
         let (cat, tid) = match s.stage {
@@ -725,5 +784,38 @@ mod tests {
             2
         );
         assert!(json.contains("\"name\":\"SP\",\"cat\":\"engine\",\"ph\":\"X\",\"pid\":1,\"tid\":6,\"ts\":0.050,\"dur\":0.100"));
+    }
+
+    #[test]
+    fn chrome_json_nests_instructions_on_their_engine_track() {
+        let span = Span {
+            seq: 3,
+            model: 1,
+            stage: Stage::Engine { core: 0, engine: 0 },
+            start_ns: 1_000,
+            end_ns: 9_000,
+        };
+        let ins = |engine, pc, start_ns| InstructionSpan {
+            core: 1,
+            engine,
+            exec_idx: 7,
+            pc,
+            op: "MatMul",
+            start_ns,
+            end_ns: start_ns + 2_500,
+        };
+        // PE of core 0 has a span; ACT (1) of core 1 only instructions: its track is named.
+        let json =
+            chrome_json_with_instructions(&[span], &[], &[ins(1, 4, 2_000), ins(1, 5, 4_500)]);
+        assert!(json.contains("\"tid\":8,\"args\":{\"name\":\"device core 1 engine ACT\"}"));
+        assert_eq!(json.matches("device core 1 engine ACT").count(), 1);
+        assert!(json.contains(
+            "{\"name\":\"MatMul\",\"cat\":\"instruction\",\"ph\":\"X\",\"pid\":1,\"tid\":8,\"ts\":4.500,\"dur\":2.500,\"args\":{\"exec_idx\":7,\"pc\":5}}"
+        ));
+        assert_eq!(json.matches("\"cat\":\"instruction\"").count(), 2);
+        assert_eq!(
+            chrome_json(&[span], &[]),
+            chrome_json_with_instructions(&[span], &[], &[])
+        );
     }
 }

@@ -32,6 +32,7 @@ pub mod testkit;
 
 pub use fault::{FaultKind, FaultParseError, FaultSpec, parse_faults};
 pub use host::{HostError, HostShape};
+pub use neuron_core::InstructionEvent;
 
 use crate::memory::Memory;
 use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
@@ -627,6 +628,33 @@ impl SoftDevice {
     /// `None` when the core's own thread serves it ([`tuning::DEVICE_JOINT_PART_MAX`]).
     pub fn joint_thread(&self, nc: u32) -> Result<Option<usize>, HalError> {
         Ok(self.shared.core(nc)?.joint_thread())
+    }
+
+    /// Starts (or restarts, clearing what was kept) the instruction timeline: every core
+    /// keeps up to `per_core` [`InstructionEvent`]s, one per compute or DMA instruction of
+    /// each traced execution (the runtime's `set_tracing`), with its start and end on the
+    /// device clock; once a core's room is used up it records no more. `per_core = 0` turns
+    /// it off. The room is reserved here, so recording never allocates; a room the process
+    /// cannot reserve is refused.
+    pub fn record_instructions(&self, per_core: usize) -> Result<(), HalError> {
+        for core in self.shared.cores.iter() {
+            let mut g = core.lock();
+            g.instructions = Vec::new();
+            g.instructions
+                .try_reserve_exact(per_core)
+                .map_err(|_| HalError::BadParameter("instruction timeline too large"))?;
+        }
+        Ok(())
+    }
+
+    /// Takes the instruction events recorded since [`SoftDevice::record_instructions`],
+    /// core by core, each core's in the order they ran; the room stays reserved for more.
+    pub fn instruction_events(&self) -> Vec<InstructionEvent> {
+        let mut out = Vec::new();
+        for core in self.shared.cores.iter() {
+            out.append(&mut core.lock().instructions);
+        }
+        out
     }
 
     /// The CPU time each device thread has used so far (thread `w` serves the cores `c` with

@@ -146,6 +146,30 @@ pub(crate) struct CoreInner {
     /// Running average of this core's lockstep parts' duration (ns, `<< 8` fixed point;
     /// 0 = none yet), for the joint mode.
     part_avg_ns: u64,
+    /// The instruction timeline ([`crate::SoftDevice::record_instructions`]): one event per
+    /// compute or DMA instruction of a traced execution (`exec_flags::TRACE`), while
+    /// reserved capacity is left — recording never allocates, and with no capacity (the
+    /// default) it costs one flag test per such instruction.
+    pub(crate) instructions: Vec<InstructionEvent>,
+}
+
+/// One instruction's run on a device core ([`crate::SoftDevice::instruction_events`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstructionEvent {
+    /// The physical core.
+    pub core: u32,
+    /// The engine that ran it.
+    pub engine: Engine,
+    /// The execution's compute index on the core.
+    pub exec_idx: u32,
+    /// The instruction's index in its engine's block.
+    pub pc: u32,
+    /// The opcode's mnemonic.
+    pub op: &'static str,
+    /// Start and end on the device clock (ns, [`nrt_hal::Device::clock_ns`]).
+    pub start_ns: u64,
+    /// See `start_ns`.
+    pub end_ns: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,6 +306,7 @@ impl CoreShared {
                 nan_target: None,
                 last_blocks: None,
                 part_avg_ns: 0,
+                instructions: Vec::new(),
             })),
         }
     }
@@ -874,6 +899,11 @@ impl CoreInner {
                 break;
             }
             let mem = &dev.mem;
+            // The instruction timeline: only traced executions, only while room is left.
+            let timed = exec.req.flags & exec_flags::TRACE != 0
+                && self.instructions.len() < self.instructions.capacity()
+                && moves_data(&ins.op);
+            let t0 = if timed { dev.clock_ns() } else { 0 };
             match &ins.op {
                 Op::End => {
                     if exec.faults.nan == Some(e) {
@@ -973,6 +1003,17 @@ impl CoreInner {
                         }
                     }
                 }
+            }
+            if timed && !exec.engines[ei].guarded_off {
+                self.instructions.push(InstructionEvent {
+                    core: core.index,
+                    engine: e,
+                    exec_idx: exec.idx,
+                    pc: pc as u32,
+                    op: ins.op.name(),
+                    start_ns: t0,
+                    end_ns: dev.clock_ns(),
+                });
             }
             if let Some((sem, v)) = ins.sync.signal {
                 self.sem_add(core, dev, exec, sem, v);

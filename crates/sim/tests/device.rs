@@ -1067,3 +1067,76 @@ fn a_failing_guard_leaves_only_the_synchronization() {
         );
     }
 }
+
+/// The instruction timeline: with room reserved, a traced execution (`exec_flags::TRACE`)
+/// leaves one event per compute instruction — on its engine, with its pc, in order, inside
+/// the execution's device time — and none for sync-only instructions; an untraced execution
+/// leaves none; a full room records no more (no allocation while executing); no room, none.
+#[test]
+fn instruction_timeline_records_traced_compute_instructions_within_its_room() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let area = dev.mem_alloc(4096, 64).unwrap();
+    let fill = |at: u64| {
+        Instruction::new(Op::Fill {
+            out: nrt_isa::AccessPattern::dense(area + at, nrt_hal::DType::F32, &[64]),
+            bits: u64::from(1.0f32.to_bits()),
+        })
+    };
+    // DVE: Fill, Nop (sync only), Fill, End.
+    let dve = d
+        .load_block(&[
+            fill(0),
+            Instruction::new(Op::Nop),
+            fill(256),
+            Instruction::new(Op::End),
+        ])
+        .unwrap();
+    let mut b = d.empty_blocks().unwrap();
+    b[Engine::Dve.index()] = dve;
+    let run = |d: &mut DirectDriver, idx: u32, flags: u16| {
+        let before = dev.clock_ns();
+        assert!(d.stage(b, idx, flags, 0, 1));
+        d.doorbell().unwrap();
+        let ends = d.wait_for_ends(5, T);
+        assert_eq!(kinds(&ends, RecordKind::End).len(), 5, "{ends:?}");
+        (before, dev.clock_ns())
+    };
+    let trace = nrt_hal::wire::exec_flags::TRACE;
+    // No room (the default): nothing, traced or not.
+    run(&mut d, 1, trace);
+    assert!(dev.instruction_events().is_empty());
+
+    dev.record_instructions(3).unwrap();
+    run(&mut d, 2, 0);
+    assert!(
+        dev.instruction_events().is_empty(),
+        "an untraced execution records nothing"
+    );
+    let (t0, t1) = run(&mut d, 3, trace);
+    let ev = dev.instruction_events();
+    assert_eq!(ev.len(), 2, "the two Fills, not the Nop: {ev:?}");
+    for (e, pc) in ev.iter().zip([0u32, 2]) {
+        assert_eq!(
+            (e.core, e.engine, e.exec_idx, e.pc, e.op),
+            (0, Engine::Dve, 3, pc, "Fill")
+        );
+        assert!(
+            t0 <= e.start_ns && e.start_ns <= e.end_ns && e.end_ns <= t1,
+            "{e:?}"
+        );
+    }
+    assert!(ev[0].end_ns <= ev[1].start_ns, "in the order they ran");
+    // Two more executions: room for 3 events in all, the first two were taken: 3 more fit.
+    run(&mut d, 4, trace);
+    run(&mut d, 5, trace);
+    let ev = dev.instruction_events();
+    assert_eq!(
+        ev.iter().map(|e| (e.exec_idx, e.pc)).collect::<Vec<_>>(),
+        vec![(4, 0), (4, 2), (5, 0)],
+        "a full room records no more"
+    );
+    dev.record_instructions(0).unwrap();
+    run(&mut d, 6, trace);
+    assert!(dev.instruction_events().is_empty(), "room 0 turns it off");
+}
