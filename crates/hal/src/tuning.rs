@@ -136,12 +136,15 @@ pub const HARVEST_YIELD_EVERY_POLLS: u32 = 64;
 pub const HOST_ASSIST_EVERY_IDLE_POLLS: u32 = 64;
 
 /// Before its pure spin is over, a waiting host thread checks once, at this many idle polls
-/// (~1–2 µs), whether the device has even taken its doorbell, and if not runs the work itself
-/// ([`crate::Device::assist_untaken`]). A running device thread takes a doorbell within a
-/// few hundred ns, so on a quiet machine the check finds it taken and does nothing; beside a
-/// co-tenant that holds the device thread's vCPU, the waiter no longer spins the whole pure
-/// spin (~7 µs at 256 polls) before the first assist.
-pub const HOST_EARLY_ASSIST_POLLS: u32 = 48;
+/// (~0.3 µs), whether the device has even taken its doorbell, and if not runs the work itself
+/// ([`crate::Device::assist_untaken`]). A running device thread takes a doorbell within
+/// 0.1–0.2 µs (the cross-core pingpong), so on a quiet machine the check finds it taken and
+/// does nothing; beside a co-tenant that holds the device thread's vCPU, the waiter no longer
+/// spins the whole pure spin (~7 µs at 256 polls) before the first assist. At 48 polls
+/// (~2 µs on an AMD EPYC under KVM, where a poll costs ~40 ns) near-null sync beside one
+/// busy co-tenant ran 0.61× the throughput of 16 polls, and 16 polls 0.71× of 6 (`ab.sh`,
+/// 10 pairs each, all lower); quiet sync within noise (0.975, 1.025).
+pub const HOST_EARLY_ASSIST_POLLS: u32 = 6;
 
 /// A client polling `nrta_is_completed` lends its thread to the device once every this many
 /// idle harvest polls of the vcore (anyone's: the count is the vcore's; only while executions
