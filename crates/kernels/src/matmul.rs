@@ -611,30 +611,20 @@ pub unsafe fn gemv_rowmajor(
                 let xs: [*const f32; $r] = core::array::from_fn(|i| x[i]);
                 let mut ys: [*mut f32; $r] = core::array::from_fn(|i| y[i]);
                 let (mut b, mut n) = (b, n);
-                // 1 and 2 rows of a B too large for L2: rows of B streamed 16 lanes wide
-                // with AVX-512 (the AVX2 kernel below does the same 8 lanes wide).
-                if $r <= 2
-                    && n >= 64
-                    && k * n * 4 >= nrt_hal::tuning::GEMV_STREAM_MIN_BYTES
-                    && avx512::available()
-                {
+                // AVX-512 (detected at run time) for the columns up to a multiple of 64, the
+                // AVX2 kernels for the rest: 1 and 2 rows of a B too large for L2 stream its
+                // rows 16 lanes wide (the AVX2 kernel does the same 8 lanes wide); 3 and 4 rows
+                // take 64-column strips (twice the registers and width of the AVX2 strips).
+                let stream = $r <= 2 && k * n * 4 >= nrt_hal::tuning::GEMV_STREAM_MIN_BYTES;
+                if ($r >= 3 || stream) && n >= 64 && avx512::available() {
                     let done = n & !63;
-                    // SAFETY: forwarded contract; AVX-512F detected.
+                    // SAFETY: forwarded contract; AVX-512F detected; `done` a multiple of 64.
                     unsafe {
-                        avx512::stream_rows::<$r, 4>(k, done, xs, b, ldb, ys, alpha, accumulate)
-                    };
-                    b = b.wrapping_add(done);
-                    ys = ys.map(|p| p.wrapping_add(done));
-                    n -= done;
-                }
-                // 3 and 4 rows: 64-column strips with AVX-512 when the CPU has it (detected
-                // at run time; twice the registers and twice the width of the AVX2 strips),
-                // the AVX2 kernels for the rest.
-                if $r >= 3 && n >= 64 && avx512::available() {
-                    let done = n & !63;
-                    // SAFETY: forwarded contract; AVX-512F detected.
-                    unsafe {
-                        avx512::gemv_strips::<$r>(k, done, xs, b, ldb, ys, alpha, accumulate)
+                        if stream {
+                            avx512::stream_rows::<$r, 4>(k, done, xs, b, ldb, ys, alpha, accumulate)
+                        } else {
+                            avx512::gemv_strips::<$r>(k, done, xs, b, ldb, ys, alpha, accumulate)
+                        }
                     };
                     b = b.wrapping_add(done);
                     ys = ys.map(|p| p.wrapping_add(done));
