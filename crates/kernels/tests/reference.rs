@@ -2358,7 +2358,8 @@ fn matmul_packed_case_e(
 fn matmul_packed_tails_splits_and_k_blocks() {
     // Row tails of every length against the 14-row (AVX-512) and 6-row (AVX2) tiles, column
     // tails inside the last panel, K past one K block (512), the second half of a split B
-    // (its last panel continuing into columns it must not write), every panel width.
+    // (its last panel continuing into columns it must not write), every panel width, rows of
+    // A that alias in L1.
     let shapes = [
         (1, 1, 1),
         (14, 16, 32),
@@ -2370,6 +2371,9 @@ fn matmul_packed_tails_splits_and_k_blocks() {
         (20, 1100, 70),
         (41, 3, 100),
         (13, 64, 129),
+        // Rows of A 4 KiB apart (in place) or K = 1024 (transposed A, gathered): A is copied
+        // with its rows 16 floats further apart.
+        (17, 1024, 40),
     ];
     for (i, &(m_, k, n)) in shapes.iter().enumerate() {
         for (w, nr) in [16usize, 32, 64].into_iter().enumerate() {
@@ -2682,6 +2686,8 @@ fn matmul_packed_bf16_every_path() {
     for case in 0..48u64 {
         let m_ = 1 + rng.below(33) as usize;
         let k = 1 + rng.below(if case % 8 == 0 { 1200 } else { 90 }) as usize;
+        // 1024 pairs of K: rows of bf16 A 4 KiB apart, which the kernel pads.
+        let k = if case == 5 { 2048 } else { k };
         let n = 1 + rng.below(150) as usize;
         let nr = [16, 32, 64][(case % 3) as usize];
         let start = nr * rng.below(2) as usize;
