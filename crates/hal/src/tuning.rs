@@ -296,6 +296,13 @@ pub const GEMV_MAX_ROWS: usize = 4;
 /// B streams past it from L2. Measured on the project's machine at 64×512×512.
 pub const GEMM_PACKED_KC: usize = 512;
 
+/// Bytes of packed B (one K block × whole panels) the packed-B GEMM keeps in L2 while every
+/// row block of A passes over them: half of Zen 5's 1 MiB L2 (Intel's is 2 MiB), the rest
+/// for A, C and the next block's lines. 512³ with four weights taken in turn (B from L3, as
+/// in a model): 94% of the f32 peak against 89% with B walked whole (paired, 8/8 higher);
+/// 64×512×512 (B 1 MiB) 0.98× the time, 128×512×1024 0.96×.
+pub const GEMM_PACKED_B_BLOCK_BYTES: usize = 512 * 1024;
+
 /// Rows of a packed-B panel ahead of the current one that the AVX-512 f32 tile prefetches
 /// into L1 (`prefetcht0`, one or two lines per step of K). `mlp_b64` (four 1 MiB layers
 /// streaming from L3), paired runs against no prefetch: 16 rows 0.908 (8/8 pairs lower), 32

@@ -13,13 +13,15 @@
 //! - AVX2 + FMA: 6 rows × 16 columns (12 accumulators);
 //! - elsewhere: a portable loop over the same layout.
 //!
-//! Loop order: K in blocks of [`nrt_hal::tuning::GEMM_PACKED_KC`], then row blocks of A (kept
-//! in L1 while every panel of B streams past from L2), then panels. Partial tiles (rows past
-//! M, columns past N, a strided C) go through a stack tile, so nothing is ever allocated.
+//! Loop order: K in blocks of [`nrt_hal::tuning::GEMM_PACKED_KC`], then column blocks of B
+//! ([`nrt_hal::tuning::GEMM_PACKED_B_BLOCK_BYTES`], kept in L2), then row blocks of A (kept
+//! in L1 while every panel of the column block streams past from L2), then panels. Partial
+//! tiles (rows past M, columns past N, a strided C) go through a stack tile, so nothing is
+//! ever allocated.
 
 use crate::Workspace;
 use crate::matmul::Mat;
-use nrt_hal::tuning::GEMM_PACKED_KC;
+use nrt_hal::tuning::{GEMM_PACKED_B_BLOCK_BYTES, GEMM_PACKED_KC};
 
 pub use nrt_isa::matmul_flags::{PANEL_WIDTHS, pack_b, packed_len};
 
@@ -461,48 +463,56 @@ unsafe fn drive(j: &Job, mr_max: usize, width: usize, kernel: impl Fn(&Tile)) {
         let kc = GEMM_PACKED_KC.min(j.k - p0);
         let add = j.accumulate || p0 > 0;
         let last = p0 + kc == j.k;
-        let mut i0 = 0;
-        while i0 < j.m {
-            let mr = mr_max.min(j.m - i0);
-            for q in 0..panels {
-                let panel =
-                    j.b.ptr
-                        .wrapping_offset(q as isize * j.b.panel_stride)
-                        .wrapping_add(p0 * nr);
-                let mut s = 0;
-                while s < nr && q * nr + s < j.n {
-                    let col = q * nr + s;
-                    kernel(&Tile {
-                        a: j.a.wrapping_offset(i0 as isize * j.lda).wrapping_add(p0),
-                        lda: j.lda,
-                        b: panel.wrapping_add(s),
-                        ldb: nr as isize,
-                        kc,
-                        mr,
-                        cols: width.min(j.n - col),
-                        c: j.c
-                            .ptr
-                            .wrapping_offset(i0 as isize * j.c.rs + col as isize * j.c.cs),
-                        rs: j.c.rs,
-                        cs: j.c.cs,
-                        alpha: j.alpha,
-                        add,
-                        bias: if last && !j.epi.bias.is_null() {
-                            j.epi.bias.wrapping_add(col)
-                        } else {
-                            core::ptr::null()
-                        },
-                        row_bias: if last && !j.epi.row_bias.is_null() {
-                            j.epi.row_bias.wrapping_add(i0)
-                        } else {
-                            core::ptr::null()
-                        },
-                        relu: last && j.epi.relu,
-                    });
-                    s += width;
+        // Panels per column block: the block's K×width slice of B stays in L2 while every row
+        // block of A passes over it.
+        let chunk = (GEMM_PACKED_B_BLOCK_BYTES / size_of::<f32>() / (kc * nr)).max(1);
+        let mut q0 = 0;
+        while q0 < panels {
+            let q1 = (q0 + chunk).min(panels);
+            let mut i0 = 0;
+            while i0 < j.m {
+                let mr = mr_max.min(j.m - i0);
+                for q in q0..q1 {
+                    let panel =
+                        j.b.ptr
+                            .wrapping_offset(q as isize * j.b.panel_stride)
+                            .wrapping_add(p0 * nr);
+                    let mut s = 0;
+                    while s < nr && q * nr + s < j.n {
+                        let col = q * nr + s;
+                        kernel(&Tile {
+                            a: j.a.wrapping_offset(i0 as isize * j.lda).wrapping_add(p0),
+                            lda: j.lda,
+                            b: panel.wrapping_add(s),
+                            ldb: nr as isize,
+                            kc,
+                            mr,
+                            cols: width.min(j.n - col),
+                            c: j.c
+                                .ptr
+                                .wrapping_offset(i0 as isize * j.c.rs + col as isize * j.c.cs),
+                            rs: j.c.rs,
+                            cs: j.c.cs,
+                            alpha: j.alpha,
+                            add,
+                            bias: if last && !j.epi.bias.is_null() {
+                                j.epi.bias.wrapping_add(col)
+                            } else {
+                                core::ptr::null()
+                            },
+                            row_bias: if last && !j.epi.row_bias.is_null() {
+                                j.epi.row_bias.wrapping_add(i0)
+                            } else {
+                                core::ptr::null()
+                            },
+                            relu: last && j.epi.relu,
+                        });
+                        s += width;
+                    }
                 }
+                i0 += mr;
             }
-            i0 += mr;
+            q0 = q1;
         }
         p0 += kc;
     }

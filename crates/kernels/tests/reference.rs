@@ -2374,6 +2374,8 @@ fn matmul_packed_tails_splits_and_k_blocks() {
         // Rows of A 4 KiB apart (in place) or K = 1024 (transposed A, gathered): A is copied
         // with its rows 16 floats further apart.
         (17, 1024, 40),
+        // Two column blocks of B kept in L2 (512 KiB: 256 columns of a 512-deep K block).
+        (5, 600, 300),
     ];
     for (i, &(m_, k, n)) in shapes.iter().enumerate() {
         for (w, nr) in [16usize, 32, 64].into_iter().enumerate() {
