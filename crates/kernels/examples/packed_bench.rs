@@ -35,6 +35,8 @@ fn main() {
             (64, 512, 256),
             (128, 512, 2048),
             (128, 2048, 512),
+            // `encoder`'s second FFN product: rows of A 4 KiB apart.
+            (128, 1024, 128),
         ]
     };
     let peak = measure(Peak::F32Fma, Duration::from_millis(30), 20).unwrap_or(f64::NAN);
