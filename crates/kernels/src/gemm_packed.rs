@@ -103,10 +103,10 @@ pub unsafe fn gemm_packed(
     }
     // A with unit stride along K whose rows do not alias in L1: in place, else one copy per
     // call with rows `k` (or `k + 16`) floats apart.
-    let (ap, lda) = if a.cs == 1 && !rows_alias(a.rs) {
+    let (ap, lda) = if a.cs == 1 && !rows_alias(a.rs.unsigned_abs()) {
         (a.ptr as *const f32, a.rs)
     } else {
-        let ld = if rows_alias(k as isize) { k + 16 } else { k };
+        let ld = copied_row_stride(k);
         let buf = ws.f32(3, m * ld);
         for (i, row) in buf.chunks_exact_mut(ld).enumerate() {
             // SAFETY: readable per the contract; `buf` is distinct scratch.
@@ -147,8 +147,16 @@ pub unsafe fn gemm_packed(
 /// other on every step of K: 128×1024×128 ran at 52% of the f32 peak in place, against 89%
 /// for 64×512×512.
 #[inline]
-fn rows_alias(lda: isize) -> bool {
-    lda != 0 && lda.unsigned_abs().is_multiple_of(4096 / size_of::<f32>())
+fn rows_alias(lda: usize) -> bool {
+    lda != 0 && lda.is_multiple_of(4096 / size_of::<f32>())
+}
+
+/// The row stride, in f32 slots, of a copy of A whose rows hold `len` slots: `len`, or one
+/// cache line (16 slots) more where `len` would alias ([`rows_alias`]), so that consecutive
+/// rows start in consecutive L1 sets.
+#[inline]
+fn copied_row_stride(len: usize) -> usize {
+    if rows_alias(len) { len + 16 } else { len }
 }
 
 /// The instruction sets the packed GEMM has kernels for.
@@ -333,8 +341,8 @@ pub unsafe fn gemm_packed_bf16(
     let fast = kernel != Bf16Kernel::Portable;
     let kp = k.div_ceil(2);
     // A rounded to bf16 rows of `2·kp` (one f32 slot per pair), the odd K padded with 0,
-    // `ld` slots apart (padded where rows `kp` apart would alias in L1: `rows_alias`).
-    let ld = if rows_alias(kp as isize) { kp + 16 } else { kp };
+    // `ld` slots apart (`copied_row_stride`).
+    let ld = copied_row_stride(kp);
     let buf = ws.f32(0, m * ld);
     for (i, row) in buf.chunks_exact_mut(ld).enumerate() {
         // SAFETY: the slots hold 2·kp u16, f32-aligned.
