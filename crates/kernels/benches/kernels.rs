@@ -248,6 +248,20 @@ fn main() {
             ("3x3 dw 128 56x56", 128, 128, 56, 3, 128, false),
             ("3x3 dw 32 56x56", 32, 32, 56, 3, 32, false),
             ("3x3 3->32 224x224 s2 im2col", 3, 32, 224, 3, 1, true),
+            // A DCGAN discriminator's layers: patches of K = Cg·KH·KW = 1024 and 2048, so
+            // the weight rows the panel path reads are a multiple of 4 KiB apart; beside
+            // them K = 960, the same work without that stride.
+            ("dcgan 4x4 64->128 32x32 s2 im2col", 64, 128, 32, 4, 1, true),
+            ("4x4 60->128 32x32 s2 im2col", 60, 128, 32, 4, 1, true),
+            (
+                "dcgan 4x4 128->256 16x16 s2 im2col",
+                128,
+                256,
+                16,
+                4,
+                1,
+                true,
+            ),
             // The `cnn` sample's two convolutions.
             ("cnn conv1 3x3 3->16 32x32 im2col", 3, 16, 32, 3, 1, true),
             (

@@ -147,7 +147,7 @@ pub unsafe fn gemm_packed(
 /// other on every step of K: 128×1024×128 ran at 52% of the f32 peak in place, against 89%
 /// for 64×512×512.
 #[inline]
-fn rows_alias(lda: usize) -> bool {
+pub(crate) fn rows_alias(lda: usize) -> bool {
     lda != 0 && lda.is_multiple_of(4096 / size_of::<f32>())
 }
 
@@ -155,7 +155,7 @@ fn rows_alias(lda: usize) -> bool {
 /// cache line (16 slots) more where `len` would alias ([`rows_alias`]), so that consecutive
 /// rows start in consecutive L1 sets.
 #[inline]
-fn copied_row_stride(len: usize) -> usize {
+pub(crate) fn copied_row_stride(len: usize) -> usize {
     if rows_alias(len) { len + 16 } else { len }
 }
 

@@ -868,6 +868,53 @@ fn conv_panels_many_channels_and_long_k() {
     }
 }
 
+/// The panel path with weight rows a multiple of 4 KiB apart (K = Cg·4·4 = 1024 and 2048: a
+/// DCGAN discriminator's convolutions), which it multiplies from a padded copy: two groups
+/// of 16 output channels (tiles of 14 and 2) and one group of 20, stride 2, bias and Relu.
+#[test]
+fn conv_panels_weight_rows_4k_apart() {
+    for (case, (c, o, groups)) in [(128u32, 32u32, 2u32), (128, 20, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut rng = Rng::new(70 + case as u64);
+        let mut m = Arena::new(16 << 20);
+        let (h, w) = (9u32, 11u32);
+        let window = Window {
+            kernel: [0, 0],
+            stride: [2, 2],
+            pad: [1, 1, 1, 1],
+            dilation: [1, 1],
+        };
+        let (oh, ow) = (
+            window.out_dim(0, h, 4).unwrap(),
+            window.out_dim(1, w, 4).unwrap(),
+        );
+        let cg = c / groups;
+        let input = m.dense(DType::F32, [1, c, h, w]);
+        let weight = m.dense(DType::F32, [o, cg, 4, 4]);
+        let output = m.dense(DType::F32, [1, o, oh, ow]);
+        let bias = Some(m.dense(DType::F32, [1, 1, 1, o]));
+        let workspace = Some(m.dense(DType::F32, [1, 1, 1, cg * 16 * oh * ow]));
+        m.fill_f32(&input, &mut rng, -1.0, 1.0);
+        m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+        if let Some(b) = &bias {
+            m.fill_f32(b, &mut rng, -1.0, 1.0);
+        }
+        let op = Op::Conv {
+            input,
+            weight,
+            output,
+            bias,
+            workspace,
+            window,
+            groups,
+            act: (ActFunc::Relu, 0.0, 0.0),
+        };
+        conv_check(&mut m, &op, "panels, weight rows 4 KiB apart");
+    }
+}
+
 /// Short-patch convolutions (an RGB input layer: 3 channels, 3×3 or 5×5), the AVX-512 direct
 /// kernel's shapes: a partial block of 16 output channels (20), rows of 16 or more outputs
 /// with a partial last strip, strides 1 and 2, asymmetric padding up to 2 on the right (the
