@@ -247,6 +247,9 @@ fn main() {
             ("1x1 64->256 56x56", 64, 256, 56, 1, 1, false),
             ("3x3 dw 128 56x56", 128, 128, 56, 3, 128, false),
             ("3x3 dw 32 56x56", 32, 32, 56, 3, 32, false),
+            // MobileNetV2's stride-2 depthwise layer, and a 5×5 one (EfficientNet).
+            ("3x3 dw 96 112x112 s2", 96, 96, 112, 3, 96, false),
+            ("5x5 dw 240 28x28", 240, 240, 28, 5, 240, false),
             ("3x3 3->32 224x224 s2 im2col", 3, 32, 224, 3, 1, true),
             // A DCGAN discriminator's layers: patches of K = Cg·KH·KW = 1024 and 2048, so
             // the weight rows the panel path reads are a multiple of 4 KiB apart; beside

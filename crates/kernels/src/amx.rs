@@ -22,7 +22,7 @@
 //!
 //! The int8 product of [`crate::qmatmul`] runs on the same blocks with `tdpbusd` (u8 × i8
 //! quadruples into i32: 16,384 multiply-adds an instruction against `vpdpbusd`'s 64): its
-//! packed words are the B tile rows too ([`int8_products`]).
+//! packed words are the B tile rows too (`int8_products`).
 //!
 //! Availability ([`bf16_available`], [`int8_available`]): CPUID's AMX-TILE and AMX-BF16 /
 //! AMX-INT8, the tile state enabled by the OS in XCR0, and Linux's per-process permission for

@@ -239,7 +239,7 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             // One channel per group: broadcast weights times masked row loads, four strips of
             // 16 columns at a time, bias and Relu in registers.
             let relu = matches!(args.act.0, ActFunc::Relu);
-            depthwise::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu);
+            depthwise::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws);
             if !relu {
                 activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
             }

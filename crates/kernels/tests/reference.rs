@@ -915,6 +915,61 @@ fn conv_panels_weight_rows_4k_apart() {
     }
 }
 
+/// Square depthwise kernels (3×3, 5×5, 7×7: the unrolled depthwise path), strides 1 and 2,
+/// dilations 1 and 2, padding on every side (rows above and below the image read a row of
+/// zeros), widths that leave a partial last strip of 16, two images, bias, and Relu or
+/// Sigmoid after.
+#[test]
+fn conv_depthwise_square_kernels() {
+    let mut case = 0u64;
+    for k in [3u32, 5, 7] {
+        for (stride, dil) in [(1u32, 1u32), (2, 1), (1, 2)] {
+            case += 1;
+            let mut rng = Rng::new(90 + case);
+            let mut m = Arena::new(16 << 20);
+            let (n, c, h, w) = (2u32, 3u32, 11u32, 37u32);
+            let window = Window {
+                kernel: [0, 0],
+                stride: [stride, stride],
+                pad: [k / 2, k / 2 + 1, k / 2 + 1, k / 2],
+                dilation: [dil, dil],
+            };
+            let (Some(oh), Some(ow)) = (window.out_dim(0, h, k), window.out_dim(1, w, k)) else {
+                continue;
+            };
+            let input = m.dense(DType::F32, [n, c, h, w]);
+            let weight = m.dense(DType::F32, [c, 1, k, k]);
+            let output = m.dense(DType::F32, [n, c, oh, ow]);
+            let bias = Some(m.dense(DType::F32, [1, 1, 1, c]));
+            m.fill_f32(&input, &mut rng, -1.0, 1.0);
+            m.fill_f32(&weight, &mut rng, -1.0, 1.0);
+            if let Some(b) = &bias {
+                m.fill_f32(b, &mut rng, -1.0, 1.0);
+            }
+            let act = if case.is_multiple_of(2) {
+                ActFunc::Relu
+            } else {
+                ActFunc::Sigmoid
+            };
+            let op = Op::Conv {
+                input,
+                weight,
+                output,
+                bias,
+                workspace: None,
+                window,
+                groups: c,
+                act: (act, 0.0, 0.0),
+            };
+            conv_check(
+                &mut m,
+                &op,
+                &format!("depthwise {k}x{k} stride {stride} dilation {dil}"),
+            );
+        }
+    }
+}
+
 /// Short-patch convolutions (an RGB input layer: 3 channels, 3×3 or 5×5), the AVX-512 direct
 /// kernel's shapes: a partial block of 16 output channels (20), rows of 16 or more outputs
 /// with a partial last strip, strides 1 and 2, asymmetric padding up to 2 on the right (the
