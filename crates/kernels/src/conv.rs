@@ -87,14 +87,38 @@ fn even_bits(m: u16) -> u16 {
     (x | (x << 1)) & 0x5555
 }
 
-/// Fills `table` (entry `s·kw + kx`) for the direct AVX-512 kernels: per strip `s` of 16
-/// output columns and tap column `kx`, the input column of lane 0 and the mask of the lanes
-/// whose input column lies inside the row and whose output column inside the output row.
-/// The same for every row, channel and image, so the kernels' inner loops do a masked load
-/// (two at stride 2) and an FMA per tap, nothing else; masked-off lanes — padding, columns
-/// past the row — are never read.
+/// The load masks of 16 lanes at stride 2 (lane `j` reads element `2j` of 32): for the lanes
+/// of `m` (a contiguous run, lanes `a..=b`), the contiguous elements `2a..=2b` — the odd
+/// elements between two lanes read lie inside the row too, and the permute drops them — as
+/// 32 bits (the low 16 for the first load, the high 16 for the second).
+///
+/// Not [`even_bits`]' sparse masks (every other element): on the AMD EPYC (Zen 5) these
+/// benches run on, masked loads with masks like `0x5555` fell into a mode ~5× slower for
+/// hundreds of ms at a time (the 3×3 stride-2 depthwise layer of 96 channels on 112×112:
+/// 0.4 ms or 1.7–2.5 ms, switching within one process), which contiguous masks never showed
+/// in 28 timings. A mask that is not one run (no caller makes one) keeps the sparse form.
 #[cfg(target_arch = "x86_64")]
-fn strip_table(g: &Geo, sw: usize, kw: usize, table: &mut [(isize, u16)]) {
+#[inline]
+fn even_span(m: u16) -> u32 {
+    if m == 0 {
+        return 0;
+    }
+    let (a, b) = (m.trailing_zeros(), 15 - m.leading_zeros());
+    if (m >> a).wrapping_add(1) & (m >> a) != 0 {
+        return even_bits(m) as u32 | (even_bits(m >> 8) as u32) << 16;
+    }
+    ((2u64 << (2 * b)) - 1) as u32 & !((1u32 << (2 * a)) - 1)
+}
+
+/// Fills `table` (entry `s·kw + kx`) for the direct AVX-512 kernels: per strip `s` of 16
+/// output columns and tap column `kx`, the input column of lane 0 and the load mask
+/// ([`load_strip`]) of the lanes whose input column lies inside the row and whose output
+/// column inside the output row: the lanes themselves at stride 1, their [`even_span`] at
+/// stride 2. The same for every row, channel and image, so the kernels' inner loops do a
+/// masked load (two at stride 2) and an FMA per tap, nothing else; masked-off lanes —
+/// padding, columns past the row — are never read.
+#[cfg(target_arch = "x86_64")]
+fn strip_table(g: &Geo, sw: usize, kw: usize, table: &mut [(isize, u32)]) {
     let (w, swi) = (g.w as isize, sw as isize);
     for s in 0..g.ow.div_ceil(16) {
         let x0 = 16 * s;
@@ -110,30 +134,37 @@ fn strip_table(g: &Geo, sw: usize, kw: usize, table: &mut [(isize, u16)]) {
             } else {
                 0
             };
-            table[s * kw + kx] = (ix, mask);
+            table[s * kw + kx] = (
+                ix,
+                if sw == 2 {
+                    even_span(mask)
+                } else {
+                    mask as u32
+                },
+            );
         }
     }
 }
 
-/// The 16 input columns of a strip: lane `j` is `p[j·SW]` (`SW` 1 or 2), only the `mask`
-/// lanes read (the others zero) — one masked load, or at stride 2 two masked loads and a
-/// permute picking the even elements.
+/// The 16 input columns of a strip: lane `j` is `p[j·SW]` (`SW` 1 or 2), the lanes outside
+/// `mask` zero. At stride 1 `mask` is the lanes, one masked load; at stride 2 it holds the
+/// masks of two loads of 16 elements ([`even_span`]), and a permute picks the even elements.
 ///
 /// # Safety
-/// The `mask` lanes' elements readable; AVX-512F present (inlined into its kernels).
+/// The elements `mask` selects readable; AVX-512F present (inlined into its kernels).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn load_strip<const SW: usize>(p: *const f32, mask: u16) -> core::arch::x86_64::__m512 {
+unsafe fn load_strip<const SW: usize>(p: *const f32, mask: u32) -> core::arch::x86_64::__m512 {
     use core::arch::x86_64::*;
     // SAFETY: per the contract.
     unsafe {
         if SW == 1 {
-            _mm512_maskz_loadu_ps(mask, p)
+            _mm512_maskz_loadu_ps(mask as u16, p)
         } else {
             let evens =
                 _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            let lo = _mm512_maskz_loadu_ps(even_bits(mask), p);
-            let hi = _mm512_maskz_loadu_ps(even_bits(mask >> 8), p.wrapping_add(16));
+            let lo = _mm512_maskz_loadu_ps(mask as u16, p);
+            let hi = _mm512_maskz_loadu_ps((mask >> 16) as u16, p.wrapping_add(16));
             _mm512_permutex2var_ps(lo, evens, hi)
         }
     }
@@ -875,5 +906,39 @@ mod direct_avx {
                 }
             }
         }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::{even_bits, even_span};
+
+    /// A run of lanes `a..=b` loads elements `2a..=2b` of 32, as one contiguous mask split
+    /// over the two loads; no lanes, nothing; lanes that are not one run, the sparse masks.
+    #[test]
+    fn even_span_is_contiguous_over_the_lanes_read() {
+        assert_eq!(even_span(0), 0);
+        assert_eq!(even_span(0xFFFF), 0x7FFF_FFFF);
+        assert_eq!(even_span(0x0001), 0b1);
+        assert_eq!(even_span(0x8000), 1 << 30);
+        // Lanes 1..=3: elements 2..=6.
+        assert_eq!(even_span(0b1110), 0b111_1100);
+        // Lanes 7..=8 straddle the two loads: elements 14..=16.
+        assert_eq!(even_span(0x0180), 0b1_1100_0000_0000_0000);
+        for a in 0..16u32 {
+            for b in a..16 {
+                let m = ((2u32 << b) - 1) as u16 & !((1u16 << a) - 1);
+                let span = even_span(m);
+                for e in 0..32u32 {
+                    let want = e >= 2 * a && e <= 2 * b;
+                    assert_eq!(span >> e & 1 == 1, want, "lanes {a}..={b}, element {e}");
+                }
+            }
+        }
+        let sparse = 0b1010u16;
+        assert_eq!(
+            even_span(sparse),
+            even_bits(sparse) as u32 | (even_bits(sparse >> 8) as u32) << 16
+        );
     }
 }

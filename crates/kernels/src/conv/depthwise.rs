@@ -120,7 +120,7 @@ unsafe fn strips<const SW: usize, const KW: usize>(
     // Per strip and tap column, once for the whole call (the same for every row and
     // channel): the input column of lane 0 and the lanes whose column is inside the row (and
     // the output's). The loop below then does a load and an FMA per tap, nothing else.
-    let mut table = [(0isize, 0u16); TABLE];
+    let mut table = [(0isize, 0u32); TABLE];
     strip_table(g, SW, KW, &mut table);
     let mut rows = [(core::ptr::null::<f32>(), 0usize); ROWS];
     for n in 0..g.n {
@@ -144,7 +144,7 @@ unsafe fn strips<const SW: usize, const KW: usize>(
                 // Each strip is its own chain of FMAs (nothing carries from one to the next),
                 // so out-of-order execution overlaps consecutive strips.
                 for s in 0..nstrips {
-                    let taps: &[(isize, u16); KW] = table[s * KW..(s + 1) * KW]
+                    let taps: &[(isize, u32); KW] = table[s * KW..(s + 1) * KW]
                         .try_into()
                         .expect("KW taps a strip");
                     let mut accs = [zero; KW];
@@ -202,7 +202,7 @@ unsafe fn square<const SW: usize, const K: usize>(
     use core::arch::x86_64::*;
     let zero = _mm512_setzero_ps();
     let nstrips = g.ow.div_ceil(16);
-    let mut table = [(0isize, 0u16); TABLE];
+    let mut table = [(0isize, 0u32); TABLE];
     strip_table(g, SW, K, &mut table);
     let (ws2, ws3) = (vw.stride[2], vw.stride[3]);
     for n in 0..g.n {
@@ -228,7 +228,7 @@ unsafe fn square<const SW: usize, const K: usize>(
                 });
                 let out = vo.at([n, c, oy, 0]);
                 for s in 0..nstrips {
-                    let taps: &[(isize, u16); K] = table[s * K..(s + 1) * K]
+                    let taps: &[(isize, u32); K] = table[s * K..(s + 1) * K]
                         .try_into()
                         .expect("K taps a strip");
                     let mut accs = [zero; K];

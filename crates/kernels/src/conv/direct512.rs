@@ -98,7 +98,7 @@ unsafe fn blocks<const SW: usize>(
     let nstrips = g.ow.div_ceil(16);
     // Per strip and tap column (the same for every row, channel and image): the input column
     // of lane 0 and the lanes inside the input row and the output row.
-    let mut table = [(0isize, 0u16); TABLE];
+    let mut table = [(0isize, 0u32); TABLE];
     strip_table(g, SW, g.kw, &mut table);
     let wbuf = ws.f32(0, k * OB);
     let mut rows = [(core::ptr::null::<f32>(), 0usize); ROWS];

@@ -28,7 +28,7 @@ use crate::matmul::Mat;
 use crate::strided::View;
 use nrt_hal::tuning::{GEMM_PACK_NR, KERNEL_CONV_PANEL_BYTES};
 
-use super::{Geo, ceil_div, even_bits};
+use super::{Geo, ceil_div, even_span};
 
 /// Whether this CPU runs the panel path.
 pub(super) fn available() -> bool {
@@ -251,12 +251,9 @@ unsafe fn fill_panel(
                     } else if s3 == 1 && sw == 2 {
                         // Lane j reads src + 2j: the even elements of 32 per half.
                         let src = row.wrapping_offset(ix_l - 2 * l as isize);
-                        let m = [
-                            even_bits(v0),
-                            even_bits(v0 >> 8),
-                            even_bits(v1),
-                            even_bits(v1 >> 8),
-                        ];
+                        // Contiguous load masks (`even_span`: sparse ones hit a slow mode).
+                        let (m0, m1) = (even_span(v0), even_span(v1));
+                        let m = [m0 as u16, (m0 >> 16) as u16, m1 as u16, (m1 >> 16) as u16];
                         for c in 0..g.cg {
                             let p = src.wrapping_offset(c as isize * s1);
                             let dc = d.add(c * step);
