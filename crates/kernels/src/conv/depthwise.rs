@@ -183,9 +183,10 @@ unsafe fn strips<const SW: usize, const KW: usize>(
 /// every output row reads exactly `K` input rows — a row above or below the image reads
 /// `zeros` — so the taps unroll completely, and the channel's `K·K` weights are broadcast
 /// once per channel instead of once per tap and strip (for `K = 3` they stay in registers).
-/// At vertical stride and dilation 1 two output rows go together ([`strip_rows`]): their
-/// `K + 1` input rows are loaded once, each load feeding both rows' FMAs (3×3 over 128×56×56:
-/// 170 → 108–129 µs; 5×5 over 240×28×28: 186 → 118–121 µs).
+/// At vertical dilation 1 two output rows go together ([`strip_rows`]): their `K + stride`
+/// input rows are loaded once, a shared row's load feeding both rows' FMAs (3×3 over
+/// 128×56×56: 170 → 99–114 µs; 5×5 over 240×28×28: 186 → 118–129 µs; 3×3 stride 2 over
+/// 96×112×112: 230–244 → 176–202 µs).
 /// The generic loop over the rows inside the image, with its run-time trip count, spent most
 /// of its instructions on loop and address bookkeeping: 3×3 over 128 channels of 56×56 ran
 /// at 24 GFLOP/s.
@@ -220,16 +221,16 @@ unsafe fn square<const SW: usize, const K: usize>(
                     _mm512_set1_ps(unsafe { *at })
                 })
             });
-            // Two output rows at a time where they share input rows (vertical stride and
-            // dilation 1): K + 1 rows feed both, each row's loads serving two FMAs.
-            let pairs = g.sh == 1 && g.dh == 1;
+            // Two output rows at a time where they share input rows (vertical dilation 1,
+            // stride 1 or 2): K + stride rows feed both, the shared ones loaded once.
+            let pairs = g.dh == 1 && (g.sh == 1 || g.sh == 2);
             let mut oy = 0;
             while oy < g.oh {
                 let r = if pairs && oy + 1 < g.oh { 2 } else { 1 };
                 // Input row of tap row `t` of output row oy (the pair's second output row
-                // reads rows 1..=K of these).
-                let mut rows = [zeros; MAX_K + 1];
-                for (t, row) in rows.iter_mut().enumerate().take(K + r - 1) {
+                // reads rows sh..sh + K of these).
+                let mut rows = [zeros; MAX_K + 2];
+                for (t, row) in rows.iter_mut().enumerate().take(K + (r - 1) * g.sh) {
                     let iy = (oy * g.sh + t * g.dh) as isize - g.pt as isize;
                     if iy >= 0 && iy < g.h as isize {
                         *row = vi.at([n, c, iy as usize, 0]) as *const f32;
@@ -246,8 +247,18 @@ unsafe fn square<const SW: usize, const K: usize>(
                     // are rows oy (and oy + 1 when r = 2) of the output, `live` lanes at
                     // column 16·s.
                     unsafe {
-                        if r == 2 {
-                            strip_rows::<SW, K, 2>(
+                        if r == 2 && g.sh == 2 {
+                            strip_rows::<SW, 2, K, 2>(
+                                &rows,
+                                taps,
+                                &wv,
+                                vb,
+                                relu,
+                                [out.add(16 * s), next.add(16 * s)],
+                                live,
+                            );
+                        } else if r == 2 {
+                            strip_rows::<SW, 1, K, 2>(
                                 &rows,
                                 taps,
                                 &wv,
@@ -257,7 +268,7 @@ unsafe fn square<const SW: usize, const K: usize>(
                                 live,
                             );
                         } else {
-                            strip_rows::<SW, K, 1>(
+                            strip_rows::<SW, 1, K, 1>(
                                 &rows,
                                 taps,
                                 &wv,
@@ -279,18 +290,18 @@ unsafe fn square<const SW: usize, const K: usize>(
 #[cfg(target_arch = "x86_64")]
 const MAX_K: usize = 7;
 
-/// One strip of 16 columns of `R` consecutive output rows (vertical stride and dilation 1
-/// when `R = 2`): input row `t` (`rows[t]`, `t < K + R − 1`) is loaded once per tap column
-/// and feeds kernel row `t − o` of every output row `o` it falls under.
+/// One strip of 16 columns of `R` consecutive output rows at vertical stride `SH` (dilation
+/// 1 when `R = 2`): input row `t` (`rows[t]`, `t < K + (R − 1)·SH`) is loaded once per tap
+/// column and feeds kernel row `t − o·SH` of every output row `o` it falls under.
 ///
 /// # Safety
-/// `rows[..K + R − 1]` readable where the taps' masks select; `outs` writable for the `live`
-/// lanes; AVX-512F present.
+/// `rows[..K + (R − 1)·SH]` readable where the taps' masks select; `outs` writable for the
+/// `live` lanes; AVX-512F present.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn strip_rows<const SW: usize, const K: usize, const R: usize>(
-    rows: &[*const f32; MAX_K + 1],
+unsafe fn strip_rows<const SW: usize, const SH: usize, const K: usize, const R: usize>(
+    rows: &[*const f32; MAX_K + 2],
     taps: &[(isize, u32); K],
     wv: &[[core::arch::x86_64::__m512; K]; K],
     vb: core::arch::x86_64::__m512,
@@ -304,14 +315,14 @@ unsafe fn strip_rows<const SW: usize, const K: usize, const R: usize>(
     for a in &mut accs {
         a[0] = vb;
     }
-    for (t, &row) in rows.iter().enumerate().take(K + R - 1) {
+    for (t, &row) in rows.iter().enumerate().take(K + (R - 1) * SH) {
         for (kx, &(ix, mask)) in taps.iter().enumerate() {
             // SAFETY: only `mask` lanes are read, whose input columns lie inside the row
             // (the table), of the image or of `zeros`.
             let v = unsafe { load_strip::<SW>(row.wrapping_offset(ix), mask) };
             for (o, a) in accs.iter_mut().enumerate() {
-                if t >= o && t - o < K {
-                    a[kx] = _mm512_fmadd_ps(wv[t - o][kx], v, a[kx]);
+                if t >= o * SH && t - o * SH < K {
+                    a[kx] = _mm512_fmadd_ps(wv[t - o * SH][kx], v, a[kx]);
                 }
             }
         }
