@@ -141,6 +141,49 @@ fn main() {
         }
     }
 
+    if bench.on("qmatmul") {
+        // MatMulInteger as the compiler emits it for a quantized Linear: u8 activations with
+        // a zero point, constant i8 weights packed (`qmatmul_layout`), f32 output scaled.
+        for (mm, k, n) in [(64u32, 512u32, 512u32), (512, 512, 512), (8, 512, 512)] {
+            let a = m.dense(DType::U8, [1, 1, mm, k]);
+            m.fill_with(&a, || rng.below(256));
+            let za = m.dense(DType::U8, [1, 1, 1, 1]);
+            m.fill_with(&za, || 128);
+            let (ku, nu) = (k as usize, n as usize);
+            let vals: Vec<u8> = (0..ku * nu).map(|_| rng.below(256) as u8).collect();
+            let bytes =
+                nrt_isa::qmatmul_layout::pack(ku, nu, true, |p, j| vals[p * nu + j]).unwrap();
+            let np4 = 4 * nrt_isa::qmatmul_layout::padded_columns(nu).unwrap() as u32;
+            let b = m.dense(DType::I8, [1, 1, k.div_ceil(4) + 1, np4]);
+            for (x, &v) in bytes.iter().enumerate() {
+                m.set_raw(&b, [0, 0, x / np4 as usize, x % np4 as usize], v as u64);
+            }
+            let mut scale = m.dense(DType::F32, [1, 1, 1, n]);
+            m.fill_f32(&scale, &mut rng, 0.001, 0.01);
+            scale.stride = [0, 0, 0, 0];
+            let c = m.dense(DType::F32, [1, 1, mm, n]);
+            let mut za_b = za;
+            za_b.shape = [1, 1, mm, 1];
+            za_b.stride = [0, 0, 0, 0];
+            let op = Op::MatMulInteger {
+                a,
+                b,
+                c,
+                a_zero: Some(za_b),
+                b_zero: None,
+                packed_b: true,
+                scale: Some(scale),
+            };
+            let s = time(|| m.run(&op, &mut ws).unwrap());
+            let ops = 2.0 * (mm * k * n) as f64;
+            println!(
+                "qmatmul {mm}x{k}x{n} packed: {:.2} us, {:.0} GOPS",
+                s * 1e6,
+                ops / s * 1e-9
+            );
+        }
+    }
+
     if bench.on("act") {
         let n = 1 << 20;
         let x = m.dense(DType::F32, [1, 1, 1, n]);
