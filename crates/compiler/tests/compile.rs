@@ -1279,3 +1279,75 @@ fn flex_attention_score_mod_reads_outer_values() {
     let msg = fails(&bytes, ErrorKind::UnsupportedOp, None);
     assert!(msg.contains("domain 'ai.onnx.preview'"), "{msg}");
 }
+
+/// DynamicQuantizeLinear is one POOL `DynamicQuantize` (NCM 1.8), not the eight passes of
+/// reductions and elementwise instructions it took before; a strided (transposed) input is
+/// copied dense first. Unused scale and zero-point outputs still get their instruction
+/// operands (temporaries).
+#[test]
+fn dynamic_quantize_linear_is_one_instruction() {
+    let build = |transposed: bool| {
+        let mut nodes = Vec::new();
+        let x = if transposed {
+            nodes.push(node(
+                "Transpose",
+                &["X"],
+                &["xt"],
+                vec![a_ints("perm", &[1, 0])],
+            ));
+            "xt"
+        } else {
+            "X"
+        };
+        nodes.push(node("DynamicQuantizeLinear", &[x], &["Y", "S", ""], vec![]));
+        model(
+            nodes,
+            vec![],
+            vec![vi("X", dt::FLOAT, &[24, 40])],
+            vec![
+                vi(
+                    "Y",
+                    dt::UINT8,
+                    &[
+                        if transposed { 40 } else { 24 },
+                        if transposed { 24 } else { 40 },
+                    ],
+                ),
+                vi("S", dt::FLOAT, &[]),
+            ],
+            17,
+        )
+    };
+    for transposed in [false, true] {
+        let c = ok(&build(transposed), &CompileOptions::default());
+        let ops = |e: Engine| {
+            decode_block(&c.model.block(0, e).unwrap().code, e)
+                .unwrap()
+                .into_iter()
+                .map(|(_, i)| i.op)
+                .filter(|op| !matches!(op, Op::End | Op::Nop))
+                .collect::<Vec<_>>()
+        };
+        let (pool, dve) = (ops(Engine::Pool), ops(Engine::Dve));
+        let quantize: Vec<_> = pool
+            .iter()
+            .filter(|op| matches!(op, Op::DynamicQuantize { .. }))
+            .collect();
+        assert_eq!(quantize.len(), 1, "{pool:?}");
+        let Op::DynamicQuantize { input, output, .. } = quantize[0] else {
+            unreachable!()
+        };
+        assert_eq!(input.elements(), 24 * 40);
+        assert_eq!(input.stride[3], 1);
+        assert_eq!(output.elements(), 24 * 40);
+        // Nothing else but the transposing copy (on POOL or DVE), only when transposed.
+        let others: Vec<_> = pool
+            .iter()
+            .chain(&dve)
+            .filter(|op| !matches!(op, Op::DynamicQuantize { .. }))
+            .collect();
+        assert_eq!(others.len(), transposed as usize, "{others:?}");
+        assert!(others.iter().all(|op| matches!(op, Op::Copy { .. })));
+        assert!(ops(Engine::Act).is_empty());
+    }
+}

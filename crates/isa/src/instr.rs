@@ -724,6 +724,21 @@ pub enum Op {
         /// Log-softmax.
         log: bool,
     },
+    /// POOL: ONNX `DynamicQuantizeLinear` in one instruction (NCM 1.8): the range of `input`
+    /// widened to include 0 gives `scale = (max − min)/255` (1 when the range is empty, as
+    /// ONNX Runtime) and `zero_point = round(clamp(−min/scale, 0, 255))`, then
+    /// `output = clamp(round(input/scale) + zero_point, 0, 255)` (rounding ties to even; a
+    /// NaN element gives 0, NaN elements do not widen the range).
+    DynamicQuantize {
+        /// f32, any shape.
+        input: AccessPattern,
+        /// u8, the input's shape.
+        output: AccessPattern,
+        /// f32, one element.
+        scale: AccessPattern,
+        /// u8, one element.
+        zero_point: AccessPattern,
+    },
     /// POOL: layer normalization over dimension 3: `(x − mean)/√(var + eps) · gamma + beta`.
     LayerNorm {
         /// Input.
@@ -1040,6 +1055,8 @@ pub mod opcode {
     pub const ROI_ALIGN: u8 = 0x5C;
     /// [`super::Op::DeformIm2col`] (NCM 1.4).
     pub const DEFORM_IM2COL: u8 = 0x5D;
+    /// [`super::Op::DynamicQuantize`] (NCM 1.8).
+    pub const DYNAMIC_QUANTIZE: u8 = 0x5E;
 }
 
 /// Mnemonic and encoded size of an opcode, `None` if unknown.
@@ -1080,6 +1097,7 @@ pub const fn opcode_info(op: u8) -> Option<(&'static str, usize)> {
         NON_MAX_SUPPRESSION => ("NonMaxSuppression", HEADER_SIZE + 7 * AP_SIZE + 16),
         ROI_ALIGN => ("RoiAlign", HEADER_SIZE + 4 * AP_SIZE + 16),
         DEFORM_IM2COL => ("DeformIm2col", HEADER_SIZE + 4 * AP_SIZE + 48),
+        DYNAMIC_QUANTIZE => ("DynamicQuantize", HEADER_SIZE + 4 * AP_SIZE + 8),
         _ => return None,
     })
 }
@@ -1123,6 +1141,7 @@ impl Op {
             Op::Pool { .. } => POOL,
             Op::Softmax { .. } => SOFTMAX,
             Op::LayerNorm { .. } => LAYER_NORM,
+            Op::DynamicQuantize { .. } => DYNAMIC_QUANTIZE,
             Op::Resize { .. } => RESIZE,
             Op::Gather { .. } => GATHER,
             Op::GatherElements { .. } => GATHER_ELEMENTS,
@@ -1164,6 +1183,7 @@ impl Op {
             | Op::Pool { .. }
             | Op::Softmax { .. }
             | Op::LayerNorm { .. }
+            | Op::DynamicQuantize { .. }
             | Op::Resize { .. }
             | Op::Gather { .. }
             | Op::GatherElements { .. }
@@ -1367,6 +1387,17 @@ macro_rules! operand_table {
             | Op::Resize { input, output, .. } => {
                 $f(0, "input", Role::Read, input);
                 $f(1, "output", Role::Write, output);
+            }
+            Op::DynamicQuantize {
+                input,
+                output,
+                scale,
+                zero_point,
+            } => {
+                $f(0, "input", Role::Read, input);
+                $f(1, "output", Role::Write, output);
+                $f(2, "scale", Role::Write, scale);
+                $f(3, "zero_point", Role::Write, zero_point);
             }
             Op::LayerNorm {
                 input,
@@ -1843,6 +1874,18 @@ impl Instruction {
                 w.ap(output);
                 w.u32(*log as u32);
                 w.u32(0);
+            }
+            Op::DynamicQuantize {
+                input,
+                output,
+                scale,
+                zero_point,
+            } => {
+                w.ap(input);
+                w.ap(output);
+                w.ap(scale);
+                w.ap(zero_point);
+                w.zeros(8);
             }
             Op::LayerNorm {
                 input,
@@ -2906,6 +2949,41 @@ impl Instruction {
                 same_shape("output.shape", &input.shape, &output)
                     .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
                 Op::Softmax { input, output, log }
+            }
+            opcode::DYNAMIC_QUANTIZE => {
+                let input = r.ap("input")?;
+                let output = r.ap("output")?;
+                let scale = r.ap("scale")?;
+                let zero_point = r.ap("zero_point")?;
+                r.zeros(8, "reserved")?;
+                require_dtype(&input, "input.dtype", F32).map_err(|e| e.shifted(HEADER_SIZE))?;
+                require_dtype(&output, "output.dtype", &[DType::U8])
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                same_shape("output.shape", &input.shape, &output)
+                    .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+                for (slot, ap, dtype, dname, sname) in [
+                    (2, &scale, DType::F32, "scale.dtype", "scale.shape"),
+                    (
+                        3,
+                        &zero_point,
+                        DType::U8,
+                        "zero_point.dtype",
+                        "zero_point.shape",
+                    ),
+                ] {
+                    let at = HEADER_SIZE + slot * AP_SIZE;
+                    require_dtype(ap, dname, &[dtype]).map_err(|e| e.shifted(at))?;
+                    if ap.elements() != 1 {
+                        return Err(DecodeError::field(sname, Reason::OutOfRange(ap.elements()))
+                            .at(at + 16));
+                    }
+                }
+                Op::DynamicQuantize {
+                    input,
+                    output,
+                    scale,
+                    zero_point,
+                }
             }
             opcode::LAYER_NORM => {
                 let input = r.ap("input")?;

@@ -312,6 +312,18 @@ fn arb_op() -> impl Strategy<Value = Op> {
             }),
         (arb_dims(), any::<bool>()).prop_flat_map(move |(s, log)| (arb_ap(f, s), arb_ap(f, s))
             .prop_map(move |(input, output)| Op::Softmax { input, output, log })),
+        arb_dims().prop_flat_map(move |s| (
+            arb_ap(f, s),
+            arb_ap(DType::U8, s),
+            arb_ap(f, [1, 1, 1, 1]),
+            arb_ap(DType::U8, [1, 1, 1, 1])
+        )
+            .prop_map(|(input, output, scale, zero_point)| Op::DynamicQuantize {
+                input,
+                output,
+                scale,
+                zero_point
+            })),
         (arb_dims(), 0f32..1e-2, any::<bool>()).prop_flat_map(move |(s, eps, hb)| {
             (
                 arb_ap(f, s),
@@ -1134,4 +1146,69 @@ fn guard_condition_is_one_byte_element_and_lifted_guard_is_canonical() {
     for e in Engine::ALL {
         assert!(ok.runs_on(e));
     }
+}
+
+#[test]
+fn dynamic_quantize_operands_are_checked() {
+    let enc = |op: Op| {
+        let mut b = Vec::new();
+        Instruction::new(op).encode(&mut b);
+        b
+    };
+    let ok = Op::DynamicQuantize {
+        input: AccessPattern::dense(64, DType::F32, &[2, 3]),
+        output: AccessPattern::dense(128, DType::U8, &[2, 3]),
+        scale: AccessPattern::dense(192, DType::F32, &[1]),
+        zero_point: AccessPattern::dense(200, DType::U8, &[1]),
+    };
+    assert_eq!(Instruction::decode(&enc(ok)).unwrap().0.op, ok);
+    assert!(ok.runs_on(Engine::Pool) && !ok.runs_on(Engine::Dve));
+    let Op::DynamicQuantize {
+        input,
+        output,
+        scale,
+        zero_point,
+    } = ok
+    else {
+        unreachable!()
+    };
+    let with = |input, output, scale, zero_point| {
+        let e = Instruction::decode(&enc(Op::DynamicQuantize {
+            input,
+            output,
+            scale,
+            zero_point,
+        }))
+        .unwrap_err();
+        (e.field, e.field_offset)
+    };
+    let i8_out = AccessPattern {
+        dtype: DType::I8,
+        ..output
+    };
+    assert_eq!(
+        with(input, i8_out, scale, zero_point),
+        ("output.dtype", HEADER_SIZE + AP_SIZE + 8)
+    );
+    let f16_in = AccessPattern {
+        dtype: DType::F16,
+        ..input
+    };
+    assert_eq!(with(f16_in, output, scale, zero_point).0, "input.dtype");
+    let short_out = AccessPattern::dense(128, DType::U8, &[2, 2]);
+    assert_eq!(with(input, short_out, scale, zero_point).0, "output.shape");
+    let two_scales = AccessPattern::dense(192, DType::F32, &[2]);
+    assert_eq!(
+        with(input, output, two_scales, zero_point),
+        ("scale.shape", HEADER_SIZE + 2 * AP_SIZE + 16)
+    );
+    let i32_zero = AccessPattern::dense(200, DType::I32, &[1]);
+    assert_eq!(with(input, output, scale, i32_zero).0, "zero_point.dtype");
+    let mut reserved = enc(ok);
+    let last = reserved.len() - 1;
+    reserved[last] = 1;
+    assert_eq!(
+        Instruction::decode(&reserved).unwrap_err().reason,
+        Reason::ReservedNonZero
+    );
 }

@@ -25,6 +25,7 @@
 //! | [`roi`] | `RoiAlign` |
 //! | [`deform`] | `DeformIm2col` (the sampled columns of a deformable convolution) |
 //! | [`qmatmul`] | `MatMulInteger` (AVX-512 VNNI `vpdpbusd` when present, else portable) |
+//! | [`quantize`] | `DynamicQuantize` (ONNX `DynamicQuantizeLinear`: range, scale and zero point, u8 output) |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
 //! drivers, memcpy-free bulk copies), [`elem`] (element types, f16/bf16, casts), [`vmath`]
@@ -59,6 +60,7 @@ pub mod norm;
 pub mod peak;
 pub mod pool;
 pub mod qmatmul;
+pub mod quantize;
 pub mod reduce;
 pub mod resize;
 pub mod roi;
@@ -354,6 +356,16 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
         Op::Softmax { input, output, log } => {
             // SAFETY: see above.
             unsafe { norm::softmax(input, output, *log, mem, ws) };
+            Ok(())
+        }
+        Op::DynamicQuantize {
+            input,
+            output,
+            scale,
+            zero_point,
+        } => {
+            // SAFETY: see above.
+            unsafe { quantize::dynamic_quantize(input, output, scale, zero_point, mem) };
             Ok(())
         }
         Op::LayerNorm {

@@ -300,6 +300,20 @@ fn second_calls_allocate_nothing() {
             log: false,
         },
     ));
+    let (xq, xs, xz) = (
+        m.dense(DType::U8, x.shape),
+        m.dense(DType::F32, [1, 1, 1, 1]),
+        m.dense(DType::U8, [1, 1, 1, 1]),
+    );
+    ops.push((
+        "dynamic quantize",
+        Op::DynamicQuantize {
+            input: x,
+            output: xq,
+            scale: xs,
+            zero_point: xz,
+        },
+    ));
     ops.push((
         "layer norm",
         Op::LayerNorm {

@@ -2960,3 +2960,84 @@ fn matmul_packed_bf16_every_path() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(cfg(300))]
+
+    /// DynamicQuantize against ONNX's definition computed here element by element: random
+    /// shapes (row lengths off the 16- and 64-lane steps), random layouts (permuted, padded,
+    /// reversed and broadcast inputs), and inputs that are all zeros, only positive, only
+    /// negative, with NaNs, or far outside u8 after scaling.
+    #[test]
+    fn dynamic_quantize_random(seed in any::<u64>()) {
+        let mut rng = Rng::new(seed);
+        let mut m = Arena::new(ARENA);
+        let big = rng.chance(0.3);
+        let shape = [
+            1 + rng.below(2) as u32,
+            1 + rng.below(3) as u32,
+            1 + rng.below(5) as u32,
+            1 + rng.below(if big { 300 } else { 40 }) as u32,
+        ];
+        let input = m.random(&mut rng, DType::F32, shape, true);
+        let output = m.random(&mut rng, DType::U8, shape, false);
+        let scale = m.dense(DType::F32, [1, 1, 1, 1]);
+        let zero_point = m.dense(DType::U8, [1, 1, 1, 1]);
+        let (lo, hi) = match rng.below(5) {
+            0 => (0.0, 0.0),
+            1 => (0.5, 40.0),
+            2 => (-7.0, -0.25),
+            _ => (rng.f32(-10.0, 0.0), rng.f32(0.0, 10.0)),
+        };
+        let nan = rng.chance(0.2);
+        m.fill_with(&input, || {
+            let v = if nan && rng.chance(0.1) { f32::NAN } else { rng.f32(lo, hi) };
+            v.to_bits() as u64
+        });
+        m.fill_with(&output, || 0xAA);
+        m.run(&Op::DynamicQuantize { input, output, scale, zero_point }, &mut Workspace::new()).unwrap();
+
+        let x = m.read_f32(&input);
+        let (mut mn, mut mx) = (0f32, 0f32);
+        for &v in &x {
+            if v < mn { mn = v; }
+            if v > mx { mx = v; }
+        }
+        let s = if mx == mn { 1.0 } else { (mx - mn) / 255.0 };
+        let z = (-(mn / s)).clamp(0.0, 255.0).round_ties_even();
+        prop_assert_eq!(m.get_f32(&scale, [0; 4]).to_bits(), s.to_bits(), "scale");
+        prop_assert_eq!(m.get_raw(&zero_point, [0; 4]), z as u64, "zero point");
+        let y = m.read_raw(&output);
+        for (i, (&v, &q)) in x.iter().zip(&y).enumerate() {
+            let want = if v.is_nan() {
+                0
+            } else {
+                ((v / s).round_ties_even() + z).clamp(0.0, 255.0) as u64
+            };
+            prop_assert_eq!(q, want, "element {} of {:?}: x = {}", i, shape, v);
+        }
+    }
+}
+
+#[test]
+fn dynamic_quantize_saturates_and_keeps_the_onnx_example() {
+    // ONNX's own example (the node test's data): x = [0, 2, −3, −2.5, 1.34, 0.5].
+    let mut m = Arena::new(ARENA);
+    let input = m.dense(DType::F32, [1, 1, 1, 6]);
+    let output = m.dense(DType::U8, [1, 1, 1, 6]);
+    let scale = m.dense(DType::F32, [1, 1, 1, 1]);
+    let zero_point = m.dense(DType::U8, [1, 1, 1, 1]);
+    for (i, v) in [0.0f32, 2.0, -3.0, -2.5, 1.34, 0.5].into_iter().enumerate() {
+        m.set_f32(&input, [0, 0, 0, i], v);
+    }
+    let op = Op::DynamicQuantize {
+        input,
+        output,
+        scale,
+        zero_point,
+    };
+    m.run(&op, &mut Workspace::new()).unwrap();
+    assert_eq!(m.read_raw(&output), vec![153, 255, 0, 26, 221, 179]);
+    assert_eq!(m.get_raw(&zero_point, [0; 4]), 153);
+    assert!((m.get_f32(&scale, [0; 4]) - 0.019_607_844).abs() < 1e-9);
+}

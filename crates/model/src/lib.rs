@@ -52,7 +52,12 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   the function and its two parameters; see `nrt_isa::Op::Conv`).
 /// - 1.6: the `Guard` instruction (opcode `0x03`, any engine): predication, what an `If` on
 ///   a run-time condition compiles to (see `nrt_isa::Op::Guard`).
-pub const VERSION_MINOR: u16 = 7;
+/// - 1.7: `MatMulInteger` flag `PACKED_B` (constant weights packed by the compiler) and
+///   opcode `MATMUL_INTEGER_SCALED` (`0x25`: the product converted to f32 and scaled);
+///   `ActFunc` 31 (round, ties to even).
+/// - 1.8: the `DynamicQuantize` instruction (POOL, `0x5E`): ONNX `DynamicQuantizeLinear`
+///   (range, scale, zero point and the u8 tensor) in one instruction.
+pub const VERSION_MINOR: u16 = 8;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

@@ -21,7 +21,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, matmul_shape, out, window_params};
 use crate::tensor::dtype_from_onnx;
 use nrt_hal::DType;
-use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, ReduceOp, qmatmul_layout};
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, qmatmul_layout};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Round", 11, infer_same)
@@ -717,11 +717,6 @@ impl<'a> Lowerer<'a> {
         self.activation(t, t, None, (ActFunc::Round, 0.0, 0.0), 1.0)
     }
 
-    /// `t ← clamp(t, lo, hi)` in place on ACT.
-    fn clamp(&mut self, t: &View, lo: f32, hi: f32) -> Result<()> {
-        self.activation(t, t, None, (ActFunc::Clip, lo, hi), 1.0)
-    }
-
     /// Scale or zero point input `i` of `n` seen with `x`'s shape (per tensor or along
     /// `axis`), converted to `dt`.
     fn q_param(
@@ -836,9 +831,11 @@ impl<'a> Lowerer<'a> {
         self.binary(&y, &s, &y, BinaryOp::Mul)
     }
 
-    /// DynamicQuantizeLinear (u8): the range of `x` widened to include 0 gives
-    /// `scale = (max − min) / 255` and `zero_point = saturate(round(−min / scale))`, then
-    /// `y = saturate(round(x / scale) + zero_point)` (the ONNX reference's order).
+    /// DynamicQuantizeLinear (u8): one POOL `DynamicQuantize` (NCM 1.8) — the range of `x`
+    /// widened to include 0 gives `scale = (max − min) / 255` (1 for an empty range, as ONNX
+    /// Runtime) and `zero_point = round(clamp(−min / scale, 0, 255))`, then
+    /// `y = saturate(round(x / scale) + zero_point)` (the ONNX reference's order). A strided
+    /// input is first copied dense; outputs nobody reads go to temporaries.
     pub(crate) fn lower_dynamic_quantize(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, oshape, .. } = at;
         let total: usize = oshape.iter().product();
@@ -847,39 +844,32 @@ impl<'a> Lowerer<'a> {
             Some(v) => self.alloc(v),
             None => self.f32_temp(&[]),
         };
-        let scale = View::dense(scale.addr, DType::F32, &[1]);
-        let (mx, mn) = (self.f32_temp(&[1]), self.f32_temp(&[1]));
-        if total > 0 {
-            let xa = dense_ap(x.addr, x.dtype, &[total])?;
-            self.emit_reduce(xa, mx.ap()?, ReduceOp::Max, 0b1000);
-            self.emit_reduce(xa, mn.ap()?, ReduceOp::Min, 0b1000);
-            self.tensor_scalar(&mx, &mx, BinaryOp::Max, 0.0)?;
-            self.tensor_scalar(&mn, &mn, BinaryOp::Min, 0.0)?;
+        let zero = match n.outputs.get(2).copied().flatten() {
+            Some(v) => self.alloc(v),
+            None => View::dense(self.temp(1), DType::U8, &[]),
+        };
+        let x = if x.is_dense() {
+            x
         } else {
-            self.fill(nrt_hal::Engine::Dve, &mx, 0.0)?;
-            self.fill(nrt_hal::Engine::Dve, &mn, 0.0)?;
+            let t = self.f32_temp(oshape);
+            self.copy(nrt_hal::Engine::Dve, &x, &t)?;
+            t
+        };
+        let yd = if y.is_dense() {
+            y.clone()
+        } else {
+            View::dense(self.temp(total.max(1)), DType::U8, oshape)
+        };
+        let op = Op::DynamicQuantize {
+            input: dense_ap(x.addr, DType::F32, &[total])?,
+            output: dense_ap(yd.addr, DType::U8, &[total])?,
+            scale: dense_ap(scale.addr, DType::F32, &[1])?,
+            zero_point: dense_ap(zero.addr, DType::U8, &[1])?,
+        };
+        self.emit(0, nrt_hal::Engine::Pool, op);
+        if !y.is_dense() {
+            self.copy(nrt_hal::Engine::Dve, &yd, &y)?;
         }
-        self.binary(&mx, &mn, &scale, BinaryOp::Sub)?;
-        self.tensor_scalar(&scale, &scale, BinaryOp::Div, 255.0)?;
-        // zero_point = round(clamp(0 − min / scale, 0, 255)).
-        let zf = self.f32_temp(&[1]);
-        self.binary(&mn, &scale, &zf, BinaryOp::Div)?;
-        self.tensor_scalar(&zf, &zf, BinaryOp::Mul, -1.0)?;
-        self.clamp(&zf, 0.0, 255.0)?;
-        self.round(&zf)?;
-        if let Some(v) = n.outputs.get(2).copied().flatten() {
-            let zq = self.alloc(v);
-            self.copy(
-                nrt_hal::Engine::Dve,
-                &zf,
-                &View::dense(zq.addr, DType::U8, &[1]),
-            )?;
-        }
-        if total == 0 {
-            return Ok(());
-        }
-        let t = self.f32_temp(oshape);
-        self.binary(&x, &scale.broadcast(oshape), &t, BinaryOp::Div)?;
-        self.q_store(&t, Some(&zf.broadcast(oshape)), &y)
+        Ok(())
     }
 }
