@@ -151,6 +151,19 @@ impl Workspace {
         Self::default()
     }
 
+    /// A workspace whose buffers already hold `bytes` each of a nonzero pattern (`0xA5`
+    /// bytes): tests run kernels on one, so that none relies on scratch it did not write
+    /// (a fresh buffer grows zeroed).
+    #[doc(hidden)]
+    pub fn scribbled(bytes: usize) -> Self {
+        let mut w = Self::default();
+        for v in &mut w.f32s {
+            *v = vec![f32::from_bits(0xA5A5_A5A5); bytes / 4];
+        }
+        w.words = vec![0xA5A5_A5A5_A5A5_A5A5; bytes / 8];
+        w
+    }
+
     /// Bytes of scratch currently held.
     pub fn capacity_bytes(&self) -> usize {
         self.f32s.iter().map(|v| v.capacity() * 4).sum::<usize>() + self.words.capacity() * 8

@@ -57,6 +57,15 @@ enum Out {
 }
 
 impl Out {
+    /// Whether rows of C are unit-stride (and the scale per column or one value): the
+    /// layout the vector stores handle.
+    fn unit_stride(&self) -> bool {
+        match self {
+            Out::Integer(vc) => vc.stride[3] == 1,
+            Out::Scaled(vc, vs) => vc.stride[3] == 1 && matches!(vs.stride[3], 0 | 1),
+        }
+    }
+
     /// Writes `sums` to columns `at[3]..at[3] + sums.len()` of row `at[..3]`.
     ///
     /// # Safety
@@ -77,7 +86,7 @@ impl Out {
                     unsafe { vc.at([p, q, i, j0 + c]).write(v) };
                 }
             }
-            Out::Scaled(vc, vs) if vc.stride[3] == 1 && vs.stride[3] <= 1 => {
+            Out::Scaled(vc, vs) if vc.stride[3] == 1 && matches!(vs.stride[3], 0 | 1) => {
                 // A unit-stride run of C, the scale per column or one value: a loop that
                 // vectorizes (converting and scaling 16 sums per instruction pair).
                 // SAFETY: per the contract, `sums.len()` elements of C from `at`, and of the
@@ -266,10 +275,25 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, ti
     } else {
         0
     };
-    let words = ws.typed::<i32>(m * k4 + m + b_words + amx_words);
+    let (va, vb) = (View::<u8>::new(args.a, mem), View::<u8>::new(args.b, mem));
+    let vza = args.a_zero.map(|z| View::<u8>::new(z, mem));
+    let vzb = args.b_zero.map(|z| View::<u8>::new(z, mem));
+    let out = match args.scale {
+        Some(sc) => Out::Scaled(View::<f32>::new(args.c, mem), View::<f32>::new(sc, mem)),
+        None => Out::Integer(View::<i32>::new(args.c, mem)),
+    };
+    // The VNNI tiles correct, convert and store their sums from registers when C is
+    // unit-stride (and the scale per column or per tensor): per batch the column and row
+    // terms are laid out once (`zb'` per column; `rowsum − K·za'` and `za'` per row).
+    let fused = vnni && !amx && out.unit_stride();
+    let fused_words = if fused { n + 2 * m } else { 0 };
+    let words = ws.typed::<i32>(m * k4 + m + b_words + amx_words + fused_words);
     let (apack, rest) = words.split_at_mut(m * k4);
     let (rowsum, rest) = rest.split_at_mut(m);
     let (amx_tiles, rest) = rest.split_at_mut(amx_words);
+    let (fused_terms, rest) = rest.split_at_mut(fused_words);
+    let (zb_cols, row_terms) = fused_terms.split_at_mut(if fused { n } else { 0 });
+    let (row_terms, za_rows) = row_terms.split_at_mut(if fused { m } else { 0 });
     let (bpack_ws, colsum_ws) = rest.split_at_mut(if packed { 0 } else { k4 * np });
     // A packed B: its words and column sums as the compiler stored them.
     let packed_words: &[i32] = if packed {
@@ -281,18 +305,18 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, ti
     } else {
         &[]
     };
-    let (va, vb) = (View::<u8>::new(args.a, mem), View::<u8>::new(args.b, mem));
-    let vza = args.a_zero.map(|z| View::<u8>::new(z, mem));
-    let vzb = args.b_zero.map(|z| View::<u8>::new(z, mem));
-    let out = match args.scale {
-        Some(sc) => Out::Scaled(View::<f32>::new(args.c, mem), View::<f32>::new(sc, mem)),
-        None => Out::Integer(View::<i32>::new(args.c, mem)),
-    };
     for p in 0..b1 {
         for q in 0..b2 {
             // Pack A (u8) with its row sums.
             rowsum.fill(0);
             for (i, row) in apack.chunks_exact_mut(k4.max(1)).take(m).enumerate() {
+                #[cfg(target_arch = "x86_64")]
+                if vnni && va.stride[3] == 1 {
+                    // SAFETY: `vnni` implies AVX-512 F and BW; row (p, q, i) of A holds k
+                    // contiguous bytes and `row` k4 = ⌈k/4⌉ words.
+                    rowsum[i] = unsafe { pack_a_row_avx512(va.at([p, q, i, 0]), k, a_flip, row) };
+                    continue;
+                }
                 if va.stride[3] == 1 {
                     // A unit-stride row: whole words from 4-byte chunks (vectorizes), the
                     // short tail padded with zeros.
@@ -388,15 +412,68 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, ti
                 };
                 continue;
             }
+            if fused {
+                for (j, zb) in zb_cols.iter_mut().enumerate() {
+                    // SAFETY: (p, q, 0, j) inside the zero point's [.., 1, N].
+                    *zb = vzb
+                        .as_ref()
+                        .map_or(0, |z| unsafe { byte_at(z, b_signed, [p, q, 0, j]) })
+                        - b_off;
+                }
+                for (i, (rt, za)) in row_terms.iter_mut().zip(za_rows.iter_mut()).enumerate() {
+                    // SAFETY: (p, q, i, 0) inside the zero point's [.., M, 1].
+                    *za = vza
+                        .as_ref()
+                        .map_or(0, |z| unsafe { byte_at(z, a_signed, [p, q, i, 0]) })
+                        + a_off;
+                    *rt = rowsum[i].wrapping_sub((k as i32).wrapping_mul(*za));
+                }
+            }
             // Tiles.
             let mut i0 = 0;
             while i0 < m {
                 let rows = MR.min(m - i0);
                 let mut j0 = 0;
                 while j0 < n {
-                    let mut acc = [[0i32; NR]; MR];
                     let a_rows: [&[i32]; MR] =
                         core::array::from_fn(|r| &apack[(i0 + r.min(rows - 1)) * k4..][..k4]);
+                    #[cfg(target_arch = "x86_64")]
+                    if fused {
+                        let cols = NR.min(n - j0);
+                        let (scale, per_column) = match &out {
+                            Out::Scaled(_, vs) => {
+                                (vs.at([p, q, 0, j0]) as *const f32, vs.stride[3] == 1)
+                            }
+                            Out::Integer(_) => (core::ptr::null(), false),
+                        };
+                        let st = TileStore {
+                            rows,
+                            cols,
+                            zb: zb_cols[j0..].as_ptr(),
+                            colsum: colsum[j0..j0 + cols].as_ptr(),
+                            scale,
+                            per_column,
+                            row_term: row_terms[i0..].as_ptr(),
+                            za: za_rows[i0..].as_ptr(),
+                            dst: core::array::from_fn(|r| {
+                                let i = i0 + r.min(rows - 1);
+                                match &out {
+                                    Out::Scaled(vc, _) => vc.at([p, q, i, j0]) as *mut u8,
+                                    Out::Integer(vc) => vc.at([p, q, i, j0]) as *mut u8,
+                                }
+                            }),
+                        };
+                        // An empty B (K = 0) is never read: the sums are the terms alone.
+                        let b = bpack.get(j0..).unwrap_or(&[]);
+                        // SAFETY: `fused` implies the CPU has AVX-512 F, BW, VL and VNNI;
+                        // every row of A holds k4 words, B k4 rows of np ≥ j0 + NR words;
+                        // the tile's rows and columns lie inside C (unit-stride) and the
+                        // terms cover them.
+                        unsafe { tile_vnni_store(&a_rows, b, np, k4, &st) };
+                        j0 += NR;
+                        continue;
+                    }
+                    let mut acc = [[0i32; NR]; MR];
                     #[cfg(target_arch = "x86_64")]
                     if k4 == 0 {
                         // An empty sum: only the zero-point terms remain.
@@ -481,11 +558,7 @@ impl Block<'_> {
         cols: usize,
         blk: &[[i32; NR]],
     ) {
-        let unit = match self.out {
-            Out::Integer(vc) => vc.stride[3] == 1,
-            Out::Scaled(vc, vs) => vc.stride[3] == 1 && vs.stride[3] <= 1,
-        };
-        if unit && cols <= NR && self.colsum.len() >= j0 + cols {
+        if self.out.unit_stride() && cols <= NR && self.colsum.len() >= j0 + cols {
             // SAFETY: forwarded contract; C and the scale are unit-stride (or the scale one
             // value), the columns fit one block and `colsum` covers them.
             unsafe { self.store_rows_avx512(i0, j0, rows, cols, blk) }
@@ -658,6 +731,165 @@ fn tile_portable(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, acc: &mut [[
     }
 }
 
+/// Packs one unit-stride row of A (`k` bytes from `src`, re-biased by `flip`) into `row`'s
+/// words, zero padded to whole words, and returns the sum of its re-biased bytes: 64 bytes a
+/// step (`vpsadbw` sums them), the tail under a mask.
+///
+/// # Safety
+/// `src` readable for `k` bytes; `row` holds `⌈k/4⌉` words; the CPU has AVX-512 F and BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn pack_a_row_avx512(src: *const u8, k: usize, flip: u8, row: &mut [i32]) -> i32 {
+    use std::arch::x86_64::*;
+    assert!(row.len() >= k.div_ceil(4));
+    let dst = row.as_mut_ptr() as *mut u8;
+    let flipv = _mm512_set1_epi8(flip as i8);
+    let zero = _mm512_setzero_si512();
+    let mut sums = zero;
+    let mut i = 0;
+    while i < k {
+        let m: __mmask64 = if k - i >= 64 {
+            !0
+        } else {
+            (1u64 << (k - i)) - 1
+        };
+        // SAFETY: bytes i.. of `src` under the mask lie below k; `row` holds ⌈k/4⌉·4 ≥ k
+        // bytes (asserted).
+        unsafe {
+            let v = _mm512_maskz_mov_epi8(
+                m,
+                _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, src.add(i) as *const i8), flipv),
+            );
+            sums = _mm512_add_epi64(sums, _mm512_sad_epu8(v, zero));
+            _mm512_mask_storeu_epi8(dst.add(i) as *mut i8, m, v);
+        }
+        i += 64;
+    }
+    for b in k..4 * k.div_ceil(4) {
+        // SAFETY: inside the row's ⌈k/4⌉ words (asserted).
+        unsafe { dst.add(b).write(0) };
+    }
+    _mm512_reduce_add_epi64(sums) as i32
+}
+
+/// The `vpdpbusd` steps of one `MR × NR` tile into the accumulators `$c` (`[[__m512i; 2];
+/// MR]`): per k-quadruple two loads of B, MR broadcast words of A and 2·MR products. A
+/// macro, so that both tiles below compile it inside their own `target_feature` function.
+#[cfg(target_arch = "x86_64")]
+macro_rules! vnni_steps {
+    ($a:expr, $b:expr, $np:expr, $k4:expr, $c:ident) => {{
+        let (a, b, np, k4): (&[&[i32]; MR], &[i32], usize, usize) = ($a, $b, $np, $k4);
+        // The bounds once, here: the loop below reads through raw pointers, so each step is
+        // two loads of B, MR broadcast loads of A and 2·MR `vpdpbusd` — no per-row slice
+        // bounds checks (they doubled the instructions per step and held the loop to half
+        // the instruction's throughput).
+        assert!(a.iter().all(|r| r.len() >= k4) && (k4 == 0 || b.len() >= (k4 - 1) * np + NR));
+        let ap: [*const i32; MR] = core::array::from_fn(|r| a[r].as_ptr());
+        let bp = b.as_ptr();
+        for w in 0..k4 {
+            // SAFETY: row w of B holds NR = 32 words from `w·np` (asserted above): two
+            // unaligned 64-byte loads.
+            let (b0, b1) = unsafe {
+                (
+                    _mm512_loadu_si512(bp.add(w * np) as *const _),
+                    _mm512_loadu_si512(bp.add(w * np + 16) as *const _),
+                )
+            };
+            for r in 0..MR {
+                // SAFETY: each row of A holds k4 words (asserted above).
+                let av = _mm512_set1_epi32(unsafe { ap[r].add(w).read() });
+                $c[r][0] = _mm512_dpbusd_epi32($c[r][0], av, b0);
+                $c[r][1] = _mm512_dpbusd_epi32($c[r][1], av, b1);
+            }
+        }
+    }};
+}
+
+/// What [`tile_vnni_store`] needs to finish its tile from registers: the formula of
+/// [`Block::store_rows_avx512`], its terms laid out per batch.
+#[cfg(target_arch = "x86_64")]
+struct TileStore {
+    /// Rows of the tile inside C (`≤ MR`).
+    rows: usize,
+    /// Columns of the tile inside C (`≤ NR`).
+    cols: usize,
+    /// `zb'` of the tile's columns (`cols` readable).
+    zb: *const i32,
+    /// The column sums of B' (`cols` readable).
+    colsum: *const i32,
+    /// The scale at the tile's first column (null: C is i32).
+    scale: *const f32,
+    /// The scale has one value per column (else one for the tensor).
+    per_column: bool,
+    /// `rowsum − K·za'` of the tile's rows (`rows` readable).
+    row_term: *const i32,
+    /// `za'` of the tile's rows (`rows` readable).
+    za: *const i32,
+    /// C's element `(i, j0)` of each row (rows past `rows` repeat the last).
+    dst: [*mut u8; MR],
+}
+
+/// One `MR × NR` tile with `vpdpbusd`, corrected, converted, scaled and stored from the
+/// registers (a unit-stride C): per 16 columns two multiply-subtracts, then a masked store
+/// (i32) or a conversion, a multiply and a masked store (f32).
+///
+/// # Safety
+/// The CPU has AVX-512 F, BW, VL and VNNI; `a` and `b` as for [`tile_vnni`]; `st`'s pointers
+/// cover what its comments say and its rows and columns of C lie inside device memory
+/// (unit-stride rows).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_vnni_store(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, st: &TileStore) {
+    use std::arch::x86_64::*;
+    let z = _mm512_setzero_si512();
+    let mut c = [[z; 2]; MR];
+    vnni_steps!(a, b, np, k4, c);
+    let lanes = |n: usize| -> __mmask16 { ((1u32 << n.min(16)) - 1) as __mmask16 };
+    let masks = [lanes(st.cols), lanes(st.cols.saturating_sub(16))];
+    // SAFETY: the column terms and the scale are read under the column masks, the row terms
+    // for rows below `rows`, and C's rows written under the masks — all inside what the
+    // contract says `st` covers.
+    unsafe {
+        let zb = [
+            _mm512_maskz_loadu_epi32(masks[0], st.zb),
+            _mm512_maskz_loadu_epi32(masks[1], st.zb.wrapping_add(16)),
+        ];
+        let colsum = [
+            _mm512_maskz_loadu_epi32(masks[0], st.colsum),
+            _mm512_maskz_loadu_epi32(masks[1], st.colsum.wrapping_add(16)),
+        ];
+        let scale = if st.scale.is_null() {
+            [_mm512_setzero_ps(); 2]
+        } else if st.per_column {
+            [
+                _mm512_maskz_loadu_ps(masks[0], st.scale),
+                _mm512_maskz_loadu_ps(masks[1], st.scale.wrapping_add(16)),
+            ]
+        } else {
+            [_mm512_set1_ps(*st.scale); 2]
+        };
+        for (r, sums) in c.iter().enumerate().take(st.rows) {
+            let rt = _mm512_set1_epi32(*st.row_term.add(r));
+            let za = _mm512_set1_epi32(*st.za.add(r));
+            for (h, &mask) in masks.iter().enumerate() {
+                if mask == 0 {
+                    break;
+                }
+                let v = _mm512_sub_epi32(sums[h], _mm512_mullo_epi32(zb[h], rt));
+                let v = _mm512_sub_epi32(v, _mm512_mullo_epi32(za, colsum[h]));
+                if st.scale.is_null() {
+                    let dst = (st.dst[r] as *mut i32).wrapping_add(16 * h);
+                    _mm512_mask_storeu_epi32(dst, mask, v);
+                } else {
+                    let dst = (st.dst[r] as *mut f32).wrapping_add(16 * h);
+                    let f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale[h]);
+                    _mm512_mask_storeu_ps(dst, mask, f);
+                }
+            }
+        }
+    }
+}
+
 /// One `MR × NR` tile with `vpdpbusd`.
 ///
 /// # Safety
@@ -669,29 +901,7 @@ unsafe fn tile_vnni(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, acc: &mut
     use std::arch::x86_64::*;
     let z = _mm512_setzero_si512();
     let mut c = [[z; 2]; MR];
-    // The bounds once, here: the loop below reads through raw pointers, so each step is two
-    // loads of B, MR broadcast loads of A and 2·MR `vpdpbusd` — no per-row slice bounds
-    // checks (they doubled the instructions per step and held the loop to half the
-    // instruction's throughput).
-    assert!(a.iter().all(|r| r.len() >= k4) && (k4 == 0 || b.len() >= (k4 - 1) * np + NR));
-    let ap: [*const i32; MR] = core::array::from_fn(|r| a[r].as_ptr());
-    let bp = b.as_ptr();
-    for w in 0..k4 {
-        // SAFETY: row w of B holds NR = 32 words from `w·np` (asserted above): two
-        // unaligned 64-byte loads.
-        let (b0, b1) = unsafe {
-            (
-                _mm512_loadu_si512(bp.add(w * np) as *const _),
-                _mm512_loadu_si512(bp.add(w * np + 16) as *const _),
-            )
-        };
-        for r in 0..MR {
-            // SAFETY: each row of A holds k4 words (asserted above).
-            let av = _mm512_set1_epi32(unsafe { ap[r].add(w).read() });
-            c[r][0] = _mm512_dpbusd_epi32(c[r][0], av, b0);
-            c[r][1] = _mm512_dpbusd_epi32(c[r][1], av, b1);
-        }
-    }
+    vnni_steps!(a, b, np, k4, c);
     for r in 0..MR {
         // SAFETY: each accumulator row holds NR = 32 i32: two unaligned 64-byte stores.
         unsafe {

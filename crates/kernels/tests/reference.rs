@@ -2072,7 +2072,9 @@ proptest! {
             m.fill_with(ap, || rng.below(256));
         }
         let scale = {
-            let mut sc = m.dense(DType::F32, [1, b2, 1, n]);
+            // Per column, sometimes in a random layout (a reversed one too: a negative last
+            // stride is not the unit-stride run the vector stores read).
+            let mut sc = if rng.chance(0.5) { m.random(&mut rng, DType::F32, [1, b2, 1, n], false) } else { m.dense(DType::F32, [1, b2, 1, n]) };
             m.fill_f32(&sc, &mut rng, -2.0, 2.0);
             if !per_column {
                 sc.stride = [0, 0, 0, 0];
@@ -2108,7 +2110,8 @@ proptest! {
         let mut enc = Vec::new();
         nrt_isa::Instruction::new(op).encode(&mut enc);
         prop_assert_eq!(nrt_isa::Instruction::decode(&enc).map(|(i, _)| i.op), Ok(op));
-        m.run(&op, &mut Workspace::new()).unwrap();
+        // On stale scratch: the packing must write every word it reads (tail padding too).
+        m.run(&op, &mut Workspace::scribbled(1 << 20)).unwrap();
         let val = |bits: u64, t: DType| if t == DType::I8 { bits as u8 as i8 as i64 } else { bits as u8 as i64 };
         for q in 0..b2 as usize {
             let qb = if packed { 0 } else { q };
