@@ -369,6 +369,12 @@ pub const KERNEL_COPY_LOOP_BYTES: (usize, usize) = (2048, 1 << 20);
 /// with 8×8 scalar tiles, 0.8 with 8×8 register transposes.
 pub const KERNEL_TRANSPOSE_TILE: usize = 8;
 
+/// The widest pooling window (columns) the AVX-512 pool (`nrt_kernels::pool`) takes: its
+/// taps' valid column ranges live in a stack array of this many entries. Real models pool
+/// over at most 7–13 columns (global pools take their own path); wider windows take the
+/// portable tap-by-tap loop.
+pub const KERNEL_POOL_VECTOR_MAX_KW: usize = 64;
+
 /// Bytes of im2col patch matrix that `Conv` unrolls before each GEMM (a band of output rows):
 /// small enough to stay in the 1 MiB L2 between being written and being packed by the GEMM.
 /// 3×3 64→64 on 56×56 (a 7 MiB patch matrix unbanded): 128 KiB 62, 512 KiB 60–70, 2 MiB 36,

@@ -377,6 +377,41 @@ fn main() {
         }
     }
 
+    if bench.on("pool") {
+        // SqueezeNet 1.1's max pools (3x3, stride 2, no padding), a padded 3x3 stride-1
+        // average pool (Inception's), and the 2x2 stride-2 fast path.
+        for (c, h, k, s, pad, op) in [
+            (64u32, 111u32, 3u32, 2u32, 0u32, nrt_isa::PoolOp::Max),
+            (8, 111, 3, 2, 0, nrt_isa::PoolOp::Max),
+            (128, 55, 3, 2, 0, nrt_isa::PoolOp::Max),
+            (192, 28, 3, 1, 1, nrt_isa::PoolOp::Avg),
+            (64, 112, 2, 2, 0, nrt_isa::PoolOp::Max),
+        ] {
+            let window = Window {
+                kernel: [k, k],
+                stride: [s, s],
+                pad: [pad; 4],
+                dilation: [1, 1],
+            };
+            let oh = (h + 2 * pad - k) / s + 1;
+            let input = m.dense(DType::F32, [1, c, h, h]);
+            let output = m.dense(DType::F32, [1, c, oh, oh]);
+            m.fill_f32(&input, &mut rng, -1.0, 1.0);
+            let op = Op::Pool {
+                input,
+                output,
+                window,
+                op,
+                count_include_pad: false,
+            };
+            let t = time(|| m.run(&op, &mut ws).unwrap());
+            println!(
+                "pool {k}x{k} s{s} pad {pad} over {c}x{h}x{h}: {:.1} us",
+                t * 1e6
+            );
+        }
+    }
+
     if bench.on("softmax") {
         // A large square, and the attention scores of the encoder sample (512 rows of 128).
         for (rows, cols) in [(1000u32, 1000u32), (512, 128)] {
