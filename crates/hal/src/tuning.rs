@@ -369,6 +369,13 @@ pub const KERNEL_COPY_LOOP_BYTES: (usize, usize) = (2048, 1 << 20);
 /// with 8×8 scalar tiles, 0.8 with 8×8 register transposes.
 pub const KERNEL_TRANSPOSE_TILE: usize = 8;
 
+/// Allocated bytes after every kernel scratch slice (`nrt_kernels::Workspace`): a masked
+/// vector load at a slice's end does not touch its masked-off lanes, but on this CPU one
+/// whose masked-off lanes cross into an unmapped page takes a microcode assist — the pool's
+/// row buffer ending at the row's end made a 3×3 stride-2 pool over 64×111×111 take
+/// 1.4–3.3 ms instead of 0.23–0.27. One 64-byte vector's worth keeps them in the allocation.
+pub const KERNEL_SCRATCH_SLACK_BYTES: usize = 64;
+
 /// The widest pooling window (columns) the AVX-512 pool (`nrt_kernels::pool`) takes: its
 /// taps' valid column ranges live in a stack array of this many entries. Real models pool
 /// over at most 7–13 columns (global pools take their own path); wider windows take the

@@ -138,9 +138,13 @@ pub struct Workspace {
     words: Vec<u64>,
 }
 
+/// The first `n` elements of `v`, grown (zeroed) if shorter — always with
+/// [`KERNEL_SCRATCH_SLACK_BYTES`](nrt_hal::tuning::KERNEL_SCRATCH_SLACK_BYTES) of allocated
+/// elements after them, where the masked-off lanes of a vector load at the slice's end land.
 fn grown<T: Copy + Default>(v: &mut Vec<T>, n: usize) -> &mut [T] {
-    if v.len() < n {
-        v.resize(n, T::default());
+    let slack = nrt_hal::tuning::KERNEL_SCRATCH_SLACK_BYTES.div_ceil(size_of::<T>().max(1));
+    if v.len() < n.saturating_add(slack) {
+        v.resize(n.saturating_add(slack), T::default());
     }
     &mut v[..n]
 }
