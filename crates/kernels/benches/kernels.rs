@@ -294,6 +294,8 @@ fn main() {
             ("3x3 dw 96 112x112 s2", 96, 96, 112, 3, 96, false),
             ("5x5 dw 240 28x28", 240, 240, 28, 5, 240, false),
             ("3x3 3->32 224x224 s2 im2col", 3, 32, 224, 3, 1, true),
+            // SqueezeNet 1.1's first layer.
+            ("3x3 3->64 224x224 s2 im2col", 3, 64, 224, 3, 1, true),
             // A DCGAN discriminator's layers: patches of K = Cg·KH·KW = 1024 and 2048, so
             // the weight rows the panel path reads are a multiple of 4 KiB apart; beside
             // them K = 960, the same work without that stride.
