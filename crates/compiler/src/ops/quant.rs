@@ -835,7 +835,8 @@ impl<'a> Lowerer<'a> {
     /// widened to include 0 gives `scale = (max − min) / 255` (1 for an empty range, as ONNX
     /// Runtime) and `zero_point = round(clamp(−min / scale, 0, 255))`, then
     /// `y = saturate(round(x / scale) + zero_point)` (the ONNX reference's order). A strided
-    /// input is first copied dense; outputs nobody reads go to temporaries.
+    /// (or non-f32) input is first copied dense in f32; outputs nobody reads go to
+    /// temporaries.
     pub(crate) fn lower_dynamic_quantize(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, oshape, .. } = at;
         let total: usize = oshape.iter().product();
@@ -848,6 +849,8 @@ impl<'a> Lowerer<'a> {
             Some(v) => self.alloc(v),
             None => View::dense(self.temp(1), DType::U8, &[]),
         };
+        // The instruction reads f32 (an f64 input, stored as such, is converted first).
+        let x = self.converted(x, DType::F32)?;
         let x = if x.is_dense() {
             x
         } else {
