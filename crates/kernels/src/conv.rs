@@ -6,9 +6,10 @@
 //! - **pointwise** (1×1 kernel, stride 1, no padding, input planes contiguous): the input
 //!   already is the im2col matrix, so each group is one GEMM `out[Og × HW] = W[Og × Cg] ·
 //!   in[Cg × HW]`, no scratch;
-//! - **direct, sixteen channels at a time** (AVX-512F, a short patch `Cg·KH·KW ≤ 64` such
-//!   as an RGB input layer, rows of 16 or more outputs, stride 1 or 2): each input row load
-//!   feeds sixteen FMAs with broadcast weights (the `direct512` module);
+//! - **direct, eight channels × two strips at a time** (AVX-512F, a short patch
+//!   `Cg·KH·KW ≤ 64` such as an RGB input layer, rows of 16 or more outputs, stride 1 or
+//!   2): each input row load feeds eight FMAs, each broadcast weight two (the `direct512`
+//!   module);
 //! - **panels + packed GEMM** (AVX-512F, dense weights) where im2col + GEMM would run: a
 //!   few 32-pixel panels of the patch matrix at a time, unrolled with masked loads into
 //!   L1-sized host scratch in the packed-B layout and multiplied by the packed GEMM's register
@@ -238,8 +239,8 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
         } else if pointwise && out_flat && w_flat && geo.og > 1 {
             pointwise_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
         } else if args.workspace.is_some() && direct512::applies(&geo, &vi, &vo) {
-            // A short patch (an RGB input layer): sixteen channels' FMAs per input load,
-            // straight from the input rows.
+            // A short patch (an RGB input layer): eight channels × two strips of FMAs per
+            // tap, straight from the input rows.
             let relu = matches!(args.act.0, ActFunc::Relu);
             direct512::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws);
             if !relu {

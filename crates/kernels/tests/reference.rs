@@ -976,8 +976,8 @@ fn conv_depthwise_square_kernels() {
 }
 
 /// Short-patch convolutions (an RGB input layer: 3 channels, 3×3 or 5×5), the AVX-512 direct
-/// kernel's shapes: a partial block of 16 output channels (20), rows of 16 or more outputs
-/// with a partial last strip, strides 1 and 2, asymmetric padding up to 2 on the right (the
+/// kernel's shapes: a partial block of 8 output channels (20), rows of 16 or more outputs
+/// with a partial last strip (and an odd number of strips), strides 1 and 2, asymmetric padding up to 2 on the right (the
 /// last strip's taps past the row), bias, Relu or Sigmoid after.
 #[test]
 fn conv_short_patch_direct() {

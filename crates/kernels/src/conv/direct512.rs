@@ -1,13 +1,14 @@
 //! `Conv` with a short patch (`K = Cg·KH·KW` small, as for an RGB input layer) on AVX-512F,
-//! directly from the input rows: sixteen output channels at a time, each an accumulator
-//! holding 16 output pixels of one row; every tap is one masked load of the input row
-//! (stride 2: two loads and a permute) that feeds sixteen FMAs with broadcast weights. The
-//! panel path unrolled the patches into scratch and ran the GEMM's tiles, whose fixed costs
-//! a K of 27 does not amortize: the `cnn` sample's first layer (3→16, 3×3 on 32×32) took
-//! 10.4 µs of its 18.5 in place.
+//! directly from the input rows: eight output channels and two strips of 16 output pixels
+//! of one row at a time (sixteen accumulators); every tap is one masked load of the input
+//! row per strip (stride 2: two loads and a permute), and each broadcast weight feeds the
+//! two strips' FMAs. The panel path unrolled the patches into scratch and ran the GEMM's
+//! tiles, whose fixed costs a K of 27 does not amortize: the `cnn` sample's first layer
+//! (3→16, 3×3 on 32×32) took 10.4 µs of its 18.5 in place. (Sixteen channels of one strip
+//! — a broadcast load per FMA — ran it in 6.5–8.2 µs, the pairs in 5.3–5.6, alternating.)
 //!
-//! The weights of a block of sixteen channels are copied once per group into `[K][16]`
-//! (zeros for channels past the group's), so a tap's sixteen broadcasts read one line; a
+//! The weights of a block of eight channels are copied once per group into `[K][8]`
+//! (zeros for channels past the group's), so a tap's broadcasts read half a line; a
 //! per-call table gives each strip's tap columns their input offset and lane mask (as in
 //! the depthwise kernel).
 
@@ -18,10 +19,10 @@ use super::Geo;
 #[cfg(target_arch = "x86_64")]
 use super::{load_strip, strip_table};
 
-/// Output channels per block (one accumulator each).
-const OB: usize = 16;
+/// Output channels per block (one accumulator each per strip; two strips at a time).
+const OB: usize = 8;
 /// Largest patch (`Cg·KH·KW`) taken here: beyond it the panel path's GEMM reuses each
-/// unrolled patch row across more channels than the sixteen here.
+/// unrolled patch row across more channels than the eight here.
 const MAX_K: usize = 64;
 /// Largest strips × tap columns of the table.
 const TABLE: usize = 256;
@@ -142,34 +143,53 @@ unsafe fn blocks<const SW: usize>(
                             }
                         }
                     }
-                    for s in 0..nstrips {
-                        let mut acc: [__m512; OB] =
-                            core::array::from_fn(|o| _mm512_set1_ps(bvals[o]));
+                    // Two strips at a time: each broadcast weight feeds two FMAs (one
+                    // broadcast load for two products, not one: the single-strip loop was
+                    // bound by its loads).
+                    for s0 in (0..nstrips).step_by(2) {
+                        let pair = s0 + 1 < nstrips;
+                        let mut acc: [[__m512; OB]; 2] =
+                            [core::array::from_fn(|o| _mm512_set1_ps(bvals[o])); 2];
                         for &(row, t0) in &rows[..nr] {
                             for kx in 0..g.kw {
-                                let (ix, mask) = table[s * g.kw + kx];
-                                let p = row.wrapping_offset(ix);
-                                // SAFETY: only `mask` lanes are read, whose input columns lie
-                                // inside the row (the table); the block's weights hold K taps
-                                // of 16.
+                                let (ix0, m0) = table[s0 * g.kw + kx];
+                                // SAFETY: only the masks' lanes are read, whose input columns
+                                // lie inside the row (the table); the block's weights hold K
+                                // taps of OB.
                                 unsafe {
-                                    let v = load_strip::<SW>(p, mask);
+                                    let v0 = load_strip::<SW>(row.wrapping_offset(ix0), m0);
                                     let wt = wbuf.as_ptr().add((t0 + kx) * OB);
-                                    for (o, a) in acc.iter_mut().enumerate() {
-                                        *a = _mm512_fmadd_ps(_mm512_set1_ps(*wt.add(o)), v, *a);
+                                    if pair {
+                                        let (ix1, m1) = table[(s0 + 1) * g.kw + kx];
+                                        let v1 = load_strip::<SW>(row.wrapping_offset(ix1), m1);
+                                        let [a0, a1] = &mut acc;
+                                        for (o, (x0, x1)) in a0.iter_mut().zip(a1).enumerate() {
+                                            let w = _mm512_set1_ps(*wt.add(o));
+                                            *x0 = _mm512_fmadd_ps(w, v0, *x0);
+                                            *x1 = _mm512_fmadd_ps(w, v1, *x1);
+                                        }
+                                    } else {
+                                        for (o, x0) in acc[0].iter_mut().enumerate() {
+                                            let w = _mm512_set1_ps(*wt.add(o));
+                                            *x0 = _mm512_fmadd_ps(w, v0, *x0);
+                                        }
                                     }
                                 }
                             }
                         }
-                        let live = ((1u32 << (g.ow - 16 * s).min(16)) - 1) as u16;
-                        for (o, a) in acc.iter().enumerate().take(nb) {
-                            // The second operand when either is NaN: NaN stays, as elsewhere.
-                            let v = if relu { _mm512_max_ps(zero, *a) } else { *a };
-                            // SAFETY: the `live` lanes are output columns of row oy of
-                            // channel o0 + o.
-                            unsafe {
-                                _mm512_mask_storeu_ps(vo.at([n, o0 + o, oy, 16 * s]), live, v)
-                            };
+                        for (h, accs) in acc.iter().enumerate().take(1 + pair as usize) {
+                            let s = s0 + h;
+                            let live = ((1u32 << (g.ow - 16 * s).min(16)) - 1) as u16;
+                            for (o, a) in accs.iter().enumerate().take(nb) {
+                                // The second operand when either is NaN: NaN stays, as
+                                // elsewhere.
+                                let v = if relu { _mm512_max_ps(zero, *a) } else { *a };
+                                // SAFETY: the `live` lanes are output columns of row oy of
+                                // channel o0 + o.
+                                unsafe {
+                                    _mm512_mask_storeu_ps(vo.at([n, o0 + o, oy, 16 * s]), live, v)
+                                };
+                            }
                         }
                     }
                 }
