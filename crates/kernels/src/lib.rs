@@ -127,6 +127,26 @@ pub enum KernelError {
     Unsupported(&'static str),
 }
 
+/// The mask of the first `min(n, 16)` lanes of a 16-lane vector (AVX-512 `__mmask16`).
+#[inline(always)]
+pub(crate) fn lanes_below(n: usize) -> u16 {
+    ((1u32 << n.min(16)) - 1) as u16
+}
+
+/// Whether the CPU has AVX-512F (checked at run time, per instruction: the binaries still
+/// run on AVX2-only machines).
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Per-thread scratch the kernels reuse across calls (row buffers of Softmax/LayerNorm, the
 /// direct convolution's accumulator plane, Reduce accumulators, Resize tables, packed GEMV
 /// rows). It grows to the largest size an instruction needs and then stays, so steady-state

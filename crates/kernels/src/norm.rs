@@ -6,6 +6,7 @@
 //! before exponentiating; LayerNorm is two-pass (mean, then the mean of squared deviations),
 //! which is exact enough in f32 without Welford's per-element division.
 
+use crate::has_avx512;
 use crate::strided::{View, gather_into, scatter_from};
 use crate::vmath;
 use crate::{DeviceMemory, Workspace};
@@ -100,20 +101,6 @@ pub unsafe fn softmax(
         // SAFETY: the row lies inside the output; no reference into it is alive.
         unsafe { scatter_from(buf, vo.at([a, b, c, 0]), vo.stride[3]) };
     });
-}
-
-/// Whether the CPU has AVX-512F (checked once per instruction, at run time, as the GEMM
-/// does: the binaries still run on AVX2-only machines).
-#[inline]
-fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// [`softmax_row`] compiled with AVX-512F enabled. LLVM still picks 256-bit vectors for

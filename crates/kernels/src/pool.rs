@@ -89,7 +89,7 @@ pub unsafe fn pool(
         && kw <= KERNEL_POOL_VECTOR_MAX_KW
         && vi.stride[3] == 1
         && vo.stride[3] == 1
-        && std::arch::is_x86_feature_detected!("avx512f")
+        && crate::has_avx512()
     {
         // The output columns each horizontal tap reaches (they do not depend on the row).
         let mut ranges = [0u64; KERNEL_POOL_VECTOR_MAX_KW];
@@ -320,7 +320,7 @@ unsafe fn pool_strips_avx512(
         }
         _ => (1, 0),
     };
-    let lanes_below = |n: usize| -> __mmask16 { ((1u32 << n.min(16)) - 1) as __mmask16 };
+    use crate::lanes_below;
     // `max` with NaNs set aside: `max_ps(x, acc)` is `x > acc ? x : acc` (acc for a NaN).
     let combine = |acc: &mut __m512, nans: &mut __m512, nan_lanes: &mut __mmask16, m, x| match op {
         PoolOp::Max => {

@@ -539,15 +539,11 @@ impl Block<'_> {
 
     /// [`Block::store`] compiled with AVX-512: the corrections and the conversion and
     /// scaling of a row run 16 lanes wide with masks (from the closure that receives the
-    /// blocks, they were compiled for the baseline: AVX2 and scalar tails).
+    /// blocks, they were compiled for the baseline: AVX2 and scalar tails). The VNNI tiles
+    /// of a unit-stride C do not come here: they store from registers (`tile_vnni_store`).
     ///
     /// # Safety
     /// As [`Block::store`]; the CPU has AVX-512 F, BW and VL.
-    ///
-    /// A unit-stride C (i32, or f32 with the scale per column or per tensor) takes
-    /// [`Block::store_rows_avx512`]: the block's column terms are loaded once and each row is
-    /// two multiply-subtracts, a conversion, a multiply and a masked store per 16 columns.
-    /// Other layouts take the element-wise [`Block::store`].
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     unsafe fn store_avx512(
@@ -558,93 +554,8 @@ impl Block<'_> {
         cols: usize,
         blk: &[[i32; NR]],
     ) {
-        if self.out.unit_stride() && cols <= NR && self.colsum.len() >= j0 + cols {
-            // SAFETY: forwarded contract; C and the scale are unit-stride (or the scale one
-            // value), the columns fit one block and `colsum` covers them.
-            unsafe { self.store_rows_avx512(i0, j0, rows, cols, blk) }
-        } else {
-            // SAFETY: forwarded contract.
-            unsafe { self.store(i0, j0, rows, cols, blk) }
-        }
-    }
-
-    /// [`Block::store`] for a unit-stride C, 16 columns a vector:
-    /// `C[i, j] = raw − zb'[j]·(rowsum[i] − K·za'[i]) − za'[i]·colsum[j]` (wrapping, as
-    /// [`Corrections::row`]), then converted and scaled for an f32 C.
-    ///
-    /// # Safety
-    /// As [`Block::store`]; C's last stride is 1, the scale's 0 or 1; `cols ≤ NR` and
-    /// `colsum` holds `j0 + cols` sums; the CPU has AVX-512 F, BW and VL.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    unsafe fn store_rows_avx512(
-        &self,
-        i0: usize,
-        j0: usize,
-        rows: usize,
-        cols: usize,
-        blk: &[[i32; NR]],
-    ) {
-        use core::arch::x86_64::*;
-        let [p, q] = self.pq;
-        let c = self.corrections;
-        // Lane masks of the block's two 16-column halves.
-        let lanes = |n: usize| -> __mmask16 { ((1u32 << n.min(16)) - 1) as __mmask16 };
-        let masks = [lanes(cols), lanes(cols.saturating_sub(16))];
-        let zbs = c.column_zero_points([p, q], j0, cols);
-        let cs = &self.colsum[j0..j0 + cols];
-        // SAFETY: the loads read `zbs` (NR words) and `cs`/`blk` rows under the
-        // column masks; the scale and C accesses are unit-stride runs of `cols` elements that
-        // the contract puts inside device memory; masked lanes are never touched.
-        unsafe {
-            let zb = [
-                _mm512_loadu_si512(zbs.as_ptr() as *const _),
-                _mm512_loadu_si512(zbs.as_ptr().add(16) as *const _),
-            ];
-            let colsum = [
-                _mm512_maskz_loadu_epi32(masks[0], cs.as_ptr()),
-                _mm512_maskz_loadu_epi32(masks[1], cs.as_ptr().wrapping_add(16)),
-            ];
-            let scale = match self.out {
-                Out::Scaled(_, vs) if vs.stride[3] == 0 => {
-                    let s = _mm512_set1_ps(*vs.at([p, q, 0, j0]));
-                    [s, s]
-                }
-                Out::Scaled(_, vs) => {
-                    let sp = vs.at([p, q, 0, j0]);
-                    [
-                        _mm512_maskz_loadu_ps(masks[0], sp),
-                        _mm512_maskz_loadu_ps(masks[1], sp.wrapping_add(16)),
-                    ]
-                }
-                Out::Integer(_) => [_mm512_setzero_ps(); 2],
-            };
-            for (r, raw) in blk.iter().enumerate().take(rows) {
-                let i = i0 + r;
-                let za = c.vza.map_or(0, |z| byte_at(z, c.a_signed, [p, q, i, 0])) + c.a_off;
-                let row_term = _mm512_set1_epi32(self.rowsum[i].wrapping_sub(c.k.wrapping_mul(za)));
-                let za = _mm512_set1_epi32(za);
-                for h in 0..2 {
-                    if masks[h] == 0 {
-                        break;
-                    }
-                    let v = _mm512_loadu_si512(raw.as_ptr().add(16 * h) as *const _);
-                    let v = _mm512_sub_epi32(v, _mm512_mullo_epi32(zb[h], row_term));
-                    let v = _mm512_sub_epi32(v, _mm512_mullo_epi32(za, colsum[h]));
-                    match self.out {
-                        Out::Integer(vc) => {
-                            let dst = vc.at([p, q, i, j0]).wrapping_add(16 * h);
-                            _mm512_mask_storeu_epi32(dst, masks[h], v);
-                        }
-                        Out::Scaled(vc, _) => {
-                            let dst = vc.at([p, q, i, j0]).wrapping_add(16 * h);
-                            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), scale[h]);
-                            _mm512_mask_storeu_ps(dst, masks[h], f);
-                        }
-                    }
-                }
-            }
-        }
+        // SAFETY: forwarded contract.
+        unsafe { self.store(i0, j0, rows, cols, blk) }
     }
 }
 
@@ -806,7 +717,8 @@ macro_rules! vnni_steps {
 }
 
 /// What [`tile_vnni_store`] needs to finish its tile from registers: the formula of
-/// [`Block::store_rows_avx512`], its terms laid out per batch.
+/// `C[i, j] = raw − zb'[j]·(rowsum[i] − K·za'[i]) − za'[i]·colsum[j]` (wrapping, as
+/// [`Corrections::row`]), its terms laid out per batch.
 #[cfg(target_arch = "x86_64")]
 struct TileStore {
     /// Rows of the tile inside C (`≤ MR`).
@@ -844,8 +756,10 @@ unsafe fn tile_vnni_store(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, st:
     let z = _mm512_setzero_si512();
     let mut c = [[z; 2]; MR];
     vnni_steps!(a, b, np, k4, c);
-    let lanes = |n: usize| -> __mmask16 { ((1u32 << n.min(16)) - 1) as __mmask16 };
-    let masks = [lanes(st.cols), lanes(st.cols.saturating_sub(16))];
+    let masks = [
+        crate::lanes_below(st.cols),
+        crate::lanes_below(st.cols.saturating_sub(16)),
+    ];
     // SAFETY: the column terms and the scale are read under the column masks, the row terms
     // for rows below `rows`, and C's rows written under the masks — all inside what the
     // contract says `st` covers.

@@ -51,7 +51,7 @@ pub unsafe fn dynamic_quantize(
     let vo = View::<u8>::new(output, mem);
     let shape = vi.shape;
     let w = walk(shape, [vi.stride, vo.stride]);
-    let avx512 = has_avx512();
+    let avx512 = crate::has_avx512();
     let (base_i, base_o) = (vi.at([0; 4]), vo.at([0; 4]));
     let (mut lo, mut hi) = (0f32, 0f32);
     let [si, so] = w.inner();
@@ -102,17 +102,6 @@ pub unsafe fn dynamic_quantize(
     let _ = avx512;
 }
 
-fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// Widens `[lo, hi]` by `n` unit-stride elements from `p`: four 16-lane minima and maxima,
 /// the tail masked; `vminps(x, acc)` returns `acc` for a NaN `x`.
 ///
@@ -136,11 +125,7 @@ unsafe fn range_row_avx512(p: *const f32, n: usize, lo: &mut f32, hi: &mut f32) 
             i += 64;
         }
         while i < n {
-            let m = if n - i >= 16 {
-                0xffff
-            } else {
-                ((1u32 << (n - i)) - 1) as __mmask16
-            };
+            let m = crate::lanes_below(n - i);
             let x = _mm512_maskz_loadu_ps(m, p.add(i));
             // Masked lanes keep the accumulator (zeros would be inside the range anyway).
             mn[0] = _mm512_mask_min_ps(mn[0], m, x, mn[0]);
@@ -169,11 +154,7 @@ unsafe fn quantize_row_avx512(p: *const f32, q: *mut u8, n: usize, scale: f32, z
     // SAFETY: every access touches elements below n (the tail under a mask).
     unsafe {
         while i < n {
-            let m = if n - i >= 16 {
-                0xffff
-            } else {
-                ((1u32 << (n - i)) - 1) as __mmask16
-            };
+            let m = crate::lanes_below(n - i);
             let x = _mm512_maskz_loadu_ps(m, p.add(i));
             let r = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
                 _mm512_div_ps(x, s),
