@@ -307,6 +307,13 @@ pub trait Device: Send + Sync + fmt::Debug {
         false
     }
 
+    /// Readies the calling host thread to do device work later ([`Device::assist`]) without
+    /// allocating then: a software device whose kernels keep per-thread state sets it up
+    /// now. The runtime calls it once per thread, on the thread's first wait that may
+    /// assist — inside its first execution, not in its steady state. Hardware (the default)
+    /// does nothing.
+    fn prepare_thread(&self) {}
+
     /// [`Device::assist`], but only if the device has not yet taken core `nc`'s last
     /// doorbell: its thread has not looked at the core since the host rang — on a shared
     /// host, because it is not running. A waiter calls it early in its spin: a device thread

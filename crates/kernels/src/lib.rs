@@ -42,7 +42,8 @@
 //! - Dispatch on op and element type happens once per call, into monomorphized loops that the
 //!   compiler vectorizes (x86-64-v3: AVX2 + FMA is the build baseline).
 //! - Steady state allocates nothing: scratch lives in the caller's [`Workspace`] (and the
-//!   GEMM crate's thread-local packing buffer), which grow to the largest need and stay.
+//!   GEMM crate's thread-local packing buffer, set up by [`matmul::prepare_thread`] before
+//!   a thread's steady state), which grow to the largest need and stay.
 
 pub mod act;
 pub mod amx;
@@ -151,7 +152,7 @@ pub(crate) fn has_avx512() -> bool {
 /// direct convolution's accumulator plane, Reduce accumulators, Resize tables, packed GEMV
 /// rows). It grows to the largest size an instruction needs and then stays, so steady-state
 /// executions allocate nothing. (The GEMM crate keeps its packing buffers in a thread-local of
-/// its own, allocated on a thread's first GEMM.)
+/// its own, allocated on a thread's first GEMM unless [`matmul::prepare_thread`] ran on it.)
 #[derive(Debug, Default)]
 pub struct Workspace {
     f32s: [Vec<f32>; 4],

@@ -196,6 +196,24 @@ unsafe fn contiguous_rows(
     (buf.as_ptr(), k as isize)
 }
 
+/// Readies the calling thread to run [`gemm_f32`] without allocating: the GEMM crate keeps
+/// its packing buffers in a thread-local of its own (two L3-sized blocks of address space,
+/// reserved on a thread's first product and only touched as used), which a 1×1×1 product
+/// sets up. A thread that may run device work — a device thread, or a waiting caller that
+/// assists its core — calls it before its steady state, so that its first real product
+/// (perhaps thousands of executions in, the first time a co-tenant holds the device
+/// thread's vCPU) allocates nothing. Idempotent and cheap after the first call.
+pub fn prepare_thread() {
+    let (mut a, mut b, mut c) = (0.0f32, 0.0f32, 0.0f32);
+    let mat = |p: &mut f32| Mat {
+        ptr: p,
+        rs: 1,
+        cs: 1,
+    };
+    // SAFETY: 1×1 matrices on three distinct locals; m = n = k = 1.
+    unsafe { gemm_f32(1, 1, 1, mat(&mut a), mat(&mut b), mat(&mut c), 1.0, false) };
+}
+
 /// Runs the GEMM crate (or the portable fallback off x86-64).
 ///
 /// # Safety

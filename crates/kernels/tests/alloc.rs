@@ -538,3 +538,52 @@ fn second_calls_allocate_nothing() {
         assert_eq!(second_run_allocs(&mut m, op, &mut ws), 0, "{name}");
     }
 }
+
+/// A product run by a thread that has never run one — a waiting caller lending itself to its
+/// core for the first time, thousands of executions in — allocates nothing once the thread
+/// was readied (`prepare_thread`, which the runtime calls on a thread's first wait), though
+/// the workspace is warm. Without it, the GEMM crate sets up its thread-local packing
+/// buffers right then (the control below).
+#[test]
+fn a_fresh_thread_runs_a_product_without_allocating_once_prepared() {
+    let mut rng = Rng::new(11);
+    let mut m = Arena::new(16 << 20);
+    let a = m.dense(DType::F32, [1, 1, 64, 128]);
+    let b = m.dense(DType::F32, [1, 1, 128, 96]);
+    let c = m.dense(DType::F32, [1, 1, 64, 96]);
+    m.fill_f32(&a, &mut rng, -1.0, 1.0);
+    m.fill_f32(&b, &mut rng, -1.0, 1.0);
+    let op = Op::MatMul {
+        a,
+        b,
+        c,
+        alpha: 1.0,
+        flags: 0,
+        epilogue: nrt_isa::Epilogue::NONE,
+    };
+    let mut ws = Workspace::new();
+    m.run(&op, &mut ws).unwrap();
+    let first_product_allocs = |prepare: bool, mut m: Arena, mut ws: Workspace| {
+        std::thread::spawn(move || {
+            if prepare {
+                nrt_kernels::matmul::prepare_thread();
+            }
+            let before = allocs();
+            m.run(&op, &mut ws).unwrap();
+            (allocs() - before, m, ws)
+        })
+        .join()
+        .unwrap()
+    };
+    let (control, m, ws) = first_product_allocs(false, m, ws);
+    assert!(
+        control > 0,
+        "the GEMM crate no longer allocates on a thread's first product: prepare_thread and \
+         its calls can go"
+    );
+    let (prepared, _, _) = first_product_allocs(true, m, ws);
+    assert_eq!(
+        prepared, 0,
+        "allocations on a prepared thread's first product"
+    );
+}

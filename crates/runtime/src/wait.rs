@@ -35,6 +35,7 @@ impl<'a> VcoreWait<'a> {
     /// A wait that may spin `spin` (past its pure spin) before it blocks.
     #[inline]
     pub(crate) fn new(device: &'a dyn Device, vc: &'a VCore, spin: Duration) -> VcoreWait<'a> {
+        prepare_assisting_thread(device);
         VcoreWait {
             waiter: Waiter::new(vc.wake.as_deref(), spin),
             vc,
@@ -73,8 +74,11 @@ impl<'a> VcoreWait<'a> {
     #[inline]
     pub(crate) fn worker(device: &'a dyn Device, vc: &'a VCore, spin: Duration) -> VcoreWait<'a> {
         VcoreWait {
+            waiter: Waiter::new(vc.wake.as_deref(), spin),
+            vc,
+            device,
+            idle: 0,
             assists: false,
-            ..VcoreWait::new(device, vc, spin)
         }
     }
 
@@ -121,6 +125,22 @@ impl<'a> VcoreWait<'a> {
                 Ordering::Relaxed,
             );
         }
+    }
+}
+
+/// [`Device::prepare_thread`] on this thread's first wait that may assist (a thread-local
+/// flag: one load after that). An assist may run any instruction on the waiting thread, and
+/// the first one to reach a kernel with per-thread state would otherwise allocate in the
+/// thread's steady state (a model going through the GEMM crate: one allocation the first time
+/// a co-tenant held the device thread's vCPU).
+#[inline]
+fn prepare_assisting_thread(device: &dyn Device) {
+    thread_local! {
+        static PREPARED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    // `try_with`: a wait during thread teardown simply does not prepare.
+    if PREPARED.try_with(|p| p.replace(true)) == Ok(false) {
+        device.prepare_thread();
     }
 }
 

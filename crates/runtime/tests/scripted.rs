@@ -245,3 +245,32 @@ fn a_fatal_error_fails_what_is_queued_behind_it_and_nothing_ahead() {
     r.dev.run_all(0, idx);
     assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success);
 }
+
+/// A thread's first wait readies it for device work (`Device::prepare_thread`: the software
+/// device's kernels set up their per-thread state then, not on the first product the thread
+/// runs while assisting its core, deep in its steady state) — once per thread; later waits
+/// do not call it again, and the XU worker, which never assists, is never readied.
+#[test]
+fn a_thread_is_readied_for_device_work_on_its_first_wait_only() {
+    std::thread::spawn(|| {
+        let r = rig(1, Duration::from_secs(5));
+        let me = std::thread::current().id();
+        for round in 0..3 {
+            let (s, idx) = r.schedule();
+            for e in [
+                Engine::Sp,
+                Engine::Act,
+                Engine::Pe,
+                Engine::Dve,
+                Engine::Pool,
+            ] {
+                r.dev.engine(0, e, idx, false);
+                r.dev.engine(0, e, idx, true);
+            }
+            assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success, "round {round}");
+            assert_eq!(r.dev.prepared_threads(), vec![me], "after wait {round}");
+        }
+    })
+    .join()
+    .unwrap();
+}

@@ -392,6 +392,9 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         let server = dev.server_thread(c);
         server == worker || (dev.cores[c].has_work() && dev.gates[server].is_sleeping())
     };
+    // Any thread may run any core's instructions (above): its kernels' per-thread state is
+    // set up now, not on the first product it happens to run.
+    nrt_kernels::matmul::prepare_thread();
     dev.threads_started.fetch_add(1, Ordering::Release);
     let stall_block = tuning::DEVICE_STALL_BLOCK_MAX
         .min(dev.config.hang_watchdog / 4)
@@ -890,6 +893,10 @@ impl Device for SoftDevice {
             self.shared.gates[self.shared.server_thread(nc as usize)].notify();
         }
         Ok(())
+    }
+
+    fn prepare_thread(&self) {
+        nrt_kernels::matmul::prepare_thread();
     }
 
     fn assist_untaken(&self, nc: u32) -> bool {

@@ -33,6 +33,7 @@ pub struct ScriptedDevice {
     base: NonNull<u8>,
     next: Mutex<u64>,
     cores: Vec<Mutex<Core>>,
+    prepared: Mutex<Vec<std::thread::ThreadId>>,
 }
 
 // SAFETY: `base` is a private allocation owned by the device for its whole life; every access
@@ -69,7 +70,17 @@ impl ScriptedDevice {
             base: NonNull::new(p).expect("scripted device memory"),
             next: Mutex::new(RESERVED_LOW),
             cores: (0..cores).map(|_| Mutex::new(Core::default())).collect(),
+            prepared: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The threads the runtime readied for device work ([`Device::prepare_thread`]), in call
+    /// order (a thread twice: called twice).
+    pub fn prepared_threads(&self) -> Vec<std::thread::ThreadId> {
+        self.prepared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn core(&self, nc: u32) -> Result<std::sync::MutexGuard<'_, Core>, HalError> {
@@ -165,6 +176,13 @@ impl ScriptedDevice {
 }
 
 impl Device for ScriptedDevice {
+    fn prepare_thread(&self) {
+        self.prepared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(std::thread::current().id());
+    }
+
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
             arch_name: "scripted",
