@@ -103,19 +103,77 @@ pub unsafe fn softmax(
     });
 }
 
-/// [`softmax_row`] compiled with AVX-512F enabled. LLVM still picks 256-bit vectors for
-/// it, but the exponential's range checks and NaN selects become mask-register blends
-/// instead of `vblendvps` (two µops each) and 32 vector registers hold the polynomial:
-/// `cargo bench -p nrt-kernels --bench kernels -- softmax` measured 512×128 (the encoder
-/// sample's attention scores) at 96 µs against 128 µs, and 1000×1000 at 1.15 against
-/// 1.36 ns per element.
+/// [`max`] with AVX-512F: 16 lanes of `vmaxps` and a mask of the lanes that saw a NaN
+/// (`vmaxps` itself would drop one). The maximum of the numbers is [`max`]'s; a row with a
+/// NaN gives a NaN.
+///
+/// # Safety
+/// The CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn max_avx512(x: &[f32]) -> f32 {
+    use core::arch::x86_64::*;
+    let whole = x.len() / 16 * 16;
+    // SAFETY: AVX-512F per the contract; each load covers one whole chunk of 16.
+    let (lanes, nan) = unsafe {
+        let mut vmax = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut nan: __mmask16 = 0;
+        for ch in x[..whole].chunks_exact(16) {
+            let v = _mm512_loadu_ps(ch.as_ptr());
+            nan |= _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+            vmax = _mm512_max_ps(vmax, v);
+        }
+        let mut lanes = [0.0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), vmax);
+        (lanes, nan)
+    };
+    let m = max(&lanes).max(max(&x[whole..]));
+    if nan != 0 || m.is_nan() { f32::NAN } else { m }
+}
+
+/// [`softmax_row`] with AVX-512F. The exponentials and their sum run on 16-lane vectors
+/// ([`vmath::exp_avx512`], one accumulator of 16 lanes as in [`softmax_row`], so the
+/// result is bit-identical to it); LLVM vectorizes the scalar form to 256-bit vectors only.
+/// The maximum runs on 16 lanes too ([`max_avx512`]); the scaling is the scalar code,
+/// compiled here with AVX-512F. The log
+/// form is [`softmax_row`] compiled with AVX-512F (mask-register blends instead of
+/// two-µop `vblendvps`).
 ///
 /// # Safety
 /// The CPU has AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn softmax_row_avx512(buf: &mut [f32], log: bool) {
-    softmax_row(buf, log);
+    use core::arch::x86_64::*;
+    if log {
+        softmax_row(buf, true);
+        return;
+    }
+    // SAFETY: AVX-512F per the contract; each load and store covers one whole chunk of 16.
+    let m = unsafe { max_avx512(buf) };
+    // SAFETY: as above.
+    let lanes = unsafe {
+        let vm = _mm512_set1_ps(m);
+        let mut acc = _mm512_setzero_ps();
+        for ch in buf.chunks_exact_mut(16) {
+            let e = vmath::exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(ch.as_ptr()), vm));
+            _mm512_storeu_ps(ch.as_mut_ptr(), e);
+            acc = _mm512_add_ps(acc, e);
+        }
+        let mut lanes = [0.0f32; 16];
+        _mm512_storeu_ps(lanes.as_mut_ptr(), acc);
+        lanes
+    };
+    let whole = buf.len() / 16 * 16;
+    let mut tail = 0.0f32;
+    for x in &mut buf[whole..] {
+        *x = vmath::exp(*x - m);
+        tail += *x;
+    }
+    let r = 1.0 / (sum(&lanes) + tail);
+    for x in buf.iter_mut() {
+        *x *= r;
+    }
 }
 
 /// One softmax (or log-softmax) row in place: the maximum, then `exp(x − max)` and its sum
