@@ -76,6 +76,9 @@ pub fn softplus(x: f32) -> f32 {
     if x.is_nan() { x } else { v }
 }
 
+/// √(2/π), GeluTanh's constant.
+const K_GELU: f32 = 0.797_884_6;
+
 /// Expands `$go!(f)` with `f: Fn(f32) -> f32 + Copy` the scalar definition of `$func`
 /// (parameters `$alpha`, `$beta`): one monomorphized loop per function, shared by
 /// [`activation`] and the MatMul epilogue.
@@ -83,7 +86,6 @@ macro_rules! with_func {
     ($func:expr, $alpha:expr, $beta:expr, $go:ident) => {{
         #[allow(unused_variables)]
         let (alpha, beta): (f32, f32) = ($alpha, $beta);
-        const K_GELU: f32 = 0.797_884_6; // √(2/π)
         match $func {
             ActFunc::Identity => $go!(|x| x),
             ActFunc::Relu => $go!(|x: f32| if x < 0.0 { 0.0 } else { x }),
@@ -155,7 +157,50 @@ pub fn apply_in_place(func: ActFunc, alpha: f32, beta: f32, xs: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn apply_in_place_avx512(func: ActFunc, alpha: f32, beta: f32, xs: &mut [f32]) {
-    apply_in_place_here(func, alpha, beta, xs);
+    use core::arch::x86_64::*;
+    // The exponential's functions on 16-lane vectors ([`vmath::exp_avx512`]: LLVM
+    // vectorizes the scalar forms to 256-bit vectors only), lane for lane the same
+    // operations as their scalar definitions in `with_func!`, so bit-identical to them; the
+    // tail (under 16) and every other function take the scalar form.
+    macro_rules! lanes16 {
+        ($f:expr) => {{
+            let f = $f;
+            let whole = xs.len() / 16 * 16;
+            for ch in xs[..whole].chunks_exact_mut(16) {
+                // SAFETY: AVX-512F per the contract; the load and store cover the chunk.
+                unsafe { _mm512_storeu_ps(ch.as_mut_ptr(), f(_mm512_loadu_ps(ch.as_ptr()))) };
+            }
+            apply_in_place_here(func, alpha, beta, &mut xs[whole..]);
+        }};
+    }
+    match func {
+        ActFunc::Exp => lanes16!(|x| {
+            // SAFETY: AVX-512F per the contract; register-only operations.
+            unsafe { vmath::exp_avx512(x) }
+        }),
+        ActFunc::Sigmoid => lanes16!(|x: __m512| {
+            // SAFETY: as above. 1 / (1 + e^{−x}), the negation a sign flip as in the scalar
+            // form.
+            unsafe {
+                let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+                    _mm512_castps_si512(x),
+                    _mm512_set1_epi32(i32::MIN),
+                ));
+                let one = _mm512_set1_ps(1.0);
+                _mm512_div_ps(one, _mm512_add_ps(one, vmath::exp_avx512(neg)))
+            }
+        }),
+        ActFunc::GeluTanh => lanes16!(|x: __m512| {
+            // SAFETY: as above.
+            unsafe {
+                let x3 = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.044_715), x), x);
+                let inner = _mm512_mul_ps(_mm512_set1_ps(K_GELU), _mm512_fmadd_ps(x3, x, x));
+                let e = vmath::exp_avx512(_mm512_mul_ps(_mm512_set1_ps(-2.0), inner));
+                _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e))
+            }
+        }),
+        _ => apply_in_place_here(func, alpha, beta, xs),
+    }
 }
 
 #[inline(always)]
@@ -190,6 +235,24 @@ pub unsafe fn activation(
         return;
     }
     let Params { scale, alpha, beta } = p;
+    if bias.is_none()
+        && scale == 1.0
+        && matches!(func, ActFunc::Exp | ActFunc::Sigmoid | ActFunc::GeluTanh)
+    {
+        // The functions [`apply_in_place`] runs on 16-lane vectors: copied, then in place
+        // (the same values as the scalar loop below, bit for bit).
+        let out = View::<f32>::new(output, mem);
+        let x = In::<f32>::new(input, output, mem);
+        // SAFETY: the caller's contract; `In::new` flags an input overlapping the output so
+        // the driver buffers it.
+        unsafe {
+            map1(x, out, |a, o| {
+                o.copy_from_slice(a);
+                apply_in_place(func, alpha, beta, o);
+            })
+        };
+        return;
+    }
     macro_rules! go {
         ($f:expr) => {
             // SAFETY: the caller's contract.
@@ -197,4 +260,47 @@ pub unsafe fn activation(
         };
     }
     with_func!(func, alpha, beta, go);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The epilogue's 16-lane functions are bit-identical to their scalar definitions, over
+    /// both ranges' ends, special values and a tail shorter than a vector.
+    #[test]
+    fn vector_epilogue_functions_are_the_scalar_ones() {
+        let mut xs: Vec<f32> = vec![
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            f32::NAN,
+            0.0,
+            -0.0,
+            1e-40,
+            -1e-40,
+            f32::MAX,
+            f32::MIN,
+            -90.0,
+            90.0,
+        ];
+        xs.extend((0..10_000).map(|i| -120.0 + i as f32 * 0.0241));
+        xs.truncate(xs.len() / 16 * 16 + 7);
+        for func in [
+            ActFunc::Exp,
+            ActFunc::Sigmoid,
+            ActFunc::GeluTanh,
+            ActFunc::Tanh,
+        ] {
+            let mut got = xs.clone();
+            apply_in_place(func, 0.0, 0.0, &mut got);
+            let mut want = xs.clone();
+            apply_in_place_here(func, 0.0, 0.0, &mut want);
+            for ((x, g), w) in xs.iter().zip(&got).zip(&want) {
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{func:?}({x}): {g} vs {w}"
+                );
+            }
+        }
+    }
 }
