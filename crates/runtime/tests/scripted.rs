@@ -249,7 +249,8 @@ fn a_fatal_error_fails_what_is_queued_behind_it_and_nothing_ahead() {
 /// A thread's first wait readies it for device work (`Device::prepare_thread`: the software
 /// device's kernels set up their per-thread state then, not on the first product the thread
 /// runs while assisting its core, deep in its steady state) — once per thread; later waits
-/// do not call it again, and the XU worker, which never assists, is never readied.
+/// do not call it again, and the XU worker, which never assists, is never readied. A thread
+/// that only polls `is_completed` is readied on its first idle poll.
 #[test]
 fn a_thread_is_readied_for_device_work_on_its_first_wait_only() {
     std::thread::spawn(|| {
@@ -270,6 +271,29 @@ fn a_thread_is_readied_for_device_work_on_its_first_wait_only() {
             assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success, "round {round}");
             assert_eq!(r.dev.prepared_threads(), vec![me], "after wait {round}");
         }
+        // A thread that only polls `is_completed` is readied on its first idle poll.
+        let (s, idx) = r.schedule();
+        let poller = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                assert!(!r.done(s), "no record posted yet");
+                std::thread::current().id()
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(r.dev.prepared_threads(), vec![me, poller], "after a poll");
+        for e in [
+            Engine::Sp,
+            Engine::Act,
+            Engine::Pe,
+            Engine::Dve,
+            Engine::Pool,
+        ] {
+            r.dev.engine(0, e, idx, false);
+            r.dev.engine(0, e, idx, true);
+        }
+        assert!(r.completes(s));
+        assert_eq!(r.dev.prepared_threads(), vec![me, poller], "after polls");
     })
     .join()
     .unwrap();

@@ -111,6 +111,8 @@ pub(crate) fn is_completed(rt: &RuntimeInner, vc: &VCore, seq: SeqId) -> Result<
     }
     // Help the harvest along (re-entrant, non-blocking); it settles what it finishes.
     if drive(rt, vc, n) == Step::Idle {
+        // It may assist below: readied on its first idle poll, not on its first assist.
+        crate::wait::prepare_assisting_thread(&*rt.device);
         // A client polling in a loop is a spinning waiter too: once in
         // POLLER_ASSIST_EVERY_IDLE_POLLS idle harvest polls of the vcore (any poller's), lend
         // this thread to the device, whose own thread may not be running (wait.rs) — for
