@@ -130,10 +130,10 @@ impl<'a> VcoreWait<'a> {
 
 /// [`Device::prepare_thread`] on this thread's first wait that may assist, or its first idle
 /// poll of `is_completed` (a thread-local flag: one load after that). An assist may run any
-/// instruction on the waiting thread, and
-/// the first one to reach a kernel with per-thread state would otherwise allocate in the
-/// thread's steady state (a model going through the GEMM crate: one allocation the first time
-/// a co-tenant held the device thread's vCPU).
+/// instruction on the waiting thread, and the first one to reach a kernel with per-thread
+/// state would otherwise allocate in the thread's steady state (a model going through the
+/// GEMM crate: one allocation the first time a co-tenant held the device thread's vCPU). The
+/// flag is the thread's, not the device's: one device per process is the case it serves.
 #[inline]
 pub(crate) fn prepare_assisting_thread(device: &dyn Device) {
     thread_local! {
