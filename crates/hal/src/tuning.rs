@@ -376,6 +376,14 @@ pub const KERNEL_TRANSPOSE_TILE: usize = 8;
 /// 1.4–3.3 ms instead of 0.23–0.27. One 64-byte vector's worth keeps them in the allocation.
 pub const KERNEL_SCRATCH_SLACK_BYTES: usize = 64;
 
+/// Most bytes one thread's kernel scratch (`nrt_kernels::Workspace`, all its buffers together)
+/// may hold: 4 GiB. Scratch is sized by operand shapes, and a stride-0 view lets a file give an
+/// operand far more elements than memory behind it; past this, the instruction fails
+/// (`NRT_EXEC_BAD_INPUT`) instead of the process growing until the OOM killer or the allocator
+/// ends it. The largest legitimate need is well under it: the f32 copy of an f16/bf16 weight
+/// matrix (`k·n` f32 — 2.1 GB for a 4096 × 128,256 language-model head), or a Softmax row.
+pub const KERNEL_SCRATCH_MAX_BYTES: usize = 4 << 30;
+
 /// The widest pooling window (columns) the AVX-512 pool (`nrt_kernels::pool`) takes: its
 /// taps' valid column ranges live in a stack array of this many entries. Real models pool
 /// over at most 7–13 columns (global pools take their own path); wider windows take the

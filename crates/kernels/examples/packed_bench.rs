@@ -79,7 +79,7 @@ fn main() {
             };
             // SAFETY: as above; the packed buffer holds every panel.
             let ns = best(|| unsafe {
-                gemm_packed(m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE, &mut ws)
+                gemm_packed(m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE, &mut ws).unwrap()
             });
             line += &format!(
                 "  packed{nr} {:.0}% ({:.1} us)",
@@ -105,7 +105,9 @@ fn main() {
             };
             i += 1;
             // SAFETY: as above.
-            unsafe { gemm_packed(m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE, &mut ws) }
+            unsafe {
+                gemm_packed(m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE, &mut ws).unwrap()
+            }
         });
         line += &format!("  4 weights in turn {:.0}%", 100.0 * flop / ns / peak);
         println!("{line}");

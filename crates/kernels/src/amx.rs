@@ -30,9 +30,9 @@
 //! `NRT_SIM_AMX=0` turns both paths off (the AVX-512 BF16 and VNNI kernels then run), for
 //! comparisons.
 
-use crate::Workspace;
 use crate::gemm_packed::{PackedBf16, TileEpilogue};
 use crate::matmul::Mat;
+use crate::{KernelError, Workspace};
 use core::sync::atomic::{AtomicU8, Ordering};
 
 /// Whether the AMX bf16 path runs in this process (see the module docs); decided once.
@@ -137,7 +137,7 @@ pub unsafe fn gemm_packed_bf16(
     accumulate: bool,
     epi: TileEpilogue,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     debug_assert!(bf16_available() && (b.nr == 32 || b.nr == 64) && m > 0 && n > 0 && k > 0);
     let kp = k.div_ceil(2); // pairs of K in B's rows
     let chunks = kp / PAIRS; // whole chunks read straight from the panels
@@ -151,7 +151,7 @@ pub unsafe fn gemm_packed_bf16(
     // loads waited on L2). Zeros past K and M. Then a zeroed 16-row × 32-pair copy of the
     // tail of B, and one row of A rounded (scratch).
     let nq = apairs / PAIRS;
-    let (abuf, tbuf, rowbuf) = ws.f32x3(rows * apairs, PAIRS * 32, apairs);
+    let (abuf, tbuf, rowbuf) = ws.f32x3(rows.saturating_mul(apairs), PAIRS * 32, apairs)?;
     for i in 0..rows {
         // SAFETY: the slots hold 2·apairs u16, f32-aligned.
         let h =
@@ -227,6 +227,7 @@ pub unsafe fn gemm_packed_bf16(
             s += 32;
         }
     }
+    Ok(())
 }
 
 /// The raw sums of the packed int8 product (`Σ` over words of four `u8 × i8` products, as

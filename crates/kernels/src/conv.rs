@@ -41,7 +41,7 @@ mod panel;
 use crate::matmul::{Mat, gemm_auto};
 use crate::pool::valid_range;
 use crate::strided::{View, copy_elems};
-use crate::{DeviceMemory, Workspace};
+use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::tuning::KERNEL_IM2COL_BAND_BYTES;
 use nrt_isa::{AccessPattern, ActFunc, Window};
 
@@ -194,12 +194,16 @@ struct Geo {
 ///
 /// # Safety
 /// Operands inside `mem`, aligned to 4 bytes; the output overlaps no other operand.
-pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
+pub unsafe fn conv(
+    args: &ConvArgs<'_>,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
     let vi = View::<f32>::new(args.input, mem);
     let vw = View::<f32>::new(args.weight, mem);
     let vo = View::<f32>::new(args.output, mem);
     if vo.elements() == 0 {
-        return;
+        return Ok(());
     }
     let g = args.groups as usize;
     let win = args.window;
@@ -237,16 +241,16 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             // No input channels: the output is the bias (or 0).
             fill_bias(&vo, bias.as_ref());
         } else if pointwise && out_flat && w_flat && geo.og > 1 {
-            pointwise_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
+            pointwise_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), ws)?;
         } else if args.workspace.is_some() && direct512::applies(&geo, &vi, &vo) {
             // A short patch (an RGB input layer): eight channels × two strips of FMAs per
             // tap, straight from the input rows.
             let relu = matches!(args.act.0, ActFunc::Relu);
-            direct512::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws);
+            direct512::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws)?;
             if !relu {
                 activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
             }
-            return;
+            return Ok(());
         } else if args.workspace.is_some()
             && out_flat
             && w_flat
@@ -256,26 +260,26 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
         {
             // im2col a few panels at a time into the packed-B GEMM, bias and Relu in registers.
             let relu = matches!(args.act.0, ActFunc::Relu);
-            panel::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws);
+            panel::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws)?;
             if !relu {
                 activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
             }
-            return;
+            return Ok(());
         } else if let (Some(col), true, true, true) = (args.workspace, out_flat, w_flat, geo.og > 1)
         {
             let col = mem.ptr(col.addr) as *mut f32;
             // The activation goes band by band, while each band's output is in cache.
-            im2col_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), col, args.act, ws);
-            return;
+            im2col_gemm(&geo, &vi, &vw, &vo, bias.as_ref(), col, args.act, ws)?;
+            return Ok(());
         } else if depthwise::applies(&geo, &vi, &vo) {
             // One channel per group: broadcast weights times masked row loads, four strips of
             // 16 columns at a time, bias and Relu in registers.
             let relu = matches!(args.act.0, ActFunc::Relu);
-            depthwise::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws);
+            depthwise::conv(&geo, &vi, &vw, &vo, bias.as_ref(), relu, ws)?;
             if !relu {
                 activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
             }
-            return;
+            return Ok(());
         } else {
             #[cfg(all(
                 target_arch = "x86_64",
@@ -285,12 +289,13 @@ pub unsafe fn conv(args: &ConvArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
             if geo.sw == 1 && vi.stride[3] == 1 && vo.stride[3] == 1 {
                 direct_avx::direct(&geo, &vi, &vw, &vo, bias.as_ref());
                 activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
-                return;
+                return Ok(());
             }
-            direct(&geo, &vi, &vw, &vo, bias.as_ref(), ws);
+            direct(&geo, &vi, &vw, &vo, bias.as_ref(), ws)?;
         }
         activate(&vo, 0..vo.shape[1], 0..vo.shape[2], args.act);
     }
+    Ok(())
 }
 
 /// Applies `act` to output channels `os` and rows `ys` of every image (nothing for
@@ -388,7 +393,7 @@ unsafe fn pointwise_gemm(
     vo: &View<f32>,
     bias: Option<&View<f32>>,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let hw = g.oh * g.ow;
     let acc = bias.is_some();
     if bias.is_some() {
@@ -413,9 +418,10 @@ unsafe fn pointwise_gemm(
                 cs: vo.stride[3],
             };
             // SAFETY: the three matrices address exactly the operands' elements.
-            unsafe { gemm_auto(g.og, hw, g.cg, a, b, c, 1.0, acc, ws) };
+            unsafe { gemm_auto(g.og, hw, g.cg, a, b, c, 1.0, acc, ws)? };
         }
     }
+    Ok(())
 }
 
 /// # Safety
@@ -430,7 +436,7 @@ unsafe fn im2col_gemm(
     col: *mut f32,
     act: (ActFunc, f32, f32),
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let hw = g.oh * g.ow;
     let kk = g.cg * g.kh * g.kw;
     let acc = bias.is_some();
@@ -468,7 +474,7 @@ unsafe fn im2col_gemm(
                 };
                 // SAFETY: the matrices address the operands' elements (output rows
                 // oy0..oy0+rows flatten with the columns) and the filled workspace.
-                unsafe { gemm_auto(g.og, nb, kk, a, b, c, 1.0, acc, ws) };
+                unsafe { gemm_auto(g.og, nb, kk, a, b, c, 1.0, acc, ws)? };
                 // SAFETY: the band's output rows of this group's channels.
                 unsafe {
                     activate_image(vo, n, grp * g.og..(grp + 1) * g.og, oy0..oy0 + rows, act)
@@ -476,6 +482,7 @@ unsafe fn im2col_gemm(
             }
         }
     }
+    Ok(())
 }
 
 /// [`activate`] for image `n` only.
@@ -639,9 +646,9 @@ unsafe fn direct(
     vo: &View<f32>,
     bias: Option<&View<f32>>,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let hw = g.oh * g.ow;
-    let acc = ws.f32(0, hw);
+    let acc = ws.f32(0, hw)?;
     let rs = vi.stride[3];
     for n in 0..g.n {
         for o in 0..g.og * g.groups {
@@ -692,6 +699,7 @@ unsafe fn direct(
             }
         }
     }
+    Ok(())
 }
 
 #[cfg(all(

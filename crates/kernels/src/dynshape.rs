@@ -176,15 +176,15 @@ pub unsafe fn unique(
     // SAFETY: per the caller's contract.
     unsafe {
         match a.input.dtype {
-            DType::F32 => uniq::<f32>(a, mem, ws),
-            DType::I32 => uniq::<i32>(a, mem, ws),
-            DType::I64 => uniq::<i64>(a, mem, ws),
-            DType::I16 => uniq::<i16>(a, mem, ws),
-            DType::I8 => uniq::<i8>(a, mem, ws),
-            DType::U64 => uniq::<u64>(a, mem, ws),
-            DType::U32 => uniq::<u32>(a, mem, ws),
-            DType::U16 => uniq::<u16>(a, mem, ws),
-            DType::U8 => uniq::<u8>(a, mem, ws),
+            DType::F32 => uniq::<f32>(a, mem, ws)?,
+            DType::I32 => uniq::<i32>(a, mem, ws)?,
+            DType::I64 => uniq::<i64>(a, mem, ws)?,
+            DType::I16 => uniq::<i16>(a, mem, ws)?,
+            DType::I8 => uniq::<i8>(a, mem, ws)?,
+            DType::U64 => uniq::<u64>(a, mem, ws)?,
+            DType::U32 => uniq::<u32>(a, mem, ws)?,
+            DType::U16 => uniq::<u16>(a, mem, ws)?,
+            DType::U8 => uniq::<u8>(a, mem, ws)?,
             _ => return Err(KernelError::Unsupported("Unique element type")),
         }
     }
@@ -210,7 +210,7 @@ unsafe fn uniq<T: Copy + PartialOrd + Default>(
     a: &UniqueArgs<'_>,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let vi = View::<T>::new(a.input, mem);
     let vy = View::<T>::new(a.y, mem);
     let vidx = View::<i64>::new(a.indices, mem);
@@ -219,7 +219,7 @@ unsafe fn uniq<T: Copy + PartialOrd + Default>(
     let [_, outer, n, inner] = vi.shape;
     // Scratch: the sorted order of the slices, each slice's group, each group's first
     // occurrence and count, and (unsorted) the groups by first occurrence and their rank.
-    let words = ws.words(6 * n);
+    let words = ws.words(n.saturating_mul(6))?;
     let (order, rest) = words.split_at_mut(n);
     let (group, rest) = rest.split_at_mut(n);
     let (first, rest) = rest.split_at_mut(n);
@@ -296,6 +296,7 @@ unsafe fn uniq<T: Copy + PartialOrd + Default>(
         }
         write_shape(a.shape, &dims[..d.rank as usize], mem);
     }
+    Ok(())
 }
 
 //===------------------------------------------------------------------------------------===//
@@ -361,7 +362,11 @@ fn suppresses(a: &Extent, b: &Extent, threshold: f32) -> bool {
 /// # Safety
 /// Operands inside `mem`, aligned to their element size, shapes and types as the decoder
 /// checks.
-pub unsafe fn non_max_suppression(a: &NmsArgs<'_>, mem: DeviceMemory, ws: &mut Workspace) {
+pub unsafe fn non_max_suppression(
+    a: &NmsArgs<'_>,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
     let vb = View::<f32>::new(a.boxes, mem);
     let vs = View::<f32>::new(a.scores, mem);
     let vsel = View::<i64>::new(a.selected, mem);
@@ -388,7 +393,7 @@ pub unsafe fn non_max_suppression(a: &NmsArgs<'_>, mem: DeviceMemory, ws: &mut W
     let center = a.flags & nms_flags::CENTER_POINT_BOX != 0;
     // Scratch: the candidates of a class (box index, by descending score) and the extents
     // of the boxes selected in it.
-    let (ext, cand) = ws.f32_and_words(4 * boxes, boxes);
+    let (ext, cand) = ws.f32_and_words(boxes.saturating_mul(4), boxes)?;
     let mut written = 0usize;
     'all: for b in 0..batches {
         let score = |c: usize, j: u64| {
@@ -445,4 +450,5 @@ pub unsafe fn non_max_suppression(a: &NmsArgs<'_>, mem: DeviceMemory, ws: &mut W
         zero_from(&vsel, 3 * written);
         write_shape(a.shape, &[written as u64, 3], mem);
     }
+    Ok(())
 }

@@ -19,8 +19,8 @@
 //! tiles (rows past M, columns past N, a strided C) go through a stack tile, so nothing is
 //! ever allocated.
 
-use crate::Workspace;
 use crate::matmul::Mat;
+use crate::{KernelError, Workspace};
 use nrt_hal::tuning::{GEMM_PACKED_B_BLOCK_BYTES, GEMM_PACKED_KC};
 
 pub use nrt_isa::matmul_flags::{PANEL_WIDTHS, pack_b, packed_len};
@@ -78,9 +78,9 @@ pub unsafe fn gemm_packed(
     accumulate: bool,
     epi: TileEpilogue,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     if m == 0 || n == 0 {
-        return;
+        return Ok(());
     }
     if k == 0 {
         for i in 0..m {
@@ -99,7 +99,7 @@ pub unsafe fn gemm_packed(
                 }
             }
         }
-        return;
+        return Ok(());
     }
     // A with unit stride along K whose rows do not alias in L1: in place, else one copy per
     // call with rows `k` (or `k + 16`) floats apart.
@@ -107,7 +107,7 @@ pub unsafe fn gemm_packed(
         (a.ptr as *const f32, a.rs)
     } else {
         let ld = copied_row_stride(k);
-        let buf = ws.f32(3, m * ld);
+        let buf = ws.f32(3, m.saturating_mul(ld))?;
         for (i, row) in buf.chunks_exact_mut(ld).enumerate() {
             // SAFETY: readable per the contract; `buf` is distinct scratch.
             unsafe {
@@ -139,6 +139,7 @@ pub unsafe fn gemm_packed(
             epi,
         )
     }
+    Ok(())
 }
 
 /// Whether rows of A `lda` floats apart fall in one set of the L1 data cache: a multiple of
@@ -317,9 +318,9 @@ pub unsafe fn gemm_packed_bf16(
     epi: TileEpilogue,
     kernel: Bf16Kernel,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     if m == 0 || n == 0 {
-        return;
+        return Ok(());
     }
     if k == 0 {
         let b = Packed {
@@ -328,22 +329,22 @@ pub unsafe fn gemm_packed_bf16(
             panel_stride: 0,
         };
         // SAFETY: forwarded contract (k = 0 reads nothing of B).
-        unsafe { gemm_packed(m, n, 0, a, b, c, alpha, accumulate, epi, ws) };
-        return;
+        unsafe { gemm_packed(m, n, 0, a, b, c, alpha, accumulate, epi, ws)? };
+        return Ok(());
     }
     debug_assert!(kernel.available());
     #[cfg(target_arch = "x86_64")]
     if kernel == Bf16Kernel::Amx && (b.nr == 32 || b.nr == 64) {
         // SAFETY: forwarded contract; the tile unit is usable; m, n, k ≥ 1.
-        unsafe { crate::amx::gemm_packed_bf16(m, n, k, a, b, c, alpha, accumulate, epi, ws) };
-        return;
+        unsafe { crate::amx::gemm_packed_bf16(m, n, k, a, b, c, alpha, accumulate, epi, ws)? };
+        return Ok(());
     }
     let fast = kernel != Bf16Kernel::Portable;
     let kp = k.div_ceil(2);
     // A rounded to bf16 rows of `2·kp` (one f32 slot per pair), the odd K padded with 0,
     // `ld` slots apart (`copied_row_stride`).
     let ld = copied_row_stride(kp);
-    let buf = ws.f32(0, m * ld);
+    let buf = ws.f32(0, m.saturating_mul(ld))?;
     for (i, row) in buf.chunks_exact_mut(ld).enumerate() {
         // SAFETY: the slots hold 2·kp u16, f32-aligned.
         let h = unsafe { core::slice::from_raw_parts_mut(row.as_mut_ptr() as *mut u16, 2 * kp) };
@@ -383,10 +384,11 @@ pub unsafe fn gemm_packed_bf16(
     if fast {
         // SAFETY: forwarded contract; AVX-512 BF16 present per the contract.
         unsafe { x86::run_bf16(&job) };
-        return;
+        return Ok(());
     }
     // SAFETY: forwarded contract.
     unsafe { portable_bf16(&job) };
+    Ok(())
 }
 
 /// The portable loop over the packed bf16 layout (pairs of K in 32-bit words).

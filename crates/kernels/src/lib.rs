@@ -126,6 +126,14 @@ pub enum KernelError {
     /// An operation the kernels do not implement (a scheduler op passed here by mistake, or
     /// an element-type combination without a kernel).
     Unsupported(&'static str),
+    /// Scratch the operation needs and cannot have: more than
+    /// [`KERNEL_SCRATCH_MAX_BYTES`](nrt_hal::tuning::KERNEL_SCRATCH_MAX_BYTES) in one buffer
+    /// (sizes come from operand shapes, which a stride-0 view can make far larger than the
+    /// memory behind them), or more than the allocator has. Nothing was written.
+    ScratchUnavailable {
+        /// Bytes asked for (`u64::MAX` when the size itself overflows).
+        bytes: u64,
+    },
 }
 
 /// The mask of the first `min(n, 16)` lanes of a 16-lane vector (AVX-512 `__mmask16`).
@@ -157,17 +165,43 @@ pub(crate) fn has_avx512() -> bool {
 pub struct Workspace {
     f32s: [Vec<f32>; 4],
     words: Vec<u64>,
+    /// Bytes allocated by all the buffers together (their capacities).
+    held: usize,
 }
 
 /// The first `n` elements of `v`, grown (zeroed) if shorter — always with
 /// [`KERNEL_SCRATCH_SLACK_BYTES`](nrt_hal::tuning::KERNEL_SCRATCH_SLACK_BYTES) of allocated
 /// elements after them, where the masked-off lanes of a vector load at the slice's end land.
-fn grown<T: Copy + Default>(v: &mut Vec<T>, n: usize) -> &mut [T] {
-    let slack = nrt_hal::tuning::KERNEL_SCRATCH_SLACK_BYTES.div_ceil(size_of::<T>().max(1));
+/// Growth is checked and fallible: `n` comes from operand shapes (a file's), so a size that
+/// would take the workspace's total (`held`, bytes, kept up to date here) past
+/// [`KERNEL_SCRATCH_MAX_BYTES`](nrt_hal::tuning::KERNEL_SCRATCH_MAX_BYTES), or one the
+/// allocator refuses, is [`KernelError::ScratchUnavailable`] — never an abort.
+fn grown<'a, T: Copy + Default>(
+    v: &'a mut Vec<T>,
+    n: usize,
+    held: &mut usize,
+) -> Result<&'a mut [T], KernelError> {
+    let size = size_of::<T>().max(1);
+    let slack = nrt_hal::tuning::KERNEL_SCRATCH_SLACK_BYTES.div_ceil(size);
     if v.len() < n.saturating_add(slack) {
-        v.resize(n.saturating_add(slack), T::default());
+        let refused = KernelError::ScratchUnavailable {
+            bytes: n.checked_mul(size).map_or(u64::MAX, |b| b as u64),
+        };
+        // Bytes the whole workspace would hold with this buffer at `want` elements.
+        let others = *held - v.capacity() * size;
+        let want = n
+            .checked_add(slack)
+            .filter(|w| {
+                w.checked_mul(size)
+                    .and_then(|b| b.checked_add(others))
+                    .is_some_and(|t| t <= nrt_hal::tuning::KERNEL_SCRATCH_MAX_BYTES)
+            })
+            .ok_or(refused)?;
+        v.try_reserve_exact(want - v.len()).map_err(|_| refused)?;
+        v.resize(want, T::default());
+        *held = others + v.capacity() * size;
     }
-    &mut v[..n]
+    Ok(&mut v[..n])
 }
 
 impl Workspace {
@@ -186,6 +220,7 @@ impl Workspace {
             *v = vec![f32::from_bits(0xA5A5_A5A5); bytes / 4];
         }
         w.words = vec![0xA5A5_A5A5_A5A5_A5A5; bytes / 8];
+        w.held = w.capacity_bytes();
         w
     }
 
@@ -195,14 +230,19 @@ impl Workspace {
     }
 
     /// Scratch buffer `i` (0..4) of `n` f32 (contents unspecified).
-    pub(crate) fn f32(&mut self, i: usize, n: usize) -> &mut [f32] {
-        grown(&mut self.f32s[i], n)
+    pub(crate) fn f32(&mut self, i: usize, n: usize) -> Result<&mut [f32], KernelError> {
+        grown(&mut self.f32s[i], n, &mut self.held)
     }
 
     /// Scratch buffers 0 and 1, of `n0` and `n1` f32 (contents unspecified).
-    pub(crate) fn f32x2(&mut self, n0: usize, n1: usize) -> (&mut [f32], &mut [f32]) {
+    pub(crate) fn f32x2(
+        &mut self,
+        n0: usize,
+        n1: usize,
+    ) -> Result<(&mut [f32], &mut [f32]), KernelError> {
         let [a, b, ..] = &mut self.f32s;
-        (grown(a, n0), grown(b, n1))
+        let held = &mut self.held;
+        Ok((grown(a, n0, held)?, grown(b, n1, held)?))
     }
 
     /// Scratch buffers 0, 1 and 2 (contents unspecified).
@@ -211,30 +251,49 @@ impl Workspace {
         n0: usize,
         n1: usize,
         n2: usize,
-    ) -> (&mut [f32], &mut [f32], &mut [f32]) {
+    ) -> Result<ThreeRows<'_>, KernelError> {
         let [a, b, c, _] = &mut self.f32s;
-        (grown(a, n0), grown(b, n1), grown(c, n2))
+        let held = &mut self.held;
+        Ok((
+            grown(a, n0, held)?,
+            grown(b, n1, held)?,
+            grown(c, n2, held)?,
+        ))
     }
 
     /// Scratch buffer 0 of `nf` f32 and `nw` 64-bit words (contents unspecified).
-    pub(crate) fn f32_and_words(&mut self, nf: usize, nw: usize) -> (&mut [f32], &mut [u64]) {
-        (grown(&mut self.f32s[0], nf), grown(&mut self.words, nw))
+    pub(crate) fn f32_and_words(
+        &mut self,
+        nf: usize,
+        nw: usize,
+    ) -> Result<(&mut [f32], &mut [u64]), KernelError> {
+        let held = &mut self.held;
+        Ok((
+            grown(&mut self.f32s[0], nf, held)?,
+            grown(&mut self.words, nw, held)?,
+        ))
     }
 
     /// 8-byte-aligned scratch of `n` 64-bit words (contents unspecified).
-    pub(crate) fn words(&mut self, n: usize) -> &mut [u64] {
-        grown(&mut self.words, n)
+    pub(crate) fn words(&mut self, n: usize) -> Result<&mut [u64], KernelError> {
+        grown(&mut self.words, n, &mut self.held)
     }
 
     /// Scratch of `n` elements of a plain number type (contents unspecified).
-    pub(crate) fn typed<T: Pod>(&mut self, n: usize) -> &mut [T] {
-        let w = self.words((n * size_of::<T>()).div_ceil(8));
+    pub(crate) fn typed<T: Pod>(&mut self, n: usize) -> Result<&mut [T], KernelError> {
+        let bytes = n
+            .checked_mul(size_of::<T>())
+            .ok_or(KernelError::ScratchUnavailable { bytes: u64::MAX })?;
+        let w = self.words(bytes.div_ceil(8))?;
         // SAFETY: `w` holds at least `n·size_of::<T>()` bytes, 8-byte aligned (≥ T's
         // alignment by `Pod`'s contract), initialized, and every bit pattern is a valid `T`;
         // the returned slice borrows `self` mutably, so nothing else aliases it.
-        unsafe { core::slice::from_raw_parts_mut(w.as_mut_ptr() as *mut T, n) }
+        Ok(unsafe { core::slice::from_raw_parts_mut(w.as_mut_ptr() as *mut T, n) })
     }
 }
+
+/// Three scratch slices of f32 ([`Workspace::f32x3`]).
+type ThreeRows<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
 
 /// Plain number types usable as typed workspace scratch.
 ///
@@ -285,8 +344,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             epilogue,
         } => {
             // SAFETY: see above.
-            unsafe { matmul::matmul(a, b, c, *alpha, *flags, epilogue, mem, ws) };
-            Ok(())
+            unsafe { matmul::matmul(a, b, c, *alpha, *flags, epilogue, mem, ws) }
         }
         Op::Conv {
             input,
@@ -309,8 +367,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
                 act: *act,
             };
             // SAFETY: see above.
-            unsafe { conv::conv(&args, mem, ws) };
-            Ok(())
+            unsafe { conv::conv(&args, mem, ws) }
         }
         Op::MatMulInteger {
             a,
@@ -331,8 +388,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
                 scale: scale.as_ref(),
             };
             // SAFETY: see above.
-            unsafe { qmatmul::matmul_integer(&args, mem, ws) };
-            Ok(())
+            unsafe { qmatmul::matmul_integer(&args, mem, ws) }
         }
         Op::Activation {
             input,
@@ -388,13 +444,11 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             count_include_pad,
         } => {
             // SAFETY: see above.
-            unsafe { pool::pool(input, output, window, *op, *count_include_pad, mem, ws) };
-            Ok(())
+            unsafe { pool::pool(input, output, window, *op, *count_include_pad, mem, ws) }
         }
         Op::Softmax { input, output, log } => {
             // SAFETY: see above.
-            unsafe { norm::softmax(input, output, *log, mem, ws) };
-            Ok(())
+            unsafe { norm::softmax(input, output, *log, mem, ws) }
         }
         Op::DynamicQuantize {
             input,
@@ -414,8 +468,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             eps,
         } => {
             // SAFETY: see above.
-            unsafe { norm::layer_norm(input, gamma, beta.as_ref(), output, *eps, mem, ws) };
-            Ok(())
+            unsafe { norm::layer_norm(input, gamma, beta.as_ref(), output, *eps, mem, ws) }
         }
         Op::Resize {
             input,
@@ -432,8 +485,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
                 scales: *scales,
             };
             // SAFETY: see above.
-            unsafe { resize::resize(input, output, &p, mem, ws) };
-            Ok(())
+            unsafe { resize::resize(input, output, &p, mem, ws) }
         }
         Op::Gather {
             data,
@@ -529,8 +581,7 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
                 score_const: *score_const,
             };
             // SAFETY: see above.
-            unsafe { dynshape::non_max_suppression(&args, mem, ws) };
-            Ok(())
+            unsafe { dynshape::non_max_suppression(&args, mem, ws) }
         }
         Op::RoiAlign {
             input,
@@ -573,5 +624,55 @@ pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<
             unsafe { deform::deform_im2col(&args, mem) };
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nrt_hal::tuning::KERNEL_SCRATCH_MAX_BYTES;
+
+    /// Scratch sized past the bound, or by an overflowing size, is refused with the size
+    /// asked for, and nothing grows.
+    #[test]
+    fn scratch_past_the_bound_is_refused_and_nothing_grows() {
+        let mut ws = Workspace::new();
+        ws.f32(0, 1000).unwrap();
+        let held = ws.capacity_bytes();
+        let n = KERNEL_SCRATCH_MAX_BYTES / 4 + 1;
+        assert_eq!(
+            ws.f32(1, n).unwrap_err(),
+            KernelError::ScratchUnavailable {
+                bytes: 4 * n as u64
+            }
+        );
+        for e in [
+            ws.typed::<i64>(usize::MAX / 4).unwrap_err(),
+            ws.words(usize::MAX).unwrap_err(),
+        ] {
+            assert_eq!(e, KernelError::ScratchUnavailable { bytes: u64::MAX });
+        }
+        assert_eq!(ws.capacity_bytes(), held);
+        assert_eq!(ws.held, held);
+    }
+
+    /// The bound is on the workspace's total: a buffer that fits alone is refused when the
+    /// others hold the rest, and a grant is counted.
+    #[test]
+    fn the_bound_counts_every_buffer() {
+        let slack = nrt_hal::tuning::KERNEL_SCRATCH_SLACK_BYTES;
+        let mut held = KERNEL_SCRATCH_MAX_BYTES - 1024;
+        let (mut a, mut b) = (Vec::<f32>::new(), Vec::<f32>::new());
+        assert_eq!(grown(&mut a, 100, &mut held).unwrap().len(), 100);
+        assert_eq!(held, KERNEL_SCRATCH_MAX_BYTES - 1024 + a.capacity() * 4);
+        assert!(a.capacity() * 4 >= 400 + slack);
+        // 200 floats and the slack fit in 1024 bytes, not in what the first left.
+        assert!(800 + slack <= 1024);
+        assert!(grown(&mut b, 200, &mut held).is_err());
+        assert_eq!(b.capacity(), 0);
+        // Regrowing the same buffer counts only its growth.
+        let room = (KERNEL_SCRATCH_MAX_BYTES - held + a.capacity() * 4 - slack) / 4;
+        assert_eq!(grown(&mut a, room, &mut held).map(|s| s.len()), Ok(room));
+        assert!(held <= KERNEL_SCRATCH_MAX_BYTES);
     }
 }

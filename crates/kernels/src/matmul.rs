@@ -66,7 +66,7 @@ use crate::gemm_packed::{
 };
 use crate::matmul_half::{Half, HalfMat, gemm_half};
 use crate::strided::View;
-use crate::{DeviceMemory, Workspace};
+use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::DType;
 use nrt_hal::tuning::{EPILOGUE_MIN_ROWS, EPILOGUE_TILE_BYTES, GEMV_MAX_ROWS};
 use nrt_isa::{AccessPattern, ActFunc, Epilogue, matmul_flags};
@@ -99,9 +99,9 @@ pub unsafe fn gemm_auto(
     alpha: f32,
     accumulate: bool,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     if m == 0 || n == 0 {
-        return;
+        return Ok(());
     }
     if k == 0 {
         if !accumulate {
@@ -116,7 +116,7 @@ pub unsafe fn gemm_auto(
                 }
             }
         }
-        return;
+        return Ok(());
     }
     if m <= GEMV_MAX_ROWS && c.cs == 1 && (b.cs == 1 || b.rs == 1) {
         // GEMV kernels on groups of up to 4 rows of A: B is read once per group.
@@ -127,7 +127,7 @@ pub unsafe fn gemm_auto(
             let mut ys = [core::ptr::null_mut::<f32>(); GEMV_GROUP];
             let rows = a.ptr.wrapping_offset(i as isize * a.rs);
             // SAFETY: the group's rows of A are readable; the scratch copy is distinct.
-            let (base, rs) = unsafe { contiguous_rows(rows, a.rs, a.cs, g, k, ws) };
+            let (base, rs) = unsafe { contiguous_rows(rows, a.rs, a.cs, g, k, ws)? };
             for q in 0..g {
                 xs[q] = base.wrapping_offset(q as isize * rs);
                 ys[q] = c.ptr.wrapping_offset((i + q) as isize * c.rs);
@@ -142,18 +142,19 @@ pub unsafe fn gemm_auto(
             }
             i += g;
         }
-        return;
+        return Ok(());
     }
     if n == 1 && a.cs == 1 {
         // C[:, 0] = A · b: dot products of A's rows with the vector b.
         // SAFETY: B's column is readable; the scratch copy is a distinct buffer.
-        let x = unsafe { contiguous(b.ptr, b.rs, k, ws) };
+        let x = unsafe { contiguous(b.ptr, b.rs, k, ws)? };
         // SAFETY: A readable, C writable per the contract.
         unsafe { gemv_dot(k, m, &[x], a.ptr, a.rs, &[c.ptr], c.rs, alpha, accumulate) };
-        return;
+        return Ok(());
     }
     // SAFETY: forwarded contract.
     unsafe { gemm_f32(m, n, k, a, b, c, alpha, accumulate) };
+    Ok(())
 }
 
 /// The `k` floats at `p` (stride `s`) as a contiguous pointer: `p` itself when `s == 1`, else
@@ -161,14 +162,19 @@ pub unsafe fn gemm_auto(
 ///
 /// # Safety
 /// The elements must be readable.
-unsafe fn contiguous(p: *const f32, s: isize, k: usize, ws: &mut Workspace) -> *const f32 {
+unsafe fn contiguous(
+    p: *const f32,
+    s: isize,
+    k: usize,
+    ws: &mut Workspace,
+) -> Result<*const f32, KernelError> {
     if s == 1 {
-        return p;
+        return Ok(p);
     }
-    let buf = ws.f32(3, k);
+    let buf = ws.f32(3, k)?;
     // SAFETY: readable per the contract; `buf` is distinct scratch.
     unsafe { crate::strided::gather_into(p, s, buf) };
-    buf.as_ptr()
+    Ok(buf.as_ptr())
 }
 
 /// `g` rows of `k` floats (row stride `rs`, element stride `cs`) as contiguous rows: the
@@ -184,16 +190,16 @@ unsafe fn contiguous_rows(
     g: usize,
     k: usize,
     ws: &mut Workspace,
-) -> (*const f32, isize) {
+) -> Result<(*const f32, isize), KernelError> {
     if cs == 1 {
-        return (p, rs);
+        return Ok((p, rs));
     }
-    let buf = ws.f32(3, g * k);
+    let buf = ws.f32(3, g * k)?;
     for (q, row) in buf.chunks_exact_mut(k).enumerate() {
         // SAFETY: readable per the contract; `buf` is distinct scratch.
         unsafe { crate::strided::gather_into(p.wrapping_offset(q as isize * rs), cs, row) };
     }
-    (buf.as_ptr(), k as isize)
+    Ok((buf.as_ptr(), k as isize))
 }
 
 /// Readies the calling thread to run [`gemm_f32`] without allocating: the GEMM crate keeps
@@ -350,9 +356,9 @@ unsafe fn epilogue_rows(
     epi: &Epilogue,
     staged: bool,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let staged = staged || c.cs != 1;
-    let scratch = if staged { ws.f32(2, n) } else { &mut [][..] };
+    let scratch = if staged { ws.f32(2, n)? } else { &mut [][..] };
     for i in rows {
         let cp = c.ptr.wrapping_offset(i as isize * c.rs);
         let row: &mut [f32] = if !staged {
@@ -375,6 +381,7 @@ unsafe fn epilogue_rows(
             }
         }
     }
+    Ok(())
 }
 
 /// Rows of C per block of a MatMul with an epilogue (see
@@ -401,7 +408,7 @@ pub unsafe fn matmul(
     epilogue: &Epilogue,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let (va, vb, vc) = (
         View::<f32>::new(a, mem),
         View::<f32>::new(b, mem),
@@ -436,7 +443,7 @@ pub unsafe fn matmul(
     });
     let (m, n) = (vc.shape[2], vc.shape[3]);
     if m == 0 || n == 0 || vc.shape[0] == 0 || vc.shape[1] == 0 {
-        return;
+        return Ok(());
     }
     let k = if ta { va.shape[2] } else { va.shape[3] };
     let rows_k = if bf16_packed { k.div_ceil(2) } else { k };
@@ -452,7 +459,7 @@ pub unsafe fn matmul(
         // Not a layout the decoder lets through (an `Op` built by hand): compute nothing
         // rather than read past the operand.
         debug_assert!(false, "packed B of an unchecked layout");
-        return;
+        return Ok(());
     }
     let (ars, acs) = if ta {
         (va.stride[3], va.stride[2])
@@ -585,15 +592,16 @@ pub unsafe fn matmul(
                             }
                         }
                     }
-                };
+                }?;
                 if fused {
                     // SAFETY: as above; the addends do not overlap C per the contract.
-                    unsafe { epilogue_rows(mc, n, r0..r0 + rb, &addends, epilogue, staged, ws) };
+                    unsafe { epilogue_rows(mc, n, r0..r0 + rb, &addends, epilogue, staged, ws)? };
                 }
                 r0 += rb;
             }
         }
     }
+    Ok(())
 }
 
 /// Up to 4 rows of A processed together by the GEMV kernels.

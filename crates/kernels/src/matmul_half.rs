@@ -15,9 +15,9 @@
 //!   to f32 in the workspace and run the f32 GEMM: slower, same results up to the f32
 //!   summation order (the bf16 path also rounds A, which the fallback does too).
 
-use crate::Workspace;
 use crate::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16};
 use crate::matmul::{Mat, gemm_auto};
+use crate::{KernelError, Workspace};
 
 /// Which 16-bit float B holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +85,7 @@ pub unsafe fn gemm_half(
     alpha: f32,
     accumulate: bool,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     #[cfg(target_arch = "x86_64")]
     if b.rs == 1 && fast_path_available(b.kind) {
         // SAFETY: forwarded contract; the CPU features were just detected.
@@ -94,12 +94,17 @@ pub unsafe fn gemm_half(
                 Half::Bf16 => avx512::bf16(m, n, k, a, b, c, alpha, accumulate, ws),
                 Half::F16 => avx512::f16(m, n, k, a, b, c, alpha, accumulate, ws),
             }
-        }
-        return;
+        }?;
+        return Ok(());
     }
     // Portable path: B widened to a dense f32 `k×n` (A rounded to bf16 first for bf16, so
     // both paths compute the same products).
-    let (bw, aw) = ws.f32x2(k * n, if b.kind == Half::Bf16 { m * k } else { 0 });
+    let aw_len = if b.kind == Half::Bf16 {
+        m.saturating_mul(k)
+    } else {
+        0
+    };
+    let (bw, aw) = ws.f32x2(k.saturating_mul(n), aw_len)?;
     for p in 0..k {
         for j in 0..n {
             // SAFETY: in bounds per the contract.
@@ -130,14 +135,15 @@ pub unsafe fn gemm_half(
     };
     // SAFETY: the scratch copies are dense and valid (`gemm_auto` uses only the workspace's
     // buffer 3, so buffers 0 and 1 stay where they are); C per the contract.
-    unsafe { gemm_auto(m, n, k, a2, bm, c, alpha, accumulate, ws) };
+    unsafe { gemm_auto(m, n, k, a2, bm, c, alpha, accumulate, ws)? };
+    Ok(())
 }
 
 #[cfg(target_arch = "x86_64")]
 // Register blocks index accumulators by row and column explicitly: clearer than iterators.
 #[allow(clippy::needless_range_loop)]
 pub(crate) mod avx512 {
-    use super::{HalfMat, Mat};
+    use super::{HalfMat, KernelError, Mat};
     use crate::Workspace;
     use crate::elem::f32_to_bf16;
     use core::arch::x86_64::*;
@@ -389,9 +395,9 @@ pub(crate) mod avx512 {
         alpha: f32,
         accumulate: bool,
         ws: &mut Workspace,
-    ) {
+    ) -> Result<(), KernelError> {
         // A rounded to bf16 once: `m` rows of `k` (2 per f32 slot of the scratch).
-        let buf = ws.f32(0, (m * k).div_ceil(2));
+        let buf = ws.f32(0, m.saturating_mul(k).div_ceil(2))?;
         // SAFETY: the scratch holds `2·len ≥ m·k` u16, f32-aligned.
         let ab = unsafe { core::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut u16, m * k) };
         for (i, row) in ab.chunks_exact_mut(k).enumerate() {
@@ -416,6 +422,7 @@ pub(crate) mod avx512 {
             }};
         }
         drive!(m, n, k, block);
+        Ok(())
     }
 
     /// `R` f32 rows of A (row stride `lda`, contiguous) against `CN` f16 columns of B.
@@ -486,12 +493,12 @@ pub(crate) mod avx512 {
         alpha: f32,
         accumulate: bool,
         ws: &mut Workspace,
-    ) {
+    ) -> Result<(), KernelError> {
         // A's rows contiguous (a copy in the scratch when they are strided).
         let (ap, lda) = if a.cs == 1 {
             (a.ptr as *const f32, a.rs)
         } else {
-            let buf = ws.f32(0, m * k);
+            let buf = ws.f32(0, m.saturating_mul(k))?;
             for (i, row) in buf.chunks_exact_mut(k).enumerate() {
                 // SAFETY: A's row readable per the contract; `buf` is distinct scratch.
                 unsafe {
@@ -517,6 +524,7 @@ pub(crate) mod avx512 {
             }};
         }
         drive!(m, n, k, block);
+        Ok(())
     }
 }
 

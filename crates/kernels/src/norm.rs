@@ -9,7 +9,7 @@
 use crate::has_avx512;
 use crate::strided::{View, gather_into, scatter_from};
 use crate::vmath;
-use crate::{DeviceMemory, Workspace};
+use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_isa::AccessPattern;
 
 /// Sum with 16 independent lanes (vectorizes; pairwise-ish rounding).
@@ -74,14 +74,14 @@ pub unsafe fn softmax(
     log: bool,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let vi = View::<f32>::new(input, mem);
     let vo = View::<f32>::new(output, mem);
     if vo.elements() == 0 {
-        return;
+        return Ok(());
     }
     let l = vi.shape[3];
-    let buf = ws.f32(0, l);
+    let buf = ws.f32(0, l)?;
     let avx512 = has_avx512();
     rows(vi.shape, |[a, b, c]| {
         // SAFETY: the row lies inside the input; `buf` is distinct scratch.
@@ -101,6 +101,7 @@ pub unsafe fn softmax(
         // SAFETY: the row lies inside the output; no reference into it is alive.
         unsafe { scatter_from(buf, vo.at([a, b, c, 0]), vo.stride[3]) };
     });
+    Ok(())
 }
 
 /// [`max`] with AVX-512F: 16 lanes of `vmaxps` and a mask of the lanes that saw a NaN
@@ -240,16 +241,16 @@ pub unsafe fn layer_norm(
     eps: f32,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let vi = View::<f32>::new(input, mem);
     let vo = View::<f32>::new(output, mem);
     let vg = View::<f32>::new(gamma, mem);
     let vb = beta.map(|b| View::<f32>::new(b, mem));
     if vo.elements() == 0 {
-        return;
+        return Ok(());
     }
     let l = vi.shape[3];
-    let (x, g, bb) = ws.f32x3(l, l, l);
+    let (x, g, bb) = ws.f32x3(l, l, l)?;
     let g_fixed = row_invariant(&vg);
     let b_fixed = vb.as_ref().is_none_or(row_invariant);
     // SAFETY: row 0 of gamma/beta lies inside the operands; the buffers are distinct.
@@ -292,4 +293,5 @@ pub unsafe fn layer_norm(
         // SAFETY: the row lies inside the output; no reference into it is alive.
         unsafe { scatter_from(x, vo.at([a, b, c, 0]), vo.stride[3]) };
     });
+    Ok(())
 }

@@ -9,7 +9,7 @@
 //! window is the whole unpadded image) sums each plane directly.
 
 use crate::strided::View;
-use crate::{DeviceMemory, Workspace};
+use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::tuning::KERNEL_POOL_VECTOR_MAX_KW;
 use nrt_isa::{AccessPattern, PoolOp, Window};
 
@@ -55,11 +55,11 @@ pub unsafe fn pool(
     count_include_pad: bool,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let vi = View::<f32>::new(input, mem);
     let vo = View::<f32>::new(output, mem);
     if vo.elements() == 0 {
-        return;
+        return Ok(());
     }
     let [_, _, h, wd] = vi.shape;
     let [nn, cc, oh, ow] = vo.shape;
@@ -79,7 +79,7 @@ pub unsafe fn pool(
     if fast_2x2 && ow >= 16 && std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: AVX-512F detected just above; the `fast_2x2` conditions hold.
         unsafe { pool_2x2_avx512(&vi, &vo, op) };
-        return;
+        return Ok(());
     }
     #[cfg(target_arch = "x86_64")]
     if !global
@@ -102,14 +102,14 @@ pub unsafe fn pool(
         // lanes cross into an unmapped page takes a microcode assist: 3×3 stride-2 over
         // 64×111×111 ran 1.4–3.3 ms with the slice ending at the row's end, 0.23–0.27 ms
         // with the slack).
-        let buf = ws.f32(0, wd + 32);
+        let buf = ws.f32(0, wd + 32)?;
         // SAFETY: AVX-512F detected; unit-stride rows, stride 1 or 2, no horizontal
         // dilation (checked just above); `ranges` holds each tap's valid output columns;
         // `buf` holds the input's width.
         unsafe { pool_strips_avx512(&vi, &vo, w, op, count_include_pad, &ranges[..kw], buf) };
-        return;
+        return Ok(());
     }
-    let (acc, cnt) = ws.f32x2(ow, ow);
+    let (acc, cnt) = ws.f32x2(ow, ow)?;
     let win = (kh * kw) as f32;
     for n in 0..nn {
         for c in 0..cc {
@@ -257,6 +257,7 @@ pub unsafe fn pool(
             }
         }
     }
+    Ok(())
 }
 
 /// Every output of a pool with horizontal stride 1 or 2 and no horizontal dilation over

@@ -20,7 +20,7 @@
 //! scale as the tile is stored (a dynamically quantized layer's `Cast` and `Mul`).
 
 use crate::strided::View;
-use crate::{DeviceMemory, Workspace};
+use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::DType;
 use nrt_isa::AccessPattern;
 
@@ -215,7 +215,11 @@ fn has_vnni() -> bool {
 ///
 /// # Safety
 /// Operands inside `mem`, aligned, shapes and types as the decoder checks.
-pub unsafe fn matmul_integer(args: &Args, mem: DeviceMemory, ws: &mut Workspace) {
+pub unsafe fn matmul_integer(
+    args: &Args,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
     // SAFETY: per the caller's contract.
     unsafe { run(args, mem, ws, has_vnni(), true) }
 }
@@ -225,7 +229,11 @@ pub unsafe fn matmul_integer(args: &Args, mem: DeviceMemory, ws: &mut Workspace)
 ///
 /// # Safety
 /// As [`matmul_integer`].
-pub unsafe fn matmul_integer_vnni(args: &Args, mem: DeviceMemory, ws: &mut Workspace) {
+pub unsafe fn matmul_integer_vnni(
+    args: &Args,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
     // SAFETY: per the caller's contract.
     unsafe { run(args, mem, ws, has_vnni(), false) }
 }
@@ -234,7 +242,11 @@ pub unsafe fn matmul_integer_vnni(args: &Args, mem: DeviceMemory, ws: &mut Works
 ///
 /// # Safety
 /// As [`matmul_integer`].
-pub unsafe fn matmul_integer_portable(args: &Args, mem: DeviceMemory, ws: &mut Workspace) {
+pub unsafe fn matmul_integer_portable(
+    args: &Args,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
     // SAFETY: per the caller's contract.
     unsafe { run(args, mem, ws, false, false) }
 }
@@ -242,11 +254,17 @@ pub unsafe fn matmul_integer_portable(args: &Args, mem: DeviceMemory, ws: &mut W
 /// # Safety
 /// As [`matmul_integer`]; `vnni` only where the CPU has AVX-512 VNNI. `tiles`: the AMX tile
 /// unit may run the product (where the process has it, with `vnni`).
-unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, tiles: bool) {
+unsafe fn run(
+    args: &Args,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+    vnni: bool,
+    tiles: bool,
+) -> Result<(), KernelError> {
     let [b1, b2, m, k] = args.a.shape.map(|d| d as usize);
     let n = args.c.shape[3] as usize;
     if b1 * b2 * m * n == 0 {
-        return;
+        return Ok(());
     }
     let a_signed = args.a.dtype == DType::I8;
     let b_signed = args.b.dtype == DType::I8;
@@ -287,7 +305,13 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, ti
     // terms are laid out once (`zb'` per column; `rowsum − K·za'` and `za'` per row).
     let fused = vnni && !amx && out.unit_stride();
     let fused_words = if fused { n + 2 * m } else { 0 };
-    let words = ws.typed::<i32>(m * k4 + m + b_words + amx_words + fused_words);
+    let words = ws.typed::<i32>(
+        m.saturating_mul(k4)
+            .saturating_add(m)
+            .saturating_add(b_words)
+            .saturating_add(amx_words)
+            .saturating_add(fused_words),
+    )?;
     let (apack, rest) = words.split_at_mut(m * k4);
     let (rowsum, rest) = rest.split_at_mut(m);
     let (amx_tiles, rest) = rest.split_at_mut(amx_words);
@@ -497,6 +521,7 @@ unsafe fn run(args: &Args, mem: DeviceMemory, ws: &mut Workspace, vnni: bool, ti
             }
         }
     }
+    Ok(())
 }
 
 /// What a finished block of raw sums needs to be corrected and stored.

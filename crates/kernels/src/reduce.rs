@@ -141,11 +141,11 @@ unsafe fn run<T: Acc>(
     fold: impl Fn(&[T], T) -> T + Copy,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) -> View<T> {
+) -> Result<View<T>, KernelError> {
     let vin = View::<T>::new(input, mem);
     let vout = View::<T>::new(output, mem);
     let n_out = vout.elements();
-    let acc = ws.typed::<T>(n_out);
+    let acc = ws.typed::<T>(n_out)?;
     acc.fill(init);
     // The accumulator: dense over the output shape, stride 0 on reduced dimensions.
     let mut astride = [0isize; 4];
@@ -188,7 +188,7 @@ unsafe fn run<T: Acc>(
             i += m;
         }
     });
-    vout
+    Ok(vout)
 }
 
 /// Copies the dense accumulator to the (strided) output, mapping each value with `g`.
@@ -219,7 +219,7 @@ unsafe fn typed<T: Acc>(
     axes: u8,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) -> View<T> {
+) -> Result<View<T>, KernelError> {
     // SAFETY: (every arm) the caller's contract.
     unsafe {
         match op {
@@ -263,8 +263,8 @@ pub unsafe fn reduce(
     unsafe {
         match input.dtype {
             DType::F32 => {
-                let out = typed::<f32>(input, output, op, axes, mem, ws);
-                let acc = ws.typed::<f32>(out.elements());
+                let out = typed::<f32>(input, output, op, axes, mem, ws)?;
+                let acc = ws.typed::<f32>(out.elements())?;
                 if op == ReduceOp::Mean {
                     let c = count as f32;
                     write_out(acc, out, |v| v / c);
@@ -273,12 +273,12 @@ pub unsafe fn reduce(
                 }
             }
             DType::I32 if op != ReduceOp::Mean => {
-                let out = typed::<i32>(input, output, op, axes, mem, ws);
-                write_out(ws.typed::<i32>(out.elements()), out, |v| v);
+                let out = typed::<i32>(input, output, op, axes, mem, ws)?;
+                write_out(ws.typed::<i32>(out.elements())?, out, |v| v);
             }
             DType::I64 if op != ReduceOp::Mean => {
-                let out = typed::<i64>(input, output, op, axes, mem, ws);
-                write_out(ws.typed::<i64>(out.elements()), out, |v| v);
+                let out = typed::<i64>(input, output, op, axes, mem, ws)?;
+                write_out(ws.typed::<i64>(out.elements())?, out, |v| v);
             }
             _ => return Err(KernelError::Unsupported("reduce element type")),
         }

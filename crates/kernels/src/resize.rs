@@ -28,7 +28,7 @@
 //! (dimensions 0–2) and the dimension-3 table.
 
 use crate::strided::View;
-use crate::{DeviceMemory, Workspace};
+use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_isa::{AccessPattern, CoordMode, NearestMode, ResizeMode};
 
 /// The parameters of a resize.
@@ -130,14 +130,14 @@ pub unsafe fn resize(
     p: &Params,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let vi = View::<f32>::new(input, mem);
     let vo = View::<f32>::new(output, mem);
     if vo.elements() == 0 || vi.elements() == 0 {
-        return;
+        return Ok(());
     }
     let total: usize = vo.shape.iter().sum();
-    let (wts, idx) = ws.f32_and_words(2 * total, 2 * total);
+    let (wts, idx) = ws.f32_and_words(2 * total, 2 * total)?;
     let mut base = [0usize; 4];
     let mut at = 0;
     for (d, b) in base.iter_mut().enumerate() {
@@ -203,4 +203,5 @@ pub unsafe fn resize(
             }
         }
     }
+    Ok(())
 }

@@ -25,15 +25,15 @@ pub unsafe fn top_k(
     // SAFETY: per the caller's contract.
     unsafe {
         match input.dtype {
-            DType::F32 => rows::<f32>(input, values, indices, largest, mem, ws),
-            DType::I32 => rows::<i32>(input, values, indices, largest, mem, ws),
-            DType::I64 => rows::<i64>(input, values, indices, largest, mem, ws),
-            DType::I16 => rows::<i16>(input, values, indices, largest, mem, ws),
-            DType::I8 => rows::<i8>(input, values, indices, largest, mem, ws),
-            DType::U64 => rows::<u64>(input, values, indices, largest, mem, ws),
-            DType::U32 => rows::<u32>(input, values, indices, largest, mem, ws),
-            DType::U16 => rows::<u16>(input, values, indices, largest, mem, ws),
-            DType::U8 => rows::<u8>(input, values, indices, largest, mem, ws),
+            DType::F32 => rows::<f32>(input, values, indices, largest, mem, ws)?,
+            DType::I32 => rows::<i32>(input, values, indices, largest, mem, ws)?,
+            DType::I64 => rows::<i64>(input, values, indices, largest, mem, ws)?,
+            DType::I16 => rows::<i16>(input, values, indices, largest, mem, ws)?,
+            DType::I8 => rows::<i8>(input, values, indices, largest, mem, ws)?,
+            DType::U64 => rows::<u64>(input, values, indices, largest, mem, ws)?,
+            DType::U32 => rows::<u32>(input, values, indices, largest, mem, ws)?,
+            DType::U16 => rows::<u16>(input, values, indices, largest, mem, ws)?,
+            DType::U8 => rows::<u8>(input, values, indices, largest, mem, ws)?,
             _ => return Err(KernelError::Unsupported("TopK element type")),
         }
     }
@@ -62,16 +62,16 @@ unsafe fn rows<T: Copy + PartialOrd>(
     largest: bool,
     mem: DeviceMemory,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let vi = View::<T>::new(input, mem);
     let vv = View::<T>::new(values, mem);
     let vx = View::<i64>::new(indices, mem);
     let n = vi.shape[3];
     let k = vv.shape[3];
     if k == 0 {
-        return;
+        return Ok(());
     }
-    let order = ws.words(n);
+    let order = ws.words(n)?;
     for a in 0..vi.shape[0] {
         for b in 0..vi.shape[1] {
             for c in 0..vi.shape[2] {
@@ -101,4 +101,5 @@ unsafe fn rows<T: Copy + PartialOrd>(
             }
         }
     }
+    Ok(())
 }

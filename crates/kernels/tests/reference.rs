@@ -2220,6 +2220,7 @@ fn int8_gemm_throughput() {
                         matmul_integer_portable(&args, mem, &mut ws)
                     }
                 }
+                .unwrap();
                 best[p] = best[p].min(t.elapsed().as_secs_f64());
             }
         }
@@ -2276,6 +2277,7 @@ fn matmul_integer_paths_agree() {
                     _ => matmul_integer_portable(&args, mem, &mut ws),
                 }
             }
+            .unwrap();
         }
         let r: Vec<_> = cs.iter().map(|c| m.read_raw(c)).collect();
         assert_eq!(r[0], r[2], "dispatched vs portable, {mm}x{k}x{n}");
@@ -2748,6 +2750,7 @@ fn matmul_packed_bf16_amx() {
                 Bf16Kernel::Amx,
                 &mut Workspace::new(),
             )
+            .unwrap()
         };
         assert!(packed[len..].iter().all(|&h| h == 0x7FC0), "wrote into B");
         for i in 0..m_ {
@@ -2886,6 +2889,7 @@ fn matmul_packed_bf16_every_path() {
                         kernel,
                         &mut Workspace::new(),
                     )
+                    .unwrap()
                 };
             } else {
                 if kernel != Bf16Kernel::best() {

@@ -165,3 +165,68 @@ fn hostile_data_dependent_instructions_are_rejected_at_load() {
         );
     }
 }
+
+/// A MatMul whose bf16 B is one element broadcast over `[2^16, 2^15]` (2^31 elements: within
+/// the load-time bound on broadcast reads). The kernel's f32 copy of B would be 8 GiB, past
+/// the workspace's bound (`KERNEL_SCRATCH_MAX_BYTES`, 4 GiB): the execution fails with
+/// `NRT_EXEC_BAD_INPUT` before anything is allocated — the process neither aborts nor
+/// grows — and the device goes on to run the next model.
+#[test]
+fn an_instruction_whose_scratch_is_past_the_bound_fails_its_execution() {
+    let (_dev, rt) = runtime();
+    let (k, n) = (1u32 << 16, 1u32 << 15);
+    let mut b = ModelBuilder::new("scratch", 1);
+    let tmp = b.scratch(0, 1 << 20, 64);
+    let w = AccessPattern {
+        addr: vaddr(tmp, 0),
+        dtype: DType::Bf16,
+        shape: [1, 1, k, n],
+        stride: [0; 4],
+    };
+    let a = AccessPattern::dense(vaddr(tmp, 64), DType::F32, &[1, k]);
+    let c = AccessPattern::dense(vaddr(tmp, 64 + 4 * k as u64), DType::F32, &[1, n]);
+    b.push(
+        0,
+        Engine::Pe,
+        Instruction::new(Op::MatMul {
+            a,
+            b: w,
+            c,
+            alpha: 1.0,
+            flags: 0,
+            epilogue: nrt_isa::Epilogue::NONE,
+        }),
+    );
+    let m = rt.load(&b.build().encode(), 0, &quick_timeout()).unwrap();
+    let none = nrt_runtime::TensorSet::new();
+    let e = rt.execute(&m, &none, &none).unwrap_err();
+    assert_eq!(e.status, NrtStatus::ExecBadInput, "{e:?}");
+
+    // The device runs the next model.
+    let mut b = ModelBuilder::new("fill", 1);
+    let y = b.output("y", DType::F32, &[4]);
+    let (yr, dy) = (b.io_mem_ref(y), b.io_descriptor(y));
+    let filled = nrt_isa::SemRef::local(4);
+    b.push(
+        0,
+        Engine::Dve,
+        Instruction::new(Op::Fill {
+            out: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[4]),
+            bits: u64::from(2.5f32.to_bits()),
+        })
+        .signal(filled, 1),
+    );
+    b.push(
+        0,
+        Engine::Sp,
+        Instruction::new(Op::DmaDescriptors {
+            table: dy,
+            count: 1,
+        })
+        .wait(filled, 1),
+    );
+    let m2 = rt.load(&b.build().encode(), 0, &quick_timeout()).unwrap();
+    let (ins, outs, all) = tensors(&rt, &m2, nrt_runtime::Placement::Device);
+    rt.execute(&m2, &ins, &outs).unwrap();
+    assert_eq!(read_f32(&all[0]), [2.5; 4]);
+}

@@ -991,7 +991,12 @@ impl CoreInner {
                             );
                             return Step::Abort;
                         }
-                        Err(KernelError::Unsupported(_)) => {
+                        // An instruction whose scratch is past the workspace's bound (a
+                        // stride-0 view can give an operand far more elements than memory):
+                        // the device cannot execute it.
+                        Err(
+                            KernelError::Unsupported(_) | KernelError::ScratchUnavailable { .. },
+                        ) => {
                             self.post_error(
                                 core,
                                 ErrorSubtype::InvalidInstruction,

@@ -17,8 +17,8 @@
 //! over a plane-sized accumulator in memory; [`strips`] at 26 GFLOP/s, [`square`] at 56–67
 //! (output rows in pairs; 41–52 one at a time).
 
-use crate::Workspace;
 use crate::strided::View;
+use crate::{KernelError, Workspace};
 
 use super::Geo;
 #[cfg(target_arch = "x86_64")]
@@ -61,9 +61,9 @@ pub(super) unsafe fn conv(
     bias: Option<&View<f32>>,
     relu: bool,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     if g.kh == g.kw {
-        let zeros = ws.f32(0, g.w);
+        let zeros = ws.f32(0, g.w)?;
         zeros.fill(0.0);
         let zeros = zeros.as_ptr();
         // SAFETY: forwarded; a square kernel 3, 5 or 7 wide, the stride 1 or 2 (`applies`);
@@ -78,7 +78,7 @@ pub(super) unsafe fn conv(
                 (_, _) => square::<2, 7>(g, vi, vw, vo, bias, relu, zeros),
             }
         }
-        return;
+        return Ok(());
     }
     // SAFETY: forwarded; the stride is 1 or 2 and the kernel 3, 5 or 7 wide (`applies`).
     unsafe {
@@ -91,6 +91,7 @@ pub(super) unsafe fn conv(
             (_, _) => strips::<2, 7>(g, vi, vw, vo, bias, relu),
         }
     }
+    Ok(())
 }
 
 /// Largest strips × tap columns of the per-call table of lane masks and offsets (a stack
@@ -351,6 +352,6 @@ pub(super) unsafe fn conv(
     _: Option<&View<f32>>,
     _: bool,
     _: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     unreachable!("the depthwise kernel needs AVX-512F")
 }

@@ -12,8 +12,8 @@
 //! per-call table gives each strip's tap columns their input offset and lane mask (as in
 //! the depthwise kernel).
 
-use crate::Workspace;
 use crate::strided::View;
+use crate::{KernelError, Workspace};
 
 use super::Geo;
 #[cfg(target_arch = "x86_64")]
@@ -66,7 +66,7 @@ pub(super) unsafe fn conv(
     bias: Option<&View<f32>>,
     relu: bool,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     // SAFETY: forwarded; the stride is 1 or 2 (`applies`).
     unsafe {
         if g.sw == 1 {
@@ -91,7 +91,7 @@ unsafe fn blocks<const SW: usize>(
     bias: Option<&View<f32>>,
     relu: bool,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     use core::arch::x86_64::*;
     let zero = _mm512_setzero_ps();
     let taps = g.kh * g.kw;
@@ -101,7 +101,7 @@ unsafe fn blocks<const SW: usize>(
     // of lane 0 and the lanes inside the input row and the output row.
     let mut table = [(0isize, 0u32); TABLE];
     strip_table(g, SW, g.kw, &mut table);
-    let wbuf = ws.f32(0, k * OB);
+    let wbuf = ws.f32(0, k.saturating_mul(OB))?;
     let mut rows = [(core::ptr::null::<f32>(), 0usize); ROWS];
     for grp in 0..g.groups {
         for ob in (0..g.og).step_by(OB) {
@@ -196,6 +196,7 @@ unsafe fn blocks<const SW: usize>(
             }
         }
     }
+    Ok(())
 }
 
 /// Never called: [`applies`] is false off x86-64.
@@ -211,6 +212,6 @@ pub(super) unsafe fn conv(
     _: Option<&View<f32>>,
     _: bool,
     _: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     unreachable!("the direct AVX-512 kernel needs AVX-512F")
 }

@@ -20,12 +20,12 @@
 //! nothing. Other
 //! strides, or input rows that are not unit-stride, read lane by lane.
 
-use crate::Workspace;
 use crate::gemm_packed::{
     Isa, Packed, TileEpilogue, copied_row_stride, gemm_packed_on, rows_alias,
 };
 use crate::matmul::Mat;
 use crate::strided::View;
+use crate::{KernelError, Workspace};
 use nrt_hal::tuning::{GEMM_PACK_NR, KERNEL_CONV_PANEL_BYTES};
 
 use super::{Geo, ceil_div, even_span};
@@ -50,7 +50,7 @@ pub(super) unsafe fn conv(
     bias: Option<&View<f32>>,
     relu: bool,
     ws: &mut Workspace,
-) {
+) -> Result<(), KernelError> {
     let nr = GEMM_PACK_NR;
     let kk = g.cg * g.kh * g.kw;
     let hw = g.oh * g.ow;
@@ -71,10 +71,10 @@ pub(super) unsafe fn conv(
         0
     };
     let (scratch, rb, wcopy) = ws.f32x3(
-        per_chunk * panel + 15,
+        per_chunk.saturating_mul(panel).saturating_add(15),
         g.og * g.groups,
-        g.og * g.groups * w_ld,
-    );
+        (g.og * g.groups).saturating_mul(w_ld),
+    )?;
     if copy_weights {
         for (o, row) in wcopy.chunks_exact_mut(w_ld).enumerate() {
             // SAFETY: output channel `o`'s K weights are contiguous and readable (the
@@ -159,6 +159,7 @@ pub(super) unsafe fn conv(
             }
         }
     }
+    Ok(())
 }
 
 /// Lanes `lo..hi` (`lo ≤ hi ≤ 32`) of a panel row as a mask.
