@@ -123,6 +123,36 @@ impl AccessPattern {
         self.shape.iter().map(|&d| d as u64).product()
     }
 
+    /// Whether two of the view's indices may land on one element: a dimension of size > 1
+    /// with stride 0, or strides that interleave. Conservative: sorted by `|stride|`, each
+    /// dimension's stride must reach past all that the smaller ones span
+    /// (`|s_d| ≥ 1 + Σ (n_i − 1)·|s_i|` over the dimensions before it), which every compiled
+    /// layout — dense, transposed, sliced, padded, broadcast-free — satisfies; an exotic
+    /// interleaving that happens not to collide counts as repeating. Exact (`u128`) on
+    /// decoded, untrusted shapes and strides.
+    pub fn repeats_elements(&self) -> bool {
+        if self.shape.contains(&0) {
+            return false;
+        }
+        let mut dims = [(0u128, 0u128); MAX_DIMS];
+        let mut n = 0;
+        for d in 0..MAX_DIMS {
+            if self.shape[d] > 1 {
+                dims[n] = (self.stride[d].unsigned_abs() as u128, self.shape[d] as u128);
+                n += 1;
+            }
+        }
+        dims[..n].sort_unstable();
+        let mut span = 1u128;
+        for &(stride, size) in &dims[..n] {
+            if stride < span {
+                return true;
+            }
+            span += (size - 1) * stride;
+        }
+        false
+    }
+
     /// Whether the view is dense row-major (every element once, in order).
     pub fn is_dense(&self) -> bool {
         let d = dense_strides(&self.shape);
@@ -334,6 +364,13 @@ impl AccessPattern {
 /// spread a view over ~2^68 bytes, which is why [`AccessPattern::byte_extent`] is `i128`.
 pub const MAX_ELEMENTS: u64 = 1 << 40;
 
+/// Most elements a *read* view that repeats elements
+/// ([`AccessPattern::repeats_elements`]: a broadcast, stride 0) may address when the
+/// instruction writes fewer (2^32). A broadcast read as large as the output it feeds is
+/// always allowed; past both, the kernels would iterate elements with no memory behind them
+/// (a reduction over a stride-0 axis of 2^40: minutes of work from a 4-byte operand).
+pub const MAX_REPEATED_READ_ELEMENTS: u64 = 1 << 32;
+
 /// Row-major element strides of `shape`.
 pub fn dense_strides(shape: &[u32; MAX_DIMS]) -> [i32; MAX_DIMS] {
     let mut s = [0i32; MAX_DIMS];
@@ -375,6 +412,79 @@ mod tests {
 
     /// D1: `(2^31 − 1) · i32::MAX · 4` bytes overflowed `i64` and wrapped to a small or
     /// negative extent that passed every bounds check.
+    /// `repeats_elements` is sound — a view it passes never puts two indices on one element
+    /// (checked by enumerating every index of small views with strides in −4..=4) — and
+    /// passes dense, transposed, sliced and reversed views; stride-0 broadcasts repeat.
+    #[test]
+    fn a_view_that_does_not_repeat_elements_has_distinct_addresses() {
+        let mut passed = 0;
+        for shape in [[1, 2, 3, 2], [2, 2, 2, 2], [1, 3, 1, 4], [1, 1, 5, 3]] {
+            for code in 0..9u32.pow(4) {
+                let mut stride = [0i32; 4];
+                let mut c = code;
+                for s in &mut stride {
+                    *s = (c % 9) as i32 - 4;
+                    c /= 9;
+                }
+                let ap = AccessPattern {
+                    addr: 0,
+                    dtype: DType::F32,
+                    shape,
+                    stride,
+                };
+                if ap.repeats_elements() {
+                    continue;
+                }
+                passed += 1;
+                let mut seen = std::collections::HashSet::new();
+                for i in 0..shape[0] as i64 {
+                    for j in 0..shape[1] as i64 {
+                        for k in 0..shape[2] as i64 {
+                            for l in 0..shape[3] as i64 {
+                                let at = [i, j, k, l]
+                                    .iter()
+                                    .zip(stride)
+                                    .map(|(x, s)| x * s as i64)
+                                    .sum::<i64>();
+                                assert!(seen.insert(at), "{shape:?} {stride:?} repeats");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(passed > 100, "only {passed} views passed");
+        let dense = AccessPattern::dense(0, DType::F32, &[2, 3, 4, 5]);
+        assert!(!dense.repeats_elements());
+        let transposed = AccessPattern {
+            stride: [60, 20, 1, 5],
+            shape: [2, 3, 5, 4],
+            ..dense
+        };
+        assert!(!transposed.repeats_elements());
+        let sliced = AccessPattern {
+            stride: [120, 40, 10, 1],
+            ..dense
+        };
+        assert!(!sliced.repeats_elements());
+        let reversed = AccessPattern {
+            stride: [60, 20, 5, -1],
+            ..dense
+        };
+        assert!(!reversed.repeats_elements());
+        let broadcast = AccessPattern {
+            stride: [0, 0, 0, 1],
+            ..dense
+        };
+        assert!(broadcast.repeats_elements());
+        let huge = AccessPattern {
+            shape: [u32::MAX; 4],
+            stride: [i32::MAX, i32::MIN, 1, 0],
+            ..dense
+        };
+        assert!(huge.repeats_elements());
+    }
+
     #[test]
     fn d1_byte_extent_of_huge_strides_is_exact() {
         let ap = AccessPattern {

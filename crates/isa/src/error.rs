@@ -49,6 +49,18 @@ pub enum Reason {
     OutOfRange(u64),
     /// The access pattern covers more elements than any device could hold.
     TooManyElements,
+    /// A written access pattern whose strides let two of its elements land on one address
+    /// (a dimension of size > 1 with stride 0, or interleaving strides).
+    OverlappingWrite,
+    /// A read access pattern that repeats elements (stride 0, or overlapping strides) over
+    /// more elements than [`crate::MAX_REPEATED_READ_ELEMENTS`] and than the instruction's
+    /// largest output: work with no memory behind it.
+    RepeatedReadTooLarge {
+        /// Elements the view addresses.
+        elements: u64,
+        /// The most it may address.
+        limit: u64,
+    },
     /// A block does not end with an end-of-block instruction.
     MissingEnd,
     /// Bytes after the end-of-block instruction.
@@ -83,6 +95,17 @@ impl fmt::Display for Reason {
             }
             Reason::OutOfRange(v) => write!(f, "value {v} is out of range"),
             Reason::TooManyElements => write!(f, "more than 2^40 elements"),
+            Reason::OverlappingWrite => write!(
+                f,
+                "written view repeats elements (a stride of 0, or strides that overlap): \
+                 two of its elements would land on one address"
+            ),
+            Reason::RepeatedReadTooLarge { elements, limit } => write!(
+                f,
+                "view repeats elements (a stride of 0, or strides that overlap) over \
+                 {elements} elements, more than {limit} (the larger of 2^32 and the \
+                 instruction's largest output)"
+            ),
             Reason::MissingEnd => write!(f, "block does not end with an end-of-block instruction"),
             Reason::TrailingBytes(n) => write!(f, "{n} bytes after the end-of-block instruction"),
         }

@@ -1219,6 +1219,40 @@ pub enum Role {
     ReadWrite,
 }
 
+/// Load-time bounds on elements without memory behind them. Every written operand must
+/// not repeat elements (an output written twice at one address is no result; and with its
+/// elements bounded by the memory behind it, so is the work of every elementwise
+/// instruction). A read operand that repeats elements (a broadcast) may address up to
+/// the larger of its instruction's largest written operand and
+/// [`crate::MAX_REPEATED_READ_ELEMENTS`]: a reduction or product over a stride-0 axis
+/// otherwise makes minutes of work, and scratch of that size, from a few bytes of file.
+fn bound_repetition(op: &Op) -> Result<(), DecodeError> {
+    let stride_at = |slot: usize| HEADER_SIZE + slot * AP_SIZE + 32;
+    let mut err = None;
+    let mut written = 0u64;
+    op.operands(|o| {
+        if o.role.writes() {
+            written = written.max(o.ap.elements());
+            if err.is_none() && o.ap.repeats_elements() {
+                err = Some(
+                    DecodeError::field(o.name, Reason::OverlappingWrite).at(stride_at(o.slot)),
+                );
+            }
+        }
+    });
+    let limit = written.max(crate::MAX_REPEATED_READ_ELEMENTS);
+    op.operands(|o| {
+        let elements = o.ap.elements();
+        if err.is_none() && !o.role.writes() && elements > limit && o.ap.repeats_elements() {
+            err = Some(
+                DecodeError::field(o.name, Reason::RepeatedReadTooLarge { elements, limit })
+                    .at(stride_at(o.slot)),
+            );
+        }
+    });
+    err.map_or(Ok(()), Err)
+}
+
 impl Role {
     /// Whether the operand is read.
     pub fn reads(self) -> bool {
@@ -3522,6 +3556,7 @@ impl Instruction {
             }
             other => unreachable!("opcode {other:#x} passed opcode_info"),
         };
+        bound_repetition(&op)?;
         Ok(Instruction { sync, op })
     }
 

@@ -29,7 +29,10 @@ pub mod ap;
 pub mod error;
 pub mod instr;
 
-pub use ap::{AP_SIZE, AccessPattern, ByteRows, MAX_DIMS, dense_strides};
+pub use ap::{
+    AP_SIZE, AccessPattern, ByteRows, MAX_DIMS, MAX_ELEMENTS, MAX_REPEATED_READ_ELEMENTS,
+    dense_strides,
+};
 pub use error::{DecodeError, Reason};
 pub use instr::{
     ActFunc, AddressField, BinaryOp, CoordMode, Epilogue, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,

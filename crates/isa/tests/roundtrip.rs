@@ -64,7 +64,20 @@ fn finite() -> impl Strategy<Value = f32> {
     -1e6f32..1e6
 }
 
+/// A valid instruction: [`arb_op_any`] with each written operand that repeats elements
+/// (the generator's broadcast strides) made dense — the decoder refuses the others.
 fn arb_op() -> impl Strategy<Value = Op> {
+    arb_op_any().prop_map(|mut op| {
+        op.operands_mut(|o| {
+            if o.role.writes() && o.ap.repeats_elements() {
+                o.ap.stride = dense_strides(&o.ap.shape);
+            }
+        });
+        op
+    })
+}
+
+fn arb_op_any() -> impl Strategy<Value = Op> {
     let f = DType::F32;
     prop_oneof![
         Just(Op::End),
@@ -617,6 +630,31 @@ proptest! {
         let (back, len) = Instruction::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(len, bytes.len());
         prop_assert_eq!(back, ins);
+    }
+
+    /// A written operand given a stride of 0 on a dimension of size > 1 (two of its
+    /// elements on one address) is refused, naming the operand; a read operand's broadcast
+    /// within the bounds still decodes (the generator's own broadcasts round-trip above).
+    #[test]
+    fn a_written_operand_that_repeats_elements_is_refused(op in arb_op()) {
+        let mut bad = op;
+        let mut target = None;
+        bad.operands_mut(|o| {
+            if target.is_none()
+                && o.role.writes()
+                && o.ap.elements() > 0
+                && let Some(d) = (0..4).find(|&d| o.ap.shape[d] > 1)
+            {
+                o.ap.stride[d] = 0;
+                target = Some(o.name);
+            }
+        });
+        let Some(name) = target else { return Ok(()) };
+        let mut bytes = Vec::new();
+        Instruction::new(bad).encode(&mut bytes);
+        let e = Instruction::decode(&bytes).expect_err("a repeating output decoded");
+        prop_assert_eq!(e.field, name);
+        prop_assert_eq!(e.reason, Reason::OverlappingWrite);
     }
 
     #[test]

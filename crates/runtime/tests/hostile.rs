@@ -166,6 +166,69 @@ fn hostile_data_dependent_instructions_are_rejected_at_load() {
     }
 }
 
+/// Work and scratch with no memory behind them: a Softmax over 2^32 − 1 elements whose
+/// input and output are one element each (stride 0) ran for about a minute — past its
+/// 300 ms timeout — and sized an infallible 16 GiB row buffer from the file. Now a written
+/// view that repeats elements, and a broadcast read larger than both 2^32 and the
+/// instruction's output, fail the load with `NRT_INVALID` naming the instruction and the
+/// operand.
+#[test]
+fn views_that_repeat_elements_past_their_bounds_fail_load() {
+    let (_dev, rt) = runtime();
+    fn one(addr: u64, shape: [u32; 4]) -> AccessPattern {
+        AccessPattern {
+            addr,
+            dtype: DType::F32,
+            shape,
+            stride: [0; 4],
+        }
+    }
+    type Case = (
+        &'static str,
+        Engine,
+        Box<dyn Fn(u64) -> Op>,
+        &'static str,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "softmax over a stride-0 row of 2^32 - 1",
+            Engine::Pool,
+            Box::new(|t| Op::Softmax {
+                input: one(t, [1, 1, 1, u32::MAX]),
+                output: one(t + 64, [1, 1, 1, u32::MAX]),
+                log: false,
+            }),
+            "`output`",
+            "written view repeats elements",
+        ),
+        (
+            "a sum over 2^33 broadcast elements into one",
+            Engine::Pool,
+            Box::new(|t| Op::Reduce {
+                input: one(t, [1, 1, 1 << 16, 1 << 17]),
+                output: AccessPattern::dense(t + 64, DType::F32, &[1, 1, 1, 1]),
+                op: nrt_isa::ReduceOp::Sum,
+                axes: 0b1100,
+            }),
+            "`input`",
+            "more than 4294967296",
+        ),
+    ];
+    for (what, engine, op, field, why) in cases {
+        let mut b = ModelBuilder::new("repeat", 1);
+        let tmp = b.scratch(0, 4096, 64);
+        b.push(0, engine, Instruction::new(op(vaddr(tmp, 0))));
+        let e = rt
+            .load(&b.build().encode(), 0, &quick_timeout())
+            .unwrap_err();
+        assert_eq!(e.status, NrtStatus::Invalid, "{what}: {e:?}");
+        for part in ["instruction 0", field, why] {
+            assert!(e.message.contains(part), "{what}: {}", e.message);
+        }
+    }
+}
+
 /// A MatMul whose bf16 B is one element broadcast over `[2^16, 2^15]` (2^31 elements: within
 /// the load-time bound on broadcast reads). The kernel's f32 copy of B would be 8 GiB, past
 /// the workspace's bound (`KERNEL_SCRATCH_MAX_BYTES`, 4 GiB): the execution fails with
