@@ -34,6 +34,15 @@ pub const DEVICE_SPIN_AFTER_WORK: Duration = Duration::from_micros(200);
 /// ([`MIN_EXEC_TIMEOUT`]) so the runtime's sweep timeout finds the bit set.
 pub const DEVICE_HANG_WATCHDOG: Duration = Duration::from_millis(20);
 
+/// How long the software device's interrupt-cause read watches a core that has work before it
+/// reports it busy past the deadline (cause bit 29, `NRT_TIMEOUT`): the core's lock is taken
+/// by whichever thread runs it, for as long as one poll — one instruction — lasts, and a
+/// kernel still running at the runtime's deadline holds it throughout, while a device thread
+/// between instructions releases it within microseconds. Read only at a deadline, so the
+/// window costs nothing on the hot path; 1 ms is far above one poll of a short execution and
+/// far below any timeout (a long kernel: `NRT_TIMEOUT`, not dropped notifications).
+pub const DEVICE_BUSY_PROBE: Duration = Duration::from_millis(1);
+
 /// Control instructions (no-ops, semaphore sets, notifications) a core's scheduler runs on
 /// one engine before it looks at the other engines again. An instruction that does real work
 /// (a kernel or a DMA) always ends the engine's turn, and a semaphore wait switches engines

@@ -480,7 +480,9 @@ pub mod cause {
     pub const ERROR_NOTIFICATION: u32 = 1 << 0;
     /// A notification ring overflowed and records were dropped.
     pub const NQ_OVERFLOW: u32 = 1 << 28;
-    /// The core's watchdog fired: an engine made no progress (hang). The seed's bit 29: a
+    /// The execution ran out of time on the core: an engine made no progress (the core's
+    /// watchdog: a hang), or the core is still computing when the cause is read (the
+    /// software device reports a kernel running at the deadline). The seed's bit 29: a
     /// sweep timeout with this bit set is `NRT_TIMEOUT`, without it `NRT_EXEC_SW_NQ_OVERFLOW`.
     pub const EXEC_TIMEOUT: u32 = 1 << 29;
     /// The core is wedged and takes no more requests until reset.

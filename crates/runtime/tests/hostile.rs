@@ -293,3 +293,47 @@ fn an_instruction_whose_scratch_is_past_the_bound_fails_its_execution() {
     rt.execute(&m2, &ins, &outs).unwrap();
     assert_eq!(read_f32(&all[0]), [2.5; 4]);
 }
+
+/// An instruction that computes past the execution's deadline (a product of broadcast
+/// operands: 2^35 multiply-adds from a few bytes, within the load-time bounds, a second or
+/// more on this machine): the waiter gets `NRT_TIMEOUT` at its 300 ms deadline — the core is
+/// busy, which the device reports as cause bit 29 — not `NRT_EXEC_SW_NQ_OVERFLOW` (which
+/// it got before: only a hung engine's watchdog raised the bit, and a thread inside a kernel
+/// cannot).
+#[test]
+fn an_instruction_that_computes_past_the_deadline_times_out() {
+    let (dev, rt) = runtime();
+    let mut b = ModelBuilder::new("long", 1);
+    let tmp = b.scratch(0, 1 << 16, 64);
+    let k = 1u32 << 25;
+    let broadcast = |shape| AccessPattern {
+        addr: vaddr(tmp, 0),
+        dtype: DType::F32,
+        shape,
+        stride: [0; 4],
+    };
+    b.push(
+        0,
+        Engine::Pe,
+        Instruction::new(Op::MatMul {
+            a: broadcast([1, 1, 64, k]),
+            b: broadcast([1, 1, k, 16]),
+            c: AccessPattern::dense(vaddr(tmp, 64), DType::F32, &[64, 16]),
+            alpha: 1.0,
+            flags: 0,
+            epilogue: nrt_isa::Epilogue::NONE,
+        }),
+    );
+    let m = rt.load(&b.build().encode(), 0, &quick_timeout()).unwrap();
+    // Submitted on the explicit surface, and waited for once the device thread runs it: a
+    // waiter whose device thread is off its vCPU (a busy co-tenant, the other tests of this
+    // binary) lends itself to the core and would run the product in its own thread — then
+    // the execution simply finishes late, with its result.
+    let none = nrt_runtime::TensorSet::new();
+    let before = dev.executions(0).unwrap();
+    let seq = rt.execute_schedule(&m, &none, &none).unwrap();
+    wait_until_taken(&dev, 0, before);
+    let t0 = std::time::Instant::now();
+    let status = rt.wait(seq).unwrap();
+    assert_eq!(status, NrtStatus::Timeout, "after {:?}", t0.elapsed());
+}

@@ -940,7 +940,7 @@ impl Device for SoftDevice {
     }
 
     fn interrupt_cause(&self, nc: u32) -> Result<u32, HalError> {
-        Ok(self.shared.core(nc)?.cause.load(Ordering::Acquire))
+        Ok(self.shared.core(nc)?.cause_now())
     }
 
     fn interrupt_cause_clear(&self, nc: u32, bits: u32) -> Result<(), HalError> {

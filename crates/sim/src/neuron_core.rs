@@ -434,6 +434,30 @@ impl CoreShared {
         result
     }
 
+    /// The core's interrupt-cause bits, with [`cause::EXEC_TIMEOUT`] also when a thread running
+    /// it has held it for the whole of [`tuning::DEVICE_BUSY_PROBE`]: an instruction
+    /// still computing (a long kernel; the thread running it cannot raise the bit itself, as
+    /// the watchdog of a hung engine does). Cold: the runtime reads it at an execution's
+    /// deadline.
+    pub(crate) fn cause_now(&self) -> u32 {
+        let c = self.cause.load(Ordering::Acquire);
+        if c & cause::EXEC_TIMEOUT != 0 {
+            return c;
+        }
+        let t0 = Instant::now();
+        loop {
+            // A poll in progress holds the lock (`active` is only published after the poll
+            // that took the request, so it cannot tell); between polls it is free.
+            if self.inner.try_lock().is_ok() {
+                return c;
+            }
+            if t0.elapsed() >= tuning::DEVICE_BUSY_PROBE {
+                return c | cause::EXEC_TIMEOUT;
+            }
+            std::thread::sleep(tuning::DEVICE_BUSY_PROBE / 8);
+        }
+    }
+
     fn set_cause(&self, bits: u32) {
         self.cause.fetch_or(bits, Ordering::Release);
     }
