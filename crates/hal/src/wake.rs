@@ -540,7 +540,7 @@ impl<'a> Waiter<'a> {
 
     /// For a waiter that blocks at once (a long execution, its spin limit zero): its first
     /// block ends by timer [`SpinBudget::prewake`] after now (the submission), and it spins
-    /// from there (up to [`tuning::WAIT_SPIN_CAP`], then blocks as usual) — so it is running
+    /// from there (up to [`tuning::WAIT_PREWAKE_SPIN`], then blocks as usual) — so it is running
     /// when the completion comes instead of waking 20–60 µs after it. The thread's timer
     /// slack is lowered to [`tuning::WAIT_PREWAKE_TIMER_SLACK_NS`] once. Nothing changes for
     /// a spinning waiter, one without a wake, or a model without history.
@@ -617,7 +617,7 @@ impl<'a> Waiter<'a> {
             }
         }
         self.prewake = None;
-        self.spin = tuning::WAIT_SPIN_CAP;
+        self.spin = tuning::WAIT_PREWAKE_SPIN;
         self.since = Some(Instant::now());
         blocked
     }
