@@ -188,7 +188,7 @@ fn grown<'a, T: Copy + Default>(
             bytes: n.checked_mul(size).map_or(u64::MAX, |b| b as u64),
         };
         // Bytes the whole workspace would hold with this buffer at `want` elements.
-        let others = *held - v.capacity() * size;
+        let others = held.saturating_sub(v.capacity() * size);
         let want = n
             .checked_add(slack)
             .filter(|w| {
