@@ -126,10 +126,11 @@ pub enum KernelError {
     /// An operation the kernels do not implement (a scheduler op passed here by mistake, or
     /// an element-type combination without a kernel).
     Unsupported(&'static str),
-    /// Scratch the operation needs and cannot have: more than
-    /// [`KERNEL_SCRATCH_MAX_BYTES`](nrt_hal::tuning::KERNEL_SCRATCH_MAX_BYTES) in one buffer
+    /// Scratch the operation needs and cannot have: the workspace would hold more than
+    /// [`KERNEL_SCRATCH_MAX_BYTES`](nrt_hal::tuning::KERNEL_SCRATCH_MAX_BYTES) in all
     /// (sizes come from operand shapes, which a stride-0 view can make far larger than the
-    /// memory behind them), or more than the allocator has. Nothing was written.
+    /// memory behind them), or the allocator refused. The instruction stops there, having
+    /// allocated nothing; what it wrote before (an earlier batch) is the failed execution's.
     ScratchUnavailable {
         /// Bytes asked for (`u64::MAX` when the size itself overflows).
         bytes: u64,
