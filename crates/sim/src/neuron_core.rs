@@ -448,7 +448,10 @@ impl CoreShared {
         loop {
             // A poll in progress holds the lock (`active` is only published after the poll
             // that took the request, so it cannot tell); between polls it is free.
-            if self.inner.try_lock().is_ok() {
+            if !matches!(
+                self.inner.try_lock(),
+                Err(std::sync::TryLockError::WouldBlock)
+            ) {
                 return c;
             }
             if t0.elapsed() >= tuning::DEVICE_BUSY_PROBE {
