@@ -849,6 +849,7 @@ impl Device for SoftDevice {
         match inner.queues.get_mut(queue as usize) {
             Some(q @ Some(_)) => {
                 *q = None;
+                inner.abandon_queue(queue, &self.shared);
                 Ok(())
             }
             _ => Err(HalError::BadQueue(queue as u32)),

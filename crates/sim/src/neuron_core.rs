@@ -227,6 +227,9 @@ impl BlockRef {
 #[derive(Debug)]
 struct Execution {
     req: ExecRequest,
+    /// The exec ring it came from: releasing the ring abandons it
+    /// ([`CoreInner::abandon_queue`]).
+    queue: u16,
     /// Added to every `DmaDescriptors` table address: `io_set × io_set_stride`.
     io_offset: u64,
     idx: u32,
@@ -596,6 +599,7 @@ impl CoreInner {
             }
             if let Some(mut exec) = prepared {
                 exec.io_offset = io_offset;
+                exec.queue = qid;
                 self.current = Some(exec);
                 return true;
             }
@@ -657,6 +661,7 @@ impl CoreInner {
         self.nan_target = None;
         Some(Execution {
             req,
+            queue: 0,
             io_offset: 0,
             idx,
             group: core.index - req.sg_index as u32,
@@ -1114,6 +1119,19 @@ impl CoreInner {
             let i = sem.index() as usize;
             self.dirty[i / 64] |= 1 << (i % 64);
             core.semaphores[i].store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Abandons the core's current execution if it came from exec ring `queue`, which is
+    /// being released: a model unloaded after its execution timed out. A part stalled at a
+    /// lockstep barrier (its lock free, so the release got in) would otherwise resume when
+    /// its partner arrives and run the rest of its instructions on memory the unload frees —
+    /// and that another model may be given. A lockstep part aborts its group, as a hang does.
+    pub(crate) fn abandon_queue(&mut self, queue: u16, dev: &DeviceShared) {
+        if let Some(exec) = self.current.take_if(|e| e.queue == queue)
+            && exec.req.sg_count > 1
+        {
+            dev.abort_group(exec.group, exec.idx);
         }
     }
 

@@ -126,6 +126,12 @@ impl<'d> DirectDriver<'d> {
         })
     }
 
+    /// Releases the exec ring now (as the runtime's unload does; the drop's release then
+    /// finds it gone).
+    pub fn release_queue(&self) -> Result<(), HalError> {
+        self.dev.exec_queue_release(self.core, self.queue)
+    }
+
     /// The device.
     pub fn device(&self) -> &'d dyn Device {
         self.dev

@@ -451,6 +451,58 @@ fn a_late_second_doorbell_of_a_lockstep_pair_is_not_a_hang() {
     assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
 }
 
+/// Releasing an exec ring abandons the core's execution from it. A lockstep part waiting at
+/// its barrier when its model is unloaded (after the execution timed out: the runtime then
+/// considers it done) holds no lock, so the release gets in; it must not resume when the
+/// partner arrives and copy into memory the unload frees. Before, it did.
+#[test]
+fn releasing_an_exec_ring_abandons_its_waiting_execution() {
+    use nrt_hal::DType;
+    use nrt_isa::AccessPattern;
+    let dev = device();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let g = SemRef::global(0);
+    let (src, dst) = (
+        dev.mem_alloc(64, 64).unwrap(),
+        dev.mem_alloc(64, 64).unwrap(),
+    );
+    dev.memset(src, 0xAB, 64).unwrap();
+    dev.memset(dst, 0, 64).unwrap();
+    let barrier = Instruction::new(Op::Barrier { sem: g, count: 2 });
+    let copy = Instruction::new(Op::DmaCopy {
+        src: AccessPattern::dense(src, DType::U8, &[64]),
+        dst: AccessPattern::dense(dst, DType::U8, &[64]),
+    });
+    let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
+    b0[4] = d0.load_block(&[barrier, copy]).unwrap();
+    b1[4] = d1.load_block(&[barrier]).unwrap();
+    d0.stage(b0, 0, 0, 0, 2);
+    d0.doorbell().unwrap();
+    // Core 0 takes its part and waits at the barrier (the partner's host is late: no hang).
+    let t0 = Instant::now();
+    while dev.executions(0).unwrap() == 0 {
+        assert!(t0.elapsed() < T, "core 0 never took its part");
+        std::thread::yield_now();
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    d0.release_queue().unwrap();
+    // The partner arrives; core 0's part, abandoned, copies nothing.
+    d1.stage(b1, 0, 0, 1, 2);
+    d1.doorbell().unwrap();
+    let t0 = Instant::now();
+    while dev.executions(1).unwrap() == 0 {
+        assert!(t0.elapsed() < T, "core 1 never took its part");
+        std::thread::yield_now();
+    }
+    std::thread::sleep(dev.config().hang_watchdog * 3);
+    let mut got = [0u8; 64];
+    dev.copy_out(dst, &mut got).unwrap();
+    assert_eq!(got, [0u8; 64], "the released ring's execution ran on");
+    dev.mem_free(src).unwrap();
+    dev.mem_free(dst).unwrap();
+}
+
 #[test]
 fn idle_device_parks() {
     let dev = device();
