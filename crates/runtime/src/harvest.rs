@@ -411,13 +411,19 @@ fn on_record_slow(
                 crate::log::Module::Tdrv,
                 crate::log::Level::Error,
                 "notification_consume_errors",
-                "execution {} of model '{}' on nc {}: {} error on engine {} at instruction {}",
+                "execution {} of model '{}' on nc {}: {} error on engine {} at instruction {}{}",
                 seq,
                 info.model.as_ref().map_or("?", |m| m.name.as_str()),
                 rec.core,
                 sub.name(),
                 nrt_hal::Engine::from_index(rec.engine).map_or("?", |e| e.name()),
-                rec.payload
+                rec.payload,
+                if sub == ErrorSubtype::InvalidInstruction {
+                    " (the device cannot run it: an undecodable block, an operand outside \
+                     device memory, or kernel scratch past KERNEL_SCRATCH_MAX_BYTES)"
+                } else {
+                    ""
+                }
             );
             // The first error wins; an aborting one ends the execution now.
             if p.error.is_none() {
