@@ -258,16 +258,7 @@ fn a_thread_is_readied_for_device_work_on_its_first_wait_only() {
         let me = std::thread::current().id();
         for round in 0..3 {
             let (s, idx) = r.schedule();
-            for e in [
-                Engine::Sp,
-                Engine::Act,
-                Engine::Pe,
-                Engine::Dve,
-                Engine::Pool,
-            ] {
-                r.dev.engine(0, e, idx, false);
-                r.dev.engine(0, e, idx, true);
-            }
+            r.dev.run_all(0, idx);
             assert_eq!(r.rt.wait(s).unwrap(), NrtStatus::Success, "round {round}");
             assert_eq!(r.dev.prepared_threads(), vec![me], "after wait {round}");
         }
@@ -282,16 +273,7 @@ fn a_thread_is_readied_for_device_work_on_its_first_wait_only() {
             .unwrap()
         });
         assert_eq!(r.dev.prepared_threads(), vec![me, poller], "after a poll");
-        for e in [
-            Engine::Sp,
-            Engine::Act,
-            Engine::Pe,
-            Engine::Dve,
-            Engine::Pool,
-        ] {
-            r.dev.engine(0, e, idx, false);
-            r.dev.engine(0, e, idx, true);
-        }
+        r.dev.run_all(0, idx);
         assert!(r.completes(s));
         assert_eq!(r.dev.prepared_threads(), vec![me, poller], "after polls");
     })
