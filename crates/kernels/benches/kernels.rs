@@ -141,6 +141,69 @@ fn main() {
         }
     }
 
+    if bench.on("packed") {
+        // The f32 GEMM against a B packed once (constant weights, as `nrt compile` stores
+        // them), called directly on host buffers, as a share of the register-only limit
+        // measured in the same run (what `nrt bench --gemm` reports through the device).
+        use nrt_kernels::gemm_packed::{Packed, TileEpilogue, gemm_packed, pack_b, packed_len};
+        use nrt_kernels::matmul::Mat;
+        let peak = nrt_kernels::peak::measure(
+            nrt_kernels::peak::Peak::F32Fma,
+            std::time::Duration::from_millis(20),
+            15,
+        );
+        for (mm, k, n) in [
+            (64usize, 512usize, 512usize),
+            (512, 512, 512),
+            (128, 64, 128),
+        ] {
+            let nr = nrt_hal::tuning::GEMM_PACK_NR;
+            let a: Vec<f32> = (0..mm * k).map(|_| rng.f32(-1.0, 1.0)).collect();
+            let bv: Vec<f32> = (0..k * n).map(|_| rng.f32(-1.0, 1.0)).collect();
+            let mut bp = vec![0f32; packed_len(k, n, nr).unwrap()];
+            pack_b(k, n, nr, |p, j| bv[p * n + j], &mut bp);
+            let mut c = vec![0f32; mm * n];
+            let s = time(|| {
+                // SAFETY: every operand is a dense buffer of the shape it is given.
+                unsafe {
+                    gemm_packed(
+                        mm,
+                        n,
+                        k,
+                        Mat {
+                            ptr: a.as_ptr() as *mut f32,
+                            rs: k as isize,
+                            cs: 1,
+                        },
+                        Packed {
+                            ptr: bp.as_ptr(),
+                            nr,
+                            panel_stride: (k * nr) as isize,
+                        },
+                        Mat {
+                            ptr: c.as_mut_ptr(),
+                            rs: n as isize,
+                            cs: 1,
+                        },
+                        1.0,
+                        false,
+                        TileEpilogue::NONE,
+                        &mut ws,
+                    )
+                    .unwrap()
+                }
+            });
+            let gf = 2.0 * (mm * k * n) as f64 / s / 1e9;
+            let share = peak.map_or(String::new(), |p| {
+                format!(", {:.1}% of the f32 peak", 100.0 * gf / p)
+            });
+            println!(
+                "packed {mm}x{k}x{n}: {:.2} us, {gf:.1} GFLOP/s{share}",
+                s * 1e6
+            );
+        }
+    }
+
     if bench.on("qmatmul") {
         // MatMulInteger as the compiler emits it for a quantized Linear: u8 activations with
         // a zero point, constant i8 weights packed (`qmatmul_layout`), f32 output scaled.
