@@ -314,6 +314,17 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// does nothing.
     fn prepare_thread(&self) {}
 
+    /// Declares that the calling host thread serves core `nc` from now on (`on`), polling it
+    /// with [`Device::assist`] itself, until it calls this again with `false`: the device's
+    /// own threads leave the core alone meanwhile and a doorbell does not wake them (on a
+    /// host with fewer CPUs than runnable threads, one thread fewer). They still look now
+    /// and then and run work that nobody took, so a server that stops polling without
+    /// saying so delays the core, never strands it. Clearing hands back what is pending.
+    /// Returns whether the device takes it; hardware (the default) does not.
+    fn host_serves(&self, _nc: u32, _on: bool) -> bool {
+        false
+    }
+
     /// [`Device::assist`], but only if the device has not yet taken core `nc`'s last
     /// doorbell: its thread has not looked at the core since the host rang — on a shared
     /// host, because it is not running. A waiter calls it early in its spin: a device thread

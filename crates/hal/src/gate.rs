@@ -113,6 +113,13 @@ impl IdleGate {
     #[inline]
     pub fn notify(&self) {
         fence(Ordering::SeqCst);
+        self.notify_fenced();
+    }
+
+    /// [`IdleGate::notify`] for a caller that issued a `SeqCst` fence after the store the
+    /// sleeper must see (and before nothing else it must see).
+    #[inline]
+    pub fn notify_fenced(&self) {
         if self.needs_wakeup.load(Ordering::Relaxed) {
             self.wake_sleeper();
         }

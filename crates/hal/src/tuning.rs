@@ -17,6 +17,33 @@ use core::time::Duration;
 /// worker that shared the device thread's vCPU waited that long for each turn).
 pub const DEVICE_IDLE_YIELD_PERIOD: Duration = Duration::from_micros(3);
 
+/// How often a parked device thread looks at a core that a host thread serves
+/// (`Device::host_serves`: the implicit-async worker runs a short model's work itself on a
+/// host with fewer CPUs than runnable threads): when the core has work that nobody took since
+/// the last look, the host thread is inside a long callback, preempted or gone, and the
+/// device thread runs the work. Bounds that stall to about twice this; the look costs a
+/// timed wake-up per period while the core is served.
+pub const DEVICE_HOST_SERVED_CHECK: Duration = Duration::from_millis(1);
+
+/// The XU worker runs its vcore's device work itself (`Device::host_serves`) on hosts with
+/// at most this many CPUs, while a short model's implicit executions are in flight: client,
+/// worker and device thread were three runnable threads on two vCPUs, and each hand-off
+/// between the two that shared one cost a context switch (a `sched_yield` hand-off between
+/// two threads of one process: ~1.2 µs on this project's KVM guest). Implicit near-null,
+/// paired runs against the worker that only harvests (`ab.sh`, 0.5 s rows): depth 8 1.73×
+/// the throughput (10 pairs, 9 higher; p99 0.83×), depth 4 2.29×, depth 1 3.45×. With a
+/// third CPU the device thread has one to itself, and the hand-offs it saves cost nothing.
+pub const XU_SERVES_CORE_MAX_CPUS: usize = 2;
+
+/// Polls of its core the serving XU worker runs before it harvests (each runs at most one
+/// execution, each expected under [`WAIT_SPIN_CAP`]): the batch amortizes its harvest and
+/// retire steps, the bound keeps the first callback from waiting behind a long queue.
+/// Implicit depth 8, paired runs against 1 (`ab.sh`, 8 × 0.5 s, a slow phase): 1.13× the
+/// throughput (7 of 8 higher), p99 1.16× (within its spread: 4 of 8 lower). (The first
+/// version — one poll per harvest and a `sched_yield` after each retirement, so one per
+/// execution — ran at 0.74× the worker that does not serve.)
+pub const XU_SERVE_BATCH: u32 = 8;
+
 /// How long a device thread keeps polling for doorbells after its last work before it parks.
 /// Back-to-back executions (a caller looping on `execute`) arrive well within it and never
 /// pay the 20–60 µs wake; an idle device stops burning its vCPU 200 µs after the last

@@ -659,6 +659,95 @@ fn assisted_core_model(hand_back: bool) {
     });
 }
 
+/// A core a host thread serves (`Device::host_serves`, the implicit-async worker on a
+/// 2-vCPU host) vs the doorbell and the device thread's park (`nrt_sim`:
+/// `semaphore_increment`, `host_serves`, `device_thread`). While the core is served a
+/// doorbell does not wake the device thread, which parks; when the host thread releases the
+/// core without having polled it, the request it did not run must reach the device thread.
+/// The doorbell stores the bell, fences, and reads the served flag; the release clears the
+/// flag, fences, and reads the bell — one of the two sees the other and notifies the gate.
+/// Without the release's hand-back the model fails: the device thread sleeps through the
+/// request.
+fn host_served_core_model(hand_back: bool) {
+    use loom::sync::atomic::{AtomicBool, fence};
+    struct Core {
+        gate: IdleGate,
+        doorbell: AtomicU32,
+        seen: AtomicU32,
+        served: AtomicBool,
+        done: AtomicU32,
+        stop: AtomicBool,
+    }
+    impl Core {
+        fn has_work(&self) -> bool {
+            self.doorbell.load(Ordering::Acquire) != self.seen.load(Ordering::Relaxed)
+        }
+        fn for_device(&self) -> bool {
+            !self.served.load(Ordering::Relaxed) && self.has_work()
+        }
+    }
+    loom::model(move || {
+        let core = Arc::new(Core {
+            gate: IdleGate::new(),
+            doorbell: AtomicU32::new(0),
+            seen: AtomicU32::new(0),
+            served: AtomicBool::new(true),
+            done: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let c = core.clone();
+        let device = loom::thread::spawn(move || {
+            c.gate.register_sleeper();
+            while !c.stop.load(Ordering::Acquire) {
+                if c.for_device() {
+                    let bell = c.doorbell.load(Ordering::Acquire);
+                    let seen = c.seen.load(Ordering::Relaxed);
+                    c.seen.store(bell, Ordering::Relaxed);
+                    c.done.fetch_add(bell - seen, Ordering::Release);
+                }
+                c.gate
+                    .sleep_until(|| c.stop.load(Ordering::Acquire) || c.for_device());
+            }
+        });
+        let c = core.clone();
+        let client = loom::thread::spawn(move || {
+            c.doorbell.fetch_add(1, Ordering::Release);
+            fence(Ordering::SeqCst);
+            if !c.served.load(Ordering::Relaxed) {
+                c.gate.notify_fenced();
+            }
+        });
+        // The serving host thread releases the core without having polled it.
+        core.served.store(false, Ordering::Relaxed);
+        if hand_back {
+            fence(Ordering::SeqCst);
+            if core.has_work() {
+                core.gate.notify_fenced();
+            }
+        }
+        client.join().unwrap();
+        // The request runs (a stranded one spins this wait past loom's branch limit).
+        while core.done.load(Ordering::Acquire) < 1 {
+            loom::thread::yield_now();
+        }
+        core.stop.store(true, Ordering::Release);
+        core.gate.notify();
+        device.join().unwrap();
+    });
+}
+
+#[test]
+fn released_host_served_core_hands_back_its_request() {
+    host_served_core_model(true);
+}
+
+/// Without the release's hand-back the device thread sleeps through the request.
+#[test]
+#[should_panic(expected = "maximum number of branches")]
+fn released_host_served_core_without_hand_back_strands_work() {
+    host_served_core_model(false);
+}
+
 #[test]
 fn assisted_core_hands_back_what_it_leaves() {
     assisted_core_model(true);

@@ -147,7 +147,7 @@ pub(crate) fn prepare_assisting_thread(device: &dyn Device) {
 
 /// The CPUs this process may run on (`std::thread::available_parallelism`, read once and
 /// cached; at least 1).
-fn cpus() -> usize {
+pub(crate) fn cpus() -> usize {
     static CPUS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     match CPUS.load(Ordering::Relaxed) {
         0 => {

@@ -43,7 +43,7 @@ use nrt_hal::{
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -68,6 +68,10 @@ pub struct SimConfig {
     pub spin_after_work: Duration,
     /// How long an execution may make no progress before the core declares a hang.
     pub hang_watchdog: Duration,
+    /// How often a parked device thread looks at a core that a host thread serves
+    /// (`Device::host_serves`), to run work nobody took since its last look
+    /// ([`tuning::DEVICE_HOST_SERVED_CHECK`]).
+    pub host_served_check: Duration,
     /// Faults to inject.
     pub faults: Vec<FaultSpec>,
 }
@@ -80,6 +84,7 @@ impl Default for SimConfig {
             threads: 0,
             spin_after_work: tuning::DEVICE_SPIN_AFTER_WORK,
             hang_watchdog: tuning::DEVICE_HANG_WATCHDOG,
+            host_served_check: tuning::DEVICE_HOST_SERVED_CHECK,
             faults: Vec::new(),
         }
     }
@@ -188,6 +193,9 @@ pub(crate) struct DeviceShared {
     /// is not idle: [`SoftDevice::is_parked`] must not count it).
     stall_blocked: Box<[AtomicBool]>,
     gates: Box<[IdleGate]>,
+    /// Per core: a host thread serves it ([`Device::host_serves`]): the device's threads
+    /// leave it alone and a doorbell does not wake them.
+    host_served: Box<[AtomicBool]>,
     /// Cross-core events of lockstep executions: bumped (then every device thread's gate
     /// notified) on each change a stalled partner may wait for — a global semaphore change, a
     /// core taking a lockstep request, an abort. A device thread stalled at a barrier blocks
@@ -389,9 +397,20 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
     // has work and the thread that serves it sleeps. Any thread may poll any core — the
     // core's lock makes one at a time — so a stale view costs a wasted poll, never lost work.
     let serves = |c: usize| -> bool {
+        if dev.host_served[c].load(Ordering::Relaxed) {
+            return false;
+        }
         let server = dev.server_thread(c);
         server == worker || (dev.cores[c].has_work() && dev.gates[server].is_sleeping())
     };
+    // The cores this thread serves by default, and their work-poll counts when it last
+    // looked while a host thread served them ([`take_over_stale`]).
+    let mine: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&c| c % dev.gates.len() == worker)
+        .collect();
+    let mut served_polls: Vec<u64> = vec![u64::MAX; mine.len()];
     // Any thread may run any core's instructions (above): its kernels' per-thread state is
     // set up now, not on the first product it happens to run.
     nrt_kernels::matmul::prepare_thread();
@@ -475,13 +494,47 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
             if core::mem::take(&mut worked) {
                 last_work = now;
             } else if now.duration_since(last_work) >= dev.config.spin_after_work {
-                gate.sleep_until(|| {
+                let asleep = || {
                     dev.stop.load(Ordering::Acquire)
                         || all.iter().any(|&c| dev.cores[c].has_work() && serves(c))
-                });
+                };
+                if mine
+                    .iter()
+                    .any(|&c| dev.host_served[c].load(Ordering::Relaxed))
+                {
+                    // A host thread serves one of this thread's cores: wake now and then to
+                    // see that it still does ([`take_over_stale`]).
+                    gate.sleep_until_timeout(
+                        dev.config.host_served_check.max(Duration::from_micros(100)),
+                        asleep,
+                    );
+                    take_over_stale(&dev, &mine, &mut served_polls);
+                } else {
+                    gate.sleep_until(asleep);
+                }
                 last_work = Instant::now();
             }
         }
+    }
+}
+
+/// The device thread's side of [`Device::host_serves`]: a core a host thread serves but
+/// whose work nobody took since the last look ([`SimConfig::host_served_check`] ago) —
+/// the host thread is inside a long callback, preempted, or gone — is polled here until it
+/// has nothing left. `seen[i]` is core `mine[i]`'s work-poll count at the last look.
+#[cold]
+fn take_over_stale(dev: &DeviceShared, mine: &[usize], seen: &mut [u64]) {
+    for (i, &c) in mine.iter().enumerate() {
+        let core = &dev.cores[c];
+        if !dev.host_served[c].load(Ordering::Relaxed) {
+            seen[i] = u64::MAX;
+            continue;
+        }
+        let polls = core.work_polls();
+        if core.has_work() && polls == seen[i] {
+            while core.poll(dev) == Poll::Progressed {}
+        }
+        seen[i] = core.work_polls();
     }
 }
 
@@ -551,6 +604,7 @@ impl SoftDevice {
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             gates: (0..config.threads).map(|_| IdleGate::new()).collect(),
+            host_served: (0..n).map(|_| AtomicBool::new(false)).collect(),
             cross_core: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             threads_started: AtomicUsize::new(0),
@@ -890,14 +944,37 @@ impl Device for SoftDevice {
         s.fetch_add(value, Ordering::Release);
         if semaphore == SEMAPHORE_INFERENCE_START {
             // Wake the thread that serves the core: its own, or its group leader's when the
-            // core is served jointly (a stale answer wakes a thread that passes the work on).
-            self.shared.gates[self.shared.server_thread(nc as usize)].notify();
+            // core is served jointly (a stale answer wakes a thread that passes the work on)
+            // — unless a host thread serves it. The fence orders the doorbell before both
+            // loads: it pairs with `host_serves(false)`'s and with the sleeper's.
+            fence(Ordering::SeqCst);
+            if !self.shared.host_served[nc as usize].load(Ordering::Relaxed) {
+                self.shared.gates[self.shared.server_thread(nc as usize)].notify_fenced();
+            }
         }
         Ok(())
     }
 
     fn prepare_thread(&self) {
         nrt_kernels::matmul::prepare_thread();
+    }
+
+    fn host_serves(&self, nc: u32, on: bool) -> bool {
+        let Some(flag) = self.shared.host_served.get(nc as usize) else {
+            return false;
+        };
+        if on {
+            flag.store(true, Ordering::Relaxed);
+        } else {
+            flag.store(false, Ordering::Relaxed);
+            // Pairs with the doorbell's fence: either it saw the flag cleared and woke the
+            // core's thread, or this sees its doorbell.
+            fence(Ordering::SeqCst);
+            if self.shared.cores[nc as usize].has_work() {
+                self.shared.gates[self.shared.server_thread(nc as usize)].notify_fenced();
+            }
+        }
+        true
     }
 
     fn assist_untaken(&self, nc: u32) -> bool {
@@ -912,7 +989,9 @@ impl Device for SoftDevice {
             return false;
         };
         let progressed = core.poll(&self.shared) == Poll::Progressed;
-        if progressed {
+        // A host thread that serves the core keeps what it leaves (`host_serves(false)`
+        // hands it back).
+        if progressed && !self.shared.host_served[nc as usize].load(Ordering::Relaxed) {
             self.shared.hand_back(nc as usize);
         }
         progressed

@@ -55,7 +55,7 @@ use nrt_isa::{AccessPattern, GLOBAL_SEMAPHORES, Instruction, Op, SemRef};
 use nrt_kernels::{KernelError, Workspace};
 use std::collections::VecDeque;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,9 @@ struct DeviceMirrors {
     doorbell_seen: AtomicU32,
     /// "A request is running or queued" (the device thread keeps polling).
     active: AtomicBool,
+    /// Polls that found work and took the core (written under the core's lock): a device
+    /// thread tells by it whether the host thread that serves the core still does.
+    work_polls: AtomicU64,
 }
 
 /// One registered exec-request ring.
@@ -291,6 +294,7 @@ impl CoreShared {
             mirrors: CachePadded(DeviceMirrors {
                 doorbell_seen: AtomicU32::new(0),
                 active: AtomicBool::new(false),
+                work_polls: AtomicU64::new(0),
             }),
             inner: CachePadded(Mutex::new(CoreInner {
                 dma: None,
@@ -336,6 +340,12 @@ impl CoreShared {
                 != self.mirrors.doorbell_seen.load(Ordering::Relaxed)
     }
 
+    /// How many polls found work on this core and took it so far.
+    #[inline]
+    pub(crate) fn work_polls(&self) -> u64 {
+        self.mirrors.work_polls.load(Ordering::Relaxed)
+    }
+
     /// Whether a doorbell rang that the device has not acted on yet.
     #[inline]
     pub(crate) fn doorbell_pending(&self) -> bool {
@@ -378,6 +388,12 @@ impl CoreShared {
         if let Some(p) = inner.rings.as_ref() {
             p.prefetch_next_writes();
         }
+        // One writer (the lock's holder): a plain increment.
+        let polls = &self.mirrors.work_polls;
+        polls.store(
+            polls.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
         let mut progressed = false;
         let bell = self.doorbell.load(Ordering::Acquire);
         if bell != self.mirrors.doorbell_seen.load(Ordering::Relaxed) {

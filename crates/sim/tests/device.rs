@@ -1192,3 +1192,75 @@ fn instruction_timeline_records_traced_compute_instructions_within_its_room() {
     run(&mut d, 6, trace);
     assert!(dev.instruction_events().is_empty(), "room 0 turns it off");
 }
+
+/// A device whose threads look at a host-served core only every `check`.
+fn device_checking_served_cores_every(check: Duration) -> SoftDevice {
+    SoftDevice::new(SimConfig {
+        memory_bytes: 1 << 30,
+        host_served_check: check,
+        ..SimConfig::default()
+    })
+    .unwrap()
+}
+
+/// While a host thread serves a core (`Device::host_serves`), the device's thread leaves
+/// its doorbells alone; releasing the core hands the pending request back to that thread,
+/// which by then has parked: no doorbell follows to wake it.
+#[test]
+fn a_released_host_served_core_is_handed_back() {
+    let dev = device_checking_served_cores_every(Duration::from_secs(3600));
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    assert!(dev.host_serves(0, true));
+    let blocks = d.empty_blocks().unwrap();
+    d.stage(blocks, 0, 0, 0, 1);
+    d.doorbell().unwrap();
+    // Past the device thread's idle spin: it parks, and nothing takes the request.
+    std::thread::sleep(dev.config().spin_after_work * 5 + Duration::from_millis(20));
+    assert_eq!(
+        dev.executions(0).unwrap(),
+        0,
+        "the device thread ran a core a host thread serves"
+    );
+    assert!(dev.host_serves(0, false));
+    d.wait_for_ends(5, T);
+    assert_eq!(dev.executions(0).unwrap(), 1);
+}
+
+/// A host thread that declared it serves a core and then stopped polling it (a callback
+/// that runs long, a preempted thread) delays the core's work until the device thread's
+/// next look, never strands it.
+#[test]
+fn a_host_served_core_nobody_polls_is_taken_over() {
+    let dev = device_checking_served_cores_every(Duration::from_millis(1));
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    assert!(dev.host_serves(0, true));
+    for _ in 0..3 {
+        let blocks = d.empty_blocks().unwrap();
+        d.stage(blocks, 0, 0, 0, 1);
+        d.doorbell().unwrap();
+        d.wait_for_ends(5, T);
+    }
+    assert_eq!(dev.executions(0).unwrap(), 3);
+    assert!(dev.host_serves(0, false));
+}
+
+/// The host thread that serves a core runs its requests with `Device::assist`.
+#[test]
+fn a_host_thread_serving_a_core_runs_its_requests() {
+    let dev = device_checking_served_cores_every(Duration::from_secs(3600));
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    dev.prepare_thread();
+    assert!(dev.host_serves(0, true));
+    let blocks = d.empty_blocks().unwrap();
+    d.stage(blocks, 0, 0, 0, 1);
+    d.doorbell().unwrap();
+    let t0 = Instant::now();
+    while !dev.assist(0) {
+        assert!(t0.elapsed() < T, "the assist found nothing to run");
+        std::thread::yield_now();
+    }
+    d.wait_for_ends(5, T);
+    assert_eq!(dev.executions(0).unwrap(), 1);
+    assert!(dev.host_serves(0, false));
+    assert!(!dev.host_serves(7, true), "a core the device does not have");
+}

@@ -16,6 +16,7 @@ use nrt_hal::{NrtStatus, tuning};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// Starts one worker per vcore and returns when all of them are running, so that whatever
 /// a thread allocates to start happens inside `init`, never during an execution.
@@ -92,8 +93,10 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
     let mut w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
     let mut last_external = vc.counters.external_harvests.load(Ordering::Relaxed);
     let mut defer = tuning::HARVEST_SLEEP;
+    let mut serving = Serving::new(&rt, vc);
     while !rt.stop.load(Ordering::Acquire) {
         if vc.xu.async_inflight.load(Ordering::Acquire) == 0 {
+            serving.release();
             // Nothing async in flight: synchronous callers harvest their own executions, so
             // the worker has no reason to compete with them (or with the device thread) for
             // the two vCPUs. Park until a submitter publishes async work — after a short
@@ -139,6 +142,7 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             // when the client stops, the worker takes over within `XU_DEFER_MAX`. "The
             // client stopped polling" is the absence of an event, so this one wait is timed.
             last_external = external;
+            serving.release();
             if retire_done(&rt, vc, &mut cursor) {
                 vc.signal_waiters();
             }
@@ -150,19 +154,28 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             continue;
         }
         defer = tuning::HARVEST_SLEEP;
-        let progressed = drive_worker(&rt, vc) != Step::Idle;
+        let ran = serving.run();
+        let progressed = drive_worker(&rt, vc) != Step::Idle || ran;
         let retired = retire_done(&rt, vc, &mut cursor);
         if retired {
+            serving.retired();
             // Drains and tensor reads wait for what the worker retires.
             vc.signal_waiters();
             // The callbacks it just ran are what the client waits for: if the client shares
             // this vCPU (three runnable threads on two), hand it the CPU now, before the
             // worker spins for the next completion; alone, the yield returns in ~0.3 µs once
-            // per batch it retires.
-            std::thread::yield_now();
+            // per batch it retires. Not while it serves the core: then the client and the
+            // worker are the only runnable threads.
+            if !serving.on {
+                std::thread::yield_now();
+            }
         }
         if progressed || retired {
+            serving.idle_since = None;
             w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
+            continue;
+        }
+        if serving.idle() {
             continue;
         }
         // Spin while a completion is expected soon, then block until a core publishes
@@ -170,5 +183,133 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
         w.idle(|| {
             rt.stop.load(Ordering::Acquire) || vc.xu.async_inflight.load(Ordering::Acquire) == 0
         });
+    }
+    serving.release();
+}
+
+/// The worker's side of [`nrt_hal::Device::host_serves`]: on a host with at most
+/// [`tuning::XU_SERVES_CORE_MAX_CPUS`] CPUs, while implicit executions of a short model
+/// (expected under [`tuning::WAIT_SPIN_CAP`]) are in flight on a one-core vcore, the worker
+/// runs the core's work itself ([`nrt_hal::Device::assist`]) and the device's thread parks:
+/// the client, the worker and the device thread were three runnable threads on two vCPUs,
+/// and every hand-off between the two that shared one was a context switch (~1.2 µs under
+/// KVM here). It stops serving — handing back what is pending — whenever it leaves the loop's
+/// busy path: nothing async in flight, a client harvesting by itself, an idle spell of
+/// [`tuning::WAIT_SPIN_CAP`], close. A callback that runs long holds the core only until the
+/// device thread's next look ([`tuning::DEVICE_HOST_SERVED_CHECK`]).
+struct Serving<'a> {
+    rt: &'a RuntimeInner,
+    vc: &'a VCore,
+    /// The vcore and the host qualify, and the device honours it.
+    eligible: bool,
+    /// Serving now.
+    on: bool,
+    /// It stopped after an idle spell; it serves again once something is retired.
+    rested: bool,
+    /// When the current idle spell began (idle polls while serving).
+    idle_since: Option<Instant>,
+    idle_polls: u32,
+}
+
+impl<'a> Serving<'a> {
+    fn new(rt: &'a RuntimeInner, vc: &'a VCore) -> Serving<'a> {
+        let eligible = rt.implicit_async.is_some()
+            && vc.cores.len() == 1
+            && crate::wait::cpus() <= tuning::XU_SERVES_CORE_MAX_CPUS;
+        if eligible {
+            // It may run any instruction: its kernels' per-thread state is set up now, at
+            // init, not inside its first execution.
+            rt.device.prepare_thread();
+        }
+        Serving {
+            rt,
+            vc,
+            eligible,
+            on: false,
+            rested: false,
+            idle_since: None,
+            idle_polls: 0,
+        }
+    }
+
+    /// Serves the core if it should, then runs what the core has — up to
+    /// [`tuning::XU_SERVE_BATCH`] polls, so the harvest and the callbacks of what ran are not
+    /// held back for long; whether any ran work.
+    #[inline]
+    fn run(&mut self) -> bool {
+        if !self.on {
+            if !self.eligible || self.rested || !self.short() {
+                return false;
+            }
+            let c = self.vc.cores[0];
+            if !self.rt.device.host_serves(c, true) {
+                self.eligible = false; // a device that does not take it
+                return false;
+            }
+            self.on = true;
+        } else if !self.short() {
+            // The model got long: its work goes back to the device thread.
+            self.release();
+            return false;
+        }
+        let c = self.vc.cores[0];
+        let mut ran = false;
+        for _ in 0..tuning::XU_SERVE_BATCH {
+            if !self.rt.device.assist(c) {
+                break;
+            }
+            ran = true;
+        }
+        ran
+    }
+
+    /// Whether the vcore's executions are expected within [`tuning::WAIT_SPIN_CAP`].
+    #[inline]
+    fn short(&self) -> bool {
+        self.vc
+            .spin
+            .expected()
+            .is_some_and(|e| e < tuning::WAIT_SPIN_CAP)
+    }
+
+    /// Something was retired: an idle spell's rest is over.
+    #[inline]
+    fn retired(&mut self) {
+        self.rested = false;
+    }
+
+    /// An idle poll while serving: spins, yields now and then, and after an idle spell of
+    /// [`tuning::WAIT_SPIN_CAP`] stops serving (the worker then waits as usual). Whether it
+    /// handled the poll (false: not serving).
+    #[inline]
+    fn idle(&mut self) -> bool {
+        if !self.on {
+            return false;
+        }
+        self.idle_polls = self.idle_polls.wrapping_add(1);
+        if !self
+            .idle_polls
+            .is_multiple_of(tuning::HARVEST_YIELD_EVERY_POLLS)
+        {
+            std::hint::spin_loop();
+            return true;
+        }
+        std::thread::yield_now();
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= tuning::WAIT_SPIN_CAP {
+            self.release();
+            self.rested = true;
+        }
+        true
+    }
+
+    /// Stops serving (if it does): the device's thread takes the core back, woken if work is
+    /// pending.
+    #[inline]
+    fn release(&mut self) {
+        if core::mem::take(&mut self.on) {
+            self.rt.device.host_serves(self.vc.cores[0], false);
+        }
+        self.idle_since = None;
     }
 }
