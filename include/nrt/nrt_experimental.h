@@ -57,14 +57,17 @@ typedef struct nrt_tensor_info_array {
  *   - refused at once with NRT_INVALID (logged) and nothing changed, because each would wait
  *     for executions that only this worker completes: nrt_async_drain_queued_execs,
  *     nrt_unload; nrt_close logs the same error and returns with the runtime still open.
- * Keep callbacks short: the worker reports nothing else while one runs.
+ * Keep callbacks short: the worker reports nothing else while one runs. On a host with two
+ * CPUs or fewer the worker also runs a short model's device work itself (the device thread
+ * parks: one runnable thread fewer), so a long callback also holds that logical core's queued
+ * executions, until the device thread's next look takes them over (1-2 ms).
  *
  * Waiting for callbacks: a thread that blocks on something the callback signals (a condition
  * variable, a futex) does best to spin briefly and sched_yield() once before it blocks. With
  * more runnable threads than CPUs the worker usually shares the waiter's CPU; the yield lets
  * it run this batch's callbacks without a wake-up per batch (near-null model, depth 8, 2
- * vCPUs: 0.45-0.56 M executions/s with the yield, 0.12-0.21 M/s blocking right after the
- * spin). */
+ * vCPUs, measured before the worker ran device work: 0.45-0.56 M executions/s with the
+ * yield, 0.12-0.21 M/s blocking right after the spin). */
 typedef void (*NRT_ASYNC_EXEC_STATUS_CALLBACK)(void *params, uint32_t model_id, uint32_t vnc, uint64_t job_id,
                                                NRT_STATUS status);
 
