@@ -70,7 +70,8 @@ pub struct SimConfig {
     pub hang_watchdog: Duration,
     /// How often a parked device thread looks at a core that a host thread serves
     /// (`Device::host_serves`), to run work nobody took since its last look
-    /// ([`tuning::DEVICE_HOST_SERVED_CHECK`]).
+    /// ([`tuning::DEVICE_HOST_SERVED_CHECK`]; at least 100 µs, so that a zero does not turn
+    /// the park into a spin).
     pub host_served_check: Duration,
     /// Faults to inject.
     pub faults: Vec<FaultSpec>,
