@@ -44,6 +44,19 @@ pub const XU_SERVES_CORE_MAX_CPUS: usize = 2;
 /// execution — ran at 0.74× the worker that does not serve.)
 pub const XU_SERVE_BATCH: u32 = 8;
 
+/// A synchronous caller runs its execution's device work on its own thread when the model
+/// is expected to finish within this ([`crate::Device::host_serves`]): for a short execution
+/// the two hand-offs between CPUs (doorbell, completion) are most of its latency, and the
+/// caller waits anyway. Longer ones stay on the device thread, where a multi-core host
+/// overlaps them with the caller's next staging and a long kernel never delays its caller's
+/// harvest. (Near-null sync: 0.50× the latency, 12/12 pairs.)
+pub const SYNC_SERVES_CORE_MAX: Duration = Duration::from_micros(50);
+
+/// Polls without progress after which a synchronous caller that serves its core hands it
+/// back to the device thread and waits as usual: a few hundred ns, far beyond a near-null
+/// step, long enough to ride out a device thread finishing a poll it began before.
+pub const SYNC_SERVE_IDLE_POLLS: u32 = 256;
+
 /// How long a device thread keeps polling for doorbells after its last work before it parks.
 /// Back-to-back executions (a caller looping on `execute`) arrive well within it and never
 /// pay the 20–60 µs wake; an idle device stops burning its vCPU 200 µs after the last

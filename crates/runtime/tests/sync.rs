@@ -7,6 +7,8 @@ use nrt_hal::NrtStatus;
 use nrt_runtime::builtin::near_null;
 use nrt_runtime::{LoadOptions, Placement, Runtime, RuntimeConfig, Stage, TensorSet};
 use nrt_sim::{FaultKind, FaultSpec};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 #[test]
 fn near_null_round_trip_device_and_host_tensors() {
@@ -423,5 +425,50 @@ fn tensors_of_another_runtime_are_rejected() {
     assert!(
         e.status == NrtStatus::Invalid && e.message.contains("another runtime"),
         "{e}"
+    );
+}
+
+/// A synchronous caller runs a short model's device work on its own thread
+/// (`tuning::SYNC_SERVES_CORE_MAX`): the device thread stays parked meanwhile. Without it
+/// the first doorbell wakes the device thread, which runs every execution and spins between
+/// them, never parked. (The device's look at served cores is put off for the test's length.)
+#[test]
+fn a_sync_caller_runs_a_short_execution_itself() {
+    let d = Arc::new(
+        nrt_sim::SoftDevice::new(nrt_sim::SimConfig {
+            memory_bytes: 2 << 30,
+            host_served_check: Duration::from_secs(3600),
+            ..nrt_sim::SimConfig::default()
+        })
+        .unwrap(),
+    );
+    let rt = runtime_on(&d, RuntimeConfig::default());
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    // The model's expected latency is learned; then the device thread parks.
+    let t0 = Instant::now();
+    while !d.is_parked() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the device never parked"
+        );
+        rt.execute(&m, &ins, &outs).unwrap();
+    }
+    let (mut parked, mut looks) = (0, 0);
+    for k in 0..20_000 {
+        let x = [k as f32, 1.0, 2.0, 3.0];
+        ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
+        rt.execute(&m, &ins, &outs).unwrap();
+        if k % 100 == 0 {
+            assert_eq!(read_f32(outs.get("y").unwrap()), x);
+            looks += 1;
+            parked += d.is_parked() as u32;
+        }
+    }
+    // Not every look: a caller preempted between its doorbell and its first poll of the
+    // core hands the core back after its idle polls, and the device thread then runs.
+    assert!(
+        parked * 2 >= looks,
+        "the device thread was parked at {parked} of {looks} looks"
     );
 }

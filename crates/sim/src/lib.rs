@@ -509,11 +509,19 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
                         dev.config.host_served_check.max(Duration::from_micros(100)),
                         asleep,
                     );
-                    take_over_stale(&dev, &mine, &mut served_polls);
+                    let now = Instant::now();
+                    last_work = if take_over_stale(&dev, &mine, &mut served_polls) {
+                        now
+                    } else {
+                        // Nothing to take over: back to sleep at the next look (64 idle
+                        // polls), not after another `spin_after_work` of spinning beside the
+                        // host thread that serves the core.
+                        now.checked_sub(dev.config.spin_after_work).unwrap_or(now)
+                    };
                 } else {
                     gate.sleep_until(asleep);
+                    last_work = Instant::now();
                 }
-                last_work = Instant::now();
             }
         }
     }
@@ -523,8 +531,10 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
 /// whose work nobody took since the last look ([`SimConfig::host_served_check`] ago) —
 /// the host thread is inside a long callback, preempted, or gone — is polled here until it
 /// has nothing left. `seen[i]` is core `mine[i]`'s work-poll count at the last look.
+/// Whether it ran anything.
 #[cold]
-fn take_over_stale(dev: &DeviceShared, mine: &[usize], seen: &mut [u64]) {
+fn take_over_stale(dev: &DeviceShared, mine: &[usize], seen: &mut [u64]) -> bool {
+    let mut took = false;
     for (i, &c) in mine.iter().enumerate() {
         let core = &dev.cores[c];
         if !dev.host_served[c].load(Ordering::Relaxed) {
@@ -533,10 +543,12 @@ fn take_over_stale(dev: &DeviceShared, mine: &[usize], seen: &mut [u64]) {
         }
         let polls = core.work_polls();
         if core.has_work() && polls == seen[i] {
+            took = true;
             while core.poll(dev) == Poll::Progressed {}
         }
         seen[i] = core.work_polls();
     }
+    took
 }
 
 /// The software NeuronCore device. Cheap to share (`Arc`); dropping the last handle stops

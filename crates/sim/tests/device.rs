@@ -1244,6 +1244,31 @@ fn a_host_served_core_nobody_polls_is_taken_over() {
     assert!(dev.host_serves(0, false));
 }
 
+/// A device thread that looks at a host-served core and finds nothing to take over goes
+/// back to sleep at once: it does not spin its `spin_after_work` beside the host thread that
+/// serves the core after every look (with looks every 100 µs, that spin was two thirds of a
+/// vCPU).
+#[test]
+fn a_look_at_a_host_served_core_that_takes_nothing_over_is_short() {
+    let dev = device_checking_served_cores_every(Duration::from_micros(100));
+    assert!(dev.host_serves(0, true));
+    // The thread parks after its idle spin, then wakes for its looks.
+    let t0 = Instant::now();
+    while !dev.is_parked() {
+        assert!(t0.elapsed() < T, "the device never parked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let busy = || dev.thread_cpu_times().iter().sum::<Duration>();
+    let (cpu0, t0) = (busy(), Instant::now());
+    std::thread::sleep(Duration::from_millis(100));
+    let (cpu, wall) = (busy() - cpu0, t0.elapsed());
+    assert!(dev.host_serves(0, false));
+    assert!(
+        cpu < wall / 4,
+        "the device threads used {cpu:?} of CPU in {wall:?} of looks"
+    );
+}
+
 /// The host thread that serves a core runs its requests with `Device::assist`.
 #[test]
 fn a_host_thread_serving_a_core_runs_its_requests() {

@@ -12,8 +12,8 @@ use crate::pipeline::{bind, doorbell, exec_error, retire, stage, unbind, validat
 use crate::tensor::TensorSet;
 use crate::trace::{ClockStamps, NoStamps, Stamps};
 use crate::vcore::{Surface, VCore};
-use crate::wait::{Spin, VcoreWait};
-use nrt_hal::NrtStatus;
+use crate::wait::{Spin, VcoreWait, prepare_assisting_thread};
+use nrt_hal::{NrtStatus, tuning};
 use std::sync::Arc;
 
 /// Binds with waiting: a synchronous caller waits for an I/O set (driving the harvest so the
@@ -99,9 +99,13 @@ fn run_sync<S: Stamps>(
         }
     };
     stamps.mark();
+    let served = serve_core(rt, vc, model);
     doorbell(rt, vc, model);
     stamps.mark();
-    let status = wait_for(rt, vc, model, seq);
+    let status = match served {
+        Some(c) => run_served(rt, vc, model, seq, c),
+        None => wait_for(rt, vc, model, seq),
+    };
     stamps.mark();
     // The caller is the execution's one owner.
     retire(vc, seq, status);
@@ -113,6 +117,62 @@ fn run_sync<S: Stamps>(
         Ok(())
     } else {
         Err(exec_error(model, seq, status))
+    }
+}
+
+/// Whether the caller runs its execution's device work itself ([`Device::host_serves`],
+/// then [`Device::assist`]), and on which core: a one-core model expected to finish within
+/// [`tuning::SYNC_SERVES_CORE_MAX`]. The caller waits anyway; doing the work on its own
+/// thread saves the two hand-offs between CPUs (the doorbell to the device thread, the
+/// completion back) and, on a host with fewer spare CPUs than threads, a context switch.
+/// Declared after staging and before the doorbell: a device thread that is running does not
+/// take the request, and one that is parked is not woken. While the core is served, the
+/// device thread leaves it alone, so nothing this call waits for before the doorbell (a free
+/// I/O set, a free slot) may depend on it.
+///
+/// [`Device::host_serves`]: nrt_hal::Device::host_serves
+/// [`Device::assist`]: nrt_hal::Device::assist
+#[inline]
+fn serve_core(rt: &RuntimeInner, vc: &VCore, model: &ModelShared) -> Option<u32> {
+    let [c] = vc.cores[..] else {
+        return None;
+    };
+    if model
+        .spin
+        .expected()
+        .is_none_or(|e| e >= tuning::SYNC_SERVES_CORE_MAX)
+    {
+        return None;
+    }
+    prepare_assisting_thread(&*rt.device);
+    rt.device.host_serves(c, true).then_some(c)
+}
+
+/// Runs the core's work on the caller's thread and drives the harvest until `seq`'s
+/// completion word is written, then hands the core back to the device. A core that makes no
+/// progress for [`tuning::SYNC_SERVE_IDLE_POLLS`] polls (an execution longer than expected, a
+/// hang, the device thread inside a poll it began before the core was served) is handed back
+/// at once and waited for as usual ([`wait_for`]): the caller does not spin on it.
+#[inline]
+fn run_served(rt: &RuntimeInner, vc: &VCore, model: &ModelShared, seq: u64, c: u32) -> NrtStatus {
+    let mut idle = 0u32;
+    loop {
+        let ran = rt.device.assist(c);
+        match drive(rt, vc, seq) {
+            Step::Done => {
+                rt.device.host_serves(c, false);
+                return completed_status(vc.slot(seq), seq).unwrap_or(NrtStatus::Failure);
+            }
+            Step::Idle if !ran => {
+                idle += 1;
+                if idle == tuning::SYNC_SERVE_IDLE_POLLS {
+                    rt.device.host_serves(c, false);
+                    return wait_for(rt, vc, model, seq);
+                }
+                std::hint::spin_loop();
+            }
+            _ => idle = 0,
+        }
     }
 }
 
