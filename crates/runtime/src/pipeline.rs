@@ -355,6 +355,14 @@ pub(crate) fn stage(
     st.submitted += 1; // compute_idx_tail++
     vc.submitted.store(st.submitted, Ordering::Release);
     VcoreCounters::bump(&vc.counters.publishes);
+    // The doorbells this execution's caller rings next ([`doorbell`]), one per core: counted
+    // here, by the lock's one holder, with a load and a store.
+    let c = &vc.counters.doorbells;
+    c.store(
+        c.load(Ordering::Relaxed)
+            .wrapping_add(model.cores.len() as u64),
+        Ordering::Relaxed,
+    );
     Ok(seq)
 }
 
@@ -371,13 +379,12 @@ fn unloading_error(rt: &RuntimeInner, model: &ModelShared) -> NrtError {
 
 /// Stage 5: one doorbell per core of the model — the only device call of submit.
 #[inline]
-pub(crate) fn doorbell(rt: &RuntimeInner, vc: &VCore, model: &ModelShared) {
+pub(crate) fn doorbell(rt: &RuntimeInner, model: &ModelShared) {
     for cr in &model.cores {
         // The core index was validated at init; an error here is a device bug.
         let _ = rt
             .device
             .semaphore_increment(cr.phys, SEMAPHORE_INFERENCE_START, 1);
-        vc.counters.doorbells.fetch_add(1, Ordering::Relaxed);
     }
 }
 

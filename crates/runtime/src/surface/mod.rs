@@ -54,7 +54,7 @@ pub(crate) fn submit_async(
     let before = vc.xu.async_inflight.fetch_add(1, Ordering::AcqRel);
     match stage(rt, vc, model, s, surface) {
         Ok(seq) => {
-            doorbell(rt, vc, model);
+            doorbell(rt, model);
             if before == 0 {
                 // The worker parks only while nothing async is in flight, so only the
                 // submission that ends that state has to wake it (its sleep re-checks the

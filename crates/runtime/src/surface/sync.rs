@@ -100,7 +100,7 @@ fn run_sync<S: Stamps>(
     };
     stamps.mark();
     let served = serve_core(rt, vc, model);
-    doorbell(rt, vc, model);
+    doorbell(rt, model);
     stamps.mark();
     let status = match served {
         Some(c) => run_served(rt, vc, model, seq, c),
