@@ -193,6 +193,10 @@ pub(crate) struct DeviceShared {
     /// Per device thread: blocked at a lockstep barrier (its gate's flag is then set, but it
     /// is not idle: [`SoftDevice::is_parked`] must not count it).
     stall_blocked: Box<[AtomicBool]>,
+    /// Per device thread: parked without a timeout, so a host thread that starts to serve
+    /// one of its cores must wake it ([`Device::host_serves`]; the thread then parks with
+    /// one and still takes over work nobody polls).
+    parked_untimed: Box<[AtomicBool]>,
     gates: Box<[IdleGate]>,
     /// Per core: a host thread serves it ([`Device::host_serves`]): the device's threads
     /// leave it alone and a doorbell does not wake them.
@@ -412,6 +416,11 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         .filter(|&c| c % dev.gates.len() == worker)
         .collect();
     let mut served_polls: Vec<u64> = vec![u64::MAX; mine.len()];
+    // Their work-poll counts at the last look, and whether a host thread served one of them
+    // over the last period (flag seen set, or a count moved): the thread then keeps parking
+    // with a timeout.
+    let mut last_polls: Vec<u64> = vec![0; mine.len()];
+    let mut serving_seen = false;
     // Any thread may run any core's instructions (above): its kernels' per-thread state is
     // set up now, not on the first product it happens to run.
     nrt_kernels::matmul::prepare_thread();
@@ -499,18 +508,23 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
                     dev.stop.load(Ordering::Acquire)
                         || all.iter().any(|&c| dev.cores[c].has_work() && serves(c))
                 };
-                if mine
-                    .iter()
-                    .any(|&c| dev.host_served[c].load(Ordering::Relaxed))
-                {
-                    // A host thread serves one of this thread's cores: wake now and then to
-                    // see that it still does ([`take_over_stale`]).
+                let served_now = || {
+                    mine.iter()
+                        .any(|&c| dev.host_served[c].load(Ordering::Relaxed))
+                };
+                if served_now() || serving_seen {
+                    // A host thread serves one of this thread's cores, or did over the last
+                    // look's period (a synchronous caller serves a core only during each of
+                    // its calls): wake now and then to see that it still does
+                    // ([`take_over_stale`]).
                     gate.sleep_until_timeout(
                         dev.config.host_served_check.max(Duration::from_micros(100)),
                         asleep,
                     );
                     let now = Instant::now();
-                    last_work = if take_over_stale(&dev, &mine, &mut served_polls) {
+                    let look = take_over_stale(&dev, &mine, &mut served_polls, &mut last_polls);
+                    serving_seen = look.moved || served_now();
+                    last_work = if look.took {
                         now
                     } else {
                         // Nothing to take over: back to sleep at the next look (64 idle
@@ -519,7 +533,14 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
                         now.checked_sub(dev.config.spin_after_work).unwrap_or(now)
                     };
                 } else {
-                    gate.sleep_until(asleep);
+                    // Parked without a timeout: a host thread that starts to serve one of
+                    // these cores wakes it (`host_serves` reads this flag after its own
+                    // store and a fence; `sleep_until`'s fence orders this store before the
+                    // condition's loads), and it then parks with one, above.
+                    dev.parked_untimed[worker].store(true, Ordering::Relaxed);
+                    gate.sleep_until(|| asleep() || served_now());
+                    dev.parked_untimed[worker].store(false, Ordering::Relaxed);
+                    serving_seen = served_now();
                     last_work = Instant::now();
                 }
             }
@@ -530,25 +551,44 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
 /// The device thread's side of [`Device::host_serves`]: a core a host thread serves but
 /// whose work nobody took since the last look ([`SimConfig::host_served_check`] ago) —
 /// the host thread is inside a long callback, preempted, or gone — is polled here until it
-/// has nothing left. `seen[i]` is core `mine[i]`'s work-poll count at the last look.
-/// Whether it ran anything.
+/// has nothing left. `seen[i]` is core `mine[i]`'s work-poll count at the last look while
+/// it was served; `last[i]` its count at the last look, served or not.
 #[cold]
-fn take_over_stale(dev: &DeviceShared, mine: &[usize], seen: &mut [u64]) -> bool {
-    let mut took = false;
+fn take_over_stale(
+    dev: &DeviceShared,
+    mine: &[usize],
+    seen: &mut [u64],
+    last: &mut [u64],
+) -> StaleLook {
+    let mut look = StaleLook {
+        took: false,
+        moved: false,
+    };
     for (i, &c) in mine.iter().enumerate() {
         let core = &dev.cores[c];
+        let polls = core.work_polls();
+        look.moved |= polls != last[i];
         if !dev.host_served[c].load(Ordering::Relaxed) {
             seen[i] = u64::MAX;
+            last[i] = polls;
             continue;
         }
-        let polls = core.work_polls();
         if core.has_work() && polls == seen[i] {
-            took = true;
+            look.took = true;
             while core.poll(dev) == Poll::Progressed {}
         }
         seen[i] = core.work_polls();
+        last[i] = seen[i];
     }
-    took
+    look
+}
+
+/// What [`take_over_stale`] found.
+struct StaleLook {
+    /// It ran work nobody took.
+    took: bool,
+    /// A core's work-poll count moved since the last look (someone polled it).
+    moved: bool,
 }
 
 /// The software NeuronCore device. Cheap to share (`Arc`); dropping the last handle stops
@@ -614,6 +654,9 @@ impl SoftDevice {
             lockstep_parts: nrt_hal::LockstepParts::new(n),
             lockstep_progress: (0..n).map(|_| AtomicU64::new(0)).collect(),
             stall_blocked: (0..config.threads)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            parked_untimed: (0..config.threads)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
             gates: (0..config.threads).map(|_| IdleGate::new()).collect(),
@@ -978,6 +1021,18 @@ impl Device for SoftDevice {
         };
         if on {
             flag.store(true, Ordering::Relaxed);
+            // The core's own thread may be parked without a timeout (it saw no core served
+            // lately when it parked): wake it, so that it parks again with one and still
+            // takes over work nobody polls (`take_over_stale`). The store, a fence, then the
+            // look at `parked_untimed` — against the thread's store of that flag, its gate's
+            // fence, then its condition's look at this one: one of the two sees the other.
+            // A thread parked with a timeout, or awake, is left alone (one fence and one
+            // load per call: a synchronous caller serves its core on every execution).
+            fence(Ordering::SeqCst);
+            let t = nc as usize % self.shared.gates.len();
+            if self.shared.parked_untimed[t].load(Ordering::Relaxed) {
+                self.shared.gates[t].notify_fenced();
+            }
         } else {
             flag.store(false, Ordering::Relaxed);
             // Pairs with the doorbell's fence: either it saw the flag cleared and woke the

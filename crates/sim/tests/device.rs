@@ -1233,6 +1233,14 @@ fn a_released_host_served_core_is_handed_back() {
 fn a_host_served_core_nobody_polls_is_taken_over() {
     let dev = device_checking_served_cores_every(Duration::from_millis(1));
     let mut d = DirectDriver::new(&dev, 0).unwrap();
+    // The device thread parks first, with no served core: the host thread's declaration
+    // must make it park again with a timeout (without that wake-up it slept through all of
+    // this: a CI run, its test thread slow to get here, failed so).
+    let t0 = Instant::now();
+    while !dev.is_parked() {
+        assert!(t0.elapsed() < T, "the device never parked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert!(dev.host_serves(0, true));
     for _ in 0..3 {
         let blocks = d.empty_blocks().unwrap();
