@@ -1,6 +1,7 @@
 //! Loom models of the lock-free protocols the runtime and the device share: the SPSC ring,
 //! the notification plane (and its watch), the park handshake, the completion wake, the
-//! admission gate of handles, the slot ticket and the per-execution eventfd handshake.
+//! admission gate of handles, the slot ticket, the per-execution eventfd handshake, the
+//! host-served core's release and a model's unload against a late binder.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
 //! (`.ci/run` does, with `LOOM_MAX_PREEMPTIONS=3`).
@@ -758,4 +759,75 @@ fn assisted_core_hands_back_what_it_leaves() {
 #[should_panic(expected = "maximum number of branches")]
 fn assisted_core_without_hand_back_strands_work() {
     assisted_core_model(false);
+}
+
+/// A model's unload against a caller that validated just before it (`pipeline::bind` and
+/// `unload_model` in nrt-runtime): the caller takes an I/O set (a bit of `free`), then reads
+/// the model's state; the unload marks the state, then waits until every set is free and
+/// frees the model's memory — `table` here, which a binder that saw the model loaded writes
+/// (its set's descriptors). With the asymmetric fence pair between each side's store and
+/// load, the two writes never race: either the binder sees the mark and hands its set back
+/// untouched, or the unload sees the set taken and waits for it. `fences: false` drops the
+/// pair (the model then finds the race).
+fn bind_against_unload_model(fences: bool) {
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::{AtomicU8, AtomicU64};
+    const LOADED: u8 = 1;
+    const UNLOADING: u8 = 2;
+    struct Model {
+        free: AtomicU64,
+        state: AtomicU8,
+        table: UnsafeCell<u32>,
+    }
+    // SAFETY (test): `table` is written under the protocol being checked; loom reports any
+    // unsynchronized pair of accesses.
+    unsafe impl Sync for Model {}
+    loom::model(move || {
+        let m = Arc::new(Model {
+            free: AtomicU64::new(1),
+            state: AtomicU8::new(LOADED),
+            table: UnsafeCell::new(0),
+        });
+        let binder = {
+            let m = m.clone();
+            loom::thread::spawn(move || {
+                if m.free
+                    .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    if fences {
+                        nrt_hal::sync::light_fence();
+                    }
+                    if m.state.load(Ordering::Relaxed) == LOADED {
+                        // SAFETY (test): see above.
+                        m.table.with_mut(|p| unsafe { *p = 7 }); // patch the set's descriptors
+                    }
+                    m.free.fetch_or(1, Ordering::Release);
+                }
+            })
+        };
+        m.state.store(UNLOADING, Ordering::Release);
+        if fences {
+            nrt_hal::sync::heavy_fence();
+        }
+        while m.free.load(Ordering::Acquire) != 1 {
+            loom::thread::yield_now();
+        }
+        // SAFETY (test): see above.
+        m.table.with_mut(|p| unsafe { *p = 0 }); // free the model's memory
+        binder.join().unwrap();
+    });
+}
+
+#[test]
+fn bind_against_unload_never_writes_freed_memory() {
+    bind_against_unload_model(true);
+}
+
+/// Without the fence pair the binder can read the state before the unload's mark while the
+/// unload reads `free` before the binder's take: both go ahead.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn bind_against_unload_without_fences_writes_freed_memory() {
+    bind_against_unload_model(false);
 }

@@ -244,14 +244,16 @@ impl std::fmt::Debug for Runtime {
 fn unload_model(rt: &RuntimeInner, m: &Arc<ModelShared>) {
     m.state.store(STATE_UNLOADING, Ordering::Release);
     let vc = &rt.vcores[m.vnc as usize];
-    // A stager that read STATE_LOADED under the staging lock has counted its execution in
-    // `inflight` before releasing the lock; one that takes the lock after this sees the
-    // mark and refuses (see `pipeline::stage`). So after this lock round trip, `inflight` only
-    // goes down.
-    drop(vc.staging.lock().unwrap_or_else(|e| e.into_inner()));
-    // Spins and yields: an in-flight count a synchronous owner decrements is not signaled.
+    // Every execution of the model holds one of its I/O sets from `bind` until it is retired
+    // (or unbound on a failure path), so "all sets free" is "nothing in flight". A binder
+    // takes its set, then reads the state; this marks the state, then reads the sets — with
+    // an asymmetric fence pair between (`pipeline::bind`): either the binder sees the mark
+    // and hands its set back untouched, or this sees the set taken and waits. So once every
+    // set is free, no execution of the model is inside and none will be.
+    nrt_hal::sync::heavy_fence();
+    // Spins and yields: a set a synchronous owner hands back is not signaled.
     let mut spin = wait::Spin::new();
-    while m.inflight.load(Ordering::Acquire) != 0 {
+    while !m.io_sets.all_free() {
         if completion::drive(rt, vc, 0) == harvest::Step::Idle {
             spin.snooze();
         }

@@ -125,6 +125,16 @@ impl IoSets {
         self.free.fetch_or(1 << s, Ordering::Release);
     }
 
+    /// Whether every set is free: no execution of the model is bound, staged or in flight
+    /// (each holds its set from `bind` until it is retired, or unbound on a failure path).
+    pub(crate) fn all_free(&self) -> bool {
+        let all = match self.sets.len() {
+            n if n >= 64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        };
+        self.free.load(Ordering::Acquire) == all
+    }
+
     /// Writes the tensor-side address of I/O `i` in set `s`.
     pub(crate) fn patch(&self, s: u32, i: usize, input: bool, addr: DevAddr) {
         if let Some(t) = &self.table {
@@ -151,8 +161,6 @@ pub(crate) struct ModelShared {
     pub(crate) cores: Vec<CoreResources>,
     pub(crate) io_sets: IoSets,
     pub(crate) state: AtomicU8,
-    /// Executions staged and not yet retired.
-    pub(crate) inflight: AtomicU32,
     allocations: Mutex<Vec<DevAddr>>,
     /// Device bytes by [`crate::host::MEM_NAMES`] (published while loaded).
     pub(crate) mem: [u64; 6],
@@ -501,7 +509,6 @@ pub(crate) fn load(
         cores,
         io_sets,
         state: AtomicU8::new(STATE_LOADED),
-        inflight: AtomicU32::new(0),
         allocations: Mutex::new(list),
         mem,
         spin: nrt_hal::SpinBudget::new(),

@@ -161,20 +161,39 @@ fn validate_inner(
 }
 
 /// Stage 3: takes an I/O set and wires every tensor into it. Returns the set, or `None` if
-/// none is free (the caller waits or reports `NRT_QUEUE_FULL`).
+/// none is free (the caller waits or reports `NRT_QUEUE_FULL`); an error if the model is
+/// being unloaded (or the runtime closed).
+///
+/// Holding a set is what keeps an unload waiting ([`crate::unload_model`] waits until every
+/// set is free): the set is taken, then the state is read, with an asymmetric fence between
+/// (`nrt_hal::sync::light_fence`, a compiler barrier here; the unload's side pays
+/// `heavy_fence`). Either this sees the unload's mark and hands the set back untouched, or
+/// the unload sees the set taken and waits — a caller that validated just before an unload
+/// never writes into the set's descriptor table after the model's memory is freed.
 pub(crate) fn bind(
+    rt: &RuntimeInner,
     model: &ModelShared,
     inputs: &TensorSet,
     outputs: &TensorSet,
     any_host: bool,
-) -> Option<u32> {
+) -> Result<Option<u32>> {
     let sets: &IoSets = &model.io_sets;
     let limit = if any_host {
         tuning::HOST_CLONE_SETS
     } else {
         tuning::EXEC_RING_SLOTS
     };
-    let s = sets.acquire(limit)?;
+    let Some(s) = sets.acquire(limit) else {
+        return Ok(None);
+    };
+    nrt_hal::sync::light_fence();
+    if model.state.load(Ordering::Relaxed) != STATE_LOADED {
+        sets.release(s);
+        if let Some(vc) = rt.vcores.get(model.vnc as usize) {
+            count_refused(vc, NrtStatus::Invalid, crate::host::status::FAILED_TO_QUEUE);
+        }
+        return Err(unloading_error(rt, model));
+    }
     let set = &sets.sets[s as usize];
     // SAFETY: set `s` is ours from `acquire` until `release`; no execution using it is in
     // flight, so nobody reads `tensors` concurrently.
@@ -212,7 +231,7 @@ pub(crate) fn bind(
         }
         bound[i] = Some(t.clone());
     }
-    Some(s)
+    Ok(Some(s))
 }
 
 /// Undoes a bind on a failure path.
@@ -236,9 +255,8 @@ pub(crate) fn stage(
 ) -> Result<u64> {
     let mut st = vc.staging.lock().unwrap_or_else(|e| e.into_inner());
     VcoreCounters::bump(&vc.counters.staging_locks);
-    // Checked again under the lock: an unload or close that began after `validate` takes
-    // this lock once after marking its state, so either we see the mark here, or our
-    // execution is counted in `inflight` before the unload waits for it to reach zero.
+    // Checked again under the lock (close marks the runtime, and `bind` checked the model's
+    // state already): an unload waits for the I/O set this execution holds in any case.
     if model.state.load(Ordering::Acquire) != STATE_LOADED || !crate::is_open(rt) {
         count_refused(vc, NrtStatus::Invalid, crate::host::status::FAILED_TO_QUEUE);
         return Err(unloading_error(rt, model));
@@ -287,7 +305,6 @@ pub(crate) fn stage(
             0
         },
     };
-    model.inflight.fetch_add(1, Ordering::AcqRel);
     // Publish before the device can possibly see the request: records for this compute index
     // must find the ticket.
     slot.ticket.publish(seq);
@@ -425,8 +442,8 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
                 }
             }
         }
+        // Last: an unload waiting for the model's sets may free its memory from here on.
         model.io_sets.release(s);
-        model.inflight.fetch_sub(1, Ordering::AcqRel);
     }
     slot.ticket.release();
 }

@@ -40,7 +40,7 @@ pub(crate) fn submit_async(
     outputs: &TensorSet,
     surface: Surface,
 ) -> Result<u64> {
-    let s = bind(model, inputs, outputs, false).ok_or_else(|| {
+    let s = bind(rt, model, inputs, outputs, false)?.ok_or_else(|| {
         NrtError::new(
             NrtStatus::QueueFull,
             format!("every I/O set of model '{}' is in flight", model.name),

@@ -25,12 +25,12 @@ fn bind_waiting(
     inputs: &TensorSet,
     outputs: &TensorSet,
     any_host: bool,
-) -> u32 {
+) -> Result<u32> {
     // A set freed by another caller's retirement is not signaled: spin and yield.
     let mut spin = Spin::new();
     loop {
-        if let Some(s) = bind(model, inputs, outputs, any_host) {
-            return s;
+        if let Some(s) = bind(rt, model, inputs, outputs, any_host)? {
+            return Ok(s);
         }
         if drive(rt, vc, 0) == Step::Idle {
             spin.snooze();
@@ -81,7 +81,7 @@ fn run_sync<S: Stamps>(
     stamps.mark();
     // No pending marks: they make tensor reads and writes wait under implicit async, and a
     // synchronous execution only exists without it.
-    let s = bind_waiting(rt, vc, model, inputs, outputs, any_host);
+    let s = bind_waiting(rt, vc, model, inputs, outputs, any_host)?;
     stamps.mark();
     let seq = loop {
         match stage(rt, vc, model, s, Surface::Sync) {

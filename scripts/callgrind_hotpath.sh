@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Instructions per execution of one surface's hot path (callgrind; deterministic, so it
+# decides small changes where timing on this VM's fast and slow phases cannot):
+#
+#   scripts/callgrind_hotpath.sh [NRT_BINARY=target/release/nrt] [SURFACE=sync] [SECONDS=2]
+#
+# Counts only inside `Runtime::execute` (sync) or the explicit schedule + wait calls, on the
+# caller's thread and on the device's threads, and divides by the executions made.
+set -euo pipefail
+bin=${1:-target/release/nrt} surface=${2:-sync} secs=${3:-2}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
+  "$bin" bench --surface "$surface" --depth 1 --seconds "$secs" --json >"$out/row" 2>"$out/log"
+callgrind_annotate --inclusive=yes "$out/cg" >"$out/inc" 2>/dev/null
+total=$(grep -m1 'PROGRAM TOTALS' "$out/inc" | awk '{gsub(",","",$1); print $1}')
+case $surface in
+  sync) fn='nrt_runtime::surface::sync::execute_sync \[' ;;
+  *) fn='nrt_runtime::api::<impl nrt_runtime::Runtime>::execute_async \[' ;;
+esac
+incl=$(grep -m1 -E "$fn" "$out/inc" | awk '{gsub(",","",$1); print $1}')
+# The row's count (its warm-up adds a few executions more: well under 1%).
+calls=$(grep -o '"n":[0-9]*' "$out/row" | head -1 | cut -d: -f2)
+dev=$(grep -m1 -E 'nrt_sim::device_thread \[' "$out/inc" | awk '{gsub(",","",$1); print $1}')
+echo "executions: $calls"
+echo "instructions per execution, inside the call: $((incl / calls))"
+echo "device threads' instructions per execution: $(( ${dev:-0} / calls ))"
+echo "whole process per execution: $((total / calls))"
