@@ -53,8 +53,11 @@ pub const XU_SERVE_BATCH: u32 = 8;
 pub const SYNC_SERVES_CORE_MAX: Duration = Duration::from_micros(50);
 
 /// Polls without progress after which a synchronous caller that serves its core hands it
-/// back to the device thread and waits as usual: a few hundred ns, far beyond a near-null
-/// step, long enough to ride out a device thread finishing a poll it began before.
+/// back to the device thread and waits as usual. A poll is an assist that found nothing (or
+/// a core another thread holds) and an idle harvest step, ~120 instructions: 256 of them are
+/// ~10 µs, far beyond any gap inside a near-null execution and long enough to ride out a
+/// device thread finishing a poll it began before the caller served the core. (A hang or an
+/// execution much longer than expected then waits as usual, blocking after its spin.)
 pub const SYNC_SERVE_IDLE_POLLS: u32 = 256;
 
 /// How long a device thread keeps polling for doorbells after its last work before it parks.
