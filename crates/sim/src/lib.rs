@@ -416,10 +416,11 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         .filter(|&c| c % dev.gates.len() == worker)
         .collect();
     let mut served_polls: Vec<u64> = vec![u64::MAX; mine.len()];
-    // Their work-poll counts at the last look, and whether a host thread served one of them
-    // over the last period (flag seen set, or a count moved): the thread then keeps parking
-    // with a timeout.
-    let mut last_polls: Vec<u64> = vec![0; mine.len()];
+    // Their work-poll counts when this thread last parked with a timeout, and whether a host
+    // thread served one of them over that park (flag seen set, or a count moved while this
+    // thread slept: nobody else polls them then but a host thread): the thread then keeps
+    // parking with a timeout.
+    let mut parked_polls: Vec<u64> = vec![0; mine.len()];
     let mut serving_seen = false;
     // Any thread may run any core's instructions (above): its kernels' per-thread state is
     // set up now, not on the first product it happens to run.
@@ -517,12 +518,15 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
                     // look's period (a synchronous caller serves a core only during each of
                     // its calls): wake now and then to see that it still does
                     // ([`take_over_stale`]).
+                    for (p, &c) in parked_polls.iter_mut().zip(&mine) {
+                        *p = dev.cores[c].work_polls();
+                    }
                     gate.sleep_until_timeout(
                         dev.config.host_served_check.max(Duration::from_micros(100)),
                         asleep,
                     );
                     let now = Instant::now();
-                    let look = take_over_stale(&dev, &mine, &mut served_polls, &mut last_polls);
+                    let look = take_over_stale(&dev, &mine, &mut served_polls, &parked_polls);
                     serving_seen = look.moved || served_now();
                     last_work = if look.took {
                         now
@@ -552,13 +556,13 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
 /// whose work nobody took since the last look ([`SimConfig::host_served_check`] ago) —
 /// the host thread is inside a long callback, preempted, or gone — is polled here until it
 /// has nothing left. `seen[i]` is core `mine[i]`'s work-poll count at the last look while
-/// it was served; `last[i]` its count at the last look, served or not.
+/// it was served; `parked[i]` its count when this thread parked.
 #[cold]
 fn take_over_stale(
     dev: &DeviceShared,
     mine: &[usize],
     seen: &mut [u64],
-    last: &mut [u64],
+    parked: &[u64],
 ) -> StaleLook {
     let mut look = StaleLook {
         took: false,
@@ -567,10 +571,9 @@ fn take_over_stale(
     for (i, &c) in mine.iter().enumerate() {
         let core = &dev.cores[c];
         let polls = core.work_polls();
-        look.moved |= polls != last[i];
+        look.moved |= polls != parked[i];
         if !dev.host_served[c].load(Ordering::Relaxed) {
             seen[i] = u64::MAX;
-            last[i] = polls;
             continue;
         }
         if core.has_work() && polls == seen[i] {
@@ -578,7 +581,6 @@ fn take_over_stale(
             while core.poll(dev) == Poll::Progressed {}
         }
         seen[i] = core.work_polls();
-        last[i] = seen[i];
     }
     look
 }
@@ -587,7 +589,7 @@ fn take_over_stale(
 struct StaleLook {
     /// It ran work nobody took.
     took: bool,
-    /// A core's work-poll count moved since the last look (someone polled it).
+    /// A core's work-poll count moved while the thread slept (a host thread polled it).
     moved: bool,
 }
 
@@ -735,6 +737,18 @@ impl SoftDevice {
             .iter()
             .zip(self.shared.stall_blocked.iter())
             .all(|(g, s)| g.is_sleeping() && !s.load(Ordering::Relaxed))
+    }
+
+    /// Whether every device thread is parked without a timeout: none of its cores is served
+    /// by a host thread now or was over its last timed park ([`Device::host_serves`]), so
+    /// an idle device makes no wake-ups at all.
+    pub fn is_parked_untimed(&self) -> bool {
+        self.is_parked()
+            && self
+                .shared
+                .parked_untimed
+                .iter()
+                .all(|p| p.load(Ordering::Relaxed))
     }
 
     /// The device thread serving core `nc` jointly with its lockstep group's leader, or

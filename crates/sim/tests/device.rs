@@ -1277,6 +1277,35 @@ fn a_look_at_a_host_served_core_that_takes_nothing_over_is_short() {
     );
 }
 
+/// Once host threads stop serving a core (and stop polling it), its device thread goes
+/// back to parking without a timeout after one timed park: an idle device makes no wake-ups.
+/// While the core is served it parks with one (the serve start woke it).
+#[test]
+fn a_core_no_longer_served_lets_its_thread_park_without_a_timeout() {
+    let dev = device_checking_served_cores_every(Duration::from_micros(200));
+    let t0 = Instant::now();
+    while !dev.is_parked_untimed() {
+        assert!(t0.elapsed() < T, "the device never parked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(dev.host_serves(0, true));
+    // The serve start woke it: it parks with a timeout while the core is served.
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(
+        !dev.is_parked_untimed(),
+        "parked without a timeout beside a served core"
+    );
+    assert!(dev.host_serves(0, false));
+    let t0 = Instant::now();
+    while !dev.is_parked_untimed() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the device thread kept waking up after the core stopped being served"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// The host thread that serves a core runs its requests with `Device::assist`.
 #[test]
 fn a_host_thread_serving_a_core_runs_its_requests() {
