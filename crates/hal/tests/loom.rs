@@ -1,7 +1,8 @@
 //! Loom models of the lock-free protocols the runtime and the device share: the SPSC ring,
 //! the notification plane (and its watch), the park handshake, the completion wake, the
 //! admission gate of handles, the slot ticket, the per-execution eventfd handshake, the
-//! host-served core's release and a model's unload against a late binder.
+//! host-served core's release and its serve start, and a model's unload against a late
+//! binder.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
 //! (`.ci/run` does, with `LOOM_MAX_PREEMPTIONS=3`).
@@ -660,8 +661,8 @@ fn assisted_core_model(hand_back: bool) {
     });
 }
 
-/// A core a host thread serves (`Device::host_serves`, the implicit-async worker on a
-/// 2-vCPU host) vs the doorbell and the device thread's park (`nrt_sim`:
+/// A core a host thread serves (`Device::host_serves`: the implicit-async worker on a
+/// 2-vCPU host, or a synchronous caller of a short model) vs the doorbell and the device thread's park (`nrt_sim`:
 /// `semaphore_increment`, `host_serves`, `device_thread`). While the core is served a
 /// doorbell does not wake the device thread, which parks; when the host thread releases the
 /// core without having polled it, the request it did not run must reach the device thread.
@@ -830,4 +831,60 @@ fn bind_against_unload_never_writes_freed_memory() {
 #[should_panic(expected = "Causality violation")]
 fn bind_against_unload_without_fences_writes_freed_memory() {
     bind_against_unload_model(false);
+}
+
+/// A host thread that starts to serve a core (`host_serves(true)` in `nrt_sim`) against the
+/// core's device thread parking without a timeout (`device_thread`: it does so only when no
+/// core of its is served): the thread stores `parked_untimed`, its gate's fence follows, then
+/// its condition reads the served flag; the host thread stores the flag, fences, then reads
+/// `parked_untimed` and wakes the gate. One sees the other, so the device thread never sleeps
+/// untimed beside a served core (where it would miss the work nobody polls). Without the
+/// host thread's fence the model finds the thread asleep for good.
+fn serve_start_model(fenced: bool) {
+    use loom::sync::atomic::{AtomicBool, fence};
+    loom::model(move || {
+        let gate = Arc::new(IdleGate::new());
+        let served = Arc::new(AtomicBool::new(false));
+        let parked_untimed = Arc::new(AtomicBool::new(false));
+        let awake = Arc::new(AtomicBool::new(false));
+        let device = {
+            let (gate, served, parked_untimed, awake) = (
+                gate.clone(),
+                served.clone(),
+                parked_untimed.clone(),
+                awake.clone(),
+            );
+            loom::thread::spawn(move || {
+                gate.register_sleeper();
+                parked_untimed.store(true, Ordering::Relaxed);
+                gate.sleep_until(|| served.load(Ordering::Relaxed));
+                parked_untimed.store(false, Ordering::Relaxed);
+                awake.store(true, Ordering::Release);
+            })
+        };
+        served.store(true, Ordering::Relaxed);
+        if fenced {
+            fence(Ordering::SeqCst);
+        }
+        if parked_untimed.load(Ordering::Relaxed) {
+            gate.notify_fenced();
+        }
+        // Spin, not join: a thread parked for good then shows as a model that never ends
+        // (loom's branch limit), not as a deadlock that aborts the test binary.
+        while !awake.load(Ordering::Acquire) {
+            loom::thread::yield_now();
+        }
+        device.join().unwrap();
+    });
+}
+
+#[test]
+fn serve_start_never_leaves_the_device_thread_parked_untimed() {
+    serve_start_model(true);
+}
+
+#[test]
+#[should_panic(expected = "maximum number of branches")]
+fn serve_start_without_its_fence_leaves_the_device_thread_parked() {
+    serve_start_model(false);
 }
