@@ -2555,24 +2555,60 @@ proptest! {
 /// at a panel boundary.
 #[test]
 fn matmul_packed_every_isa() {
-    use nrt_kernels::gemm_packed::{Isa, Packed, TileEpilogue, gemm_packed_on, pack_b, packed_len};
-    use nrt_kernels::matmul::Mat;
     let mut rng = Rng::new(7);
-    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
-        .into_iter()
-        .filter(|i| i.available())
-        .collect();
     for case in 0..60u64 {
         let m_ = 1 + rng.below(33) as usize;
         let k = 1 + rng.below(if case % 10 == 0 { 1200 } else { 80 }) as usize;
         let n = 1 + rng.below(150) as usize;
         let nr = [16, 32, 64][(case % 3) as usize];
+        check_packed_gemm(&mut rng, m_, k, n, nr, false);
+    }
+}
+
+/// The packed GEMV (1 to 4 rows of A; AVX-512 streams whole panels with several steps of K
+/// in flight) on every tail: K below and off a multiple of its unroll, a last panel cut short
+/// by N (and N under one panel), C row-major and column-major (the epilogue's strided path).
+#[test]
+fn matmul_packed_gemv_tails() {
+    let mut rng = Rng::new(41);
+    for case in 0..120u64 {
+        let m_ = 1 + (case % 4) as usize;
+        let nr = [16, 32, 64][(case / 4 % 3) as usize];
+        let k = match case % 5 {
+            0 => 1 + rng.below(9) as usize,
+            1 => 8 * (1 + rng.below(40) as usize),
+            _ => 1 + rng.below(600) as usize,
+        };
+        let n = 1 + rng.below(3 * nr as u64) as usize;
+        check_packed_gemm(&mut rng, m_, k, n, nr, case % 2 == 1);
+    }
+}
+
+/// One random product `m×k · k×n` through [`gemm_packed_on`] on every available kernel,
+/// against the f64 reference (C column-major when `col_major`).
+fn check_packed_gemm(rng: &mut Rng, m_: usize, k: usize, n: usize, nr: usize, col_major: bool) {
+    use nrt_kernels::gemm_packed::{Isa, Packed, TileEpilogue, gemm_packed_on, pack_b, packed_len};
+    use nrt_kernels::matmul::Mat;
+    let isas: Vec<Isa> = [Isa::Avx512, Isa::Avx2, Isa::Portable]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    {
         let start = nr * rng.below(2) as usize;
         let n_full = start + n + rng.below(5) as usize;
-        let (lda, ldc) = (k + rng.below(3) as usize, n + rng.below(3) as usize);
+        let lda = k + rng.below(3) as usize;
+        // C's element (i, j) at i·rs + j·cs; `len` slots, the ones past the product's
+        // columns (row-major) or rows (column-major) left alone.
+        let (rs, cs, len) = if col_major {
+            let ld = m_ + rng.below(3) as usize;
+            (1, ld, ld * n)
+        } else {
+            let ld = n + rng.below(3) as usize;
+            (ld, 1, m_ * ld)
+        };
         let a: Vec<f32> = (0..m_ * lda).map(|_| rng.f32(-1.0, 1.0)).collect();
         let bv: Vec<f32> = (0..k * n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
-        let c0: Vec<f32> = (0..m_ * ldc).map(|_| rng.f32(-1.0, 1.0)).collect();
+        let c0: Vec<f32> = (0..len).map(|_| rng.f32(-1.0, 1.0)).collect();
         let mut packed = vec![0f32; packed_len(k, n_full, nr).unwrap()];
         pack_b(k, n_full, nr, |p, j| bv[p * n_full + j], &mut packed);
         let accumulate = rng.chance(0.5);
@@ -2600,8 +2636,8 @@ fn matmul_packed_every_isa() {
         };
         for &isa in &isas {
             let mut c = c0.clone();
-            // SAFETY: A is m×k with row stride lda, C m×n with row stride ldc, B's panels
-            // from `start` cover n columns; the kernel is available.
+            // SAFETY: A is m×k with row stride lda, C m×n with strides (rs, cs) inside
+            // `len`, B's panels from `start` cover n columns; the kernel is available.
             unsafe {
                 gemm_packed_on(
                     isa,
@@ -2620,44 +2656,46 @@ fn matmul_packed_every_isa() {
                     },
                     Mat {
                         ptr: c.as_mut_ptr(),
-                        rs: ldc as isize,
-                        cs: 1,
+                        rs: rs as isize,
+                        cs: cs as isize,
                     },
                     alpha,
                     accumulate,
                     epi,
                 )
             };
-            for i in 0..m_ {
-                for j in 0..ldc {
-                    let got = c[i * ldc + j] as f64;
-                    let prev = c0[i * ldc + j] as f64;
-                    if j >= n {
-                        assert_eq!(got, prev, "{isa:?} wrote past N at ({i}, {j})");
-                        continue;
-                    }
-                    let (mut s, mut sa) = (0.0f64, 0.0f64);
-                    for p in 0..k {
-                        let x = a[i * lda + p] as f64 * bv[p * n_full + start + j] as f64;
-                        s += x;
-                        sa += x.abs();
-                    }
-                    let mut want = alpha as f64 * s + if accumulate { prev } else { 0.0 };
-                    if use_bias {
-                        want += bias[start + j] as f64;
-                    }
-                    if use_row_bias {
-                        want += row_bias[i] as f64;
-                    }
-                    if relu && want < 0.0 {
-                        want = 0.0;
-                    }
-                    assert!(
-                        (got - want).abs() <= 1e-5 * (sa + prev.abs() + 1.0) + 1e-6,
-                        "{isa:?} m{m_} k{k} n{n} nr{nr} start{start} bias {use_bias} \
-                         row bias {use_row_bias} relu {relu}: ({i}, {j}) {got} vs {want}"
-                    );
+            for (at, (&got, &prev)) in c.iter().zip(&c0).enumerate() {
+                let (i, j) = if col_major {
+                    (at % cs, at / cs)
+                } else {
+                    (at / rs, at % rs)
+                };
+                let (got, prev) = (got as f64, prev as f64);
+                if i >= m_ || j >= n {
+                    assert_eq!(got, prev, "{isa:?} wrote outside C at ({i}, {j})");
+                    continue;
                 }
+                let (mut s, mut sa) = (0.0f64, 0.0f64);
+                for p in 0..k {
+                    let x = a[i * lda + p] as f64 * bv[p * n_full + start + j] as f64;
+                    s += x;
+                    sa += x.abs();
+                }
+                let mut want = alpha as f64 * s + if accumulate { prev } else { 0.0 };
+                if use_bias {
+                    want += bias[start + j] as f64;
+                }
+                if use_row_bias {
+                    want += row_bias[i] as f64;
+                }
+                if relu && want < 0.0 {
+                    want = 0.0;
+                }
+                assert!(
+                    (got - want).abs() <= 1e-5 * (sa + prev.abs() + 1.0) + 1e-6,
+                    "{isa:?} m{m_} k{k} n{n} nr{nr} start{start} col-major {col_major} bias \
+                     {use_bias} row bias {use_row_bias} relu {relu}: ({i}, {j}) {got} vs {want}"
+                );
             }
         }
     }

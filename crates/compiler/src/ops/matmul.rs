@@ -304,9 +304,9 @@ impl<'a> Lowerer<'a> {
         })
     }
 
-    /// Without `--auto-cast` (f32) or with bf16 auto-cast (bf16, pairs of K), for a product
-    /// of at least [`nrt_hal::tuning::GEMM_PACK_MIN_ROWS`] rows and
-    /// [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the constant 2-D f32 weight `v`
+    /// Without `--auto-cast` (f32, any number of rows) or with bf16 auto-cast (bf16, pairs of
+    /// K, for a product of at least [`nrt_hal::tuning::GEMM_PACK_MIN_ROWS`] rows), with
+    /// at least [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the constant 2-D f32 weight `v`
     /// (`[N, K]` when `stored_nk`, else `[K, N]`) packed once in panels of
     /// [`nrt_hal::tuning::GEMM_PACK_NR`] columns (`matmul_flags::PACKED_B`: the device's GEMM
     /// then packs nothing per call). Returned as a placeholder dense `[K, N]` view of the
@@ -318,7 +318,7 @@ impl<'a> Lowerer<'a> {
         // f32, or bf16 under `--auto-cast … bf16` (pairs of K per 32-bit word: `vdpbf16ps`);
         // fp16 weights stay as `cast_weight` stores them.
         let dtype = self.auto_cast.unwrap_or(DType::F32);
-        if dtype == DType::F16 || rows < GEMM_PACK_MIN_ROWS {
+        if dtype == DType::F16 || (dtype != DType::F32 && rows < GEMM_PACK_MIN_ROWS) {
             return None;
         }
         let val = &self.g.values[v];
