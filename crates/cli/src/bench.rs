@@ -830,9 +830,6 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
             (512, 512, 512),
             (128, 64, 128),
         ] {
-            if bf16 && packed && m == 1 {
-                continue; // the compiler packs bf16 weights only for more than 4 rows
-            }
             let model = session::load(&rt, &matmul_model(m, k, n, bf16, packed), 0)?;
             let label = format!(
                 "matmul {m}x{k}x{n}{}",

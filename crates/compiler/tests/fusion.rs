@@ -1307,25 +1307,26 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
             }
         }
     }
-    // Four rows: f32 packed too (the packed GEMV streams whole panels); with bf16 auto-cast
-    // the half-precision GEMV reads B as stored.
-    let small = ok(&mlp(4, 200, 1));
-    let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {
-        panic!("one MatMul")
-    };
-    assert_ne!(flags & PACKED_B, 0);
-    assert_eq!(b.shape, [1, 7, 200, 32]);
-    let o = CompileOptions {
-        auto_cast: nrt_compiler::AutoCast::MatMult,
-        auto_cast_type: nrt_compiler::CastType::Bf16,
-        ..Default::default()
-    };
-    let small = compile(&mlp(4, 200, 1), None, &o).unwrap();
-    let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {
-        panic!("one MatMul")
-    };
-    assert_eq!(flags & PACKED_B, 0);
-    assert_eq!(b.shape, [1, 1, 200, 200]);
+    // Four rows, one row: packed too (the packed GEMV streams whole panels), f32 and bf16.
+    for rows in [4, 1] {
+        let small = ok(&mlp(rows, 200, 1));
+        let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {
+            panic!("one MatMul")
+        };
+        assert_ne!(flags & PACKED_B, 0);
+        assert_eq!(b.shape, [1, 7, 200, 32]);
+        let o = CompileOptions {
+            auto_cast: nrt_compiler::AutoCast::MatMult,
+            auto_cast_type: nrt_compiler::CastType::Bf16,
+            ..Default::default()
+        };
+        let small = compile(&mlp(rows, 200, 1), None, &o).unwrap();
+        let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {
+            panic!("one MatMul")
+        };
+        assert_ne!(flags & PACKED_B, 0);
+        assert_eq!(b.shape, [1, 7, 100, 64]);
+    }
     // Short K (the GEMM crate is faster there): as stored.
     let short = ok(&mlp(8, 100, 1));
     let [Op::MatMul { flags, .. }] = matmuls(&short, 0)[..] else {

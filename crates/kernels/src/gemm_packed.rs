@@ -599,6 +599,33 @@ mod x86 {
     use core::arch::x86_64::*;
     use nrt_hal::tuning::{GEMM_PACKED_PREFETCH_ROWS, GEMV_MAX_ROWS};
 
+    /// Runs [`gemv512`] for `j.m` (1 to [`GEMV_MAX_ROWS`]) rows and `j.b.nr` (16, 32 or 64)
+    /// columns per panel, with `U` steps of K in flight chosen for at least 8 accumulator
+    /// chains.
+    macro_rules! gemv_rows {
+        ($j:expr, $bcast:expr, $fma:expr) => {{
+            let j: &Job = $j;
+            let (b, f) = ($bcast, $fma);
+            // SAFETY: forwarded contract; `j.m` rows, panels of `j.b.nr` = 16·W columns.
+            unsafe {
+                match (j.b.nr, j.m) {
+                    (16, 1) => gemv512::<1, 1, 8>(j, b, f),
+                    (16, 2) => gemv512::<2, 1, 4>(j, b, f),
+                    (16, 3) => gemv512::<3, 1, 4>(j, b, f),
+                    (16, _) => gemv512::<4, 1, 2>(j, b, f),
+                    (32, 1) => gemv512::<1, 2, 4>(j, b, f),
+                    (32, 2) => gemv512::<2, 2, 2>(j, b, f),
+                    (32, 3) => gemv512::<3, 2, 2>(j, b, f),
+                    (32, _) => gemv512::<4, 2, 1>(j, b, f),
+                    (_, 1) => gemv512::<1, 4, 2>(j, b, f),
+                    (_, 2) => gemv512::<2, 4, 1>(j, b, f),
+                    (_, 3) => gemv512::<3, 4, 1>(j, b, f),
+                    (_, _) => gemv512::<4, 4, 1>(j, b, f),
+                }
+            }
+        }};
+    }
+
     /// AVX-512 microkernel: `R` rows × `W` vectors of 16 columns.
     ///
     /// # Safety
@@ -1038,6 +1065,25 @@ mod x86 {
     /// As [`super::gemm_packed_bf16`]; AVX-512 F/BW/VL/BF16 present.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
     pub(super) unsafe fn run_bf16(j: &Job) {
+        // A few rows: the packed GEMV over the pairs of K (one 32-bit word per column and
+        // pair, A's pair broadcast as one word), `vdpbf16ps` in place of the FMA.
+        if j.m <= GEMV_MAX_ROWS {
+            // SAFETY: A's pairs are readable 32-bit words (the contract); the casts only
+            // reinterpret 512 bits.
+            let bcast = |a: *const f32| unsafe {
+                core::mem::transmute::<__m512i, __m512>(_mm512_set1_epi32(*(a as *const i32)))
+            };
+            // SAFETY: as above.
+            let dot = |x, b, acc| unsafe {
+                _mm512_dpbf16_ps(
+                    acc,
+                    core::mem::transmute::<__m512, __m512bh>(x),
+                    core::mem::transmute::<__m512, __m512bh>(b),
+                )
+            };
+            gemv_rows!(j, bcast, dot);
+            return;
+        }
         macro_rules! rows {
             ($t:expr, $w:literal, $($r:literal)*) => {
                 match $t.mr {
@@ -1086,7 +1132,11 @@ mod x86 {
     /// As [`super::gemm_packed`] with `j.m == R`, `j.k ≥ 1`; `j.b.nr == 16·W`; AVX-512F
     /// present.
     #[inline(always)]
-    unsafe fn gemv512<const R: usize, const W: usize, const U: usize>(j: &Job) {
+    unsafe fn gemv512<const R: usize, const W: usize, const U: usize>(
+        j: &Job,
+        bcast: impl Fn(*const f32) -> __m512,
+        fma: impl Fn(__m512, __m512, __m512) -> __m512,
+    ) {
         let nr = 16 * W;
         let rows: [*const f32; R] =
             core::array::from_fn(|r| j.a.wrapping_offset(r as isize * j.lda));
@@ -1103,9 +1153,9 @@ mod x86 {
                         let bv: [__m512; W] =
                             core::array::from_fn(|w| _mm512_loadu_ps(brow.add(16 * w)));
                         for r in 0..R {
-                            let xv = _mm512_set1_ps(*rows[r].add(p + u));
+                            let xv = bcast(rows[r].add(p + u));
                             for w in 0..W {
-                                acc[u][r][w] = _mm512_fmadd_ps(xv, bv[w], acc[u][r][w]);
+                                acc[u][r][w] = fma(xv, bv[w], acc[u][r][w]);
                             }
                         }
                     }
@@ -1114,13 +1164,9 @@ mod x86 {
                 while p < j.k {
                     let brow = panel.add(p * nr);
                     for r in 0..R {
-                        let xv = _mm512_set1_ps(*rows[r].add(p));
+                        let xv = bcast(rows[r].add(p));
                         for w in 0..W {
-                            acc[0][r][w] = _mm512_fmadd_ps(
-                                xv,
-                                _mm512_loadu_ps(brow.add(16 * w)),
-                                acc[0][r][w],
-                            );
+                            acc[0][r][w] = fma(xv, _mm512_loadu_ps(brow.add(16 * w)), acc[0][r][w]);
                         }
                     }
                     p += 1;
@@ -1168,20 +1214,10 @@ mod x86 {
     pub(super) unsafe fn run_avx512(j: &Job) {
         // A few rows: the packed GEMV, `U` chosen for at least 8 accumulator chains.
         if j.m <= GEMV_MAX_ROWS {
-            macro_rules! gemv {
-                ($w:literal: $($r:literal => $u:literal),*) => {
-                    match j.m {
-                        // SAFETY: forwarded contract; `j.m` rows, panels of 16·$w columns.
-                        $($r => unsafe { gemv512::<$r, $w, $u>(j) },)*
-                        _ => unreachable!("m ≤ GEMV_MAX_ROWS"),
-                    }
-                };
-            }
-            match j.b.nr {
-                16 => gemv!(1: 1 => 8, 2 => 4, 3 => 4, 4 => 2),
-                32 => gemv!(2: 1 => 4, 2 => 2, 3 => 2, 4 => 1),
-                _ => gemv!(4: 1 => 2, 2 => 1, 3 => 1, 4 => 1),
-            }
+            // SAFETY: A's elements are readable floats (the contract).
+            let bcast = |a: *const f32| _mm512_set1_ps(unsafe { *a });
+            let fma = |x, b, acc| _mm512_fmadd_ps(x, b, acc);
+            gemv_rows!(j, bcast, fma);
             return;
         }
         // SAFETY: forwarded contract; every tile has 1..=MR512 rows, kc ≥ 1 and a width of 32

@@ -2838,8 +2838,9 @@ fn matmul_packed_bf16_amx() {
 
 /// The bf16 packed GEMM (`vdpbf16ps` where the CPU has AVX-512 BF16, and the portable loop
 /// everywhere) against the f64 reference on A rounded to bf16: odd K (the padded pair),
-/// column ranges of B from a panel boundary, every panel width, accumulate, bias and Relu;
-/// half the cases through the decoded `Op::MatMul`.
+/// column ranges of B from a panel boundary, every panel width, accumulate, bias and Relu,
+/// 1 to 4 rows (the packed GEMV) in a quarter of the cases; half the cases through the
+/// decoded `Op::MatMul`.
 #[test]
 fn matmul_packed_bf16_every_path() {
     use nrt_kernels::gemm_packed::{Bf16Kernel, PackedBf16, TileEpilogue, gemm_packed_bf16};
@@ -2849,8 +2850,13 @@ fn matmul_packed_bf16_every_path() {
         .into_iter()
         .filter(|k| k.available())
         .collect();
-    for case in 0..48u64 {
-        let m_ = 1 + rng.below(33) as usize;
+    for case in 0..64u64 {
+        // A quarter of the cases 1 to 4 rows: the packed GEMV.
+        let m_ = if case % 4 == 1 {
+            1 + (case / 4 % 4) as usize
+        } else {
+            1 + rng.below(33) as usize
+        };
         let k = 1 + rng.below(if case % 8 == 0 { 1200 } else { 90 }) as usize;
         // 1024 pairs of K: rows of bf16 A 4 KiB apart, which the kernel pads.
         let k = if case == 5 { 2048 } else { k };

@@ -304,21 +304,22 @@ impl<'a> Lowerer<'a> {
         })
     }
 
-    /// Without `--auto-cast` (f32, any number of rows) or with bf16 auto-cast (bf16, pairs of
-    /// K, for a product of at least [`nrt_hal::tuning::GEMM_PACK_MIN_ROWS`] rows), with
-    /// at least [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the constant 2-D f32 weight `v`
+    /// Without `--auto-cast` (f32) or with bf16 auto-cast (bf16, pairs of K), for a product
+    /// of any number of rows (up to [`nrt_hal::tuning::GEMV_MAX_ROWS`] the packed GEMV
+    /// streams the panels) and at least [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the
+    /// constant 2-D f32 weight `v`
     /// (`[N, K]` when `stored_nk`, else `[K, N]`) packed once in panels of
     /// [`nrt_hal::tuning::GEMM_PACK_NR`] columns (`matmul_flags::PACKED_B`: the device's GEMM
     /// then packs nothing per call). Returned as a placeholder dense `[K, N]` view of the
     /// packed constant's address, which [`Self::matmul_epi`] turns into the panel layout;
     /// the original weight is not stored unless another consumer reads it. `None`: not
     /// packed.
-    pub(crate) fn pack_weight(&mut self, v: ValueId, stored_nk: bool, rows: usize) -> Option<View> {
-        use nrt_hal::tuning::{GEMM_PACK_MIN_K, GEMM_PACK_MIN_ROWS, GEMM_PACK_NR};
+    pub(crate) fn pack_weight(&mut self, v: ValueId, stored_nk: bool) -> Option<View> {
+        use nrt_hal::tuning::{GEMM_PACK_MIN_K, GEMM_PACK_NR};
         // f32, or bf16 under `--auto-cast … bf16` (pairs of K per 32-bit word: `vdpbf16ps`);
         // fp16 weights stay as `cast_weight` stores them.
         let dtype = self.auto_cast.unwrap_or(DType::F32);
-        if dtype == DType::F16 || (dtype != DType::F32 && rows < GEMM_PACK_MIN_ROWS) {
+        if dtype == DType::F16 {
             return None;
         }
         let val = &self.g.values[v];
@@ -559,13 +560,8 @@ impl<'a> Lowerer<'a> {
         // Operands as they are stored: transposed and head-split views need no copy (the
         // engine takes any strides). A constant weight may be cast (`--auto-cast`).
         let mut a = self.sview(av)?;
-        // Rows of the product when B is one 2-D weight (every batch of A is more rows).
-        let rows = {
-            let s = &g.values[o0].shape;
-            s[..s.len().saturating_sub(1)].iter().product::<usize>()
-        };
         let mut flags = 0;
-        let mut b = match self.pack_weight(bv, false, rows) {
+        let mut b = match self.pack_weight(bv, false) {
             Some(v) => {
                 flags |= matmul_flags::PACKED_B;
                 v
@@ -753,8 +749,7 @@ impl<'a> Lowerer<'a> {
         let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));
         let mut a = self.sview(av)?;
         // A packed weight is `[K, N]` whatever `transB` said of the stored one.
-        let rows = g.values[o0].shape[0];
-        let (mut b, tb, packed) = match self.pack_weight(bv, tb, rows) {
+        let (mut b, tb, packed) = match self.pack_weight(bv, tb) {
             Some(v) => (v, false, matmul_flags::PACKED_B),
             None => match self.cast_weight(bv, tb) {
                 Some(v) => (v, tb, 0),
