@@ -7,7 +7,7 @@ format, which scripts/bench_table.py reads:
 
     [cnn      ort-t1           ] median 30.12 us  p99 41.0 us  n=33000
 
-usage: ort_model.py MODEL.onnx NAME [SECONDS]
+usage: ort_model.py MODEL.onnx NAME [SECONDS] [THREADS]   (THREADS: 1, 2 or both, the default)
 """
 import gc
 import sys
@@ -18,6 +18,7 @@ import onnxruntime as ort
 
 path, name = sys.argv[1], sys.argv[2]
 seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
+thread_counts = (int(sys.argv[4]),) if len(sys.argv) > 4 else (1, 2)
 
 
 def dims(arg):
@@ -27,7 +28,7 @@ def dims(arg):
 
 DTYPES = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32}
 
-for threads in (1, 2):
+for threads in thread_counts:
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
