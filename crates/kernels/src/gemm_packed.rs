@@ -10,6 +10,9 @@
 //! - AVX-512F (detected at run time): 14 rows × 32 columns (28 accumulators, the K loop in
 //!   `asm!`: see `tile_asm`), 16-column panels 14 × 16 in intrinsics; bf16 weights
 //!   (pairs of K per 32-bit word) take the same tiles with `vdpbf16ps` ([`gemm_packed_bf16`]);
+//! - AVX-512F, at most [`nrt_hal::tuning::GEMV_MAX_ROWS`] rows of A (f32 and bf16): the
+//!   packed GEMV instead of tiles — one whole panel at a time, read front to back as one
+//!   sequential stream, several steps of K in flight in separate accumulators;
 //! - AVX2 + FMA: 6 rows × 16 columns (12 accumulators);
 //! - elsewhere: a portable loop over the same layout.
 //!
