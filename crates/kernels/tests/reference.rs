@@ -2593,110 +2593,108 @@ fn check_packed_gemm(rng: &mut Rng, m_: usize, k: usize, n: usize, nr: usize, co
         .into_iter()
         .filter(|i| i.available())
         .collect();
-    {
-        let start = nr * rng.below(2) as usize;
-        let n_full = start + n + rng.below(5) as usize;
-        let lda = k + rng.below(3) as usize;
-        // C's element (i, j) at i·rs + j·cs; `len` slots, the ones past the product's
-        // columns (row-major) or rows (column-major) left alone.
-        let (rs, cs, len) = if col_major {
-            let ld = m_ + rng.below(3) as usize;
-            (1, ld, ld * n)
+    let start = nr * rng.below(2) as usize;
+    let n_full = start + n + rng.below(5) as usize;
+    let lda = k + rng.below(3) as usize;
+    // C's element (i, j) at i·rs + j·cs; `len` slots, the ones past the product's
+    // columns (row-major) or rows (column-major) left alone.
+    let (rs, cs, len) = if col_major {
+        let ld = m_ + rng.below(3) as usize;
+        (1, ld, ld * n)
+    } else {
+        let ld = n + rng.below(3) as usize;
+        (ld, 1, m_ * ld)
+    };
+    let a: Vec<f32> = (0..m_ * lda).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let bv: Vec<f32> = (0..k * n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let c0: Vec<f32> = (0..len).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let mut packed = vec![0f32; packed_len(k, n_full, nr).unwrap()];
+    pack_b(k, n_full, nr, |p, j| bv[p * n_full + j], &mut packed);
+    let accumulate = rng.chance(0.5);
+    let alpha = if rng.chance(0.5) { 1.0 } else { -0.75 };
+    // The in-register epilogue: a per-column bias of B's full width (the tile reads it
+    // from its first column on), Relu.
+    // And a per-row bias (a convolution's per-channel bias).
+    let bias: Vec<f32> = (0..n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let row_bias: Vec<f32> = (0..m_).map(|_| rng.f32(-1.0, 1.0)).collect();
+    let use_bias = rng.chance(0.5);
+    let use_row_bias = rng.chance(0.5);
+    let relu = rng.chance(0.5);
+    let epi = TileEpilogue {
+        bias: if use_bias {
+            bias[start..].as_ptr()
         } else {
-            let ld = n + rng.below(3) as usize;
-            (ld, 1, m_ * ld)
+            core::ptr::null()
+        },
+        row_bias: if use_row_bias {
+            row_bias.as_ptr()
+        } else {
+            core::ptr::null()
+        },
+        relu,
+    };
+    for &isa in &isas {
+        let mut c = c0.clone();
+        // SAFETY: A is m×k with row stride lda, C m×n with strides (rs, cs) inside
+        // `len`, B's panels from `start` cover n columns; the kernel is available.
+        unsafe {
+            gemm_packed_on(
+                isa,
+                m_,
+                n,
+                k,
+                Mat {
+                    ptr: a.as_ptr() as *mut f32,
+                    rs: lda as isize,
+                    cs: 1,
+                },
+                Packed {
+                    ptr: packed.as_ptr().add(start * k),
+                    nr,
+                    panel_stride: (k * nr) as isize,
+                },
+                Mat {
+                    ptr: c.as_mut_ptr(),
+                    rs: rs as isize,
+                    cs: cs as isize,
+                },
+                alpha,
+                accumulate,
+                epi,
+            )
         };
-        let a: Vec<f32> = (0..m_ * lda).map(|_| rng.f32(-1.0, 1.0)).collect();
-        let bv: Vec<f32> = (0..k * n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
-        let c0: Vec<f32> = (0..len).map(|_| rng.f32(-1.0, 1.0)).collect();
-        let mut packed = vec![0f32; packed_len(k, n_full, nr).unwrap()];
-        pack_b(k, n_full, nr, |p, j| bv[p * n_full + j], &mut packed);
-        let accumulate = rng.chance(0.5);
-        let alpha = if rng.chance(0.5) { 1.0 } else { -0.75 };
-        // The in-register epilogue: a per-column bias of B's full width (the tile reads it
-        // from its first column on), Relu.
-        // And a per-row bias (a convolution's per-channel bias).
-        let bias: Vec<f32> = (0..n_full).map(|_| rng.f32(-1.0, 1.0)).collect();
-        let row_bias: Vec<f32> = (0..m_).map(|_| rng.f32(-1.0, 1.0)).collect();
-        let use_bias = rng.chance(0.5);
-        let use_row_bias = rng.chance(0.5);
-        let relu = rng.chance(0.5);
-        let epi = TileEpilogue {
-            bias: if use_bias {
-                bias[start..].as_ptr()
+        for (at, (&got, &prev)) in c.iter().zip(&c0).enumerate() {
+            let (i, j) = if col_major {
+                (at % cs, at / cs)
             } else {
-                core::ptr::null()
-            },
-            row_bias: if use_row_bias {
-                row_bias.as_ptr()
-            } else {
-                core::ptr::null()
-            },
-            relu,
-        };
-        for &isa in &isas {
-            let mut c = c0.clone();
-            // SAFETY: A is m×k with row stride lda, C m×n with strides (rs, cs) inside
-            // `len`, B's panels from `start` cover n columns; the kernel is available.
-            unsafe {
-                gemm_packed_on(
-                    isa,
-                    m_,
-                    n,
-                    k,
-                    Mat {
-                        ptr: a.as_ptr() as *mut f32,
-                        rs: lda as isize,
-                        cs: 1,
-                    },
-                    Packed {
-                        ptr: packed.as_ptr().add(start * k),
-                        nr,
-                        panel_stride: (k * nr) as isize,
-                    },
-                    Mat {
-                        ptr: c.as_mut_ptr(),
-                        rs: rs as isize,
-                        cs: cs as isize,
-                    },
-                    alpha,
-                    accumulate,
-                    epi,
-                )
+                (at / rs, at % rs)
             };
-            for (at, (&got, &prev)) in c.iter().zip(&c0).enumerate() {
-                let (i, j) = if col_major {
-                    (at % cs, at / cs)
-                } else {
-                    (at / rs, at % rs)
-                };
-                let (got, prev) = (got as f64, prev as f64);
-                if i >= m_ || j >= n {
-                    assert_eq!(got, prev, "{isa:?} wrote outside C at ({i}, {j})");
-                    continue;
-                }
-                let (mut s, mut sa) = (0.0f64, 0.0f64);
-                for p in 0..k {
-                    let x = a[i * lda + p] as f64 * bv[p * n_full + start + j] as f64;
-                    s += x;
-                    sa += x.abs();
-                }
-                let mut want = alpha as f64 * s + if accumulate { prev } else { 0.0 };
-                if use_bias {
-                    want += bias[start + j] as f64;
-                }
-                if use_row_bias {
-                    want += row_bias[i] as f64;
-                }
-                if relu && want < 0.0 {
-                    want = 0.0;
-                }
-                assert!(
-                    (got - want).abs() <= 1e-5 * (sa + prev.abs() + 1.0) + 1e-6,
-                    "{isa:?} m{m_} k{k} n{n} nr{nr} start{start} col-major {col_major} bias \
-                     {use_bias} row bias {use_row_bias} relu {relu}: ({i}, {j}) {got} vs {want}"
-                );
+            let (got, prev) = (got as f64, prev as f64);
+            if i >= m_ || j >= n {
+                assert_eq!(got, prev, "{isa:?} wrote outside C at ({i}, {j})");
+                continue;
             }
+            let (mut s, mut sa) = (0.0f64, 0.0f64);
+            for p in 0..k {
+                let x = a[i * lda + p] as f64 * bv[p * n_full + start + j] as f64;
+                s += x;
+                sa += x.abs();
+            }
+            let mut want = alpha as f64 * s + if accumulate { prev } else { 0.0 };
+            if use_bias {
+                want += bias[start + j] as f64;
+            }
+            if use_row_bias {
+                want += row_bias[i] as f64;
+            }
+            if relu && want < 0.0 {
+                want = 0.0;
+            }
+            assert!(
+                (got - want).abs() <= 1e-5 * (sa + prev.abs() + 1.0) + 1e-6,
+                "{isa:?} m{m_} k{k} n{n} nr{nr} start{start} col-major {col_major} bias \
+                 {use_bias} row bias {use_row_bias} relu {relu}: ({i}, {j}) {got} vs {want}"
+            );
         }
     }
 }
