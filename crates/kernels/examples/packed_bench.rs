@@ -1,7 +1,7 @@
 //! Throughput of the packed-B GEMM beside the GEMM crate and the machine's f32 peak:
-//! `cargo run --release -p nrt-kernels --example packed_bench [M K N ...]`.
-use nrt_kernels::Workspace;
-use nrt_kernels::gemm_packed::{Packed, TileEpilogue, gemm_packed, pack_b, packed_len};
+//! `cargo run --release -p nrt-kernels --example packed_bench [avx2|portable] [M K N ...]`
+//! (`avx2` or `portable`: that kernel instead of the best one this CPU runs).
+use nrt_kernels::gemm_packed::{Isa, Packed, TileEpilogue, gemm_packed_on, pack_b, packed_len};
 use nrt_kernels::matmul::{Mat, gemm_f32};
 use nrt_kernels::peak::{Peak, measure};
 use std::time::{Duration, Instant};
@@ -22,10 +22,17 @@ fn best<F: FnMut()>(mut f: F) -> f64 {
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
-        .filter_map(|a| a.parse().ok())
-        .collect();
+    let words: Vec<String> = std::env::args().skip(1).collect();
+    let isa = match words.first().map(String::as_str) {
+        Some("avx2") => Isa::Avx2,
+        Some("portable") => Isa::Portable,
+        _ => Isa::best(),
+    };
+    if !isa.available() {
+        eprintln!("packed_bench: this CPU does not run the {isa:?} kernel");
+        std::process::exit(2);
+    }
+    let args: Vec<usize> = words.iter().filter_map(|a| a.parse().ok()).collect();
     let shapes: Vec<(usize, usize, usize)> = if args.len() >= 3 {
         args.chunks_exact(3).map(|c| (c[0], c[1], c[2])).collect()
     } else {
@@ -40,8 +47,7 @@ fn main() {
         ]
     };
     let peak = measure(Peak::F32Fma, Duration::from_millis(30), 20).unwrap_or(f64::NAN);
-    println!("peak f32 {peak:.1} GFLOP/s");
-    let mut ws = Workspace::new();
+    println!("peak f32 {peak:.1} GFLOP/s; packed kernel {isa:?}");
     for (m, k, n) in shapes {
         let a: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7) % 13) as f32 * 0.1 - 0.6)
@@ -79,7 +85,7 @@ fn main() {
             };
             // SAFETY: as above; the packed buffer holds every panel.
             let ns = best(|| unsafe {
-                gemm_packed(m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE, &mut ws).unwrap()
+                gemm_packed_on(isa, m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE)
             });
             line += &format!(
                 "  packed{nr} {:.0}% ({:.1} us)",
@@ -105,11 +111,13 @@ fn main() {
             };
             i += 1;
             // SAFETY: as above.
-            unsafe {
-                gemm_packed(m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE, &mut ws).unwrap()
-            }
+            unsafe { gemm_packed_on(isa, m, n, k, ma, pb, mc, 1.0, false, TileEpilogue::NONE) }
         });
-        line += &format!("  4 weights in turn {:.0}%", 100.0 * flop / ns / peak);
+        line += &format!(
+            "  4 weights in turn {:.0}% ({:.1} us)",
+            100.0 * flop / ns / peak,
+            ns / 1e3
+        );
         println!("{line}");
     }
 }

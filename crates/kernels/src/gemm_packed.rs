@@ -13,7 +13,8 @@
 //! - AVX-512F, at most [`nrt_hal::tuning::GEMV_MAX_ROWS`] rows of A (f32 and bf16): the
 //!   packed GEMV instead of tiles — one whole panel at a time, read front to back as one
 //!   sequential stream, several steps of K in flight in separate accumulators;
-//! - AVX2 + FMA: 6 rows × 16 columns (12 accumulators);
+//! - AVX2 + FMA: 6 rows × 16 columns (12 accumulators); at most `GEMV_MAX_ROWS` rows, the
+//!   packed GEMV in 8-float vectors (a panel, or 16-column chunks of it, at a time);
 //! - elsewhere: a portable loop over the same layout.
 //!
 //! Loop order: K in blocks of [`nrt_hal::tuning::GEMM_PACKED_KC`], then column blocks of B
@@ -601,6 +602,9 @@ mod x86 {
     use super::{Job, Tile, drive, finish, store_partial};
     use core::arch::x86_64::*;
     use nrt_hal::tuning::{GEMM_PACKED_PREFETCH_ROWS, GEMV_MAX_ROWS};
+
+    // The packed GEMV's dispatches (`gemv_rows!`, `run_avx2`) have arms for 1 to 4 rows.
+    const _: () = assert!(GEMV_MAX_ROWS == 4);
 
     /// Runs [`gemv512`] for `j.m` (1 to [`GEMV_MAX_ROWS`]) rows and `j.b.nr` (16, 32 or 64)
     /// columns per panel, with `U` steps of K in flight chosen for at least 8 accumulator
@@ -1303,10 +1307,173 @@ mod x86 {
         }
     }
 
+    /// The packed GEMV on AVX2 ([`gemv512`]'s scheme in 8-float vectors): `R` rows of A
+    /// against a chunk of `8·V` columns of each panel (the whole panel when it fits the
+    /// sixteen `ymm` registers: `R·V·U` accumulators and the broadcast; otherwise the chunks
+    /// one after another, each a stream of the panel's rows), `U` steps of K in flight, the
+    /// sum stored with the tile epilogue. Without it a product of a few rows took the 6×16
+    /// tiles, K block by K block, mostly padding.
+    ///
+    /// # Safety
+    /// As [`super::gemm_packed`] with `j.m == R`, `j.k ≥ 1`; `8·V` divides `j.b.nr`; AVX2
+    /// and FMA present.
+    #[inline(always)]
+    unsafe fn gemv256<const R: usize, const V: usize, const U: usize>(j: &Job) {
+        let (nr, width) = (j.b.nr, 8 * V);
+        let rows: [*const f32; R] =
+            core::array::from_fn(|r| j.a.wrapping_offset(r as isize * j.lda));
+        // SAFETY: A's rows r < R are readable at p < k; each panel q < ceil(n / nr) holds k
+        // rows of nr floats and every chunk x0 < nr lies inside them; the stores write the
+        // first `cols` columns of the chunk in the R rows of C.
+        unsafe {
+            for q in 0..j.n.div_ceil(nr) {
+                let panel = j.b.ptr.offset(q as isize * j.b.panel_stride);
+                let mut x0 = 0;
+                while x0 < nr && q * nr + x0 < j.n {
+                    let base = panel.add(x0);
+                    let mut acc = [[[_mm256_setzero_ps(); V]; R]; U];
+                    let mut p = 0;
+                    while p + U <= j.k {
+                        for u in 0..U {
+                            let brow = base.add((p + u) * nr);
+                            for r in 0..R {
+                                let xv = _mm256_broadcast_ss(&*rows[r].add(p + u));
+                                for v in 0..V {
+                                    acc[u][r][v] = _mm256_fmadd_ps(
+                                        xv,
+                                        _mm256_loadu_ps(brow.add(8 * v)),
+                                        acc[u][r][v],
+                                    );
+                                }
+                            }
+                        }
+                        p += U;
+                    }
+                    while p < j.k {
+                        let brow = base.add(p * nr);
+                        for r in 0..R {
+                            let xv = _mm256_broadcast_ss(&*rows[r].add(p));
+                            for v in 0..V {
+                                acc[0][r][v] = _mm256_fmadd_ps(
+                                    xv,
+                                    _mm256_loadu_ps(brow.add(8 * v)),
+                                    acc[0][r][v],
+                                );
+                            }
+                        }
+                        p += 1;
+                    }
+                    let mut sum = acc[0];
+                    for a in &acc[1..] {
+                        for r in 0..R {
+                            for v in 0..V {
+                                sum[r][v] = _mm256_add_ps(sum[r][v], a[r][v]);
+                            }
+                        }
+                    }
+                    let col = q * nr + x0;
+                    store256::<R, V>(
+                        &Tile {
+                            a: rows[0],
+                            lda: j.lda,
+                            b: base,
+                            ldb: nr as isize,
+                            kc: j.k,
+                            mr: R,
+                            cols: width.min(j.n - col),
+                            c: j.c.ptr.wrapping_offset(col as isize * j.c.cs),
+                            rs: j.c.rs,
+                            cs: j.c.cs,
+                            alpha: j.alpha,
+                            add: j.accumulate,
+                            bias: if j.epi.bias.is_null() {
+                                core::ptr::null()
+                            } else {
+                                j.epi.bias.wrapping_add(col)
+                            },
+                            row_bias: j.epi.row_bias,
+                            relu: j.epi.relu,
+                        },
+                        sum,
+                    );
+                    x0 += width;
+                }
+            }
+        }
+    }
+
+    /// Stores `R` rows × `V` vectors of 8 sums with the tile epilogue: in vectors when C's
+    /// rows are contiguous and the chunk is whole, through a stack tile otherwise.
+    ///
+    /// # Safety
+    /// The first `t.cols` columns of the R rows of C writable; `t.bias` (if not null)
+    /// readable for `t.cols` floats, `t.row_bias` for R; AVX2 present.
+    #[inline(always)]
+    unsafe fn store256<const R: usize, const V: usize>(t: &Tile, acc: [[__m256; V]; R]) {
+        // SAFETY: per the contract; the vector path only when all 8·V columns are C's.
+        unsafe {
+            let va = _mm256_set1_ps(t.alpha);
+            if t.cs == 1 && t.cols == 8 * V {
+                for r in 0..R {
+                    let cr = t.c.offset(r as isize * t.rs);
+                    for v in 0..V {
+                        let mut x = _mm256_mul_ps(acc[r][v], va);
+                        if t.add {
+                            x = _mm256_add_ps(x, _mm256_loadu_ps(cr.add(8 * v)));
+                        }
+                        if !t.bias.is_null() {
+                            x = _mm256_add_ps(x, _mm256_loadu_ps(t.bias.add(8 * v)));
+                        }
+                        if !t.row_bias.is_null() {
+                            x = _mm256_add_ps(x, _mm256_set1_ps(*t.row_bias.add(r)));
+                        }
+                        if t.relu {
+                            // The second operand when either is NaN: NaN stays, -0 stays.
+                            x = _mm256_max_ps(_mm256_setzero_ps(), x);
+                        }
+                        _mm256_storeu_ps(cr.add(8 * v), x);
+                    }
+                }
+            } else {
+                let mut tile = [[0.0f32; 64]; R];
+                for r in 0..R {
+                    for v in 0..V {
+                        _mm256_storeu_ps(
+                            tile[r].as_mut_ptr().add(8 * v),
+                            _mm256_mul_ps(acc[r][v], va),
+                        );
+                    }
+                }
+                store_partial(t, &tile[..]);
+            }
+        }
+    }
+
     /// # Safety
     /// As [`super::gemm_packed`]; AVX2 and FMA present.
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn run_avx2(j: &Job) {
+        // A few rows: the packed GEMV. Chunks of `8·V` columns and `U` steps of K in flight:
+        // at least 8 accumulator chains, at most 12 (with the broadcast, in 16 registers).
+        // Three rows take chunks of 16 columns: a whole 32-column panel (12 chains, 3 rows ×
+        // 4 vectors) ran 1.3–1.5× slower than two 16-column passes over it
+        // (`packed_bench avx2 3 512 512`).
+        if j.m <= GEMV_MAX_ROWS {
+            // SAFETY: forwarded contract; `j.m` rows; every chunk width divides the panel
+            // width (16, 32 or 64).
+            unsafe {
+                match (j.b.nr, j.m) {
+                    (16, 1) => gemv256::<1, 2, 4>(j),
+                    (32, 1) => gemv256::<1, 4, 2>(j),
+                    (_, 1) => gemv256::<1, 8, 1>(j),
+                    (16, 2) => gemv256::<2, 2, 2>(j),
+                    (_, 2) => gemv256::<2, 4, 1>(j),
+                    (_, 3) => gemv256::<3, 2, 2>(j),
+                    (_, _) => gemv256::<4, 2, 1>(j),
+                }
+            }
+            return;
+        }
         // SAFETY: forwarded contract; tiles of 1..=6 rows, 16 columns (divides every panel).
         unsafe {
             drive(j, 6, 16, |t| match t.mr {
