@@ -73,6 +73,8 @@ pub struct CompileOpts {
     #[arg(long = "input-value", value_name = "NAME=FILE.pb")]
     pub input_value: Vec<String>,
     /// NeuronCores the model spans (its matmuls and convolutions are split across them).
+    /// Running it, the logical core spans as many unless NEURON_LOGICAL_NC_CONFIG says
+    /// otherwise.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     pub cores: u32,
     #[command(flatten)]

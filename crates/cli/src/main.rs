@@ -236,7 +236,7 @@ fn run(a: &RunArgs) -> Res<()> {
     } else {
         session::prepare(path, &opts).map_err(with_shapes)?
     };
-    let (_dev, rt) = session::runtime(None)?;
+    let (_dev, rt) = session::runtime_for(&p.ncm)?;
     let m = session::load(&rt, &p.ncm, -1)?;
     let (ins, outs, all) = session::io_tensors(&rt, &m)?;
     let seed = a.seed;
@@ -518,7 +518,7 @@ fn trace(a: &TraceArgs) -> Res<()> {
     } else {
         session::prepare(path, &session::compile_options(&a.compile)?)?.ncm
     };
-    let (dev, rt) = session::runtime(None)?;
+    let (dev, rt) = session::runtime_for(&ncm)?;
     let m = session::load(&rt, &ncm, -1)?;
     let (ins, outs, _all) = session::io_tensors(&rt, &m)?;
     if a.instructions {

@@ -33,6 +33,22 @@ pub fn runtime(config: Option<RuntimeConfig>) -> Res<(Arc<SoftDevice>, Runtime)>
     Ok((dev, rt))
 }
 
+/// The runtime to run `ncm` on: [`runtime`] with the environment's configuration, except that
+/// without `NEURON_LOGICAL_NC_CONFIG` the logical core spans as many NeuronCores as the
+/// model does (`nrt run --cores 2`, or a two-core NCM, works as in `nrt bench`; the real
+/// runtime needs the variable, and a value set there is kept, so a mismatch still fails
+/// with its error).
+pub fn runtime_for(ncm: &[u8]) -> Res<(Arc<SoftDevice>, Runtime)> {
+    let mut cfg = RuntimeConfig::from_env().map_err(|e| e.to_string())?;
+    if std::env::var_os("NEURON_LOGICAL_NC_CONFIG").is_none()
+        && let Ok(m) = nrt_model::CompiledModel::decode(ncm)
+        && (m.sg_count as usize) <= nrt_runtime::MAX_LOCKSTEP_CORES
+    {
+        cfg.logical_nc = cfg.logical_nc.max(m.sg_count);
+    }
+    runtime(Some(cfg))
+}
+
 /// `--input-shape`, `--input-value`, `--cores` as compile options.
 pub fn compile_options(a: &CompileOpts) -> Res<CompileOptions> {
     let mut o = CompileOptions::default();

@@ -171,6 +171,54 @@ fn compile_inspect_run_trace_and_bench_a_sample_model() {
     );
 }
 
+/// `nrt run` and `nrt trace` of a two-core model size the logical core to it when
+/// `NEURON_LOGICAL_NC_CONFIG` is not set (as `nrt bench --cores 2` does); a value set there
+/// is the user's and is kept, so a one-core logical core still refuses the model.
+#[test]
+fn run_and_trace_a_two_core_model_without_the_logical_core_variable() {
+    let dir = scratch("cli-two-core");
+    ok(&["samples", "--out", s(&dir)]);
+    let onnx = dir.join("mlp/model.onnx");
+    let ncm = dir.join("mlp2.ncm");
+    let with_lnc = |args: &[&str], lnc: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_nrt"));
+        c.args(args)
+            .env("NRT_RUNTIME_DIR", private_runtime_dir())
+            .env_remove("NRT_SIM_FAULTS")
+            .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS")
+            .env_remove("NEURON_LOGICAL_NC_CONFIG");
+        if let Some(v) = lnc {
+            c.env("NEURON_LOGICAL_NC_CONFIG", v);
+        }
+        c.output().expect("run nrt")
+    };
+    let out = with_lnc(&["compile", s(&onnx), "-o", s(&ncm), "--cores", "2"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = dir.join("trace.json");
+    for args in [
+        vec!["run", s(&onnx), "--cores", "2", "--seed", "3"],
+        vec!["run", s(&ncm), "--seed", "3"],
+        vec!["trace", s(&ncm), "-o", s(&trace), "--executions", "2"],
+    ] {
+        let out = with_lnc(&args, None);
+        assert!(
+            out.status.success(),
+            "nrt {args:?}:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = with_lnc(&["run", s(&ncm), "--seed", "3"], Some("1"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("NEURON_LOGICAL_NC_CONFIG"),
+        "a logical core the user set is kept: {err}"
+    );
+}
+
 #[test]
 fn bench_rows_for_every_surface_and_the_gemm_rows() {
     for (surface, depth) in [("sync", "1"), ("explicit", "4"), ("implicit", "4")] {
