@@ -118,6 +118,46 @@ fn main() {
             100.0 * flop / ns / peak,
             ns / 1e3
         );
+        // An MLP's layers (square products only): the four weights in turn, each layer's
+        // output the next one's input, bias and Relu in the epilogue.
+        if k == n {
+            let bias: Vec<f32> = (0..n).map(|j| (j % 7) as f32 * 0.01).collect();
+            let mut acts: Vec<Vec<f32>> = (0..5).map(|_| a.clone()).collect();
+            let ns = best(|| {
+                for l in 0..4 {
+                    let (x, y) = acts.split_at_mut(l + 1);
+                    let pb = Packed {
+                        ptr: packs[l].as_ptr(),
+                        nr,
+                        panel_stride: (k * nr) as isize,
+                    };
+                    let epi = TileEpilogue {
+                        bias: bias.as_ptr(),
+                        row_bias: core::ptr::null(),
+                        relu: true,
+                    };
+                    let (xa, yc) = (
+                        Mat {
+                            ptr: x[l].as_mut_ptr(),
+                            rs: k as isize,
+                            cs: 1,
+                        },
+                        Mat {
+                            ptr: y[0].as_mut_ptr(),
+                            rs: n as isize,
+                            cs: 1,
+                        },
+                    );
+                    // SAFETY: as above; activation l is m×k, l + 1 m×n, distinct buffers.
+                    unsafe { gemm_packed_on(isa, m, n, k, xa, pb, yc, 1.0, false, epi) }
+                }
+            }) / 4.0;
+            line += &format!(
+                "  chained layers {:.0}% ({:.1} us a layer)",
+                100.0 * flop / ns / peak,
+                ns / 1e3
+            );
+        }
         println!("{line}");
     }
 }
