@@ -4,13 +4,14 @@
 #
 #   1. a local venv (.venv) with onnx 1.22.0 (ships the ONNX node tests) and onnxruntime (oracle)
 #   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs),
-#      then the hostile-input suite (scripts/hostile.py)
+#      the kernels' tests again on the AVX2 kernels alone (NRT_SIM_ISA=avx2), then the
+#      hostile-input suite (scripts/hostile.py)
 #   3. the loom models of the lock-free protocols
 #   4. the Python package (python/, `import nrt`): built with maturin into .venv, its pytest
 #      suite (python/tests), then the Ray Serve example's test (examples/ray, ray[serve] pinned)
 #   5. conformance: the ONNX node tests within the supported op list, the ONNX `light` models,
 #      the project's own models and the compiler's fusion/layout patterns checked against
-#      ONNX Runtime
+#      ONNX Runtime; also on two cores, with bf16/fp16 auto-cast, and on the AVX2 kernels
 #
 # Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_PYTHON=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 / 5
 # (for quick local runs); NRT_SKIP_RAY=1 skips only the Ray part of step 4.
@@ -34,6 +35,11 @@ export NRT_RUNTIME_DIR="$root/target/nrt-run"
 
 step "cargo test --workspace"
 cargo test --workspace --quiet
+
+# The kernels once more with their AVX-512 and AMX paths off, as on a CPU without them: the
+# AVX2 and portable paths against the same references.
+step "cargo test -p nrt-kernels on the AVX2 kernels (NRT_SIM_ISA=avx2)"
+NRT_SIM_ISA=avx2 cargo test -p nrt-kernels --quiet
 
 # Hostile inputs (issue 11): hostile ONNX files and mutated NCM files through `nrt compile`,
 # `nrt inspect` and `nrt run` (the debug build: overflow checks on). Each must end in a clean
@@ -118,10 +124,24 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   "$nrt" conformance "$work/samples" --auto-cast matmult --auto-cast-type fp16 \
     --rtol 2e-3 --atol 2e-3 | tee "$work/samples_fp16.txt"
 
+  echo "-- the node tests, light models, patterns and models on the AVX2 kernels alone"
+  echo "   (NRT_SIM_ISA=avx2: no AVX-512, no AMX, as on a CPU without them), f32 and bf16"
+  NRT_SIM_ISA=avx2 "$nrt" conformance "$node_tests" --only-supported --quiet \
+    --tolerances conformance/tolerances.txt | grep -v '^UNSUPPORTED' | tee "$work/node_avx2.txt" || true
+  NRT_SIM_ISA=avx2 "$nrt" conformance "$work/light" | tee "$work/light_avx2.txt"
+  NRT_SIM_ISA=avx2 "$nrt" conformance "$work/numerics" --quiet | tee "$work/numerics_avx2.txt"
+  NRT_SIM_ISA=avx2 "$nrt" conformance "$work/samples" | tee "$work/samples_avx2.txt"
+  NRT_SIM_ISA=avx2 "$nrt" conformance "$work/numerics" --quiet --auto-cast matmult \
+    --auto-cast-type bf16 --rtol 2e-2 --atol 2e-2 | tee "$work/numerics_bf16_avx2.txt"
+  NRT_SIM_ISA=avx2 "$nrt" conformance "$work/samples" --auto-cast matmult --auto-cast-type bf16 \
+    --rtol 2e-2 --atol 2e-2 | tee "$work/samples_bf16_avx2.txt"
+
   reports=("$work/node.txt" "$work/light.txt" "$work/samples.txt" "$work/numerics.txt"
     "$work/node_2c.txt" "$work/numerics_2c.txt" "$work/samples_2c.txt"
     "$work/numerics_bf16.txt" "$work/samples_bf16.txt" "$work/numerics_fp16.txt"
-    "$work/samples_fp16.txt")
+    "$work/samples_fp16.txt" "$work/node_avx2.txt" "$work/light_avx2.txt"
+    "$work/numerics_avx2.txt" "$work/samples_avx2.txt" "$work/numerics_bf16_avx2.txt"
+    "$work/samples_bf16_avx2.txt")
   if grep -q '^FAIL' "${reports[@]}"; then
     echo "conformance: FAIL" >&2
     exit 1
@@ -136,7 +156,7 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   # The project's own models are all supported: one reported unsupported is a regression
   # (the node tests' unsupported ones are listed with their reasons above).
   for r in "${reports[@]}"; do
-    case "$r" in */node.txt | */node_2c.txt) continue ;; esac
+    case "$r" in */node.txt | */node_2c.txt | */node_avx2.txt) continue ;; esac
     if ! grep -Eq '^[0-9]+ passed, 0 failed, 0 unsupported' "$r"; then
       echo "conformance: a model of the project's own set is unsupported in $r" >&2
       exit 1

@@ -10,6 +10,7 @@ const ENVIRONMENT: &str = "ENVIRONMENT:
   (fault plan for the software NeuronCore, e.g. \"hang@engine=act,exec=3;nan@exec=5\");
   NRT_SIM_INSTANCE (inf2.xlarge, inf2.48xlarge, trn1.2xlarge, trn1.32xlarge, trn2.48xlarge, ...),
   NRT_SIM_DEVICES, NRT_SIM_CORES_PER_DEVICE, NRT_SIM_DEVICE_MEMORY (the virtual host);
+  NRT_SIM_ISA (avx2: the kernels without AVX-512 or AMX, as on a CPU without them);
   NRT_RUNTIME_DIR (where cores are locked and statistics published; default
   $XDG_RUNTIME_DIR/nrt-rs, else /dev/shm/nrt-rs).";
 

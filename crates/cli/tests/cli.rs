@@ -219,6 +219,60 @@ fn run_and_trace_a_two_core_model_without_the_logical_core_variable() {
     );
 }
 
+/// `NRT_SIM_ISA` caps the kernels (`avx2`: the same outputs from the AVX2 kernels); a value
+/// it does not know fails before anything runs, naming the variable.
+#[test]
+fn the_isa_cap_runs_on_avx2_and_refuses_an_unknown_value() {
+    let dir = scratch("cli-isa");
+    ok(&["samples", "--out", s(&dir)]);
+    let onnx = dir.join("mlp/model.onnx");
+    let run = |isa: &str, out: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_nrt"))
+            .args(["run", s(&onnx), "--seed", "5", "--output-dir", s(out)])
+            .env("NRT_RUNTIME_DIR", private_runtime_dir())
+            .env_remove("NRT_SIM_FAULTS")
+            .env("NRT_SIM_ISA", isa)
+            .output()
+            .expect("run nrt")
+    };
+    let (native, avx2) = (dir.join("native"), dir.join("avx2"));
+    for (isa, out) in [("native", &native), ("avx2", &avx2)] {
+        let o = run(isa, out);
+        assert!(
+            o.status.success(),
+            "{isa}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let o = run("avx-1024", &dir.join("bad"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(2) && err.contains("NRT_SIM_ISA") && err.contains("avx-1024"),
+        "{err}"
+    );
+    // Both runs wrote the one output; the sums differ only in rounding order.
+    let read = |d: &Path| {
+        let f = std::fs::read_dir(d)
+            .expect("outputs")
+            .flatten()
+            .next()
+            .expect("one output");
+        std::fs::read(f.path()).expect("output file")
+    };
+    let (a, b) = (read(&native), read(&avx2));
+    assert_eq!(a.len(), b.len());
+    let floats = |v: &[u8]| -> Vec<f32> {
+        // The TensorProto's raw data is the file's last 4·N bytes (N = 512: mlp's [1, 512]).
+        v[v.len() - 4 * 512..]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    for (x, y) in floats(&a).iter().zip(floats(&b)) {
+        assert!((x - y).abs() <= 1e-4 * (1.0 + x.abs()), "{x} vs {y}");
+    }
+}
+
 #[test]
 fn bench_rows_for_every_surface_and_the_gemm_rows() {
     for (surface, depth) in [("sync", "1"), ("explicit", "4"), ("implicit", "4")] {

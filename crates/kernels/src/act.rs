@@ -143,7 +143,7 @@ macro_rules! with_func {
 /// selects are mask-register blends, not two-µop `vblendvps` (see `norm::softmax`).
 pub fn apply_in_place(func: ActFunc, alpha: f32, beta: f32, xs: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    if crate::cpu::avx512f() {
         // SAFETY: AVX-512F detected just above.
         return unsafe { apply_in_place_avx512(func, alpha, beta, xs) };
     }

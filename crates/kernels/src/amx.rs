@@ -70,10 +70,8 @@ fn detect() -> u8 {
     }
     // The rounding of A and the stores use AVX-512 F/BW/BF16 (every AMX CPU has them; a
     // hypervisor might still hide them).
-    if !(std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512bf16"))
-    {
+    // Off under `NRT_SIM_ISA=avx2` too (`crate::cpu`).
+    if !crate::cpu::avx512bf16() {
         return 0;
     }
     // CPUID.(7, 0):EDX bit 22 AMX-BF16, bit 24 AMX-TILE, bit 25 AMX-INT8; CPUID.1:ECX bit

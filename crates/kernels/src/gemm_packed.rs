@@ -180,12 +180,9 @@ impl Isa {
     pub fn available(self) -> bool {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            Isa::Avx512 => crate::cpu::avx512f(),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            }
+            Isa::Avx2 => crate::cpu::avx2_fma(),
             Isa::Portable => true,
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
@@ -267,6 +264,9 @@ pub enum Bf16Kernel {
     Amx,
     /// `vdpbf16ps` in 14×32 register tiles (AVX-512 BF16).
     Dot,
+    /// Without AVX-512 BF16: each pair widened to two f32 and multiplied in AVX2 FMAs, in
+    /// 6×16 tiles (and the packed GEMV for a few rows).
+    Avx2,
     /// Plain Rust.
     Portable,
 }
@@ -277,13 +277,14 @@ impl Bf16Kernel {
         match self {
             Bf16Kernel::Amx => bf16_fast() && crate::amx::bf16_available(),
             Bf16Kernel::Dot => bf16_fast(),
+            Bf16Kernel::Avx2 => crate::cpu::avx2_fma(),
             Bf16Kernel::Portable => true,
         }
     }
 
     /// The fastest available kernel.
     pub fn best() -> Bf16Kernel {
-        [Bf16Kernel::Amx, Bf16Kernel::Dot]
+        [Bf16Kernel::Amx, Bf16Kernel::Dot, Bf16Kernel::Avx2]
             .into_iter()
             .find(|k| k.available())
             .unwrap_or(Bf16Kernel::Portable)
@@ -343,7 +344,12 @@ pub unsafe fn gemm_packed_bf16(
         unsafe { crate::amx::gemm_packed_bf16(m, n, k, a, b, c, alpha, accumulate, epi, ws)? };
         return Ok(());
     }
-    let fast = kernel != Bf16Kernel::Portable;
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Bf16Kernel::Avx2 && m > nrt_hal::tuning::GEMV_MAX_ROWS {
+        // SAFETY: forwarded contract; AVX2 and FMA present (the kernel is available).
+        return unsafe { bf16_widened(m, n, k, a, b, c, alpha, accumulate, epi, ws) };
+    }
+    let fast = matches!(kernel, Bf16Kernel::Amx | Bf16Kernel::Dot);
     let kp = k.div_ceil(2);
     // A rounded to bf16 rows of `2·kp` (one f32 slot per pair), the odd K padded with 0,
     // `ld` slots apart (`copied_row_stride`).
@@ -358,7 +364,13 @@ pub unsafe fn gemm_packed_bf16(
             // SAFETY: A's row readable per the contract; the features are present.
             unsafe { crate::matmul_half::avx512::round_row(src, a.cs, &mut h[..k]) };
         }
-        if !fast {
+        if !fast && a.cs == 1 {
+            // SAFETY: a row of k contiguous floats, readable per the contract.
+            let row = unsafe { core::slice::from_raw_parts(src as *const f32, k) };
+            for (o, &x) in h[..k].iter_mut().zip(row) {
+                *o = crate::elem::f32_to_bf16(x);
+            }
+        } else if !fast {
             for (p, o) in h[..k].iter_mut().enumerate() {
                 // SAFETY: readable per the contract.
                 *o = crate::elem::f32_to_bf16(unsafe { *src.offset(p as isize * a.cs) });
@@ -390,8 +402,107 @@ pub unsafe fn gemm_packed_bf16(
         unsafe { x86::run_bf16(&job) };
         return Ok(());
     }
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Bf16Kernel::Avx2 {
+        // SAFETY: forwarded contract; at most GEMV_MAX_ROWS rows (the rest were widened
+        // above); AVX2 and FMA present per the contract.
+        unsafe { x86::gemv_bf16_avx2(&job) };
+        return Ok(());
+    }
     // SAFETY: forwarded contract.
     unsafe { portable_bf16(&job) };
+    Ok(())
+}
+
+/// [`gemm_packed_bf16`] on AVX2 for more than a few rows: B's panels widened to f32 a block
+/// at a time ([`GEMM_PACKED_B_BLOCK_BYTES`] of floats, in the workspace), A rounded to bf16
+/// and kept as floats, then the f32 kernels on each block — the products and their f32 sums
+/// are those of `vdpbf16ps`. A tile kernel that widened B's words in registers ran at a third
+/// of the f32 tiles' speed (64×512×512: 34 against 103 GFLOP/s; the shifts and masks compete
+/// with the FMAs for the vector ports), while widening a block costs one pass over it.
+///
+/// # Safety
+/// As [`gemm_packed_bf16`] with `m, n, k ≥ 1`; AVX2 and FMA present.
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn bf16_widened(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: PackedBf16,
+    c: Mat,
+    alpha: f32,
+    accumulate: bool,
+    epi: TileEpilogue,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
+    use crate::elem::{bf16_to_f32, f32_to_bf16};
+    let (nr, kp) = (b.nr, k.div_ceil(2));
+    let ld = copied_row_stride(k);
+    let panel = k.saturating_mul(nr);
+    let per_block = (GEMM_PACKED_B_BLOCK_BYTES / size_of::<f32>() / panel.max(1)).max(1);
+    let (abuf, bbuf) = ws.f32x2(m.saturating_mul(ld), per_block.saturating_mul(panel))?;
+    for (i, row) in abuf.chunks_exact_mut(ld).enumerate() {
+        let src = a.ptr.wrapping_offset(i as isize * a.rs);
+        if a.cs == 1 {
+            // SAFETY: A's row i holds k contiguous readable floats; AVX2 present.
+            unsafe { x86::round_to_bf16_avx2(src, &mut row[..k]) };
+            continue;
+        }
+        for (p, o) in row[..k].iter_mut().enumerate() {
+            // SAFETY: A's element (i, p) readable per the contract.
+            *o = bf16_to_f32(f32_to_bf16(unsafe { *src.offset(p as isize * a.cs) }));
+        }
+    }
+    let panels = n.div_ceil(nr);
+    let mut q0 = 0;
+    while q0 < panels {
+        let q1 = (q0 + per_block).min(panels);
+        for q in q0..q1 {
+            // SAFETY: panel q holds kp rows of nr 32-bit words (pairs of K) per the contract.
+            let words = unsafe {
+                core::slice::from_raw_parts(
+                    b.ptr.offset(q as isize * b.panel_stride) as *const u32,
+                    kp * nr,
+                )
+            };
+            // SAFETY: AVX2 present; `words` holds kp rows of nr words, the block's slice k
+            // rows of nr floats.
+            unsafe { x86::widen_pairs_avx2(words, k, nr, &mut bbuf[(q - q0) * panel..][..panel]) };
+        }
+        let col = q0 * nr;
+        let job = Job {
+            m,
+            n: ((q1 - q0) * nr).min(n - col),
+            k,
+            a: abuf.as_ptr(),
+            lda: ld as isize,
+            b: Packed {
+                ptr: bbuf.as_ptr(),
+                nr,
+                panel_stride: panel as isize,
+            },
+            c: Mat {
+                ptr: c.ptr.wrapping_offset(col as isize * c.cs),
+                ..c
+            },
+            alpha,
+            accumulate,
+            epi: TileEpilogue {
+                bias: if epi.bias.is_null() {
+                    core::ptr::null()
+                } else {
+                    epi.bias.wrapping_add(col)
+                },
+                ..epi
+            },
+        };
+        // SAFETY: forwarded contract: A's m rows of k floats, the widened panels of the
+        // block, C's columns from `col`; AVX2 and FMA present.
+        unsafe { x86::run_avx2(&job) };
+        q0 = q1;
+    }
     Ok(())
 }
 
@@ -1318,7 +1429,11 @@ mod x86 {
     /// As [`super::gemm_packed`] with `j.m == R`, `j.k ≥ 1`; `8·V` divides `j.b.nr`; AVX2
     /// and FMA present.
     #[inline(always)]
-    unsafe fn gemv256<const R: usize, const V: usize, const U: usize>(j: &Job) {
+    unsafe fn gemv256<const R: usize, const V: usize, const U: usize, X: Copy>(
+        j: &Job,
+        bcast: impl Fn(*const f32) -> X,
+        fma: impl Fn(X, *const f32, __m256) -> __m256,
+    ) {
         let (nr, width) = (j.b.nr, 8 * V);
         let rows: [*const f32; R] =
             core::array::from_fn(|r| j.a.wrapping_offset(r as isize * j.lda));
@@ -1337,13 +1452,9 @@ mod x86 {
                         for u in 0..U {
                             let brow = base.add((p + u) * nr);
                             for r in 0..R {
-                                let xv = _mm256_broadcast_ss(&*rows[r].add(p + u));
+                                let xv = bcast(rows[r].add(p + u));
                                 for v in 0..V {
-                                    acc[u][r][v] = _mm256_fmadd_ps(
-                                        xv,
-                                        _mm256_loadu_ps(brow.add(8 * v)),
-                                        acc[u][r][v],
-                                    );
+                                    acc[u][r][v] = fma(xv, brow.add(8 * v), acc[u][r][v]);
                                 }
                             }
                         }
@@ -1352,13 +1463,9 @@ mod x86 {
                     while p < j.k {
                         let brow = base.add(p * nr);
                         for r in 0..R {
-                            let xv = _mm256_broadcast_ss(&*rows[r].add(p));
+                            let xv = bcast(rows[r].add(p));
                             for v in 0..V {
-                                acc[0][r][v] = _mm256_fmadd_ps(
-                                    xv,
-                                    _mm256_loadu_ps(brow.add(8 * v)),
-                                    acc[0][r][v],
-                                );
+                                acc[0][r][v] = fma(xv, brow.add(8 * v), acc[0][r][v]);
                             }
                         }
                         p += 1;
@@ -1449,29 +1556,165 @@ mod x86 {
         }
     }
 
+    /// One f32 step of the AVX2 kernels: A's element broadcast, times 8 floats of B.
+    ///
     /// # Safety
-    /// As [`super::gemm_packed`]; AVX2 and FMA present.
+    /// AVX2 and FMA present; `a` readable for a float, `b` for 8.
+    #[inline(always)]
+    unsafe fn f32_step() -> (
+        impl Fn(*const f32) -> __m256 + Copy,
+        impl Fn(__m256, *const f32, __m256) -> __m256 + Copy,
+    ) {
+        (
+            // SAFETY: per the contract.
+            |a: *const f32| unsafe { _mm256_broadcast_ss(&*a) },
+            // SAFETY: per the contract.
+            |x, b: *const f32, acc| unsafe { _mm256_fmadd_ps(x, _mm256_loadu_ps(b), acc) },
+        )
+    }
+
+    /// A pair of K widened from bf16: the even step's floats, then the odd step's.
+    type F32Pair = (__m256, __m256);
+
+    /// One bf16 step of the AVX2 kernels (no AVX-512 BF16): a 32-bit word of A holds a pair
+    /// of K as bf16 (low half first), widened to two broadcast floats; each of the 8 words of
+    /// B at `b` holds one column's pair, widened the same way — the low half shifted up, the
+    /// high half masked — and both products added in f32, as `vdpbf16ps` does.
+    ///
+    /// # Safety
+    /// AVX2 and FMA present; `a` readable for a 32-bit word, `b` for 8.
+    #[inline(always)]
+    unsafe fn bf16_step() -> (
+        impl Fn(*const f32) -> F32Pair + Copy,
+        impl Fn(F32Pair, *const f32, __m256) -> __m256 + Copy,
+    ) {
+        (
+            // SAFETY: per the contract.
+            |a: *const f32| unsafe {
+                let w = _mm256_set1_epi32(*(a as *const i32));
+                (
+                    _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)),
+                    _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(-65536))),
+                )
+            },
+            // SAFETY: per the contract.
+            |(lo, hi), b: *const f32, acc| unsafe {
+                let w = _mm256_loadu_si256(b as *const __m256i);
+                let acc = _mm256_fmadd_ps(lo, _mm256_castsi256_ps(_mm256_slli_epi32::<16>(w)), acc);
+                _mm256_fmadd_ps(
+                    hi,
+                    _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32(-65536))),
+                    acc,
+                )
+            },
+        )
+    }
+
+    /// `dst[p]` = the float at `src + p` rounded to bf16 (to nearest even; a NaN stays a
+    /// NaN, quiet), as a float: [`crate::elem::f32_to_bf16`] eight at a time.
+    ///
+    /// # Safety
+    /// `src` readable for `dst.len()` floats; AVX2 present.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn run_avx2(j: &Job) {
-        // A few rows: the packed GEMV. Chunks of `8·V` columns and `U` steps of K in flight:
-        // at least 8 accumulator chains, at most 12 (with the broadcast, in 16 registers).
-        // Three rows take chunks of 16 columns: a whole 32-column panel (12 chains, 3 rows ×
-        // 4 vectors) ran 1.3–1.5× slower than two 16-column passes over it
-        // (`packed_bench avx2 3 512 512`).
-        if j.m <= GEMV_MAX_ROWS {
+    pub(super) unsafe fn round_to_bf16_avx2(src: *const f32, dst: &mut [f32]) {
+        let n = dst.len();
+        let mut p = 0;
+        // SAFETY: p + 8 ≤ n floats read from `src` and written to `dst`.
+        unsafe {
+            let (one, bias, high) = (
+                _mm256_set1_epi32(1),
+                _mm256_set1_epi32(0x7fff),
+                _mm256_set1_epi32(-65536),
+            );
+            let quiet = _mm256_set1_epi32(0x0040_0000);
+            while p + 8 <= n {
+                let x = _mm256_loadu_ps(src.add(p));
+                let b = _mm256_castps_si256(x);
+                let lsb = _mm256_and_si256(_mm256_srli_epi32::<16>(b), one);
+                let r = _mm256_and_si256(_mm256_add_epi32(b, _mm256_add_epi32(bias, lsb)), high);
+                let nan = _mm256_or_si256(_mm256_and_si256(b, high), quiet);
+                let v = _mm256_blendv_ps(
+                    _mm256_castsi256_ps(r),
+                    _mm256_castsi256_ps(nan),
+                    _mm256_cmp_ps::<_CMP_UNORD_Q>(x, x),
+                );
+                _mm256_storeu_ps(dst.as_mut_ptr().add(p), v);
+                p += 8;
+            }
+        }
+        for (i, o) in dst.iter_mut().enumerate().skip(p) {
+            // SAFETY: i < n, readable per the contract.
+            *o = crate::elem::bf16_to_f32(crate::elem::f32_to_bf16(unsafe { *src.add(i) }));
+        }
+    }
+
+    /// Widens `k.div_ceil(2)` rows of `nr` 32-bit words (pairs of K, low half first) into
+    /// `k` rows of `nr` floats: row `2t` the low halves, row `2t + 1` the high ones.
+    ///
+    /// # Safety
+    /// `words` holds `k.div_ceil(2) · nr` words and `dst` `k · nr` floats; `nr` a multiple
+    /// of 8; AVX2 present.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn widen_pairs_avx2(words: &[u32], k: usize, nr: usize, dst: &mut [f32]) {
+        let high = _mm256_set1_epi32(-65536);
+        for (t, pair) in words.chunks_exact(nr).enumerate() {
+            let odd = 2 * t + 1 < k;
+            // SAFETY: rows 2t and (when odd) 2t + 1 of nr floats lie in `dst`; x + 8 ≤ nr
+            // words of the pair row are read.
+            unsafe {
+                let (even_row, odd_row) = (
+                    dst.as_mut_ptr().add(2 * t * nr),
+                    dst.as_mut_ptr().wrapping_add((2 * t + 1) * nr),
+                );
+                for x in (0..nr).step_by(8) {
+                    let w = _mm256_loadu_si256(pair.as_ptr().add(x) as *const __m256i);
+                    _mm256_storeu_si256(
+                        even_row.add(x) as *mut __m256i,
+                        _mm256_slli_epi32::<16>(w),
+                    );
+                    if odd {
+                        _mm256_storeu_si256(
+                            odd_row.add(x) as *mut __m256i,
+                            _mm256_and_si256(w, high),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The packed GEMV on AVX2 for `j.m` (1 to [`GEMV_MAX_ROWS`]) rows, one step kind.
+    /// Chunks of `8·V` columns and `U` steps of K in flight: at least 8 accumulator chains,
+    /// at most 12 (with the broadcast, in 16 registers). Three rows take chunks of 16
+    /// columns: a whole 32-column panel (12 chains, 3 rows × 4 vectors) ran 1.3–1.5× slower
+    /// than two 16-column passes over it (`packed_bench avx2 3 512 512`).
+    macro_rules! gemv256_rows {
+        ($j:expr, $step:expr) => {{
+            let j: &Job = $j;
+            let (b, f) = $step;
             // SAFETY: forwarded contract; `j.m` rows; every chunk width divides the panel
             // width (16, 32 or 64).
             unsafe {
                 match (j.b.nr, j.m) {
-                    (16, 1) => gemv256::<1, 2, 4>(j),
-                    (32, 1) => gemv256::<1, 4, 2>(j),
-                    (_, 1) => gemv256::<1, 8, 1>(j),
-                    (16, 2) => gemv256::<2, 2, 2>(j),
-                    (_, 2) => gemv256::<2, 4, 1>(j),
-                    (_, 3) => gemv256::<3, 2, 2>(j),
-                    (_, _) => gemv256::<4, 2, 1>(j),
+                    (16, 1) => gemv256::<1, 2, 4, _>(j, b, f),
+                    (32, 1) => gemv256::<1, 4, 2, _>(j, b, f),
+                    (_, 1) => gemv256::<1, 8, 1, _>(j, b, f),
+                    (16, 2) => gemv256::<2, 2, 2, _>(j, b, f),
+                    (_, 2) => gemv256::<2, 4, 1, _>(j, b, f),
+                    (_, 3) => gemv256::<3, 2, 2, _>(j, b, f),
+                    (_, _) => gemv256::<4, 2, 1, _>(j, b, f),
                 }
             }
+        }};
+    }
+
+    /// # Safety
+    /// As [`super::gemm_packed`]; AVX2 and FMA present.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn run_avx2(j: &Job) {
+        if j.m <= GEMV_MAX_ROWS {
+            // SAFETY: AVX2 and FMA present; the GEMV reads A and B inside the job.
+            gemv256_rows!(j, unsafe { f32_step() });
             return;
         }
         // SAFETY: forwarded contract; tiles of 1..=6 rows, 16 columns (divides every panel).
@@ -1485,5 +1728,17 @@ mod x86 {
                 _ => tile256::<6>(t),
             })
         }
+    }
+
+    /// bf16 weights without AVX-512 BF16, at most [`GEMV_MAX_ROWS`] rows: the packed GEMV
+    /// on pairs of K ([`bf16_step`]), streaming B's half-size panels.
+    ///
+    /// # Safety
+    /// As [`super::gemm_packed_bf16`]'s job (A's rows bf16 pairs, B's panels pair rows of
+    /// 32-bit words) with `j.m ≤ GEMV_MAX_ROWS`; AVX2 and FMA present.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gemv_bf16_avx2(j: &Job) {
+        // SAFETY: AVX2 and FMA present; the GEMV reads A and B inside the job.
+        gemv256_rows!(j, unsafe { bf16_step() })
     }
 }

@@ -50,6 +50,7 @@ pub mod amx;
 pub mod binary;
 pub mod conv;
 pub mod copy;
+pub mod cpu;
 pub mod deform;
 pub mod dynshape;
 pub mod elem;
@@ -147,14 +148,7 @@ pub(crate) fn lanes_below(n: usize) -> u16 {
 /// run on AVX2-only machines).
 #[inline]
 pub(crate) fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    cpu::avx512f()
 }
 
 /// Per-thread scratch the kernels reuse across calls (row buffers of Softmax/LayerNorm, the

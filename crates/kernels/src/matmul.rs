@@ -238,7 +238,7 @@ pub unsafe fn gemm_f32(
     #[cfg(target_arch = "x86_64")]
     {
         use private_gemm_x86 as pg;
-        let instr = if std::arch::is_x86_feature_detected!("avx512f") {
+        let instr = if crate::cpu::avx512f() {
             pg::InstrSet::Avx512
         } else {
             pg::InstrSet::Avx256
@@ -1135,7 +1135,7 @@ mod avx512 {
 
     /// Whether the CPU runs these kernels.
     pub fn available() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
+        crate::cpu::avx512f()
     }
 
     /// `y_i[j] = alpha·Σ_p x_i[p]·B[p, j]` (`+ y_i[j]` when `accumulate`) for the first `n`

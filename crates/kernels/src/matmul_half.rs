@@ -54,12 +54,9 @@ impl Half {
 pub fn fast_path_available(kind: Half) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let base = std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl");
         match kind {
-            Half::Bf16 => base && std::arch::is_x86_feature_detected!("avx512bf16"),
-            Half::F16 => base,
+            Half::Bf16 => crate::cpu::avx512bf16(),
+            Half::F16 => crate::cpu::avx512_bw_vl(),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -54,17 +54,17 @@ pub fn measure(which: Peak, per_batch: Duration, batches: u32) -> Option<f64> {
 
 #[cfg(target_arch = "x86_64")]
 fn select(which: Peak) -> Option<Loop> {
-    use std::arch::is_x86_feature_detected as has;
+    use crate::cpu;
     match which {
-        Peak::F32Fma if has!("avx512f") => Some((12.0 * 16.0 * 2.0, |n| {
+        Peak::F32Fma if cpu::avx512f() => Some((12.0 * 16.0 * 2.0, |n| {
             // SAFETY: AVX-512F detected just above.
             unsafe { x86::fma512(n) }
         })),
-        Peak::F32Fma if has!("avx2") && has!("fma") => Some((12.0 * 8.0 * 2.0, |n| {
+        Peak::F32Fma if cpu::avx2_fma() => Some((12.0 * 8.0 * 2.0, |n| {
             // SAFETY: AVX2 and FMA detected just above.
             unsafe { x86::fma256(n) }
         })),
-        Peak::I8Dot if has!("avx512f") && has!("avx512vnni") => Some((12.0 * 64.0 * 2.0, |n| {
+        Peak::I8Dot if cpu::avx512vnni() => Some((12.0 * 64.0 * 2.0, |n| {
             // SAFETY: AVX-512F and AVX-512 VNNI detected just above.
             unsafe { x86::dpbusd(n) }
         })),
@@ -80,7 +80,7 @@ fn select(which: Peak) -> Option<Loop> {
                 unsafe { crate::amx::tile_loop_u8i8(n) }
             }))
         }
-        Peak::Bf16Dot if has!("avx512f") && has!("avx512bf16") => {
+        Peak::Bf16Dot if cpu::avx512bf16() => {
             Some((12.0 * 32.0 * 2.0, |n| {
                 // SAFETY: AVX-512F and AVX-512 BF16 detected just above.
                 unsafe { x86::dpbf16(n) }

@@ -76,7 +76,7 @@ pub unsafe fn pool(
         && vi.stride[3] == 1
         && vo.stride[3] == 1;
     #[cfg(target_arch = "x86_64")]
-    if fast_2x2 && ow >= 16 && std::arch::is_x86_feature_detected!("avx512f") {
+    if fast_2x2 && ow >= 16 && crate::cpu::avx512f() {
         // SAFETY: AVX-512F detected just above; the `fast_2x2` conditions hold.
         unsafe { pool_2x2_avx512(&vi, &vo, op) };
         return Ok(());

@@ -200,10 +200,7 @@ unsafe fn byte_at(v: &View<u8>, signed: bool, idx: [usize; 4]) -> i32 {
 fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-            && std::arch::is_x86_feature_detected!("avx512vnni")
+        crate::cpu::avx512vnni()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -2844,10 +2844,15 @@ fn matmul_packed_bf16_every_path() {
     use nrt_kernels::gemm_packed::{Bf16Kernel, PackedBf16, TileEpilogue, gemm_packed_bf16};
     use nrt_kernels::matmul::Mat;
     let mut rng = Rng::new(11);
-    let paths: Vec<Bf16Kernel> = [Bf16Kernel::Amx, Bf16Kernel::Dot, Bf16Kernel::Portable]
-        .into_iter()
-        .filter(|k| k.available())
-        .collect();
+    let paths: Vec<Bf16Kernel> = [
+        Bf16Kernel::Amx,
+        Bf16Kernel::Dot,
+        Bf16Kernel::Avx2,
+        Bf16Kernel::Portable,
+    ]
+    .into_iter()
+    .filter(|k| k.available())
+    .collect();
     for case in 0..64u64 {
         // A quarter of the cases 1 to 4 rows: the packed GEMV.
         let m_ = if case % 4 == 1 {

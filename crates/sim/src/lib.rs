@@ -125,6 +125,23 @@ impl SimConfig {
             }
             c.threads = n;
         }
+        // The kernels read the cap themselves (process-wide, once); a value they would not
+        // understand is refused here, before any of them runs.
+        if let Some(v) = std::env::var_os(nrt_kernels::cpu::ISA_VAR)
+            && v.to_str()
+                .and_then(nrt_kernels::cpu::IsaCap::parse)
+                .is_none()
+        {
+            return Err(FaultParseError {
+                entry: String::new(),
+                reason: format!(
+                    "{}={:?}: not one of {}",
+                    nrt_kernels::cpu::ISA_VAR,
+                    v.to_string_lossy(),
+                    nrt_kernels::cpu::IsaCap::VALUES
+                ),
+            });
+        }
         c.check_faults()?;
         Ok(c)
     }

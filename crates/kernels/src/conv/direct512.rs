@@ -43,7 +43,7 @@ pub(super) fn applies(g: &Geo, vi: &View<f32>, vo: &View<f32>) -> bool {
             && g.ow.div_ceil(16) * g.kw <= TABLE
             && vi.stride[3] == 1
             && vo.stride[3] == 1
-            && std::arch::is_x86_feature_detected!("avx512f")
+            && crate::cpu::avx512f()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
