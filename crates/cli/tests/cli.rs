@@ -14,14 +14,19 @@ fn private_runtime_dir() -> PathBuf {
         .join(format!("{}-{n}", std::process::id()))
 }
 
-fn nrt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nrt"))
-        .args(args)
+/// The `nrt` binary with `args`, a runtime directory of its own and no fault plan or
+/// implicit async from the environment.
+fn nrt_command(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt"));
+    c.args(args)
         .env("NRT_RUNTIME_DIR", private_runtime_dir())
         .env_remove("NRT_SIM_FAULTS")
-        .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS")
-        .output()
-        .expect("run nrt")
+        .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS");
+    c
+}
+
+fn nrt(args: &[&str]) -> Output {
+    nrt_command(args).output().expect("run nrt")
 }
 
 fn ok(args: &[&str]) -> String {
@@ -181,12 +186,8 @@ fn run_and_trace_a_two_core_model_without_the_logical_core_variable() {
     let onnx = dir.join("mlp/model.onnx");
     let ncm = dir.join("mlp2.ncm");
     let with_lnc = |args: &[&str], lnc: Option<&str>| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_nrt"));
-        c.args(args)
-            .env("NRT_RUNTIME_DIR", private_runtime_dir())
-            .env_remove("NRT_SIM_FAULTS")
-            .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS")
-            .env_remove("NEURON_LOGICAL_NC_CONFIG");
+        let mut c = nrt_command(args);
+        c.env_remove("NEURON_LOGICAL_NC_CONFIG");
         if let Some(v) = lnc {
             c.env("NEURON_LOGICAL_NC_CONFIG", v);
         }
@@ -227,10 +228,7 @@ fn the_isa_cap_runs_on_avx2_and_refuses_an_unknown_value() {
     ok(&["samples", "--out", s(&dir)]);
     let onnx = dir.join("mlp/model.onnx");
     let run = |isa: &str, out: &Path| {
-        Command::new(env!("CARGO_BIN_EXE_nrt"))
-            .args(["run", s(&onnx), "--seed", "5", "--output-dir", s(out)])
-            .env("NRT_RUNTIME_DIR", private_runtime_dir())
-            .env_remove("NRT_SIM_FAULTS")
+        nrt_command(&["run", s(&onnx), "--seed", "5", "--output-dir", s(out)])
             .env("NRT_SIM_ISA", isa)
             .output()
             .expect("run nrt")

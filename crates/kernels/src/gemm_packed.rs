@@ -678,6 +678,35 @@ unsafe fn finish(t: &Tile, r: usize, x: usize, mut v: f32) -> f32 {
     if t.relu && v < 0.0 { 0.0 } else { v }
 }
 
+/// The tile a packed GEMV stores: the job's first `rows` rows, `width` columns from `col`
+/// (fewer past N), the whole K, with the job's epilogue; `b` where its columns start in the
+/// panel (the store reads only C, the bias and the row bias).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn gemv_tile(j: &Job, rows: usize, b: *const f32, col: usize, width: usize) -> Tile {
+    Tile {
+        a: j.a,
+        lda: j.lda,
+        b,
+        ldb: j.b.nr as isize,
+        kc: j.k,
+        mr: rows,
+        cols: width.min(j.n - col),
+        c: j.c.ptr.wrapping_offset(col as isize * j.c.cs),
+        rs: j.c.rs,
+        cs: j.c.cs,
+        alpha: j.alpha,
+        add: j.accumulate,
+        bias: if j.epi.bias.is_null() {
+            core::ptr::null()
+        } else {
+            j.epi.bias.wrapping_add(col)
+        },
+        row_bias: j.epi.row_bias,
+        relu: j.epi.relu,
+    }
+}
+
 /// The portable loop over the packed layout.
 ///
 /// # Safety
@@ -710,7 +739,7 @@ unsafe fn portable(j: &Job) {
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)]
 mod x86 {
-    use super::{Job, Tile, drive, finish, store_partial};
+    use super::{Job, Tile, drive, finish, gemv_tile, store_partial};
     use core::arch::x86_64::*;
     use nrt_hal::tuning::{GEMM_PACKED_PREFETCH_ROWS, GEMV_MAX_ROWS};
 
@@ -1297,31 +1326,7 @@ mod x86 {
                         }
                     }
                 }
-                let col = q * nr;
-                store512::<R, W>(
-                    &Tile {
-                        a: rows[0],
-                        lda: j.lda,
-                        b: panel,
-                        ldb: nr as isize,
-                        kc: j.k,
-                        mr: R,
-                        cols: nr.min(j.n - col),
-                        c: j.c.ptr.wrapping_offset(col as isize * j.c.cs),
-                        rs: j.c.rs,
-                        cs: j.c.cs,
-                        alpha: j.alpha,
-                        add: j.accumulate,
-                        bias: if j.epi.bias.is_null() {
-                            core::ptr::null()
-                        } else {
-                            j.epi.bias.wrapping_add(col)
-                        },
-                        row_bias: j.epi.row_bias,
-                        relu: j.epi.relu,
-                    },
-                    sum,
-                );
+                store512::<R, W>(&gemv_tile(j, R, panel, q * nr, nr), sum);
             }
         }
     }
@@ -1380,41 +1385,7 @@ mod x86 {
                 }
                 bp = bp.offset(t.ldb);
             }
-            let va = _mm256_set1_ps(t.alpha);
-            if t.cs == 1 && t.cols == 16 {
-                for r in 0..R {
-                    let cr = t.c.offset(r as isize * t.rs);
-                    let rb = if t.row_bias.is_null() {
-                        None
-                    } else {
-                        Some(_mm256_set1_ps(*t.row_bias.add(r)))
-                    };
-                    for w in 0..2 {
-                        let mut v = _mm256_mul_ps(acc[r][w], va);
-                        if t.add {
-                            v = _mm256_add_ps(v, _mm256_loadu_ps(cr.add(8 * w)));
-                        }
-                        if !t.bias.is_null() {
-                            v = _mm256_add_ps(v, _mm256_loadu_ps(t.bias.add(8 * w)));
-                        }
-                        if let Some(rb) = rb {
-                            v = _mm256_add_ps(v, rb);
-                        }
-                        if t.relu {
-                            // The second operand when either is NaN: NaN stays, -0 stays.
-                            v = _mm256_max_ps(_mm256_setzero_ps(), v);
-                        }
-                        _mm256_storeu_ps(cr.add(8 * w), v);
-                    }
-                }
-            } else {
-                let mut tile = [[0.0f32; 16]; R];
-                for r in 0..R {
-                    _mm256_storeu_ps(tile[r].as_mut_ptr(), _mm256_mul_ps(acc[r][0], va));
-                    _mm256_storeu_ps(tile[r].as_mut_ptr().add(8), _mm256_mul_ps(acc[r][1], va));
-                }
-                store_partial(t, &tile[..]);
-            }
+            store256::<R, 2>(t, acc);
         }
     }
 
@@ -1479,30 +1450,7 @@ mod x86 {
                         }
                     }
                     let col = q * nr + x0;
-                    store256::<R, V>(
-                        &Tile {
-                            a: rows[0],
-                            lda: j.lda,
-                            b: base,
-                            ldb: nr as isize,
-                            kc: j.k,
-                            mr: R,
-                            cols: width.min(j.n - col),
-                            c: j.c.ptr.wrapping_offset(col as isize * j.c.cs),
-                            rs: j.c.rs,
-                            cs: j.c.cs,
-                            alpha: j.alpha,
-                            add: j.accumulate,
-                            bias: if j.epi.bias.is_null() {
-                                core::ptr::null()
-                            } else {
-                                j.epi.bias.wrapping_add(col)
-                            },
-                            row_bias: j.epi.row_bias,
-                            relu: j.epi.relu,
-                        },
-                        sum,
-                    );
+                    store256::<R, V>(&gemv_tile(j, R, base, col, width), sum);
                     x0 += width;
                 }
             }
