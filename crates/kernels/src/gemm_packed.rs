@@ -264,8 +264,9 @@ pub enum Bf16Kernel {
     Amx,
     /// `vdpbf16ps` in 14×32 register tiles (AVX-512 BF16).
     Dot,
-    /// Without AVX-512 BF16: each pair widened to two f32 and multiplied in AVX2 FMAs, in
-    /// 6×16 tiles (and the packed GEMV for a few rows).
+    /// Without AVX-512 BF16, on AVX2 + FMA: up to `GEMV_MAX_ROWS` rows the packed GEMV
+    /// widens each pair to two f32 in registers; more rows widen B's panels into the
+    /// workspace a block at a time and run the f32 6×16 tiles.
     Avx2,
     /// Plain Rust.
     Portable,
