@@ -6,8 +6,9 @@
 //! BF16, VNNI) and AMX kernels where the CPU has them. `NRT_SIM_ISA=avx2` keeps every one of
 //! those off, so the software NeuronCore computes as on a CPU without them: to reproduce an
 //! AVX2-only host's results and speed on this one, and to run the test suites over the AVX2
-//! kernels (`scripts/test.sh` runs the ONNX node tests once so). Every dispatch in this crate
-//! asks here, never the CPU directly, except the tests of an AVX-512 kernel itself.
+//! kernels (`scripts/test.sh` runs this crate's tests and the conformance suites once so).
+//! Every dispatch in this crate asks here, never the CPU directly, except the tests of an
+//! AVX-512 kernel itself.
 
 use std::sync::OnceLock;
 
