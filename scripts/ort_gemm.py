@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 1.0
 shapes = [(m, k, n, False) for m, k, n in [(1, 512, 512), (64, 512, 512), (512, 512, 512),
                                              (128, 64, 128)]]
-shapes += [(64, 512, 512, True), (512, 512, 512, True)]
+shapes += [(1, 512, 512, True), (64, 512, 512, True), (512, 512, 512, True)]
 for m, k, n, int8 in shapes:
     rng = np.random.default_rng(1)
     if int8:

@@ -21,7 +21,9 @@ pub enum Peak {
     /// each (the int8 GEMM's instruction where the process may use AMX).
     I8Tile,
     /// u8 × i8 quadruple dot product into i32 (`vpdpbusd`, AVX-512 VNNI): 64 multiply-adds
-    /// each (the int8 GEMM's instruction; its "FLOP" are integer operations, GOPS).
+    /// each (the int8 GEMM's instruction; its "FLOP" are integer operations, GOPS). Without
+    /// VNNI, with AVX2: an i16 pair dot product and its accumulation (`vpmaddwd` + `vpaddd`,
+    /// 16 multiply-adds a pair), what the int8 GEMM's AVX2 tiles run on bytes widened to i16.
     I8Dot,
 }
 
@@ -67,6 +69,10 @@ fn select(which: Peak) -> Option<Loop> {
         Peak::I8Dot if cpu::avx512vnni() => Some((12.0 * 64.0 * 2.0, |n| {
             // SAFETY: AVX-512F and AVX-512 VNNI detected just above.
             unsafe { x86::dpbusd(n) }
+        })),
+        Peak::I8Dot if cpu::avx2_fma() => Some((12.0 * 16.0 * 2.0, |n| {
+            // SAFETY: AVX2 detected just above.
+            unsafe { x86::madd256(n) }
         })),
         Peak::Bf16Tile if crate::amx::bf16_available() => {
             Some((4.0 * 16.0 * 16.0 * 32.0 * 2.0, |n| {
@@ -157,6 +163,27 @@ mod x86 {
             };
         }
         chains!(_mm256_set1_ps(1.0), step, sum, n)
+    }
+
+    /// `n` iterations of 12 `vpmaddwd` + `vpaddd` pairs (256-bit).
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn madd256(n: u64) -> f32 {
+        let x = _mm256_set1_epi16(std::hint::black_box(1));
+        let sum = |v: __m256i| {
+            let mut o = [0i32; 8];
+            // SAFETY: 8 writable i32.
+            unsafe { _mm256_storeu_si256(o.as_mut_ptr() as *mut __m256i, v) };
+            o.iter().map(|&x| x as f32).sum::<f32>()
+        };
+        // The product reads the chain's own value (a loop-invariant `madd(x, x)` would be
+        // hoisted out of the loop): each step depends on its previous result, as the FMA
+        // chains do.
+        macro_rules! step {
+            ($a:expr) => {
+                _mm256_add_epi32($a, _mm256_madd_epi16($a, x))
+            };
+        }
+        chains!(_mm256_set1_epi32(1), step, sum, n)
     }
 
     /// `n` iterations of 12 `vdpbf16ps`.

@@ -2,8 +2,9 @@
 //! results (integer arithmetic wraps, as ONNX Runtime's does).
 //!
 //! The product runs on `vpdpbusd` (AVX-512 VNNI: u8 × i8 → i32, four products per lane)
-//! when the CPU has it (checked at run time), else on a portable loop over the same packed
-//! layout. Operands are re-biased to the instruction's signedness — A to u8 (`a ^ 0x80` for
+//! when the CPU has it (checked at run time), else with AVX2 on `vpmaddwd` (each word's
+//! bytes widened to two i16 pairs in registers: exact, where `vpmaddubsw` would saturate),
+//! else on a portable loop over the same packed layout. Operands are re-biased to the instruction's signedness — A to u8 (`a ^ 0x80` for
 //! i8, i.e. `a + 128`), B to i8 (`b ^ 0x80` for u8, i.e. `b − 128`) — and the zero points
 //! moved by the same amounts, so with `a' = a − za'`, `b' = b − zb'`:
 //! `C = A'·B' − zb'·rowsum(A') − za'·colsum(B') + K·za'·zb'` (per row / column).
@@ -196,6 +197,17 @@ unsafe fn byte_at(v: &View<u8>, signed: bool, idx: [usize; 4]) -> i32 {
     if signed { x as i8 as i32 } else { x as i32 }
 }
 
+/// Which instructions run the tiles.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Path {
+    /// `vpdpbusd` (AVX-512 VNNI), and AVX-512 for the packing and the stores.
+    Vnni,
+    /// `vpmaddwd` on 256-bit vectors (AVX2).
+    Avx2,
+    /// Scalar code (what the compiler makes of it).
+    Portable,
+}
+
 /// Whether the VNNI path is available.
 fn has_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -205,6 +217,29 @@ fn has_vnni() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+/// Whether the AVX2 path is available.
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        crate::cpu::avx2_fma()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The best path this process may use.
+fn best_path() -> Path {
+    if has_vnni() {
+        Path::Vnni
+    } else if has_avx2() {
+        Path::Avx2
+    } else {
+        Path::Portable
     }
 }
 
@@ -218,7 +253,7 @@ pub unsafe fn matmul_integer(
     ws: &mut Workspace,
 ) -> Result<(), KernelError> {
     // SAFETY: per the caller's contract.
-    unsafe { run(args, mem, ws, has_vnni(), true) }
+    unsafe { run(args, mem, ws, best_path(), true) }
 }
 
 /// [`matmul_integer`] without the AMX tile unit (`vpdpbusd` where the CPU has VNNI), for
@@ -232,7 +267,26 @@ pub unsafe fn matmul_integer_vnni(
     ws: &mut Workspace,
 ) -> Result<(), KernelError> {
     // SAFETY: per the caller's contract.
-    unsafe { run(args, mem, ws, has_vnni(), false) }
+    unsafe { run(args, mem, ws, best_path(), false) }
+}
+
+/// [`matmul_integer`] on the AVX2 tiles where the CPU has AVX2 (else the portable path),
+/// whatever else it has, for tests comparing paths.
+///
+/// # Safety
+/// As [`matmul_integer`].
+pub unsafe fn matmul_integer_avx2(
+    args: &Args,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
+    let path = if has_avx2() {
+        Path::Avx2
+    } else {
+        Path::Portable
+    };
+    // SAFETY: per the caller's contract.
+    unsafe { run(args, mem, ws, path, false) }
 }
 
 /// [`matmul_integer`] on the portable path, whatever the CPU (for tests comparing paths).
@@ -245,19 +299,20 @@ pub unsafe fn matmul_integer_portable(
     ws: &mut Workspace,
 ) -> Result<(), KernelError> {
     // SAFETY: per the caller's contract.
-    unsafe { run(args, mem, ws, false, false) }
+    unsafe { run(args, mem, ws, Path::Portable, false) }
 }
 
 /// # Safety
-/// As [`matmul_integer`]; `vnni` only where the CPU has AVX-512 VNNI. `tiles`: the AMX tile
-/// unit may run the product (where the process has it, with `vnni`).
+/// As [`matmul_integer`]; `path` only one the CPU has (`Vnni`: AVX-512 VNNI, `Avx2`: AVX2).
+/// `tiles`: the AMX tile unit may run the product (where the process has it, with `Vnni`).
 unsafe fn run(
     args: &Args,
     mem: DeviceMemory,
     ws: &mut Workspace,
-    vnni: bool,
+    path: Path,
     tiles: bool,
 ) -> Result<(), KernelError> {
+    let vnni = path == Path::Vnni;
     let [b1, b2, m, k] = args.a.shape.map(|d| d as usize);
     let n = args.c.shape[3] as usize;
     if b1 * b2 * m * n == 0 {
@@ -490,7 +545,14 @@ unsafe fn run(
                         // every row of A holds k4 words, B k4 rows of np ≥ j0 + NR words;
                         // the tile's rows and columns lie inside C (unit-stride) and the
                         // terms cover them.
-                        unsafe { tile_vnni_store(&a_rows, b, np, k4, &st) };
+                        unsafe {
+                            match rows {
+                                1 => tile_vnni_store::<1>(&a_rows, b, np, k4, &st),
+                                2 => tile_vnni_store::<2>(&a_rows, b, np, k4, &st),
+                                3 | 4 => tile_vnni_store::<4>(&a_rows, b, np, k4, &st),
+                                _ => tile_vnni_store::<MR>(&a_rows, b, np, k4, &st),
+                            }
+                        };
                         j0 += NR;
                         continue;
                     }
@@ -503,12 +565,15 @@ unsafe fn run(
                         // every row of A holds k4 words and B holds k4 rows of np ≥ j0 + NR
                         // words.
                         unsafe { tile_vnni(&a_rows, &bpack[j0..], np, k4, &mut acc) };
+                    } else if path == Path::Avx2 {
+                        // SAFETY: the CPU has AVX2 (the caller's contract); as above.
+                        unsafe { tile_avx2(&a_rows, rows, &bpack[j0..], np, k4, &mut acc) };
                     } else {
                         tile_portable(&a_rows, &bpack[j0..], np, k4, &mut acc);
                     }
                     #[cfg(not(target_arch = "x86_64"))]
                     if k4 > 0 {
-                        let _ = vnni;
+                        let _ = (vnni, path);
                         tile_portable(&a_rows, &bpack[j0..], np, k4, &mut acc);
                     }
                     store_block(i0, j0, rows, NR.min(n - j0), &acc);
@@ -705,12 +770,13 @@ unsafe fn pack_a_row_avx512(src: *const u8, k: usize, flip: u8, row: &mut [i32])
     _mm512_reduce_add_epi64(sums) as i32
 }
 
-/// The `vpdpbusd` steps of one `MR × NR` tile into the accumulators `$c` (`[[__m512i; 2];
-/// MR]`): per k-quadruple two loads of B, MR broadcast words of A and 2·MR products. A
-/// macro, so that both tiles below compile it inside their own `target_feature` function.
+/// The `vpdpbusd` steps of the first `R` rows of one `MR × NR` tile into the accumulators
+/// `$c` (`[[__m512i; 2]; R]`): per k-quadruple two loads of B, R broadcast words of A and 2·R
+/// products. A macro, so that both tiles below compile it inside their own `target_feature`
+/// function.
 #[cfg(target_arch = "x86_64")]
 macro_rules! vnni_steps {
-    ($a:expr, $b:expr, $np:expr, $k4:expr, $c:ident) => {{
+    ($a:expr, $b:expr, $np:expr, $k4:expr, $c:ident, $rows:expr) => {{
         let (a, b, np, k4): (&[&[i32]; MR], &[i32], usize, usize) = ($a, $b, $np, $k4);
         // The bounds once, here: the loop below reads through raw pointers, so each step is
         // two loads of B, MR broadcast loads of A and 2·MR `vpdpbusd` — no per-row slice
@@ -728,7 +794,7 @@ macro_rules! vnni_steps {
                     _mm512_loadu_si512(bp.add(w * np + 16) as *const _),
                 )
             };
-            for r in 0..MR {
+            for r in 0..$rows {
                 // SAFETY: each row of A holds k4 words (asserted above).
                 let av = _mm512_set1_epi32(unsafe { ap[r].add(w).read() });
                 $c[r][0] = _mm512_dpbusd_epi32($c[r][0], av, b0);
@@ -763,21 +829,29 @@ struct TileStore {
     dst: [*mut u8; MR],
 }
 
-/// One `MR × NR` tile with `vpdpbusd`, corrected, converted, scaled and stored from the
-/// registers (a unit-stride C): per 16 columns two multiply-subtracts, then a masked store
-/// (i32) or a conversion, a multiply and a masked store (f32).
+/// The first `R` rows of one `MR × NR` tile with `vpdpbusd` (`R ≥ st.rows`: a product with
+/// fewer rows than a tile, a GEMV, computes only those), corrected, converted, scaled and
+/// stored from the registers (a unit-stride C): per 16 columns two multiply-subtracts, then a
+/// masked store (i32) or a conversion, a multiply and a masked store (f32).
 ///
 /// # Safety
 /// The CPU has AVX-512 F, BW, VL and VNNI; `a` and `b` as for [`tile_vnni`]; `st`'s pointers
 /// cover what its comments say and its rows and columns of C lie inside device memory
-/// (unit-stride rows).
+/// (unit-stride rows); `st.rows ≤ R ≤ MR`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile_vnni_store(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, st: &TileStore) {
+unsafe fn tile_vnni_store<const R: usize>(
+    a: &[&[i32]; MR],
+    b: &[i32],
+    np: usize,
+    k4: usize,
+    st: &TileStore,
+) {
     use std::arch::x86_64::*;
+    const { assert!(R <= MR) };
     let z = _mm512_setzero_si512();
-    let mut c = [[z; 2]; MR];
-    vnni_steps!(a, b, np, k4, c);
+    let mut c = [[z; 2]; R];
+    vnni_steps!(a, b, np, k4, c, R);
     let masks = [
         crate::lanes_below(st.cols),
         crate::lanes_below(st.cols.saturating_sub(16)),
@@ -837,12 +911,120 @@ unsafe fn tile_vnni(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, acc: &mut
     use std::arch::x86_64::*;
     let z = _mm512_setzero_si512();
     let mut c = [[z; 2]; MR];
-    vnni_steps!(a, b, np, k4, c);
+    vnni_steps!(a, b, np, k4, c, MR);
     for r in 0..MR {
         // SAFETY: each accumulator row holds NR = 32 i32: two unaligned 64-byte stores.
         unsafe {
             _mm512_storeu_si512(acc[r].as_mut_ptr() as *mut _, c[r][0]);
             _mm512_storeu_si512(acc[r].as_mut_ptr().add(16) as *mut _, c[r][1]);
+        }
+    }
+}
+
+/// Rows of A per AVX2 block: 4 rows × 16 columns take 8 accumulators, B's widened halves 4,
+/// A's 2 and the byte mask 1 — 15 of AVX2's 16 vector registers.
+#[cfg(target_arch = "x86_64")]
+const AVX2_ROWS: usize = 4;
+
+/// The first `rows` rows of one `MR × NR` tile with AVX2 (rows past them are left zero):
+/// blocks of up to [`AVX2_ROWS`] rows × 16 columns, each a pass over K.
+///
+/// `vpmaddubsw` (u8 × i8 pairs into i16) would saturate at 2·255·128, so each word is widened
+/// in registers instead: B's bytes `[b0 b1 b2 b3]` become the i16 pairs `(b0, b2)` (shifted
+/// up and arithmetically back) and `(b1, b3)` (shifted down), A's `(a0, a2)` (masked) and
+/// `(a1, a3)` (shifted down, logically: A is u8), and two `vpmaddwd` give the word's four
+/// products as exact i32 sums.
+///
+/// # Safety
+/// The CPU has AVX2; `a` rows hold `k4` words; `b` holds `k4` rows of `np` words with `NR`
+/// readable from the start of each; `rows ≤ MR`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn tile_avx2(
+    a: &[&[i32]; MR],
+    rows: usize,
+    b: &[i32],
+    np: usize,
+    k4: usize,
+    acc: &mut [[i32; NR]; MR],
+) {
+    // The bounds once, here: the blocks read through raw pointers.
+    assert!(
+        rows <= MR && a.iter().all(|r| r.len() >= k4) && (k4 == 0 || b.len() >= (k4 - 1) * np + NR)
+    );
+    let ap: [*const i32; MR] = core::array::from_fn(|r| a[r].as_ptr());
+    let mut r0 = 0;
+    while r0 < rows {
+        let left = rows - r0;
+        for h in [0, 16] {
+            // SAFETY: AVX2 per the contract; rows r0.. of A hold k4 words; B's rows hold
+            // h + 16 ≤ NR words from `h` (asserted above).
+            unsafe {
+                let bp = b.as_ptr().add(h);
+                match left {
+                    1 => avx2_block::<1>(&ap[r0..], bp, np, k4, &mut acc[r0..], h),
+                    2 => avx2_block::<2>(&ap[r0..], bp, np, k4, &mut acc[r0..], h),
+                    3 => avx2_block::<3>(&ap[r0..], bp, np, k4, &mut acc[r0..], h),
+                    _ => avx2_block::<AVX2_ROWS>(&ap[r0..], bp, np, k4, &mut acc[r0..], h),
+                }
+            }
+        }
+        r0 += AVX2_ROWS.min(left);
+    }
+}
+
+/// `R` rows of A against 16 columns of B (from `b`), over all of K, into `acc[..R][h..h + 16]`.
+///
+/// # Safety
+/// The CPU has AVX2; `a` has `≥ R` rows of `k4` words; B's `k4` rows (`np` words apart) hold
+/// 16 words from `b`; `acc` has `≥ R` rows.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn avx2_block<const R: usize>(
+    a: &[*const i32],
+    b: *const i32,
+    np: usize,
+    k4: usize,
+    acc: &mut [[i32; NR]],
+    h: usize,
+) {
+    use std::arch::x86_64::*;
+    let low_bytes = _mm256_set1_epi32(0x00ff_00ff);
+    let mut c = [[_mm256_setzero_si256(); 2]; R];
+    let a: [*const i32; R] = core::array::from_fn(|r| a[r]);
+    for w in 0..k4 {
+        // SAFETY: row w of B holds 16 words from `b + w·np`; each row of A holds k4 words
+        // (the contract).
+        unsafe {
+            let row = b.add(w * np);
+            let bw = [
+                _mm256_loadu_si256(row as *const __m256i),
+                _mm256_loadu_si256(row.add(8) as *const __m256i),
+            ];
+            let b_even = [
+                _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(bw[0])),
+                _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(bw[1])),
+            ];
+            let b_odd = [_mm256_srai_epi16::<8>(bw[0]), _mm256_srai_epi16::<8>(bw[1])];
+            for r in 0..R {
+                let aw = _mm256_set1_epi32(a[r].add(w).read());
+                let a_even = _mm256_and_si256(aw, low_bytes);
+                let a_odd = _mm256_srli_epi16::<8>(aw);
+                for x in 0..2 {
+                    let s = _mm256_add_epi32(
+                        _mm256_madd_epi16(a_even, b_even[x]),
+                        _mm256_madd_epi16(a_odd, b_odd[x]),
+                    );
+                    c[r][x] = _mm256_add_epi32(c[r][x], s);
+                }
+            }
+        }
+    }
+    for (r, sums) in c.iter().enumerate() {
+        for (x, &v) in sums.iter().enumerate() {
+            // SAFETY: row r of `acc` holds NR ≥ h + 16 i32 (h ∈ {0, 16}).
+            unsafe { _mm256_storeu_si256(acc[r].as_mut_ptr().add(h + 8 * x) as *mut __m256i, v) };
         }
     }
 }
@@ -891,6 +1073,55 @@ mod tests {
                 // SAFETY: VNNI checked above; sizes as the function requires.
                 unsafe { tile_vnni(&a, &b[j0..], np, k4, &mut y) };
                 assert_eq!(x, y, "k4 {k4} j0 {j0}");
+            }
+        }
+    }
+
+    /// The AVX2 tile and the portable tile agree on random packed words with the extreme
+    /// bytes (0/255 × −128/127, where `vpmaddubsw` would saturate), for every row count (the
+    /// blocks of 4, 3, 2 and 1 rows) and both column halves; rows past the count stay zero.
+    #[test]
+    fn avx2_tile_matches_portable_tile() {
+        if !has_avx2() {
+            eprintln!("no AVX2 here: only the portable path runs");
+            return;
+        }
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as i32
+        };
+        for k4 in [1usize, 2, 9] {
+            let np = 2 * NR + 16;
+            // Every fifth word of A all 0xff, of B all 0x80 (−128) or 0x7f: the extremes.
+            let arows: Vec<Vec<i32>> = (0..MR)
+                .map(|r| {
+                    (0..k4)
+                        .map(|w| if (r + w) % 5 == 0 { -1 } else { next() })
+                        .collect()
+                })
+                .collect();
+            let b: Vec<i32> = (0..k4 * np)
+                .map(|i| match i % 5 {
+                    0 => 0x8080_8080u32 as i32,
+                    1 => 0x7f7f_7f7f,
+                    _ => next(),
+                })
+                .collect();
+            let a: [&[i32]; MR] = core::array::from_fn(|r| arows[r].as_slice());
+            for rows in 1..=MR {
+                for j0 in [0, NR] {
+                    let (mut x, mut y) = ([[0; NR]; MR], [[0; NR]; MR]);
+                    tile_portable(&a, &b[j0..], np, k4, &mut x);
+                    for row in &mut x[rows..] {
+                        *row = [0; NR];
+                    }
+                    // SAFETY: AVX2 checked above; sizes as the function requires.
+                    unsafe { tile_avx2(&a, rows, &b[j0..], np, k4, &mut y) };
+                    assert_eq!(x, y, "k4 {k4} rows {rows} j0 {j0}");
+                }
             }
         }
     }

@@ -2180,27 +2180,28 @@ fn scheduler_ops_are_not_kernels() {
     }
 }
 
-/// Throughput of the int8 GEMM, VNNI beside portable (`cargo test --release -p nrt-kernels
-/// --test reference -- --ignored int8_gemm_throughput --nocapture`); prints GOPS, checks the
-/// two paths agree. Timings on a shared machine are indicative only.
+/// Throughput of the int8 GEMM's paths — dispatched, AVX2, portable (`cargo test --release
+/// -p nrt-kernels --test reference -- --ignored int8_gemm_throughput --nocapture`); prints
+/// GOPS, checks the paths agree. Timings on a shared machine are indicative only.
 #[test]
 #[ignore]
 fn int8_gemm_throughput() {
-    use nrt_kernels::qmatmul::{Args, matmul_integer, matmul_integer_portable};
+    use nrt_kernels::qmatmul::{
+        Args, matmul_integer, matmul_integer_avx2, matmul_integer_portable,
+    };
     let mut rng = Rng::new(3);
     let mut m = Arena::new(64 << 20);
-    for (mm, k, n) in [(64u32, 512u32, 512u32), (128, 768, 768)] {
+    for (mm, k, n) in [(1u32, 512u32, 512u32), (64, 512, 512), (128, 768, 768)] {
         let a = m.dense(DType::U8, [1, 1, mm, k]);
         let b = m.dense(DType::I8, [1, 1, k, n]);
-        let c1 = m.dense(DType::I32, [1, 1, mm, n]);
-        let c2 = m.dense(DType::I32, [1, 1, mm, n]);
+        let cs: Vec<_> = (0..3).map(|_| m.dense(DType::I32, [1, 1, mm, n])).collect();
         m.fill_with(&a, || rng.below(256));
         m.fill_with(&b, || rng.below(256));
         let mut ws = Workspace::new();
         let ops = 2.0 * mm as f64 * k as f64 * n as f64;
-        let mut best = [f64::MAX; 2];
+        let mut best = [f64::MAX; 3];
         for _ in 0..20 {
-            for (p, c) in [&c1, &c2].into_iter().enumerate() {
+            for (p, c) in cs.iter().enumerate() {
                 let args = Args {
                     a: &a,
                     b: &b,
@@ -2214,39 +2215,46 @@ fn int8_gemm_throughput() {
                 let t = std::time::Instant::now();
                 // SAFETY: operands inside the arena, aligned, shapes as the decoder checks.
                 unsafe {
-                    if p == 0 {
-                        matmul_integer(&args, mem, &mut ws)
-                    } else {
-                        matmul_integer_portable(&args, mem, &mut ws)
+                    match p {
+                        0 => matmul_integer(&args, mem, &mut ws),
+                        1 => matmul_integer_avx2(&args, mem, &mut ws),
+                        _ => matmul_integer_portable(&args, mem, &mut ws),
                     }
                 }
                 .unwrap();
                 best[p] = best[p].min(t.elapsed().as_secs_f64());
             }
         }
-        assert_eq!(m.read_raw(&c1), m.read_raw(&c2));
+        let r: Vec<_> = cs.iter().map(|c| m.read_raw(c)).collect();
+        assert_eq!(r[0], r[2]);
+        assert_eq!(r[1], r[2]);
         println!(
-            "int8 GEMM {mm}x{k}x{n}: dispatched {:.1} GOPS, portable {:.1} GOPS",
+            "int8 GEMM {mm}x{k}x{n}: dispatched {:.1} GOPS, AVX2 {:.1} GOPS, portable {:.1} GOPS",
             ops / best[0] / 1e9,
-            ops / best[1] / 1e9
+            ops / best[1] / 1e9,
+            ops / best[2] / 1e9
         );
     }
 }
 
 /// The int8 GEMM's paths — dispatched (AMX tiles where the process has them), VNNI alone,
-/// portable — agree exactly on shapes with row blocks, K chunks and tails, zero points and
+/// AVX2, portable — agree exactly on shapes with row blocks, K chunks and tails, zero points and
 /// packed B.
 #[test]
 fn matmul_integer_paths_agree() {
     use nrt_kernels::qmatmul::{
-        Args, matmul_integer, matmul_integer_portable, matmul_integer_vnni,
+        Args, matmul_integer, matmul_integer_avx2, matmul_integer_portable, matmul_integer_vnni,
     };
     let mut rng = Rng::new(5);
+    // Row counts that end on every tile height the paths pick (1, 2, 3 → 4, 4, 5..7 → 8).
     for (mm, k, n) in [
         (1u32, 5u32, 3u32),
         (33, 64, 40),
         (50, 257, 97),
         (64, 512, 64),
+        (11, 40, 70),
+        (4, 33, 33),
+        (7, 129, 65),
     ] {
         let mut m = Arena::new(32 << 20);
         let a = m.dense(DType::U8, [1, 1, mm, k]);
@@ -2256,7 +2264,7 @@ fn matmul_integer_paths_agree() {
         for x in [&a, &b, &za, &zb] {
             m.fill_with(x, || rng.below(256));
         }
-        let cs: Vec<_> = (0..3).map(|_| m.dense(DType::I32, [1, 1, mm, n])).collect();
+        let cs: Vec<_> = (0..4).map(|_| m.dense(DType::I32, [1, 1, mm, n])).collect();
         let mut ws = Workspace::new();
         for (path, c) in cs.iter().enumerate() {
             let args = Args {
@@ -2274,14 +2282,16 @@ fn matmul_integer_paths_agree() {
                 match path {
                     0 => matmul_integer(&args, mem, &mut ws),
                     1 => matmul_integer_vnni(&args, mem, &mut ws),
+                    2 => matmul_integer_avx2(&args, mem, &mut ws),
                     _ => matmul_integer_portable(&args, mem, &mut ws),
                 }
             }
             .unwrap();
         }
         let r: Vec<_> = cs.iter().map(|c| m.read_raw(c)).collect();
-        assert_eq!(r[0], r[2], "dispatched vs portable, {mm}x{k}x{n}");
-        assert_eq!(r[1], r[2], "VNNI vs portable, {mm}x{k}x{n}");
+        assert_eq!(r[0], r[3], "dispatched vs portable, {mm}x{k}x{n}");
+        assert_eq!(r[1], r[3], "VNNI vs portable, {mm}x{k}x{n}");
+        assert_eq!(r[2], r[3], "AVX2 vs portable, {mm}x{k}x{n}");
     }
 }
 
