@@ -357,17 +357,26 @@ unsafe fn run(
     // terms are laid out once (`zb'` per column; `rowsum − K·za'` and `za'` per row).
     let fused = vnni && !amx && out.unit_stride();
     let fused_words = if fused { n + 2 * m } else { 0 };
+    // The AVX2 tiles read A's words split into their byte pairs (`split_a_words`), once per
+    // batch rather than once per tile.
+    let split_words = if path == Path::Avx2 {
+        m.saturating_mul(k4).saturating_mul(2)
+    } else {
+        0
+    };
     let words = ws.typed::<i32>(
         m.saturating_mul(k4)
             .saturating_add(m)
             .saturating_add(b_words)
             .saturating_add(amx_words)
-            .saturating_add(fused_words),
+            .saturating_add(fused_words)
+            .saturating_add(split_words),
     )?;
     let (apack, rest) = words.split_at_mut(m * k4);
     let (rowsum, rest) = rest.split_at_mut(m);
     let (amx_tiles, rest) = rest.split_at_mut(amx_words);
     let (fused_terms, rest) = rest.split_at_mut(fused_words);
+    let (a_split, rest) = rest.split_at_mut(split_words);
     let (zb_cols, row_terms) = fused_terms.split_at_mut(if fused { n } else { 0 });
     let (row_terms, za_rows) = row_terms.split_at_mut(if fused { m } else { 0 });
     let (bpack_ws, colsum_ws) = rest.split_at_mut(if packed { 0 } else { k4 * np });
@@ -431,6 +440,9 @@ unsafe fn run(
                     *word = i32::from_le_bytes(bytes);
                 }
                 rowsum[i] = sum;
+            }
+            if path == Path::Avx2 {
+                split_a_words(apack, a_split);
             }
             if !packed {
                 // SAFETY: per the caller's contract (B inside `mem`, shape `[b1, b2, K, N]`).
@@ -566,8 +578,12 @@ unsafe fn run(
                         // words.
                         unsafe { tile_vnni(&a_rows, &bpack[j0..], np, k4, &mut acc) };
                     } else if path == Path::Avx2 {
-                        // SAFETY: the CPU has AVX2 (the caller's contract); as above.
-                        unsafe { tile_avx2(&a_rows, rows, &bpack[j0..], np, k4, &mut acc) };
+                        let split: [&[i32]; MR] = core::array::from_fn(|r| {
+                            &a_split[(i0 + r.min(rows - 1)) * 2 * k4..][..2 * k4]
+                        });
+                        // SAFETY: the CPU has AVX2 (the caller's contract); every split row
+                        // of A holds 2·k4 words and B holds k4 rows of np ≥ j0 + NR words.
+                        unsafe { tile_avx2(&split, rows, &bpack[j0..], np, k4, &mut acc) };
                     } else {
                         tile_portable(&a_rows, &bpack[j0..], np, k4, &mut acc);
                     }
@@ -921,6 +937,16 @@ unsafe fn tile_vnni(a: &[&[i32]; MR], b: &[i32], np: usize, k4: usize, acc: &mut
     }
 }
 
+/// A's packed words (4 u8 each, `[b0 b1 b2 b3]`) as the AVX2 tiles read them: per word two,
+/// the i16 pairs `(b0, b2)` then `(b1, b3)`, so that a tile broadcasts them as they are.
+fn split_a_words(words: &[i32], split: &mut [i32]) {
+    for (&w, pair) in words.iter().zip(split.chunks_exact_mut(2)) {
+        let w = w as u32;
+        pair[0] = (w & 0x00ff_00ff) as i32;
+        pair[1] = ((w >> 8) & 0x00ff_00ff) as i32;
+    }
+}
+
 /// Rows of A per AVX2 block: 4 rows × 16 columns take 8 accumulators, B's widened halves 4,
 /// A's 2 and the byte mask 1 — 15 of AVX2's 16 vector registers.
 #[cfg(target_arch = "x86_64")]
@@ -930,14 +956,14 @@ const AVX2_ROWS: usize = 4;
 /// blocks of up to [`AVX2_ROWS`] rows × 16 columns, each a pass over K.
 ///
 /// `vpmaddubsw` (u8 × i8 pairs into i16) would saturate at 2·255·128, so each word is widened
-/// in registers instead: B's bytes `[b0 b1 b2 b3]` become the i16 pairs `(b0, b2)` (shifted
-/// up and arithmetically back) and `(b1, b3)` (shifted down), A's `(a0, a2)` (masked) and
-/// `(a1, a3)` (shifted down, logically: A is u8), and two `vpmaddwd` give the word's four
-/// products as exact i32 sums.
+/// instead: B's bytes `[b0 b1 b2 b3]` become the i16 pairs `(b0, b2)` (shifted up and
+/// arithmetically back) and `(b1, b3)` (shifted down) in registers, A's come split already
+/// ([`split_a_words`]: `(a0, a2)`, `(a1, a3)`, zero-extended), and two `vpmaddwd` give the
+/// word's four products as exact i32 sums.
 ///
 /// # Safety
-/// The CPU has AVX2; `a` rows hold `k4` words; `b` holds `k4` rows of `np` words with `NR`
-/// readable from the start of each; `rows ≤ MR`.
+/// The CPU has AVX2; `a` rows hold `2·k4` split words; `b` holds `k4` rows of `np` words with
+/// `NR` readable from the start of each; `rows ≤ MR`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn tile_avx2(
@@ -950,14 +976,16 @@ unsafe fn tile_avx2(
 ) {
     // The bounds once, here: the blocks read through raw pointers.
     assert!(
-        rows <= MR && a.iter().all(|r| r.len() >= k4) && (k4 == 0 || b.len() >= (k4 - 1) * np + NR)
+        rows <= MR
+            && a.iter().all(|r| r.len() >= 2 * k4)
+            && (k4 == 0 || b.len() >= (k4 - 1) * np + NR)
     );
     let ap: [*const i32; MR] = core::array::from_fn(|r| a[r].as_ptr());
     let mut r0 = 0;
     while r0 < rows {
         let left = rows - r0;
         for h in [0, 16] {
-            // SAFETY: AVX2 per the contract; rows r0.. of A hold k4 words; B's rows hold
+            // SAFETY: AVX2 per the contract; rows r0.. of A hold 2·k4 words; B's rows hold
             // h + 16 ≤ NR words from `h` (asserted above).
             unsafe {
                 let bp = b.as_ptr().add(h);
@@ -976,8 +1004,8 @@ unsafe fn tile_avx2(
 /// `R` rows of A against 16 columns of B (from `b`), over all of K, into `acc[..R][h..h + 16]`.
 ///
 /// # Safety
-/// The CPU has AVX2; `a` has `≥ R` rows of `k4` words; B's `k4` rows (`np` words apart) hold
-/// 16 words from `b`; `acc` has `≥ R` rows.
+/// The CPU has AVX2; `a` has `≥ R` rows of `2·k4` split words; B's `k4` rows (`np` words
+/// apart) hold 16 words from `b`; `acc` has `≥ R` rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
@@ -990,11 +1018,10 @@ unsafe fn avx2_block<const R: usize>(
     h: usize,
 ) {
     use std::arch::x86_64::*;
-    let low_bytes = _mm256_set1_epi32(0x00ff_00ff);
     let mut c = [[_mm256_setzero_si256(); 2]; R];
     let a: [*const i32; R] = core::array::from_fn(|r| a[r]);
     for w in 0..k4 {
-        // SAFETY: row w of B holds 16 words from `b + w·np`; each row of A holds k4 words
+        // SAFETY: row w of B holds 16 words from `b + w·np`; each row of A holds 2·k4 words
         // (the contract).
         unsafe {
             let row = b.add(w * np);
@@ -1008,9 +1035,8 @@ unsafe fn avx2_block<const R: usize>(
             ];
             let b_odd = [_mm256_srai_epi16::<8>(bw[0]), _mm256_srai_epi16::<8>(bw[1])];
             for r in 0..R {
-                let aw = _mm256_set1_epi32(a[r].add(w).read());
-                let a_even = _mm256_and_si256(aw, low_bytes);
-                let a_odd = _mm256_srli_epi16::<8>(aw);
+                let a_even = _mm256_set1_epi32(a[r].add(2 * w).read());
+                let a_odd = _mm256_set1_epi32(a[r].add(2 * w + 1).read());
                 for x in 0..2 {
                     let s = _mm256_add_epi32(
                         _mm256_madd_epi16(a_even, b_even[x]),
@@ -1111,6 +1137,15 @@ mod tests {
                 })
                 .collect();
             let a: [&[i32]; MR] = core::array::from_fn(|r| arows[r].as_slice());
+            let split_rows: Vec<Vec<i32>> = arows
+                .iter()
+                .map(|r| {
+                    let mut out = vec![0; 2 * k4];
+                    split_a_words(r, &mut out);
+                    out
+                })
+                .collect();
+            let split: [&[i32]; MR] = core::array::from_fn(|r| split_rows[r].as_slice());
             for rows in 1..=MR {
                 for j0 in [0, NR] {
                     let (mut x, mut y) = ([[0; NR]; MR], [[0; NR]; MR]);
@@ -1119,7 +1154,7 @@ mod tests {
                         *row = [0; NR];
                     }
                     // SAFETY: AVX2 checked above; sizes as the function requires.
-                    unsafe { tile_avx2(&a, rows, &b[j0..], np, k4, &mut y) };
+                    unsafe { tile_avx2(&split, rows, &b[j0..], np, k4, &mut y) };
                     assert_eq!(x, y, "k4 {k4} rows {rows} j0 {j0}");
                 }
             }
