@@ -3,10 +3,11 @@
 //!
 //! The product runs on `vpdpbusd` (AVX-512 VNNI: u8 × i8 → i32, four products per lane)
 //! when the CPU has it (checked at run time), else with AVX2 on `vpmaddwd` (each word's
-//! bytes widened to two i16 pairs in registers: exact, where `vpmaddubsw` would saturate),
-//! else on a portable loop over the same packed layout. Operands are re-biased to the instruction's signedness — A to u8 (`a ^ 0x80` for
-//! i8, i.e. `a + 128`), B to i8 (`b ^ 0x80` for u8, i.e. `b − 128`) — and the zero points
-//! moved by the same amounts, so with `a' = a − za'`, `b' = b − zb'`:
+//! bytes as two i16 pairs — B's widened in registers, A's split once per batch — so the
+//! products are exact, where `vpmaddubsw` would saturate), else on a portable loop over the
+//! same packed layout. Operands are re-biased to the instruction's signedness — A to u8
+//! (`a ^ 0x80` for i8, i.e. `a + 128`), B to i8 (`b ^ 0x80` for u8, i.e. `b − 128`) — and
+//! the zero points moved by the same amounts, so with `a' = a − za'`, `b' = b − zb'`:
 //! `C = A'·B' − zb'·rowsum(A') − za'·colsum(B') + K·za'·zb'` (per row / column).
 //!
 //! Packing (per batch, in the [`Workspace`]): A as `[M][K4]` words of 4 consecutive k
@@ -256,8 +257,8 @@ pub unsafe fn matmul_integer(
     unsafe { run(args, mem, ws, best_path(), true) }
 }
 
-/// [`matmul_integer`] without the AMX tile unit (`vpdpbusd` where the CPU has VNNI), for
-/// tests comparing paths.
+/// [`matmul_integer`] without the AMX tile unit (`vpdpbusd` where the CPU has VNNI, else the
+/// AVX2 or the portable path), for tests comparing paths.
 ///
 /// # Safety
 /// As [`matmul_integer`].
@@ -947,8 +948,8 @@ fn split_a_words(words: &[i32], split: &mut [i32]) {
     }
 }
 
-/// Rows of A per AVX2 block: 4 rows × 16 columns take 8 accumulators, B's widened halves 4,
-/// A's 2 and the byte mask 1 — 15 of AVX2's 16 vector registers.
+/// Rows of A per AVX2 block: 4 rows × 16 columns take 8 accumulators, B's widened halves 4
+/// and A's two broadcast pairs 2 — 14 of AVX2's 16 vector registers.
 #[cfg(target_arch = "x86_64")]
 const AVX2_ROWS: usize = 4;
 
