@@ -10,7 +10,9 @@
 use crate::args::{BenchArgs, Surface};
 use crate::session::{self, Res, fmt_ns, percentiles};
 use nrt_runtime::builtin::near_null;
-use nrt_runtime::{LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, TensorSet};
+use nrt_runtime::{
+    LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, SyncOnCaller, TensorSet,
+};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -276,11 +278,21 @@ fn explicit_rows(rt: &Runtime, m: &Model, label: &str, depth: usize, seconds: f6
 /// every poll (1): 1.14×.
 const IMPLICIT_CLIENT_YIELD_EVERY: u32 = 8;
 
+/// The configuration every row starts from: the defaults, which the rows then set, except
+/// the software device's own knob `NRT_SIM_SYNC_ON_CALLER`, which is read from the
+/// environment (to bench its policies side by side).
+fn base_config() -> Res<RuntimeConfig> {
+    Ok(RuntimeConfig {
+        sync_on_caller: SyncOnCaller::from_env().map_err(|e| e.to_string())?,
+        ..Default::default()
+    })
+}
+
 /// Implicit async (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS = depth`).
 fn implicit_rows(label: &str, ncm: &[u8], depth: usize, seconds: f64) -> Res<Row> {
     let (_dev, rt) = session::runtime(Some(RuntimeConfig {
         async_inflight: depth as u32,
-        ..Default::default()
+        ..base_config()?
     }))?;
     let done = Arc::new(AtomicU64::new(0));
     let d2 = done.clone();
@@ -370,7 +382,7 @@ fn switch_rows(surface: &str, seconds: f64) -> Res<Row> {
     let implicit = surface == "implicit";
     let (_d, rt) = session::runtime(Some(RuntimeConfig {
         async_inflight: if implicit { 1 } else { 0 },
-        ..Default::default()
+        ..base_config()?
     }))?;
     let done = Arc::new(AtomicU64::new(0));
     if implicit {
@@ -707,7 +719,7 @@ fn compute_row(label: &str, onnx: &[u8], cores: u32, seconds: f64) -> Res<Row> {
     let c = nrt_compiler::compile(onnx, None, &opts).map_err(|e| format!("{label}: {e}"))?;
     let (d, rt) = session::runtime(Some(RuntimeConfig {
         logical_nc: cores,
-        ..Default::default()
+        ..base_config()?
     }))?;
     let m = session::load(&rt, &c.model.encode(), 0)?;
     let before = d.thread_cpu_times();
@@ -822,7 +834,7 @@ fn gemm_rows(seconds: f64) -> Res<Vec<Row>> {
     let (f32_before, bf16_before) = (peak_measure(Peak::F32Fma), peak_measure(Peak::Bf16Dot));
     let tile_before = peak_measure(Peak::Bf16Tile);
     let mut gemms = Vec::new();
-    let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+    let (_d, rt) = session::runtime(Some(base_config()?))?;
     for (bf16, packed) in [(false, false), (false, true), (true, false), (true, true)] {
         for (m, k, n) in [
             (1u32, 512u32, 512u32),
@@ -1003,7 +1015,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
         let cores = opts.cores;
         let lnc = RuntimeConfig {
             logical_nc: cores,
-            ..Default::default()
+            ..base_config()?
         };
         match surface.unwrap_or(Surface::Sync) {
             Surface::Sync => {
@@ -1028,7 +1040,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
         let (cores, ncm) = (a.compile.cores, near_null(a.compile.cores));
         let lnc = RuntimeConfig {
             logical_nc: cores,
-            ..Default::default()
+            ..base_config()?
         };
         let r = match s {
             Surface::Sync => {
@@ -1068,7 +1080,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             &mut rows,
         );
         {
-            let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+            let (_d, rt) = session::runtime(Some(base_config()?))?;
             let m = session::load(&rt, &near_null(1), 0)?;
             emit(sync_rows(&rt, &m, "near-null", 1, seconds)?, &mut rows);
             let (ins, outs, _k) = session::io_tensors(&rt, &m)?;
@@ -1100,7 +1112,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
         {
             let (_d, rt) = session::runtime(Some(RuntimeConfig {
                 logical_nc: 2,
-                ..Default::default()
+                ..base_config()?
             }))?;
             let m = session::load(&rt, &near_null(2), 0)?;
             emit(sync_rows(&rt, &m, "near-null-2c", 2, seconds)?, &mut rows);
@@ -1113,7 +1125,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
         // beside the quiet figures above.
         {
             let _busy = CoTenant::start()?;
-            let (_d, rt) = session::runtime(Some(RuntimeConfig::default()))?;
+            let (_d, rt) = session::runtime(Some(base_config()?))?;
             let m = session::load(&rt, &near_null(1), 0)?;
             let mut r = sync_rows(&rt, &m, "near-null", 1, seconds)?;
             r.surface = "sync-cotenant".into();

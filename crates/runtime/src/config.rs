@@ -9,6 +9,7 @@
 //! | `NEURON_RT_EXEC_TIMEOUT` | load | seconds an execution may take (fractional seconds accepted; default 30) |
 //! | `NEURON_RT_LOG_LEVEL[_NRT/_NMGR/_TDRV]` | init | see [`crate::log`] |
 //! | `NEURON_RT_INSPECT_ENABLE`, `NEURON_RT_INSPECT_OUTPUT_DIR`, `NEURON_RT_INSPECT_DEVICE_PROFILE`, `NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP` | init | profile the whole process ([`crate::trace`]) |
+//! | `NRT_SIM_SYNC_ON_CALLER` | init | which synchronous one-core executions run their device work on the calling thread ([`SyncOnCaller`]): `short` (default), `always`, `never` |
 //! | `NRT_RUNTIME_DIR` | init | where cores are locked and statistics published ([`crate::host`]); default `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs` |
 //!
 //! Global core ids count over the virtual host's devices (`NRT_SIM_INSTANCE`, see
@@ -37,6 +38,50 @@ pub struct RuntimeConfig {
     /// Profile every model from init on (`NEURON_RT_INSPECT_*`, [`crate::trace`]); `None`
     /// (the default) records nothing.
     pub inspect: Option<crate::trace::InspectConfig>,
+    /// Which synchronous executions the calling thread runs itself on a software device
+    /// (`NRT_SIM_SYNC_ON_CALLER`).
+    pub sync_on_caller: SyncOnCaller,
+}
+
+/// Which synchronous executions of a one-core model run their device work on the calling
+/// thread ([`nrt_hal::Device::host_serves`]) instead of the device thread, on a software
+/// device (hardware runs everything itself). Multi-core models always run on the device
+/// threads: their cores compute in parallel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SyncOnCaller {
+    /// Those expected within [`tuning::SYNC_SERVES_CORE_MAX`], which the caller would spin
+    /// through anyway; longer ones run on the device thread while the caller blocks (a
+    /// vCPU left free for the application, as on hardware).
+    #[default]
+    Short,
+    /// All of them, like an in-thread call (tract, ONNX Runtime): no hand-off between CPUs
+    /// and no wake-up on the path, one CPU per execution instead of two — the lowest latency
+    /// on a shared or noisy host, while the caller's thread does the computing.
+    Always,
+    /// None: the device thread runs every execution (the hardware's split of the work).
+    Never,
+}
+
+impl SyncOnCaller {
+    /// `NRT_SIM_SYNC_ON_CALLER`'s value, or the default when it is unset or empty.
+    pub fn from_env() -> Result<SyncOnCaller> {
+        match std::env::var("NRT_SIM_SYNC_ON_CALLER") {
+            Ok(v) if !v.trim().is_empty() => SyncOnCaller::parse(&v),
+            _ => Ok(SyncOnCaller::default()),
+        }
+    }
+
+    /// Parses `NRT_SIM_SYNC_ON_CALLER`'s value.
+    pub fn parse(v: &str) -> Result<SyncOnCaller> {
+        match v.trim() {
+            "short" => Ok(SyncOnCaller::Short),
+            "always" => Ok(SyncOnCaller::Always),
+            "never" => Ok(SyncOnCaller::Never),
+            _ => Err(NrtError::invalid(format!(
+                "NRT_SIM_SYNC_ON_CALLER={v:?} is not one of short, always, never"
+            ))),
+        }
+    }
 }
 
 impl RuntimeConfig {
@@ -56,6 +101,7 @@ impl RuntimeConfig {
         if let Some(v) = var("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS") {
             c.async_inflight = parse_u32("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS", &v)?;
         }
+        c.sync_on_caller = SyncOnCaller::from_env()?;
         c.ownership = Some(crate::host::runtime_dir_from_env());
         c.inspect = crate::trace::InspectConfig::from_env()?;
         c.validate()?;
@@ -202,6 +248,21 @@ mod tests {
                 .contains("decreasing")
         );
         assert!(parse_core_list("x").unwrap_err().message.contains("\"x\""));
+    }
+
+    #[test]
+    fn sync_on_caller_parses_its_three_values_and_names_a_bad_one() {
+        assert_eq!(SyncOnCaller::parse("short").unwrap(), SyncOnCaller::Short);
+        assert_eq!(
+            SyncOnCaller::parse(" always ").unwrap(),
+            SyncOnCaller::Always
+        );
+        assert_eq!(SyncOnCaller::parse("never").unwrap(), SyncOnCaller::Never);
+        let e = SyncOnCaller::parse("sometimes").unwrap_err();
+        assert!(
+            e.message.contains("NRT_SIM_SYNC_ON_CALLER=\"sometimes\""),
+            "{e}"
+        );
     }
 
     #[test]

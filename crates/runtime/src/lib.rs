@@ -61,7 +61,7 @@ pub mod trace;
 pub(crate) mod vcore;
 pub(crate) mod wait;
 
-pub use config::RuntimeConfig;
+pub use config::{RuntimeConfig, SyncOnCaller};
 pub use error::{NrtError, Result};
 pub use model::{LoadOptions, TensorInfo};
 pub use nrt_hal::{DType, NrtStatus, SeqId};

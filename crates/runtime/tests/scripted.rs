@@ -22,15 +22,19 @@ struct Rig {
 }
 
 fn rig(lnc: u32, timeout: Duration) -> Rig {
-    let dev = Arc::new(ScriptedDevice::new(2));
-    let rt = Runtime::init(
-        dev.clone(),
+    rig_with(
         RuntimeConfig {
             logical_nc: lnc,
             ..RuntimeConfig::default()
         },
+        timeout,
     )
-    .unwrap();
+}
+
+fn rig_with(config: RuntimeConfig, timeout: Duration) -> Rig {
+    let lnc = config.logical_nc.max(1);
+    let dev = Arc::new(ScriptedDevice::new(2));
+    let rt = Runtime::init(dev.clone(), config).unwrap();
     let m = rt
         .load(
             &near_null(lnc),
@@ -279,4 +283,67 @@ fn a_thread_is_readied_for_device_work_on_its_first_wait_only() {
     })
     .join()
     .unwrap();
+}
+
+/// `NRT_SIM_SYNC_ON_CALLER` decides which synchronous executions the caller offers to run on
+/// its own thread (`Device::host_serves`, refused by the scripted device, so each is then
+/// waited for as usual): `always` every one, from the first; `short` only those whose model
+/// is expected within `tuning::SYNC_SERVES_CORE_MAX`, so not the first (no history yet);
+/// `never` none.
+#[test]
+fn the_sync_on_caller_policy_decides_which_executions_the_caller_offers_to_run() {
+    use nrt_runtime::SyncOnCaller;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for policy in [
+        SyncOnCaller::Always,
+        SyncOnCaller::Short,
+        SyncOnCaller::Never,
+    ] {
+        let r = rig_with(
+            RuntimeConfig {
+                sync_on_caller: policy,
+                ..RuntimeConfig::default()
+            },
+            Duration::from_secs(5),
+        );
+        let offers = || {
+            r.dev
+                .serve_requests()
+                .iter()
+                .filter(|&&(nc, on)| nc == 0 && on)
+                .count()
+        };
+        let stop = AtomicBool::new(false);
+        let mut after_first = 0;
+        std::thread::scope(|sc| {
+            // The device: runs every request the runtime stages, as soon as it is staged.
+            sc.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    for req in r.dev.staged(0) {
+                        r.dev.run_all(0, req.compute_idx);
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            for k in 0..20 {
+                r.rt.execute(&r.m, &r.ins, &r.outs).unwrap();
+                if k == 0 {
+                    after_first = offers();
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let (first, all) = match policy {
+            SyncOnCaller::Always => (1, Some(20)),
+            SyncOnCaller::Short => (0, None),
+            SyncOnCaller::Never => (0, Some(0)),
+        };
+        assert_eq!(
+            after_first, first,
+            "{policy:?}: offers after the first execution"
+        );
+        if let Some(all) = all {
+            assert_eq!(offers(), all, "{policy:?}: offers after 20 executions");
+        }
+    }
 }

@@ -5,6 +5,7 @@
 
 use crate::RuntimeInner;
 use crate::completion::{announce, drive};
+use crate::config::SyncOnCaller;
 use crate::error::Result;
 use crate::harvest::{Step, completed_status};
 use crate::model::ModelShared;
@@ -122,7 +123,8 @@ fn run_sync<S: Stamps>(
 
 /// Whether the caller runs its execution's device work itself ([`Device::host_serves`],
 /// then [`Device::assist`]), and on which core: a one-core model expected to finish within
-/// [`tuning::SYNC_SERVES_CORE_MAX`]. The caller waits anyway; doing the work on its own
+/// [`tuning::SYNC_SERVES_CORE_MAX`] (every one-core model under
+/// [`SyncOnCaller::Always`], none under [`SyncOnCaller::Never`]). The caller waits anyway; doing the work on its own
 /// thread saves the two hand-offs between CPUs (the doorbell to the device thread, the
 /// completion back) and, on a host with fewer spare CPUs than threads, a context switch.
 /// Declared after staging and before the doorbell: a device thread that is running does not
@@ -137,11 +139,15 @@ fn serve_core(rt: &RuntimeInner, vc: &VCore, model: &ModelShared) -> Option<u32>
     let [c] = vc.cores[..] else {
         return None;
     };
-    if model
-        .spin
-        .expected()
-        .is_none_or(|e| e >= tuning::SYNC_SERVES_CORE_MAX)
-    {
+    let serve = match rt.config.sync_on_caller {
+        SyncOnCaller::Short => model
+            .spin
+            .expected()
+            .is_some_and(|e| e < tuning::SYNC_SERVES_CORE_MAX),
+        SyncOnCaller::Always => true,
+        SyncOnCaller::Never => false,
+    };
+    if !serve {
         return None;
     }
     prepare_assisting_thread(&*rt.device);

@@ -34,6 +34,7 @@ pub struct ScriptedDevice {
     next: Mutex<u64>,
     cores: Vec<Mutex<Core>>,
     prepared: Mutex<Vec<std::thread::ThreadId>>,
+    serve_requests: Mutex<Vec<(u32, bool)>>,
 }
 
 // SAFETY: `base` is a private allocation owned by the device for its whole life; every access
@@ -71,6 +72,7 @@ impl ScriptedDevice {
             next: Mutex::new(RESERVED_LOW),
             cores: (0..cores).map(|_| Mutex::new(Core::default())).collect(),
             prepared: Mutex::new(Vec::new()),
+            serve_requests: Mutex::new(Vec::new()),
         }
     }
 
@@ -78,6 +80,15 @@ impl ScriptedDevice {
     /// order (a thread twice: called twice).
     pub fn prepared_threads(&self) -> Vec<std::thread::ThreadId> {
         self.prepared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The runtime's [`Device::host_serves`] calls, `(core, on)` in call order (the scripted
+    /// device refuses each: it runs nothing, so nobody may serve it).
+    pub fn serve_requests(&self) -> Vec<(u32, bool)> {
+        self.serve_requests
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -176,6 +187,14 @@ impl ScriptedDevice {
 }
 
 impl Device for ScriptedDevice {
+    fn host_serves(&self, nc: u32, on: bool) -> bool {
+        self.serve_requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((nc, on));
+        false
+    }
+
     fn prepare_thread(&self) {
         self.prepared
             .lock()
