@@ -1220,8 +1220,8 @@ fn auto_cast_stores_matmul_and_gemm_weights_in_half_precision() {
     }
 }
 
-/// Constant MatMul weights of products with more than 4 rows and K ≥ 128 are stored packed
-/// in panels of 32 columns (`PACKED_B`); two cores split N on a panel boundary, each reading its own
+/// Constant MatMul weights of products with K ≥ 128 (f32; bf16 any K and N ≥ 32) are stored
+/// packed in panels of 32 columns (`PACKED_B`); two cores split N on a panel boundary, each reading its own
 /// panels of the one packed constant. Four rows or fewer (the GEMV kernels) keep B as stored.
 #[test]
 fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
@@ -1327,10 +1327,35 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
         assert_ne!(flags & PACKED_B, 0);
         assert_eq!(b.shape, [1, 7, 100, 64]);
     }
-    // Short K (the GEMM crate is faster there): as stored.
+    // Short K (the GEMM crate is faster there): as stored in f32; bf16 packed whatever K
+    // (its dot-product kernel loses at every K), unless N is under a whole panel
+    // (`GEMM_PACK_BF16_MIN_N`: a 32-column panel of 16–31 columns is mostly padding).
     let short = ok(&mlp(8, 100, 1));
     let [Op::MatMul { flags, .. }] = matmuls(&short, 0)[..] else {
         panic!("one MatMul")
     };
     assert_eq!(flags & PACKED_B, 0);
+    let bf16 = CompileOptions {
+        auto_cast: nrt_compiler::AutoCast::MatMult,
+        auto_cast_type: nrt_compiler::CastType::Bf16,
+        ..Default::default()
+    };
+    for (width, shape) in [
+        (100, Some([1, 4, 50, 64])),
+        (24, None),
+        (32, Some([1, 1, 16, 64])),
+    ] {
+        let c = compile(&mlp(8, width, 1), None, &bf16).unwrap();
+        let [Op::MatMul { b, flags, .. }] = matmuls(&c, 0)[..] else {
+            panic!("one MatMul")
+        };
+        assert_eq!(
+            flags & PACKED_B != 0,
+            shape.is_some(),
+            "bf16, width {width}"
+        );
+        if let Some(shape) = shape {
+            assert_eq!(b.shape, shape, "bf16, width {width}");
+        }
+    }
 }

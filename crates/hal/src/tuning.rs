@@ -384,7 +384,7 @@ pub const GEMM_PACKED_PREFETCH_ROWS: usize = 16;
 /// the last panel's zero padding small and lets the two cores split N = 64 layers.
 pub const GEMM_PACK_NR: usize = 32;
 
-/// The compiler packs a constant MatMul/Gemm weight (f32, or bf16 under `--auto-cast`, any
+/// The compiler packs a constant f32 MatMul/Gemm weight (bf16: [`GEMM_PACK_BF16_MIN_N`]; any
 /// number of rows: up to [`GEMV_MAX_ROWS`] the packed GEMV reads each panel as one
 /// sequential stream, `mlp` 0.898× the time of the row-streaming GEMV over the weights as
 /// stored) only for products with at least this many terms per output (K): the packed kernel
@@ -393,6 +393,15 @@ pub const GEMM_PACK_NR: usize = 32;
 /// 128×64×128 77% of the f32 peak packed against 92% for the GEMM crate; 64×512×512 94%
 /// against 89%, 128×256×256 96% against 94%.
 pub const GEMM_PACK_MIN_K: usize = 128;
+
+/// bf16 weights (`--auto-cast matmult`) are packed whatever K, for products at least this
+/// wide (N): [`GEMM_PACK_MIN_K`] is the f32 rule. The other bf16 kernel, dot products over
+/// the `[N, K]` weights as cast (`matmul_half`), ran 2–4× the packed kernel's time at every
+/// short K on this project's machine (`cargo run --release -p nrt-kernels --example
+/// half_bench`, N = 128: K 3–128 at M 1–128, packed/dot 0.22–0.71; 128×64×128 0.43), and
+/// wins only on narrow products, where a 32-column panel is mostly padding (N 16–24:
+/// packed/dot 1.10–1.86; N 32: 0.46, 40–48: 0.67–0.80).
+pub const GEMM_PACK_BF16_MIN_N: usize = 32;
 
 /// A `MatMul` with a fused epilogue (bias, residual, activation) runs its product in row
 /// blocks of C of about this many bytes and applies the epilogue to each block right after

@@ -306,7 +306,8 @@ impl<'a> Lowerer<'a> {
 
     /// Without `--auto-cast` (f32) or with bf16 auto-cast (bf16, pairs of K), for a product
     /// of any number of rows (up to [`nrt_hal::tuning::GEMV_MAX_ROWS`] the packed GEMV
-    /// streams the panels) and at least [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms: the
+    /// streams the panels), at least [`nrt_hal::tuning::GEMM_PACK_MIN_K`] terms (f32) and
+    /// [`nrt_hal::tuning::GEMM_PACK_BF16_MIN_N`] columns (bf16): the
     /// constant 2-D f32 weight `v`
     /// (`[N, K]` when `stored_nk`, else `[K, N]`) packed once in panels of
     /// [`nrt_hal::tuning::GEMM_PACK_NR`] columns (`matmul_flags::PACKED_B`: the device's GEMM
@@ -315,7 +316,7 @@ impl<'a> Lowerer<'a> {
     /// the original weight is not stored unless another consumer reads it. `None`: not
     /// packed.
     pub(crate) fn pack_weight(&mut self, v: ValueId, stored_nk: bool) -> Option<View> {
-        use nrt_hal::tuning::{GEMM_PACK_MIN_K, GEMM_PACK_NR};
+        use nrt_hal::tuning::{GEMM_PACK_BF16_MIN_N, GEMM_PACK_MIN_K, GEMM_PACK_NR};
         // f32, or bf16 under `--auto-cast … bf16` (pairs of K per 32-bit word: `vdpbf16ps`);
         // fp16 weights stay as `cast_weight` stores them.
         let dtype = self.auto_cast.unwrap_or(DType::F32);
@@ -332,11 +333,15 @@ impl<'a> Lowerer<'a> {
         } else {
             (val.shape[0], val.shape[1])
         };
-        // Narrow outputs (a panel mostly padding) and strides past the AP's i32 stay as stored.
-        if k < GEMM_PACK_MIN_K
-            || n < GEMM_PACK_NR / 2
-            || i32::try_from((k + 1) * GEMM_PACK_NR).is_err()
-        {
+        // Narrow outputs (a panel mostly padding) and strides past the AP's i32 stay as stored;
+        // f32 also short K (the GEMM crate's tiles win there), bf16 not (its other kernel
+        // loses at every K).
+        let (min_k, min_n) = if dtype == DType::Bf16 {
+            (1, GEMM_PACK_BF16_MIN_N)
+        } else {
+            (GEMM_PACK_MIN_K, GEMM_PACK_NR / 2)
+        };
+        if k < min_k || n < min_n || i32::try_from((k + 1) * GEMM_PACK_NR).is_err() {
             return None;
         }
         let addr = match self.packed_addr.get(&(v, stored_nk)) {
