@@ -1359,3 +1359,69 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
         }
     }
 }
+
+/// A recurrent layer's constant weights are packed in panels per direction like a MatMul's
+/// (`Lowerer::pack_weight_at`): W[d] (K = input) and R[d] (K = hidden) once each at K ≥ 128,
+/// except GRU's R, whose gates multiply parts of it; bf16 auto-cast packs them at any K.
+/// (`lstm_bidirectional_packed` and its kin in the numerics check the values.)
+#[test]
+fn recurrent_weights_are_packed_per_direction() {
+    use nrt_isa::matmul_flags::PACKED_B;
+    let rnn = |op: &str, gates: i64, input: i64, hidden: i64| {
+        model(
+            vec![node(
+                op,
+                &["X", "W", "R"],
+                &["Y"],
+                vec![
+                    a_i("hidden_size", hidden),
+                    a_s("direction", "bidirectional"),
+                ],
+            )],
+            vec![
+                f32_init(
+                    "W",
+                    &[2, gates * hidden, input],
+                    ramp((2 * gates * hidden * input) as usize, 0.001),
+                ),
+                f32_init(
+                    "R",
+                    &[2, gates * hidden, hidden],
+                    ramp((2 * gates * hidden * hidden) as usize, 0.001),
+                ),
+            ],
+            vec![vi("X", dt::FLOAT, &[3, 2, input])],
+            vec![vi("Y", dt::FLOAT, &[3, 2, 2, hidden])],
+            14,
+        )
+    };
+    let packed = |c: &Compiled| -> (usize, usize) {
+        let b = c.model.block(0, Engine::Pe).expect("block");
+        let mms: Vec<u32> = decode_block(&b.code, Engine::Pe)
+            .unwrap()
+            .into_iter()
+            .filter_map(|(_, i)| match i.op {
+                Op::MatMul { flags, .. } => Some(flags),
+                _ => None,
+            })
+            .collect();
+        (
+            mms.iter().filter(|&&f| f & PACKED_B != 0).count(),
+            mms.len(),
+        )
+    };
+    // LSTM, 3 steps, 2 directions: per direction one input product and 3 recurrent ones.
+    assert_eq!(packed(&ok(&rnn("LSTM", 4, 128, 128))), (8, 8));
+    // Hidden 32: R's K is short (f32 keeps it as stored), W's is not.
+    assert_eq!(packed(&ok(&rnn("LSTM", 4, 128, 32))), (2, 8));
+    let bf16 = CompileOptions {
+        auto_cast: nrt_compiler::AutoCast::MatMult,
+        auto_cast_type: nrt_compiler::CastType::Bf16,
+        ..Default::default()
+    };
+    let c = compile(&rnn("LSTM", 4, 128, 32), None, &bf16).unwrap();
+    assert_eq!(packed(&c), (8, 8), "bf16 packs any K");
+    // GRU: only W.
+    let (p, all) = packed(&ok(&rnn("GRU", 3, 128, 128)));
+    assert_eq!(p, 2, "GRU packs W[d] only ({all} MatMuls)");
+}

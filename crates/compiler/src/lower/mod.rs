@@ -53,8 +53,9 @@ pub(crate) struct Lowerer<'a> {
     /// Cast weights already stored, by value: their `[N, K]` constant.
     pub(crate) cast_addr: HashMap<ValueId, u64>,
     /// Weights already packed in panels (`matmul_flags::PACKED_B`), by value and whether
-    /// the value holds `[N, K]`: the packed constant.
-    pub(crate) packed_addr: HashMap<(ValueId, bool), u64>,
+    /// the value holds `[N, K]`, and the element offset of the matrix in it (a recurrent
+    /// layer packs each direction's weights): the packed constant.
+    pub(crate) packed_addr: HashMap<(ValueId, bool, usize), u64>,
     /// Integer-product weights already stored packed (`qmatmul_layout`), by value.
     pub(crate) qpacked_addr: HashMap<ValueId, u64>,
     pub(crate) prog: Vec<(u8, Engine, Instruction)>,

@@ -316,6 +316,29 @@ impl<'a> Lowerer<'a> {
     /// the original weight is not stored unless another consumer reads it. `None`: not
     /// packed.
     pub(crate) fn pack_weight(&mut self, v: ValueId, stored_nk: bool) -> Option<View> {
+        let val = &self.g.values[v];
+        if val.shape.len() != 2 {
+            return None;
+        }
+        let (k, n) = if stored_nk {
+            (val.shape[1], val.shape[0])
+        } else {
+            (val.shape[0], val.shape[1])
+        };
+        self.pack_weight_at(v, 0, k, n, stored_nk)
+    }
+
+    /// [`Self::pack_weight`] for the `k × n` matrix at element `offset` of the constant f32
+    /// `v` (any rank), stored `[N, K]` when `stored_nk`, else `[K, N]`, densely: a recurrent
+    /// layer's weights for one direction (`W[d]`, `R[d]`, `[N, K]`).
+    pub(crate) fn pack_weight_at(
+        &mut self,
+        v: ValueId,
+        offset: usize,
+        k: usize,
+        n: usize,
+        stored_nk: bool,
+    ) -> Option<View> {
         use nrt_hal::tuning::{GEMM_PACK_BF16_MIN_N, GEMM_PACK_MIN_K, GEMM_PACK_NR};
         // f32, or bf16 under `--auto-cast … bf16` (pairs of K per 32-bit word: `vdpbf16ps`);
         // fp16 weights stay as `cast_weight` stores them.
@@ -325,14 +348,10 @@ impl<'a> Lowerer<'a> {
         }
         let val = &self.g.values[v];
         let t = val.konst.as_deref()?;
-        if val.dtype != DType::F32 || val.shape.len() != 2 {
+        let elems = k.checked_mul(n)?.checked_add(offset)?;
+        if val.dtype != DType::F32 || elems > val.shape.iter().product::<usize>() {
             return None;
         }
-        let (k, n) = if stored_nk {
-            (val.shape[1], val.shape[0])
-        } else {
-            (val.shape[0], val.shape[1])
-        };
         // Narrow outputs (a panel mostly padding) and strides past the AP's i32 stay as stored;
         // f32 also short K (the GEMM crate's tiles win there), bf16 not (its other kernel
         // loses at every K).
@@ -344,16 +363,17 @@ impl<'a> Lowerer<'a> {
         if k < min_k || n < min_n || i32::try_from((k + 1) * GEMM_PACK_NR).is_err() {
             return None;
         }
-        let addr = match self.packed_addr.get(&(v, stored_nk)) {
+        let key = (v, stored_nk, offset);
+        let addr = match self.packed_addr.get(&key) {
             Some(&a) => a,
             None => {
                 let nr = GEMM_PACK_NR;
                 let x = t.to_f32s();
                 let get = |p: usize, j: usize| {
                     if stored_nk {
-                        x[j * k + p]
+                        x[offset + j * k + p]
                     } else {
-                        x[p * n + j]
+                        x[offset + p * n + j]
                     }
                 };
                 // Padding to whole panels (under 2× for n ≥ NR/2) within the size budget.
@@ -383,7 +403,7 @@ impl<'a> Lowerer<'a> {
                     HostTensor::f32(vec![len], out)
                 };
                 let a = self.add_const(&h);
-                self.packed_addr.insert((v, stored_nk), a);
+                self.packed_addr.insert(key, a);
                 a
             }
         };

@@ -211,6 +211,14 @@ pub(crate) fn infer_rnn(c: &Ctx) -> Result<Vec<Out>> {
     Ok(outs)
 }
 
+/// A recurrent layer's weight for one direction.
+enum Weight {
+    /// As stored: `[N, K]` (`W[d]`, `R[d]`), multiplied transposed.
+    Nk(View),
+    /// Packed in panels ([`Lowerer::pack_weight_at`]): the placeholder `[K, N]` view.
+    Packed(View),
+}
+
 /// A 2-D f32 view.
 fn v2(addr: u64, rows: usize, cols: usize, row_stride: usize) -> View {
     View {
@@ -251,6 +259,23 @@ impl<'a> Lowerer<'a> {
             };
         self.matmul_aps(ap(a)?, ap(b)?, ap(c)?, 1.0, flags);
         Ok(())
+    }
+
+    /// `c (+)= a · W` for a recurrent weight as stored (`[N, K]`) or packed.
+    fn mm_w(&mut self, a: &View, w: &Weight, c: &View, accumulate: bool) -> Result<()> {
+        match w {
+            Weight::Nk(b) => self.mm_bt(a, b, c, accumulate),
+            Weight::Packed(b) => {
+                let flags = matmul_flags::PACKED_B
+                    | if accumulate {
+                        matmul_flags::ACCUMULATE
+                    } else {
+                        0
+                    };
+                self.matmul_aps(ap(a)?, ap(b)?, ap(c)?, 1.0, flags);
+                Ok(())
+            }
+        }
     }
 
     /// Gate pre-activations `g` through `f` in place (clipped first with `clip`).
@@ -302,8 +327,7 @@ impl<'a> Lowerer<'a> {
             return Ok(());
         }
         let x = self.input_view(n, 0)?;
-        let w = self.input_view(n, 1)?;
-        let r = self.input_view(n, 2)?;
+        let (wv, rv) = (Self::input_id(n, 1)?, Self::input_id(n, 2)?);
         let bias = match n.inputs.get(3).copied().flatten() {
             Some(_) => Some(self.input_view(n, 3)?),
             None => None,
@@ -350,12 +374,33 @@ impl<'a> Lowerer<'a> {
         let rows = seq * b;
         for d in 0..dirs {
             let backwards = p.reverse || d == 1;
-            let wd = v2(w.elems((d * gh * p.input) as i64), gh, p.input, p.input);
-            let rd = v2(r.elems((d * gh * h) as i64), gh, h, h);
+            // Constant weights are packed in panels once per direction (`pack_weight_at`:
+            // `W[d]` always, `R[d]` unless GRU's, whose gates multiply parts of it); the
+            // original layout is then not stored.
+            let wd = match self.pack_weight_at(wv, d * gh * p.input, p.input, gh, true) {
+                Some(pk) => Weight::Packed(pk),
+                None => {
+                    let w = self.input_view(n, 1)?;
+                    Weight::Nk(v2(w.elems((d * gh * p.input) as i64), gh, p.input, p.input))
+                }
+            };
+            let packed_r = if g == 3 {
+                None
+            } else {
+                self.pack_weight_at(rv, d * gh * h, h, gh, true)
+            };
+            let (rd, rw) = match packed_r {
+                Some(pk) => (None, Weight::Packed(pk)),
+                None => {
+                    let r = self.input_view(n, 2)?;
+                    let rd = v2(r.elems((d * gh * h) as i64), gh, h, h);
+                    (Some(rd.clone()), Weight::Nk(rd))
+                }
+            };
             // The input projection of every step, rows in X's order, plus the biases (R's
             // h-gate bias stays out of it for GRU with linear_before_reset).
             let xw = self.t2(rows, gh);
-            self.mm_bt(&v2(x.addr, rows, p.input, p.input), &wd, &xw, false)?;
+            self.mm_w(&v2(x.addr, rows, p.input, p.input), &wd, &xw, false)?;
             if let Some(bv) = &bias {
                 let wb = v2(bv.elems((d * 2 * gh) as i64), 1, gh, gh).broadcast(&[rows, gh]);
                 self.binary(&xw, &wb, &xw, BinaryOp::Add)?;
@@ -404,13 +449,14 @@ impl<'a> Lowerer<'a> {
                 let ht = slot(t, d);
                 match g {
                     1 => {
-                        self.mm_bt(&hp, &rd, &gt, true)?;
+                        self.mm_w(&hp, &rw, &gt, true)?;
                         if let Some(cl) = p.clip {
                             self.activation(&gt, &gt, None, (ActFunc::Clip, -cl, cl), 1.0)?;
                         }
                         self.activation(&gt, &ht, None, (ActFunc::Tanh, 0.0, 0.0), 1.0)?;
                     }
                     3 => {
+                        let rd = rd.as_ref().expect("GRU's R is never packed");
                         // z, r, then the candidate h̃.
                         let zr = cols(&gt, 0, 2 * h);
                         self.mm_bt(&hp, &v2(rd.addr, 2 * h, h, h), &zr, true)?;
@@ -441,7 +487,7 @@ impl<'a> Lowerer<'a> {
                     }
                     _ => {
                         // Gates i, o, f, c.
-                        self.mm_bt(&hp, &rd, &gt, true)?;
+                        self.mm_w(&hp, &rw, &gt, true)?;
                         let (ig, og, fg, cg) = (
                             cols(&gt, 0, h),
                             cols(&gt, h, h),

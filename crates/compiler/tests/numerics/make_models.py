@@ -1154,6 +1154,33 @@ def main():
     concats(out)
     nested_concat(out)
     convs_3d(out)
+    recurrent_packed(out)
+
+
+def recurrent_packed(out):
+    # Recurrent layers wide enough for the compiler to pack their constant weights in panels,
+    # one packed matrix per direction (W[d] from K = input ≥ 128; R[d] from K = hidden ≥ 128,
+    # not GRU's; under bf16 auto-cast any K): bidirectional, so direction 1's matrices come
+    # from the second half of each weight.
+    s, b, i = 3, 2, 128
+    h = 128
+    save(out, "lstm_bidirectional_packed", [
+        N("LSTM", ["X", "W", "R", "B", "", "H0", "C0"], ["Y", "Yh", "Yc"], hidden_size=h,
+          direction="bidirectional")],
+        [("X", [s, b, i]), ("H0", [2, b, h]), ("C0", [2, b, h])],
+        [("Y", [s, 2, b, h]), ("Yh", [2, b, h]), ("Yc", [2, b, h])],
+        [w("W", (2, 4 * h, i), 0.1), w("R", (2, 4 * h, h), 0.1), w("B", (2, 8 * h), 0.3)],
+        opset=14)
+    save(out, "rnn_bidirectional_packed", [
+        N("RNN", ["X", "W", "R", "B"], ["Y", "Yh"], hidden_size=h, direction="bidirectional")],
+        [("X", [s, b, i])], [("Y", [s, 2, b, h]), ("Yh", [2, b, h])],
+        [w("W", (2, h, i), 0.1), w("R", (2, h, h), 0.1), w("B", (2, 2 * h), 0.3)], opset=14)
+    h = 48
+    save(out, "gru_packed_input", [
+        N("GRU", ["X", "W", "R", "B"], ["Y", "Yh"], hidden_size=h, direction="reverse")],
+        [("X", [s, b, i])], [("Y", [s, 1, b, h]), ("Yh", [1, b, h])],
+        [w("W", (1, 3 * h, i), 0.1), w("R", (1, 3 * h, h), 0.2), w("B", (1, 6 * h), 0.3)],
+        opset=14)
 
 
 if __name__ == "__main__":
