@@ -454,21 +454,28 @@ fn a_sync_caller_runs_a_short_execution_itself() {
         );
         rt.execute(&m, &ins, &outs).unwrap();
     }
-    let (mut parked, mut looks) = (0, 0);
-    for k in 0..20_000 {
-        let x = [k as f32, 1.0, 2.0, 3.0];
-        ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
-        rt.execute(&m, &ins, &outs).unwrap();
-        if k % 100 == 0 {
-            assert_eq!(read_f32(outs.get("y").unwrap()), x);
-            looks += 1;
-            parked += d.is_parked() as u32;
+    // Not every look: a caller preempted while it serves (a busy co-tenant, the suite's
+    // other tests) may hand the core back after its idle polls, and the device thread then
+    // runs and spins a while. Beside a co-tenant a round of 20,000 executions found it
+    // parked at 0–191 of 200 looks (most above 50), so up to three rounds, one of them at a
+    // quarter of its looks; without serving it is parked at none.
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let (mut parked, mut looks) = (0, 0);
+        for k in 0..20_000 {
+            let x = [k as f32, 1.0, 2.0, 3.0];
+            ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
+            rt.execute(&m, &ins, &outs).unwrap();
+            if k % 100 == 0 {
+                assert_eq!(read_f32(outs.get("y").unwrap()), x);
+                looks += 1;
+                parked += d.is_parked() as u32;
+            }
+        }
+        rounds.push(parked);
+        if parked * 4 >= looks {
+            return;
         }
     }
-    // Not every look: a caller preempted between its doorbell and its first poll of the
-    // core hands the core back after its idle polls, and the device thread then runs.
-    assert!(
-        parked * 2 >= looks,
-        "the device thread was parked at {parked} of {looks} looks"
-    );
+    panic!("the device thread was parked at {rounds:?} of 200 looks in three rounds");
 }
