@@ -562,7 +562,18 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
                     gate.sleep_until(|| asleep() || served_now());
                     dev.parked_untimed[worker].store(false, Ordering::Relaxed);
                     serving_seen = served_now();
-                    last_work = Instant::now();
+                    let now = Instant::now();
+                    last_work = if serving_seen && !asleep() {
+                        // Woken only to park again with a timeout (a host thread serves one
+                        // of these cores now, `host_serves`): at the next look, not after a
+                        // `spin_after_work` of spinning — beside a busy co-tenant that spin
+                        // (yielding every `DEVICE_IDLE_YIELD_PERIOD`) kept the thread off its
+                        // park for milliseconds, competing for the vCPUs of the host thread
+                        // that does the work.
+                        now.checked_sub(dev.config.spin_after_work).unwrap_or(now)
+                    } else {
+                        now
+                    };
                 }
             }
         }
