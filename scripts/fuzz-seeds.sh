@@ -5,6 +5,7 @@
 #                   models of crates/compiler/tests/numerics (conv, pooling, softmax, norms,
 #                   gather, pad, resize, ...), each compiled
 #   fuzz/seeds/isa  their instruction blocks, each prefixed with its engine byte (isa_decode)
+#   fuzz/seeds/onnx the numerics' ONNX models of up to 8 KiB (compile_onnx)
 # Needs the .venv of scripts/test.sh (the onnx package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ cargo build --quiet -p nrt-cli -p nrt-runtime --example near_null
 nrt=target/debug/nrt
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-rm -rf fuzz/seeds && mkdir -p fuzz/seeds/ncm fuzz/seeds/isa
+rm -rf fuzz/seeds && mkdir -p fuzz/seeds/ncm fuzz/seeds/isa fuzz/seeds/onnx
 target/debug/examples/near_null fuzz/seeds/ncm/near_null_1c.ncm 1
 target/debug/examples/near_null fuzz/seeds/ncm/near_null_2c.ncm 2
 "$py" - "$tmp/relu.onnx" <<'PY'
@@ -38,6 +39,13 @@ for d in "$tmp"/numerics/*/; do
     cp "$tmp/$name.ncm" "fuzz/seeds/ncm/$name.ncm"
   fi
   [ "$(du -sb fuzz/seeds/ncm | cut -f1)" -lt 600000 ] || break
+done
+# The compiler's own input: the small numerics models as ONNX.
+for d in "$tmp"/numerics/*/; do
+  if [ "$(stat -c %s "$d/model.onnx")" -le 8192 ]; then
+    cp "$d/model.onnx" "fuzz/seeds/onnx/$(basename "$d").onnx"
+  fi
+  [ "$(du -sb fuzz/seeds/onnx | cut -f1)" -lt 200000 ] || break
 done
 "$py" - <<'PY'
 import glob, struct, os

@@ -28,6 +28,7 @@ found=0
 for t in $("${fuzz[@]}" list); do
   case $t in
     isa_decode) seeds=seeds/isa ;;
+    compile_onnx) seeds=seeds/onnx ;;
     *) seeds=seeds/ncm ;;
   esac
   mkdir -p "corpus/$t" "artifacts/$t"
