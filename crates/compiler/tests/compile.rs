@@ -1351,3 +1351,20 @@ fn dynamic_quantize_linear_is_one_instruction() {
         assert!(ops(Engine::Act).is_empty());
     }
 }
+
+/// Elementwise operators on 0-d tensors: their constants (`[1]`) broadcast down to the
+/// scalar's `[]`. `Not` of a scalar condition (as `If` models compute one) overflowed the
+/// broadcast's rank arithmetic (found by the `compile_onnx` fuzz target).
+#[test]
+fn elementwise_operators_on_scalars_compile() {
+    for (op, elem) in [("Not", dt::BOOL), ("Relu", dt::FLOAT), ("Neg", dt::FLOAT)] {
+        let m = model(
+            vec![node(op, &["X"], &["Y"], vec![])],
+            vec![],
+            vec![vi("X", elem, &[])],
+            vec![vi("Y", elem, &[])],
+            17,
+        );
+        ok(&m, &CompileOptions::default());
+    }
+}

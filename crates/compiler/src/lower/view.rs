@@ -40,15 +40,18 @@ impl View {
         (self.addr as i64 + n * self.dtype.size() as i64) as u64
     }
 
-    /// Right-aligned broadcast to `shape`.
+    /// Right-aligned broadcast to `shape`. Leading dimensions of this view past `shape`'s
+    /// rank are dropped (they must be 1: a `[1]` constant broadcast to a scalar's `[]`).
     pub(crate) fn broadcast(&self, shape: &[usize]) -> View {
-        let off = shape.len() - self.shape.len();
+        let off = shape.len().saturating_sub(self.shape.len());
+        let dropped = self.shape.len().saturating_sub(shape.len());
+        debug_assert!(self.shape[..dropped].iter().all(|&d| d == 1));
         let strides = (0..shape.len())
             .map(|i| {
-                if i < off || self.shape[i - off] == 1 {
+                if i < off || self.shape[i - off + dropped] == 1 {
                     0
                 } else {
-                    self.strides[i - off]
+                    self.strides[i - off + dropped]
                 }
             })
             .collect();
