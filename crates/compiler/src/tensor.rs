@@ -59,6 +59,22 @@ pub fn budget(what: &str, shape: &[usize], dtype: DType) -> Result<usize> {
 /// Reserves room for `n` values, failing with a "too large" error instead of aborting when
 /// the host cannot provide it (sizes of folded tensors come from the model).
 pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
+    // More than the host can back is refused up front (as the runtime's host tensors are,
+    // `tuning::HOST_ALLOC_BACKING_CHECK_BYTES`): with overcommit the reservation succeeds and
+    // the OOM killer ends the compile when the folded values are written.
+    let bytes = n.saturating_mul(size_of::<T>()) as u64;
+    if bytes >= nrt_hal::tuning::HOST_ALLOC_BACKING_CHECK_BYTES
+        && let Some(avail) = nrt_hal::host_memory_available()
+        && bytes > avail
+    {
+        return Err(crate::error::CompileError::new(
+            ErrorKind::TooLarge,
+            format!(
+                "{what}: {n} elements ({bytes} bytes) are more than this host has available \
+                 ({avail} bytes, MemAvailable)"
+            ),
+        ));
+    }
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|_| {
         crate::error::CompileError::new(

@@ -54,3 +54,15 @@ pub use wire::{
     DevAddr, DmaDescriptor, DmaKind, Engine, ErrorSubtype, ExecRequest, NUM_ENGINES, NqKind,
     NqRecord, RecordKind, TriggerPair,
 };
+
+/// `MemAvailable` of `/proc/meminfo` in bytes: what the host can back without swapping
+/// (`None` where that file is not readable). A large host allocation whose size comes from
+/// outside (a caller's tensor, a model's folded constant) is checked against it first: with
+/// overcommit, the allocation itself succeeds and the OOM killer ends the process later,
+/// when the pages are touched.
+pub fn host_memory_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}

@@ -167,7 +167,7 @@ impl Drop for TensorShared {
 ///
 /// The size comes from a caller, so this never aborts: the allocation is fallible
 /// (`alloc_zeroed`, which returns null instead of calling the abort handler), and a request
-/// larger than the host can back ([`host_memory_available`]) is refused up front, because
+/// larger than the host can back ([`nrt_hal::host_memory_available`]) is refused up front, because
 /// with overcommit a huge zeroed allocation succeeds and the OOM killer ends the process
 /// later, when the pages are touched. The result is freed as a `Box<[u8]>` of `size` bytes.
 fn alloc_host_zeroed(size: u64, name: &str) -> Result<*mut u8> {
@@ -184,7 +184,7 @@ fn alloc_host_zeroed(size: u64, name: &str) -> Result<*mut u8> {
     let layout = std::alloc::Layout::array::<u8>(len)
         .map_err(|_| refuse("larger than the address space".into()))?;
     if size >= nrt_hal::tuning::HOST_ALLOC_BACKING_CHECK_BYTES
-        && let Some(avail) = host_memory_available()
+        && let Some(avail) = nrt_hal::host_memory_available()
         && size > avail
     {
         return Err(refuse(format!(
@@ -214,15 +214,6 @@ fn oom(rt: &RuntimeInner, vnc: i32, size: u64, name: &str, e: nrt_hal::HalError)
         ),
         e => e.into(),
     }
-}
-
-/// `MemAvailable` of `/proc/meminfo` in bytes: what the host can back without swapping
-/// (`None` where that file is not readable).
-pub(crate) fn host_memory_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
 }
 
 /// A tensor handle. Clones share the tensor.
