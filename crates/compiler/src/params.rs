@@ -161,6 +161,16 @@ impl<'a> Ctx<'a> {
         Ok(if axis < 0 { axis + r } else { axis } as usize)
     }
 
+    /// [`Self::norm_axis`] for indexing something per dimension (a slice's bounds, a pad's
+    /// widths): a scalar has no axis 0.
+    pub fn norm_dim(&self, axis: i64, rank: usize) -> Result<usize> {
+        let a = self.norm_axis(axis, rank)?;
+        if a >= rank {
+            return Err(self.bad_attr(format!("axis {axis} is out of range for rank {rank}")));
+        }
+        Ok(a)
+    }
+
     pub fn bad_attr(&self, msg: impl Into<String>) -> CompileError {
         self.e(ErrorKind::BadAttribute, msg)
     }
@@ -225,7 +235,7 @@ pub(crate) fn slice_params(c: &Ctx, shape: &[usize]) -> Result<Vec<(i64, usize, 
     let mut p: Vec<(i64, usize, i64)> = shape.iter().map(|&d| (0, d, 1)).collect();
     let mut seen = vec![false; rank];
     for i in 0..starts.len() {
-        let ax = c.norm_axis(axes[i], rank)?;
+        let ax = c.norm_dim(axes[i], rank)?;
         if seen[ax] {
             return Err(c.bad_attr(format!("axis {ax} is sliced twice")));
         }
@@ -290,7 +300,7 @@ pub(crate) fn pad_params(c: &Ctx, rank: usize) -> Result<PadParams> {
     let axes: Vec<usize> = match axes {
         Some(a) => a
             .iter()
-            .map(|&x| c.norm_axis(x, rank))
+            .map(|&x| c.norm_dim(x, rank))
             .collect::<Result<_>>()?,
         None => (0..rank).collect(),
     };
@@ -892,6 +902,11 @@ pub(crate) fn transpose_perm(c: &Ctx, rank: usize) -> Result<Vec<usize>> {
     match c.n.attr_ints("perm")? {
         None => Ok((0..rank).rev().collect()),
         Some(p) => {
+            // The length first: `norm_axis` accepts axis 0 of a scalar, which a permutation
+            // of rank 0 does not have.
+            if p.len() != rank {
+                return Err(c.bad_attr(format!("perm {p:?} for rank {rank}")));
+            }
             let mut seen = vec![false; rank];
             let mut v = Vec::new();
             for &x in &p {

@@ -149,3 +149,48 @@ fn d11_pad_with_extreme_pads_is_a_bad_attribute() {
         assert!(s.contains("pads"), "{s}");
     }
 }
+
+/// Per-dimension attributes of a 0-d tensor — a permutation, slice or pad axis 0, which a
+/// scalar does not have (`norm_axis` accepts axis 0 of rank 0 for the operators that treat a
+/// scalar as one element) — are attribute errors naming the node, not an index past an empty
+/// array (Transpose's `perm [0]` panicked: found by the `compile_onnx` fuzz target).
+#[test]
+fn axes_of_a_scalar_are_bad_attributes() {
+    let scalar_in = || vec![vi("X", dt::FLOAT, &[])];
+    let transpose = model(
+        vec![node(
+            "Transpose",
+            &["X"],
+            &["Y"],
+            vec![a_ints("perm", &[0])],
+        )],
+        vec![],
+        scalar_in(),
+        vec![vi("Y", dt::FLOAT, &[])],
+        13,
+    );
+    fails(&transpose, ErrorKind::BadAttribute, "Transpose");
+    let slice = model(
+        vec![node("Slice", &["X", "s", "e", "a"], &["Y"], vec![])],
+        vec![
+            i64_init("s", &[1], vec![0]),
+            i64_init("e", &[1], vec![1]),
+            i64_init("a", &[1], vec![0]),
+        ],
+        scalar_in(),
+        vec![vi("Y", dt::FLOAT, &[])],
+        13,
+    );
+    fails(&slice, ErrorKind::BadAttribute, "Slice");
+    let pad = model(
+        vec![node("Pad", &["X", "p", "", "a"], &["Y"], vec![])],
+        vec![
+            i64_init("p", &[2], vec![1, 1]),
+            i64_init("a", &[1], vec![0]),
+        ],
+        scalar_in(),
+        vec![vi("Y", dt::FLOAT, &[])],
+        18,
+    );
+    fails(&pad, ErrorKind::BadAttribute, "Pad");
+}
