@@ -251,31 +251,23 @@ impl<'a> Lowerer<'a> {
 
     /// `c (+)= a · bᵀ` on PE (`b` is `[N, K]`).
     fn mm_bt(&mut self, a: &View, b: &View, c: &View, accumulate: bool) -> Result<()> {
-        let flags = matmul_flags::TRANSPOSE_B
-            | if accumulate {
-                matmul_flags::ACCUMULATE
-            } else {
-                0
-            };
-        self.matmul_aps(ap(a)?, ap(b)?, ap(c)?, 1.0, flags);
-        Ok(())
+        self.mm_w(a, &Weight::Nk(b.clone()), c, accumulate)
     }
 
-    /// `c (+)= a · W` for a recurrent weight as stored (`[N, K]`) or packed.
+    /// `c (+)= a · W` for a recurrent weight as stored (`[N, K]`, multiplied transposed) or
+    /// packed in panels.
     fn mm_w(&mut self, a: &View, w: &Weight, c: &View, accumulate: bool) -> Result<()> {
-        match w {
-            Weight::Nk(b) => self.mm_bt(a, b, c, accumulate),
-            Weight::Packed(b) => {
-                let flags = matmul_flags::PACKED_B
-                    | if accumulate {
-                        matmul_flags::ACCUMULATE
-                    } else {
-                        0
-                    };
-                self.matmul_aps(ap(a)?, ap(b)?, ap(c)?, 1.0, flags);
-                Ok(())
-            }
-        }
+        let (b, layout) = match w {
+            Weight::Nk(b) => (b, matmul_flags::TRANSPOSE_B),
+            Weight::Packed(b) => (b, matmul_flags::PACKED_B),
+        };
+        let acc = if accumulate {
+            matmul_flags::ACCUMULATE
+        } else {
+            0
+        };
+        self.matmul_aps(ap(a)?, ap(b)?, ap(c)?, 1.0, layout | acc);
+        Ok(())
     }
 
     /// Gate pre-activations `g` through `f` in place (clipped first with `clip`).
