@@ -45,18 +45,19 @@ pub const XU_SERVES_CORE_MAX_CPUS: usize = 2;
 pub const XU_SERVE_BATCH: u32 = 8;
 
 /// A synchronous caller runs its execution's device work on its own thread when the model
-/// is expected to finish within this ([`crate::Device::host_serves`]): [`WAIT_SPIN_CAP_SPARE_CPU`],
-/// the longest execution its caller would spin through anyway. For a short execution the two
-/// hand-offs between CPUs (doorbell, completion) are most of its latency (near-null sync:
-/// 0.50× the latency, 12/12 pairs), and for one up to the spin cap the caller holds its vCPU
-/// for the whole execution either way: run on the caller, it costs one vCPU instead of two,
-/// and the caller does not learn of the completion late. Was 50 µs; at 150 (`ab.sh` against
-/// 50, paired `nrt bench` medians): quiet, `mlp` (47–52 µs, four GEMVs) 0.964× and 0.996×
-/// in two runs, `int8_gemm` (90 µs) 0.972× and 0.983×; beside one busy co-tenant
-/// (`cotenant.sh`), where the device thread competes for a vCPU, `mlp` 0.475× and
-/// `int8_gemm` 0.650× (8/8 pairs each). Longer ones stay on the device thread while their caller blocks (a pre-wake and a
-/// short spin: `encoder`'s caller uses ~2% of a vCPU), as on the hardware, where the caller's
-/// vCPU is free for the application's other threads.
+/// is expected to finish within this ([`crate::Device::host_serves`]):
+/// [`WAIT_SPIN_CAP_SPARE_CPU`], the longest execution its caller would spin through anyway.
+/// For a short execution the two hand-offs between CPUs (doorbell, completion) are most of
+/// its latency (near-null sync: 0.50× the latency, 12/12 pairs), and for one up to the spin
+/// cap the caller holds its vCPU for the whole execution either way: run on the caller, it
+/// costs one vCPU instead of two, and the caller does not learn of the completion late. Was
+/// 50 µs; at 150 (`ab.sh` against 50, paired `nrt bench` medians): quiet, `mlp` (47–52 µs,
+/// four GEMVs) 0.964× and 0.996× in two runs, `int8_gemm` (90 µs) 0.972× and 0.983×; beside
+/// one busy co-tenant (`cotenant.sh`), where the device thread competes for a vCPU, `mlp`
+/// 0.475× and `int8_gemm` 0.650× (8/8 pairs each). Longer ones stay on the device thread
+/// while their caller blocks (a pre-wake and a short spin: `encoder`'s caller uses ~2% of a
+/// vCPU), as on the hardware, where the caller's vCPU is free for the application's other
+/// threads. (`NRT_SIM_SYNC_ON_CALLER` changes the policy: `RuntimeConfig::sync_on_caller`.)
 pub const SYNC_SERVES_CORE_MAX: Duration = WAIT_SPIN_CAP_SPARE_CPU;
 
 /// Polls without progress after which a synchronous caller that serves its core hands it

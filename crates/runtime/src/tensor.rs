@@ -167,9 +167,9 @@ impl Drop for TensorShared {
 ///
 /// The size comes from a caller, so this never aborts: the allocation is fallible
 /// (`alloc_zeroed`, which returns null instead of calling the abort handler), and a request
-/// larger than the host can back ([`nrt_hal::host_memory_available`]) is refused up front, because
-/// with overcommit a huge zeroed allocation succeeds and the OOM killer ends the process
-/// later, when the pages are touched. The result is freed as a `Box<[u8]>` of `size` bytes.
+/// larger than the host can back ([`nrt_hal::host_memory_available`]) is refused up front,
+/// because with overcommit a huge zeroed allocation succeeds and the OOM killer ends the
+/// process later, when the pages are touched. The result is freed as a `Box<[u8]>` of `size` bytes.
 fn alloc_host_zeroed(size: u64, name: &str) -> Result<*mut u8> {
     let refuse = |why: String| {
         NrtError::new(

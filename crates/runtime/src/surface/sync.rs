@@ -123,8 +123,8 @@ fn run_sync<S: Stamps>(
 
 /// Whether the caller runs its execution's device work itself ([`Device::host_serves`],
 /// then [`Device::assist`]), and on which core: a one-core model expected to finish within
-/// [`tuning::SYNC_SERVES_CORE_MAX`] (every one-core model under
-/// [`SyncOnCaller::Always`], none under [`SyncOnCaller::Never`]). The caller waits anyway; doing the work on its own
+/// [`tuning::SYNC_SERVES_CORE_MAX`] (every one-core model under [`SyncOnCaller::Always`],
+/// none under [`SyncOnCaller::Never`]). The caller waits anyway; doing the work on its own
 /// thread saves the two hand-offs between CPUs (the doorbell to the device thread, the
 /// completion back) and, on a host with fewer spare CPUs than threads, a context switch.
 /// Declared after staging and before the doorbell: a device thread that is running does not
