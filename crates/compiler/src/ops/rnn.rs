@@ -381,12 +381,11 @@ impl<'a> Lowerer<'a> {
             } else {
                 self.pack_weight_at(rv, d * gh * h, h, gh, true)
             };
-            let (rd, rw) = match packed_r {
-                Some(pk) => (None, Weight::Packed(pk)),
+            let rw = match packed_r {
+                Some(pk) => Weight::Packed(pk),
                 None => {
                     let r = self.input_view(n, 2)?;
-                    let rd = v2(r.elems((d * gh * h) as i64), gh, h, h);
-                    (Some(rd.clone()), Weight::Nk(rd))
+                    Weight::Nk(v2(r.elems((d * gh * h) as i64), gh, h, h))
                 }
             };
             // The input projection of every step, rows in X's order, plus the biases (R's
@@ -448,7 +447,9 @@ impl<'a> Lowerer<'a> {
                         self.activation(&gt, &ht, None, (ActFunc::Tanh, 0.0, 0.0), 1.0)?;
                     }
                     3 => {
-                        let rd = rd.as_ref().expect("GRU's R is never packed");
+                        let Weight::Nk(rd) = &rw else {
+                            unreachable!("GRU's R is never packed")
+                        };
                         // z, r, then the candidate h̃.
                         let zr = cols(&gt, 0, 2 * h);
                         self.mm_bt(&hp, &v2(rd.addr, 2 * h, h, h), &zr, true)?;
