@@ -1,7 +1,7 @@
 //! Loom models of the lock-free protocols the runtime and the device share: the SPSC ring,
 //! the notification plane (and its watch), the park handshake, the completion wake, the
 //! admission gate of handles, the slot ticket, the per-execution eventfd handshake, the
-//! host-served core's release and its serve start, and a model's unload against a late
+//! host-served core's release, its serve start and the doorbells rung under it, and a model's unload against a late
 //! binder.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
@@ -736,6 +736,51 @@ fn host_served_core_model(hand_back: bool) {
         core.gate.notify();
         device.join().unwrap();
     });
+}
+
+/// A device thread's poll of a core that a host thread starts to serve (`nrt_sim`:
+/// `CoreShared::poll_unserved`, `host_serves`; a synchronous caller serves its core, then
+/// rings). The device thread decided to poll on a look at the flag taken before the host
+/// thread set it; the host thread then sets the flag, fences and rings. Looking at the flag
+/// again after the doorbell's acquire load, the device thread never takes that doorbell: the
+/// request is the host thread's to run. `second_look: false` (the poll as it was) takes it.
+fn served_doorbell_model(second_look: bool) {
+    use loom::sync::atomic::{AtomicBool, fence};
+    loom::model(move || {
+        let served = Arc::new(AtomicBool::new(false));
+        let doorbell = Arc::new(AtomicU32::new(0));
+        let (s, d) = (served.clone(), doorbell.clone());
+        let device = loom::thread::spawn(move || {
+            // The look that decided to poll the core.
+            if s.load(Ordering::Relaxed) {
+                return false;
+            }
+            if d.load(Ordering::Acquire) == 0 {
+                return false;
+            }
+            // Takes the doorbell unless the second look sees the core served.
+            !(second_look && s.load(Ordering::Relaxed))
+        });
+        served.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        doorbell.fetch_add(1, Ordering::Release);
+        assert!(
+            !device.join().unwrap(),
+            "the device thread took a doorbell rung under the serve flag"
+        );
+    });
+}
+
+#[test]
+fn a_doorbell_rung_under_the_serve_flag_stays_with_the_serving_thread() {
+    served_doorbell_model(true);
+}
+
+/// Without the look after the doorbell the device thread takes it.
+#[test]
+#[should_panic(expected = "took a doorbell rung under the serve flag")]
+fn without_the_second_look_the_device_thread_takes_a_served_doorbell() {
+    served_doorbell_model(false);
 }
 
 #[test]

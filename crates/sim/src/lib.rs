@@ -465,7 +465,7 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
             if !serves(c) {
                 continue;
             }
-            let poll = dev.cores[c].poll(&dev);
+            let poll = dev.cores[c].poll_unserved(&dev);
             match poll {
                 Poll::Progressed => progressed = true,
                 Poll::Stalled => stalled = true,
