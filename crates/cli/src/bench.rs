@@ -13,6 +13,7 @@ use nrt_runtime::builtin::near_null;
 use nrt_runtime::{
     LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, SyncOnCaller, TensorSet,
 };
+use nrt_sim::SoftDevice;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -709,6 +710,23 @@ impl Drop for CoTenant {
     }
 }
 
+/// Runs `f` (a row on a runtime of `dev`) and notes beside it the share of a vCPU that the
+/// device's threads used over the row, warm-up included: a device thread spinning while its
+/// caller runs the core itself (sync near-null) shows here, not in the caller's figures.
+fn noting_device_threads(dev: &SoftDevice, f: impl FnOnce() -> Res<Row>) -> Res<Row> {
+    let cpu = || dev.thread_cpu_times().iter().sum::<Duration>();
+    let (cpu0, t0) = (cpu(), Instant::now());
+    let mut r = f()?;
+    let share = cpu().saturating_sub(cpu0).as_secs_f64() / t0.elapsed().as_secs_f64().max(1e-9);
+    let note = format!("device threads {:.0}% of a vCPU", share * 100.0);
+    r.note = if r.note.is_empty() {
+        note
+    } else {
+        format!("{}; {note}", r.note)
+    };
+    Ok(r)
+}
+
 /// A sample model compiled for `cores` cores, run synchronously on a runtime of that many
 /// logical cores.
 fn compute_row(label: &str, onnx: &[u8], cores: u32, seconds: f64) -> Res<Row> {
@@ -1044,14 +1062,16 @@ pub fn main(a: &BenchArgs) -> Res<()> {
         };
         let r = match s {
             Surface::Sync => {
-                let (_d, rt) = session::runtime(Some(lnc))?;
+                let (d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &ncm, 0)?;
-                sync_rows(&rt, &m, "near-null", cores, seconds)?
+                noting_device_threads(&d, || sync_rows(&rt, &m, "near-null", cores, seconds))?
             }
             Surface::Explicit => {
-                let (_d, rt) = session::runtime(Some(lnc))?;
+                let (d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &ncm, 0)?;
-                explicit_rows(&rt, &m, "near-null", depth.max(1), seconds)?
+                noting_device_threads(&d, || {
+                    explicit_rows(&rt, &m, "near-null", depth.max(1), seconds)
+                })?
             }
             Surface::Implicit => implicit_rows("near-null", &ncm, depth.max(1), seconds)?,
         };
@@ -1080,9 +1100,12 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             &mut rows,
         );
         {
-            let (_d, rt) = session::runtime(Some(base_config()?))?;
+            let (d, rt) = session::runtime(Some(base_config()?))?;
             let m = session::load(&rt, &near_null(1), 0)?;
-            emit(sync_rows(&rt, &m, "near-null", 1, seconds)?, &mut rows);
+            emit(
+                noting_device_threads(&d, || sync_rows(&rt, &m, "near-null", 1, seconds))?,
+                &mut rows,
+            );
             let (ins, outs, _k) = session::io_tensors(&rt, &m)?;
             let mut hi = TensorSet::new();
             let mut ho = TensorSet::new();
@@ -1095,15 +1118,27 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             hi.add("x", &x);
             ho.add("y", &y);
             let _ = (ins, outs);
-            let t = time_calls(seconds, || {
-                rt.execute(&m, &hi, &ho).map_err(|e| e.to_string())
+            let r = noting_device_threads(&d, || {
+                let t = time_calls(seconds, || {
+                    rt.execute(&m, &hi, &ho).map_err(|e| e.to_string())
+                })?;
+                Ok(row(
+                    "near-null",
+                    "sync-host",
+                    1,
+                    1,
+                    t,
+                    "host tensors, cloned",
+                ))
             })?;
-            emit(
-                row("near-null", "sync-host", 1, 1, t, "host tensors, cloned"),
-                &mut rows,
-            );
-            for d in [1, 2, 4, 8, 16, 32] {
-                emit(explicit_rows(&rt, &m, "near-null", d, seconds)?, &mut rows);
+            emit(r, &mut rows);
+            for depth in [1, 2, 4, 8, 16, 32] {
+                emit(
+                    noting_device_threads(&d, || {
+                        explicit_rows(&rt, &m, "near-null", depth, seconds)
+                    })?,
+                    &mut rows,
+                );
             }
         }
         for surface in ["sync", "explicit", "implicit"] {
@@ -1125,15 +1160,21 @@ pub fn main(a: &BenchArgs) -> Res<()> {
         // beside the quiet figures above.
         {
             let _busy = CoTenant::start()?;
-            let (_d, rt) = session::runtime(Some(base_config()?))?;
+            let (d, rt) = session::runtime(Some(base_config()?))?;
             let m = session::load(&rt, &near_null(1), 0)?;
-            let mut r = sync_rows(&rt, &m, "near-null", 1, seconds)?;
+            let mut r = noting_device_threads(&d, || {
+                let mut r = sync_rows(&rt, &m, "near-null", 1, seconds)?;
+                r.note = "one busy-looping process beside".into();
+                Ok(r)
+            })?;
             r.surface = "sync-cotenant".into();
-            r.note = "one busy-looping process beside".into();
             emit(r, &mut rows);
-            let mut r = explicit_rows(&rt, &m, "near-null", 8, seconds)?;
+            let mut r = noting_device_threads(&d, || {
+                let mut r = explicit_rows(&rt, &m, "near-null", 8, seconds)?;
+                r.note = "one busy-looping process beside".into();
+                Ok(r)
+            })?;
             r.surface = "explicit-cotenant".into();
-            r.note = "one busy-looping process beside".into();
             emit(r, &mut rows);
         }
         // Compute: the sample models on one core and split across two (the caller's CPU
