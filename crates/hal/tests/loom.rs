@@ -1,8 +1,8 @@
 //! Loom models of the lock-free protocols the runtime and the device share: the SPSC ring,
 //! the notification plane (and its watch), the park handshake, the completion wake, the
 //! admission gate of handles, the slot ticket, the per-execution eventfd handshake, the
-//! host-served core's release, its serve start and the doorbells rung under it, and a model's unload against a late
-//! binder.
+//! host-served core's release, its serve start and the doorbells rung under it, and a
+//! model's unload against a late binder.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
 //! (`.ci/run` does, with `LOOM_MAX_PREEMPTIONS=3`).
