@@ -710,7 +710,13 @@ fn compile_path(
     };
     let c = nrt_compiler::compile_file(path, &opts)
         .map_err(|e| RtError::invalid(format!("compiling {}: {e}", path.display())))?;
-    Ok(c.model.encode())
+    c.model.try_encode().map_err(|_| {
+        RtError::invalid(format!(
+            "compiling {}: the compiled model's image ({} bytes of constants) does not fit in memory",
+            path.display(),
+            c.model.constants.len()
+        ))
+    })
 }
 
 #[pymethods]
@@ -1247,7 +1253,13 @@ fn compile<'py>(
                     cores,
                     ..CompileOptions::default()
                 };
-                nrt_compiler::compile(&b, None, &opts).map(|c| c.model.encode())
+                let c = nrt_compiler::compile(&b, None, &opts).map_err(|e| e.to_string())?;
+                c.model.try_encode().map_err(|_| {
+                    format!(
+                        "the compiled model's image ({} bytes of constants) does not fit in memory",
+                        c.model.constants.len()
+                    )
+                })
             })
             .map_err(|e| invalid(format!("compiling <bytes>: {e}")))?,
     };

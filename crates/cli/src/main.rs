@@ -160,7 +160,7 @@ fn compile(a: &CompileArgs) -> Res<()> {
     let (input, out) = (&a.model, &a.output);
     let opts = session::compile_options(&a.compile)?;
     let c = session::compile_with_progress(input, &opts)?;
-    std::fs::write(out, c.model.encode()).map_err(|e| format!("writing {out}: {e}"))?;
+    std::fs::write(out, session::image(&c.model)?).map_err(|e| format!("writing {out}: {e}"))?;
     println!("compiled {input} -> {out}");
     print!("{}", c.report);
     Ok(())
@@ -230,7 +230,7 @@ fn run(a: &RunArgs) -> Res<()> {
             }
         }
         session::Prepared {
-            ncm: c.model.encode(),
+            ncm: session::image(&c.model)?,
             report: Some(c.report),
         }
     } else {

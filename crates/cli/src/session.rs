@@ -121,12 +121,23 @@ pub fn compile_specializing(
     }
 }
 
+/// The NCM image of a compiled model, or an error saying it does not fit in memory (its
+/// constants' size came from the model file).
+pub fn image(m: &nrt_model::CompiledModel) -> Res<Vec<u8>> {
+    m.try_encode().map_err(|_| {
+        format!(
+            "the compiled model's image ({} bytes of constants) does not fit in memory",
+            m.constants.len()
+        )
+    })
+}
+
 /// Compiles an `.onnx` file, or reads a compiled model.
 pub fn prepare(path: &str, opts: &CompileOptions) -> Res<Prepared> {
     if path.ends_with(".onnx") {
         let c = compile_with_progress(path, opts)?;
         Ok(Prepared {
-            ncm: c.model.encode(),
+            ncm: image(&c.model)?,
             report: Some(c.report),
         })
     } else {

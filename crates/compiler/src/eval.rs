@@ -269,13 +269,13 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
             let b = view(k(1), s, 0, &broadcast_strides(&k(1).shape, s));
             if is_float(a.dtype) {
                 let (x, y) = (a.to_f32s(), b.to_f32s());
-                let v = x.iter().zip(&y).map(|(&p, &q)| (p % q) as f64);
+                let v = x.iter().zip(y.iter()).map(|(&p, &q)| (p % q) as f64);
                 return one(HostTensor::from_f64s(a.dtype, s.clone(), v));
             }
             let (x, y) = (a.to_i64s(), b.to_i64s());
             let v = x
                 .iter()
-                .zip(&y)
+                .zip(y.iter())
                 .map(|(&p, &q)| {
                     if q == 0 {
                         0
@@ -308,7 +308,8 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
         }
         "Where" => {
             let s = &o0.shape;
-            let cond = view(k(0), s, 0, &broadcast_strides(&k(0).shape, s)).to_i64s();
+            let cond = view(k(0), s, 0, &broadcast_strides(&k(0).shape, s));
+            let cond = cond.to_i64s();
             let a = view(k(1), s, 0, &broadcast_strides(&k(1).shape, s));
             let b = view(k(2), s, 0, &broadcast_strides(&k(2).shape, s));
             let data = match (&a.data, &b.data) {
@@ -363,7 +364,7 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
             let inner: usize = x.shape[axis + 1..].iter().product();
             let mut positions = Vec::with_capacity(outer * idx.len() * inner);
             for o in 0..outer {
-                for &i in &idx {
+                for &i in idx.iter() {
                     let i = if i < 0 { i + a as i64 } else { i } as usize;
                     for j in 0..inner {
                         positions.push(((o * a + i) * inner + j) as i64);
@@ -493,10 +494,10 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
                         "Relu" => |v| v.max(0),
                         _ => return Ok(None),
                     };
-                    let v = x.to_i64s().into_iter().map(f).collect();
+                    let v = x.to_i64s().iter().map(|&v| f(v)).collect();
                     return one(HostTensor::ints(x.dtype, x.shape.clone(), v));
                 }
-                let v = x.to_f32s().into_iter().map(f).collect();
+                let v = x.to_f32s().iter().map(|&v| f(v)).collect();
                 return one(HostTensor::f32(x.shape.clone(), v).cast(x.dtype));
             }
             if op == "Constant" {

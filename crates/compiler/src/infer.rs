@@ -28,6 +28,55 @@ fn inherit_guard(g: &mut Graph, at: usize, count: usize, guard: Option<Guard>) {
     }
 }
 
+/// Whether node `c`'s fold (outputs `outs`) may run on the host: its working set
+/// ([`nrt_hal::tuning::FOLD_WORKING_SET_FACTOR`] × its outputs' host bytes, plus a copy of its
+/// inputs) must be memory the host can give now (see [`crate::tensor::host_can_hold`]). A fold it cannot hold stays on
+/// the device when the device computes the operator; otherwise the error says why.
+fn fold_fits_host(c: &Ctx, outs: &[crate::params::Out], def: &ops::OpDef) -> Result<bool> {
+    let held = |o: &crate::params::Out| {
+        let per = if crate::tensor::is_float(o.dtype) {
+            4
+        } else {
+            8
+        };
+        o.shape
+            .iter()
+            .try_fold(per, |a: usize, &d| a.checked_mul(d))
+            .unwrap_or(usize::MAX)
+    };
+    // Some folds also copy an input whole (a reduction's values as f32).
+    let inputs = (0..c.n.inputs.len())
+        .filter_map(|i| c.konst(i))
+        .map(|t| {
+            t.len()
+                .saturating_mul(if matches!(t.data, crate::tensor::Data::F32(_)) {
+                    4
+                } else {
+                    8
+                })
+        })
+        .fold(0usize, usize::saturating_add);
+    let bytes = outs
+        .iter()
+        .map(held)
+        .fold(0usize, usize::saturating_add)
+        .saturating_mul(nrt_hal::tuning::FOLD_WORKING_SET_FACTOR)
+        .saturating_add(inputs);
+    if crate::tensor::host_can_hold(bytes) {
+        return Ok(true);
+    }
+    if !matches!(def.fold, Fold::Only) && def.check_device_dtypes(c).is_ok() {
+        return Ok(false);
+    }
+    Err(c.e(
+        ErrorKind::TooLarge,
+        format!(
+            "folding this node on the host needs ~{bytes} bytes, more than the host can give \
+             now, and the device cannot compute it instead"
+        ),
+    ))
+}
+
 /// Infers every value's type and shape and folds what can be computed at compile time.
 pub fn infer(g: &mut Graph) -> Result<()> {
     infer_span(g, 0, 0)
@@ -108,7 +157,7 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
                 ),
             ));
         }
-        let outs = (def.infer)(&c)?;
+        let mut outs = (def.infer)(&c)?;
         // One size budget for every value, checked before anything of that size is folded,
         // planned or emitted (D5, D7): shapes come from the model and may be anything.
         for (k, o) in outs.iter().enumerate() {
@@ -125,15 +174,14 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
             .inputs
             .iter()
             .all(|i| i.is_none_or(|v| g.values[v].konst.is_some()));
-        let folded: Option<Vec<HostTensor>> = if outs.iter().all(|o| o.konst.is_some()) {
-            Some(
-                outs.iter()
-                    .map(|o| o.konst.clone().expect("checked"))
-                    .collect(),
-            )
+        // Moved, never copied: a folded value may be gigabytes (only the host-memory
+        // admission below bounds it).
+        let mut folded: Option<Vec<HostTensor>> = if outs.iter().all(|o| o.konst.is_some()) {
+            Some(outs.iter_mut().filter_map(|o| o.konst.take()).collect())
         } else if all_const
             && !matches!(def.fold, Fold::Never)
             && n.inputs.iter().any(|i| i.is_some())
+            && fold_fits_host(&c, &outs, def)?
         {
             match crate::eval::eval(&c, &outs) {
                 Ok(f) => f,
@@ -181,8 +229,15 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
             let v = &mut g.values[id];
             v.dtype = o.dtype;
             v.shape = o.shape.clone();
-            v.konst = match &folded {
-                Some(f) => Some(Rc::new(f[k].clone())),
+            v.konst = match &mut folded {
+                Some(f) => f.get_mut(k).map(|t| {
+                    let empty = HostTensor {
+                        dtype: t.dtype,
+                        shape: Vec::new(),
+                        data: crate::tensor::Data::F32(Vec::new()),
+                    };
+                    Rc::new(std::mem::replace(t, empty))
+                }),
                 // An output known whatever the inputs (Dropout's inference mask).
                 None => o.konst.clone().map(Rc::new),
             };

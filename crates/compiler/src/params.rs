@@ -133,7 +133,7 @@ impl<'a> Ctx<'a> {
             None => Ok(None),
             Some(v) if v.elements() == 0 && v.konst.is_none() => Ok(Some(Vec::new())),
             Some(v) => match &v.konst {
-                Some(t) => Ok(Some(t.to_i64s())),
+                Some(t) => Ok(Some(t.to_i64s().into_owned())),
                 None => Err(self.not_constant(v, what)),
             },
         }
@@ -144,7 +144,7 @@ impl<'a> Ctx<'a> {
         match self.opt(i) {
             None => Ok(None),
             Some(v) => match &v.konst {
-                Some(t) => Ok(Some(t.to_f32s())),
+                Some(t) => Ok(Some(t.to_f32s().into_owned())),
                 None => Err(self.not_constant(v, what)),
             },
         }

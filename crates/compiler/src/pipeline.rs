@@ -294,7 +294,18 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         }
     }
     let model = builder.build();
-    let model = CompiledModel::decode(&model.encode()).map_err(|e| {
+    let image = model.try_encode().map_err(|_| {
+        CompileError::new(
+            ErrorKind::TooLarge,
+            format!(
+                "the compiled model's image ({} bytes of constants) does not fit in the \
+                 compiler's memory",
+                model.constants.len()
+            ),
+        )
+    })?;
+    drop(model);
+    let model = CompiledModel::decode(&image).map_err(|e| {
         CompileError::new(
             ErrorKind::Internal,
             format!("the emitted model does not validate: {e:?}"),

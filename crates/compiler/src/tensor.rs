@@ -80,12 +80,23 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
         crate::error::CompileError::new(
             ErrorKind::TooLarge,
             format!(
-                "{what}: {n} elements do not fit in the compiler's memory ({} bytes requested)",
+                "{what}: {} bytes ({n} elements) do not fit in the compiler's memory",
                 n.saturating_mul(size_of::<T>())
             ),
         )
     })?;
     Ok(v)
+}
+
+/// Whether the host can give the compiler `bytes` more bytes now: the same checks as
+/// [`try_vec`] (the host's `MemAvailable`, then a fallible reservation, which an address-space
+/// limit refuses), made by reserving and releasing at once. Nothing is touched, so the probe
+/// costs a map and an unmap; below [`nrt_hal::tuning::HOST_ALLOC_BACKING_CHECK_BYTES`] it is
+/// skipped. For work whose allocations are too many to make each fallible (the host
+/// evaluator's views and copies): it is admitted with its whole working set up front.
+pub fn host_can_hold(bytes: usize) -> bool {
+    bytes < nrt_hal::tuning::HOST_ALLOC_BACKING_CHECK_BYTES as usize
+        || try_vec::<u8>(bytes, "host memory probe").is_ok()
 }
 
 /// Whether values of `d` are held as `f32` (double too: the device computes it in f32, so
@@ -297,19 +308,20 @@ impl HostTensor {
         }
     }
 
-    /// The values as `f32`s.
-    pub fn to_f32s(&self) -> Vec<f32> {
+    /// The values as `f32`s: borrowed when they are held as such (a weight may be
+    /// gigabytes; the lowering reads it without a copy), converted otherwise.
+    pub fn to_f32s(&self) -> std::borrow::Cow<'_, [f32]> {
         match &self.data {
-            Data::F32(v) => v.clone(),
-            Data::I64(v) => v.iter().map(|&x| x as f32).collect(),
+            Data::F32(v) => v.as_slice().into(),
+            Data::I64(v) => v.iter().map(|&x| x as f32).collect::<Vec<_>>().into(),
         }
     }
 
-    /// The values as `i64`s (floats truncate).
-    pub fn to_i64s(&self) -> Vec<i64> {
+    /// The values as `i64`s (floats truncate): borrowed when they are held as such.
+    pub fn to_i64s(&self) -> std::borrow::Cow<'_, [i64]> {
         match &self.data {
-            Data::F32(v) => v.iter().map(|&x| x as i64).collect(),
-            Data::I64(v) => v.clone(),
+            Data::F32(v) => v.iter().map(|&x| x as i64).collect::<Vec<_>>().into(),
+            Data::I64(v) => v.as_slice().into(),
         }
     }
 
@@ -367,6 +379,19 @@ impl HostTensor {
     /// The device encoding: little-endian elements of `dtype`.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len() * self.dtype.size());
+        self.write_bytes(&mut out);
+        out
+    }
+
+    /// [`HostTensor::to_bytes`] for a tensor whose size comes from the model: allocated
+    /// fallibly, else a "too large" error naming `what`.
+    pub fn try_to_bytes(&self, what: &str) -> Result<Vec<u8>> {
+        let mut out = try_vec(self.len().saturating_mul(self.dtype.size()), what)?;
+        self.write_bytes(&mut out);
+        Ok(out)
+    }
+
+    fn write_bytes(&self, out: &mut Vec<u8>) {
         match &self.data {
             Data::F32(v) => {
                 for &x in v {
@@ -385,7 +410,6 @@ impl HostTensor {
                 }
             }
         }
-        out
     }
 
     /// Reads the device encoding of `dtype`.

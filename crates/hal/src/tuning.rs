@@ -485,6 +485,13 @@ pub const KERNEL_CHUNK_ELEMS: usize = 512;
 
 //===--- compiler -------------------------------------------------------------------------===//
 
+/// The host evaluator (constant folding) is admitted for a node only if the host could hold
+/// this many times its outputs' host bytes (`f32` or `i64` values): its inputs' views
+/// broadcast to the output's shape, their converted copies, the result and its cast are at
+/// most four such tensors (a binary op's path). A fold the host cannot hold stays on the
+/// device, which computes it at run time from the smaller constants it came from.
+pub const FOLD_WORKING_SET_FACTOR: usize = 4;
+
 /// Most rows (per operand) the compiler's hazard analysis enumerates to tell apart two
 /// accesses whose extents overlap (`nrt_isa::AccessPattern::may_overlap`); an operand
 /// with more is compared by one level of rows, which may order two disjoint accesses. The

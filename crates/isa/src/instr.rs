@@ -405,6 +405,8 @@ pub mod qmatmul_layout {
     }
 
     /// Packs the `k × n` matrix `get(p, j)` (its bytes as stored; `signed`: i8, else u8).
+    /// `None` on overflow, or when the host cannot give the packed bytes (the compiler then
+    /// keeps the weight unpacked).
     pub fn pack(
         k: usize,
         n: usize,
@@ -413,7 +415,10 @@ pub mod qmatmul_layout {
     ) -> Option<Vec<u8>> {
         let np = padded_columns(n)?;
         let k4 = k.div_ceil(4);
-        let mut out = vec![0u8; packed_len(k, n)?];
+        let len = packed_len(k, n)?;
+        let mut out = Vec::new();
+        out.try_reserve_exact(len).ok()?;
+        out.resize(len, 0u8);
         let flip = if signed { 0 } else { 0x80 };
         for j in 0..n {
             let mut sum = 0i32;

@@ -117,6 +117,29 @@ impl ModelBuilder {
         })
     }
 
+    /// Bytes of constant data added so far.
+    pub fn constants_len(&self) -> usize {
+        self.constants.len()
+    }
+
+    /// [`ModelBuilder::constant`] for data whose size comes from a model (the compiler's
+    /// constants): the room is reserved fallibly first, so a host out of memory (or an
+    /// address-space limit) is an error the caller reports, not an abort.
+    pub fn try_constant(
+        &mut self,
+        bytes: &[u8],
+        align: u64,
+    ) -> Result<u32, std::collections::TryReserveError> {
+        let offset = self.constants.len().next_multiple_of(align as usize);
+        let grow = (offset - self.constants.len()).saturating_add(bytes.len());
+        // The amortized growth first (doubling keeps many constants linear); when the host
+        // cannot give that much, exactly what this one needs.
+        if self.constants.try_reserve(grow).is_err() {
+            self.constants.try_reserve_exact(grow)?;
+        }
+        Ok(self.constant(bytes, align))
+    }
+
     /// Adds a scratch placement (`MR_VIRTUAL_TMP_BUF`) at `offset` of the arena.
     pub fn scratch(&mut self, offset: u64, size: u64, align: u64) -> u32 {
         self.mem_ref(MemRef {

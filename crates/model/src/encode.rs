@@ -73,28 +73,30 @@ fn blocks(m: &CompiledModel) -> Vec<u8> {
     s
 }
 
-pub(crate) fn encode(m: &CompiledModel) -> Vec<u8> {
-    let sections: Vec<(u32, Vec<u8>)> = vec![
-        (section::META, meta(m)),
-        (section::IO, io(m)),
-        (section::PLAN, plan(m)),
-        (section::BLOCKS, blocks(m)),
-        (section::CONSTANTS, m.constants.clone()),
+/// The NCM image of `m`. Its size comes from the model (the constants may be gigabytes), so
+/// the one buffer it is written into is reserved fallibly, at its final size: the constants
+/// are copied once, straight into it.
+pub(crate) fn encode(m: &CompiledModel) -> Result<Vec<u8>, std::collections::TryReserveError> {
+    let sections: [(u32, std::borrow::Cow<'_, [u8]>); 5] = [
+        (section::META, meta(m).into()),
+        (section::IO, io(m).into()),
+        (section::PLAN, plan(m).into()),
+        (section::BLOCKS, blocks(m).into()),
+        (section::CONSTANTS, m.constants.as_slice().into()),
     ];
     let table_end = HEADER_SIZE + sections.len() * SECTION_ENTRY_SIZE;
-    let mut body = Vec::new();
+    let body_at = table_end.next_multiple_of(8);
     let mut table = Vec::new();
-    let mut at = table_end.next_multiple_of(8);
+    let mut at = body_at;
     for (kind, data) in &sections {
         table.extend_from_slice(&kind.to_le_bytes());
         table.extend_from_slice(&0u32.to_le_bytes());
         table.extend_from_slice(&(at as u64).to_le_bytes());
         table.extend_from_slice(&(data.len() as u64).to_le_bytes());
-        body.extend_from_slice(data);
-        pad8(&mut body);
-        at = table_end.next_multiple_of(8) + body.len();
+        at = at.saturating_add(data.len()).next_multiple_of(8);
     }
-    let mut out = Vec::with_capacity(table_end.next_multiple_of(8) + body.len());
+    let mut out = Vec::new();
+    out.try_reserve_exact(at)?;
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
     out.extend_from_slice(&VERSION_MINOR.to_le_bytes());
@@ -107,10 +109,14 @@ pub(crate) fn encode(m: &CompiledModel) -> Vec<u8> {
     out.resize(HEADER_SIZE, 0);
     out.extend_from_slice(&table);
     pad8(&mut out);
-    out.extend_from_slice(&body);
+    for (_, data) in &sections {
+        out.extend_from_slice(data);
+        pad8(&mut out);
+    }
+    debug_assert_eq!(out.len(), at);
     let size = out.len() as u64;
     out[16..24].copy_from_slice(&size.to_le_bytes());
     let crc = crc32fast::hash(&out);
     out[32..36].copy_from_slice(&crc.to_le_bytes());
-    out
+    Ok(out)
 }

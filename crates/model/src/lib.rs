@@ -307,7 +307,21 @@ impl CompiledModel {
     /// The encoder writes what it is given; [`CompiledModel::decode`] of the result applies
     /// every validation, so a producer that builds an invalid model learns it on the round
     /// trip (the compiler does that before writing a file).
+    ///
+    /// For a model of a known, small size (a test's, a built-in one); a model whose size came
+    /// from a file is written with [`CompiledModel::try_encode`].
     pub fn encode(&self) -> Vec<u8> {
+        encode::encode(self).unwrap_or_else(|_| {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<u8>(self.constants.len())
+                    .unwrap_or(std::alloc::Layout::new::<u8>()),
+            )
+        })
+    }
+
+    /// [`CompiledModel::encode`], failing instead of aborting when the host cannot give the
+    /// image's memory (its size is the model's constants, which came from a file).
+    pub fn try_encode(&self) -> Result<Vec<u8>, std::collections::TryReserveError> {
         encode::encode(self)
     }
 }

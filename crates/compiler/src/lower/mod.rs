@@ -194,9 +194,20 @@ impl<'a> Lowerer<'a> {
         vaddr(TEMP_BASE + id, 0)
     }
 
-    pub(crate) fn add_const(&mut self, t: &HostTensor) -> u64 {
-        let mr = self.b.constant(&t.to_bytes(), 64);
-        vaddr(mr, 0)
+    pub(crate) fn add_const(&mut self, t: &HostTensor) -> Result<u64> {
+        let bytes = t.try_to_bytes("a constant")?;
+        let mr = self.b.try_constant(&bytes, 64).map_err(|_| {
+            CompileError::new(
+                ErrorKind::TooLarge,
+                format!(
+                    "a constant of {} bytes does not fit in the compiler's memory beside the \
+                     {} bytes of constants before it",
+                    bytes.len(),
+                    self.b.constants_len()
+                ),
+            )
+        })?;
+        Ok(vaddr(mr, 0))
     }
 
     /// Emits `f` over views of one shared shape, merging and looping dimensions.
@@ -341,10 +352,10 @@ impl<'a> Lowerer<'a> {
     }
 
     /// A compile-time scalar broadcast to `shape`.
-    pub(crate) fn scalar(&mut self, v: f32, shape: &[usize]) -> View {
-        let a = self.add_const(&HostTensor::f32(vec![1], vec![v]));
+    pub(crate) fn scalar(&mut self, v: f32, shape: &[usize]) -> Result<View> {
+        let a = self.add_const(&HostTensor::f32(vec![1], vec![v]))?;
         // Rank-matched ones (a rank-0 `shape` included), then broadcast.
-        View::dense(a, DType::F32, &vec![1; shape.len()]).broadcast(shape)
+        Ok(View::dense(a, DType::F32, &vec![1; shape.len()]).broadcast(shape))
     }
 
     /// Allocates output `o` and copies `src` into it on `engine`.

@@ -21,7 +21,7 @@ impl<'a> Lowerer<'a> {
                 Some(&a) => a,
                 None => {
                     let k = k.clone();
-                    let a = self.add_const(&k);
+                    let a = self.add_const(&k)?;
                     self.const_addr.insert(v, a);
                     a
                 }

@@ -93,7 +93,7 @@ impl<'a> Lowerer<'a> {
         let b = if n.op == "BitwiseNot" {
             // x ^ all-ones: −1 in the compute type, whose low bits are all ones in every
             // narrower type.
-            let m = self.add_const(&HostTensor::ints(cd, vec![1], vec![-1]));
+            let m = self.add_const(&HostTensor::ints(cd, vec![1], vec![-1]))?;
             View::dense(m, cd, &[1]).broadcast(oshape)
         } else {
             let b = self.input_view(n, 1)?;

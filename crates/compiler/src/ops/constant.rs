@@ -6,7 +6,7 @@
 use super::{Fold, Registry};
 use crate::error::{ErrorKind, Result};
 use crate::params::{Ctx, Out, konst};
-use crate::tensor::{HostTensor, dtype_from_onnx, onnx_type_name};
+use crate::tensor::{HostTensor, dtype_from_onnx, onnx_type_name, try_vec};
 
 pub(super) fn register(r: &mut Registry) {
     r.op("Constant", 1, infer_constant);
@@ -139,14 +139,15 @@ pub(crate) fn infer_mel_weight_matrix(c: &Ctx) -> Result<Vec<Out>> {
     let mel = |hz: f32| 2595f32 * (1f32 + hz / 700f32).log10();
     let (lo_mel, hi_mel) = (mel(lo), mel(hi));
     let step = (hi_mel - lo_mel) / (mels + 2) as f32;
-    let edges: Vec<i64> = (0..mels + 2)
-        .map(|i| {
-            let m = i as f64 * step as f64 + lo_mel as f64;
-            let hz = 700.0 * (10f64.powf(m / 2595.0) - 1.0);
-            (((dft + 1) as f64 * hz) / rate as f64).floor() as i64
-        })
-        .collect();
-    let mut w = vec![0f64; bins * mels];
+    let at_node = |e: crate::error::CompileError| e.at_node(&n.name, &n.op);
+    let mut edges = try_vec::<i64>(mels + 2, "the band edges").map_err(at_node)?;
+    edges.extend((0..mels + 2).map(|i| {
+        let m = i as f64 * step as f64 + lo_mel as f64;
+        let hz = 700.0 * (10f64.powf(m / 2595.0) - 1.0);
+        (((dft + 1) as f64 * hz) / rate as f64).floor() as i64
+    }));
+    let mut w = try_vec::<f64>(bins * mels, "the output").map_err(at_node)?;
+    w.resize(bins * mels, 0.0);
     let at = |j: i64| -> Result<usize> {
         usize::try_from(j).ok().filter(|&j| j < bins).ok_or_else(|| {
             c.bad_attr(format!(
@@ -170,7 +171,7 @@ pub(crate) fn infer_mel_weight_matrix(c: &Ctx) -> Result<Vec<Out>> {
         }
     }
     let t = HostTensor::try_from_f64s("the output", d, vec![bins, mels], w.into_iter())
-        .map_err(|e| e.at_node(&n.name, &n.op))?;
+        .map_err(at_node)?;
     Ok(vec![konst(t)])
 }
 

@@ -691,14 +691,16 @@ impl<'a> Lowerer<'a> {
                     return Err(c.e(ErrorKind::ShapeMismatch, "BatchNormalization channels"));
                 }
                 let per = wv.elements() / o.max(1);
-                let mut wf = wt.to_f32s();
+                let mut wf = wt.to_f32s().into_owned();
                 for (i, v) in wf.iter_mut().enumerate() {
                     *v *= scale[i / per];
                 }
-                let b0 = c.konst(2).map_or(vec![0.0; o], |t| t.to_f32s());
+                let b0 = c
+                    .konst(2)
+                    .map_or(vec![0.0; o], |t| t.to_f32s().into_owned());
                 let bf: Vec<f32> = (0..o).map(|i| b0[i] * scale[i] + shift[i]).collect();
-                let wa = self.add_const(&HostTensor::f32(wv.shape.clone(), wf));
-                let ba = self.add_const(&HostTensor::f32(vec![o], bf));
+                let wa = self.add_const(&HostTensor::f32(wv.shape.clone(), wf))?;
+                let ba = self.add_const(&HostTensor::f32(vec![o], bf))?;
                 self.skip[j] = true;
                 Some((
                     j,
@@ -868,7 +870,7 @@ impl<'a> Lowerer<'a> {
                     }
                 }
             }
-            self.add_const(&HostTensor::f32(wshape.clone(), dst))
+            self.add_const(&HostTensor::f32(wshape.clone(), dst))?
         } else {
             let w = self.input_view(n, 1)?;
             let t = View::dense(self.temp(o * cg * kh * kw * 4), DType::F32, &wshape);

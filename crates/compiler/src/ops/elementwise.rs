@@ -186,8 +186,8 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_not(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, oshape, .. } = at;
         let x = self.input_view(n, 0)?;
-        let f = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![0]));
-        let t = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![1]));
+        let f = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![0]))?;
+        let t = self.add_const(&HostTensor::ints(DType::Bool, vec![1], vec![1]))?;
         let fv = View::dense(f, DType::Bool, &[1]).broadcast(oshape);
         let tv = View::dense(t, DType::Bool, &[1]).broadcast(oshape);
         let y = self.alloc(o0);
@@ -421,7 +421,7 @@ impl<'a> Lowerer<'a> {
         }
         let tmp = |l: &mut Self, d: DType| View::dense(l.temp(total * d.size()), d, &sh);
         let acc = if odt == cd { y.clone() } else { tmp(self, cd) };
-        let zc = self.add_const(&HostTensor::from_f64s(cd, vec![1], std::iter::once(0.0)));
+        let zc = self.add_const(&HostTensor::from_f64s(cd, vec![1], std::iter::once(0.0)))?;
         let zero = View::dense(zc, cd, &[1]).broadcast(&sh);
         let t = tmp(self, cd);
         self.binary(&a, &b, &t, BinaryOp::Div)?;

@@ -226,7 +226,7 @@ fn index_type(c: &Ctx, i: &Value) -> Result<()> {
 /// Constant indices `i` outside `[-lim, lim)` (per `lim_of` position) are a compile error.
 fn check_const_indices(c: &Ctx, i: usize, lim_of: impl Fn(usize) -> usize) -> Result<()> {
     if let Some(t) = c.konst(i) {
-        for (p, v) in t.to_i64s().into_iter().enumerate() {
+        for (p, &v) in t.to_i64s().iter().enumerate() {
             let lim = lim_of(p) as i64;
             if v < -lim || v >= lim {
                 return Err(c.bad_attr(format!("index {v} is out of range for size {lim}")));
@@ -428,7 +428,7 @@ pub(crate) fn infer_gather(c: &Ctx) -> Result<Vec<Out>> {
     let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
     if let Some(t) = c.konst(1) {
         let lim = x.shape[axis] as i64;
-        if let Some(bad) = t.to_i64s().into_iter().find(|&v| v < -lim || v >= lim) {
+        if let Some(bad) = t.to_i64s().iter().copied().find(|&v| v < -lim || v >= lim) {
             return Err(c.bad_attr(format!("index {bad} is out of range for size {lim}")));
         }
     }
@@ -460,8 +460,8 @@ impl<'a> Lowerer<'a> {
             View::dense(l.temp(sh.iter().product::<usize>() * d.size()), d, sh)
         };
         let neg = tmp(self, DType::Bool, &ishape);
-        let zc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![0]));
-        let dc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![depth as i64]));
+        let zc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![0]))?;
+        let dc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![depth as i64]))?;
         let ones = vec![1usize; ishape.len()];
         let zero = View::dense(zc, DType::I64, &ones).broadcast(&ishape);
         let dv = View::dense(dc, DType::I64, &ones).broadcast(&ishape);
@@ -484,7 +484,7 @@ impl<'a> Lowerer<'a> {
             DType::I64,
             vec![depth],
             (0..depth as i64).collect(),
-        ));
+        ))?;
         let mut rs = vec![1usize; oshape.len()];
         rs[axis] = depth;
         let rv = View::dense(ramp, DType::I64, &rs).broadcast(oshape);
@@ -530,7 +530,7 @@ impl<'a> Lowerer<'a> {
         let len = us[axis];
         let mut rs = vec![1usize; us.len()];
         rs[axis] = len;
-        let ramp = self.add_const(&HostTensor::i64(vec![len], (0..len as i64).collect()));
+        let ramp = self.add_const(&HostTensor::i64(vec![len], (0..len as i64).collect()))?;
         let rv = View::dense(ramp, DType::I64, &rs).broadcast(&us);
         let idx = View::dense(self.temp(total * 8), DType::I64, &us);
         match c.opt(2) {
@@ -552,9 +552,9 @@ impl<'a> Lowerer<'a> {
             // idx mod L, the remainder made non-negative.
             let m = xv.shape[axis] as i64;
             let ones = vec![1usize; us.len()];
-            let mc = self.add_const(&HostTensor::i64(vec![1], vec![m]));
+            let mc = self.add_const(&HostTensor::i64(vec![1], vec![m]))?;
             let mv = View::dense(mc, DType::I64, &ones).broadcast(&us);
-            let zc = self.add_const(&HostTensor::i64(vec![1], vec![0]));
+            let zc = self.add_const(&HostTensor::i64(vec![1], vec![0]))?;
             let zv = View::dense(zc, DType::I64, &ones).broadcast(&us);
             let q = View::dense(self.temp(total * 8), DType::I64, &us);
             self.binary(&idx, &mv, &q, BinaryOp::Div)?;
@@ -788,7 +788,7 @@ impl<'a> Lowerer<'a> {
         for j in (0..k).rev() {
             let dim = x.shape[b + j];
             let table = HostTensor::i64(vec![dim], (0..dim as i64).map(|v| v * stride).collect());
-            let t = self.add_const(&table);
+            let t = self.add_const(&table)?;
             let dst = if j == k - 1 { &rows } else { &part };
             self.emit(
                 0,
@@ -813,7 +813,7 @@ impl<'a> Lowerer<'a> {
             let offs: Vec<i64> = (0..tuples)
                 .map(|t| (t / per_batch.max(1)) as i64 * stride)
                 .collect();
-            let o = self.add_const(&HostTensor::i64(vec![tuples], offs));
+            let o = self.add_const(&HostTensor::i64(vec![tuples], offs))?;
             self.binary(
                 &rows,
                 &View::dense(o, DType::I64, &[tuples]),

@@ -108,7 +108,7 @@ impl<'a> Lowerer<'a> {
     fn gs_outside(&mut self, x: &View, lo: f32, hi: f32) -> Result<View> {
         let sh = x.shape.clone();
         let (a, b) = (self.gs_bool(&sh), self.gs_bool(&sh));
-        let (lv, hv) = (self.scalar(lo, &sh), self.scalar(hi, &sh));
+        let (lv, hv) = (self.scalar(lo, &sh)?, self.scalar(hi, &sh)?);
         self.binary(x, &lv, &a, BinaryOp::Less)?;
         self.binary(x, &hv, &b, BinaryOp::Greater)?;
         self.binary(&a, &b, &a, BinaryOp::Or)?;
@@ -123,7 +123,7 @@ impl<'a> Lowerer<'a> {
         if rng <= 0.0 {
             return self.gs_clamp(x, x, lo, lo);
         }
-        let (lv, hv) = (self.scalar(lo, &sh), self.scalar(hi, &sh));
+        let (lv, hv) = (self.scalar(lo, &sh)?, self.scalar(hi, &sh)?);
         let (below, above) = (self.gs_bool(&sh), self.gs_bool(&sh));
         self.binary(x, &lv, &below, BinaryOp::Less)?;
         self.binary(x, &hv, &above, BinaryOp::Greater)?;
@@ -143,7 +143,7 @@ impl<'a> Lowerer<'a> {
         self.tensor_scalar(&t, &t, BinaryOp::Mul, 2.0)?;
         self.binary(&q, &t, &q, BinaryOp::Sub)?;
         let odd = self.gs_bool(&sh);
-        let half = self.scalar(0.5, &sh);
+        let half = self.scalar(0.5, &sh)?;
         self.binary(&q, &half, &odd, BinaryOp::Greater)?;
         // lo + r and hi − r.
         let (plus, minus) = (self.gs_tmp(&sh), self.gs_tmp(&sh));
@@ -292,7 +292,7 @@ impl<'a> Lowerer<'a> {
                     Padding::Zeros => {
                         let out = self.gs_outside(&pos, 0.0, len - 1.0)?;
                         let m = self.gs_tmp(&gshape);
-                        let (zero, one) = (self.scalar(0.0, &gshape), self.scalar(1.0, &gshape));
+                        let (zero, one) = (self.scalar(0.0, &gshape)?, self.scalar(1.0, &gshape)?);
                         self.select(&out, &zero, &one, &m)?;
                         w = Some(match w {
                             Some(w) => {
@@ -307,7 +307,7 @@ impl<'a> Lowerer<'a> {
                         // int(reflect(i)): truncation toward zero.
                         self.gs_reflect(&pos, lo, hi)?;
                         let (neg, cl) = (self.gs_bool(&gshape), self.gs_tmp(&gshape));
-                        let zero = self.scalar(0.0, &gshape);
+                        let zero = self.scalar(0.0, &gshape)?;
                         self.binary(&pos, &zero, &neg, BinaryOp::Less)?;
                         self.activation(&pos, &cl, None, (ActFunc::Ceil, 0.0, 0.0), 1.0)?;
                         self.activation(&pos, &pos, None, (ActFunc::Floor, 0.0, 0.0), 1.0)?;
@@ -324,7 +324,7 @@ impl<'a> Lowerer<'a> {
                 self.copy(Engine::Dve, &pos, &idx)?;
                 if strides[i] != 1 {
                     let sc =
-                        self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![strides[i]]));
+                        self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![strides[i]]))?;
                     let sv = View::dense(sc, DType::I64, &vec![1; gshape.len()]).broadcast(&gshape);
                     self.binary(&idx, &sv, &idx, BinaryOp::Mul)?;
                 }

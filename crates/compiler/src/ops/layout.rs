@@ -782,10 +782,10 @@ impl<'a> Lowerer<'a> {
                 i64::from(if upper { d >= k } else { d <= k })
             })
             .collect();
-        let m = self.add_const(&HostTensor::ints(DType::Bool, vec![rows, cols], mask));
+        let m = self.add_const(&HostTensor::ints(DType::Bool, vec![rows, cols], mask))?;
         let mv = View::dense(m, DType::Bool, &[rows, cols]).broadcast(oshape);
         let zero = HostTensor::from_f64s(odt, vec![1], std::iter::once(0.0));
-        let z = self.add_const(&zero);
+        let z = self.add_const(&zero)?;
         let zv = View::dense(z, odt, &[1]).broadcast(oshape);
         let x = self.input_sview(n, 0)?;
         let y = self.alloc_any(o0)?;

@@ -287,7 +287,7 @@ impl<'a> Lowerer<'a> {
                     )
                 };
                 let h = HostTensor::from_f64s(dtype, vec![r * c], nk);
-                let a = self.add_const(&h);
+                let a = self.add_const(&h).ok()?;
                 self.cast_addr.insert(v, a);
                 a
             }
@@ -402,7 +402,7 @@ impl<'a> Lowerer<'a> {
                     matmul_flags::pack_b(k, n, nr, get, &mut out);
                     HostTensor::f32(vec![len], out)
                 };
-                let a = self.add_const(&h);
+                let a = self.add_const(&h).ok()?;
                 self.packed_addr.insert(key, a);
                 a
             }
@@ -801,7 +801,7 @@ impl<'a> Lowerer<'a> {
                     Some(self.sview(c)?)
                 } else if let Some(t) = g.values[c].konst.as_deref() {
                     let scaled: Vec<f32> = t.to_f32s().iter().map(|v| v * beta).collect();
-                    let addr = self.add_const(&HostTensor::f32(t.shape.clone(), scaled));
+                    let addr = self.add_const(&HostTensor::f32(t.shape.clone(), scaled))?;
                     Some(View::dense(addr, DType::F32, &t.shape))
                 } else {
                     None

@@ -437,8 +437,8 @@ impl<'a> Lowerer<'a> {
         // (and a following activation) as one ACT pass in place.
         let (scale, shift) = bn_affine(&c)?;
         let ch = scale.len();
-        let sa = self.add_const(&HostTensor::f32(vec![ch], scale));
-        let sb = self.add_const(&HostTensor::f32(vec![ch], shift));
+        let sa = self.add_const(&HostTensor::f32(vec![ch], scale))?;
+        let sb = self.add_const(&HostTensor::f32(vec![ch], shift))?;
         let xi = n.inputs[0].expect("p");
         let x = self.sview(xi)?;
         let mut cs = vec![0i64; oshape.len()];
@@ -514,7 +514,7 @@ impl<'a> Lowerer<'a> {
                 count_include_pad: true,
             },
         );
-        let b = self.add_const(&HostTensor::f32(vec![1], vec![bias]));
+        let b = self.add_const(&HostTensor::f32(vec![1], vec![bias]))?;
         let bv = View::dense(b, DType::F32, &[1]).broadcast(&x.shape);
         self.activation(&mean, &mean, Some(&bv), (ActFunc::Log, 0.0, 0.0), alpha)?;
         self.activation(&mean, &mean, None, (ActFunc::Exp, 0.0, 0.0), -beta)?;
@@ -555,8 +555,8 @@ impl<'a> Lowerer<'a> {
         let (gamma, beta) = if per_group {
             (grid(&scale, [0, 1, 0]), grid(&bias, [0, 1, 0]))
         } else {
-            let one = self.scalar(1.0, &sh);
-            (one, self.scalar(0.0, &sh))
+            let one = self.scalar(1.0, &sh)?;
+            (one, self.scalar(0.0, &sh)?)
         };
         let dense = [(groups * d) as i64, d as i64, 1];
         let (xa, ya) = (grid(&x, dense), grid(&y, dense));
@@ -606,7 +606,7 @@ impl<'a> Lowerer<'a> {
         self.activation(&x2, &sq, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;
         let ms = View::dense(self.temp(outer * 4), DType::F32, &[outer, 1]);
         self.reduce(&c, &sq, &ms, Some(&[1]), ReduceOp::Mean)?;
-        let e = self.scalar(eps, &[outer, 1]);
+        let e = self.scalar(eps, &[outer, 1])?;
         self.activation(&ms, &ms, Some(&e), (ActFunc::Rsqrt, 0.0, 0.0), 1.0)?;
         let y2 = View::dense(y.addr, y.dtype, &[outer, d]);
         self.binary(&x2, &ms.broadcast(&[outer, d]), &y2, BinaryOp::Mul)?;

@@ -170,7 +170,7 @@ impl<'a> Lowerer<'a> {
             DType::I64,
             padded.clone(),
             ramp,
-        ));
+        ))?;
         let ramp = View::dense(ra, DType::I64, &padded);
         let y = self.sview(o0)?;
         let total: usize = oshape.iter().product();
@@ -198,7 +198,7 @@ impl<'a> Lowerer<'a> {
             DType::I64,
             vec![nb, ch],
             base,
-        ));
+        ))?;
         let mut bs = vec![nb, ch];
         bs.resize(oshape.len(), 1);
         let bv = View::dense(ba, DType::I64, &bs).broadcast(&oshape);

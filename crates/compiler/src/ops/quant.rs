@@ -397,10 +397,10 @@ impl<'a> Lowerer<'a> {
         let addr = match self.qpacked_addr.get(&v) {
             Some(&a) => a,
             None => {
-                let bytes = t.to_bytes();
+                let bytes = t.try_to_bytes("an int8 weight").ok()?;
                 let packed =
                     qmatmul_layout::pack(k, n, dtype == DType::I8, |p, j| bytes[p * n + j])?;
-                let a = nrt_model::vaddr(self.b.constant(&packed, 64), 0);
+                let a = nrt_model::vaddr(self.b.try_constant(&packed, 64).ok()?, 0);
                 self.qpacked_addr.insert(v, a);
                 a
             }
@@ -736,7 +736,7 @@ impl<'a> Lowerer<'a> {
             let outer: usize = xshape[..a].iter().product();
             let inner: usize = xshape[a + 1..].iter().product();
             let idx: Vec<i64> = (0..d).map(|j| (j / b) as i64).collect();
-            let ia = self.add_const(&crate::tensor::HostTensor::i64(vec![d], idx));
+            let ia = self.add_const(&crate::tensor::HostTensor::i64(vec![d], idx))?;
             let full = View::dense(
                 self.temp(xshape.iter().product::<usize>() * v.dtype.size()),
                 v.dtype,

@@ -334,7 +334,7 @@ impl<'a> Lowerer<'a> {
         let t: Vec<f32> = (0..len * len)
             .map(|e| f32::from(u8::from(takes(e / len, e % len))))
             .collect();
-        let ta = self.add_const(&HostTensor::f32(vec![len, len], t));
+        let ta = self.add_const(&HostTensor::f32(vec![len, len], t))?;
         let l = len as i64;
         if inner == 1 {
             // y[r, i] = Σ_j x[r, j]·T[i][j]: B = Tᵀ, read through swapped strides.
@@ -400,7 +400,7 @@ impl<'a> Lowerer<'a> {
             &kept,
         );
         self.arg_index(&c, &x, axis, false, true, &idx)?;
-        let rv = self.index_ramp(&shape, axis);
+        let rv = self.index_ramp(&shape, axis)?;
         let eq = View::dense(self.temp(total), DType::Bool, &shape);
         let ib = idx.broadcast(&shape);
         self.binary(&rv, &ib, &eq, BinaryOp::Equal)?;
@@ -408,21 +408,21 @@ impl<'a> Lowerer<'a> {
     }
 
     /// `[0, 1, …]` along `axis` of `shape` (a constant, broadcast over the other dims).
-    pub(crate) fn index_ramp(&mut self, shape: &[usize], axis: usize) -> View {
+    pub(crate) fn index_ramp(&mut self, shape: &[usize], axis: usize) -> Result<View> {
         let len = shape[axis];
         let ramp = self.add_const(&HostTensor::ints(
             DType::I64,
             vec![len],
             (0..len as i64).collect(),
-        ));
+        ))?;
         let mut st = vec![0i64; shape.len()];
         st[axis] = 1;
-        View {
+        Ok(View {
             addr: ramp,
             dtype: DType::I64,
             shape: shape.to_vec(),
             strides: st,
-        }
+        })
     }
 
     /// The index of the extreme (max, else min) of dense `x` along `axis` into `out` (i64,
@@ -449,9 +449,9 @@ impl<'a> Lowerer<'a> {
         let eq = View::dense(self.temp(total), DType::Bool, &shape);
         let mb = m.broadcast(&shape);
         self.binary(x, &mb, &eq, BinaryOp::Equal)?;
-        let rv = self.index_ramp(&shape, axis);
+        let rv = self.index_ramp(&shape, axis)?;
         let sentinel = if last { -1 } else { shape[axis] as i64 };
-        let sc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![sentinel]));
+        let sc = self.add_const(&HostTensor::ints(DType::I64, vec![1], vec![sentinel]))?;
         let sv = View::dense(sc, DType::I64, &[1]).broadcast(&shape);
         let idx = View::dense(self.temp(total * 8), DType::I64, &shape);
         self.select(&eq, &rv, &sv, &idx)?;

@@ -247,7 +247,7 @@ impl<'a> Lowerer<'a> {
                     .map_err(|e| e.at_node(&n.name, &n.op))?;
                 View::dense(self.temp(elems * 4), DType::F32, &next)
             };
-            let wa = self.add_const(&HostTensor::f32(vec![outp, inp], w));
+            let wa = self.add_const(&HostTensor::f32(vec![outp, inp], w))?;
             let outer: usize = shape[..a].iter().product();
             let inner: usize = shape[a + 1..].iter().product();
             let src = if cur.is_dense() {
@@ -288,7 +288,7 @@ impl<'a> Lowerer<'a> {
             if outside.iter().any(|&o| o) && sp.extrapolation != 0.0 {
                 let e = sp.extrapolation as f32;
                 let bias: Vec<f32> = outside.iter().map(|&o| if o { e } else { 0.0 }).collect();
-                let ba = self.add_const(&HostTensor::f32(vec![outp], bias));
+                let ba = self.add_const(&HostTensor::f32(vec![outp], bias))?;
                 let mut bs = vec![1usize; next.len()];
                 bs[a] = outp;
                 let bv = View::dense(ba, DType::F32, &bs).broadcast(&next);

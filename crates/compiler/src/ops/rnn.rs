@@ -348,7 +348,7 @@ impl<'a> Lowerer<'a> {
                 DType::I32,
                 vec![seq, 1],
                 (0..seq as i64).collect(),
-            ));
+            ))?;
             let ramp = View::dense(ramp, DType::I32, &[seq, 1]).broadcast(&[seq, b]);
             let lens = self.input_view(n, 4)?.broadcast(&[seq, b]);
             let m = View::dense(self.temp(seq * b), DType::Bool, &[seq, b]);
@@ -524,7 +524,7 @@ impl<'a> Lowerer<'a> {
                     if let (Some(cs), Some(ct)) = (cs, &cp) {
                         self.select(&mt, ct, cs, cs)?;
                     }
-                    let zero = self.scalar(0.0, &[b, h]);
+                    let zero = self.scalar(0.0, &[b, h])?;
                     self.select(&mt, &hp, &zero, &hp)?;
                     hp = hs.clone();
                     cp = cs.clone();

@@ -176,7 +176,7 @@ fn stft_params(c: &Ctx) -> Result<(usize, usize, Option<Vec<f32>>, bool)> {
     // folded into the DFT matrices.
     let (window, run_time_window) = match c.opt(2) {
         Some(v) if v.elements() > 0 => match &v.konst {
-            Some(t) => (Some(t.to_f32s()), false),
+            Some(t) => (Some(t.to_f32s().into_owned()), false),
             None if v.shape.len() == 1 && v.dtype == DType::F32 => {
                 (Some(vec![1.0; v.shape[0]]), true)
             }
@@ -251,7 +251,7 @@ impl<'a> Lowerer<'a> {
             for ci in 0..p.cin {
                 let w =
                     dft_matrix(&p, c2, ci, k, cols, &[]).map_err(|e| e.at_node(&n.name, &n.op))?;
-                let wa = self.add_const(&HostTensor::f32(vec![k, cols], w));
+                let wa = self.add_const(&HostTensor::f32(vec![k, cols], w))?;
                 let a = mk_ap(wa, DType::F32, &[outer, k, cols], &[0, cols as i64, 1])?;
                 let b = mk_ap(
                     x.elems(ci as i64),
@@ -327,7 +327,7 @@ impl<'a> Lowerer<'a> {
             for (ci, framed) in frames_of.iter().enumerate() {
                 let w = dft_matrix(&p, c2, ci, bins, flen, &window)
                     .map_err(|e| e.at_node(&n.name, &n.op))?;
-                let wa = self.add_const(&HostTensor::f32(vec![bins, flen], w));
+                let wa = self.add_const(&HostTensor::f32(vec![bins, flen], w))?;
                 let a = framed.ap()?;
                 let b = mk_ap(wa, DType::F32, &[batch, flen, bins], &[0, 1, fl])?;
                 let cc = mk_ap(

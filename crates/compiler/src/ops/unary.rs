@@ -269,13 +269,13 @@ impl<'a> Lowerer<'a> {
                 DType::Bool,
                 vec![1],
                 vec![v],
-            ));
-            View::dense(a, DType::Bool, &[1]).broadcast(oshape)
+            ))?;
+            Ok::<_, crate::error::CompileError>(View::dense(a, DType::Bool, &[1]).broadcast(oshape))
         };
         if n.op == "IsNaN" {
             let eq = View::dense(self.temp(total), DType::Bool, oshape);
             self.binary(&x, &x, &eq, BinaryOp::Equal)?;
-            let (f, t) = (bool_const(self, 0), bool_const(self, 1));
+            let (f, t) = (bool_const(self, 0)?, bool_const(self, 1)?);
             return self.select(&eq, &f, &t, &y);
         }
         let pos = n.attr_i("detect_positive", 1)? != 0;
@@ -285,7 +285,7 @@ impl<'a> Lowerer<'a> {
             if !on {
                 continue;
             }
-            let inf = self.scalar(v, oshape);
+            let inf = self.scalar(v, oshape)?;
             if first {
                 self.binary(&x, &inf, &y, BinaryOp::Equal)?;
                 first = false;
@@ -296,7 +296,7 @@ impl<'a> Lowerer<'a> {
             }
         }
         if first {
-            let f = bool_const(self, 0);
+            let f = bool_const(self, 0)?;
             self.copy(nrt_hal::Engine::Dve, &f, &y)?;
         }
         Ok(())
@@ -345,13 +345,13 @@ impl<'a> Lowerer<'a> {
             "Softsign" => {
                 // x / (1 + |x|): |x|, then 1/(|x| + 1) with the 1 as the ACT bias.
                 self.activation(&x, &y, None, f(ActFunc::Abs), 1.0)?;
-                let one = self.scalar(1.0, &sh);
+                let one = self.scalar(1.0, &sh)?;
                 self.activation(&y, &y, Some(&one), f(ActFunc::Reciprocal), 1.0)?;
                 self.binary(&x, &y, &y, BinaryOp::Mul)
             }
             "ThresholdedRelu" => {
                 let alpha = n.attr_f("alpha", 1.0)?;
-                let (a, zero) = (self.scalar(alpha, &sh), self.scalar(0.0, &sh));
+                let (a, zero) = (self.scalar(alpha, &sh)?, self.scalar(0.0, &sh)?);
                 let cond = tmp(self, DType::Bool);
                 self.binary(&x, &a, &cond, BinaryOp::Greater)?;
                 self.select(&cond, &x, &zero, &y)
@@ -360,9 +360,9 @@ impl<'a> Lowerer<'a> {
                 let bias = n.attr_f("bias", 0.0)?;
                 let lambd = n.attr_f("lambd", 0.5)?;
                 let (lo, hi, zero) = (
-                    self.scalar(-lambd, &sh),
-                    self.scalar(lambd, &sh),
-                    self.scalar(0.0, &sh),
+                    self.scalar(-lambd, &sh)?,
+                    self.scalar(lambd, &sh)?,
+                    self.scalar(0.0, &sh)?,
                 );
                 let (c_lo, c_hi) = (tmp(self, DType::Bool), tmp(self, DType::Bool));
                 self.binary(&x, &lo, &c_lo, BinaryOp::Less)?;
@@ -376,9 +376,9 @@ impl<'a> Lowerer<'a> {
             "Sign" => {
                 // 1, −1, or x·0 (0, or NaN for NaN).
                 let (one, minus, zero) = (
-                    self.scalar(1.0, &sh),
-                    self.scalar(-1.0, &sh),
-                    self.scalar(0.0, &sh),
+                    self.scalar(1.0, &sh)?,
+                    self.scalar(-1.0, &sh)?,
+                    self.scalar(0.0, &sh)?,
                 );
                 let (pos, neg) = (tmp(self, DType::Bool), tmp(self, DType::Bool));
                 self.binary(&x, &zero, &pos, BinaryOp::Greater)?;
@@ -390,7 +390,7 @@ impl<'a> Lowerer<'a> {
             _ => {
                 // PRelu: x < 0 ? slope·x : x.
                 let slope = self.input_sview(n, 1)?.broadcast(&sh);
-                let zero = self.scalar(0.0, &sh);
+                let zero = self.scalar(0.0, &sh)?;
                 let neg = tmp(self, DType::Bool);
                 self.binary(&x, &zero, &neg, BinaryOp::Less)?;
                 let t = tmp(self, DType::F32);
@@ -440,7 +440,7 @@ impl<'a> Lowerer<'a> {
         }
         let tmp = |l: &mut Self| View::dense(l.temp(total * 4), DType::F32, oshape);
         let (k, r, t) = (tmp(self), tmp(self), tmp(self));
-        let half = self.scalar(0.5, oshape);
+        let half = self.scalar(0.5, oshape)?;
         let floor = (ActFunc::Floor, 0.0, 0.0);
         self.activation(&x, &k, Some(&half), floor, 1.0 / std::f32::consts::TAU)?;
         self.tensor_scalar(&k, &t, BinaryOp::Mul, TAU_HI)?;
