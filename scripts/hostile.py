@@ -15,7 +15,9 @@
 
 3. Legal models whose constants take gigabytes, compiled (and, where they compile, run) under a
    2 GiB address-space limit: each compiles, or fails with a "too large" error; an allocation
-   the compiler does not make fallibly would abort the process there.
+   the compiler does not make fallibly would abort the process there. Then compiled in a 1 GiB
+   memory cgroup (where one can be made), where a reservation past the container's limit
+   would be OOM-killed.
 
 Deterministic (fixed seed), and fast: about 40 ONNX cases, 15 huge ones and 240 NCM mutations. Prints
 `hostile: N passed, M failed` and exits 1 if M > 0.
@@ -42,16 +44,20 @@ FAILURES = []
 PASSED = 0
 
 
-def run(cmd, env_extra=None, address_space=None, timeout=TIMEOUT_S):
+def run(cmd, env_extra=None, address_space=None, timeout=TIMEOUT_S, cgroup=None):
     env = dict(os.environ)
     env.setdefault("NEURON_RT_EXEC_TIMEOUT", "0.5")
     env["RUST_BACKTRACE"] = "0"
     if env_extra:
         env.update(env_extra)
     limit = None
-    if address_space:
+    if address_space or cgroup:
         def limit():
-            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+            if address_space:
+                resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+            if cgroup:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
     try:
         p = subprocess.run(cmd, capture_output=True, timeout=timeout, env=env, preexec_fn=limit)
     except subprocess.TimeoutExpired:
@@ -271,6 +277,67 @@ def run_huge(nrt, work):
             os.remove(ncm)
 
 
+def memory_cgroup(limit):
+    """A new memory cgroup below this process's own, limited to `limit` bytes (v2, else v1),
+    or None where none can be made (not root, no writable hierarchy)."""
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()
+    except OSError:
+        return None
+    tag = f"nrt-hostile-{os.getpid()}"
+    for line in lines:
+        hid, ctrls, path = line.split(":", 2)
+        if hid == "0" and ctrls == "":
+            roots, files = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"], ("memory.max",)
+            roots = [r for r in roots if os.path.exists(os.path.join(r, "cgroup.controllers"))]
+        elif "memory" in ctrls.split(","):
+            roots, files = ["/sys/fs/cgroup/memory"], ("memory.limit_in_bytes",)
+        else:
+            continue
+        for r in roots:
+            d = os.path.join(r + path.rstrip("/"), tag)
+            try:
+                os.mkdir(d)
+                with open(os.path.join(d, files[0]), "w") as f:
+                    f.write(str(limit))
+                return d
+            except OSError:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+    return None
+
+
+def run_huge_in_cgroup(nrt, work):
+    """The huge models once more in a 1 GiB memory cgroup, as in a container: there the host's
+    MemAvailable is the machine's, and without the cgroup's headroom the compiler would
+    reserve past the limit and be OOM-killed (signal 9) when it wrote the values."""
+    limit = 1 << 30
+    cg = memory_cgroup(limit)
+    if cg is None:
+        print("hostile: the memory-cgroup cases are skipped: no memory cgroup can be made here")
+        return
+    d = os.path.join(work, "huge_cgroup")
+    os.makedirs(d, exist_ok=True)
+    try:
+        for name, *rest in huge_cases():
+            data = rest[-1]
+            path, ncm = os.path.join(d, f"{name}.onnx"), os.path.join(d, f"{name}.ncm")
+            with open(path, "wb") as f:
+                f.write(data)
+            rc, out, err = run([nrt, "compile", path, "-o", ncm], cgroup=cg, timeout=HUGE_TIMEOUT_S)
+            verdict(f"huge/{name} (nrt compile, 1 GiB memory cgroup)", rc, out, err,
+                    must_fail=False, expect="too large")
+            if os.path.exists(ncm):
+                os.remove(ncm)
+    finally:
+        try:
+            os.rmdir(cg)
+        except OSError as e:
+            print(f"hostile: could not remove the memory cgroup {cg}: {e}")
+
+
 def run_onnx(nrt, work):
     d = os.path.join(work, "onnx")
     os.makedirs(d, exist_ok=True)
@@ -426,6 +493,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     run_onnx(nrt, work)
     run_huge(nrt, work)
+    run_huge_in_cgroup(nrt, work)
     run_ncm(nrt, work)
     for f in FAILURES:
         print(f)

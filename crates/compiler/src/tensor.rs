@@ -71,7 +71,7 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
             ErrorKind::TooLarge,
             format!(
                 "{what}: {n} elements ({bytes} bytes) are more than this host has available \
-                 ({avail} bytes, MemAvailable)"
+                 ({avail} bytes: MemAvailable, or the memory cgroup's headroom)"
             ),
         ));
     }
@@ -89,7 +89,7 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
 }
 
 /// Whether the host can give the compiler `bytes` more bytes now: the same checks as
-/// [`try_vec`] (the host's `MemAvailable`, then a fallible reservation, which an address-space
+/// [`try_vec`] (the host's `MemAvailable` and memory cgroup headroom, then a fallible reservation, which an address-space
 /// limit refuses), made by reserving and releasing at once. Nothing is touched, so the probe
 /// costs a map and an unmap; below [`nrt_hal::tuning::HOST_ALLOC_BACKING_CHECK_BYTES`] it is
 /// skipped. For work whose allocations are too many to make each fallible (the host

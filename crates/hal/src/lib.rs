@@ -17,11 +17,14 @@
 //!   the device signals a completion (with the [`SpinBudget`] that says how long to spin
 //!   first), model-checked too, and the [`SeqEvent`] handshake that signals an eventfd
 //!   registered for one execution however registration and completion interleave;
+//! - [`host_memory`]: what the process can still get from the host (`MemAvailable` and its
+//!   memory cgroups' headroom), checked before a large allocation sized from outside;
 //! - [`tuning`]: every knob of the project with its reason.
 
 pub mod device;
 pub mod dtype;
 pub mod gate;
+pub mod host_memory;
 pub mod plane;
 pub mod ring;
 pub mod seq;
@@ -55,14 +58,4 @@ pub use wire::{
     NqRecord, RecordKind, TriggerPair,
 };
 
-/// `MemAvailable` of `/proc/meminfo` in bytes: what the host can back without swapping
-/// (`None` where that file is not readable). A large host allocation whose size comes from
-/// outside (a caller's tensor, a model's folded constant) is checked against it first: with
-/// overcommit, the allocation itself succeeds and the OOM killer ends the process later,
-/// when the pages are touched.
-pub fn host_memory_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
+pub use host_memory::host_memory_available;

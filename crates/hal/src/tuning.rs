@@ -326,10 +326,11 @@ pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(30);
 /// always decoded as a timeout (cause bit 29) and never mistaken for dropped notifications.
 pub const MIN_EXEC_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// Host tensors of at least this many bytes are checked against the host's `MemAvailable`
+/// Host tensors of at least this many bytes are checked against what the process can still
+/// get (`crate::host_memory`: the host's `MemAvailable` and its memory cgroups' headroom)
 /// before they are allocated. With overcommit, a huge zeroed allocation succeeds and the OOM
-/// killer ends the process later; below this size the check (a read of `/proc/meminfo`,
-/// ~20 µs) would cost more than the allocation and the risk is nil.
+/// killer ends the process later; below this size the check (reads of `/proc/meminfo` and the
+/// cgroup files, ~80 µs) would cost more than the allocation and the risk is nil.
 pub const HOST_ALLOC_BACKING_CHECK_BYTES: u64 = 64 << 20;
 
 //===--- async surfaces ------------------------------------------------------------------===//

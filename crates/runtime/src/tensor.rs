@@ -188,7 +188,7 @@ fn alloc_host_zeroed(size: u64, name: &str) -> Result<*mut u8> {
         && size > avail
     {
         return Err(refuse(format!(
-            "the host has {avail} bytes available (MemAvailable)"
+            "the host has {avail} bytes available (MemAvailable, or the memory cgroup's headroom)"
         )));
     }
     // SAFETY: `layout` has a non-zero size (len > 0).
