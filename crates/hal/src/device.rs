@@ -80,6 +80,14 @@ pub enum HalError {
         /// Bytes free (possibly fragmented).
         free: u64,
     },
+    /// Free device memory that the host cannot back now: a software device's memory is host
+    /// memory (see [`crate::host_memory`]).
+    HostCannotBack {
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes the host can still give this process.
+        available: u64,
+    },
     /// An address range outside device memory or outside any allocation.
     BadAddress {
         /// Start of the range.
@@ -112,6 +120,15 @@ impl fmt::Display for HalError {
                     "device memory exhausted: {requested} bytes requested, {free} free"
                 )
             }
+            HalError::HostCannotBack {
+                requested,
+                available,
+            } => write!(
+                f,
+                "the host cannot back {requested} bytes of device memory: it has {available} \
+                 bytes available to this process (MemAvailable, or the memory cgroup's \
+                 headroom); the software NeuronCore's memory is host memory"
+            ),
             HalError::BadAddress { addr, len } => {
                 write!(f, "device address range {addr:#x}+{len:#x} is not mapped")
             }

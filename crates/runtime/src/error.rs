@@ -41,7 +41,7 @@ impl std::error::Error for NrtError {}
 impl From<HalError> for NrtError {
     fn from(e: HalError) -> NrtError {
         let status = match e {
-            HalError::OutOfMemory { .. } => NrtStatus::Resource,
+            HalError::OutOfMemory { .. } | HalError::HostCannotBack { .. } => NrtStatus::Resource,
             HalError::BadCore(_) => NrtStatus::LoadNotEnoughNc,
             _ => NrtStatus::Invalid,
         };

@@ -127,6 +127,18 @@ impl Memory {
             });
         };
         let size = rounded.unwrap_or(size);
+        // Device memory is this host's memory, committed page by page as the model writes
+        // it: an allocation the host cannot back now would end the process mid-execution
+        // (the OOM killer: the host's, or a container's at its cgroup limit). Load time only.
+        if size >= nrt_hal::tuning::HOST_ALLOC_BACKING_CHECK_BYTES
+            && let Some(available) = nrt_hal::host_memory_available()
+            && size > available
+        {
+            return Err(HalError::HostCannotBack {
+                requested: size,
+                available,
+            });
+        }
         a.free.remove(&start);
         if s > start {
             a.free.insert(start, s - start);
