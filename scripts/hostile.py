@@ -17,7 +17,7 @@
    2 GiB address-space limit: each compiles, or fails with a "too large" error; an allocation
    the compiler does not make fallibly would abort the process there. Then compiled in a 1 GiB
    memory cgroup (where one can be made), where a reservation past the container's limit
-   would be OOM-killed.
+   would be OOM-killed; and under NRT_HOST_MEMORY_MAX=1G (the user's cap).
 
 Deterministic (fixed seed), and fast: about 40 ONNX cases, 15 huge ones and 240 NCM mutations. Prints
 `hostile: N passed, M failed` and exits 1 if M > 0.
@@ -346,6 +346,43 @@ def run_huge_in_cgroup(nrt, work):
             print(f"hostile: could not remove the memory cgroup {cg}: {e}")
 
 
+def run_huge_under_cap(nrt, work):
+    """The huge models under NRT_HOST_MEMORY_MAX=1G (a user's cap, no root needed): what
+    compiles must fold on the device (a small NCM), the run must be refused at load; a cap
+    that is not a size must fail both commands, naming the variable."""
+    d = os.path.join(work, "huge_cap")
+    os.makedirs(d, exist_ok=True)
+    cap = {"NRT_HOST_MEMORY_MAX": "1G"}
+    for name, *rest in huge_cases():
+        on_device, data = rest[0] == ON_DEVICE, rest[-1]
+        path, ncm = os.path.join(d, f"{name}.onnx"), os.path.join(d, f"{name}.ncm")
+        with open(path, "wb") as f:
+            f.write(data)
+        rc, out, err = run([nrt, "compile", path, "-o", ncm], env_extra=cap, timeout=HUGE_TIMEOUT_S)
+        case = f"huge/{name} (nrt compile, NRT_HOST_MEMORY_MAX=1G)"
+        if on_device and (rc != 0 or os.path.getsize(ncm) > 1 << 20):
+            FAILURES.append(f"FAIL {case}: the fold did not stay on the device (rc {rc}) -- {err.strip()[-300:]}")
+            continue
+        verdict(case, rc, out, err, must_fail=False, expect="too large")
+        if rc == 0:
+            rc, out, err = run([nrt, "run", ncm, "--output-dir", os.path.join(d, "out")], env_extra=cap,
+                               timeout=HUGE_TIMEOUT_S)
+            verdict(f"huge/{name} (nrt run, NRT_HOST_MEMORY_MAX=1G)", rc, out, err, must_fail=True,
+                    expect="NRT_HOST_MEMORY_MAX")
+        if os.path.exists(ncm):
+            os.remove(ncm)
+    bad = {"NRT_HOST_MEMORY_MAX": "lots"}
+    path = os.path.join(d, "relu.onnx")
+    with open(path, "wb") as f:
+        f.write(model([N("Relu", ["X"], ["Y"])], [vi("X", [2, 3])], [vi("Y", None)]))
+    ncm = os.path.join(d, "relu.ncm")
+    rc, out, err = run([nrt, "compile", path, "-o", ncm], env_extra=bad)
+    verdict("env/NRT_HOST_MEMORY_MAX=lots (nrt compile)", rc, out, err, must_fail=True, expect="NRT_HOST_MEMORY_MAX")
+    run([nrt, "compile", path, "-o", ncm])
+    rc, out, err = run([nrt, "run", ncm, "--output-dir", os.path.join(d, "out")], env_extra=bad)
+    verdict("env/NRT_HOST_MEMORY_MAX=lots (nrt run)", rc, out, err, must_fail=True, expect="NRT_HOST_MEMORY_MAX")
+
+
 def run_onnx(nrt, work):
     d = os.path.join(work, "onnx")
     os.makedirs(d, exist_ok=True)
@@ -502,6 +539,7 @@ def main():
     run_onnx(nrt, work)
     run_huge(nrt, work)
     run_huge_in_cgroup(nrt, work)
+    run_huge_under_cap(nrt, work)
     run_ncm(nrt, work)
     for f in FAILURES:
         print(f)

@@ -11,6 +11,8 @@ const ENVIRONMENT: &str = "ENVIRONMENT:
   NRT_SIM_INSTANCE (inf2.xlarge, inf2.48xlarge, trn1.2xlarge, trn1.32xlarge, trn2.48xlarge, ...),
   NRT_SIM_DEVICES, NRT_SIM_CORES_PER_DEVICE, NRT_SIM_DEVICE_MEMORY (the virtual host);
   NRT_SIM_ISA (avx2: the kernels without AVX-512 or AMX, as on a CPU without them);
+  NRT_HOST_MEMORY_MAX (a cap on the process's memory, e.g. 4G: large allocations past it are
+  refused, as past the host's MemAvailable and a container's memory limit);
   NRT_RUNTIME_DIR (where cores are locked and statistics published; default
   $XDG_RUNTIME_DIR/nrt-rs, else /dev/shm/nrt-rs).";
 

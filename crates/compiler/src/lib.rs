@@ -217,6 +217,10 @@ pub fn compile(
             format!("cores = {} (1 or 2 are supported)", opts.cores),
         ));
     }
+    // The cap on host memory that the compiler's large allocations respect: a value that is
+    // not a size is an error here rather than no cap there.
+    nrt_hal::host_memory::memory_cap_from_env()
+        .map_err(|e| CompileError::new(ErrorKind::BadOption, e))?;
     let mut g = graph::import(onnx_bytes, model_dir, opts)?;
     infer::infer(&mut g)?;
     pipeline::compile_graph(&g, opts)

@@ -71,7 +71,8 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
             ErrorKind::TooLarge,
             format!(
                 "{what}: {n} elements ({bytes} bytes) are more than this host has available \
-                 ({avail} bytes: MemAvailable, or the memory cgroup's headroom)"
+                 ({avail} bytes: the least of MemAvailable, the memory cgroup's headroom and \
+                 NRT_HOST_MEMORY_MAX)"
             ),
         ));
     }

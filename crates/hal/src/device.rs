@@ -126,8 +126,9 @@ impl fmt::Display for HalError {
             } => write!(
                 f,
                 "the host cannot back {requested} bytes of device memory: it has {available} \
-                 bytes available to this process (MemAvailable, or the memory cgroup's \
-                 headroom); the software NeuronCore's memory is host memory"
+                 bytes available to this process (the least of MemAvailable, the memory cgroup's \
+                 headroom and NRT_HOST_MEMORY_MAX); the software NeuronCore's memory is host \
+                 memory"
             ),
             HalError::BadAddress { addr, len } => {
                 write!(f, "device address range {addr:#x}+{len:#x} is not mapped")

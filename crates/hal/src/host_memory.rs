@@ -14,21 +14,71 @@
 //! - **cgroup v1**: the same with `memory.limit_in_bytes` and `memory.usage_in_bytes` under the
 //!   `memory` controller's hierarchy.
 //!
+//! - **`NRT_HOST_MEMORY_MAX`** (bytes, or with `K`/`M`/`G`/`T`): a cap the user sets on this
+//!   process (beside co-tenants, or to make a fuzzer's large allocations findings): its
+//!   headroom is the cap less the process's resident memory. A value that is not a size is an
+//!   error where the runtime starts and where the compiler starts ([`memory_cap_from_env`]).
+//!
 //! The cgroup file system is read where it is usually mounted (`/sys/fs/cgroup`, its
 //! `unified` and `memory` directories); a layout that differs is read as "no limit", never as
 //! an error: the check is a guard, not a contract.
 
 use std::path::{Path, PathBuf};
 
-/// The memory this process can still get: [`meminfo_available`] and [`cgroup_headroom`],
-/// whichever is smaller (`None` if neither can be read).
+/// The environment variable of the user's cap on this process's memory.
+pub const MEMORY_CAP_VAR: &str = "NRT_HOST_MEMORY_MAX";
+
+/// The memory this process can still get: [`meminfo_available`], [`cgroup_headroom`] and the
+/// headroom under [`MEMORY_CAP_VAR`], whichever is smallest (`None` if none can be read).
 pub fn host_memory_available() -> Option<u64> {
     let proc_cgroup = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let cgroup = cgroup_headroom(Path::new("/sys/fs/cgroup"), &proc_cgroup);
-    match (meminfo_available(), cgroup) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    let cap = memory_cap_from_env()
+        .ok()
+        .flatten()
+        .map(|cap| cap.saturating_sub(resident_bytes().unwrap_or(0)));
+    [meminfo_available(), cgroup, cap]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// [`MEMORY_CAP_VAR`]: `None` if unset or empty, else the size, or an error naming the
+/// variable and its value.
+pub fn memory_cap_from_env() -> Result<Option<u64>, String> {
+    match std::env::var(MEMORY_CAP_VAR) {
+        Ok(v) if !v.trim().is_empty() => parse_size(&v).map(Some).ok_or_else(|| {
+            format!("{MEMORY_CAP_VAR}={v:?} is not a size (bytes, or e.g. 4G, 512MiB)")
+        }),
+        _ => Ok(None),
     }
+}
+
+/// A size: bytes, or a number with `K`, `M`, `G` or `T` (powers of 1024; `KiB`, `GB` and the
+/// like accepted); `None` if it is not one or overflows.
+pub fn parse_size(v: &str) -> Option<u64> {
+    let s = v.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 = s[..digits].parse().ok()?;
+    let unit = s[digits..].trim().to_ascii_uppercase();
+    let shift = match unit.trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+/// This process's resident memory (`/proc/self/statm`), in bytes.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages.checked_mul(u64::try_from(page).ok().filter(|&p| p > 0)?)
 }
 
 /// `MemAvailable` of `/proc/meminfo` in bytes: what the host can back without swapping.
@@ -207,6 +257,18 @@ mod tests {
         assert_eq!(cgroup_headroom(&d.0, "4:memory:/../../etc\n"), None);
         assert_eq!(cgroup_headroom(&d.0, "0::/a\n"), None);
         assert_eq!(cgroup_headroom(&d.0, "garbage\n\n::\n"), None);
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("32G"), Some(32 * GIB));
+        assert_eq!(parse_size(" 512MiB "), Some(512 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("1 kb"), Some(1024));
+        assert_eq!(parse_size("99999999999T"), None);
+        assert_eq!(parse_size("-1"), None);
+        assert_eq!(parse_size("4Q"), None);
+        assert_eq!(parse_size(""), None);
     }
 
     #[test]

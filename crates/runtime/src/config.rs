@@ -10,6 +10,7 @@
 //! | `NEURON_RT_LOG_LEVEL[_NRT/_NMGR/_TDRV]` | init | see [`crate::log`] |
 //! | `NEURON_RT_INSPECT_ENABLE`, `NEURON_RT_INSPECT_OUTPUT_DIR`, `NEURON_RT_INSPECT_DEVICE_PROFILE`, `NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP` | init | profile the whole process ([`crate::trace`]) |
 //! | `NRT_SIM_SYNC_ON_CALLER` | init | which synchronous one-core executions run their device work on the calling thread ([`SyncOnCaller`]): `short` (default), `always`, `never` |
+//! | `NRT_HOST_MEMORY_MAX` | init (checked), each large host or device allocation (read) | a cap on this process's memory (bytes, or e.g. `4G`): large allocations past the cap less its resident memory are refused (`nrt_hal::host_memory`), as past the host's `MemAvailable` or a container's limit |
 //! | `NRT_RUNTIME_DIR` | init | where cores are locked and statistics published ([`crate::host`]); default `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs` |
 //!
 //! Global core ids count over the virtual host's devices (`NRT_SIM_INSTANCE`, see
@@ -102,6 +103,9 @@ impl RuntimeConfig {
             c.async_inflight = parse_u32("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS", &v)?;
         }
         c.sync_on_caller = SyncOnCaller::from_env()?;
+        // Read where host memory is checked (`nrt_hal::host_memory`); a bad value is an
+        // error here rather than no cap there.
+        nrt_hal::host_memory::memory_cap_from_env().map_err(NrtError::invalid)?;
         c.ownership = Some(crate::host::runtime_dir_from_env());
         c.inspect = crate::trace::InspectConfig::from_env()?;
         c.validate()?;

@@ -188,7 +188,8 @@ fn alloc_host_zeroed(size: u64, name: &str) -> Result<*mut u8> {
         && size > avail
     {
         return Err(refuse(format!(
-            "the host has {avail} bytes available (MemAvailable, or the memory cgroup's headroom)"
+            "the host has {avail} bytes available (the least of MemAvailable, the memory \
+             cgroup's headroom and NRT_HOST_MEMORY_MAX)"
         )));
     }
     // SAFETY: `layout` has a non-zero size (len > 0).

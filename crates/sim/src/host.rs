@@ -176,24 +176,11 @@ fn parse_count(k: &str, v: &str) -> Result<u32, HostError> {
 
 /// Parses `34359738368`, `32G`, `32GiB`, `512M`, `1T`.
 pub fn parse_size(k: &str, v: &str) -> Result<u64, HostError> {
-    let bad = || {
+    nrt_hal::host_memory::parse_size(v).ok_or_else(|| {
         HostError(format!(
             "{k}={v:?} is not a size (bytes, or e.g. 32G, 512MiB)"
         ))
-    };
-    let s = v.trim();
-    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let n: u64 = s[..digits].parse().map_err(|_| bad())?;
-    let unit = s[digits..].trim().to_ascii_uppercase();
-    let shift = match unit.trim_end_matches("IB").trim_end_matches('B') {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(1u64 << shift).ok_or_else(bad)
+    })
 }
 
 #[cfg(test)]
