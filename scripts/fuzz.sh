@@ -21,6 +21,10 @@ fi
 # model_exec loads and runs thousands of hostile models: their load errors and timeouts are
 # the expected outcome, not news.
 export NEURON_RT_LOG_LEVEL=${NEURON_RT_LOG_LEVEL:-OFF}
+# A 1 GiB cap on host memory (nrt_hal::host_memory): every allocation the compiler and the
+# runtime make fallibly refuses past it before allocating, so an allocation that libFuzzer's
+# 2 GiB malloc limit reports (an "oom-" finding) is one made infallibly: a bug.
+export NRT_HOST_MEMORY_MAX=${NRT_HOST_MEMORY_MAX:-1G}
 "${fuzz[@]}" build --debug-assertions || exit 1
 mkdir -p logs
 summary=()

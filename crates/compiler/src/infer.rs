@@ -29,37 +29,29 @@ fn inherit_guard(g: &mut Graph, at: usize, count: usize, guard: Option<Guard>) {
 }
 
 /// Whether node `c`'s fold (outputs `outs`) may run on the host: its working set
-/// ([`nrt_hal::tuning::FOLD_WORKING_SET_FACTOR`] × its outputs' host bytes, plus a copy of its
-/// inputs) must be memory the host can give now (see [`crate::tensor::host_can_hold`]). A fold it cannot hold stays on
-/// the device when the device computes the operator; otherwise the error says why.
+/// ([`nrt_hal::tuning::FOLD_WORKING_SET_FACTOR`] × its outputs' host bytes, plus a copy of
+/// its inputs) must be memory the host can give now (see [`crate::tensor::host_can_hold`]).
+/// A fold it cannot hold stays on the device when the device computes the operator;
+/// otherwise the error says why.
 fn fold_fits_host(c: &Ctx, outs: &[crate::params::Out], def: &ops::OpDef) -> Result<bool> {
-    let held = |o: &crate::params::Out| {
-        let per = if crate::tensor::is_float(o.dtype) {
-            4
-        } else {
-            8
-        };
-        o.shape
-            .iter()
-            .try_fold(per, |a: usize, &d| a.checked_mul(d))
-            .unwrap_or(usize::MAX)
-    };
+    // The evaluator holds floating values as f32 and the others as i64.
+    let held = |elems: usize, float: bool| elems.saturating_mul(if float { 4 } else { 8 });
+    let outputs = outs
+        .iter()
+        .map(|o| {
+            let elems = o.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+            held(
+                elems.unwrap_or(usize::MAX),
+                crate::tensor::is_float(o.dtype),
+            )
+        })
+        .fold(0usize, usize::saturating_add);
     // Some folds also copy an input whole (a reduction's values as f32).
     let inputs = (0..c.n.inputs.len())
         .filter_map(|i| c.konst(i))
-        .map(|t| {
-            t.len()
-                .saturating_mul(if matches!(t.data, crate::tensor::Data::F32(_)) {
-                    4
-                } else {
-                    8
-                })
-        })
+        .map(|t| held(t.len(), matches!(t.data, crate::tensor::Data::F32(_))))
         .fold(0usize, usize::saturating_add);
-    let bytes = outs
-        .iter()
-        .map(held)
-        .fold(0usize, usize::saturating_add)
+    let bytes = outputs
         .saturating_mul(nrt_hal::tuning::FOLD_WORKING_SET_FACTOR)
         .saturating_add(inputs);
     if crate::tensor::host_can_hold(bytes) {
