@@ -300,8 +300,14 @@ def memory_cgroup(limit):
                 os.mkdir(d)
                 with open(os.path.join(d, files[0]), "w") as f:
                     f.write(str(limit))
+                # A process must be able to join it (v2 refuses one where the parent's
+                # subtree_control lacks memory, for example).
+                def join():
+                    with open(os.path.join(d, "cgroup.procs"), "w") as f:
+                        f.write(str(os.getpid()))
+                subprocess.run(["true"], preexec_fn=join, check=True, timeout=TIMEOUT_S)
                 return d
-            except OSError:
+            except (OSError, subprocess.SubprocessError):
                 try:
                     os.rmdir(d)
                 except OSError:
