@@ -710,13 +710,9 @@ fn compile_path(
     };
     let c = nrt_compiler::compile_file(path, &opts)
         .map_err(|e| RtError::invalid(format!("compiling {}: {e}", path.display())))?;
-    c.model.try_encode().map_err(|_| {
-        RtError::invalid(format!(
-            "compiling {}: the compiled model's image ({} bytes of constants) does not fit in memory",
-            path.display(),
-            c.model.constants.len()
-        ))
-    })
+    c.model
+        .try_encode()
+        .map_err(|e| RtError::invalid(format!("compiling {}: {e}", path.display())))
 }
 
 #[pymethods]
@@ -1254,12 +1250,7 @@ fn compile<'py>(
                     ..CompileOptions::default()
                 };
                 let c = nrt_compiler::compile(&b, None, &opts).map_err(|e| e.to_string())?;
-                c.model.try_encode().map_err(|_| {
-                    format!(
-                        "the compiled model's image ({} bytes of constants) does not fit in memory",
-                        c.model.constants.len()
-                    )
-                })
+                c.model.try_encode().map_err(|e| e.to_string())
             })
             .map_err(|e| invalid(format!("compiling <bytes>: {e}")))?,
     };

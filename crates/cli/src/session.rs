@@ -124,12 +124,7 @@ pub fn compile_specializing(
 /// The NCM image of a compiled model, or an error saying it does not fit in memory (its
 /// constants' size came from the model file).
 pub fn image(m: &nrt_model::CompiledModel) -> Res<Vec<u8>> {
-    m.try_encode().map_err(|_| {
-        format!(
-            "the compiled model's image ({} bytes of constants) does not fit in memory",
-            m.constants.len()
-        )
-    })
+    m.try_encode().map_err(|e| e.to_string())
 }
 
 /// Compiles an `.onnx` file, or reads a compiled model.

@@ -168,7 +168,7 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
             .all(|i| i.is_none_or(|v| g.values[v].konst.is_some()));
         // Moved, never copied: a folded value may be gigabytes (only the host-memory
         // admission below bounds it).
-        let mut folded: Option<Vec<HostTensor>> = if outs.iter().all(|o| o.konst.is_some()) {
+        let folded: Option<Vec<HostTensor>> = if outs.iter().all(|o| o.konst.is_some()) {
             Some(outs.iter_mut().filter_map(|o| o.konst.take()).collect())
         } else if all_const
             && !matches!(def.fold, Fold::Never)
@@ -206,6 +206,9 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
         if folded.is_none() {
             def.check_device_dtypes(&c)?;
         }
+        let was_folded = folded.is_some();
+        // Each output takes its value out: `None` once taken.
+        let mut folded: Vec<Option<HostTensor>> = folded.into_iter().flatten().map(Some).collect();
         let ids: Vec<Option<usize>> = n.outputs.clone();
         for (k, id) in ids.iter().enumerate() {
             let Some(id) = *id else { continue };
@@ -215,23 +218,17 @@ pub(crate) fn infer_span(g: &mut Graph, mut ni: usize, tail: usize) -> Result<()
                     format!("output {k} is not supported"),
                 ));
             };
-            if o.bounded && folded.is_none() {
+            if o.bounded && !was_folded {
                 g.bounded.insert(id);
             }
             let v = &mut g.values[id];
             v.dtype = o.dtype;
             v.shape = o.shape.clone();
-            v.konst = match &mut folded {
-                Some(f) => f.get_mut(k).map(|t| {
-                    let empty = HostTensor {
-                        dtype: t.dtype,
-                        shape: Vec::new(),
-                        data: crate::tensor::Data::F32(Vec::new()),
-                    };
-                    Rc::new(std::mem::replace(t, empty))
-                }),
+            v.konst = if was_folded {
+                folded.get_mut(k).and_then(Option::take).map(Rc::new)
+            } else {
                 // An output known whatever the inputs (Dropout's inference mask).
-                None => o.konst.clone().map(Rc::new),
+                o.konst.clone().map(Rc::new)
             };
         }
         if let Some((at, half)) = widened

@@ -294,16 +294,9 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         }
     }
     let model = builder.build();
-    let image = model.try_encode().map_err(|_| {
-        CompileError::new(
-            ErrorKind::TooLarge,
-            format!(
-                "the compiled model's image ({} bytes of constants) does not fit in the \
-                 compiler's memory",
-                model.constants.len()
-            ),
-        )
-    })?;
+    let image = model
+        .try_encode()
+        .map_err(|e| CompileError::new(ErrorKind::TooLarge, e.to_string()))?;
     drop(model);
     let model = CompiledModel::decode(&image).map_err(|e| {
         CompileError::new(

@@ -76,7 +76,7 @@ fn blocks(m: &CompiledModel) -> Vec<u8> {
 /// The NCM image of `m`. Its size comes from the model (the constants may be gigabytes), so
 /// the one buffer it is written into is reserved fallibly, at its final size: the constants
 /// are copied once, straight into it.
-pub(crate) fn encode(m: &CompiledModel) -> Result<Vec<u8>, std::collections::TryReserveError> {
+pub(crate) fn encode(m: &CompiledModel) -> Result<Vec<u8>, crate::ImageTooLarge> {
     let sections: [(u32, std::borrow::Cow<'_, [u8]>); 5] = [
         (section::META, meta(m).into()),
         (section::IO, io(m).into()),
@@ -96,7 +96,8 @@ pub(crate) fn encode(m: &CompiledModel) -> Result<Vec<u8>, std::collections::Try
         at = at.saturating_add(data.len()).next_multiple_of(8);
     }
     let mut out = Vec::new();
-    out.try_reserve_exact(at)?;
+    out.try_reserve_exact(at)
+        .map_err(|_| crate::ImageTooLarge { bytes: at })?;
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION_MAJOR.to_le_bytes());
     out.extend_from_slice(&VERSION_MINOR.to_le_bytes());

@@ -223,3 +223,23 @@ impl fmt::Display for ModelError {
 }
 
 impl std::error::Error for ModelError {}
+
+/// [`crate::CompiledModel::try_encode`]: the host cannot give the memory of the NCM image
+/// (its size is the model's constants, which came from a file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImageTooLarge {
+    /// Bytes the image needs.
+    pub bytes: usize,
+}
+
+impl fmt::Display for ImageTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the compiled model's image ({} bytes) does not fit in this process's memory",
+            self.bytes
+        )
+    }
+}
+
+impl std::error::Error for ImageTooLarge {}

@@ -25,7 +25,7 @@ mod encode;
 mod error;
 
 pub use builder::{ModelBuilder, split_vaddr, vaddr};
-pub use error::{ModelError, ModelErrorKind};
+pub use error::{ImageTooLarge, ModelError, ModelErrorKind};
 
 use nrt_hal::{DType, Engine};
 
@@ -311,17 +311,16 @@ impl CompiledModel {
     /// For a model of a known, small size (a test's, a built-in one); a model whose size came
     /// from a file is written with [`CompiledModel::try_encode`].
     pub fn encode(&self) -> Vec<u8> {
-        encode::encode(self).unwrap_or_else(|_| {
+        encode::encode(self).unwrap_or_else(|e| {
             std::alloc::handle_alloc_error(
-                std::alloc::Layout::array::<u8>(self.constants.len())
-                    .unwrap_or(std::alloc::Layout::new::<u8>()),
+                std::alloc::Layout::array::<u8>(e.bytes).unwrap_or(std::alloc::Layout::new::<u8>()),
             )
         })
     }
 
     /// [`CompiledModel::encode`], failing instead of aborting when the host cannot give the
     /// image's memory (its size is the model's constants, which came from a file).
-    pub fn try_encode(&self) -> Result<Vec<u8>, std::collections::TryReserveError> {
+    pub fn try_encode(&self) -> Result<Vec<u8>, ImageTooLarge> {
         encode::encode(self)
     }
 }
