@@ -8,7 +8,9 @@
 #
 # ROWS (comma-separated): sync, explicit (near-null depth 8), cotenant (the co-tenant rows of
 # the standard bench), mlp_b64, mlp_b64_2c, encoder, encoder_2c (the peers' models in
-# $PEERS_WORKDIR/models, default target/peers/models).
+# $PEERS_WORKDIR/models, default target/peers/models), and cotenant_2c (mlp_b64 and encoder
+# on 2 cores beside one busy process: executions per second and p99 — how a lockstep
+# group's serving mode holds up when the threads outnumber the vCPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 rounds=${3:-12} secs=${4:-0.3} rows=${5:-all}
@@ -50,3 +52,14 @@ for m in mlp_b64 encoder; do
       "$b bench $models/$m.onnx --cores $c --seconds $secs --json"
   done
 done
+if want cotenant_2c; then
+  co=../shared/tools/cotenant.sh
+  for m in mlp_b64 encoder; do
+    for f in execs_per_s p99_ns; do
+      echo "-- $m on 2 cores beside one busy process, $f"
+      $ab "$rounds" "\"$f\":([0-9.]+)" \
+        "bash $co -- $a bench $models/$m.onnx --cores 2 --seconds $secs --json" \
+        "bash $co -- $b bench $models/$m.onnx --cores 2 --seconds $secs --json"
+    done
+  done
+fi

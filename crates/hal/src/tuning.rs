@@ -131,6 +131,34 @@ pub const DEVICE_JOINT_PART_MAX: Duration = Duration::from_micros(50);
 /// (`1 / 2^shift`): a few executions move it, one outlier does not flip the mode.
 pub const DEVICE_JOINT_EWMA_SHIFT: u32 = 3;
 
+/// Executions a probe of the other serving mode of a lockstep group runs (parallel: a
+/// thread per core; joint: the leader's thread for all), its median compared with the
+/// median of the current mode's last 16. Five: a descheduled thread stretches one or two of
+/// them by milliseconds under a co-tenant, and the median does not move with them.
+pub const SERVE_MODE_PROBE_PARTS: usize = 5;
+
+/// First wait between probes of the other serving mode, doubled after each probe that
+/// keeps the current one up to [`SERVE_MODE_PROBE_MAX`], and back here after a switch.
+/// A probe of the slower mode costs its five executions' difference, a probe interval
+/// is how long the group may stay in the worse mode after the host changed: a busy phase
+/// of the host (another tenant of the machine) sends a quiet group joint for a while too,
+/// and with 200 ms … 2 s here `mlp_b64 --cores 2` lost 14% of its executions per second on
+/// the quiet host (paired); with 50 ms … 1 s, 2% (within noise), while beside a co-tenant
+/// the parallel probes (5 executions per second at most) cost little.
+pub const SERVE_MODE_PROBE_MIN: Duration = Duration::from_millis(50);
+/// See [`SERVE_MODE_PROBE_MIN`].
+pub const SERVE_MODE_PROBE_MAX: Duration = Duration::from_secs(1);
+
+/// A parallel lockstep group tries the joint mode only when its executions' median wall
+/// time is at least this share (%) of their parts' summed own running time: 50% is a
+/// perfect split of two parts; a quiet 2-vCPU host ran `encoder` at 53% and `mlp_b64` at
+/// 50%, beside a busy co-tenant `encoder` read 103% (its parts ran one after the other).
+pub const SERVE_MODE_PROBE_RATIO_PERCENT: u32 = 80;
+
+/// A probe switches the mode when its median is at least this much (%) below the current
+/// mode's: less is noise between two runs of the same mode on a shared host.
+pub const SERVE_MODE_SWITCH_GAIN_PERCENT: u64 = 10;
+
 //===--- rings and queues ----------------------------------------------------------------===//
 
 /// Records per notification ring. One execution writes 2 records per engine (START, END)

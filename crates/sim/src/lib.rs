@@ -13,8 +13,10 @@
 //!   staged trigger pairs (request copy, event poke, tail increment) and then every request
 //!   they published, in order; merged and spurious doorbells are harmless;
 //! - **scheduling fit for 2 vCPUs**: one device thread per core, up to the CPUs the process
-//!   may use (configurable), so a two-core model's cores compute in parallel; a thread runs
-//!   its core's engines cooperatively, spins a bounded time after work and then parks on an
+//!   may use (configurable), so a two-core model's cores compute in parallel — unless that
+//!   does not pay: short parts, and parts that a busy host runs one after the other anyway,
+//!   are served by the group leader's thread alone ([`serve_mode`]); a thread runs its core's
+//!   engines cooperatively, spins a bounded time after work and then parks on an
 //!   [`nrt_hal::IdleGate`] that the doorbell opens; at a lockstep barrier it spins a bounded
 //!   time and then blocks until the partner core moves;
 //! - **the completion interrupt**: after publishing notification records a core signals the
@@ -28,6 +30,7 @@ pub mod fault;
 pub mod host;
 pub mod memory;
 pub mod neuron_core;
+mod serve_mode;
 pub mod testkit;
 
 pub use fault::{FaultKind, FaultParseError, FaultSpec, parse_faults};
@@ -35,7 +38,8 @@ pub use host::{HostError, HostShape};
 pub use neuron_core::InstructionEvent;
 
 use crate::memory::Memory;
-use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, Poll};
+use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, NOT_JOINT, Poll};
+use crate::serve_mode::{Sample, ServeMode, ServeModeChooser};
 use nrt_hal::{
     CompletionWake, DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError,
     IdleGate, MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START,
@@ -207,6 +211,16 @@ pub(crate) struct DeviceShared {
     /// Per core: how many polls advanced its lockstep execution (the hang watchdog of a
     /// stalled partner resets when this moves).
     lockstep_progress: Box<[AtomicU64]>,
+    /// Per core: when it first ran its part of a lockstep execution, and that part's own
+    /// running time once finished (`compute_idx << 32 | µs`; µs of the device clock,
+    /// wrapping): the last core to finish an execution measures it from these.
+    lockstep_started: Box<[AtomicU64]>,
+    lockstep_part_busy: Box<[AtomicU64]>,
+    /// Per lockstep group (by its first core): how its cores are served, chosen by
+    /// measurement ([`serve_mode`]), and whether that is jointly now (read by the
+    /// non-leader cores at the end of each part).
+    serve_mode: Box<[Mutex<ServeModeChooser>]>,
+    group_joint: Box<[AtomicBool]>,
     /// Per device thread: blocked at a lockstep barrier (its gate's flag is then set, but it
     /// is not idle: [`SoftDevice::is_parked`] must not count it).
     stall_blocked: Box<[AtomicBool]>,
@@ -327,6 +341,100 @@ impl DeviceShared {
     pub(crate) fn lockstep_progressed(&self, core: u32) {
         let p = &self.lockstep_progress[core as usize];
         p.store(p.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Core `core` began its part of lockstep execution `idx` at `at` (device clock).
+    pub(crate) fn lockstep_started(&self, core: u32, idx: u32, at: Duration) {
+        self.lockstep_started[core as usize].store(tagged(idx, at), Ordering::Relaxed);
+    }
+
+    /// Core `core` finished its part of lockstep execution `idx` after running `busy`.
+    pub(crate) fn lockstep_part_busy(&self, core: u32, idx: u32, busy: Duration) {
+        self.lockstep_part_busy[core as usize].store(tagged(idx, busy), Ordering::Relaxed);
+    }
+
+    /// Whether lockstep group `group`'s cores are served jointly now ([`serve_mode`]).
+    pub(crate) fn group_joint(&self, group: u32) -> bool {
+        self.group_joint
+            .get(group as usize)
+            .is_some_and(|j| j.load(Ordering::Relaxed))
+    }
+
+    /// Sets which thread serves core `core` ([`NOT_JOINT`]: its own) and, on a change,
+    /// wakes the threads to re-read who serves what (a sleeping one may now own work).
+    pub(crate) fn set_joint_thread(&self, core: &CoreShared, thread: u32) {
+        if core.set_joint_thread(thread) {
+            for g in self.gates.iter() {
+                g.notify();
+            }
+        }
+    }
+
+    /// A new model on lockstep group `group`: its serving mode is measured afresh.
+    pub(crate) fn serve_mode_reset(&self, group: u32) {
+        if let Some(m) = self.serve_mode.get(group as usize) {
+            m.lock().unwrap_or_else(|e| e.into_inner()).reset();
+            self.group_joint[group as usize].store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// The last core to finish lockstep execution `idx` of the group at `group` (`count`
+    /// cores) measures it — wall time from the first part's start, the parts' summed own
+    /// running time — for the group's serving mode ([`serve_mode`]), and applies a change.
+    /// Only where the group's cores have threads of their own and a part is long enough
+    /// for the choice to matter (short ones are joint anyway).
+    #[cold]
+    pub(crate) fn lockstep_finished(&self, group: u32, count: u8, idx: u32) {
+        let threads = self.config.threads;
+        let cores = group..group.saturating_add(count as u32);
+        let Some(members) = self.cores.get(cores.start as usize..cores.end as usize) else {
+            return;
+        };
+        let leader = group % threads;
+        if members
+            .iter()
+            .all(|c| c.index % threads == leader || c.short_parts())
+        {
+            return;
+        }
+        let now = self.epoch.elapsed();
+        let (mut wall, mut busy) = (0u32, 0u32);
+        for c in cores.clone() {
+            let (si, start) = untag(self.lockstep_started[c as usize].load(Ordering::Relaxed));
+            let (bi, b) = untag(self.lockstep_part_busy[c as usize].load(Ordering::Relaxed));
+            if si != idx || bi != idx {
+                return; // a core's record is of another execution (a reset, a race): skip
+            }
+            wall = wall.max((now.as_micros() as u32).wrapping_sub(start));
+            busy = busy.saturating_add(b);
+        }
+        let newest = cores
+            .clone()
+            .map(|c| self.lockstep_taken[c as usize].load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+            .saturating_sub(1) as u32;
+        let Ok(mut chooser) = self.serve_mode[group as usize].try_lock() else {
+            return; // another core finishing the same execution is at it
+        };
+        let sample = Sample {
+            idx,
+            wall_us: wall,
+            busy_us: busy,
+        };
+        let Some(mode) = chooser.observe(sample, now.as_micros() as u64, newest) else {
+            return;
+        };
+        let joint = mode == ServeMode::Joint;
+        self.group_joint[group as usize].store(joint, Ordering::Relaxed);
+        for c in members.iter().filter(|c| c.index % threads != leader) {
+            let thread = if joint || c.short_parts() {
+                leader
+            } else {
+                NOT_JOINT
+            };
+            self.set_joint_thread(c, thread);
+        }
     }
 
     /// Whether a core of the group other than `me` advanced its lockstep part since `seen`
@@ -683,6 +791,12 @@ impl SoftDevice {
             lockstep_busy: (0..n).map(|_| AtomicU64::new(0)).collect(),
             lockstep_parts: nrt_hal::LockstepParts::new(n),
             lockstep_progress: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_started: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_part_busy: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            serve_mode: (0..n)
+                .map(|_| Mutex::new(ServeModeChooser::default()))
+                .collect(),
+            group_joint: (0..n).map(|_| AtomicBool::new(false)).collect(),
             stall_blocked: (0..config.threads)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
@@ -1151,6 +1265,15 @@ impl Device for SoftDevice {
         self.shared.cross_core_event();
         Ok(())
     }
+}
+
+/// `idx << 32 | µs` (wrapping) for the lockstep timing words.
+fn tagged(idx: u32, t: Duration) -> u64 {
+    (u64::from(idx) << 32) | u64::from(t.as_micros() as u32)
+}
+
+fn untag(w: u64) -> (u32, u32) {
+    ((w >> 32) as u32, w as u32)
 }
 
 // Compile-time facts the device relies on.

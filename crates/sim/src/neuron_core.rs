@@ -87,6 +87,9 @@ pub(crate) struct CoreShared {
     /// host at each doorbell (which thread to wake) and by the device threads (what to poll).
     /// See [`tuning::DEVICE_JOINT_PART_MAX`].
     joint_thread: CachePadded<AtomicU32>,
+    /// The core's lockstep parts are short ([`tuning::DEVICE_JOINT_PART_MAX`]): it is served
+    /// jointly whatever its group's serving mode (written with `joint_thread`).
+    short_parts: AtomicBool,
     pub(crate) cause: CachePadded<AtomicU32>,
     mirrors: CachePadded<DeviceMirrors>,
     pub(crate) inner: CachePadded<Mutex<CoreInner>>,
@@ -248,6 +251,8 @@ struct Execution {
     busy: Duration,
     /// The group's partners' progress count when this core last looked (hang watchdog).
     partners_progress: u64,
+    /// This core ran its part of a lockstep execution at least once (its start is recorded).
+    started: bool,
 }
 
 impl Execution {
@@ -290,6 +295,7 @@ impl CoreShared {
                 .collect(),
             doorbell: CachePadded(AtomicU32::new(0)),
             joint_thread: CachePadded(AtomicU32::new(NOT_JOINT)),
+            short_parts: AtomicBool::new(false),
             cause: CachePadded(AtomicU32::new(0)),
             mirrors: CachePadded(DeviceMirrors {
                 doorbell_seen: AtomicU32::new(0),
@@ -394,6 +400,20 @@ impl CoreShared {
         }
     }
 
+    /// Sets the thread serving this core ([`NOT_JOINT`]: its own); whether that changed.
+    pub(crate) fn set_joint_thread(&self, thread: u32) -> bool {
+        if self.joint_thread.load(Ordering::Relaxed) == thread {
+            return false;
+        }
+        self.joint_thread.store(thread, Ordering::SeqCst);
+        true
+    }
+
+    /// Whether the core's lockstep parts are short (served jointly whatever the mode).
+    pub(crate) fn short_parts(&self) -> bool {
+        self.short_parts.load(Ordering::Relaxed)
+    }
+
     /// [`CoreShared::poll`] once there is work: kept out of line, so an idle poll is two
     /// loads, not the prologue and epilogue of this large frame.
     #[inline(never)]
@@ -454,12 +474,16 @@ impl CoreShared {
             let finishes = match finished_part {
                 Some((group, count, idx)) => {
                     p.publish_quietly();
-                    dev.lockstep_parts.finish(
+                    let last = dev.lockstep_parts.finish(
                         self.index as usize,
                         group as usize,
                         count as usize,
                         idx,
-                    )
+                    );
+                    if last {
+                        dev.lockstep_finished(group, count, idx);
+                    }
+                    last
                 }
                 None => inner.current.is_none(),
             };
@@ -658,9 +682,13 @@ impl CoreInner {
             return None;
         }
         if req.flags & exec_flags::RELOAD_CONFIG != 0 {
-            // Model switch: forget everything decoded for the previous model.
+            // Model switch: forget everything decoded for the previous model, and how its
+            // group was best served.
             self.cache.clear();
             self.last_blocks = None;
+            if req.sg_count > 1 && req.sg_index == 0 {
+                dev.serve_mode_reset(core.index);
+            }
         }
         let blocks_addr = req.engine_block;
         let blocks = match self.last_blocks {
@@ -710,6 +738,7 @@ impl CoreInner {
             stalled_since: None,
             busy: Duration::ZERO,
             partners_progress: 0,
+            started: false,
         })
     }
 
@@ -769,6 +798,11 @@ impl CoreInner {
         dev.lockstep_busy(core.index, lockstep);
         let before = self.current.as_ref().map(Execution::progress);
         let t0 = Instant::now();
+        if let Some(e) = self.current.as_mut()
+            && !core::mem::replace(&mut e.started, true)
+        {
+            dev.lockstep_started(core.index, e.idx, t0.saturating_duration_since(dev.epoch));
+        }
         let r = self.run_current(core, dev, Some(t0));
         if let Some(e) = self.current.as_mut() {
             // Stalled at a barrier: count the run up to here.
@@ -884,22 +918,17 @@ impl CoreInner {
         } else {
             (old - (old >> s)).saturating_add(sample >> s).max(1)
         };
+        dev.lockstep_part_busy(core.index, exec.idx, took);
         let threads = dev.config.threads;
         let (leader, own) = (exec.group % threads, core.index % threads);
-        let joint = if leader != own
-            && Duration::from_nanos(self.part_avg_ns >> 8) < tuning::DEVICE_JOINT_PART_MAX
-        {
+        let short = Duration::from_nanos(self.part_avg_ns >> 8) < tuning::DEVICE_JOINT_PART_MAX;
+        core.short_parts.store(short, Ordering::Relaxed);
+        let joint = if leader != own && (short || dev.group_joint(exec.group)) {
             leader
         } else {
             NOT_JOINT
         };
-        if core.joint_thread.load(Ordering::Relaxed) != joint {
-            core.joint_thread.store(joint, Ordering::SeqCst);
-            // The threads re-read who serves what (a sleeping one may now own work).
-            for g in dev.gates.iter() {
-                g.notify();
-            }
-        }
+        dev.set_joint_thread(core, joint);
     }
 
     #[inline(always)]

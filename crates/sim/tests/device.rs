@@ -884,6 +884,60 @@ fn short_lockstep_parts_are_served_jointly_long_ones_in_parallel() {
     assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);
 }
 
+/// A lockstep pair whose long parts cannot overlap — core 1 starts where core 0 ends — gains
+/// nothing from a thread per core (an execution's wall time is its two parts' summed work,
+/// as beside a busy co-tenant): the group's serving mode goes joint, the leader's thread
+/// running both parts. Every execution completes meanwhile, across the changes of mode.
+#[test]
+fn lockstep_parts_that_run_one_after_the_other_are_served_jointly() {
+    let dev = two_thread_device();
+    let mut d0 = DirectDriver::new(&dev, 0).unwrap();
+    let mut d1 = DirectDriver::new(&dev, 1).unwrap();
+    let g = SemRef::global(0);
+    // Hundreds of µs per part: well past the short-part limit.
+    let mut first = vec![Instruction::new(Op::Nop); 100_000];
+    first.push(Instruction::new(Op::Barrier { sem: g, count: 2 }));
+    let mut second = vec![Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    second.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 100_000));
+    let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
+    b0[4] = d0.load_block(&first).unwrap();
+    b1[4] = d1.load_block(&second).unwrap();
+    assert_eq!(dev.joint_thread(1).unwrap(), None, "parallel at first");
+    // 16 executions to measure, 5 to probe, a few in flight at the change; up to 2,000 in
+    // case a busy machine stretches some.
+    let mut joint_at = None;
+    for idx in 0..2000u32 {
+        d0.stage(b0, idx, 0, 0, 2);
+        d1.stage(b1, idx, 0, 1, 2);
+        d0.doorbell().unwrap();
+        d1.doorbell().unwrap();
+        let (r0, r1) = (d0.wait_for_ends(5, T), d1.wait_for_ends(5, T));
+        assert_eq!(
+            (
+                kinds(&r0, RecordKind::End).len(),
+                kinds(&r1, RecordKind::End).len()
+            ),
+            (5, 5),
+            "execution {idx}"
+        );
+        if dev.joint_thread(1).unwrap() == Some(0) && idx >= 20 {
+            joint_at = Some(idx);
+            break;
+        }
+    }
+    assert!(
+        joint_at.is_some(),
+        "core 1 is still served by its own thread after 2,000 sequential executions"
+    );
+    assert_eq!(
+        dev.joint_thread(0).unwrap(),
+        None,
+        "the leader serves itself"
+    );
+    assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
+    assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);
+}
+
 /// One core's instruction blocks, by engine.
 type Blocks = [nrt_hal::DevAddr; nrt_hal::NUM_ENGINES];
 
