@@ -180,7 +180,12 @@ pub fn to_device_bytes(t: &HostTensor, dtype: DType) -> Vec<u8> {
 /// A host tensor from device bytes.
 pub fn from_device_bytes(info: &TensorInfo, bytes: &[u8]) -> Res<HostTensor> {
     let shape: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
-    HostTensor::from_bytes(info.dtype, shape, bytes).map_err(|e| e.to_string())
+    from_device_bytes_shaped(info.dtype, shape, bytes)
+}
+
+/// A `dtype` host tensor of `shape` from device bytes.
+pub fn from_device_bytes_shaped(dtype: DType, shape: Vec<usize>, bytes: &[u8]) -> Res<HostTensor> {
+    HostTensor::from_bytes(dtype, shape, bytes).map_err(|e| e.to_string())
 }
 
 /// The suffix of the i64 output holding the actual shape of an output whose extent
@@ -199,11 +204,30 @@ pub fn is_shape_companion(all: &[(TensorInfo, Tensor)], name: &str) -> bool {
 /// model has its `<name>:shape` companion, trimmed to that actual shape (the device writes
 /// the actual elements packed first in the static upper bound).
 pub fn read_output(all: &[(TensorInfo, Tensor)], info: &TensorInfo, t: &Tensor) -> Res<HostTensor> {
-    let mut b = vec![0u8; info.size as usize];
+    let (shape, b) = read_output_bytes(all, info, t)?;
+    HostTensor::from_bytes(info.dtype, shape, &b).map_err(|e| e.to_string())
+}
+
+/// [`read_output`] as the device holds it: the actual shape and the elements' bytes (one
+/// copy of the output on the host, read into a buffer reserved fallibly).
+pub fn read_output_bytes(
+    all: &[(TensorInfo, Tensor)],
+    info: &TensorInfo,
+    t: &Tensor,
+) -> Res<(Vec<usize>, Vec<u8>)> {
+    let mut b = Vec::new();
+    let size = usize::try_from(info.size).map_err(|_| "output too large".to_string())?;
+    b.try_reserve_exact(size).map_err(|_| {
+        format!(
+            "output '{}': cannot hold its {size} bytes in host memory",
+            info.name
+        )
+    })?;
+    b.resize(size, 0);
     t.read(&mut b, 0).map_err(|e| e.to_string())?;
     let companion = format!("{}{SHAPE_SUFFIX}", info.name);
     let Some((si, st)) = all.iter().find(|(i, _)| i.name == companion) else {
-        return from_device_bytes(info, &b);
+        return Ok((info.shape.iter().map(|&d| d as usize).collect(), b));
     };
     let mut sb = vec![0u8; si.size as usize];
     st.read(&mut sb, 0).map_err(|e| e.to_string())?;
@@ -218,8 +242,8 @@ pub fn read_output(all: &[(TensorInfo, Tensor)], info: &TensorInfo, t: &Tensor) 
         .and_then(|s| s.iter().try_fold(1u64, |p, &d| p.checked_mul(d as u64)));
     match (shape, elements) {
         (Some(shape), Some(n)) if dims.len() == info.shape.len() && n <= bound => {
-            let bytes = n as usize * info.dtype.size();
-            HostTensor::from_bytes(info.dtype, shape, &b[..bytes]).map_err(|e| e.to_string())
+            b.truncate(n as usize * info.dtype.size());
+            Ok((shape, b))
         }
         _ => Err(format!(
             "output '{}': its actual shape {dims:?} ('{companion}') does not fit its bound {:?}",

@@ -585,3 +585,72 @@ fn run_specializes_on_the_input_values_the_compiler_needs() {
         "{stdout}"
     );
 }
+
+/// An output whose extent depends on the data (NonZero) is shown and written trimmed to its
+/// actual shape: the `.pb` that `nrt run --output-dir` writes straight from the device bytes
+/// reads back as that tensor.
+#[test]
+fn run_writes_a_data_dependent_output_trimmed_to_its_actual_shape() {
+    use nrt_compiler::onnx::*;
+    let vi = |name: &str, elem_type: i32, dims: &[i64]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&v| Dimension {
+                            dim_value: (v >= 0).then_some(v),
+                            dim_param: (v < 0).then(|| "n".to_string()),
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+    };
+    let onnx = encode_model(&ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            name: "nonzero".into(),
+            node: vec![NodeProto {
+                input: vec!["x".into()],
+                output: vec!["y".into()],
+                name: "nz".into(),
+                op_type: "NonZero".into(),
+                ..Default::default()
+            }],
+            input: vec![vi("x", data_type::FLOAT, &[2, 3])],
+            output: vec![vi("y", data_type::INT64, &[2, -1])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    let dir = scratch("cli-nonzero");
+    let model = dir.join("nonzero.onnx");
+    std::fs::write(&model, onnx).expect("write");
+    let x = dir.join("x.npy");
+    write_npy_f32(&x, &[2, 3], &[0.0, 2.0, 0.0, 4.0, 0.0, -6.0]);
+    let out_dir = dir.join("out");
+    let out = ok(&[
+        "run",
+        s(&model),
+        "--input",
+        &format!("x={}", s(&x)),
+        "--output-dir",
+        s(&out_dir),
+    ]);
+    assert!(
+        out.contains("output 'y' [2, 3]: [0.00000, 1.00000, 1.00000, 1.00000, 0.00000, 2.00000]"),
+        "{out}"
+    );
+    let (name, y) = nrt_compiler::read_tensor_pb(&out_dir.join("y.pb")).expect("y.pb");
+    assert_eq!(name, "y");
+    assert_eq!(y.shape, vec![2, 3]);
+    assert_eq!(y.to_i64s().into_owned(), vec![0, 1, 1, 1, 0, 2]);
+}

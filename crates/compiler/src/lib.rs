@@ -49,7 +49,10 @@ mod widen;
 
 pub use error::{CompileError, ErrorKind, NodeRef};
 pub use ops::{OpInfo, out_of_scope_reason, supported_ops, supported_report};
-pub use tensor::{HostTensor, decode_tensor_pb, encode_tensor_pb, read_tensor_pb, write_tensor_pb};
+pub use tensor::{
+    HostTensor, decode_tensor_pb, encode_tensor_pb, read_tensor_pb, write_tensor_pb,
+    write_tensor_pb_raw,
+};
 
 use nrt_hal::DType;
 use std::collections::BTreeMap;

@@ -709,9 +709,87 @@ pub fn write_tensor_pb(path: &Path, name: &str, t: &HostTensor) -> Result<()> {
     })
 }
 
+/// Writes an ONNX `TensorProto` `.pb` file of a `dtype` tensor of `shape` whose elements are
+/// `raw` — little-endian, in the element layout the device and ONNX's `raw_data` share —
+/// without a host copy of them: the small fields are encoded, then the `raw_data` field
+/// (number 9) is written straight from `raw`. The bytes are those of [`write_tensor_pb`] for
+/// the same tensor (protobuf writes fields in number order; `raw_data` is the last one set).
+pub fn write_tensor_pb_raw(
+    path: &Path,
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+    raw: &[u8],
+) -> Result<()> {
+    use std::io::Write;
+    let expected = shape
+        .iter()
+        .try_fold(dtype.size(), |n, &d| n.checked_mul(d));
+    if expected != Some(raw.len()) {
+        return err(
+            ErrorKind::ShapeMismatch,
+            format!(
+                "{} bytes of data for a {dtype} tensor of shape {shape:?}",
+                raw.len()
+            ),
+        );
+    }
+    let mut head = TensorProto {
+        dims: shape.iter().map(|&d| d as i64).collect(),
+        data_type: dtype_to_onnx(dtype),
+        name: name.to_owned(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    if !raw.is_empty() {
+        prost::encoding::encode_key(9, prost::encoding::WireType::LengthDelimited, &mut head);
+        prost::encoding::encode_varint(raw.len() as u64, &mut head);
+    }
+    let io = |e: std::io::Error| {
+        crate::error::CompileError::new(ErrorKind::Io, format!("writing {}: {e}", path.display()))
+    };
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    f.write_all(&head).map_err(io)?;
+    f.write_all(raw).map_err(io)?;
+    f.into_inner()
+        .map_err(|e| io(e.into_error()))?
+        .sync_all()
+        .map_err(io)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_pb_is_the_encoded_tensor() {
+        let dir = std::env::temp_dir().join(format!("nrt-raw-pb-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.pb");
+        let cases = [
+            HostTensor::f32(vec![2, 3], vec![1.0, -2.5, 3.0, f32::MAX, 0.0, -0.0]),
+            HostTensor::ints(DType::I64, vec![3], vec![-1, 1 << 40, 7]),
+            HostTensor::ints(DType::U8, vec![0], vec![]),
+            HostTensor::f32(vec![], vec![4.5]),
+        ];
+        for t in cases {
+            let raw = t.to_bytes();
+            write_tensor_pb_raw(&f, "out", t.dtype, &t.shape, &raw).unwrap();
+            assert_eq!(
+                std::fs::read(&f).unwrap(),
+                encode_tensor_pb("out", &t),
+                "{t:?}"
+            );
+            assert_eq!(read_tensor_pb(&f).unwrap(), ("out".to_owned(), t));
+        }
+        // A size that does not match the shape is refused, naming both.
+        let e = write_tensor_pb_raw(&f, "x", DType::F32, &[2, 2], &[0; 12]).unwrap_err();
+        assert!(
+            e.message.contains("12 bytes") && e.message.contains("[2, 2]"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn half_round_trips() {
