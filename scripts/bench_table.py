@@ -138,6 +138,12 @@ for name in ("mlp_b64", "encoder", "mlp_b64-sample", "encoder-sample"):
     ort2 = f"{o2:.1f}" if o2 else "-"
     vs2 = f"{t2 / o2:.2f}" if o2 else "-"
     print(f"| {name} | {t1:.1f} | {t2:.1f} | {t2 / t1:.2f} | {ort1} | {ort2} | {vs2} | {cpu} |")
+busy = {r["cores"]: r for r in rows if r["model"] == "encoder-sample" and r["surface"] == "sync-cotenant"}
+if 1 in busy and 2 in busy:
+    one, two = busy[1], busy[2]
+    print(f"\nencoder-sample beside one busy co-tenant process: 1 core {one['execs_per_s']:,.0f} execs/s "
+          f"(p99 {us(one['p99_ns'])} µs), 2 cores {two['execs_per_s']:,.0f} (p99 {us(two['p99_ns'])} µs): "
+          f"{two['execs_per_s'] / one['execs_per_s']:.2f}x")
 for name in ("mlp_b64", "mlp_b64-sample"):
     one = next((r for r in rows if r["model"] == name and r["surface"] == "sync" and r["cores"] == 1), None)
     procs = [r for r in rows if r["model"] == name and r["surface"] == "process-of-2"]

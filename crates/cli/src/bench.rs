@@ -1186,6 +1186,17 @@ pub fn main(a: &BenchArgs) -> Res<()> {
                 emit(compute_row(label, onnx, cores, seconds)?, &mut rows);
             }
         }
+        // The encoder beside a busy co-tenant process, on one core and split across two:
+        // three runnable threads on two vCPUs, where a split that cannot run in parallel must
+        // not cost more than one core (the device measures and serves the pair from one
+        // thread then: nrt-sim's serve_mode).
+        for cores in [1, 2] {
+            let _busy = CoTenant::start()?;
+            let mut r = compute_row("encoder-sample", &encoder, cores, seconds)?;
+            r.surface = "sync-cotenant".into();
+            r.note = format!("one busy-looping process beside; {}", r.note);
+            emit(r, &mut rows);
+        }
         emit(
             processes_row("mlp_b64-sample", &mlp_b64, seconds)?,
             &mut rows,
@@ -1242,6 +1253,16 @@ pub fn main(a: &BenchArgs) -> Res<()> {
                     two.caller_cpu_share * 100.0
                 );
             }
+        }
+        if let (Some(one), Some(two)) = (
+            find("encoder-sample", "sync-cotenant", 1, 1),
+            find("encoder-sample", "sync-cotenant", 1, 2),
+        ) {
+            println!(
+                "encoder-sample beside a co-tenant: 2 cores / 1 core throughput {:.2}x, p99 {:.2}x",
+                two.execs_per_s / one.execs_per_s.max(1.0),
+                two.p99_ns / one.p99_ns.max(1.0)
+            );
         }
         if let (Some(one), Some(p)) = (
             find("mlp_b64-sample", "sync", 1, 1),
