@@ -290,9 +290,11 @@ fn base_config() -> Res<RuntimeConfig> {
 }
 
 /// Implicit async (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS = depth`).
-fn implicit_rows(label: &str, ncm: &[u8], depth: usize, seconds: f64) -> Res<Row> {
+/// `cores`: the model's NeuronCores per logical core (`NEURON_LOGICAL_NC_CONFIG`).
+fn implicit_rows(label: &str, ncm: &[u8], cores: u32, depth: usize, seconds: f64) -> Res<Row> {
     let (_dev, rt) = session::runtime(Some(RuntimeConfig {
         async_inflight: depth as u32,
+        logical_nc: cores,
         ..base_config()?
     }))?;
     let done = Arc::new(AtomicU64::new(0));
@@ -1050,7 +1052,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
                 );
             }
             Surface::Implicit => emit(
-                implicit_rows(&label, &p.ncm, depth.max(1), seconds)?,
+                implicit_rows(&label, &p.ncm, cores, depth.max(1), seconds)?,
                 &mut rows,
             ),
         }
@@ -1073,7 +1075,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
                     explicit_rows(&rt, &m, "near-null", depth.max(1), seconds)
                 })?
             }
-            Surface::Implicit => implicit_rows("near-null", &ncm, depth.max(1), seconds)?,
+            Surface::Implicit => implicit_rows("near-null", &ncm, cores, depth.max(1), seconds)?,
         };
         emit(r, &mut rows);
     } else {
@@ -1153,7 +1155,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             emit(sync_rows(&rt, &m, "near-null-2c", 2, seconds)?, &mut rows);
         }
         emit(
-            implicit_rows("near-null", &near_null(1), 8, seconds)?,
+            implicit_rows("near-null", &near_null(1), 1, 8, seconds)?,
             &mut rows,
         );
         // A busy co-tenant process for the duration of these rows: sync and explicit depth 8

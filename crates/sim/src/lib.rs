@@ -211,9 +211,11 @@ pub(crate) struct DeviceShared {
     /// Per core: how many polls advanced its lockstep execution (the hang watchdog of a
     /// stalled partner resets when this moves).
     lockstep_progress: Box<[AtomicU64]>,
-    /// Per core: when it first ran its part of a lockstep execution, and that part's own
-    /// running time once finished (`compute_idx << 32 | µs`; µs of the device clock,
-    /// wrapping): the last core to finish an execution measures it from these.
+    /// Per core, [`TIMING_SLOTS`] words by compute index: when it first ran its part of a
+    /// lockstep execution, and that part's own running time once finished (`compute_idx <<
+    /// 32 | µs`; µs of the device clock, wrapping). The last core to finish an execution
+    /// measures it from these — with several executions in flight a core may have started
+    /// (and finished) later ones by then.
     lockstep_started: Box<[AtomicU64]>,
     lockstep_part_busy: Box<[AtomicU64]>,
     /// Per lockstep group (by its first core): how its cores are served, chosen by
@@ -345,12 +347,12 @@ impl DeviceShared {
 
     /// Core `core` began its part of lockstep execution `idx` at `at` (device clock).
     pub(crate) fn lockstep_started(&self, core: u32, idx: u32, at: Duration) {
-        self.lockstep_started[core as usize].store(tagged(idx, at), Ordering::Relaxed);
+        self.lockstep_started[timing_slot(core, idx)].store(tagged(idx, at), Ordering::Relaxed);
     }
 
     /// Core `core` finished its part of lockstep execution `idx` after running `busy`.
     pub(crate) fn lockstep_part_busy(&self, core: u32, idx: u32, busy: Duration) {
-        self.lockstep_part_busy[core as usize].store(tagged(idx, busy), Ordering::Relaxed);
+        self.lockstep_part_busy[timing_slot(core, idx)].store(tagged(idx, busy), Ordering::Relaxed);
     }
 
     /// Whether lockstep group `group`'s cores are served jointly now ([`serve_mode`]).
@@ -400,10 +402,13 @@ impl DeviceShared {
         let now = self.epoch.elapsed();
         let (mut wall, mut busy) = (0u32, 0u32);
         for c in cores.clone() {
-            let (si, start) = untag(self.lockstep_started[c as usize].load(Ordering::Relaxed));
-            let (bi, b) = untag(self.lockstep_part_busy[c as usize].load(Ordering::Relaxed));
+            let slot = timing_slot(c, idx);
+            let (si, start) = untag(self.lockstep_started[slot].load(Ordering::Relaxed));
+            let (bi, b) = untag(self.lockstep_part_busy[slot].load(Ordering::Relaxed));
             if si != idx || bi != idx {
-                return; // a core's record is of another execution (a reset, a race): skip
+                // A core's record is of another execution (a reset; a core that ran
+                // `TIMING_SLOTS` executions ahead): no sample.
+                return;
             }
             wall = wall.max((now.as_micros() as u32).wrapping_sub(start));
             busy = busy.saturating_add(b);
@@ -791,8 +796,8 @@ impl SoftDevice {
             lockstep_busy: (0..n).map(|_| AtomicU64::new(0)).collect(),
             lockstep_parts: nrt_hal::LockstepParts::new(n),
             lockstep_progress: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            lockstep_started: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            lockstep_part_busy: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_started: (0..n * TIMING_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            lockstep_part_busy: (0..n * TIMING_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             serve_mode: (0..n)
                 .map(|_| Mutex::new(ServeModeChooser::default()))
                 .collect(),
@@ -1265,6 +1270,16 @@ impl Device for SoftDevice {
         self.shared.cross_core_event();
         Ok(())
     }
+}
+
+/// Timing words per core ([`DeviceShared::lockstep_started`]): how many executions a core
+/// may run ahead of its partner's finish and still be measured. Barriers keep the cores of
+/// one execution together; a core runs ahead only past an execution's last barrier, by one
+/// or two at the async surfaces' depths.
+const TIMING_SLOTS: usize = 8;
+
+fn timing_slot(core: u32, idx: u32) -> usize {
+    core as usize * TIMING_SLOTS + idx as usize % TIMING_SLOTS
 }
 
 /// `idx << 32 | µs` (wrapping) for the lockstep timing words.

@@ -10,9 +10,12 @@
 //! (for milliseconds), its partner waits at the next barrier — work that one thread would
 //! simply have done.
 //!
-//! So the last core to finish each execution measures it — wall time from the first part's
-//! start, and the parts' own running times (stalls at barriers excluded), summed — and the
-//! group's [`ServeModeChooser`] keeps the last 16 in the current mode:
+//! So the last core to finish each execution measures it — what it cost (its wall time from
+//! the first part's start, or, with several in flight, the interval since the previous one
+//! finished if shorter: a thread serving both cores interleaves consecutive executions, so
+//! each spans several intervals), and the parts' own running times (stalls at barriers
+//! excluded), summed — and the group's [`ServeModeChooser`] keeps the last 16 in the current
+//! mode:
 //!
 //! - **parallel → joint** when parallel serving does not pay: the median execution's wall
 //!   time is at least [`tuning::SERVE_MODE_PROBE_RATIO_PERCENT`] of its summed parts (50% is
@@ -66,7 +69,8 @@ const PROBE: usize = tuning::SERVE_MODE_PROBE_PARTS;
 pub(crate) struct Sample {
     /// The execution's compute index.
     pub idx: u32,
-    /// From the first part's start to the last part's end, in µs.
+    /// From the first part's start to the last part's end, in µs (the chooser costs an
+    /// execution at the least of this and the interval since the previous one finished).
     pub wall_us: u32,
     /// The parts' own running times (stalls at barriers excluded), summed, in µs.
     pub busy_us: u32,
@@ -93,6 +97,9 @@ pub(crate) struct ServeModeChooser {
     /// Executions up to this compute index were started before the last change of mode
     /// (or were in flight at it): their samples are of neither mode and are dropped.
     settle_idx: Option<u32>,
+    /// The last execution sampled, and when it finished (µs of the device clock).
+    last_idx: Option<u32>,
+    last_finish_us: Option<u64>,
 }
 
 impl Default for ServeModeChooser {
@@ -109,6 +116,8 @@ impl Default for ServeModeChooser {
             next_probe_us: 0,
             interval_us: tuning::SERVE_MODE_PROBE_MIN.as_micros() as u64,
             settle_idx: None,
+            last_idx: None,
+            last_finish_us: None,
         }
     }
 }
@@ -143,13 +152,28 @@ impl ServeModeChooser {
         now_us: u64,
         newest_taken: u32,
     ) -> Option<ServeMode> {
+        // Each execution once (two cores finishing it at the same moment may both report).
+        if self
+            .last_idx
+            .is_some_and(|l| (s.idx.wrapping_sub(l) as i32) <= 0)
+        {
+            return None;
+        }
+        self.last_idx = Some(s.idx);
+        // What an execution costs: its wall time, or — with several in flight, when one
+        // finishes every interval while each spans several (a thread serving both cores
+        // interleaves two executions) — the interval since the previous one finished.
+        let interval = self
+            .last_finish_us
+            .map_or(u64::MAX, |t| now_us.saturating_sub(t));
+        self.last_finish_us = Some(now_us);
         if let Some(settle) = self.settle_idx {
             if (s.idx.wrapping_sub(settle) as i32) <= 0 {
                 return None;
             }
             self.settle_idx = None;
         }
-        let wall = s.wall_us.max(1);
+        let wall = (u64::from(s.wall_us).min(interval) as u32).max(1);
         if self.running != self.mode {
             // Probing the other mode.
             self.probe[self.probe_len] = wall;
@@ -361,6 +385,37 @@ mod tests {
         }
         assert_eq!(c.probe_len, 0);
         run(&mut c, &mut idx, &mut now, PROBE, |_| (2_000, 2_000));
+        assert_eq!(c.mode, ServeMode::Joint);
+    }
+
+    #[test]
+    fn executions_in_flight_are_costed_by_the_interval_between_finishes() {
+        // Four in flight: one execution finishes every `step` µs. Parallel beside a
+        // co-tenant: one per 3,000 µs, each spanning one step; joint: one per 2,500, each
+        // spanning three (one thread serving both cores interleaves consecutive
+        // executions), as `encoder --cores 2` at implicit depth 4 measured.
+        let mut c = ServeModeChooser::default();
+        let (mut idx, mut now) = (0u32, 0u64);
+        let mut changes = Vec::new();
+        for _ in 0..3_000 {
+            let (step, busy, spans): (u32, u32, u32) = match c.running() {
+                ServeMode::Parallel => (3_000, 2_900, 1),
+                ServeMode::Joint => (2_500, 2_500, 3),
+            };
+            now += u64::from(step);
+            idx += 1;
+            let s = Sample {
+                idx,
+                wall_us: spans * step,
+                busy_us: busy,
+            };
+            changes.extend(c.observe(s, now, idx + 3));
+            // The same execution reported twice (both cores saw it finished) counts once.
+            assert_eq!(c.observe(s, now, idx + 3), None);
+        }
+        // By wall time joint (7,500) would lose to parallel (3,000); by what an execution
+        // costs it wins, and the parallel probes do not bring parallel back.
+        assert_eq!(changes.first(), Some(&ServeMode::Joint), "{changes:?}");
         assert_eq!(c.mode, ServeMode::Joint);
     }
 

@@ -1301,9 +1301,14 @@ fn a_released_host_served_core_is_handed_back() {
 /// (`CoreShared::poll_unserved`). Without that second look it took one now and then, each
 /// one work that kept it spinning: awake for good beside its caller (~85% of a vCPU, the
 /// sync near-null round trip 0.45 → 0.8–1.1 µs in `nrt bench`).
+///
+/// The device thread's look for stale served work (a host thread preempted inside its
+/// execution, which the thread then rightly takes over) is set far apart here: at 1 ms, a
+/// test thread descheduled for a millisecond by the tests running beside it made the check
+/// fail now and then without the bug (4 runs of 8 in a noisy phase of this host).
 #[test]
 fn a_device_thread_takes_no_execution_from_the_host_thread_serving_its_core() {
-    let dev = device_checking_served_cores_every(Duration::from_millis(1));
+    let dev = device_checking_served_cores_every(Duration::from_millis(100));
     let mut d = DirectDriver::new(&dev, 0).unwrap();
     let blocks = d.empty_blocks().unwrap();
     let mut ends = Vec::new();
