@@ -15,7 +15,7 @@
 //! - **scheduling fit for 2 vCPUs**: one device thread per core, up to the CPUs the process
 //!   may use (configurable), so a two-core model's cores compute in parallel — unless that
 //!   does not pay: short parts, and parts that a busy host runs one after the other anyway,
-//!   are served by the group leader's thread alone ([`serve_mode`]); a thread runs its core's
+//!   are served by the group leader's thread alone (`serve_mode`); a thread runs its core's
 //!   engines cooperatively, spins a bounded time after work and then parks on an
 //!   [`nrt_hal::IdleGate`] that the doorbell opens; at a lockstep barrier it spins a bounded
 //!   time and then blocks until the partner core moves;
@@ -219,7 +219,7 @@ pub(crate) struct DeviceShared {
     lockstep_started: Box<[AtomicU64]>,
     lockstep_part_busy: Box<[AtomicU64]>,
     /// Per lockstep group (by its first core): how its cores are served, chosen by
-    /// measurement ([`serve_mode`]), and whether that is jointly now (read by the
+    /// measurement (`serve_mode`), and whether that is jointly now (read by the
     /// non-leader cores at the end of each part).
     serve_mode: Box<[Mutex<ServeModeChooser>]>,
     group_joint: Box<[AtomicBool]>,
@@ -355,7 +355,7 @@ impl DeviceShared {
         self.lockstep_part_busy[timing_slot(core, idx)].store(tagged(idx, busy), Ordering::Relaxed);
     }
 
-    /// Whether lockstep group `group`'s cores are served jointly now ([`serve_mode`]).
+    /// Whether lockstep group `group`'s cores are served jointly now (`serve_mode`).
     pub(crate) fn group_joint(&self, group: u32) -> bool {
         self.group_joint
             .get(group as usize)
@@ -382,7 +382,7 @@ impl DeviceShared {
 
     /// The last core to finish lockstep execution `idx` of the group at `group` (`count`
     /// cores) measures it — wall time from the first part's start, the parts' summed own
-    /// running time — for the group's serving mode ([`serve_mode`]), and applies a change.
+    /// running time — for the group's serving mode (`serve_mode`), and applies a change.
     /// Only where the group's cores have threads of their own and a part is long enough
     /// for the choice to matter (short ones are joint anyway).
     #[cold]

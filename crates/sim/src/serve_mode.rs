@@ -27,11 +27,13 @@
 //!   better ([`tuning::SERVE_MODE_PROBE_MIN`] to [`tuning::SERVE_MODE_PROBE_MAX`]), taken
 //!   only when clearly faster ([`tuning::SERVE_MODE_SWITCH_GAIN_PERCENT`]).
 //!
-//! Measured with `scripts/ab_binaries.sh OLD NEW 6 1 cotenant_2c,mlp_b64_2c` (paired, 2 vCPUs): beside one busy co-tenant,
-//! `encoder --cores 2` ran 1.41× the executions per second with p99 0.32× (9.4 → 2.9 ms),
-//! `mlp_b64 --cores 2` 1.12×; on the quiet host `mlp_b64 --cores 2` read 0.998× in median
-//! latency and 0.98× in executions per second (within noise: the host's own slow phases
-//! send the group joint for up to a probe interval). Short parts are served jointly
+//! Measured with `scripts/ab_binaries.sh OLD NEW 8 1 mlp_b64_2c,encoder_2c,cotenant_2c`
+//! (paired, 2 vCPUs; two runs, as the host's phases move the unpaired figures): beside one
+//! busy co-tenant `encoder --cores 2` ran 1.05× and 1.41× the executions per second with
+//! p99 0.28× and 0.32× (10.5 → 3.0 ms; 8 of 8 pairs lower), `mlp_b64 --cores 2` 1.01× and
+//! 1.12× with p99 0.39×; on the quiet host `mlp_b64 --cores 2` and `encoder --cores 2` read
+//! 0.98× and 1.00× in median latency (within noise: the host's own busy phases send a group
+//! joint too, for up to a probe interval). Short parts are served jointly
 //! regardless ([`tuning::DEVICE_JOINT_PART_MAX`]); this chooser decides the long ones.
 //!
 //! Pure bookkeeping: no clock, no atomics (the device calls it under a lock with the
