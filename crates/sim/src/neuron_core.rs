@@ -922,7 +922,10 @@ impl CoreInner {
         let threads = dev.config.threads;
         let (leader, own) = (exec.group % threads, core.index % threads);
         let short = Duration::from_nanos(self.part_avg_ns >> 8) < tuning::DEVICE_JOINT_PART_MAX;
-        core.short_parts.store(short, Ordering::Relaxed);
+        if core.short_parts.load(Ordering::Relaxed) != short {
+            // Stored on a change only: the line is read by the partner's thread.
+            core.short_parts.store(short, Ordering::Relaxed);
+        }
         let joint = if leader != own && (short || dev.group_joint(exec.group)) {
             leader
         } else {
