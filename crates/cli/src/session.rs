@@ -41,10 +41,10 @@ pub fn runtime(config: Option<RuntimeConfig>) -> Res<(Arc<SoftDevice>, Runtime)>
 pub fn runtime_for(ncm: &[u8]) -> Res<(Arc<SoftDevice>, Runtime)> {
     let mut cfg = RuntimeConfig::from_env().map_err(|e| e.to_string())?;
     if std::env::var_os("NEURON_LOGICAL_NC_CONFIG").is_none()
-        && let Ok(m) = nrt_model::CompiledModel::decode(ncm)
-        && (m.sg_count as usize) <= nrt_runtime::MAX_LOCKSTEP_CORES
+        && let Ok(cores) = nrt_model::CompiledModel::core_count(ncm)
+        && (cores as usize) <= nrt_runtime::MAX_LOCKSTEP_CORES
     {
-        cfg.logical_nc = cfg.logical_nc.max(m.sg_count);
+        cfg.logical_nc = cfg.logical_nc.max(cores);
     }
     runtime(Some(cfg))
 }

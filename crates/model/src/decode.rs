@@ -137,8 +137,16 @@ struct Section {
     size: u64,
 }
 
-pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
-    let len = bytes.len() as u64;
+/// The fixed header's fields that the rest of the file is read by.
+struct Header {
+    file_size: u64,
+    section_count: u32,
+    sg_count: u32,
+    stored_crc: u32,
+}
+
+/// Reads and checks the fixed header (magic, version, size, flags, reserved bytes).
+fn header(bytes: &[u8]) -> R<Header> {
     let mut h = Cur::new(bytes, 0);
     let magic: [u8; 4] = h.take(4, &f("header.magic"))?.try_into().expect("4 bytes");
     if magic != MAGIC {
@@ -174,6 +182,40 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
     let sg_count = h.u32(&f("header.sg_count"))?;
     let stored_crc = h.u32(&f("header.checksum"))?;
     h.zeros(HEADER_SIZE - 36, &f("header.reserved"))?;
+    Ok(Header {
+        file_size,
+        section_count,
+        sg_count,
+        stored_crc,
+    })
+}
+
+/// The model's core count from its header alone (`header.sg_count`, range-checked), without
+/// reading or checking the rest: what a runtime is sized by before the model loads (a load
+/// decodes and validates the whole file).
+pub(crate) fn core_count(bytes: &[u8]) -> R<u32> {
+    checked_core_count(header(bytes)?.sg_count)
+}
+
+fn checked_core_count(sg_count: u32) -> R<u32> {
+    if sg_count == 0 || sg_count > MAX_CORES {
+        return Err(ModelError::new(
+            28,
+            "header.sg_count",
+            K::OutOfRange(sg_count as u64),
+        ));
+    }
+    Ok(sg_count)
+}
+
+pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
+    let len = bytes.len() as u64;
+    let Header {
+        file_size,
+        section_count,
+        sg_count,
+        stored_crc,
+    } = header(bytes)?;
     if file_size != len {
         return Err(ModelError::new(
             16,
@@ -203,13 +245,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
             },
         ));
     }
-    if sg_count == 0 || sg_count > MAX_CORES {
-        return Err(ModelError::new(
-            28,
-            "header.sg_count",
-            K::OutOfRange(sg_count as u64),
-        ));
-    }
+    checked_core_count(sg_count)?;
     if section_count > 16 {
         return Err(ModelError::new(
             24,

@@ -302,6 +302,13 @@ impl CompiledModel {
         decode::decode(bytes)
     }
 
+    /// The core count of an NCM file image from its header alone (checked in range, the
+    /// rest of the file neither read nor validated): what a runtime is sized by before the
+    /// model is loaded, without decoding its constants a first time.
+    pub fn core_count(bytes: &[u8]) -> Result<u32, ModelError> {
+        decode::core_count(bytes)
+    }
+
     /// Writes the NCM file image (checksum included).
     ///
     /// The encoder writes what it is given; [`CompiledModel::decode`] of the result applies

@@ -138,6 +138,36 @@ fn bad_magic_and_version() {
     assert_eq!(e.field, "header.version");
 }
 
+/// The core count comes from the header alone: the rest of the file is neither read nor
+/// checked (a load does that), but the header's own checks hold, and the count is in range.
+#[test]
+fn core_count_reads_the_header_only() {
+    for cores in [1, 2, 4] {
+        let b = sample(cores, 4, 1).encode();
+        assert_eq!(CompiledModel::core_count(&b).unwrap(), cores);
+        // A damaged body: the count still reads; decoding the whole file does not.
+        let mut damaged = b.clone();
+        let end = damaged.len() - 1;
+        damaged[end] ^= 0xFF;
+        assert_eq!(CompiledModel::core_count(&damaged).unwrap(), cores);
+        assert!(CompiledModel::decode(&damaged).is_err());
+    }
+    let mut b = sample(1, 4, 1).encode();
+    b[0] = b'X';
+    assert!(matches!(
+        CompiledModel::core_count(&b).unwrap_err().kind,
+        ModelErrorKind::BadMagic(_)
+    ));
+    let e = CompiledModel::core_count(&sample(1, 4, 1).encode()[..20]).unwrap_err();
+    assert!(matches!(e.kind, ModelErrorKind::Truncated { .. }), "{e}");
+    for bad in [0u32, 1000] {
+        let mut b = sample(1, 4, 1).encode();
+        b[28..32].copy_from_slice(&bad.to_le_bytes());
+        let e = CompiledModel::core_count(&b).unwrap_err();
+        assert_eq!(e.field, "header.sg_count", "{e}");
+    }
+}
+
 /// A file written by format 1.0 (before the minor bump to 1.1) still loads; a newer minor
 /// than this crate's is refused.
 #[test]
