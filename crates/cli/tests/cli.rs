@@ -86,6 +86,66 @@ fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
     std::fs::write(path, f).expect("write .npy");
 }
 
+/// A tensor's `ValueInfoProto`: element type `elem_type`, dimensions as given (`-1` kept as
+/// the value, as exporters write an unknown batch dimension).
+fn value_info(name: &str, elem_type: i32, dims: &[i64]) -> nrt_compiler::onnx::ValueInfoProto {
+    use nrt_compiler::onnx::*;
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&v| Dimension {
+                            dim_value: Some(v),
+                            dim_param: None,
+                        })
+                        .collect(),
+                }),
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A node of the default domain, named after its one output.
+fn node(op: &str, inputs: &[&str], output: &str) -> nrt_compiler::onnx::NodeProto {
+    nrt_compiler::onnx::NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        name: output.into(),
+        op_type: op.into(),
+        ..Default::default()
+    }
+}
+
+/// An opset-17 ONNX model of one graph, encoded.
+fn onnx_model(
+    name: &str,
+    node: Vec<nrt_compiler::onnx::NodeProto>,
+    input: Vec<nrt_compiler::onnx::ValueInfoProto>,
+    output: Vec<nrt_compiler::onnx::ValueInfoProto>,
+) -> Vec<u8> {
+    use nrt_compiler::onnx::*;
+    encode_model(&ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(GraphProto {
+            name: name.into(),
+            node,
+            input,
+            output,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
 #[test]
 fn compile_inspect_run_trace_and_bench_a_sample_model() {
     let dir = scratch("cli-mlp");
@@ -452,44 +512,13 @@ fn run_reads_and_writes_npy() {
 /// input file given; without one (and no --input-shape) the error says how to fix it.
 #[test]
 fn run_specializes_minus_one_dims_from_the_inputs_given() {
-    use nrt_compiler::onnx::*;
-    let dim = |v: i64| Dimension {
-        dim_value: Some(v),
-        dim_param: None,
-    };
-    let vi = |name: &str| ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: data_type::FLOAT,
-                shape: Some(TensorShapeProto {
-                    dim: vec![dim(-1), dim(2)],
-                }),
-            }),
-            ..Default::default()
-        }),
-    };
-    let onnx = encode_model(&ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(GraphProto {
-            name: "relu".into(),
-            node: vec![NodeProto {
-                input: vec!["x".into()],
-                output: vec!["y".into()],
-                name: "relu".into(),
-                op_type: "Relu".into(),
-                ..Default::default()
-            }],
-            input: vec![vi("x")],
-            output: vec![vi("y")],
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    use nrt_compiler::onnx::data_type;
+    let onnx = onnx_model(
+        "relu",
+        vec![node("Relu", &["x"], "y")],
+        vec![value_info("x", data_type::FLOAT, &[-1, 2])],
+        vec![value_info("y", data_type::FLOAT, &[-1, 2])],
+    );
     let dir = scratch("cli-minus-one");
     let model = dir.join("relu.onnx");
     std::fs::write(&model, onnx).expect("write");
@@ -512,47 +541,21 @@ fn run_specializes_minus_one_dims_from_the_inputs_given() {
 /// compiled model only the other inputs; without those values the error names them.
 #[test]
 fn run_specializes_on_the_input_values_the_compiler_needs() {
-    use nrt_compiler::onnx::*;
-    let vi = |name: &str, dims: &[i64]| ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: data_type::FLOAT,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&v| Dimension {
-                            dim_value: Some(v),
-                            dim_param: None,
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-    };
-    let n = |op: &str, ins: &[&str], out: &str| NodeProto {
-        input: ins.iter().map(|s| s.to_string()).collect(),
-        output: vec![out.into()],
-        name: out.into(),
-        op_type: op.into(),
-        ..Default::default()
-    };
-    let onnx = encode_model(&ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(GraphProto {
-            name: "range".into(),
-            node: vec![n("Range", &["s", "l", "d"], "y"), n("Relu", &["x"], "z")],
-            input: vec![vi("s", &[]), vi("l", &[]), vi("d", &[]), vi("x", &[2])],
-            output: vec![vi("y", &[3]), vi("z", &[2])],
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    use nrt_compiler::onnx::data_type::FLOAT;
+    let onnx = onnx_model(
+        "range",
+        vec![
+            node("Range", &["s", "l", "d"], "y"),
+            node("Relu", &["x"], "z"),
+        ],
+        vec![
+            value_info("s", FLOAT, &[]),
+            value_info("l", FLOAT, &[]),
+            value_info("d", FLOAT, &[]),
+            value_info("x", FLOAT, &[2]),
+        ],
+        vec![value_info("y", FLOAT, &[3]), value_info("z", FLOAT, &[2])],
+    );
     let dir = scratch("cli-specialize");
     let model = dir.join("range.onnx");
     std::fs::write(&model, onnx).expect("write");
@@ -591,46 +594,13 @@ fn run_specializes_on_the_input_values_the_compiler_needs() {
 /// reads back as that tensor.
 #[test]
 fn run_writes_a_data_dependent_output_trimmed_to_its_actual_shape() {
-    use nrt_compiler::onnx::*;
-    let vi = |name: &str, elem_type: i32, dims: &[i64]| ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type,
-                shape: Some(TensorShapeProto {
-                    dim: dims
-                        .iter()
-                        .map(|&v| Dimension {
-                            dim_value: (v >= 0).then_some(v),
-                            dim_param: (v < 0).then(|| "n".to_string()),
-                        })
-                        .collect(),
-                }),
-            }),
-            ..Default::default()
-        }),
-    };
-    let onnx = encode_model(&ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(GraphProto {
-            name: "nonzero".into(),
-            node: vec![NodeProto {
-                input: vec!["x".into()],
-                output: vec!["y".into()],
-                name: "nz".into(),
-                op_type: "NonZero".into(),
-                ..Default::default()
-            }],
-            input: vec![vi("x", data_type::FLOAT, &[2, 3])],
-            output: vec![vi("y", data_type::INT64, &[2, -1])],
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    use nrt_compiler::onnx::data_type;
+    let onnx = onnx_model(
+        "nonzero",
+        vec![node("NonZero", &["x"], "y")],
+        vec![value_info("x", data_type::FLOAT, &[2, 3])],
+        vec![value_info("y", data_type::INT64, &[2, -1])],
+    );
     let dir = scratch("cli-nonzero");
     let model = dir.join("nonzero.onnx");
     std::fs::write(&model, onnx).expect("write");

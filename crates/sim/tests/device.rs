@@ -417,12 +417,7 @@ fn lockstep_pair_synchronizes_through_a_barrier() {
         b0[4] = sp0;
         let mut b1 = e1;
         b1[4] = sp1;
-        d0.stage(b0, idx, 0, 0, 2);
-        d1.stage(b1, idx, 0, 1, 2);
-        d0.doorbell().unwrap();
-        d1.doorbell().unwrap();
-        assert_eq!(kinds(&d0.wait_for_ends(5, T), RecordKind::End).len(), 5);
-        assert_eq!(kinds(&d1.wait_for_ends(5, T), RecordKind::End).len(), 5);
+        run_pair_once(&mut d0, &mut d1, (b0, b1), idx);
     }
     assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
 }
@@ -837,19 +832,7 @@ fn short_lockstep_parts_are_served_jointly_long_ones_in_parallel() {
         for _ in 0..n {
             let idx = next;
             next += 1;
-            d0.stage(b0, idx, 0, 0, 2);
-            d1.stage(b1, idx, 0, 1, 2);
-            d0.doorbell().unwrap();
-            d1.doorbell().unwrap();
-            let (r0, r1) = (d0.wait_for_ends(5, T), d1.wait_for_ends(5, T));
-            assert_eq!(
-                (
-                    kinds(&r0, RecordKind::End).len(),
-                    kinds(&r1, RecordKind::End).len()
-                ),
-                (5, 5),
-                "execution {idx}"
-            );
+            run_pair_once(d0, d1, (b0, b1), idx);
             if prog.len() < 10 && dev.joint_thread(1).unwrap() == Some(0) {
                 return true;
             }
@@ -907,19 +890,7 @@ fn lockstep_parts_that_run_one_after_the_other_are_served_jointly() {
     // case a busy machine stretches some.
     let mut joint_at = None;
     for idx in 0..2000u32 {
-        d0.stage(b0, idx, 0, 0, 2);
-        d1.stage(b1, idx, 0, 1, 2);
-        d0.doorbell().unwrap();
-        d1.doorbell().unwrap();
-        let (r0, r1) = (d0.wait_for_ends(5, T), d1.wait_for_ends(5, T));
-        assert_eq!(
-            (
-                kinds(&r0, RecordKind::End).len(),
-                kinds(&r1, RecordKind::End).len()
-            ),
-            (5, 5),
-            "execution {idx}"
-        );
+        run_pair_once(&mut d0, &mut d1, (b0, b1), idx);
         if dev.joint_thread(1).unwrap() == Some(0) && idx >= 20 {
             joint_at = Some(idx);
             break;
@@ -936,6 +907,24 @@ fn lockstep_parts_that_run_one_after_the_other_are_served_jointly() {
     );
     assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
     assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);
+}
+
+/// Runs lockstep execution `idx` of a pair (core 0's and core 1's blocks) to its end on both
+/// cores: every engine of each writes its END record.
+fn run_pair_once(d0: &mut DirectDriver, d1: &mut DirectDriver, blocks: (Blocks, Blocks), idx: u32) {
+    d0.stage(blocks.0, idx, 0, 0, 2);
+    d1.stage(blocks.1, idx, 0, 1, 2);
+    d0.doorbell().unwrap();
+    d1.doorbell().unwrap();
+    let (r0, r1) = (d0.wait_for_ends(5, T), d1.wait_for_ends(5, T));
+    assert_eq!(
+        (
+            kinds(&r0, RecordKind::End).len(),
+            kinds(&r1, RecordKind::End).len()
+        ),
+        (5, 5),
+        "execution {idx}"
+    );
 }
 
 /// One core's instruction blocks, by engine.
