@@ -279,8 +279,8 @@ fn run(a: &RunArgs) -> Res<()> {
         i.usage == nrt_model::Usage::Output && !session::is_shape_companion(&all, &i.name)
     }) {
         // One host copy of the output (its device bytes): the first elements are shown
-        // from it and the `.pb` written straight from it (a 1.6 GB output took 12.5 GB of
-        // memory through host tensors and their encodings).
+        // from it and the `.pb` written straight from it (a 1.6 GB output took 10.9 GB of
+        // memory through host tensors and their encodings; now 4.7 GB, /usr/bin/time).
         let (shape, bytes) = session::read_output_bytes(&all, info, t)?;
         let size = info.dtype.size().max(1);
         let n = bytes.len() / size;

@@ -1266,6 +1266,9 @@ impl Device for SoftDevice {
         self.shared.group_abort[nc as usize].store(0, Ordering::Release);
         self.shared.lockstep_taken[nc as usize].store(0, Ordering::Release);
         self.shared.lockstep_parts.reset(nc as usize);
+        // A group led by this core measures its serving mode afresh (its compute indices
+        // may start over).
+        self.shared.serve_mode_reset(nc);
         // A partner stalled on the execution the reset dropped looks again now.
         self.shared.cross_core_event();
         Ok(())
