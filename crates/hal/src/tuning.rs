@@ -149,14 +149,17 @@ pub const SERVE_MODE_PROBE_MIN: Duration = Duration::from_millis(50);
 /// See [`SERVE_MODE_PROBE_MIN`].
 pub const SERVE_MODE_PROBE_MAX: Duration = Duration::from_secs(1);
 
-/// A parallel lockstep group tries the joint mode only when its executions' median wall
-/// time is at least this share (%) of their parts' summed own running time: 50% is a
+/// A parallel lockstep group tries the joint mode only when its executions' median cost
+/// (wall time, or the interval between finishes when shorter) is at least this share (%) of
+/// their parts' summed own running time: 50% is a
 /// perfect split of two parts; a quiet 2-vCPU host ran `encoder` at 53% and `mlp_b64` at
 /// 50%, beside a busy co-tenant `encoder` read 103% (its parts ran one after the other).
 pub const SERVE_MODE_PROBE_RATIO_PERCENT: u32 = 80;
 
-/// A probe switches the mode when its median is at least this much (%) below the current
-/// mode's: less is noise between two runs of the same mode on a shared host.
+/// A probe of parallel serving switches to it when its median is at least this much (%)
+/// below the joint mode's; a probe of the joint mode (tried only when parallel serving does
+/// not pay) is taken unless this much above parallel's. Less is noise between two runs of
+/// the same mode on a shared host.
 pub const SERVE_MODE_SWITCH_GAIN_PERCENT: u64 = 10;
 
 //===--- rings and queues ----------------------------------------------------------------===//
