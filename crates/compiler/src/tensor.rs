@@ -704,16 +704,14 @@ pub fn read_tensor_pb(path: &Path) -> Result<(String, HostTensor)> {
 
 /// Writes an ONNX `TensorProto` `.pb` file.
 pub fn write_tensor_pb(path: &Path, name: &str, t: &HostTensor) -> Result<()> {
-    std::fs::write(path, encode_tensor_pb(name, t)).map_err(|e| {
-        crate::error::CompileError::new(ErrorKind::Io, format!("writing {}: {e}", path.display()))
-    })
+    write_tensor_pb_raw(path, name, t.dtype, &t.shape, &t.to_bytes())
 }
 
 /// Writes an ONNX `TensorProto` `.pb` file of a `dtype` tensor of `shape` whose elements are
 /// `raw` — little-endian, in the element layout the device and ONNX's `raw_data` share —
 /// without a host copy of them: the small fields are encoded, then the `raw_data` field
-/// (number 9) is written straight from `raw`. The bytes are those of [`write_tensor_pb`] for
-/// the same tensor (protobuf writes fields in number order; `raw_data` is the last one set).
+/// (number 9) is written straight from `raw`: the bytes of [`encode_tensor_pb`] for the same
+/// tensor (protobuf writes fields in number order; `raw_data` is the last one set).
 pub fn write_tensor_pb_raw(
     path: &Path,
     name: &str,
@@ -751,10 +749,7 @@ pub fn write_tensor_pb_raw(
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
     f.write_all(&head).map_err(io)?;
     f.write_all(raw).map_err(io)?;
-    f.into_inner()
-        .map_err(|e| io(e.into_error()))?
-        .sync_all()
-        .map_err(io)
+    f.flush().map_err(io)
 }
 
 #[cfg(test)]
