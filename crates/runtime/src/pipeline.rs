@@ -462,6 +462,7 @@ pub(crate) fn mark_pending(model: &ModelShared, s: u32) {
     let set = &model.io_sets.sets[s as usize];
     // SAFETY: the set is ours (bound, not yet staged).
     for t in unsafe { &*set.tensors.get() }.iter().flatten() {
+        t.0.pending_vnc.store(model.vnc, Ordering::Relaxed);
         t.0.pending.fetch_add(1, Ordering::AcqRel);
     }
 }

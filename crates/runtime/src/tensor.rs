@@ -128,6 +128,9 @@ pub(crate) struct TensorShared {
     pub(crate) completion: Completion,
     /// Executions in flight that use the tensor (implicit async: reads/writes wait for 0).
     pub(crate) pending: AtomicU32,
+    /// The logical core of the last execution that marked the tensor pending: whose
+    /// completion wake a read that waits for it blocks on (a hint; relaxed).
+    pub(crate) pending_vnc: AtomicU32,
     rt: Weak<RuntimeInner>,
 }
 
@@ -328,6 +331,7 @@ impl Tensor {
             storage,
             completion: Completion::default(),
             pending: AtomicU32::new(0),
+            pending_vnc: AtomicU32::new(0),
             rt: Arc::downgrade(rt),
         }))
     }

@@ -1,7 +1,9 @@
 //! How a thread waits for the device between harvest steps (the wait policy). Every waiting
 //! loop of the runtime — a synchronous caller, an explicit `wait`, the XU worker, a drain or
-//! unload, a tensor read under implicit async — drives the harvest and, after a step that
-//! found nothing, calls one of the two waits here. Neither sleeps for a fixed time.
+//! unload — drives the harvest and, after a step that found nothing, calls one of the two
+//! waits here. Neither sleeps for a fixed time. (A tensor read under implicit async waits
+//! for the execution's owner to retire it: a [`nrt_hal::Waiter`] on the vcore's wake, with
+//! no harvest of its own — `surface::tensor_ops`.)
 //!
 //! - [`VcoreWait`]: spins as long as it pays ([`nrt_hal::SpinBudget`]: a few µs for a
 //!   near-null model, nothing for one expected to take longer than
@@ -13,7 +15,7 @@
 //!   cannot signal never blocks (it spins and yields).
 //! - [`Spin`]: spins, then spins with a `sched_yield` every few polls, never blocking — for
 //!   the rare waits on a state no thread signals (a free I/O set or slot, an unload's
-//!   in-flight count, a tensor pending on several vcores).
+//!   in-flight count).
 
 use crate::vcore::VCore;
 use nrt_hal::{Device, SpinBudget, Waiter, tuning};

@@ -320,11 +320,20 @@ fn implicit_async_queue_full_drain_and_tensor_waits() {
             .contains("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS"),
         "{e}"
     );
-    // A tensor read waits for the pending executions that use the tensor.
+    // A tensor read waits for the pending executions that use the tensor — blocked on the
+    // vcore's completion wake, not spinning: the hung execution is not expected to finish
+    // soon, and the worker signals when it retires it (a spinning read held a vCPU for the
+    // whole 300 ms, CPU time ≈ wall time).
+    let (wall0, cpu0) = (Instant::now(), thread_cpu());
     let _ = read_f32(outs.get("y").unwrap());
+    let (wall, cpu) = (wall0.elapsed(), thread_cpu() - cpu0);
     assert!(
         t0.elapsed() >= Duration::from_millis(100),
         "read did not wait for the pending execution"
+    );
+    assert!(
+        cpu < wall / 4,
+        "the read spun while it waited: {cpu:?} of CPU in {wall:?}"
     );
     rt.async_drain(0).unwrap();
     rt.execute(&m, &ins, &outs).unwrap();
@@ -351,6 +360,36 @@ fn implicit_async_queue_full_drain_and_tensor_waits() {
             .status,
         NrtStatus::Invalid
     );
+}
+
+/// Under implicit async, a read of an execution's output returns once the execution is
+/// retired — and then its place under the in-flight cap is free: an application that reads
+/// the output and submits the next execution never gets `NRT_QUEUE_FULL` (the count dropped
+/// after the pending marks, and a client fast enough to submit in between was refused).
+#[test]
+fn implicit_async_a_read_output_frees_its_place_in_the_queue() {
+    let (_dev, rt) = {
+        let dev = device();
+        let rt = runtime_on(
+            &dev,
+            RuntimeConfig {
+                async_inflight: 1,
+                ..Default::default()
+            },
+        );
+        (dev, rt)
+    };
+    let m = rt.load(&near_null(1), 0, &quick_timeout()).unwrap();
+    let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+    let x = [1.0f32, -2.0, 3.5, 8.0];
+    ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
+    for i in 0..20_000 {
+        if let Err(e) = rt.execute(&m, &ins, &outs) {
+            panic!("execution {i}, submitted right after the previous one's output was read: {e}");
+        }
+        assert_eq!(read_f32(outs.get("y").unwrap()), x, "execution {i}");
+    }
+    rt.async_drain(-1).unwrap();
 }
 
 #[test]
@@ -484,6 +523,18 @@ impl QueueCheck for Runtime {
             unsafe { self.execute_schedule_raw(m, i, o, 1, core::ptr::null_mut()) }.unwrap_err();
         e.status == NrtStatus::Invalid && e.message.contains("queue 1")
     }
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 fn eventfd() -> i32 {

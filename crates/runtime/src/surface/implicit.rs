@@ -200,10 +200,19 @@ pub(crate) fn retire_done(rt: &RuntimeInner, vc: &VCore, cursor: &mut u64) -> bo
                             .as_ref()
                             .map_or((0, 0), |m| (m.id, m.vnc))
                     };
+                    // Its place under the in-flight cap first: once `retire` clears the
+                    // pending marks, a read of its output returns, and the client that
+                    // then submits the next execution must find the place free (the
+                    // retiring execution still holds its I/O set and slot meanwhile, one
+                    // more than the cap: the model has `EXEC_RING_SLOTS` of each, the cap is
+                    // below that).
+                    let ia = rt.implicit_async.as_ref();
+                    if let Some(ia) = ia {
+                        ia.inflight[vc.index as usize].fetch_sub(1, Ordering::AcqRel);
+                    }
                     retire(vc, seq, status);
                     announce(vc, seq);
-                    if let Some(ia) = rt.implicit_async.as_ref() {
-                        ia.inflight[vc.index as usize].fetch_sub(1, Ordering::AcqRel);
+                    if let Some(ia) = ia {
                         call_marked(ia, model_id, model_vnc, job_id, status);
                     }
                     vc.xu.async_inflight.fetch_sub(1, Ordering::AcqRel);

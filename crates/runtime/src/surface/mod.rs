@@ -67,6 +67,8 @@ pub(crate) fn submit_async(
             vc.xu.async_inflight.fetch_sub(1, Ordering::AcqRel);
             if mark {
                 release_pending(model, s);
+                // A read of one of its tensors may be blocked waiting for it.
+                vc.signal_waiters();
             }
             unbind(model, s);
             Err(e)

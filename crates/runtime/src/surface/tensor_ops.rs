@@ -10,20 +10,37 @@ use crate::completion::drive_all;
 use crate::error::{NrtError, Result};
 use crate::tensor::Tensor;
 use crate::wait::Spin;
-use nrt_hal::NrtStatus;
+use nrt_hal::{NrtStatus, Waiter};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// Waits while an implicit execution using `t` is pending.
+/// Waits while an implicit execution using `t` is pending. Their owners retire them — the
+/// XU worker an implicit execution, the harvest that settles an explicit one — and signal
+/// the vcore's completion wake after they did, so the wait spins only as long as the
+/// vcore's executions are expected to take ([`nrt_hal::SpinBudget::spin_limit`]) and then
+/// blocks on that wake: a read of a long execution's output does not hold a vCPU for the
+/// whole execution, one that the device threads of a model spanning every CPU need.
+///
+/// It does not drive the harvest: the worker does while anything async is in flight, and a
+/// thread that harvests makes the worker stand back (`surface::worker`), which a waiter
+/// about to block must not do. The vcore is the one of the last execution that marked the
+/// tensor (a hint): a tensor pending on several vcores at once waits on that one's wake,
+/// and looks again after each wake-up or within [`nrt_hal::tuning::WAIT_BLOCK_RECHECK`].
 fn wait_tensor_idle(rt: &RuntimeInner, t: &Tensor) {
-    if t.0.pending.load(Ordering::Acquire) != 0 && in_async_callback() {
+    let pending = || t.0.pending.load(Ordering::Acquire) != 0;
+    if !pending() || in_async_callback() {
         return;
     }
-    // The execution may be on any vcore: spin and yield.
-    let mut spin = Spin::new();
-    while t.0.pending.load(Ordering::Acquire) != 0 {
-        if !drive_all(rt) {
-            spin.snooze();
+    while pending() {
+        let vnc = t.0.pending_vnc.load(Ordering::Relaxed);
+        let Some(vc) = rt.vcores.get(vnc as usize) else {
+            // Not a vcore of this runtime (cannot happen: the markers write theirs): spin.
+            Spin::new().snooze();
+            continue;
+        };
+        let mut w = Waiter::new(vc.wake.as_deref(), vc.spin.spin_limit());
+        while pending() && t.0.pending_vnc.load(Ordering::Relaxed) == vnc {
+            w.idle(|| !pending());
         }
     }
 }
