@@ -243,16 +243,33 @@ pub(crate) fn unbind(model: &ModelShared, s: u32) {
     model.io_sets.release(s);
 }
 
+/// The error of an async submission that found every in-flight slot taken ([`stage`]).
+#[cold]
+pub(crate) fn slot_taken_error(vc: &VCore) -> NrtError {
+    NrtError::new(
+        NrtStatus::QueueFull,
+        format!(
+            "{} executions in flight on logical NeuronCore {}",
+            tuning::EXEC_RING_SLOTS,
+            vc.index
+        ),
+    )
+}
+
 /// Stage 4: under the vcore's one staging lock, write the request for every core of the
 /// model, push the trigger pairs, and take the next compute index. Returns the seq, or
-/// `Err(NRT_QUEUE_FULL)` if the in-flight slot for the next compute index is still taken.
+/// `Ok(None)` if the in-flight slot for the next compute index is still taken (its owner has
+/// not retired the execution 64 before): an async submitter reports it
+/// ([`slot_taken_error`]), a synchronous caller waits — without building an error, so
+/// without allocating (four threads on one core wrapped the slots this way every few
+/// hundred executions).
 pub(crate) fn stage(
     rt: &RuntimeInner,
     vc: &VCore,
     model: &Arc<ModelShared>,
     io_set: u32,
     surface: Surface,
-) -> Result<u64> {
+) -> Result<Option<u64>> {
     let mut st = vc.staging.lock().unwrap_or_else(|e| e.into_inner());
     VcoreCounters::bump(&vc.counters.staging_locks);
     // Checked again under the lock (close marks the runtime, and `bind` checked the model's
@@ -279,14 +296,7 @@ pub(crate) fn stage(
     let idx = st.submitted as u32;
     let slot: &InflightSlot = vc.slot(seq);
     if !slot.ticket.is_free() {
-        return Err(NrtError::new(
-            NrtStatus::QueueFull,
-            format!(
-                "{} executions in flight on logical NeuronCore {}",
-                tuning::EXEC_RING_SLOTS,
-                vc.index
-            ),
-        ));
+        return Ok(None);
     }
     // SAFETY: the slot is free (ticket 0) and we hold the staging lock, so no one else
     // reads or writes `info` until the ticket below publishes it.
@@ -380,7 +390,7 @@ pub(crate) fn stage(
             .wrapping_add(model.cores.len() as u64),
         Ordering::Relaxed,
     );
-    Ok(seq)
+    Ok(Some(seq))
 }
 
 #[cold]

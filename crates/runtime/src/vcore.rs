@@ -125,6 +125,10 @@ pub(crate) struct VCore {
     /// until an assist finds nothing to run (`surface::explicit::is_completed`). Relaxed: a
     /// stale view costs one assist more or less.
     pub(crate) assisting: AtomicBool,
+    /// The seq of the synchronous execution whose caller serves the vcore's core now
+    /// (`surface::sync`), 0 if none: a caller that stages behind it waits for it to run its
+    /// execution instead of serving too. Relaxed: a stale view only lets two callers serve.
+    pub(crate) sync_server: AtomicU64,
     pub(crate) slots: Box<[InflightSlot]>,
     /// Highest seq such that every execution up to it is done.
     pub(crate) completed: AtomicU64,

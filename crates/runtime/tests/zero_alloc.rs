@@ -189,6 +189,39 @@ fn sync_surface(load: Load) {
     measure(load, 1000, one(&di, &dout)).assert_none("with tracing on");
 }
 
+/// Several threads executing synchronously on one core at once (a server's concurrent
+/// requests, the Python binding's `submit` pool): callers that wait behind one another, one
+/// of them running the others' executions (`surface::sync::serve_queued`). Three threads
+/// keep executing in the background; the window counts every thread's allocations.
+fn sync_threads(load: Load) {
+    let (_d, rt) = runtime();
+    let m = rt.load(&near_null(1), 0, &LoadOptions::default()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let helpers: Vec<_> = (0..3)
+        .map(|_| {
+            let (rt, m, stop) = (rt.clone(), m.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (i, o, _k) = tensors(&rt, &m, Placement::Device);
+                while !stop.load(Ordering::Relaxed) {
+                    rt.execute(&m, &i, &o).unwrap();
+                }
+            })
+        })
+        .collect();
+    // The helpers are past their first executions (thread set-up) before the window opens.
+    std::thread::sleep(Duration::from_millis(50));
+    let (i, o, _k) = tensors(&rt, &m, Placement::Device);
+    let w = measure(load, 1000, || {
+        rt.execute(&m, &i, &o).unwrap();
+        1
+    });
+    stop.store(true, Ordering::Relaxed);
+    for h in helpers {
+        h.join().unwrap();
+    }
+    w.assert_none("four threads on one core");
+}
+
 fn lockstep_two_core(load: Load) {
     let d = device();
     let rt = runtime_on(
@@ -355,7 +388,7 @@ fn a_contended_window_sees_a_slow_path_allocation() {
 }
 
 fn main() {
-    let checks: [(&str, fn()); 10] = [
+    let checks: [(&str, fn()); 12] = [
         (
             "the_counter_sees_a_planted_allocation",
             the_counter_sees_a_planted_allocation,
@@ -366,6 +399,9 @@ fn main() {
         ),
         ("sync_surface_allocates_nothing_per_execution", || {
             sync_surface(Load::Quiet)
+        }),
+        ("sync_threads_on_one_core_allocate_nothing", || {
+            sync_threads(Load::Quiet)
         }),
         ("lockstep_two_core_executions_allocate_nothing", || {
             lockstep_two_core(Load::Quiet)
@@ -379,6 +415,10 @@ fn main() {
         ("contended_sync_surface_allocates_nothing", || {
             sync_surface(Load::Contended)
         }),
+        (
+            "contended_sync_threads_on_one_core_allocate_nothing",
+            || sync_threads(Load::Contended),
+        ),
         ("contended_lockstep_two_core_allocates_nothing", || {
             lockstep_two_core(Load::Contended)
         }),

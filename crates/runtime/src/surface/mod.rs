@@ -21,7 +21,7 @@ use crate::RuntimeInner;
 use crate::error::{NrtError, Result};
 use crate::model::ModelShared;
 use crate::pipeline::{
-    bind, doorbell, mark_pending, marks_pending, release_pending, stage, unbind,
+    bind, doorbell, mark_pending, marks_pending, release_pending, slot_taken_error, stage, unbind,
 };
 use crate::tensor::TensorSet;
 use crate::vcore::{Surface, VCore};
@@ -52,7 +52,7 @@ pub(crate) fn submit_async(
         mark_pending(model, s);
     }
     let before = vc.xu.async_inflight.fetch_add(1, Ordering::AcqRel);
-    match stage(rt, vc, model, s, surface) {
+    match stage(rt, vc, model, s, surface).and_then(|seq| seq.ok_or_else(|| slot_taken_error(vc))) {
         Ok(seq) => {
             doorbell(rt, model);
             if before == 0 {
