@@ -228,6 +228,11 @@ pub struct BenchArgs {
     /// Executions kept in flight (async surfaces).
     #[arg(long, default_value_t = 1)]
     pub depth: usize,
+    /// Threads calling the synchronous surface at once, each with its own tensors (how a
+    /// server with concurrent requests, or the Python binding's `submit` pool, drives one
+    /// core): their combined throughput, latency, and the process's CPU per execution.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
     /// Seconds per row.
     #[arg(long, default_value_t = 2.0, value_name = "S")]
     pub seconds: f64,

@@ -186,6 +186,107 @@ fn sync_rows(rt: &Runtime, m: &Model, label: &str, cores: u32, seconds: f64) -> 
     Ok(row(label, "sync", 1, cores, t, ""))
 }
 
+/// The synchronous surface driven by `threads` threads at once, each with its own tensors,
+/// for `seconds` after a warm-up: one sample per execution (its call), the process's CPU
+/// (callers, device and worker threads) per execution in the note, the callers' own in the
+/// CPU column.
+fn threads_rows(
+    rt: &Runtime,
+    m: &Model,
+    label: &str,
+    cores: u32,
+    threads: usize,
+    seconds: f64,
+) -> Res<Row> {
+    let sets: Vec<_> = (0..threads)
+        .map(|_| session::io_tensors(rt, m))
+        .collect::<Res<_>>()?;
+    for (ins, _, _) in &sets {
+        fill_random(ins, m)?;
+    }
+    let start_line = std::sync::Barrier::new(threads + 1);
+    let (warm, run) = (Duration::from_millis(300), Duration::from_secs_f64(seconds));
+    let per_thread = (4 << 20) / threads;
+    let (results, window) = std::thread::scope(|s| {
+        let handles: Vec<_> = sets
+            .iter()
+            .map(|(ins, outs, _)| {
+                let start_line = &start_line;
+                s.spawn(move || -> Res<(Vec<u64>, Duration)> {
+                    let exec = || rt.execute(m, ins, outs).map_err(|e| e.to_string());
+                    let until = Instant::now() + warm;
+                    while Instant::now() < until {
+                        exec()?;
+                    }
+                    let mut samples = Vec::with_capacity(per_thread);
+                    start_line.wait();
+                    let cpu0 = thread_cpu();
+                    let mut t = Instant::now();
+                    let end = t + run;
+                    while t < end && samples.len() < samples.capacity() {
+                        exec()?;
+                        let now = Instant::now();
+                        samples.push((now - t).as_nanos() as u64);
+                        t = now;
+                    }
+                    Ok((samples, thread_cpu() - cpu0))
+                })
+            })
+            .collect();
+        start_line.wait();
+        let (a0, c0, t0) = (crate::allocations(), process_cpu(), Instant::now());
+        let results: Vec<_> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a bench thread panicked".into()))
+            })
+            .collect();
+        let window = (crate::allocations() - a0, process_cpu() - c0, t0.elapsed());
+        (results, window)
+    });
+    let (allocs, process, elapsed) = window;
+    let mut samples = Vec::new();
+    let mut cpu = Duration::ZERO;
+    for r in results {
+        let (s, c) = r?;
+        samples.extend(s);
+        cpu += c;
+    }
+    let n = samples.len().max(1) as f64;
+    let note = format!(
+        "{threads} threads; the process {:.2} vCPUs, {} of CPU per execution",
+        process.as_secs_f64() / elapsed.as_secs_f64().max(1e-9),
+        fmt_ns(process.as_nanos() as f64 / n)
+    );
+    Ok(row(
+        label,
+        "sync",
+        threads,
+        cores,
+        Timing {
+            samples,
+            elapsed,
+            allocs,
+            cpu,
+        },
+        &note,
+    ))
+}
+
+/// CPU time (user + system) the whole process has used.
+fn process_cpu() -> Duration {
+    // SAFETY: `getrusage` fills the zeroed struct we pass; RUSAGE_SELF cannot fail with a
+    // valid pointer.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
 fn fill_random(ins: &TensorSet, m: &Model) -> Res<()> {
     for (i, info) in m.tensor_info().iter().enumerate() {
         if let Some(t) = ins.get(&info.name) {
@@ -1049,7 +1150,12 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             Surface::Sync => {
                 let (_d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &p.ncm, 0)?;
-                emit(sync_rows(&rt, &m, &label, cores, seconds)?, &mut rows);
+                let r = if a.threads > 1 {
+                    threads_rows(&rt, &m, &label, cores, a.threads.into(), seconds)?
+                } else {
+                    sync_rows(&rt, &m, &label, cores, seconds)?
+                };
+                emit(r, &mut rows);
             }
             Surface::Explicit => {
                 let (_d, rt) = session::runtime(Some(lnc))?;
@@ -1074,7 +1180,11 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             Surface::Sync => {
                 let (d, rt) = session::runtime(Some(lnc))?;
                 let m = session::load(&rt, &ncm, 0)?;
-                noting_device_threads(&d, || sync_rows(&rt, &m, "near-null", cores, seconds))?
+                if a.threads > 1 {
+                    threads_rows(&rt, &m, "near-null", cores, a.threads.into(), seconds)?
+                } else {
+                    noting_device_threads(&d, || sync_rows(&rt, &m, "near-null", cores, seconds))?
+                }
             }
             Surface::Explicit => {
                 let (d, rt) = session::runtime(Some(lnc))?;
