@@ -233,15 +233,17 @@ fn threads_rows(
                 })
             })
             .collect();
+        // Room for the results before the window opens: the window counts every thread's
+        // allocations, this one's too.
+        let mut results = Vec::with_capacity(handles.len());
         start_line.wait();
         let (a0, c0, t0) = (crate::allocations(), process_cpu(), Instant::now());
-        let results: Vec<_> = handles
-            .into_iter()
-            .map(|h| {
+        for h in handles {
+            results.push(
                 h.join()
-                    .unwrap_or_else(|_| Err("a bench thread panicked".into()))
-            })
-            .collect();
+                    .unwrap_or_else(|_| Err("a bench thread panicked".into())),
+            );
+        }
         let window = (crate::allocations() - a0, process_cpu() - c0, t0.elapsed());
         (results, window)
     });

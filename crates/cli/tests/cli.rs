@@ -351,6 +351,23 @@ fn bench_rows_for_every_surface_and_the_gemm_rows() {
     }
     let gemm = ok(&["bench", "--gemm", "--seconds", "0.02"]);
     assert!(gemm.contains("GFLOP/s"), "{gemm}");
+    // Several threads on one core: one row, every thread's executions, no allocations.
+    let out = ok(&[
+        "bench",
+        "--surface",
+        "sync",
+        "--threads",
+        "3",
+        "--seconds",
+        "0.05",
+        "--json",
+    ]);
+    let row: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(row["depth"], 3, "{out}");
+    assert_eq!(row["allocs_per_exec"], 0.0, "{out}");
+    assert!(row["note"].as_str().unwrap().contains("3 threads"), "{out}");
+    assert!(row["n"].as_u64().unwrap() > 0, "{out}");
+    assert!(fails(&["bench", "--threads", "0"]).contains("--threads"));
 }
 
 #[test]
