@@ -377,10 +377,18 @@ fn runtime_report(r: &ProcessRecord, prev: &mut Prev, period: f64, want: &[Strin
         let busy = v.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns)) as f64 * 1e-9;
         let util = (100.0 * busy / period).clamp(0.0, 100.0);
         for c in v.first_core..v.first_core + v.cores.max(1) {
-            cores.insert(
-                c.to_string(),
-                json!({"neuroncore_utilization": util, "flops": 0}),
-            );
+            let mut entry = json!({"neuroncore_utilization": util, "flops": 0});
+            if v.cores > 1 {
+                // Not in neuron-monitor's format (the hardware's cores always compute on
+                // their own): how the software device serves this lockstep group now.
+                entry["lockstep_serving"] = json!(if v.lockstep_serving & 1 != 0 {
+                    "joint"
+                } else {
+                    "parallel"
+                });
+                entry["lockstep_serving_changes"] = json!(v.lockstep_serving >> 1);
+            }
+            cores.insert(c.to_string(), entry);
         }
         let m = &v.mem;
         device_bytes += m[..5].iter().sum::<u64>();
@@ -771,5 +779,62 @@ pub fn monitor(a: &MonitorArgs) -> Res<()> {
         let now = Instant::now();
         period = (now - last).as_secs_f64();
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nrt_runtime::host::ModelSnapshot;
+
+    fn record(cores: u32, lockstep_serving: u64) -> ProcessRecord {
+        ProcessRecord {
+            pid: 4242,
+            start_unix_ns: 1,
+            cmdline: "bench".into(),
+            tag: String::new(),
+            models: vec![ModelSnapshot {
+                id: 1,
+                vnc: 0,
+                name: "encoder".into(),
+                mem: [0; 5],
+            }],
+            cores: (0..cores).collect(),
+            holding: true,
+            lnc: cores,
+            vcores: vec![VcoreSnapshot {
+                first_core: 0,
+                cores,
+                status: [0; 6],
+                errors: [0; 6],
+                busy_ns: 0,
+                models: 1,
+                mem: [0; 6],
+                lat_total: vec![0; host::HIST_BUCKETS],
+                lat_device: vec![0; host::HIST_BUCKETS],
+                lockstep_serving,
+            }],
+        }
+    }
+
+    fn cores_of(r: &ProcessRecord) -> Value {
+        let want = vec!["neuroncore_counters".to_string()];
+        let report = runtime_report(r, &mut Prev::default(), 1.0, &want);
+        report["report"]["neuroncore_counters"]["neuroncores_in_use"].clone()
+    }
+
+    #[test]
+    fn the_monitor_says_how_a_lockstep_group_is_served() {
+        let joint = cores_of(&record(2, (4 << 1) | 1));
+        for c in ["0", "1"] {
+            assert_eq!(joint[c]["lockstep_serving"], "joint", "{joint}");
+            assert_eq!(joint[c]["lockstep_serving_changes"], 4, "{joint}");
+        }
+        let parallel = cores_of(&record(2, 2 << 1));
+        assert_eq!(parallel["1"]["lockstep_serving"], "parallel", "{parallel}");
+        // A one-core vcore keeps neuron-monitor's fields only.
+        let one = cores_of(&record(1, 0));
+        assert!(one["0"].get("lockstep_serving").is_none(), "{one}");
+        assert!(one["0"]["neuroncore_utilization"].is_number(), "{one}");
     }
 }

@@ -6,7 +6,9 @@
 
 use crate::args::TopArgs;
 use crate::session::Res;
-use nrt_runtime::host::{self, ERROR_CLASS_NAMES, MEM_NAMES, ProcessRecord, fmt_bytes};
+use nrt_runtime::host::{
+    self, ERROR_CLASS_NAMES, MEM_NAMES, ProcessRecord, VcoreSnapshot, fmt_bytes,
+};
 use nrt_sim::HostShape;
 use ratatui::Frame;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
@@ -175,12 +177,15 @@ pub fn draw(f: &mut Frame, v: &View) {
     let core_table: Vec<Row> = (0..cores.min(16))
         .map(|c| match owner.get(&c) {
             Some((p, u)) => {
-                let models: Vec<String> = p
+                let mine = |vc: &&VcoreSnapshot| {
+                    (vc.first_core..vc.first_core + vc.cores.max(1)).contains(&c)
+                };
+                let mut models: Vec<String> = p
                     .rec
                     .vcores
                     .iter()
                     .enumerate()
-                    .filter(|(_, vc)| (vc.first_core..vc.first_core + vc.cores.max(1)).contains(&c))
+                    .filter(|(_, vc)| mine(vc))
                     .flat_map(|(i, _)| {
                         p.rec
                             .models
@@ -189,6 +194,15 @@ pub fn draw(f: &mut Frame, v: &View) {
                             .map(|m| m.name.clone())
                     })
                     .collect();
+                // A lockstep group that the device serves from one thread (its parts could
+                // not run in parallel on this host).
+                if p.rec
+                    .vcores
+                    .iter()
+                    .any(|vc| mine(&vc) && vc.cores > 1 && vc.lockstep_serving & 1 != 0)
+                {
+                    models.push("[joint]".into());
+                }
                 Row::new(vec![
                     Cell::from(format!("core {c}")),
                     Cell::from(bar(*u, 20)).style(Style::default().fg(Color::Green)),
@@ -475,7 +489,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nrt_runtime::host::{ModelSnapshot, VcoreSnapshot};
+    use nrt_runtime::host::ModelSnapshot;
     use ratatui::Terminal;
     use ratatui::backend::TestBackend;
 
@@ -527,6 +541,7 @@ mod tests {
                 mem,
                 lat_total: vec![0; host::HIST_BUCKETS],
                 lat_device: vec![0; host::HIST_BUCKETS],
+                lockstep_serving: 0,
             }],
         };
         let v = View {
@@ -566,6 +581,58 @@ mod tests {
         assert!(line("host tensors").contains("4.00 KiB"), "{s}");
         assert!(line("errors:").contains("numerical 10"), "{s}");
         assert!(line("└ resnet50 (id 7)").contains("3.00 MiB"), "{s}");
+    }
+
+    #[test]
+    fn a_lockstep_group_served_from_one_thread_says_so() {
+        let vcore = |joint: bool| VcoreSnapshot {
+            first_core: 0,
+            cores: 2,
+            status: [0; 6],
+            errors: [0; 6],
+            busy_ns: 0,
+            models: 1,
+            mem: [0; 6],
+            lat_total: vec![0; host::HIST_BUCKETS],
+            lat_device: vec![0; host::HIST_BUCKETS],
+            lockstep_serving: (3 << 1) | u64::from(joint),
+        };
+        for joint in [true, false] {
+            let rec = ProcessRecord {
+                pid: 77,
+                start_unix_ns: 1,
+                cmdline: "bench".into(),
+                tag: String::new(),
+                models: vec![ModelSnapshot {
+                    id: 1,
+                    vnc: 0,
+                    name: "encoder".into(),
+                    mem: [0; 5],
+                }],
+                cores: vec![0, 1],
+                holding: true,
+                lnc: 2,
+                vcores: vec![vcore(joint)],
+            };
+            let v = View {
+                shape: HostShape::default(),
+                dir: "/tmp/nrt".into(),
+                procs: vec![ProcView {
+                    rec,
+                    exec_rate: 0.0,
+                    err_rate: 0.0,
+                    util: vec![(0, 90.0), (1, 90.0)],
+                }],
+                selected: 0,
+                period: 1.0,
+            };
+            let s = screen(&v, 160, 40);
+            for core in ["core 0 ", "core 1 "] {
+                let l = s.lines().find(|l| l.contains(core)).expect(core);
+                assert!(l.contains("encoder"), "{l}");
+                assert_eq!(l.contains("[joint]"), joint, "{l}");
+            }
+        }
     }
 
     #[test]

@@ -250,6 +250,15 @@ impl fmt::Debug for DeviceMapping {
     }
 }
 
+/// How a lockstep group's cores are served ([`Device::lockstep_serving`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockstepServing {
+    /// One thread runs every part in turn (the parts could not run in parallel).
+    pub joint: bool,
+    /// Changes between joint and parallel serving since the group's model was loaded.
+    pub changes: u64,
+}
+
 /// The device contract. Implemented by the software NeuronCore (`nrt-sim`); a hardware
 /// backend would implement it over the driver's ioctls.
 ///
@@ -341,6 +350,15 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Returns whether the device takes it; hardware (the default) does not.
     fn host_serves(&self, _nc: u32, _on: bool) -> bool {
         false
+    }
+
+    /// How the lockstep group whose first core is `nc` is served now, for the host view
+    /// (`nrt monitor`, `nrt top`): a software device whose cores have threads of their own
+    /// may serve a group's parts from one thread when they cannot run in parallel (a busy
+    /// host). `None`: not a lockstep group's first core, or a device that does not choose
+    /// (hardware, the default: every core computes on its own).
+    fn lockstep_serving(&self, _nc: u32) -> Option<LockstepServing> {
+        None
     }
 
     /// [`Device::assist`], but only if the device has not yet taken core `nc`'s last

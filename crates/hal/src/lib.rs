@@ -38,8 +38,8 @@ pub mod wake;
 pub mod wire;
 
 pub use device::{
-    Device, DeviceInfo, DeviceMapping, ExecQueueDesc, FIRST_ENGINE_SEMAPHORE, HalError, MemUsage,
-    SEMAPHORE_INFERENCE_START, SEMAPHORES_PER_CORE,
+    Device, DeviceInfo, DeviceMapping, ExecQueueDesc, FIRST_ENGINE_SEMAPHORE, HalError,
+    LockstepServing, MemUsage, SEMAPHORE_INFERENCE_START, SEMAPHORES_PER_CORE,
 };
 pub use dtype::DType;
 pub use gate::IdleGate;

@@ -234,6 +234,9 @@ pub(crate) fn progress_one_step(
         if now.saturating_sub(h.last_sweep) >= tuning::HARVEST_DEADLINE_SWEEP {
             h.last_sweep = now;
             sweep_deadlines(rt, vc, &mut h.progress, now, owed);
+            if vc.cores.len() > 1 {
+                note_lockstep_serving(rt, vc);
+            }
             others = true; // rare (once per sweep period): whatever it finished, wake
         }
     }
@@ -525,6 +528,17 @@ fn sweep_deadlines(
             p.seq = seq;
         }
         finish(vc, si, p, seq, status, owed);
+    }
+}
+
+/// Copies how the device serves the vcore's cores into its published statistics
+/// ([`crate::host::CoreStats::lockstep_serving`]), for `nrt monitor` and `nrt top`. From the
+/// deadline sweep: about once a millisecond while the vcore is in use, never per execution.
+#[cold]
+fn note_lockstep_serving(rt: &RuntimeInner, vc: &VCore) {
+    if let Some(s) = rt.device.lockstep_serving(vc.cores[0]) {
+        let word = (s.changes << 1) | u64::from(s.joint);
+        vc.stats().lockstep_serving.store(word, Ordering::Relaxed);
     }
 }
 

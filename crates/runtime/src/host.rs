@@ -40,8 +40,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `NRTHOST1` as a little-endian word.
 pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"NRTHOST1");
-/// The record layout's version (2: the process tag and the table of loaded models).
-pub const RECORD_VERSION: u64 = 2;
+/// The record layout's version (2: the process tag and the table of loaded models; 3: how
+/// each lockstep vcore is served, [`CoreStats::lockstep_serving`]).
+pub const RECORD_VERSION: u64 = 3;
 /// Logical cores one record describes at most.
 pub const MAX_RECORD_VCORES: usize = 128;
 /// Buckets of a latency histogram ([`latency_bucket`]).
@@ -181,6 +182,11 @@ pub struct CoreStats {
     /// them in trace mode only (`nrt trace`, `NEURON_RT_INSPECT_ENABLE`), so only traced
     /// executions are counted here (the decision: no clock reads added to the device).
     pub lat_device: [AtomicU64; HIST_BUCKETS],
+    /// A vcore of several cores: how the device serves them ([`nrt_hal::Device::
+    /// lockstep_serving`]) — bit 0 set while one thread runs every part in turn (joint),
+    /// the changes between joint and parallel above it; 0 for one core. Refreshed by the
+    /// harvest's deadline sweep (about once a millisecond while the vcore is in use).
+    pub lockstep_serving: AtomicU64,
 }
 
 /// One execution in this many has its total latency measured (two clock reads).
@@ -830,6 +836,8 @@ pub struct VcoreSnapshot {
     pub lat_total: Vec<u64>,
     /// Device-latency histogram.
     pub lat_device: Vec<u64>,
+    /// [`CoreStats::lockstep_serving`].
+    pub lockstep_serving: u64,
 }
 
 /// Reads a statistics block.
@@ -845,6 +853,7 @@ pub fn snapshot(s: &CoreStats) -> VcoreSnapshot {
         mem: s.mem.each_ref().map(l),
         lat_total: s.lat_total.iter().map(l).collect(),
         lat_device: s.lat_device.iter().map(l).collect(),
+        lockstep_serving: l(&s.lockstep_serving),
     }
 }
 

@@ -94,6 +94,30 @@ impl Rig {
     }
 }
 
+/// How the device serves a lockstep vcore reaches the published statistics (`nrt monitor`,
+/// `nrt top`), refreshed by the harvest's deadline sweep while the vcore is in use.
+#[test]
+fn the_published_statistics_say_how_a_lockstep_vcore_is_served() {
+    let r = rig(2, Duration::from_millis(500));
+    assert_eq!(r.rt.stats(0).unwrap().lockstep_serving, 0);
+    r.dev.set_lockstep_serving(Some(nrt_hal::LockstepServing {
+        joint: true,
+        changes: 3,
+    }));
+    let (s, _) = r.schedule();
+    // Idle polls sweep the deadlines once a millisecond at most.
+    let t0 = std::time::Instant::now();
+    while r.rt.stats(0).unwrap().lockstep_serving != (3 << 1) | 1 {
+        assert!(!r.done(s));
+        assert!(
+            t0.elapsed() < Duration::from_millis(400),
+            "never published: {}",
+            r.rt.stats(0).unwrap().lockstep_serving
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
 #[test]
 fn completes_only_after_every_engine_ended_in_any_order() {
     let r = rig(1, Duration::from_secs(5));

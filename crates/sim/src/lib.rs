@@ -223,6 +223,9 @@ pub(crate) struct DeviceShared {
     /// non-leader cores at the end of each part).
     serve_mode: Box<[Mutex<ServeModeChooser>]>,
     group_joint: Box<[AtomicBool]>,
+    /// Per lockstep group: changes of its serving mode since its model was loaded (for the
+    /// host view, [`Device::lockstep_serving`]).
+    serve_changes: Box<[AtomicU64]>,
     /// Per device thread: blocked at a lockstep barrier (its gate's flag is then set, but it
     /// is not idle: [`SoftDevice::is_parked`] must not count it).
     stall_blocked: Box<[AtomicBool]>,
@@ -377,6 +380,7 @@ impl DeviceShared {
         if let Some(m) = self.serve_mode.get(group as usize) {
             m.lock().unwrap_or_else(|e| e.into_inner()).reset();
             self.group_joint[group as usize].store(false, Ordering::Relaxed);
+            self.serve_changes[group as usize].store(0, Ordering::Relaxed);
         }
     }
 
@@ -432,6 +436,7 @@ impl DeviceShared {
         };
         let joint = mode == ServeMode::Joint;
         self.group_joint[group as usize].store(joint, Ordering::Relaxed);
+        self.serve_changes[group as usize].fetch_add(1, Ordering::Relaxed);
         for c in members.iter().filter(|c| c.index % threads != leader) {
             let thread = if joint || c.short_parts() {
                 leader
@@ -802,6 +807,7 @@ impl SoftDevice {
                 .map(|_| Mutex::new(ServeModeChooser::default()))
                 .collect(),
             group_joint: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            serve_changes: (0..n).map(|_| AtomicU64::new(0)).collect(),
             stall_blocked: (0..config.threads)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
@@ -1204,6 +1210,14 @@ impl Device for SoftDevice {
             }
         }
         true
+    }
+
+    fn lockstep_serving(&self, nc: u32) -> Option<nrt_hal::LockstepServing> {
+        let g = nc as usize;
+        Some(nrt_hal::LockstepServing {
+            joint: self.shared.group_joint.get(g)?.load(Ordering::Relaxed),
+            changes: self.shared.serve_changes.get(g)?.load(Ordering::Relaxed),
+        })
     }
 
     fn assist_untaken(&self, nc: u32) -> bool {

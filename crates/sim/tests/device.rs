@@ -1,7 +1,7 @@
 //! The software NeuronCore seen through the device contract only.
 
 use nrt_hal::wire::cause;
-use nrt_hal::{Device, Engine, ErrorSubtype, HalError, NqRecord, RecordKind};
+use nrt_hal::{Device, Engine, ErrorSubtype, HalError, LockstepServing, NqRecord, RecordKind};
 use nrt_isa::{Instruction, Op, SemRef};
 use nrt_sim::testkit::DirectDriver;
 use nrt_sim::{FaultKind, FaultSpec, SimConfig, SoftDevice};
@@ -886,6 +886,14 @@ fn lockstep_parts_that_run_one_after_the_other_are_served_jointly() {
     b0[4] = d0.load_block(&first).unwrap();
     b1[4] = d1.load_block(&second).unwrap();
     assert_eq!(dev.joint_thread(1).unwrap(), None, "parallel at first");
+    assert_eq!(
+        dev.lockstep_serving(0),
+        Some(LockstepServing {
+            joint: false,
+            changes: 0
+        }),
+        "the host view reads parallel at first"
+    );
     // 16 executions to measure, 5 to probe, a few in flight at the change; up to 2,000 in
     // case a busy machine stretches some.
     let mut joint_at = None;
@@ -904,6 +912,12 @@ fn lockstep_parts_that_run_one_after_the_other_are_served_jointly() {
         dev.joint_thread(0).unwrap(),
         None,
         "the leader serves itself"
+    );
+    // The host view says so (`nrt monitor`, `nrt top`).
+    let serving = dev.lockstep_serving(0).unwrap();
+    assert!(
+        serving.joint && serving.changes >= 1,
+        "the host view: {serving:?}"
     );
     assert_eq!(dev.interrupt_cause(0).unwrap() & cause::EXEC_TIMEOUT, 0);
     assert_eq!(dev.interrupt_cause(1).unwrap() & cause::EXEC_TIMEOUT, 0);

@@ -35,6 +35,7 @@ pub struct ScriptedDevice {
     cores: Vec<Mutex<Core>>,
     prepared: Mutex<Vec<std::thread::ThreadId>>,
     serve_requests: Mutex<Vec<(u32, bool)>>,
+    serving: Mutex<Option<nrt_hal::LockstepServing>>,
 }
 
 // SAFETY: `base` is a private allocation owned by the device for its whole life; every access
@@ -73,6 +74,7 @@ impl ScriptedDevice {
             cores: (0..cores).map(|_| Mutex::new(Core::default())).collect(),
             prepared: Mutex::new(Vec::new()),
             serve_requests: Mutex::new(Vec::new()),
+            serving: Mutex::new(None),
         }
     }
 
@@ -92,6 +94,11 @@ impl ScriptedDevice {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// What [`Device::lockstep_serving`] reports from now on (for every core).
+    pub fn set_lockstep_serving(&self, s: Option<nrt_hal::LockstepServing>) {
+        *self.serving.lock().unwrap_or_else(|e| e.into_inner()) = s;
     }
 
     fn core(&self, nc: u32) -> Result<std::sync::MutexGuard<'_, Core>, HalError> {
@@ -187,6 +194,10 @@ impl ScriptedDevice {
 }
 
 impl Device for ScriptedDevice {
+    fn lockstep_serving(&self, _nc: u32) -> Option<nrt_hal::LockstepServing> {
+        *self.serving.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn host_serves(&self, nc: u32, on: bool) -> bool {
         self.serve_requests
             .lock()
