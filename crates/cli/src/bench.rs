@@ -237,14 +237,18 @@ fn threads_rows(
         // allocations, this one's too.
         let mut results = Vec::with_capacity(handles.len());
         start_line.wait();
-        let (a0, c0, t0) = (crate::allocations(), process_cpu(), Instant::now());
+        let (a0, c0, t0) = (crate::allocations(), crate::cpu_time(), Instant::now());
         for h in handles {
             results.push(
                 h.join()
                     .unwrap_or_else(|_| Err("a bench thread panicked".into())),
             );
         }
-        let window = (crate::allocations() - a0, process_cpu() - c0, t0.elapsed());
+        let window = (
+            crate::allocations() - a0,
+            crate::cpu_time() - c0,
+            t0.elapsed(),
+        );
         (results, window)
     });
     let (allocs, process, elapsed) = window;
@@ -274,19 +278,6 @@ fn threads_rows(
         },
         &note,
     ))
-}
-
-/// CPU time (user + system) the whole process has used.
-fn process_cpu() -> Duration {
-    // SAFETY: `getrusage` fills the zeroed struct we pass; RUSAGE_SELF cannot fail with a
-    // valid pointer.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn fill_random(ins: &TensorSet, m: &Model) -> Res<()> {

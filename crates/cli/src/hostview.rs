@@ -803,16 +803,12 @@ mod tests {
             holding: true,
             lnc: cores,
             vcores: vec![VcoreSnapshot {
-                first_core: 0,
                 cores,
-                status: [0; 6],
-                errors: [0; 6],
-                busy_ns: 0,
                 models: 1,
-                mem: [0; 6],
                 lat_total: vec![0; host::HIST_BUCKETS],
                 lat_device: vec![0; host::HIST_BUCKETS],
                 lockstep_serving,
+                ..VcoreSnapshot::default()
             }],
         }
     }

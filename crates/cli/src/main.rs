@@ -112,7 +112,8 @@ fn dispatch(cmd: Command) -> Res<bool> {
     }
 }
 
-fn cpu_time() -> std::time::Duration {
+/// CPU time (user + system) the whole process has used.
+pub(crate) fn cpu_time() -> std::time::Duration {
     let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: getrusage writes a rusage into the pointer we pass; RUSAGE_SELF is valid.
     let ru = unsafe {

@@ -586,16 +586,10 @@ mod tests {
     #[test]
     fn a_lockstep_group_served_from_one_thread_says_so() {
         let vcore = |joint: bool| VcoreSnapshot {
-            first_core: 0,
             cores: 2,
-            status: [0; 6],
-            errors: [0; 6],
-            busy_ns: 0,
             models: 1,
-            mem: [0; 6],
-            lat_total: vec![0; host::HIST_BUCKETS],
-            lat_device: vec![0; host::HIST_BUCKETS],
             lockstep_serving: (3 << 1) | u64::from(joint),
+            ..VcoreSnapshot::default()
         };
         for joint in [true, false] {
             let rec = ProcessRecord {

@@ -816,7 +816,7 @@ pub struct ModelSnapshot {
 }
 
 /// One logical core's statistics, read.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VcoreSnapshot {
     /// Its first global core id.
     pub first_core: u32,
