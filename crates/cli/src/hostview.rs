@@ -783,11 +783,13 @@ pub fn monitor(a: &MonitorArgs) -> Res<()> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use nrt_runtime::host::ModelSnapshot;
 
-    fn record(cores: u32, lockstep_serving: u64) -> ProcessRecord {
+    /// A process holding one vcore of `cores` cores with the model `encoder` on it (also
+    /// `nrt top`'s tests).
+    pub(crate) fn record(cores: u32, lockstep_serving: u64) -> ProcessRecord {
         ProcessRecord {
             pid: 4242,
             start_unix_ns: 1,

@@ -585,29 +585,8 @@ mod tests {
 
     #[test]
     fn a_lockstep_group_served_from_one_thread_says_so() {
-        let vcore = |joint: bool| VcoreSnapshot {
-            cores: 2,
-            models: 1,
-            lockstep_serving: (3 << 1) | u64::from(joint),
-            ..VcoreSnapshot::default()
-        };
         for joint in [true, false] {
-            let rec = ProcessRecord {
-                pid: 77,
-                start_unix_ns: 1,
-                cmdline: "bench".into(),
-                tag: String::new(),
-                models: vec![ModelSnapshot {
-                    id: 1,
-                    vnc: 0,
-                    name: "encoder".into(),
-                    mem: [0; 5],
-                }],
-                cores: vec![0, 1],
-                holding: true,
-                lnc: 2,
-                vcores: vec![vcore(joint)],
-            };
+            let rec = crate::hostview::tests::record(2, (3 << 1) | u64::from(joint));
             let v = View {
                 shape: HostShape::default(),
                 dir: "/tmp/nrt".into(),
