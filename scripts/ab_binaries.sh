@@ -10,7 +10,10 @@
 # the standard bench), mlp_b64, mlp_b64_2c, encoder, encoder_2c (the peers' models in
 # $PEERS_WORKDIR/models, default target/peers/models), and cotenant_2c (mlp_b64 and encoder
 # on 2 cores beside one busy process: executions per second and p99 — how a lockstep
-# group's serving mode holds up when the threads outnumber the vCPUs).
+# group's serving mode holds up when the threads outnumber the vCPUs), threads (`mlp` from 2
+# and 4 threads at once on one core, `--threads`: executions per second and the process's
+# CPU per execution; both binaries need `--threads`), and implicit_2c (`encoder` on 2 cores,
+# implicit depth 4: executions per second and the client's CPU per execution).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 a=$1 b=$2 rounds=${3:-12} secs=${4:-0.3} rows=${5:-all}
@@ -61,5 +64,25 @@ if want cotenant_2c; then
         "bash $co -- $a bench $models/$m.onnx --cores 2 --seconds $secs --json" \
         "bash $co -- $b bench $models/$m.onnx --cores 2 --seconds $secs --json"
     done
+  done
+fi
+if want threads; then
+  for t in 2 4; do
+    echo "-- mlp from $t threads on one core, execs_per_s (higher is better)"
+    $ab "$rounds" '"execs_per_s":([0-9.]+)' \
+      "$a bench $models/mlp.onnx --threads $t --seconds $secs --json" \
+      "$b bench $models/mlp.onnx --threads $t --seconds $secs --json"
+    echo "-- mlp from $t threads on one core, the process's µs of CPU per execution (lower is better)"
+    $ab "$rounds" '([0-9.]+) µs of CPU per execution' \
+      "$a bench $models/mlp.onnx --threads $t --seconds $secs --json" \
+      "$b bench $models/mlp.onnx --threads $t --seconds $secs --json"
+  done
+fi
+if want implicit_2c; then
+  for f in execs_per_s caller_cpu_ns; do
+    echo "-- encoder on 2 cores, implicit depth 4, $f"
+    $ab "$rounds" "\"$f\":([0-9.]+)" \
+      "$a bench $models/encoder.onnx --cores 2 --surface implicit --depth 4 --seconds $secs --json" \
+      "$b bench $models/encoder.onnx --cores 2 --surface implicit --depth 4 --seconds $secs --json"
   done
 fi

@@ -215,11 +215,17 @@ fn threads_rows(
                 s.spawn(move || -> Res<(Vec<u64>, Duration)> {
                     let exec = || rt.execute(m, ins, outs).map_err(|e| e.to_string());
                     let until = Instant::now() + warm;
-                    while Instant::now() < until {
-                        exec()?;
-                    }
+                    let warmed = (|| {
+                        while Instant::now() < until {
+                            exec()?;
+                        }
+                        Ok::<(), String>(())
+                    })();
                     let mut samples = Vec::with_capacity(per_thread);
+                    // Every thread reaches the start line, a failed one too: the others and
+                    // the timing thread wait there for all of them.
                     start_line.wait();
+                    warmed?;
                     let cpu0 = thread_cpu();
                     let mut t = Instant::now();
                     let end = t + run;
@@ -439,9 +445,9 @@ fn implicit_rows(label: &str, ncm: &[u8], cores: u32, depth: usize, seconds: f64
             // executions are expected to take, then blocking).
             let target = submitted - depth as u64 + 1;
             let oldest = ((target - 1) % depth as u64) as usize;
-            firsts[oldest]
-                .read(&mut word, 0)
-                .map_err(|e| e.to_string())?;
+            let t = &firsts[oldest];
+            let n = t.size().min(1) as usize; // an empty output: the read still waits
+            t.read(&mut word[..n], 0).map_err(|e| e.to_string())?;
             now = Instant::now();
             // Retired in order, and retired before its callback: every submission older than
             // what is in flight is done.

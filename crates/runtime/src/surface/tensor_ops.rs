@@ -31,11 +31,13 @@ fn wait_tensor_idle(rt: &RuntimeInner, t: &Tensor) {
     if !pending() || in_async_callback() {
         return;
     }
+    let mut spin = Spin::new();
     while pending() {
         let vnc = t.0.pending_vnc.load(Ordering::Relaxed);
         let Some(vc) = rt.vcores.get(vnc as usize) else {
-            // Not a vcore of this runtime (cannot happen: the markers write theirs): spin.
-            Spin::new().snooze();
+            // Not a vcore of this runtime (cannot happen: the markers write theirs): spin
+            // and yield.
+            spin.snooze();
             continue;
         };
         let mut w = Waiter::new(vc.wake.as_deref(), vc.spin.spin_limit());
