@@ -1113,6 +1113,16 @@ pub fn main(a: &BenchArgs) -> Res<()> {
     let json = a.json;
     let surface = a.surface;
     let depth = a.depth;
+    if a.threads > 1
+        && (a.gemm
+            || surface.is_some_and(|s| s != Surface::Sync)
+            || (a.model.is_none() && surface.is_none()))
+    {
+        return Err(format!(
+            "--threads {} drives the synchronous surface: use it with --surface sync or with a              model (and no other --surface)",
+            a.threads
+        ));
+    }
     let mut rows = Vec::new();
     // Progress on stderr (drawn only on a terminal) between rows — never ticking on its own,
     // so nothing draws (or allocates) inside a row's timed window.

@@ -368,6 +368,14 @@ fn bench_rows_for_every_surface_and_the_gemm_rows() {
     assert!(row["note"].as_str().unwrap().contains("3 threads"), "{out}");
     assert!(row["n"].as_u64().unwrap() > 0, "{out}");
     assert!(fails(&["bench", "--threads", "0"]).contains("--threads"));
+    // Not silently ignored where it does not apply.
+    for other in [
+        &["bench", "--threads", "2"][..],
+        &["bench", "--threads", "2", "--surface", "explicit"],
+        &["bench", "--threads", "2", "--gemm"],
+    ] {
+        assert!(fails(other).contains("synchronous surface"), "{other:?}");
+    }
 }
 
 #[test]
