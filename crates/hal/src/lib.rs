@@ -16,7 +16,9 @@
 //!   model-checked with loom; the [`CompletionWake`] a waiting host thread blocks on until
 //!   the device signals a completion (with the [`SpinBudget`] that says how long to spin
 //!   first), model-checked too, and the [`SeqEvent`] handshake that signals an eventfd
-//!   registered for one execution however registration and completion interleave;
+//!   registered for one execution however registration and completion interleave, and the
+//!   [`ServedCore`] hand-off between a synchronous caller serving a core and those queued
+//!   behind it;
 //! - [`host_memory`]: what the process can still get from the host (`MemAvailable` and its
 //!   memory cgroups' headroom), checked before a large allocation sized from outside;
 //! - [`tuning`]: every knob of the project with its reason.
@@ -29,6 +31,7 @@ pub mod plane;
 pub mod ring;
 pub mod seq;
 pub mod seq_event;
+pub mod served;
 pub mod slot_ticket;
 pub mod status;
 pub mod sync;
@@ -49,6 +52,7 @@ pub use plane::{
 pub use ring::{Consumer, Producer, ring};
 pub use seq::{NRTA_SEQ_NUM_MASK, NRTA_SEQ_NUM_MAX, SeqId};
 pub use seq_event::SeqEvent;
+pub use served::{Served, ServedCore};
 pub use slot_ticket::SlotTicket;
 pub use status::NrtStatus;
 pub use use_gate::{GateRefused, UseGate};

@@ -1,7 +1,8 @@
 //! Loom models of the lock-free protocols the runtime and the device share: the SPSC ring,
 //! the notification plane (and its watch), the park handshake, the completion wake, the
 //! admission gate of handles, the slot ticket, the per-execution eventfd handshake, the
-//! host-served core's release, its serve start and the doorbells rung under it, and a
+//! host-served core's release, its serve start and the doorbells rung under it, the
+//! hand-off between a synchronous caller serving a core and one queued behind it, and a
 //! model's unload against a late binder.
 //!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p nrt-hal --release --test loom`
@@ -11,8 +12,8 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use nrt_hal::{
-    CompletionWake, GateRefused, IdleGate, LockstepParts, NqRecord, SeqEvent, SlotTicket, UseGate,
-    plane, ring,
+    CompletionWake, GateRefused, IdleGate, LockstepParts, NqRecord, SeqEvent, Served, ServedCore,
+    SlotTicket, UseGate, plane, ring,
 };
 
 /// Producer and consumer on a 2-slot ring: every value arrives once, in order, across a wrap.
@@ -932,4 +933,60 @@ fn serve_start_never_leaves_the_device_thread_parked_untimed() {
 #[should_panic(expected = "maximum number of branches")]
 fn serve_start_without_its_fence_leaves_the_device_thread_parked() {
     serve_start_model(false);
+}
+
+/// A synchronous caller queued behind the caller that serves its core ([`ServedCore`]): the
+/// server runs the queued execution (its harvest writes the completion word, then signals)
+/// and leaves — or, with `runs_it` false, leaves without running it. The queued caller,
+/// blocked on the served wake (no spin), must come back with `Done` or `Left` — never sleep
+/// through both stores. `signals` false: the server clears its claim with a bare store
+/// (`claim(0)`), no signal — the model must then deadlock (the waiter sleeps for ever).
+fn served_core_model(runs_it: bool, signals: bool) {
+    loom::model(move || {
+        let core = Arc::new(ServedCore::new());
+        let done = Arc::new(AtomicU32::new(0));
+        core.claim(1);
+        let server = {
+            let (core, done) = (core.clone(), done.clone());
+            loom::thread::spawn(move || {
+                if runs_it {
+                    done.store(1, Ordering::Release);
+                    core.signal();
+                }
+                if signals {
+                    core.leave(1);
+                } else {
+                    core.claim(0);
+                }
+            })
+        };
+        let s = core.server();
+        if s != 0 {
+            let got = core.wait(s, std::time::Duration::ZERO, || {
+                done.load(Ordering::Acquire) != 0
+            });
+            match got {
+                Served::Done => assert!(runs_it),
+                Served::Left => {}
+                Served::Stalled => panic!("the served wait stalled without a timeout"),
+            }
+        }
+        server.join().unwrap();
+    });
+}
+
+#[test]
+fn served_core_wakes_the_queued_caller_when_its_execution_is_done() {
+    served_core_model(true, true);
+}
+
+#[test]
+fn served_core_wakes_the_queued_caller_when_the_server_leaves() {
+    served_core_model(false, true);
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn served_core_left_without_a_signal_strands_the_queued_caller() {
+    served_core_model(false, false);
 }

@@ -103,7 +103,7 @@ impl Runtime {
                 watch: rings.iter().map(PlaneConsumer::watch).collect(),
                 idle_polls: AtomicU32::new(0),
                 assisting: AtomicBool::new(false),
-                sync_server: AtomicU64::new(0),
+                served: nrt_hal::ServedCore::new(),
                 harvest: Mutex::new(Harvest {
                     rings,
                     progress: vec![Progress::EMPTY; slots].into_boxed_slice(),

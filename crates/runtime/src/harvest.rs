@@ -245,7 +245,7 @@ pub(crate) fn progress_one_step(
         // Owners blocked on the vcore's wake check their completion words (one fence and
         // one load when nobody is blocked). A step that finished only its caller's own
         // execution skips this: nobody else waits for it.
-        vc.signal_waiters();
+        vc.signal_completions();
     }
     if !worker {
         note_external_harvest(vc);
@@ -443,7 +443,7 @@ fn on_record_slow(
                 fail_inflight_unrecoverable(vc, progress, seq, &mut sets.owed);
             }
             // The error path (rare): whoever owns what was just finished may be blocked.
-            vc.signal_waiters();
+            vc.signal_completions();
         }
         Some(RecordKind::Custom)
             if rec.subtype == CUSTOM_SUBTYPE_TENSOR && rec.sub_id == CUSTOM_SUB_ID_OUTPUT_DONE =>

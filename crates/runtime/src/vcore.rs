@@ -125,10 +125,11 @@ pub(crate) struct VCore {
     /// until an assist finds nothing to run (`surface::explicit::is_completed`). Relaxed: a
     /// stale view costs one assist more or less.
     pub(crate) assisting: AtomicBool,
-    /// The seq of the synchronous execution whose caller serves the vcore's core now
-    /// (`surface::sync`), 0 if none: a caller that stages behind it waits for it to run its
-    /// execution instead of serving too. Relaxed: a stale view only lets two callers serve.
-    pub(crate) sync_server: AtomicU64,
+    /// Which synchronous caller serves the vcore's core now (`surface::sync`), and the wake
+    /// of the callers staged behind it, which wait for it to run their executions instead of
+    /// serving too ([`nrt_hal::ServedCore`]). Signaled after a harvest writes another
+    /// thread's completion word ([`VCore::signal_completions`]).
+    pub(crate) served: nrt_hal::ServedCore,
     pub(crate) slots: Box<[InflightSlot]>,
     /// Highest seq such that every execution up to it is done.
     pub(crate) completed: AtomicU64,
@@ -173,6 +174,15 @@ impl VCore {
         if let Some(w) = &self.wake {
             w.signal();
         }
+    }
+
+    /// [`VCore::signal_waiters`] after a harvest wrote the completion word of an execution
+    /// another thread owns — also for a synchronous caller waiting on the serving caller
+    /// ([`VCore::served`]).
+    #[inline]
+    pub(crate) fn signal_completions(&self) {
+        self.signal_waiters();
+        self.served.signal();
     }
 
     #[inline]

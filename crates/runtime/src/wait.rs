@@ -3,7 +3,9 @@
 //! unload — drives the harvest and, after a step that found nothing, calls one of the two
 //! waits here. Neither sleeps for a fixed time. (A tensor read under implicit async waits
 //! for the execution's owner to retire it: a [`nrt_hal::Waiter`] on the vcore's wake, with
-//! no harvest of its own — `surface::tensor_ops`.)
+//! no harvest of its own — `surface::tensor_ops`. A synchronous caller queued behind the
+//! caller that serves its core first waits for that one to run its execution, on the
+//! served wake — `nrt_hal::ServedCore`, `surface::sync::wait_served`.)
 //!
 //! - [`VcoreWait`]: spins as long as it pays ([`nrt_hal::SpinBudget`]: a few µs for a
 //!   near-null model, nothing for one expected to take longer than
@@ -151,7 +153,7 @@ impl<'a> VcoreWait<'a> {
 /// How long a caller whose execution waits behind `ahead` others spins before it blocks
 /// ([`VcoreWait::queued`]): the budget's spin limit while the whole queue is expected within
 /// [`tuning::WAIT_SPIN_CAP`], nothing otherwise (or without history).
-fn queued_spin_limit(budget: &SpinBudget, ahead: u64) -> Duration {
+pub(crate) fn queued_spin_limit(budget: &SpinBudget, ahead: u64) -> Duration {
     let n = u32::try_from(ahead.saturating_add(1)).unwrap_or(u32::MAX);
     let soon = budget
         .expected()
