@@ -9,8 +9,16 @@ use core::time::Duration;
 
 //===--- device (software NeuronCore) ---------------------------------------------------===//
 
+/// A polling loop bounded by time (a device thread's idle and stalled polls, a serving
+/// caller's `serve_queued`) reads the clock once every this many polls, not on each: a
+/// clock read (~20–30 ns through the vDSO) beside a 12–50 ns poll would be most of the
+/// loop. 64 polls are 1–4 µs, within every period those loops measure
+/// ([`DEVICE_IDLE_YIELD_PERIOD`] 3 µs, [`DEVICE_STALL_SPIN`] 50 µs, [`SYNC_SERVES_CORE_MAX`]
+/// 150 µs).
+pub const CLOCK_READ_EVERY_POLLS: u32 = 64;
+
 /// While idle-polling, a device thread calls `sched_yield` at most this often (it checks the
-/// clock every 64 polls): if the submitting or harvesting thread shares its vCPU it runs at
+/// clock every [`CLOCK_READ_EVERY_POLLS`] polls): if the submitting or harvesting thread shares its vCPU it runs at
 /// once instead of waiting a time slice; alone, the yield costs ~0.3 µs. A time, not a poll
 /// count: an idle poll costs 12–20 ns on one machine (256 polls, the earlier count, were
 /// 3–5 µs) and ~50 ns on another (AMD EPYC under KVM: 13–15 µs, and the implicit-async

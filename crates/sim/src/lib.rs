@@ -607,7 +607,7 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
             // block until the partner does something.
             worked = true;
             stalled_polls = stalled_polls.wrapping_add(1);
-            if stalled_polls.is_multiple_of(64) {
+            if stalled_polls.is_multiple_of(tuning::CLOCK_READ_EVERY_POLLS) {
                 let now = Instant::now();
                 if now.duration_since(last_yield) >= tuning::DEVICE_IDLE_YIELD_PERIOD {
                     std::thread::yield_now();
@@ -631,7 +631,7 @@ fn device_thread(dev: Arc<DeviceShared>, worker: usize) {
         stalled_polls = 0;
         stalled_since = None;
         idle_polls += 1;
-        if idle_polls.is_multiple_of(64) {
+        if idle_polls.is_multiple_of(tuning::CLOCK_READ_EVERY_POLLS) {
             let now = Instant::now();
             if now.duration_since(last_yield) >= tuning::DEVICE_IDLE_YIELD_PERIOD {
                 std::thread::yield_now();

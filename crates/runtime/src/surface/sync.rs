@@ -253,7 +253,7 @@ fn serve_queued_slow(rt: &RuntimeInner, vc: &VCore, c: u32, upto: u64) {
             idle = 0;
         }
         polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(64) && Instant::now() >= until {
+        if polls.is_multiple_of(tuning::CLOCK_READ_EVERY_POLLS) && Instant::now() >= until {
             return;
         }
     }
