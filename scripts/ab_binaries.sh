@@ -11,8 +11,9 @@
 # $PEERS_WORKDIR/models, default target/peers/models), and cotenant_2c (mlp_b64 and encoder
 # on 2 cores beside one busy process: executions per second and p99 — how a lockstep
 # group's serving mode holds up when the threads outnumber the vCPUs), threads (`mlp` from 2
-# and 4 threads at once on one core, `--threads`: executions per second and the process's
-# CPU per execution; both binaries need `--threads`), and implicit_2c (`encoder` on 2 cores,
+# and 4 threads at once on one core, `--threads`: executions per second, p99 and the
+# process's CPU per execution; both binaries need `--threads`; THREADS_MODELS="A.onnx B.onnx"
+# and THREADS="2 3 4" choose others), and implicit_2c (`encoder` on 2 cores,
 # implicit depth 4: executions per second and the client's CPU per execution).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,15 +68,16 @@ if want cotenant_2c; then
   done
 fi
 if want threads; then
-  for t in 2 4; do
-    echo "-- mlp from $t threads on one core, execs_per_s (higher is better)"
-    $ab "$rounds" '"execs_per_s":([0-9.]+)' \
-      "$a bench $models/mlp.onnx --threads $t --seconds $secs --json" \
-      "$b bench $models/mlp.onnx --threads $t --seconds $secs --json"
-    echo "-- mlp from $t threads on one core, the process's µs of CPU per execution (lower is better)"
-    $ab "$rounds" '([0-9.]+) µs of CPU per execution' \
-      "$a bench $models/mlp.onnx --threads $t --seconds $secs --json" \
-      "$b bench $models/mlp.onnx --threads $t --seconds $secs --json"
+  for m in ${THREADS_MODELS:-$models/mlp.onnx}; do
+    for t in ${THREADS:-2 4}; do
+      run() { echo "$1 bench $m --threads $t --seconds $secs --json"; }
+      echo "-- $(basename "$m") from $t threads on one core, execs_per_s (higher is better)"
+      $ab "$rounds" '"execs_per_s":([0-9.]+)' "$(run "$a")" "$(run "$b")"
+      echo "-- $(basename "$m") from $t threads on one core, p99_ns (lower is better)"
+      $ab "$rounds" '"p99_ns":([0-9.]+)' "$(run "$a")" "$(run "$b")"
+      echo "-- $(basename "$m") from $t threads on one core, the process's µs of CPU per execution (lower is better)"
+      $ab "$rounds" '([0-9.]+) µs of CPU per execution' "$(run "$a")" "$(run "$b")"
+    done
   done
 fi
 if want implicit_2c; then

@@ -135,6 +135,8 @@ impl Runtime {
                 stats: stats_ref,
                 wake,
                 spin: nrt_hal::SpinBudget::new(),
+                service: nrt_hal::SpinBudget::new(),
+                before_sample: [AtomicU64::new(0), AtomicU64::new(0)],
             });
         }
         let implicit_async = if config.async_inflight > 0 {

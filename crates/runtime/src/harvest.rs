@@ -610,9 +610,22 @@ fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, 
         let last_wake = vc.wake.as_ref().map_or(0, |w| w.last_wake_ns());
         let lat = nrt_hal::SpinBudget::spinning_latency(t0, now, last_wake);
         vc.spin.record(lat);
+        // Its service time: from its staging, or from the previous completion if that came
+        // later (it was queued); none if that completion was not seen here (an error path).
+        let [before_seq, before_ns] = &vc.before_sample;
+        let service = (before_seq.load(Ordering::Relaxed) == seq - 1).then(|| {
+            let start = t0.max(before_ns.load(Ordering::Relaxed));
+            nrt_hal::SpinBudget::spinning_latency(start, now, last_wake)
+        });
+        if let Some(s) = service {
+            vc.service.record(s);
+        }
         // SAFETY: as above.
         if let Some(m) = unsafe { (*slot.info.get()).model.as_ref() } {
             m.spin.record(lat);
+            if let Some(s) = service {
+                m.service.record(s);
+            }
         }
         crate::host::bump(&st.lat_total[crate::host::latency_bucket(ns)], 1);
         // Busy time, estimated from the sample (see `CoreStats::busy_ns`).
@@ -620,6 +633,11 @@ fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, 
             &st.busy_ns,
             ns.saturating_mul(crate::host::TOTAL_LATENCY_SAMPLE),
         );
+    }
+    if seq.is_multiple_of(crate::host::TOTAL_LATENCY_SAMPLE) {
+        // The next one is sampled: note where its service starts if it is queued.
+        vc.before_sample[1].store(crate::host::now_ns(), Ordering::Relaxed);
+        vc.before_sample[0].store(seq, Ordering::Relaxed);
     }
     slot.ticket.complete(seq, status.as_i32() as u16);
     vc.advance_completed();

@@ -167,6 +167,9 @@ pub(crate) struct ModelShared {
     /// How long its synchronous callers spin before they block: the moving average of its
     /// sampled latency (written by the harvest, under the token).
     pub(crate) spin: nrt_hal::SpinBudget,
+    /// The same for its executions staged with nothing ahead on the vcore: how long one takes
+    /// to run, queueing left out ([`crate::wait::service_time`]).
+    pub(crate) service: nrt_hal::SpinBudget,
     /// Its entry in the published record's model table (`None`: no record, or the table
     /// was full).
     pub(crate) published: Option<usize>,
@@ -512,6 +515,7 @@ pub(crate) fn load(
         allocations: Mutex::new(list),
         mem,
         spin: nrt_hal::SpinBudget::new(),
+        service: nrt_hal::SpinBudget::new(),
         published,
     })
 }

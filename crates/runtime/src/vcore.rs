@@ -148,6 +148,14 @@ pub(crate) struct VCore {
     /// Sampled latency of every execution on the vcore, for waits that do not know the model
     /// (explicit `wait`, the XU worker).
     pub(crate) spin: nrt_hal::SpinBudget,
+    /// How long the vcore's sampled executions took to run, queueing left out
+    /// ([`crate::wait::service_time`]): from their staging or the previous execution's
+    /// completion, whichever came later, to their own completion.
+    pub(crate) service: nrt_hal::SpinBudget,
+    /// The seq and [`crate::host::now_ns`] of the last completion that precedes a sampled
+    /// execution (`seq % TOTAL_LATENCY_SAMPLE == 0`): where that execution's service
+    /// started if it was queued. Written by the harvest (token holder), `Relaxed`.
+    pub(crate) before_sample: [AtomicU64; 2],
 }
 
 /// A pointer to a vcore's [`host::CoreStats`] in the runtime's [`host::StatsArea`] (the

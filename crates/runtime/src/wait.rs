@@ -150,6 +150,17 @@ impl<'a> VcoreWait<'a> {
     }
 }
 
+/// How long one execution takes to run, queueing left out (`service`, [`VCore::service`];
+/// before its first sample the average latency, `latency`). What decides whether a synchronous caller serves the
+/// core (`surface::sync`): with several callers every latency includes the others'
+/// executions, and `int8_gemm` (~90 µs) from two threads read ~200 µs, past
+/// [`tuning::SYNC_SERVES_CORE_MAX`], so nobody served and both callers blocked on the
+/// device's wake.
+#[inline]
+pub(crate) fn service_time(service: &SpinBudget, latency: &SpinBudget) -> Option<Duration> {
+    service.expected().or_else(|| latency.expected())
+}
+
 /// How long a caller whose execution waits behind `ahead` others spins before it blocks
 /// ([`VcoreWait::queued`]): the budget's spin limit while the whole queue is expected within
 /// [`tuning::WAIT_SPIN_CAP`], nothing otherwise (or without history).
@@ -251,6 +262,20 @@ mod tests {
             b.record(latency);
         }
         b
+    }
+
+    #[test]
+    fn service_time_leaves_queueing_out_once_it_has_a_sample() {
+        // Two callers of a 90 µs model: each latency holds the other's execution too.
+        let latency = budget_of(Duration::from_micros(190));
+        let service = SpinBudget::new();
+        assert_eq!(service_time(&service, &latency), latency.expected());
+        for _ in 0..64 {
+            service.record(Duration::from_micros(90));
+        }
+        let s = service_time(&service, &latency).unwrap();
+        assert!(s < tuning::SYNC_SERVES_CORE_MAX && s >= Duration::from_micros(89), "{s:?}");
+        assert_eq!(service_time(&SpinBudget::new(), &SpinBudget::new()), None);
     }
 
     #[test]
