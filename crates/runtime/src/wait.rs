@@ -274,7 +274,10 @@ mod tests {
             service.record(Duration::from_micros(90));
         }
         let s = service_time(&service, &latency).unwrap();
-        assert!(s < tuning::SYNC_SERVES_CORE_MAX && s >= Duration::from_micros(89), "{s:?}");
+        assert!(
+            s < tuning::SYNC_SERVES_CORE_MAX && s >= Duration::from_micros(89),
+            "{s:?}"
+        );
         assert_eq!(service_time(&SpinBudget::new(), &SpinBudget::new()), None);
     }
 
