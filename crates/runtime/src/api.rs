@@ -417,6 +417,7 @@ impl Runtime {
             doorbells: c.doorbells.load(Ordering::Relaxed),
             publishes: c.publishes.load(Ordering::Relaxed),
             barrier_proxy_waits: c.barrier_proxy_waits.load(Ordering::Relaxed),
+            served_wakes: self.0.vcores[vnc as usize].served.wakes() as u64,
         }
     }
 

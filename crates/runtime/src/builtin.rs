@@ -11,16 +11,24 @@ use nrt_model::{ModelBuilder, vaddr};
 /// which meet at a barrier before and after the copy. Its cost is the runtime's and the
 /// device's per-execution overhead.
 pub fn near_null(cores: u32) -> Vec<u8> {
-    let mut b = ModelBuilder::new(
+    identity(
         if cores == 1 {
             "near-null"
         } else {
             "near-null-2c"
         },
         cores,
-    );
-    let x = b.input("x", DType::F32, &[1, 4]);
-    let y = b.output("y", DType::F32, &[1, 4]);
+        4,
+    )
+}
+
+/// The near-null model's program for `x, y: f32[1, elements]`, named `name`: its time grows
+/// with the bytes moved (three passes over them: DMA in, copy, DMA out) — a model whose
+/// execution takes as long as a test needs, with an output it can check.
+pub fn identity(name: &str, cores: u32, elements: u32) -> Vec<u8> {
+    let mut b = ModelBuilder::new(name, cores);
+    let x = b.input("x", DType::F32, &[1, elements]);
+    let y = b.output("y", DType::F32, &[1, elements]);
     let (xr, yr) = (b.io_mem_ref(x), b.io_mem_ref(y));
     let dx = b.io_descriptor(x);
     let dy = b.io_descriptor(y);
@@ -53,8 +61,8 @@ pub fn near_null(cores: u32) -> Vec<u8> {
         0,
         Engine::Dve,
         Instruction::new(Op::Copy {
-            input: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[1, 4]),
-            output: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[1, 4]),
+            input: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[1, elements]),
+            output: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[1, elements]),
         })
         .wait(input_in, 1)
         .signal(copied, 1),

@@ -192,6 +192,9 @@ pub struct PipelineCounters {
     pub publishes: u64,
     /// Executions that went through WAIT_BARRIER_PROXY.
     pub barrier_proxy_waits: u64,
+    /// Times a synchronous caller queued behind the caller serving the core, blocked, was
+    /// woken on the served wake (`nrt_hal::ServedCore`; wraps at 2^31).
+    pub served_wakes: u64,
 }
 
 /// Runtime-wide counters of model switches.

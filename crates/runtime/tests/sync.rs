@@ -479,3 +479,48 @@ fn a_sync_caller_runs_a_short_execution_itself() {
     }
     panic!("the device thread was parked at {rounds:?} of 200 looks in three rounds");
 }
+
+/// Two threads call `execute` on one core with a model long enough that the caller staged
+/// behind the other blocks (a 256 Ki-element identity: three passes over 1 MiB, tens of µs,
+/// short enough to be served). The serving caller runs the other's execution too, and the
+/// other sleeps on the served wake until its completion word is written: the served wake
+/// wakes it (`PipelineCounters::served_wakes`), and every output is the caller's own input.
+/// Fails if queued callers wait on the device's wake instead (no served wake-ups), or if the
+/// serving caller ran an execution into another caller's tensors.
+#[test]
+fn a_caller_queued_behind_the_serving_one_sleeps_on_the_served_wake() {
+    const N: u32 = 256 << 10;
+    let (_d, rt) = runtime();
+    let model = nrt_runtime::builtin::identity("identity-256k", 1, N);
+    let m = rt.load(&model, 0, &LoadOptions::default()).unwrap();
+    let before = rt.pipeline_counters(0);
+    let run = |t: usize| {
+        let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+        for k in 0..1000u32 {
+            let v = (t as u32 * 1_000_000 + k) as f32;
+            let x: Vec<f32> = (0..N).map(|i| v + (i % 7) as f32).collect();
+            ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
+            rt.execute(&m, &ins, &outs).unwrap();
+            if k % 50 == 0 {
+                assert_eq!(
+                    read_f32(outs.get("y").unwrap()),
+                    x,
+                    "thread {t}, execution {k}"
+                );
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        let h: Vec<_> = (0..2).map(|t| s.spawn(move || run(t))).collect();
+        for h in h {
+            h.join().unwrap();
+        }
+    });
+    let after = rt.pipeline_counters(0);
+    assert!(
+        after.served_wakes > before.served_wakes,
+        "no queued caller was woken on the served wake in 2,000 executions from 2 threads ({} -> {})",
+        before.served_wakes,
+        after.served_wakes
+    );
+}
