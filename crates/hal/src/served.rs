@@ -24,11 +24,12 @@
 //! Both signalers store (the completion word, the server word) before they
 //! [`CompletionWake::signal`]; the waiter arms the wake before it reads both: the wake's own
 //! Dekker pair (see [`CompletionWake`]), so either the signaler sees the armed flag and wakes
-//! Q, or Q's `ready()` sees the store, or both. A `Left` waiter waits the usual way (it
-//! drives the harvest itself and the device thread runs its execution), or on the next
-//! server. A server that signals nothing for [`crate::tuning::WAIT_BLOCK_RECHECK`] (preempted, or
-//! gone: a panic on its thread) makes the wait return `Stalled`, and the caller waits the
-//! usual way, where deadlines are swept: no wait here lasts for ever.
+//! Q, or Q's `ready()` sees the store, or both. A `Left` waiter waits on the next server,
+//! serves the core in the server's place (the runtime does when its executions are short),
+//! or waits the usual way (it drives the harvest itself and the device thread runs its
+//! execution). A server that signals nothing for [`crate::tuning::WAIT_BLOCK_RECHECK`]
+//! (preempted, or gone: a panic on its thread) makes the wait return `Stalled`, and the
+//! caller waits the usual way, where deadlines are swept: no wait here lasts for ever.
 //! `tests/loom.rs` model-checks it (`served_core_*`): the server running the waiter's
 //! execution, and leaving without it.
 //!
@@ -58,8 +59,8 @@ pub enum Served {
     Done,
     /// The server the wait was for left (or another one took over): look again.
     Left,
-    /// Nothing signaled the wake for [`crate::tuning::WAIT_BLOCK_RECHECK`] while the same server
-    /// served: wait some other way.
+    /// Nothing signaled the wake for [`crate::tuning::WAIT_BLOCK_RECHECK`] while the same
+    /// server served: wait some other way.
     Stalled,
 }
 

@@ -18,11 +18,11 @@ use core::time::Duration;
 pub const CLOCK_READ_EVERY_POLLS: u32 = 64;
 
 /// While idle-polling, a device thread calls `sched_yield` at most this often (it checks the
-/// clock every [`CLOCK_READ_EVERY_POLLS`] polls): if the submitting or harvesting thread shares its vCPU it runs at
-/// once instead of waiting a time slice; alone, the yield costs ~0.3 µs. A time, not a poll
-/// count: an idle poll costs 12–20 ns on one machine (256 polls, the earlier count, were
-/// 3–5 µs) and ~50 ns on another (AMD EPYC under KVM: 13–15 µs, and the implicit-async
-/// worker that shared the device thread's vCPU waited that long for each turn).
+/// clock every [`CLOCK_READ_EVERY_POLLS`] polls): if the submitting or harvesting thread shares
+/// its vCPU it runs at once instead of waiting a time slice; alone, the yield costs ~0.3 µs. A
+/// time, not a poll count: an idle poll costs 12–20 ns on one machine (256 polls, the earlier
+/// count, were 3–5 µs) and ~50 ns on another (AMD EPYC under KVM: 13–15 µs, and the
+/// implicit-async worker that shared the device thread's vCPU waited that long for each turn).
 pub const DEVICE_IDLE_YIELD_PERIOD: Duration = Duration::from_micros(3);
 
 /// How often a parked device thread looks at a core that a host thread serves

@@ -167,8 +167,9 @@ pub(crate) struct ModelShared {
     /// How long its synchronous callers spin before they block: the moving average of its
     /// sampled latency (written by the harvest, under the token).
     pub(crate) spin: nrt_hal::SpinBudget,
-    /// The same for its executions staged with nothing ahead on the vcore: how long one takes
-    /// to run, queueing left out ([`crate::wait::service_time`]).
+    /// How long its sampled executions took to run, queueing left out: from their staging or
+    /// the previous execution's completion, whichever came later, to their own completion
+    /// ([`crate::wait::service_time`]; written by the harvest, under the token).
     pub(crate) service: nrt_hal::SpinBudget,
     /// Its entry in the published record's model table (`None`: no record, or the table
     /// was full).

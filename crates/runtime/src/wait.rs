@@ -151,9 +151,9 @@ impl<'a> VcoreWait<'a> {
 }
 
 /// How long one execution takes to run, queueing left out (`service`, [`VCore::service`];
-/// before its first sample the average latency, `latency`). What decides whether a synchronous caller serves the
-/// core (`surface::sync`): with several callers every latency includes the others'
-/// executions, and `int8_gemm` (~90 µs) from two threads read ~200 µs, past
+/// before its first sample the average latency, `latency`). What decides whether a
+/// synchronous caller serves the core (`surface::sync`): with several callers every latency
+/// includes the others' executions, and `int8_gemm` (~90 µs) from two threads read ~200 µs, past
 /// [`tuning::SYNC_SERVES_CORE_MAX`], so nobody served and both callers blocked on the
 /// device's wake.
 #[inline]
