@@ -13,7 +13,7 @@
 use crate::plane::PlaneConsumer;
 use crate::ring::Producer;
 use crate::sync::Arc;
-use crate::wake::CompletionWake;
+use crate::wake::{CompletionWake, ExecutionWakes};
 use crate::wire::{DevAddr, TriggerPair};
 use core::fmt;
 use core::ptr::NonNull;
@@ -385,6 +385,20 @@ pub trait Device: Send + Sync + fmt::Debug {
     ) -> Result<(), HalError> {
         let _ = (nc, wake);
         Err(HalError::Unsupported("completion wake"))
+    }
+
+    /// Attaches per-execution wakes to core `nc`'s notification plane (`None` detaches
+    /// them): after the publication that finishes or aborts execution `compute_idx`, the
+    /// device signals [`ExecutionWakes::of`]`(compute_idx)` — the completion interrupt of
+    /// that execution alone, for the one host thread waiting for it. Several cores may share
+    /// them (the cores of a vcore; only the core whose part completes a lockstep execution
+    /// signals). The plane must be set up ([`Device::notification_init`]).
+    ///
+    /// The default says the device cannot: the host then waits on the plane's completion
+    /// wake ([`Device::notification_wake`]) for every execution.
+    fn execution_wakes(&self, nc: u32, wakes: Option<Arc<ExecutionWakes>>) -> Result<(), HalError> {
+        let _ = (nc, wakes);
+        Err(HalError::Unsupported("execution wakes"))
     }
 
     /// Adds `value` to semaphore `semaphore` of core `nc` — with

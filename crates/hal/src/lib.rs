@@ -56,7 +56,9 @@ pub use served::{Served, ServedCore};
 pub use slot_ticket::SlotTicket;
 pub use status::NrtStatus;
 pub use use_gate::{GateRefused, UseGate};
-pub use wake::{CompletionWake, LockstepParts, SpinBudget, WaitOutcome, Waiter, monotonic_ns};
+pub use wake::{
+    CompletionWake, ExecutionWakes, LockstepParts, SpinBudget, WaitOutcome, Waiter, monotonic_ns,
+};
 pub use wire::{
     DevAddr, DmaDescriptor, DmaKind, Engine, ErrorSubtype, ExecRequest, NUM_ENGINES, NqKind,
     NqRecord, RecordKind, TriggerPair,

@@ -35,7 +35,7 @@ use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
 // The prefetch hints are compiled out under loom (they would be cell accesses to it).
 #[cfg(not(loom))]
 use crate::sync::{prefetch_read, prefetch_write};
-use crate::wake::CompletionWake;
+use crate::wake::{CompletionWake, ExecutionWakes};
 use crate::wire::{NUM_ENGINES, NqKind, NqRecord};
 use core::fmt;
 use core::mem::MaybeUninit;
@@ -85,6 +85,8 @@ pub struct PlaneProducer {
     head_cache: [u32; PLANE_RINGS],
     /// Signaled after every publication (the completion "interrupt"), when set.
     wake: Option<Arc<CompletionWake>>,
+    /// Per execution: signaled after the publication that finishes it, when set.
+    exec_wakes: Option<Arc<ExecutionWakes>>,
 }
 
 /// The host's half of a plane.
@@ -125,6 +127,7 @@ pub fn plane(capacity: u32) -> (PlaneProducer, PlaneConsumer) {
             published: [0; PLANE_RINGS],
             head_cache: [0; PLANE_RINGS],
             wake: None,
+            exec_wakes: None,
         },
         PlaneConsumer {
             shared,
@@ -186,6 +189,43 @@ impl PlaneProducer {
     /// visible. Several planes may share one wake (the cores of a lockstep vcore).
     pub fn set_wake(&mut self, wake: Option<Arc<CompletionWake>>) {
         self.wake = wake;
+    }
+
+    /// Sets (or removes) the per-execution wakes ([`ExecutionWakes`]): the device signals one
+    /// with [`PlaneProducer::signal_execution`] after the publication that finishes (or
+    /// aborts) that execution. Several planes may share them (the cores of a lockstep vcore).
+    pub fn set_execution_wakes(&mut self, wakes: Option<Arc<ExecutionWakes>>) {
+        self.exec_wakes = wakes;
+    }
+
+    /// Prefetches the wake of execution `compute_idx` (read when the execution ends), at its
+    /// start: the slot's line was last touched `slots` executions ago. A hint only.
+    #[inline]
+    pub fn prefetch_execution_wake(&self, compute_idx: u32) {
+        #[cfg(not(loom))]
+        if let Some(w) = &self.exec_wakes {
+            prefetch_read(w.of(compute_idx));
+        }
+        #[cfg(loom)]
+        let _ = compute_idx;
+    }
+
+    /// Signals every execution's wake (a poll that ended several executions).
+    #[cold]
+    pub fn signal_all_executions(&self) {
+        if let Some(w) = &self.exec_wakes {
+            w.signal_all();
+        }
+    }
+
+    /// Signals the wake of execution `compute_idx`, if the plane has per-execution wakes —
+    /// after a publication that made its last records visible (a waiter's `ready()` reads
+    /// the tails). One fence and one load when nobody waits for it.
+    #[inline]
+    pub fn signal_execution(&self, compute_idx: u32) {
+        if let Some(w) = &self.exec_wakes {
+            w.of(compute_idx).signal();
+        }
     }
 
     /// Counts a record of `ring` that was discarded instead of written.

@@ -267,6 +267,74 @@ impl CompletionWake {
     }
 }
 
+/// One [`CompletionWake`] per in-flight execution slot: the completion interrupt of one
+/// execution, for the one thread that waits for it (a synchronous caller). The device
+/// signals the wake of an execution after the publication that finishes or aborts it
+/// ([`crate::PlaneProducer::signal_execution`]), and a host thread that writes the completion
+/// word of an execution another thread owns signals that execution's wake — so a caller
+/// asleep on its own execution is woken for it alone, not for every publication of the
+/// core, as the vcore-wide wake would (`mlp` from four threads on one core: every
+/// publication woke the three callers whose executions were still queued; each looked and
+/// blocked again, ~4 context switches per execution).
+///
+/// Execution `compute_idx` has the wake `compute_idx % slots` — the runtime's in-flight slot
+/// of that execution, so two executions that share a wake are never in flight together.
+/// Each wake is a [`CompletionWake`] with its protocol (a waiter's `ready()` reads the
+/// device's publication and the completion word); a wake-up for a later execution of the
+/// same slot is only spurious.
+pub struct ExecutionWakes {
+    wakes: Box<[CompletionWake]>,
+    mask: u32,
+}
+
+impl ExecutionWakes {
+    /// `slots` wakes (a power of two: the device masks the compute index).
+    ///
+    /// # Panics
+    /// If `slots` is not a power of two (a tuning constant, so a programming error).
+    pub fn new(slots: u32) -> ExecutionWakes {
+        assert!(slots.is_power_of_two(), "execution wakes {slots}");
+        ExecutionWakes {
+            wakes: (0..slots).map(|_| CompletionWake::new()).collect(),
+            mask: slots - 1,
+        }
+    }
+
+    /// The wake of execution `compute_idx` (of its slot: `compute_idx % slots`).
+    #[inline]
+    pub fn of(&self, compute_idx: u32) -> &CompletionWake {
+        &self.wakes[(compute_idx & self.mask) as usize]
+    }
+
+    /// Signals the wakes of the slots whose bit is set in `slots` (bit `i`: slot `i`; the
+    /// bits past the table are ignored) — after a harvest wrote their completion words.
+    #[inline]
+    pub fn signal_slots(&self, mut slots: u64) {
+        while slots != 0 {
+            let i = slots.trailing_zeros();
+            slots &= slots - 1;
+            if let Some(w) = self.wakes.get(i as usize) {
+                w.signal();
+            }
+        }
+    }
+
+    /// Signals every wake (a rare path that finished executions it does not list: a
+    /// deadline sweep, a fatal error).
+    pub fn signal_all(&self) {
+        for w in self.wakes.iter() {
+            w.signal();
+        }
+    }
+
+    /// How many times any of the wakes woke its waiter (a hint, for tests; wraps).
+    pub fn wakes(&self) -> u32 {
+        self.wakes
+            .iter()
+            .fold(0u32, |n, w| n.wrapping_add(w.wakes()))
+    }
+}
+
 /// Which execution each core of a lockstep group last finished its part of — so that only
 /// the core whose part completes an execution signals the completion wake.
 ///
@@ -351,6 +419,15 @@ impl fmt::Debug for CompletionWake {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CompletionWake")
             .field("armed", &self.is_armed())
+            .field("wakes", &self.wakes())
+            .finish()
+    }
+}
+
+impl fmt::Debug for ExecutionWakes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExecutionWakes")
+            .field("slots", &self.wakes.len())
             .field("wakes", &self.wakes())
             .finish()
     }

@@ -12,8 +12,8 @@
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use nrt_hal::{
-    CompletionWake, GateRefused, IdleGate, LockstepParts, NqRecord, SeqEvent, Served, ServedCore,
-    SlotTicket, UseGate, plane, ring,
+    CompletionWake, ExecutionWakes, GateRefused, IdleGate, LockstepParts, NqRecord, SeqEvent,
+    Served, ServedCore, SlotTicket, UseGate, plane, ring,
 };
 
 /// Producer and consumer on a 2-slot ring: every value arrives once, in order, across a wrap.
@@ -495,6 +495,78 @@ fn completion_wake_harvester_wakes_the_owner() {
         });
         while done.load(Ordering::Acquire) == 0 {
             wake.wait(None, || done.load(Ordering::Acquire) != 0);
+        }
+        device.join().unwrap();
+        harvester.join().unwrap();
+    });
+}
+
+/// Per-execution wakes composed with the plane: the device ends execution 1 (pushes its
+/// record, publishes, signals the wake of execution `signaled`); the execution's owner sleeps
+/// on execution 1's own wake until records wait. With `signaled` = 1 it must wake; with
+/// another execution's wake signaled the model must deadlock (the owner sleeps for ever).
+fn execution_wake_model(signaled: u32) {
+    loom::model(move || {
+        let wakes = Arc::new(ExecutionWakes::new(2));
+        let (mut p, mut c) = plane(2);
+        p.set_execution_wakes(Some(wakes.clone()));
+        let device = loom::thread::spawn(move || {
+            assert!(p.push(0, rec(1)));
+            p.publish_quietly();
+            p.signal_execution(signaled);
+        });
+        let mut got = Vec::new();
+        while got.is_empty() {
+            if c.drain_all(|_, r| got.push(r.compute_idx)) == 0 {
+                wakes.of(1).wait(None, || c.has_records());
+            }
+        }
+        assert_eq!(got, [1]);
+        device.join().unwrap();
+    });
+}
+
+#[test]
+fn execution_wake_wakes_the_owner_of_the_execution_that_ended() {
+    execution_wake_model(1);
+}
+
+#[test]
+#[should_panic(expected = "deadlock")]
+fn execution_wake_of_another_execution_strands_the_owner() {
+    execution_wake_model(0);
+}
+
+/// The harvest's side: the device publishes execution 1's record and signals the vcore's
+/// wake and execution 1's; a harvester thread, blocked on the vcore's wake, consumes the
+/// record, writes execution 1's completion word and signals that execution's wake
+/// (`ExecutionWakes::signal_slots`, as `VCore::signal_completions` does). The owner, asleep
+/// on its execution's wake until the completion word is written (it never sees the record
+/// itself), must wake.
+#[test]
+fn execution_wake_harvester_wakes_the_owner() {
+    loom::model(|| {
+        let wake = Arc::new(CompletionWake::new());
+        let wakes = Arc::new(ExecutionWakes::new(2));
+        let done = Arc::new(AtomicU32::new(0));
+        let (mut p, mut c) = plane(2);
+        p.set_wake(Some(wake.clone()));
+        p.set_execution_wakes(Some(wakes.clone()));
+        let device = loom::thread::spawn(move || {
+            assert!(p.push(1, rec(1)));
+            p.publish();
+            p.signal_execution(1);
+        });
+        let (w, ws, d) = (wake.clone(), wakes.clone(), done.clone());
+        let harvester = loom::thread::spawn(move || {
+            while c.drain_all(|_, _| {}) == 0 {
+                w.wait(None, || c.has_records());
+            }
+            d.store(1, Ordering::Release);
+            ws.signal_slots(1 << 1);
+        });
+        while done.load(Ordering::Acquire) == 0 {
+            wakes.of(1).wait(None, || done.load(Ordering::Acquire) != 0);
         }
         device.join().unwrap();
         harvester.join().unwrap();
