@@ -21,7 +21,9 @@
 //!   time and then blocks until the partner core moves;
 //! - **the completion interrupt**: after publishing notification records a core signals the
 //!   [`nrt_hal::CompletionWake`] the host attached ([`Device::notification_wake`]), so a host
-//!   thread can block instead of spinning;
+//!   thread can block instead of spinning; the publication that finishes an execution also
+//!   signals that execution's own wake ([`Device::execution_wakes`]), for the one thread
+//!   waiting for it;
 //! - **real kernels** from [`nrt_kernels`];
 //! - **fault injection** ([`fault`]): hang, dropped notifications, NaN, parity, transient,
 //!   DMA abort, HBM UE, fatal — each writing what hardware would.
@@ -41,9 +43,9 @@ use crate::memory::Memory;
 use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, NOT_JOINT, Poll};
 use crate::serve_mode::{Sample, ServeMode, ServeModeChooser};
 use nrt_hal::{
-    CompletionWake, DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc, HalError,
-    IdleGate, MemUsage, NUM_ENGINES, PlaneConsumer, Producer, SEMAPHORE_INFERENCE_START,
-    TriggerPair, plane, ring, tuning,
+    CompletionWake, DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc,
+    ExecutionWakes, HalError, IdleGate, MemUsage, NUM_ENGINES, PlaneConsumer, Producer,
+    SEMAPHORE_INFERENCE_START, TriggerPair, plane, ring, tuning,
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;
@@ -1251,6 +1253,16 @@ impl Device for SoftDevice {
             .as_mut()
             .ok_or(HalError::BadQueue(nc))?
             .set_wake(wake);
+        Ok(())
+    }
+
+    fn execution_wakes(&self, nc: u32, wakes: Option<Arc<ExecutionWakes>>) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        core.lock()
+            .rings
+            .as_mut()
+            .ok_or(HalError::BadQueue(nc))?
+            .set_execution_wakes(wakes);
         Ok(())
     }
 

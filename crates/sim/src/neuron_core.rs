@@ -140,6 +140,9 @@ pub(crate) struct CoreInner {
     /// signal the wake only if every other part is finished too
     /// ([`nrt_hal::LockstepParts`]).
     finished_part: Option<(u32, u8, u32)>,
+    /// The executions this poll finished or aborted, whose own wakes
+    /// ([`nrt_hal::ExecutionWakes`]) its publication signals.
+    ended: Ended,
     /// Engine semaphores touched by the current execution (bit per index).
     dirty: [u64; 4],
     /// Output of the last compute instruction of the engine a NaN fault targets in the
@@ -157,6 +160,28 @@ pub(crate) struct CoreInner {
     /// reserved capacity is left — recording never allocates, and with no capacity (the
     /// default) it costs one flag test per such instruction.
     pub(crate) instructions: Vec<InstructionEvent>,
+}
+
+/// The executions one poll ended ([`CoreInner::ended`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Ended {
+    #[default]
+    None,
+    /// One execution, by compute index.
+    One(u32),
+    /// More than one (requests refused in a row): every execution's wake is signaled.
+    Several,
+}
+
+impl Ended {
+    #[inline]
+    fn add(&mut self, idx: u32) {
+        *self = match *self {
+            Ended::None => Ended::One(idx),
+            Ended::One(i) if i == idx => Ended::One(i),
+            _ => Ended::Several,
+        };
+    }
 }
 
 /// One instruction's run on a device core ([`crate::SoftDevice::instruction_events`]).
@@ -315,6 +340,7 @@ impl CoreShared {
                 ws: Workspace::default(),
                 wake_pending: false,
                 finished_part: None,
+                ended: Ended::None,
                 dirty: [0; 4],
                 nan_target: None,
                 last_blocks: None,
@@ -489,10 +515,18 @@ impl CoreShared {
             };
             if wake_pending || finishes {
                 p.publish_and_signal();
+                // The execution's own wake, after the records that finish it are visible
+                // (a lockstep part's only if it completes the execution, as above).
+                match core::mem::take(&mut inner.ended) {
+                    Ended::None => {}
+                    Ended::One(idx) => p.signal_execution(idx),
+                    Ended::Several => p.signal_all_executions(),
+                }
             } else {
                 p.publish_quietly();
             }
         }
+        inner.ended = Ended::None;
         self.mirrors.active.store(
             inner.current.is_some() || !inner.ready.is_empty(),
             Ordering::Relaxed,
@@ -660,12 +694,18 @@ impl CoreInner {
             if lockstep {
                 dev.lockstep_busy(core.index, None);
             }
-            if let Some(mut exec) = prepared {
-                exec.io_offset = io_offset;
-                exec.queue = qid;
-                self.current = Some(exec);
-                return true;
+            let Some(mut exec) = prepared else {
+                // Refused (an error record names it): its waiter is woken for it.
+                self.ended.add(req.compute_idx);
+                continue;
+            };
+            exec.io_offset = io_offset;
+            exec.queue = qid;
+            if let Some(p) = self.rings.as_ref() {
+                p.prefetch_execution_wake(exec.idx);
             }
+            self.current = Some(exec);
+            return true;
         }
         progressed
     }
@@ -837,6 +877,7 @@ impl CoreInner {
                         if exec.req.sg_count > 1 {
                             dev.abort_group(exec.group, exec.idx);
                         }
+                        self.ended.add(exec.idx);
                         return Poll::Progressed;
                     }
                 }
@@ -858,6 +899,7 @@ impl CoreInner {
                 if let Some(t) = run_from {
                     self.part_done(core, dev, &exec, exec.busy + t.elapsed());
                 }
+                self.ended.add(exec.idx);
                 return Poll::Progressed;
             }
             if progressed {
@@ -866,6 +908,7 @@ impl CoreInner {
             }
             // Stalled.
             if exec.req.sg_count > 1 && dev.group_aborted(exec.group, exec.idx) {
+                self.ended.add(exec.idx);
                 return Poll::Progressed; // the partner core failed this execution
             }
             if exec.req.sg_count > 1

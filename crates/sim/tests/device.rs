@@ -597,6 +597,67 @@ fn a_blocked_host_is_woken_by_the_completion() {
     assert_eq!(wake.wakes(), before);
 }
 
+/// Each execution's own wake (`Device::execution_wakes`): a host asleep on execution `i`'s
+/// wake alone is woken by the publication that ends execution `i` — its five END records, or
+/// the ERROR record of a request the core refused. Fails (the host sleeps until the test's
+/// timeout) if the device signals another execution's wake, or none.
+#[test]
+fn a_host_asleep_on_one_executions_wake_is_woken_when_that_execution_ends() {
+    let dev = device();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let wakes = std::sync::Arc::new(nrt_hal::ExecutionWakes::new(4));
+    dev.execution_wakes(0, Some(wakes.clone())).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    // Flags no request may carry: the core refuses the request with an ERROR record.
+    let bad_flags = !nrt_hal::wire::exec_flags::ALL;
+    for i in 0..24u32 {
+        let refused = i % 3 == 2;
+        d.stage(blocks, i, if refused { bad_flags } else { 0 }, 0, 1);
+        let own = wakes.of(i);
+        let t0 = Instant::now();
+        let mut recs = Vec::new();
+        std::thread::scope(|s| {
+            let dev = &dev;
+            s.spawn(move || {
+                // Ring once the host sleeps on the wake (or after 50 ms at worst).
+                let t = Instant::now();
+                while !own.is_armed() && t.elapsed() < Duration::from_millis(50) {
+                    std::thread::yield_now();
+                }
+                dev.semaphore_increment(0, nrt_hal::SEMAPHORE_INFERENCE_START, 1)
+                    .unwrap();
+            });
+            let ended = |recs: &[NqRecord]| {
+                if refused {
+                    recs.iter()
+                        .any(|r| r.record_kind() == Some(RecordKind::Error))
+                } else {
+                    kinds(recs, RecordKind::End).len() == 5
+                }
+            };
+            while !ended(&recs) && t0.elapsed() < T {
+                if d.drain(&mut recs) == 0 {
+                    own.wait(Some(T), || d.has_records());
+                }
+            }
+        });
+        assert!(
+            t0.elapsed() < T / 2,
+            "execution {i} (refused: {refused}): woken by the timeout, not the device ({:?}, \
+             records {recs:?})",
+            t0.elapsed()
+        );
+        assert!(
+            recs.iter().all(|r| r.compute_idx == i),
+            "execution {i}: {recs:?}"
+        );
+    }
+    assert!(
+        wakes.wakes() >= 1,
+        "the device never found a waiter to wake"
+    );
+}
+
 /// A streaming output's notification that ends its engine's program wakes a blocked host
 /// once, together with the execution's END records — not for the notification and then again
 /// for the ENDs (the first wake-up, on the device thread's vCPU, preempted the thread before
