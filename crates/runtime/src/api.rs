@@ -86,6 +86,16 @@ impl Runtime {
                 .iter()
                 .all(|&c| device.notification_wake(c, Some(wake.clone())).is_ok())
                 .then_some(wake);
+            // Each execution's own completion interrupt, for the one thread that waits for
+            // it (a synchronous caller): woken for its execution alone, not for every
+            // publication of the vcore. Only beside the vcore's wake.
+            let exec_wakes = wake.as_ref().and_then(|_| {
+                let w = Arc::new(nrt_hal::ExecutionWakes::new(tuning::EXEC_RING_SLOTS));
+                group
+                    .iter()
+                    .all(|&c| device.execution_wakes(c, Some(w.clone())).is_ok())
+                    .then_some(w)
+            });
             let slots = tuning::EXEC_RING_SLOTS as usize;
             let now = harvest::coarse_now();
             let st = stats.core(vi);
@@ -134,6 +144,7 @@ impl Runtime {
                 xu: Xu::new(),
                 stats: stats_ref,
                 wake,
+                exec_wakes,
                 spin: nrt_hal::SpinBudget::new(),
                 service: nrt_hal::SpinBudget::new(),
                 before_sample: [AtomicU64::new(0), AtomicU64::new(0)],
@@ -418,6 +429,10 @@ impl Runtime {
             publishes: c.publishes.load(Ordering::Relaxed),
             barrier_proxy_waits: c.barrier_proxy_waits.load(Ordering::Relaxed),
             served_wakes: self.0.vcores[vnc as usize].served.wakes() as u64,
+            execution_wakes: self.0.vcores[vnc as usize]
+                .exec_wakes
+                .as_ref()
+                .map_or(0, |w| w.wakes() as u64),
         }
     }
 

@@ -187,8 +187,11 @@ pub(crate) fn progress_one_step(
     };
     let h = &mut *guard;
     let mut consumed = 0u32;
-    // Whether this step wrote a completion word some other thread may be blocked on.
+    // Whether this step wrote a completion word some other thread may be blocked on, and
+    // the slots of those whose owner is a synchronous caller, which sleeps on its
+    // execution's own wake (`Ready::MAX`: any slot, from a rare path that does not list them).
     let mut others = false;
+    let mut sync_owners: Ready = 0;
     let mut sets = Sets { ready: 0, owed: 0 };
     for (pos, plane) in h.rings.iter_mut().enumerate() {
         let (progress, times) = (&mut h.progress, &mut h.times);
@@ -210,13 +213,16 @@ pub(crate) fn progress_one_step(
             if p.phase != Phase::Done && slot.ticket.current() == p.seq {
                 let status = p.error.map_or(NrtStatus::Success, error_status);
                 let seq = p.seq;
-                others |= seq != target;
                 if rt.trace.enabled() {
                     // The device stamps engine times in trace mode only.
                     record_engine_spans(rt, slot, seq, &h.times[si], p.sg_count);
                     record_device_time(vc, &h.times[si], p.sg_count);
                 }
-                finish(vc, si, p, seq, status, &mut sets.owed);
+                let sync = finish(vc, si, p, seq, status, &mut sets.owed);
+                if seq != target {
+                    others = true;
+                    sync_owners |= Ready::from(sync) << si;
+                }
             }
         }
     }
@@ -226,7 +232,7 @@ pub(crate) fn progress_one_step(
             // An execution staged while the fatal error was being recorded (it read the flag
             // just before it was set) is failed here, on the next idle step.
             fail_inflight_unrecoverable(vc, &mut h.progress, 0, owed);
-            others = true;
+            (others, sync_owners) = (true, Ready::MAX);
         }
         // Deadlines are seconds away; idle polls get here once in
         // HARVEST_DEADLINE_EVERY_IDLE_STEPS (above).
@@ -237,15 +243,17 @@ pub(crate) fn progress_one_step(
             if vc.cores.len() > 1 {
                 note_lockstep_serving(rt, vc);
             }
-            others = true; // rare (once per sweep period): whatever it finished, wake
+            // Rare (once per sweep period): whatever it finished, wake.
+            (others, sync_owners) = (true, Ready::MAX);
         }
     }
     drop(guard);
     if others {
         // Owners blocked on the vcore's wake check their completion words (one fence and
-        // one load when nobody is blocked). A step that finished only its caller's own
+        // one load when nobody is blocked); a synchronous owner asleep on its execution's
+        // own wake is woken by that one alone. A step that finished only its caller's own
         // execution skips this: nobody else waits for it.
-        vc.signal_completions();
+        vc.signal_completions(sync_owners);
     }
     if !worker {
         note_external_harvest(vc);
@@ -443,7 +451,7 @@ fn on_record_slow(
                 fail_inflight_unrecoverable(vc, progress, seq, &mut sets.owed);
             }
             // The error path (rare): whoever owns what was just finished may be blocked.
-            vc.signal_completions();
+            vc.signal_completions(Ready::MAX);
         }
         Some(RecordKind::Custom)
             if rec.subtype == CUSTOM_SUBTYPE_TENSOR && rec.sub_id == CUSTOM_SUB_ID_OUTPUT_DONE =>
@@ -589,8 +597,16 @@ fn record_device_time(vc: &VCore, times: &EngineTimes, cores: u8) {
 }
 
 /// Ends an execution: statistics, then its completion word — the end of the harvest's
-/// part. An explicit one is added to `owed` for the calling thread to settle.
-fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, owed: &mut Owed) {
+/// part. An explicit one is added to `owed` for the calling thread to settle. Returns
+/// whether its owner is a synchronous caller (which sleeps on the execution's own wake).
+fn finish(
+    vc: &VCore,
+    si: usize,
+    p: &mut Progress,
+    seq: u64,
+    status: NrtStatus,
+    owed: &mut Owed,
+) -> bool {
     p.phase = Phase::Done;
     let slot = &vc.slots[si];
     // SAFETY: ticket set, completion word not yet written: `info` is stable.
@@ -607,7 +623,13 @@ fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, 
         // The waiters' spin budgets learn from the same sample (harvest token: one writer),
         // as a waiter that kept spinning would have seen it: up to the device's wake-up of a
         // blocked waiter if one came meanwhile (its wake-up latency is the blocking's cost).
-        let last_wake = vc.wake.as_ref().map_or(0, |w| w.last_wake_ns());
+        // (A synchronous caller sleeps on its execution's own wake, the others on the
+        // vcore's: the later of the two.)
+        let last_wake = vc.wake.as_ref().map_or(0, |w| w.last_wake_ns()).max(
+            vc.exec_wakes
+                .as_ref()
+                .map_or(0, |w| w.of((seq - 1) as u32).last_wake_ns()),
+        );
         let lat = nrt_hal::SpinBudget::spinning_latency(t0, now, last_wake);
         vc.spin.record(lat);
         // Its service time: from its staging, or from the previous completion if that came
@@ -641,8 +663,13 @@ fn finish(vc: &VCore, si: usize, p: &mut Progress, seq: u64, status: NrtStatus, 
     }
     slot.ticket.complete(seq, status.as_i32() as u16);
     vc.advance_completed();
-    if let Surface::Explicit { .. } = surface {
-        *owed |= 1 << si;
+    match surface {
+        Surface::Explicit { .. } => {
+            *owed |= 1 << si;
+            false
+        }
+        Surface::Implicit { .. } => false,
+        Surface::Sync => true,
     }
 }
 

@@ -195,6 +195,10 @@ pub struct PipelineCounters {
     /// Times a synchronous caller queued behind the caller serving the core, blocked, was
     /// woken on the served wake (`nrt_hal::ServedCore`; wraps at 2^31).
     pub served_wakes: u64,
+    /// Times a signal woke a thread asleep on one execution's own wake (a synchronous
+    /// caller: `nrt_hal::ExecutionWakes`; the sum over the in-flight slots, each wrapping
+    /// at 2^31).
+    pub execution_wakes: u64,
 }
 
 /// Runtime-wide counters of model switches.

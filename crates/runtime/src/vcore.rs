@@ -145,6 +145,12 @@ pub(crate) struct VCore {
     /// (`None`: the device cannot signal; waiters then never block). Harvest steps signal it
     /// too when they finish another thread's execution ([`crate::wait`]).
     pub(crate) wake: Option<Arc<nrt_hal::CompletionWake>>,
+    /// Each execution's own wake (by in-flight slot), on which its synchronous caller
+    /// sleeps: the device signals it after the publication that finishes the execution, and
+    /// a harvest that writes the execution's completion word for another thread signals it
+    /// too ([`VCore::signal_completions`]). `None` where the device cannot (then the caller
+    /// sleeps on `wake`).
+    pub(crate) exec_wakes: Option<Arc<nrt_hal::ExecutionWakes>>,
     /// Sampled latency of every execution on the vcore, for waits that do not know the model
     /// (explicit `wait`, the XU worker).
     pub(crate) spin: nrt_hal::SpinBudget,
@@ -184,13 +190,35 @@ impl VCore {
         }
     }
 
-    /// [`VCore::signal_waiters`] after a harvest wrote the completion word of an execution
-    /// another thread owns — also for a synchronous caller waiting on the serving caller
-    /// ([`VCore::served`]).
+    /// [`VCore::signal_waiters`] after a harvest wrote the completion words of executions
+    /// other threads own — also for a synchronous caller waiting on the serving caller
+    /// ([`VCore::served`]) and for the synchronous callers asleep on those executions' own
+    /// wakes ([`VCore::exec_wakes`]): the slots whose bit is set in `sync_slots`
+    /// (`u64::MAX`: any).
     #[inline]
-    pub(crate) fn signal_completions(&self) {
+    pub(crate) fn signal_completions(&self, sync_slots: u64) {
         self.signal_waiters();
         self.served.signal();
+        if sync_slots != 0
+            && let Some(w) = &self.exec_wakes
+        {
+            if sync_slots == u64::MAX {
+                w.signal_all();
+            } else {
+                w.signal_slots(sync_slots);
+            }
+        }
+    }
+
+    /// The wake a synchronous caller of execution `seq` sleeps on: its own
+    /// ([`VCore::exec_wakes`]), or the vcore's.
+    #[inline]
+    pub(crate) fn execution_wake(&self, seq: u64) -> Option<&nrt_hal::CompletionWake> {
+        match &self.exec_wakes {
+            // Compute index seq - 1: the device signals the same wake.
+            Some(w) => Some(w.of(seq.wrapping_sub(1) as u32)),
+            None => self.wake.as_deref(),
+        }
     }
 
     #[inline]

@@ -13,14 +13,18 @@
 //!   ([`nrt_hal::CompletionWake`]) until a core publishes records or its condition holds.
 //!   The device signals the wake after every publication; a harvest step signals it when it
 //!   writes the completion word of an execution some other thread owns, and after settling
-//!   explicit executions; the XU worker after retiring implicit ones. A vcore whose device
-//!   cannot signal never blocks (it spins and yields).
+//!   explicit executions; the XU worker after retiring implicit ones. A synchronous caller
+//!   blocks on its execution's own wake instead ([`nrt_hal::ExecutionWakes`],
+//!   [`VCore::execution_wake`]), which the device signals when that execution ends and a
+//!   harvest step when it writes that execution's completion word for another thread: it is
+//!   not woken for the other executions of its core. A vcore whose device cannot signal
+//!   never blocks (it spins and yields).
 //! - [`Spin`]: spins, then spins with a `sched_yield` every few polls, never blocking — for
 //!   the rare waits on a state no thread signals (a free I/O set or slot, an unload's
 //!   in-flight count).
 
 use crate::vcore::VCore;
-use nrt_hal::{Device, SpinBudget, Waiter, tuning};
+use nrt_hal::{CompletionWake, Device, SpinBudget, Waiter, tuning};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -39,9 +43,20 @@ impl<'a> VcoreWait<'a> {
     /// A wait that may spin `spin` (past its pure spin) before it blocks.
     #[inline]
     pub(crate) fn new(device: &'a dyn Device, vc: &'a VCore, spin: Duration) -> VcoreWait<'a> {
+        VcoreWait::on(device, vc, vc.wake.as_deref(), spin)
+    }
+
+    /// As [`VcoreWait::new`], blocking on `wake` (the vcore's, or one execution's).
+    #[inline]
+    fn on(
+        device: &'a dyn Device,
+        vc: &'a VCore,
+        wake: Option<&'a CompletionWake>,
+        spin: Duration,
+    ) -> VcoreWait<'a> {
         prepare_assisting_thread(device);
         VcoreWait {
-            waiter: Waiter::new(vc.wake.as_deref(), spin),
+            waiter: Waiter::new(wake, spin),
             vc,
             device,
             idle: 0,
@@ -56,18 +71,21 @@ impl<'a> VcoreWait<'a> {
     /// is left beside the vcore's device threads: a model spanning every CPU keeps them all busy,
     /// and a spinning caller would take one from a device thread (`encoder --cores 2` on 2
     /// vCPUs: 1.07× the time with the pre-wake, caller CPU 4.3% → 8.6%).
+    /// It blocks on execution `seq`'s own wake ([`VCore::execution_wake`]).
     #[inline]
     pub(crate) fn for_execution(
         device: &'a dyn Device,
         vc: &'a VCore,
         budget: &'a SpinBudget,
+        seq: u64,
     ) -> VcoreWait<'a> {
+        let wake = vc.execution_wake(seq);
         if vc.cores.len() < cpus() {
-            let mut w = VcoreWait::new(device, vc, budget.spin_limit_spare_cpu());
+            let mut w = VcoreWait::on(device, vc, wake, budget.spin_limit_spare_cpu());
             w.waiter = w.waiter.with_prewake(budget);
             w
         } else {
-            VcoreWait::new(device, vc, budget.spin_limit())
+            VcoreWait::on(device, vc, wake, budget.spin_limit())
         }
     }
 
@@ -78,15 +96,20 @@ impl<'a> VcoreWait<'a> {
     /// otherwise blocks at once — without a pre-wake, which would time the first execution
     /// ahead, not its own. Several callers of a short model spinning side by side held every
     /// vCPU while one of them ran the core (`mlp`, 4 threads on 2 vCPUs: 1.7 vCPUs for 0.8×
-    /// the throughput of one thread).
+    /// the throughput of one thread). It blocks on execution `seq`'s own wake
+    /// ([`VCore::execution_wake`]): on the vcore's, every publication — the executions
+    /// queued ahead finishing one by one — woke every caller queued behind them (`mlp`, 4
+    /// threads: ~4 context switches per execution).
     #[inline]
     pub(crate) fn queued(
         device: &'a dyn Device,
         vc: &'a VCore,
         budget: &SpinBudget,
+        seq: u64,
         ahead: u64,
     ) -> VcoreWait<'a> {
-        VcoreWait::new(device, vc, queued_spin_limit(budget, ahead))
+        let wake = vc.execution_wake(seq);
+        VcoreWait::on(device, vc, wake, queued_spin_limit(budget, ahead))
     }
 
     /// The XU worker's wait: as [`VcoreWait::new`], but it never runs device work. The

@@ -524,3 +524,59 @@ fn a_caller_queued_behind_the_serving_one_sleeps_on_the_served_wake() {
         after.served_wakes
     );
 }
+
+/// More synchronous callers on one core than it runs at once, none running the core on its
+/// own thread (`SyncOnCaller::Never`): each caller whose execution is queued sleeps on its
+/// execution's own wake, which the device signals when that execution ends — not on the
+/// vcore's wake, which every execution's end signals and which woke every queued caller each
+/// time. The execution wakes wake them (`PipelineCounters::execution_wakes`), and every
+/// output is the caller's own input. Fails if synchronous callers sleep on the vcore's wake
+/// (no execution wake-ups). (That the device signals the right execution's wake is
+/// `nrt-sim`'s `a_host_asleep_on_one_executions_wake_is_woken_when_that_execution_ends`.)
+#[test]
+fn queued_sync_callers_sleep_on_their_executions_own_wakes() {
+    const N: u32 = 256 << 10;
+    const THREADS: usize = 4;
+    const EXECUTIONS: u32 = 300;
+    let d = device();
+    let rt = runtime_on(
+        &d,
+        RuntimeConfig {
+            sync_on_caller: nrt_runtime::SyncOnCaller::Never,
+            ..RuntimeConfig::default()
+        },
+    );
+    let model = nrt_runtime::builtin::identity("identity-256k", 1, N);
+    let m = rt.load(&model, 0, &LoadOptions::default()).unwrap();
+    let before = rt.pipeline_counters(0);
+    let run = |t: usize| {
+        let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
+        for k in 0..EXECUTIONS {
+            let v = (t as u32 * 1_000_000 + k) as f32;
+            let x: Vec<f32> = (0..N).map(|i| v + (i % 7) as f32).collect();
+            ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
+            rt.execute(&m, &ins, &outs).unwrap();
+            if k % 25 == 0 {
+                assert_eq!(
+                    read_f32(outs.get("y").unwrap()),
+                    x,
+                    "thread {t}, execution {k}"
+                );
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        let h: Vec<_> = (0..THREADS).map(|t| s.spawn(move || run(t))).collect();
+        for h in h {
+            h.join().unwrap();
+        }
+    });
+    let after = rt.pipeline_counters(0);
+    let woken = after.execution_wakes - before.execution_wakes;
+    let executions = THREADS as u64 * EXECUTIONS as u64;
+    assert!(
+        woken >= executions / 10,
+        "{woken} wake-ups on the executions' own wakes in {executions} executions from \
+         {THREADS} threads"
+    );
+}
