@@ -4,6 +4,10 @@
 #
 #   scripts/callgrind_hotpath.sh [NRT_BINARY=target/release/nrt] [SURFACE=sync] [SECONDS=2]
 #
+# Under valgrind the threads run one at a time, so a synchronous caller's choice to run its
+# execution on its own thread (decided on measured times) can go either way from run to run;
+# NRT_SIM_SYNC_ON_CALLER=always (or never) pins it for a comparison.
+#
 # Counts only inside the synchronous execution (sync) or the explicit schedule call (any other
 # surface: `execute_schedule`; its polls are left out, since how many a completion takes
 # depends on how valgrind interleaves the threads), on the caller's thread and on the device's
@@ -23,7 +27,7 @@ esac
 incl=$(grep -m1 -E "$fn" "$out/inc" | awk '{gsub(",","",$1); print $1}')
 # The row's count (its warm-up adds a few executions more: well under 1%).
 calls=$(grep -o '"n":[0-9]*' "$out/row" | head -1 | cut -d: -f2)
-dev=$(grep -m1 -E 'nrt_sim::device_thread \[' "$out/inc" | awk '{gsub(",","",$1); print $1}')
+dev=$(grep -m1 -E 'nrt_sim::device_thread \[' "$out/inc" | awk '{gsub(",","",$1); print $1}' || true)
 echo "executions: $calls"
 echo "instructions per execution, inside the call: $((incl / calls))"
 echo "device threads' instructions per execution: $(( ${dev:-0} / calls ))"
