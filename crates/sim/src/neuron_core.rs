@@ -511,7 +511,9 @@ impl CoreShared {
                     }
                     last
                 }
-                None => inner.current.is_none(),
+                // Finished its execution — or ended one (a request it refused) while the
+                // next runs on: that one's waiter must not wait for the next to end.
+                None => inner.current.is_none() || inner.ended != Ended::None,
             };
             if wake_pending || finishes {
                 p.publish_and_signal();

@@ -658,6 +658,62 @@ fn a_host_asleep_on_one_executions_wake_is_woken_when_that_execution_ends() {
     );
 }
 
+/// A request the core refuses, then — taken in the same poll — an execution that stalls (a
+/// hung engine, the watchdog 10 s away): the poll's publication wakes the refused request's
+/// waiter, asleep on that request's own wake, at once. Fails (woken only by the test's
+/// timeout) if a poll that leaves an execution running publishes an ended one quietly.
+#[test]
+fn a_refused_request_wakes_its_waiter_while_the_next_execution_runs_on() {
+    let dev = SoftDevice::new(SimConfig {
+        memory_bytes: 1 << 30,
+        hang_watchdog: T,
+        ..SimConfig::default()
+    })
+    .unwrap();
+    let mut d = DirectDriver::new(&dev, 0).unwrap();
+    let wakes = std::sync::Arc::new(nrt_hal::ExecutionWakes::new(4));
+    dev.execution_wakes(0, Some(wakes.clone())).unwrap();
+    let blocks = d.empty_blocks().unwrap();
+    // The device's second execution (the first is the refused request) hangs.
+    dev.inject(FaultSpec::new(FaultKind::Hang).at_execution(2))
+        .unwrap();
+    d.stage(blocks, 0, !nrt_hal::wire::exec_flags::ALL, 0, 1);
+    d.stage(blocks, 1, 0, 0, 1);
+    let own = wakes.of(0);
+    let t0 = Instant::now();
+    let mut recs = Vec::new();
+    std::thread::scope(|s| {
+        let dev = &dev;
+        s.spawn(move || {
+            let t = Instant::now();
+            while !own.is_armed() && t.elapsed() < Duration::from_millis(50) {
+                std::thread::yield_now();
+            }
+            dev.semaphore_increment(0, nrt_hal::SEMAPHORE_INFERENCE_START, 1)
+                .unwrap();
+        });
+        while !recs
+            .iter()
+            .any(|r: &NqRecord| r.record_kind() == Some(RecordKind::Error))
+            && t0.elapsed() < T
+        {
+            if d.drain(&mut recs) == 0 {
+                own.wait(Some(T), || d.has_records());
+            }
+        }
+    });
+    assert!(
+        t0.elapsed() < T / 2,
+        "the refused request's waiter was woken by the timeout ({:?}): {recs:?}",
+        t0.elapsed()
+    );
+    assert!(
+        recs.iter()
+            .any(|r| r.record_kind() == Some(RecordKind::Error) && r.compute_idx == 0),
+        "{recs:?}"
+    );
+}
+
 /// A streaming output's notification that ends its engine's program wakes a blocked host
 /// once, together with the execution's END records — not for the notification and then again
 /// for the ENDs (the first wake-up, on the device thread's vCPU, preempted the thread before
