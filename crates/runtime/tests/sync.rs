@@ -480,28 +480,28 @@ fn a_sync_caller_runs_a_short_execution_itself() {
     panic!("the device thread was parked at {rounds:?} of 200 looks in three rounds");
 }
 
-/// Two threads call `execute` on one core with a model long enough that the caller staged
-/// behind the other blocks (a 256 Ki-element identity: three passes over 1 MiB, tens of µs,
-/// short enough to be served). The serving caller runs the other's execution too, and the
-/// other sleeps on the served wake until its completion word is written: the served wake
-/// wakes it (`PipelineCounters::served_wakes`), and every output is the caller's own input.
-/// Fails if queued callers wait on the device's wake instead (no served wake-ups), or if the
-/// serving caller ran an execution into another caller's tensors.
-#[test]
-fn a_caller_queued_behind_the_serving_one_sleeps_on_the_served_wake() {
+/// `threads` threads call `execute` `executions` times each on a 256 Ki-element identity
+/// model loaded on `rt`'s core 0, each with its own tensors and inputs; every
+/// `check_every`-th output must be the caller's own input. Returns the core's pipeline
+/// counters before and after.
+fn identity_callers(
+    rt: &Runtime,
+    threads: usize,
+    executions: u32,
+    check_every: u32,
+) -> (nrt_runtime::PipelineCounters, nrt_runtime::PipelineCounters) {
     const N: u32 = 256 << 10;
-    let (_d, rt) = runtime();
     let model = nrt_runtime::builtin::identity("identity-256k", 1, N);
     let m = rt.load(&model, 0, &LoadOptions::default()).unwrap();
     let before = rt.pipeline_counters(0);
     let run = |t: usize| {
-        let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
-        for k in 0..1000u32 {
+        let (ins, outs, _k) = tensors(rt, &m, Placement::Device);
+        for k in 0..executions {
             let v = (t as u32 * 1_000_000 + k) as f32;
             let x: Vec<f32> = (0..N).map(|i| v + (i % 7) as f32).collect();
             ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
             rt.execute(&m, &ins, &outs).unwrap();
-            if k % 50 == 0 {
+            if k % check_every == 0 {
                 assert_eq!(
                     read_f32(outs.get("y").unwrap()),
                     x,
@@ -511,12 +511,25 @@ fn a_caller_queued_behind_the_serving_one_sleeps_on_the_served_wake() {
         }
     };
     std::thread::scope(|s| {
-        let h: Vec<_> = (0..2).map(|t| s.spawn(move || run(t))).collect();
+        let h: Vec<_> = (0..threads).map(|t| s.spawn(move || run(t))).collect();
         for h in h {
             h.join().unwrap();
         }
     });
-    let after = rt.pipeline_counters(0);
+    (before, rt.pipeline_counters(0))
+}
+
+/// Two threads call `execute` on one core with a model long enough that the caller staged
+/// behind the other blocks (a 256 Ki-element identity: three passes over 1 MiB, tens of µs,
+/// short enough to be served). The serving caller runs the other's execution too, and the
+/// other sleeps on the served wake until its completion word is written: the served wake
+/// wakes it (`PipelineCounters::served_wakes`), and every output is the caller's own input.
+/// Fails if queued callers wait on the device's wake instead (no served wake-ups), or if the
+/// serving caller ran an execution into another caller's tensors.
+#[test]
+fn a_caller_queued_behind_the_serving_one_sleeps_on_the_served_wake() {
+    let (_d, rt) = runtime();
+    let (before, after) = identity_callers(&rt, 2, 1000, 50);
     assert!(
         after.served_wakes > before.served_wakes,
         "no queued caller was woken on the served wake in 2,000 executions from 2 threads ({} -> {})",
@@ -535,7 +548,6 @@ fn a_caller_queued_behind_the_serving_one_sleeps_on_the_served_wake() {
 /// `nrt-sim`'s `a_host_asleep_on_one_executions_wake_is_woken_when_that_execution_ends`.)
 #[test]
 fn queued_sync_callers_sleep_on_their_executions_own_wakes() {
-    const N: u32 = 256 << 10;
     const THREADS: usize = 4;
     const EXECUTIONS: u32 = 300;
     let d = device();
@@ -546,32 +558,7 @@ fn queued_sync_callers_sleep_on_their_executions_own_wakes() {
             ..RuntimeConfig::default()
         },
     );
-    let model = nrt_runtime::builtin::identity("identity-256k", 1, N);
-    let m = rt.load(&model, 0, &LoadOptions::default()).unwrap();
-    let before = rt.pipeline_counters(0);
-    let run = |t: usize| {
-        let (ins, outs, _k) = tensors(&rt, &m, Placement::Device);
-        for k in 0..EXECUTIONS {
-            let v = (t as u32 * 1_000_000 + k) as f32;
-            let x: Vec<f32> = (0..N).map(|i| v + (i % 7) as f32).collect();
-            ins.get("x").unwrap().write(&f32s(&x), 0).unwrap();
-            rt.execute(&m, &ins, &outs).unwrap();
-            if k % 25 == 0 {
-                assert_eq!(
-                    read_f32(outs.get("y").unwrap()),
-                    x,
-                    "thread {t}, execution {k}"
-                );
-            }
-        }
-    };
-    std::thread::scope(|s| {
-        let h: Vec<_> = (0..THREADS).map(|t| s.spawn(move || run(t))).collect();
-        for h in h {
-            h.join().unwrap();
-        }
-    });
-    let after = rt.pipeline_counters(0);
+    let (before, after) = identity_callers(&rt, THREADS, EXECUTIONS, 25);
     let woken = after.execution_wakes - before.execution_wakes;
     let executions = THREADS as u64 * EXECUTIONS as u64;
     assert!(

@@ -44,8 +44,8 @@ use crate::neuron_core::{CoreShared, ExecFaults, ExecQueue, NOT_JOINT, Poll};
 use crate::serve_mode::{Sample, ServeMode, ServeModeChooser};
 use nrt_hal::{
     CompletionWake, DevAddr, Device, DeviceInfo, DeviceMapping, Engine, ExecQueueDesc,
-    ExecutionWakes, HalError, IdleGate, MemUsage, NUM_ENGINES, PlaneConsumer, Producer,
-    SEMAPHORE_INFERENCE_START, TriggerPair, plane, ring, tuning,
+    ExecutionWakes, HalError, IdleGate, MemUsage, NUM_ENGINES, PlaneConsumer, PlaneProducer,
+    Producer, SEMAPHORE_INFERENCE_START, TriggerPair, plane, ring, tuning,
 };
 use nrt_isa::GLOBAL_SEMAPHORES;
 use std::fmt;
@@ -759,6 +759,13 @@ impl fmt::Debug for SoftDevice {
 }
 
 impl SoftDevice {
+    /// `f` on core `nc`'s notification plane (the device's half), under the core's lock.
+    fn with_plane(&self, nc: u32, f: impl FnOnce(&mut PlaneProducer)) -> Result<(), HalError> {
+        let core = self.shared.core(nc)?;
+        f(core.lock().rings.as_mut().ok_or(HalError::BadQueue(nc))?);
+        Ok(())
+    }
+
     /// Builds a device and starts its threads.
     pub fn new(config: SimConfig) -> Result<SoftDevice, HalError> {
         if config.cores == 0 || config.cores > 64 {
@@ -1247,23 +1254,11 @@ impl Device for SoftDevice {
         nc: u32,
         wake: Option<Arc<CompletionWake>>,
     ) -> Result<(), HalError> {
-        let core = self.shared.core(nc)?;
-        core.lock()
-            .rings
-            .as_mut()
-            .ok_or(HalError::BadQueue(nc))?
-            .set_wake(wake);
-        Ok(())
+        self.with_plane(nc, |p| p.set_wake(wake))
     }
 
     fn execution_wakes(&self, nc: u32, wakes: Option<Arc<ExecutionWakes>>) -> Result<(), HalError> {
-        let core = self.shared.core(nc)?;
-        core.lock()
-            .rings
-            .as_mut()
-            .ok_or(HalError::BadQueue(nc))?
-            .set_execution_wakes(wakes);
-        Ok(())
+        self.with_plane(nc, |p| p.set_execution_wakes(wakes))
     }
 
     fn semaphore_read(&self, nc: u32, semaphore: u32) -> Result<u32, HalError> {
