@@ -597,6 +597,40 @@ fn a_blocked_host_is_woken_by_the_completion() {
     assert_eq!(wake.wakes(), before);
 }
 
+/// Rings core 0's doorbell once `wake` is armed (the host asleep on it; after 50 ms at
+/// worst) while this thread drains the plane and sleeps on `wake` until `done(records)` or
+/// `T`. Returns the records and how long that took.
+fn ring_and_sleep_on(
+    dev: &SoftDevice,
+    d: &mut DirectDriver,
+    wake: &nrt_hal::CompletionWake,
+    done: impl Fn(&[NqRecord]) -> bool,
+) -> (Vec<NqRecord>, Duration) {
+    let t0 = Instant::now();
+    let mut recs = Vec::new();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let t = Instant::now();
+            while !wake.is_armed() && t.elapsed() < Duration::from_millis(50) {
+                std::thread::yield_now();
+            }
+            dev.semaphore_increment(0, nrt_hal::SEMAPHORE_INFERENCE_START, 1)
+                .unwrap();
+        });
+        while !done(&recs) && t0.elapsed() < T {
+            if d.drain(&mut recs) == 0 {
+                wake.wait(Some(T), || d.has_records());
+            }
+        }
+    });
+    (recs, t0.elapsed())
+}
+
+fn has_error(recs: &[NqRecord]) -> bool {
+    recs.iter()
+        .any(|r| r.record_kind() == Some(RecordKind::Error))
+}
+
 /// Each execution's own wake (`Device::execution_wakes`): a host asleep on execution `i`'s
 /// wake alone is woken by the publication that ends execution `i` — its five END records, or
 /// the ERROR record of a request the core refused. Fails (the host sleeps until the test's
@@ -613,39 +647,17 @@ fn a_host_asleep_on_one_executions_wake_is_woken_when_that_execution_ends() {
     for i in 0..24u32 {
         let refused = i % 3 == 2;
         d.stage(blocks, i, if refused { bad_flags } else { 0 }, 0, 1);
-        let own = wakes.of(i);
-        let t0 = Instant::now();
-        let mut recs = Vec::new();
-        std::thread::scope(|s| {
-            let dev = &dev;
-            s.spawn(move || {
-                // Ring once the host sleeps on the wake (or after 50 ms at worst).
-                let t = Instant::now();
-                while !own.is_armed() && t.elapsed() < Duration::from_millis(50) {
-                    std::thread::yield_now();
-                }
-                dev.semaphore_increment(0, nrt_hal::SEMAPHORE_INFERENCE_START, 1)
-                    .unwrap();
-            });
-            let ended = |recs: &[NqRecord]| {
-                if refused {
-                    recs.iter()
-                        .any(|r| r.record_kind() == Some(RecordKind::Error))
-                } else {
-                    kinds(recs, RecordKind::End).len() == 5
-                }
-            };
-            while !ended(&recs) && t0.elapsed() < T {
-                if d.drain(&mut recs) == 0 {
-                    own.wait(Some(T), || d.has_records());
-                }
+        let (recs, took) = ring_and_sleep_on(&dev, &mut d, wakes.of(i), |recs| {
+            if refused {
+                has_error(recs)
+            } else {
+                kinds(recs, RecordKind::End).len() == 5
             }
         });
         assert!(
-            t0.elapsed() < T / 2,
-            "execution {i} (refused: {refused}): woken by the timeout, not the device ({:?}, \
-             records {recs:?})",
-            t0.elapsed()
+            took < T / 2,
+            "execution {i} (refused: {refused}): woken by the timeout, not the device ({took:?}, \
+             records {recs:?})"
         );
         assert!(
             recs.iter().all(|r| r.compute_idx == i),
@@ -679,33 +691,10 @@ fn a_refused_request_wakes_its_waiter_while_the_next_execution_runs_on() {
         .unwrap();
     d.stage(blocks, 0, !nrt_hal::wire::exec_flags::ALL, 0, 1);
     d.stage(blocks, 1, 0, 0, 1);
-    let own = wakes.of(0);
-    let t0 = Instant::now();
-    let mut recs = Vec::new();
-    std::thread::scope(|s| {
-        let dev = &dev;
-        s.spawn(move || {
-            let t = Instant::now();
-            while !own.is_armed() && t.elapsed() < Duration::from_millis(50) {
-                std::thread::yield_now();
-            }
-            dev.semaphore_increment(0, nrt_hal::SEMAPHORE_INFERENCE_START, 1)
-                .unwrap();
-        });
-        while !recs
-            .iter()
-            .any(|r: &NqRecord| r.record_kind() == Some(RecordKind::Error))
-            && t0.elapsed() < T
-        {
-            if d.drain(&mut recs) == 0 {
-                own.wait(Some(T), || d.has_records());
-            }
-        }
-    });
+    let (recs, took) = ring_and_sleep_on(&dev, &mut d, wakes.of(0), has_error);
     assert!(
-        t0.elapsed() < T / 2,
-        "the refused request's waiter was woken by the timeout ({:?}): {recs:?}",
-        t0.elapsed()
+        took < T / 2,
+        "the refused request's waiter was woken by the timeout ({took:?}): {recs:?}"
     );
     assert!(
         recs.iter()
