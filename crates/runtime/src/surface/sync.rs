@@ -268,9 +268,9 @@ fn serve_queued_slow(rt: &RuntimeInner, vc: &VCore, c: u32, upto: u64) {
 /// Drives the harvest on the caller's thread until `seq`'s completion word is written and
 /// returns its status (the seed's `exec_wait_round_robin`).
 /// Between steps it spins while the model's spin budget says the completion is near, then
-/// blocks on its execution's own wake ([`crate::wait`], [`VCore::execution_wake`]). A caller staged behind `ahead`
-/// others while another caller serves the core first waits for that one to run its
-/// execution ([`wait_served`]).
+/// blocks on its execution's own wake ([`crate::wait`], [`VCore::execution_wake`]). A
+/// caller staged behind `ahead` others while another caller serves the core first waits for
+/// that one to run its execution ([`wait_served`]).
 fn wait_for(rt: &RuntimeInner, vc: &VCore, model: &ModelShared, seq: u64, ahead: u64) -> NrtStatus {
     if ahead != 0 {
         if let Some(status) = wait_served(vc, model, seq, ahead) {
