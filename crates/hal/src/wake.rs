@@ -319,8 +319,8 @@ impl ExecutionWakes {
         }
     }
 
-    /// Signals every wake (a rare path that finished executions it does not list: a
-    /// deadline sweep, a fatal error).
+    /// Signals every wake (a device poll that ended several executions; a harvest's rare
+    /// paths pass every bit to [`ExecutionWakes::signal_slots`] instead).
     pub fn signal_all(&self) {
         for w in self.wakes.iter() {
             w.signal();

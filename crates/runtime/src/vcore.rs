@@ -202,11 +202,7 @@ impl VCore {
         if sync_slots != 0
             && let Some(w) = &self.exec_wakes
         {
-            if sync_slots == u64::MAX {
-                w.signal_all();
-            } else {
-                w.signal_slots(sync_slots);
-            }
+            w.signal_slots(sync_slots);
         }
     }
 
