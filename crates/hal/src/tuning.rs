@@ -354,8 +354,15 @@ pub const XU_PARK_GRACE: Duration = Duration::from_micros(50);
 /// close or a submission ends one early).
 /// With the worker spinning next to a polling client and the device thread, three runnable
 /// threads shared two vCPUs and explicit async at depth 8 ran slower than sync; the cap is
-/// how late the worker takes over completions once the client stops polling.
-pub const XU_DEFER_MAX: Duration = Duration::from_micros(500);
+/// how late the worker takes over completions once the client stops polling without saying
+/// so (a client that arms a completion eventfd says so: the worker takes over at once).
+/// Each look is a timer wake-up that takes the vCPU from the device thread or the client:
+/// at 500 µs (~1,800 a second, each taking the vCPU for a context switch there and back)
+/// explicit depth 8 ran 0.96× the throughput of 2 ms (`scripts/ab_binaries.sh … explicit`,
+/// 2 ms against 500 µs: 1.033× and 1.042×, 12 pairs each, 1 and 0 lower; 20 ms: 1.043×),
+/// and implicit depth 8, which the worker harvests itself, was unchanged (0.990×, p99
+/// 0.992×, 10 pairs).
+pub const XU_DEFER_MAX: Duration = Duration::from_millis(2);
 
 /// Default `NEURON_RT_EXEC_TIMEOUT` (the public configuration guide's table says 30 s).
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(30);

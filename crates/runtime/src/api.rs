@@ -578,6 +578,8 @@ impl Runtime {
         // retiring owner signals it (`SeqEvent`'s handshake).
         if let Some(fd) = ev.arm(n, efd, || explicit::completed_already(vc, n)) {
             signal_efd(fd);
+        } else {
+            vc.xu.rely_on_worker();
         }
         Ok(())
     }
@@ -589,7 +591,12 @@ impl Runtime {
         ensure_open(rt)?;
         let vc = explicit::xu_vcore(rt, vnc, queue)?;
         match kind {
-            XuKind::Compute => vc.xu.compute_efd.store(efd.max(-1), Ordering::Release),
+            XuKind::Compute => {
+                vc.xu.compute_efd.store(efd.max(-1), Ordering::Release);
+                if efd >= 0 {
+                    vc.xu.rely_on_worker();
+                }
+            }
             XuKind::TensorOp => vc.xu.tensor_efd.store(efd.max(-1), Ordering::Release),
             XuKind::Collectives => return Err(NrtError::invalid("collectives are not supported")),
         }

@@ -268,6 +268,10 @@ pub(crate) struct Xu {
     pub(crate) compute_efd: AtomicI32,
     /// Eventfd signalled on every completion of the tensor-op XU (-1 = none).
     pub(crate) tensor_efd: AtomicI32,
+    /// A client armed a completion eventfd since the worker last looked: it now waits for
+    /// someone else to harvest, so the worker takes over at once instead of staying out of
+    /// the way of the polling it saw before ([`Xu::rely_on_worker`]).
+    pub(crate) relied_on: AtomicBool,
 }
 
 impl Xu {
@@ -281,7 +285,16 @@ impl Xu {
                 .collect(),
             compute_efd: AtomicI32::new(-1),
             tensor_efd: AtomicI32::new(-1),
+            relied_on: AtomicBool::new(false),
         }
+    }
+
+    /// A client is about to block on a completion eventfd instead of polling: wakes a
+    /// worker parked out of the way of that client's earlier polls (it would otherwise take
+    /// over only at the end of its park, up to [`tuning::XU_DEFER_MAX`] later).
+    pub(crate) fn rely_on_worker(&self) {
+        self.relied_on.store(true, Ordering::Release);
+        self.gate.notify();
     }
 
     /// `n` async executions left the XU.

@@ -455,6 +455,14 @@ fn explicit_async_sequences_eventfds_and_backpressure() {
     );
     assert!(poll_efd(xfd, 5000) >= 1, "xu eventfd signalled");
     rt.register_xu_eventfd(0, XuKind::Compute, 0, -1).unwrap();
+    // A client that polled and then blocks on an eventfd instead: the worker, which stayed
+    // out of the way of the polls, takes over when the eventfd is armed.
+    for _ in 0..200 {
+        let s = rt.execute_schedule(&m, &ins, &outs).unwrap();
+        let _ = rt.is_completed(s).unwrap();
+        rt.register_seq_eventfd(s, efd).unwrap();
+        assert_eq!(poll_efd(efd, 5000), 1, "seq {s:?}: eventfd after polling");
+    }
     // Registration racing the retirement (another thread drives the harvest and retires
     // while this one registers): every eventfd is signalled, exactly once (the SeqEvent
     // handshake; its loom model covers the interleavings this only samples).

@@ -133,6 +133,11 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             continue;
         }
         let external = vc.counters.external_harvests.load(Ordering::Relaxed);
+        // A client that armed a completion eventfd waits for the worker now, whatever it
+        // polled before (read only when it did: the swap is a locked instruction).
+        if external != last_external && vc.xu.relied_on.swap(false, Ordering::AcqRel) {
+            last_external = external;
+        }
         if external != last_external {
             // A client is harvesting (polling is_completed/wait, or a sync caller): a third
             // runnable thread on two vCPUs would only steal its CPU, and a worker blocked on
