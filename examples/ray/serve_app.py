@@ -166,30 +166,32 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--neuron-cores", type=int, default=2, help="cores the local Ray node offers")
     p.add_argument("--seconds", type=float, default=0, help="serve this long (0: until Ctrl-C)")
     a = p.parse_args(argv)
-    model = a.model or demo_model(os.path.join(tempfile.mkdtemp(), "serve_mlp.onnx"))
-    ray.init(
-        num_cpus=2,
-        resources={"neuron_cores": a.neuron_cores},
-        include_dashboard=False,
-        # Ownership of cores is per NRT_RUNTIME_DIR: this Ray node's own.
-        runtime_env={"env_vars": {"NRT_RUNTIME_DIR": tempfile.mkdtemp(prefix="nrt-ray-")}},
-    )
-    serve.start(http_options={"host": "127.0.0.1", "port": a.port})
-    serve.run(app(model, num_replicas=min(2, a.neuron_cores)), name="nrt", route_prefix="/")
-    print(f"serving {model} on http://127.0.0.1:{a.port}/  e.g.")
-    print(
-        f"  curl -s -X POST http://127.0.0.1:{a.port}/ -H 'content-type: application/json' "
-        f"-d '{{\"x\": {[0.5] * 16}}}'"
-    )
-    try:
-        deadline = time.monotonic() + a.seconds if a.seconds else None
-        while deadline is None or time.monotonic() < deadline:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    # The demo model and this node's NRT_RUNTIME_DIR (ownership of cores is per directory)
+    # live in a directory removed on the way out.
+    with tempfile.TemporaryDirectory(prefix="nrt-serve-") as tmp:
+        model = a.model or demo_model(os.path.join(tmp, "serve_mlp.onnx"))
+        ray.init(
+            num_cpus=2,
+            resources={"neuron_cores": a.neuron_cores},
+            include_dashboard=False,
+            runtime_env={"env_vars": {"NRT_RUNTIME_DIR": tempfile.mkdtemp(dir=tmp)}},
+        )
+        serve.start(http_options={"host": "127.0.0.1", "port": a.port})
+        serve.run(app(model, num_replicas=min(2, a.neuron_cores)), name="nrt", route_prefix="/")
+        print(f"serving {model} on http://127.0.0.1:{a.port}/  e.g.")
+        print(
+            f"  curl -s -X POST http://127.0.0.1:{a.port}/ -H 'content-type: application/json' "
+            f"-d '{{\"x\": {[0.5] * 16}}}'"
+        )
+        try:
+            deadline = time.monotonic() + a.seconds if a.seconds else None
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            serve.shutdown()
+            ray.shutdown()
 
 
 if __name__ == "__main__":

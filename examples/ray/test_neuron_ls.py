@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -56,10 +55,10 @@ def nrt_as_neuron_ls(monkeypatch):
     "instance, cores",
     [("sim", 2), ("inf2.xlarge", 2), ("inf2.48xlarge", 24), ("trn1.32xlarge", 32), ("trn2.48xlarge", 128)],
 )
-def test_ray_counts_the_cores_of_each_instance(nrt_as_neuron_ls, instance, cores):
+def test_ray_counts_the_cores_of_each_instance(nrt_as_neuron_ls, runtime_dir, instance, cores):
     env, calls = nrt_as_neuron_ls
     env["NRT_SIM_INSTANCE"] = instance
-    env["NRT_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="nrt-ray-ls-")
+    env["NRT_RUNTIME_DIR"] = runtime_dir("ls-")
     assert ray_neuron.NeuronAcceleratorManager.get_current_node_num_accelerators() == cores
     # Ray ran its own command line, which we only redirected.
     assert calls == [[NEURON_LS, "--json-output"]]
@@ -68,9 +67,9 @@ def test_ray_counts_the_cores_of_each_instance(nrt_as_neuron_ls, instance, cores
         assert ray_neuron.AWS_NEURON_INSTANCE_MAP[instance] == cores
 
 
-def test_ray_parses_the_output_while_a_process_holds_cores(nrt_as_neuron_ls):
+def test_ray_parses_the_output_while_a_process_holds_cores(nrt_as_neuron_ls, runtime_dir):
     env, _ = nrt_as_neuron_ls
-    run_dir = tempfile.mkdtemp(prefix="nrt-ray-ls-")
+    run_dir = runtime_dir("ls-")
     env["NRT_RUNTIME_DIR"] = run_dir
     holder = subprocess.Popen(
         [NRT, "idle", "--seconds", "60"],

@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -93,21 +92,21 @@ def infer_many(url: str, oracle, n: int, workers: int = 16, seed: int = 0):
     return [b for _, b in answers]
 
 
-def start_local_ray(neuron_cores: int) -> None:
+def start_local_ray(neuron_cores: int, runtime_dir: str) -> None:
     ray.init(
         num_cpus=2,
         resources={"neuron_cores": neuron_cores},
         include_dashboard=False,
         logging_level="WARNING",
         log_to_driver=False,
-        runtime_env={"env_vars": {"NRT_RUNTIME_DIR": tempfile.mkdtemp(prefix="nrt-ray-")}},
+        runtime_env={"env_vars": {"NRT_RUNTIME_DIR": runtime_dir}},
     )
 
 
-def test_two_replicas_batching_faults(model, oracle):
+def test_two_replicas_batching_faults(model, oracle, runtime_dir):
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
-    start_local_ray(2)
+    start_local_ray(2, runtime_dir("ray-"))
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(serve_app.app(model), name="nrt", route_prefix="/")
@@ -158,10 +157,10 @@ def test_two_replicas_batching_faults(model, oracle):
         ray.shutdown()
 
 
-def test_two_node_cluster_spreads_replicas(model, oracle):
+def test_two_node_cluster_spreads_replicas(model, oracle, runtime_dir):
     from ray.cluster_utils import Cluster
 
-    dirs = [tempfile.mkdtemp(prefix=f"nrt-node{i}-") for i in range(3)]
+    dirs = [runtime_dir(f"node{i}-") for i in range(3)]
     port = free_port()
     url = f"http://127.0.0.1:{port}/"
     # Each simulated node has its own NRT_RUNTIME_DIR (ownership of cores is per directory;

@@ -3,6 +3,7 @@ models (written by `nrt samples`), and ONNX Runtime as the oracle."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
@@ -18,8 +19,11 @@ from onnx import TensorProto, helper, numpy_helper
 ROOT = Path(__file__).resolve().parents[2]
 
 # Ownership of cores is per NRT_RUNTIME_DIR: give this test process its own (decisions,
-# "Host view and ownership"), before the runtime starts.
-os.environ.setdefault("NRT_RUNTIME_DIR", tempfile.mkdtemp(prefix="nrt-pytest-rt-"))
+# "Host view and ownership"), before the runtime starts, and every subprocess another
+# (`run_py`). All of them live under one directory, removed when the session ends.
+RUNTIME_DIRS = tempfile.mkdtemp(prefix="nrt-pytest-")
+atexit.register(shutil.rmtree, RUNTIME_DIRS, ignore_errors=True)
+os.environ.setdefault("NRT_RUNTIME_DIR", tempfile.mkdtemp(prefix="rt-", dir=RUNTIME_DIRS))
 
 
 def nrt_cli() -> str:
@@ -106,7 +110,7 @@ def ort_run(path, feeds):
 def run_py(code: str, env=None, timeout=120) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (a fresh process-global runtime)."""
     e = dict(os.environ)
-    e["NRT_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="nrt-pytest-sub-")
+    e["NRT_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="sub-", dir=RUNTIME_DIRS)
     e.update(env or {})
     return subprocess.run(
         [sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=timeout
