@@ -17,8 +17,10 @@ Run it with the peers' venv python (numpy, onnx, onnxruntime), on an idle machin
 `scripts/bench.sh` has built the peers (PEERS_WORKDIR, default target/peers).
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,6 +41,7 @@ ap.add_argument("--samples", default=None, help="`nrt samples --out` folder (mad
 ap.add_argument("--only", default=None, help="run only the targets whose label has this")
 args = ap.parse_args()
 tmp = tempfile.mkdtemp(prefix="bench_paired.")
+atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 samples = args.samples or os.path.join(tmp, "samples")
 if not os.path.isdir(os.path.join(samples, "cnn")):
     subprocess.run([args.nrt, "samples", "--out", samples], check=True, capture_output=True)
