@@ -356,13 +356,22 @@ pub const XU_PARK_GRACE: Duration = Duration::from_micros(50);
 /// threads shared two vCPUs and explicit async at depth 8 ran slower than sync; the cap is
 /// how late the worker takes over completions once the client stops polling without saying
 /// so (a client that arms a completion eventfd says so: the worker takes over at once).
-/// Each look is a timer wake-up that takes the vCPU from the device thread or the client:
-/// at 500 µs (~1,800 a second, each taking the vCPU for a context switch there and back)
-/// explicit depth 8 ran 0.96× the throughput of 2 ms (`scripts/ab_binaries.sh … explicit`,
-/// 2 ms against 500 µs: 1.033× and 1.042×, 12 pairs each, 1 and 0 lower; 20 ms: 1.043×),
-/// and implicit depth 8, which the worker harvests itself, was unchanged (0.990×, p99
-/// 0.992×, 10 pairs).
+/// Each look is a timer wake-up that takes the vCPU from the device thread or the client
+/// (~1,800 a second at 500 µs, each a context switch there and back). 2 ms against 500 µs
+/// (`scripts/ab_binaries.sh … explicit,cotenant`, `ab.sh`): explicit depth 8 1.033×,
+/// 1.042×, 1.030× the throughput (12, 12, 16 pairs; 1, 0, 1 lower), beside a busy co-tenant
+/// 1.163× (0 of 12 lower); implicit depth 8, which the worker harvests itself, 0.990× and
+/// 0.955× — within that row's spread here (a rebuild that leaves its path alone read 0.874×).
+/// 20 ms read explicit depth 8 1.04–1.16× but depth 1 0.56× and the co-tenant row 0.92×.
+/// While the client keeps an XU completion eventfd registered it may block on it at any
+/// moment without a call that says so: then [`XU_DEFER_MAX_XU_EVENTFD`].
 pub const XU_DEFER_MAX: Duration = Duration::from_millis(2);
+
+/// [`XU_DEFER_MAX`] while an eventfd for every completion of the vcore's compute XU is
+/// registered (`nrta_event_register_xu_completion`): its client can stop polling and block on
+/// it without a call the worker could take as a signal (arming the eventfd came earlier), so
+/// the worker looks as often as before the longer cap.
+pub const XU_DEFER_MAX_XU_EVENTFD: Duration = Duration::from_micros(500);
 
 /// Default `NEURON_RT_EXEC_TIMEOUT` (the public configuration guide's table says 30 s).
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(30);

@@ -144,8 +144,10 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             // the completion wake would be woken by every publication the client harvests.
             // Retire what its harvest finished, then park on the XU gate for a time that
             // grows while the client keeps polling (a close or a submission ends it early);
-            // when the client stops, the worker takes over within `XU_DEFER_MAX`. "The
-            // client stopped polling" is the absence of an event, so this one wait is timed.
+            // when the client stops, the worker takes over within `XU_DEFER_MAX` (within
+            // `XU_DEFER_MAX_XU_EVENTFD` while an XU completion eventfd is registered; arming
+            // an eventfd calls it at once, above). "The client stopped polling" is the absence
+            // of an event, so this one wait is timed.
             last_external = external;
             serving.release();
             if retire_done(&rt, vc, &mut cursor) {
@@ -154,7 +156,12 @@ fn worker(rt: Arc<RuntimeInner>, vnc: usize) {
             vc.xu
                 .gate
                 .sleep_until_timeout(defer, || rt.stop.load(Ordering::Acquire));
-            defer = (defer * 2).min(tuning::XU_DEFER_MAX);
+            let cap = if vc.xu.compute_efd.load(Ordering::Relaxed) >= 0 {
+                tuning::XU_DEFER_MAX_XU_EVENTFD
+            } else {
+                tuning::XU_DEFER_MAX
+            };
+            defer = (defer * 2).min(cap);
             w = VcoreWait::worker(&*rt.device, vc, vc.spin.spin_limit());
             continue;
         }
