@@ -25,6 +25,7 @@ installed, otherwise ``uint16`` arrays holding the raw bf16 bits (inputs accept 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import os
@@ -98,10 +99,38 @@ class Future(concurrent.futures.Future):
 
 _executor_lock = threading.Lock()
 _executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+#: The process the pool's threads run in (a fork child has none of them).
+_executor_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    """``os.register_at_fork(after_in_child=...)``: the child has none of the parent's
+    threads — neither the submit pool's nor the runtime's — and a lock a parent thread held
+    stays locked. Forget the pool (the next ``submit`` makes a new one) and the parent's
+    runtime (the next use starts this process's own; the parent's models and tensors raise
+    NrtError here, saying so)."""
+    global _executor, _executor_lock, _executor_pid
+    _executor_lock = threading.Lock()
+    _executor = None  # its threads are the parent's; never shut down (that would join them)
+    _executor_pid = os.getpid()
+    _nrt._set_main_thread(threading.get_ident())  # the forking thread is the child's main
+    try:
+        _nrt._after_fork_child()
+    except NrtError:
+        pass  # raised again, with its reason, on the child's first use of nrt
+
+
+# Signal handlers (Ctrl-C) run on the main thread: its model calls wait interruptibly.
+_nrt._set_main_thread(threading.main_thread().ident or 0)
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _pool() -> concurrent.futures.ThreadPoolExecutor:
     global _executor
+    if _executor_pid != os.getpid():  # a fork that did not run the at-fork hook
+        _after_fork_in_child()
     with _executor_lock:
         if _executor is None:
             workers = int(os.environ.get("NRT_PY_SUBMIT_THREADS", "4"))
@@ -111,12 +140,36 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
         return _executor
 
 
+def _snapshot(model: Model, inputs: Mapping[str, Any]) -> Dict[str, Any]:
+    """The feeds of a :meth:`Model.submit`, copied now: a numpy array as a new C-contiguous
+    array, anything array-like (a list) converted to the input's dtype. ``nrt.Tensor``
+    inputs are device tensors and are not copied. A value that cannot be converted is left
+    as it is, so that the run reports it (through the future) as ``Model.run`` would."""
+    dtypes = {i.name: i.dtype for i in model.inputs}
+    feeds: Dict[str, Any] = {}
+    for k, v in inputs.items():
+        if isinstance(v, Tensor):
+            feeds[k] = v
+        elif isinstance(v, np.ndarray):
+            feeds[k] = np.array(v, copy=True, order="C")
+        elif k in dtypes:
+            try:
+                feeds[k] = np.array(v, dtype=dtypes[k], copy=True, order="C")
+            except Exception:  # reported by the run, through the future
+                feeds[k] = v
+        else:
+            feeds[k] = v
+    return feeds
+
+
 def _submit(self: Model, inputs: Mapping[str, Any]) -> Future:
     """Runs the model on a worker thread (the GIL is released while it executes) and returns
     a :class:`Future` of the output dict; ``await`` it in asyncio or call ``.result(timeout)``.
-    Errors (NrtError) are raised by ``result()`` / ``await``."""
+    Errors (NrtError) are raised by ``result()`` / ``await``. The input arrays are copied
+    when ``submit`` is called, so changing them afterwards does not change the result
+    (``nrt.Tensor`` inputs are device tensors: writing one before the run changes it)."""
     fut = Future()
-    feeds = dict(inputs)
+    feeds = _snapshot(self, inputs)
 
     def work() -> None:
         if not fut.set_running_or_notify_cancel():
@@ -193,8 +246,13 @@ class InferenceSession:
 
     ``InferenceSession(path).run(None, {"x": x})`` returns the outputs as a list in the
     model's order. A model whose inputs have ``-1``/symbolic dimensions is compiled once per
-    distinct set of input shapes, on first use of that shape, and the compiled model cached.
-    ``providers``/``sess_options`` are accepted for compatibility and ignored."""
+    distinct set of input shapes, on first use of that shape, and the compiled model cached:
+    at most ``max_compiled_shapes`` of them (default 16), the least recently used one dropped
+    (and so unloaded, once no call is using it) to make room for a new shape.
+    ``providers``/``sess_options`` are accepted for compatibility and ignored.
+
+    In a child made by ``os.fork()`` the session loads its models again on first use (those
+    of the parent belong to the parent's runtime)."""
 
     def __init__(
         self,
@@ -204,15 +262,22 @@ class InferenceSession:
         *,
         core: int = 0,
         cores: int = 1,
+        max_compiled_shapes: int = 16,
     ) -> None:
+        if not isinstance(max_compiled_shapes, int) or max_compiled_shapes < 1:
+            raise _nrt_error(2, f"max_compiled_shapes={max_compiled_shapes!r} (an int >= 1)")
         self._path = os.fspath(path)
         self._core = core
         self._cores = cores
+        self._max_shapes = max_compiled_shapes
+        self._pid = os.getpid()
         ins, outs = _nrt._onnx_signature(self._path)
         self._inputs = [NodeArg(n, list(d), _ONNX_TYPES.get(t, (f"tensor({t})", None))[0]) for n, d, t in ins]
         self._outputs = [NodeArg(n, list(d), _ONNX_TYPES.get(t, (f"tensor({t})", None))[0]) for n, d, t in outs]
         self._static = all(isinstance(d, int) and d >= 0 for i in self._inputs for d in i.shape)
-        self._models: Dict[Tuple[Tuple[int, ...], ...], Model] = {}
+        self._models: "collections.OrderedDict[Tuple[Tuple[int, ...], ...], Model]" = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
         if self._static:
             self._models[()] = Model.load(self._path, core=core, cores=cores)
@@ -229,9 +294,23 @@ class InferenceSession:
         """The one execution provider: the software NeuronCore."""
         return ["NrtSoftNeuronCoreExecutionProvider"]
 
+    def _forked(self) -> None:
+        """In a fork child: drop the parent's models (they belong to its runtime) and a lock
+        a parent thread may have held at fork; the models load again on first use."""
+        self._lock = threading.Lock()
+        self._models = collections.OrderedDict()
+        self._pid = os.getpid()
+
     def _model_for(self, feeds: Mapping[str, Any]) -> Model:
+        if self._pid != os.getpid():
+            self._forked()
         if self._static:
-            return self._models[()]
+            with self._lock:
+                m = self._models.get(())
+                if m is None:
+                    m = Model.load(self._path, core=self._core, cores=self._cores)
+                    self._models[()] = m
+                return m
         shapes: Dict[str, List[int]] = {}
         for i in self._inputs:
             if i.name not in feeds:
@@ -243,6 +322,12 @@ class InferenceSession:
             if m is None:
                 m = Model.load(self._path, core=self._core, cores=self._cores, input_shapes=shapes)
                 self._models[key] = m
+                while len(self._models) > self._max_shapes:
+                    # Unloaded when the last reference goes: at once, or when a call still
+                    # running on it in another thread returns.
+                    self._models.popitem(last=False)
+            else:
+                self._models.move_to_end(key)
             return m
 
     def run(

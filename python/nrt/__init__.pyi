@@ -58,7 +58,9 @@ class Tensor:
 
     @staticmethod
     def from_numpy(array: Any, core: int = 0, name: Optional[str] = None) -> "Tensor":
-        """Copies `array` (any numpy dtype the runtime has) into a new device tensor."""
+        """Copies `array` into a new device tensor. Only the device's element types (float32,
+        float16, bfloat16, float64, int8-64, uint8-64, bool; native byte order): any other
+        dtype (object, str, bytes, void, datetime, complex) raises NrtError naming it."""
     def numpy(self) -> np.ndarray:
         """Copies the tensor into a new numpy array."""
     def write(self, array: Any) -> None:
@@ -87,7 +89,9 @@ class Future(concurrent.futures.Future):  # type: ignore[type-arg]
         """The output dict; raises the run's NrtError, or TimeoutError after `timeout` s."""
 
 class Model:
-    """A model loaded on the process-global runtime."""
+    """A model loaded on the process-global runtime. Dropping the last reference unloads
+    it. In a child made by os.fork() it raises NrtError (NRT_INVALID_HANDLE): load it again
+    there."""
 
     @staticmethod
     def load(
@@ -127,9 +131,10 @@ class Model:
         """Runs the model: every input by name (numpy array or nrt.Tensor) in, a dict of new
         numpy arrays out. Releases the GIL while it runs. Raises NrtError."""
     def submit(self, inputs: Mapping[str, _Feed]) -> Future:
-        """Runs the model on a worker thread; returns a Future (awaitable in asyncio)."""
+        """Runs the model on a worker thread; returns a Future (awaitable in asyncio). The
+        input arrays are copied when submit() is called."""
     def reset(self) -> None:
-        """Resets the model's core after a fatal device error."""
+        """Resets the model's core after a fatal device error; NrtError once unloaded."""
     def unload(self) -> None:
         """Unloads the model; later calls raise NrtError (NRT_INVALID)."""
     def benchmark(
@@ -162,7 +167,10 @@ class InferenceSession:
         *,
         core: int = 0,
         cores: int = 1,
-    ) -> None: ...
+        max_compiled_shapes: int = 16,
+    ) -> None:
+        """A model with symbolic input dims is compiled per input shape; at most
+        `max_compiled_shapes` stay loaded (least recently used dropped first)."""
     def get_inputs(self) -> List[NodeArg]:
         """The graph's inputs (initializers excluded)."""
     def get_outputs(self) -> List[NodeArg]:

@@ -11,7 +11,7 @@
 //! written by the runtime straight into freshly allocated numpy arrays.
 
 use nrt_compiler::CompileOptions;
-use nrt_hal::{DType, NrtStatus};
+use nrt_hal::{DType, NrtStatus, SeqId};
 use nrt_runtime::log::{Level, Module};
 use nrt_runtime::{
     LoadOptions, Model as RtModel, NrtError as RtError, Placement, Runtime, RuntimeConfig,
@@ -24,8 +24,10 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use std::collections::BTreeMap;
+use std::mem::ManuallyDrop;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 pyo3::create_exception!(
@@ -90,13 +92,56 @@ struct Settings {
 }
 
 /// The device and the runtime on it.
+///
+/// A fork child inherits it but none of its threads (the device's, the XU workers), and any
+/// of its locks another thread of the parent held at fork stays locked: a child never
+/// touches it, nor drops it (dropping closes the runtime, which joins those threads). Every
+/// entry point compares `pid` with the calling process's first ([`Global::check_owner`]);
+/// [`global`] leaks the parent's and starts the child's own.
 struct Global {
     device: Arc<SoftDevice>,
     rt: Runtime,
+    /// The process that started it.
+    pid: u32,
     /// Physical cores of each logical core (index = logical core).
     vnc_cores: Vec<Vec<u32>>,
-    /// (model id, name) of every model loaded, for trace files.
-    names: Mutex<Vec<(u32, String)>>,
+    /// Model id -> (name, still loaded) of the models loaded, for trace files: an unloaded
+    /// model's entry goes at once unless a trace is being recorded, then when it is written.
+    names: Mutex<BTreeMap<u32, (String, bool)>>,
+    /// Whether a trace is being recorded (`nrt.profile`).
+    tracing: AtomicBool,
+}
+
+impl Global {
+    /// `Ok` in the process that started this runtime; in a fork child, the error saying that
+    /// `what` (a model, a tensor) belongs to the parent and must be made again.
+    fn check_owner(&self, what: impl FnOnce() -> String) -> PyResult<()> {
+        if self.pid == std::process::id() {
+            return Ok(());
+        }
+        Err(nrt_err(
+            NrtStatus::InvalidHandle,
+            format!(
+                "{} belongs to the runtime of the parent process (pid {}); this process is a \
+                 fork of it, where that runtime cannot run: load the model (or make the \
+                 tensor) again in this process",
+                what(),
+                self.pid
+            ),
+        ))
+    }
+
+    /// Forgets an unloaded model's name (kept until the trace is written while tracing).
+    fn forget_name(&self, id: u32) {
+        let mut names = lock(&self.names);
+        if self.tracing.load(Ordering::Relaxed) {
+            if let Some(e) = names.get_mut(&id) {
+                e.1 = false;
+            }
+        } else {
+            names.remove(&id);
+        }
+    }
 }
 
 impl std::fmt::Debug for Global {
@@ -113,7 +158,14 @@ static SETTINGS: Mutex<Settings> = Mutex::new(Settings {
     logical_nc: None,
     log_level: None,
 });
+/// The runtime. Locked only with the GIL held and never across a release of it, so a
+/// thread forking (with the GIL) never leaves it locked; a fork child still checks
+/// [`GLOBAL_PID`] before locking it and only ever `try_lock`s it then.
 static GLOBAL: Mutex<Option<Arc<Global>>> = Mutex::new(None);
+/// The pid of the process that last set [`GLOBAL`] (0: never set).
+static GLOBAL_PID: AtomicU32 = AtomicU32::new(0);
+/// In a fork child whose parent had a runtime: the parent's pid (for error messages).
+static FORKED_FROM: AtomicU32 = AtomicU32::new(0);
 /// `ml_dtypes.bfloat16` when the package is installed (set by `nrt/__init__.py`).
 static BF16: Mutex<Option<Py<PyArrayDescr>>> = Mutex::new(None);
 
@@ -159,14 +211,58 @@ fn start_runtime(s: &Settings) -> Result<Global, RtError> {
     Ok(Global {
         device,
         rt,
+        pid: std::process::id(),
         vnc_cores,
-        names: Mutex::new(Vec::new()),
+        names: Mutex::new(BTreeMap::new()),
+        tracing: AtomicBool::new(false),
     })
+}
+
+/// In a fork child: leaks the runtime inherited from the parent, without touching it
+/// (its threads do not exist here, and a lock a parent thread held stays locked), so that the
+/// next use starts this process's own. Idempotent; a no-op outside a fork child. Called by
+/// `os.register_at_fork(after_in_child=...)` and, for forks Python does not see, by
+/// [`global`].
+fn leave_parent_runtime() -> PyResult<()> {
+    let pid = std::process::id();
+    let owner = GLOBAL_PID.load(Ordering::Acquire);
+    if owner == 0 || owner == pid {
+        return Ok(());
+    }
+    let mut g = match GLOBAL.try_lock() {
+        Ok(g) => g,
+        Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(TryLockError::WouldBlock) => {
+            return Err(nrt_err(
+                NrtStatus::InvalidHandle,
+                format!(
+                    "this process is a fork of pid {owner}, made while a thread of the parent \
+                     was starting or closing the runtime; the nrt package cannot be used in \
+                     this process (fork before first use, or use the 'spawn' start method)"
+                ),
+            ));
+        }
+    };
+    if let Some(parent) = g.take() {
+        FORKED_FROM.store(parent.pid, Ordering::Relaxed);
+        // Never dropped here: dropping closes the runtime, which joins threads that exist
+        // only in the parent.
+        std::mem::forget(parent);
+    }
+    GLOBAL_PID.store(pid, Ordering::Release);
+    Ok(())
+}
+
+/// `os.register_at_fork(after_in_child=...)`: the child forgets the parent's runtime.
+#[pyfunction]
+fn _after_fork_child() -> PyResult<()> {
+    leave_parent_runtime()
 }
 
 /// The open runtime, started now if there is none (or the last one was closed). Takes the
 /// GIL token: it is called with the GIL held.
 fn global(_py: Python<'_>) -> PyResult<Arc<Global>> {
+    leave_parent_runtime()?;
     let mut g = lock(&GLOBAL);
     if let Some(rt) = g.as_ref().filter(|g| g.rt.is_open()) {
         return Ok(rt.clone());
@@ -174,8 +270,19 @@ fn global(_py: Python<'_>) -> PyResult<Arc<Global>> {
     let s = lock(&SETTINGS).clone();
     // Started with the GIL held: releasing it while holding GLOBAL would deadlock against a
     // thread that holds the GIL and waits for GLOBAL. It takes milliseconds, once.
-    let started = start_runtime(&s).map_err(from_rt)?;
+    let started = start_runtime(&s).map_err(|e| match FORKED_FROM.load(Ordering::Relaxed) {
+        0 => from_rt(e),
+        parent => nrt_err(
+            e.status,
+            format!(
+                "this process is a fork of pid {parent}, whose runtime keeps its cores; \
+                 starting this process's own runtime failed: {}",
+                e.message
+            ),
+        ),
+    })?;
     let started = Arc::new(started);
+    GLOBAL_PID.store(started.pid, Ordering::Release);
     *g = Some(started.clone());
     Ok(started)
 }
@@ -220,6 +327,7 @@ fn configure(
         None => None,
     };
     let cores = visible_cores.map(parse_cores).transpose()?;
+    leave_parent_runtime()?;
     let running = lock(&GLOBAL).as_ref().is_some_and(|g| g.rt.is_open());
     if running && (cores.is_some() || num_cores.is_some() || logical_nc_config.is_some()) {
         return Err(invalid(
@@ -252,11 +360,13 @@ fn configure(
 /// Closes the process-global runtime: unloads every model and releases the cores. Models
 /// and tensors from before raise NrtError (NRT_CLOSED); the next use starts a new runtime.
 #[pyfunction]
-fn close(py: Python<'_>) {
+fn close(py: Python<'_>) -> PyResult<()> {
+    leave_parent_runtime()?;
     let g = lock(&GLOBAL).take();
     if let Some(g) = g {
         py.allow_threads(|| g.rt.close());
     }
+    Ok(())
 }
 
 /// The physical NeuronCores the runtime reserved, one list per logical core (starts the
@@ -306,7 +416,9 @@ fn reset(py: Python<'_>, core: u32) -> PyResult<()> {
 /// Starts recording per-stage spans (used by `nrt.profile`).
 #[pyfunction]
 fn _trace_start(py: Python<'_>) -> PyResult<()> {
-    global(py)?.rt.set_tracing(true);
+    let g = global(py)?;
+    g.tracing.store(true, Ordering::Relaxed);
+    g.rt.set_tracing(true);
     Ok(())
 }
 
@@ -317,7 +429,13 @@ fn _trace_stop(py: Python<'_>, path: PathBuf) -> PyResult<usize> {
     let g = global(py)?;
     let spans = g.rt.trace_spans();
     g.rt.set_tracing(false);
-    let names = lock(&g.names).clone();
+    g.tracing.store(false, Ordering::Relaxed);
+    let names: Vec<(u32, String)> = {
+        let mut names = lock(&g.names);
+        let all = names.iter().map(|(i, (n, _))| (*i, n.clone())).collect();
+        names.retain(|_, (_, loaded)| *loaded);
+        all
+    };
     let refs: Vec<(u32, &str)> = names.iter().map(|(i, n)| (*i, n.as_str())).collect();
     let json = nrt_runtime::chrome_json(&spans, &refs);
     std::fs::write(&path, json).map_err(|e| {
@@ -361,6 +479,63 @@ fn descr(py: Python<'_>, d: DType) -> PyResult<Bound<'_, PyArrayDescr>> {
         DType::F64 => "float64",
     };
     PyArrayDescr::new(py, name)
+}
+
+/// Every element type the device has.
+const DEVICE_DTYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::Bf16,
+    DType::F64,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+    DType::Bool,
+];
+
+/// `d` if it is one of the device's element types (in native byte order); otherwise the
+/// error naming it. Object arrays (pointers to Python objects, whose references a byte copy
+/// would not carry), strings, bytes, void/structured, datetime, timedelta and complex
+/// arrays — anything the device has no type for — are refused here, before a byte of them
+/// is copied.
+fn device_dtype<'py>(
+    py: Python<'py>,
+    d: &Bound<'py, PyArrayDescr>,
+    what: &str,
+) -> PyResult<Bound<'py, PyArrayDescr>> {
+    if !d.has_object() {
+        for t in DEVICE_DTYPES {
+            let dev = descr(py, t)?;
+            if d.is_equiv_to(&dev) {
+                return Ok(dev);
+            }
+        }
+    }
+    let names = DEVICE_DTYPES
+        .iter()
+        .map(|&t| descr(py, t).map(|d| dtype_name(&d)))
+        .collect::<PyResult<Vec<_>>>()?
+        .join(", ");
+    Err(invalid(format!(
+        "{what}: dtype {} ({}, kind '{}') is not an element type of the device ({names}, \
+         in native byte order)",
+        dtype_name(d),
+        dtype_repr(d),
+        d.kind() as char
+    )))
+}
+
+/// A dtype as numpy spells it in `repr` (`dtype('<U3')`), so that object, string and
+/// structured dtypes are named unambiguously.
+fn dtype_repr(d: &Bound<'_, PyArrayDescr>) -> String {
+    d.repr()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|_| dtype_name(d))
 }
 
 /// A new, uninitialized, C-ordered array.
@@ -499,10 +674,42 @@ impl TensorInfo {
 #[pyclass(frozen, module = "nrt", name = "Tensor")]
 #[derive(Debug)]
 struct Tensor {
-    t: RtTensor,
+    /// Dropped only in the process that made it (a fork child leaks it: freeing device
+    /// memory takes the parent device's locks).
+    t: ManuallyDrop<RtTensor>,
+    /// The process whose runtime holds it.
+    pid: u32,
     shape: Vec<usize>,
     dtype: Py<PyArrayDescr>,
     core: u32,
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        if self.pid == std::process::id() {
+            // SAFETY: `t` is dropped once, here, and not used again.
+            unsafe { ManuallyDrop::drop(&mut self.t) };
+        }
+    }
+}
+
+impl Tensor {
+    /// `Ok` in the process that made it; in a fork child, the error saying so.
+    fn check_owner(&self) -> PyResult<()> {
+        if self.pid == std::process::id() {
+            return Ok(());
+        }
+        Err(nrt_err(
+            NrtStatus::InvalidHandle,
+            format!(
+                "nrt.Tensor '{}' belongs to the runtime of the parent process (pid {}); this \
+                 process is a fork of it, where that runtime cannot run: make the tensor again \
+                 in this process",
+                self.t.name(),
+                self.pid
+            ),
+        ))
+    }
 }
 
 #[pymethods]
@@ -516,10 +723,11 @@ impl Tensor {
         core: u32,
         name: Option<&str>,
     ) -> PyResult<Tensor> {
+        let name = name.unwrap_or("tensor");
         let a = contiguous(py, array)?;
+        let dtype = device_dtype(py, &a.dtype(), &format!("Tensor.from_numpy('{name}')"))?;
         let g = global(py)?;
         let size = nbytes(&a) as u64;
-        let name = name.unwrap_or("tensor");
         let t =
             g.rt.allocate_tensor(Placement::Device, core as i32, size, name)
                 .map_err(from_rt)?;
@@ -530,15 +738,17 @@ impl Tensor {
         let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, n) };
         py.allow_threads(|| t.write(bytes, 0)).map_err(from_rt)?;
         Ok(Tensor {
-            t,
+            t: ManuallyDrop::new(t),
+            pid: g.pid,
             shape: a.shape().to_vec(),
-            dtype: a.dtype().unbind(),
+            dtype: dtype.unbind(),
             core,
         })
     }
 
     /// Copies the tensor into a new numpy array.
     fn numpy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyUntypedArray>> {
+        self.check_owner()?;
         let a = new_array(py, self.dtype.bind(py), &self.shape)?;
         let (p, n) = (data_ptr(&a) as usize, nbytes(&a));
         // SAFETY: `a` is a fresh C-contiguous array of `n` bytes that nobody else sees yet.
@@ -549,7 +759,13 @@ impl Tensor {
 
     /// Overwrites the tensor with `array` (same shape and dtype).
     fn write(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_owner()?;
         let a = contiguous(py, array)?;
+        device_dtype(
+            py,
+            &a.dtype(),
+            &format!("Tensor.write('{}')", self.t.name()),
+        )?;
         if a.shape() != self.shape.as_slice() || !a.dtype().is_equiv_to(self.dtype.bind(py)) {
             return Err(invalid(format!(
                 "tensor '{}' is {} {}; got {} {}",
@@ -630,6 +846,94 @@ struct IoPair {
     out_t: Vec<RtTensor>,
 }
 
+/// The interruptible path's I/O ([`Model::run_interruptible`]): device tensors, one per
+/// input and output, and the execution's status slot.
+struct DevPair {
+    ins: TensorSet,
+    outs: TensorSet,
+    in_t: Vec<RtTensor>,
+    out_t: Vec<RtTensor>,
+    /// Written by the runtime when the execution completes (`execute_schedule_raw`).
+    status: Box<AtomicI32>,
+}
+
+/// A model's pooled I/O.
+#[derive(Default)]
+struct Pools {
+    /// The sync path's empty host tensors.
+    host: Vec<IoPair>,
+    /// The interruptible path's device tensors.
+    dev: Vec<DevPair>,
+    /// Device tensors of executions a signal interrupted the wait for: still in flight, so
+    /// not reused until the runtime says they completed (a hung one: after its timeout).
+    abandoned: Vec<(SeqId, DevPair)>,
+}
+
+/// At most this many pooled I/O sets of each kind per model.
+const POOL_MAX: usize = 64;
+
+/// How often a wait for an execution on the main thread wakes to run Python's signal
+/// handlers (Ctrl-C: `KeyboardInterrupt`).
+const SIGNAL_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// How long the main thread polls an execution (helping the harvest, as a synchronous
+/// caller does) before it blocks on an eventfd.
+const POLL_BEFORE_BLOCKING: Duration = Duration::from_micros(500);
+
+/// The thread ident (`threading.get_ident()`, pthread_self) of Python's main thread, the
+/// one thread signal handlers run on (0: unknown).
+static MAIN_THREAD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Registers Python's main thread (`threading.main_thread().ident`; again in a fork child).
+#[pyfunction]
+fn _set_main_thread(ident: u64) {
+    MAIN_THREAD.store(ident, Ordering::Relaxed);
+}
+
+fn on_main_thread() -> bool {
+    // SAFETY: pthread_self has no preconditions.
+    let me = unsafe { libc::pthread_self() } as u64;
+    MAIN_THREAD.load(Ordering::Relaxed) == me
+}
+
+/// An eventfd, closed on drop.
+struct EventFd(i32);
+
+impl EventFd {
+    fn new() -> Result<EventFd, RtError> {
+        // SAFETY: eventfd has no memory preconditions; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(RtError::new(
+                NrtStatus::Resource,
+                format!("eventfd: {}", std::io::Error::last_os_error()),
+            ));
+        }
+        Ok(EventFd(fd))
+    }
+
+    /// Waits up to `timeout` for the eventfd to be signaled (and consumes the signal).
+    fn wait(&self, timeout: Duration) {
+        let mut p = libc::pollfd {
+            fd: self.0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; poll returns early on a signal (EINTR), which is fine.
+        unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        let mut v = 0u64;
+        // SAFETY: an 8-byte read into a u64 from our non-blocking eventfd.
+        unsafe { libc::read(self.0, (&mut v as *mut u64).cast(), 8) };
+    }
+}
+
+impl Drop for EventFd {
+    fn drop(&mut self) {
+        // SAFETY: our descriptor, closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
 /// Where one input's bytes come from.
 enum Src<'py> {
     /// A host buffer (kept alive by the array).
@@ -668,14 +972,43 @@ fn trimmed<'py>(
 
 /// A model loaded on the process-global runtime. Call it with a dict of numpy arrays (or
 /// nrt.Tensor) keyed by input name; it returns a dict of numpy arrays keyed by output name.
+///
+/// Dropping the last reference unloads it (as a file object closes), unless `unload()` or
+/// `nrt.close()` did already.
 #[pyclass(frozen, module = "nrt", name = "Model")]
 struct Model {
-    g: Arc<Global>,
-    m: RtModel,
+    /// The three runtime-bound fields are dropped only in the process that loaded the model
+    /// (a fork child leaks them: see [`Global`]).
+    g: ManuallyDrop<Arc<Global>>,
+    m: ManuallyDrop<RtModel>,
     inputs: Vec<Py<TensorInfo>>,
     outputs: Vec<Py<TensorInfo>>,
     source: String,
-    pool: Mutex<Vec<IoPair>>,
+    pool: ManuallyDrop<Mutex<Pools>>,
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        if self.g.pid != std::process::id() {
+            // A fork child: the parent's runtime is never touched here; its handles leak.
+            return;
+        }
+        if self.m.is_loaded() && self.g.rt.is_open() {
+            // Dropped with the GIL held (the object's deallocation); an unload waits for the
+            // model's executions in flight, so it runs without the GIL. Errors (a concurrent
+            // close) leave nothing to do.
+            let (g, m) = (&**self.g, &*self.m);
+            let _ = Python::with_gil(|py| py.allow_threads(|| g.rt.unload(m)));
+            self.g.forget_name(self.m.id());
+        }
+        // SAFETY: each field is dropped once, here, and not used again; the pool's tensors
+        // (which reference the runtime) go before the runtime's last handle.
+        unsafe {
+            ManuallyDrop::drop(&mut self.pool);
+            ManuallyDrop::drop(&mut self.m);
+            ManuallyDrop::drop(&mut self.g);
+        }
+    }
 }
 
 impl std::fmt::Debug for Model {
@@ -762,17 +1095,13 @@ impl Model {
         }
         drop(decoded);
         let opts = LoadOptions {
-            exec_timeout: match timeout {
-                Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
-                Some(s) => return Err(invalid(format!("timeout={s} (seconds, > 0)"))),
-                None => None,
-            },
+            exec_timeout: timeout.map(exec_timeout).transpose()?,
         };
         let vnc = i32::try_from(core).map_err(|_| invalid(format!("core={core}")))?;
         let m = py
             .allow_threads(|| g.rt.load(&ncm, vnc, &opts))
             .map_err(|e| nrt_err(e.status, format!("{source}: {}", e.message)))?;
-        lock(&g.names).push((m.id(), m.name().to_owned()));
+        lock(&g.names).insert(m.id(), (m.name().to_owned(), true));
         let (mut inputs, mut outputs) = (Vec::new(), Vec::new());
         for i in m.tensor_info() {
             let info = Py::new(py, TensorInfo::from_rt(py, &i)?)?;
@@ -782,12 +1111,12 @@ impl Model {
             }
         }
         Ok(Model {
-            g,
-            m,
+            g: ManuallyDrop::new(g),
+            m: ManuallyDrop::new(m),
             inputs,
             outputs,
             source,
-            pool: Mutex::new(Vec::new()),
+            pool: ManuallyDrop::new(Mutex::new(Pools::default())),
         })
     }
 
@@ -819,7 +1148,7 @@ impl Model {
     /// Whether it is still loaded (False after unload() or nrt.close()).
     #[getter]
     fn loaded(&self) -> bool {
-        self.m.is_loaded() && self.g.rt.is_open()
+        self.g.pid == std::process::id() && self.m.is_loaded() && self.g.rt.is_open()
     }
 
     /// Runs the model: `inputs` maps every input name to a numpy array (or nrt.Tensor);
@@ -842,15 +1171,28 @@ impl Model {
     }
 
     /// Resets the model's core after a fatal device error (NRT_EXEC_UNIT_UNRECOVERABLE).
+    /// Raises NrtError (NRT_INVALID) once the model is unloaded.
     fn reset(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_owner()?;
+        if !self.m.is_loaded() {
+            return Err(invalid(format!(
+                "model '{}' is unloaded; reset() resets the core of a loaded model (nrt.reset(core) \
+                 resets a core by number)",
+                self.m.name()
+            )));
+        }
         py.allow_threads(|| self.g.rt.reset_vnc(self.m.vnc()))
             .map_err(|e| model_err(self.m.name(), e))
     }
 
-    /// Unloads the model; later calls raise NrtError (NRT_INVALID).
+    /// Unloads the model; later calls raise NrtError (NRT_INVALID). Dropping the last
+    /// reference to a model unloads it too.
     fn unload(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_owner()?;
         py.allow_threads(|| self.g.rt.unload(&self.m))
-            .map_err(|e| model_err(self.m.name(), e))
+            .map_err(|e| model_err(self.m.name(), e))?;
+        self.g.forget_name(self.m.id());
+        Ok(())
     }
 
     /// Times `iterations` executions after `warmup` untimed ones. mode="host": each call is
@@ -866,6 +1208,7 @@ impl Model {
         mode: &str,
         inputs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        self.check_owner()?;
         if iterations == 0 {
             return Err(invalid("benchmark(): iterations must be >= 1"));
         }
@@ -980,9 +1323,24 @@ fn stats<'py>(py: Python<'py>, ns: &[u64], mode: &str) -> PyResult<Bound<'py, Py
     Ok(d)
 }
 
+/// A `timeout=` in seconds as the execution timeout: finite, positive and representable
+/// (`Duration::from_secs_f64` panics past ~1.8e19 s).
+fn exec_timeout(s: f64) -> PyResult<Duration> {
+    if !(s.is_finite() && s > 0.0) {
+        return Err(invalid(format!("timeout={s} (seconds, > 0)")));
+    }
+    Duration::try_from_secs_f64(s).map_err(|e| invalid(format!("timeout={s} (seconds, > 0): {e}")))
+}
+
 impl Model {
+    /// `Ok` in the process that loaded the model; in a fork child, the error saying so.
+    fn check_owner(&self) -> PyResult<()> {
+        self.g
+            .check_owner(|| format!("model '{}' ({})", self.m.name(), self.source))
+    }
+
     fn take_pair(&self) -> Result<IoPair, RtError> {
-        if let Some(p) = lock(&self.pool).pop() {
+        if let Some(p) = lock(&self.pool).host.pop() {
             return Ok(p);
         }
         let rt = &self.g.rt;
@@ -1007,9 +1365,236 @@ impl Model {
 
     fn give_back(&self, p: IoPair) {
         let mut pool = lock(&self.pool);
-        if pool.len() < 64 {
-            pool.push(p);
+        if pool.host.len() < POOL_MAX {
+            pool.host.push(p);
         }
+    }
+
+    /// A set of device tensors for the interruptible path: a pooled one, one whose
+    /// interrupted execution has completed since, or a new one.
+    fn take_dev_pair(&self) -> Result<DevPair, RtError> {
+        {
+            let mut pool = lock(&self.pool);
+            let rt = &self.g.rt;
+            // An interrupted execution's tensors come back once it completed (an error —
+            // the runtime closed — drops them).
+            let mut k = 0;
+            while k < pool.abandoned.len() {
+                match rt.is_completed(pool.abandoned[k].0) {
+                    Ok(false) => k += 1,
+                    done => {
+                        let (_, p) = pool.abandoned.swap_remove(k);
+                        if done.is_ok() && pool.dev.len() < POOL_MAX {
+                            pool.dev.push(p);
+                        }
+                    }
+                }
+            }
+            if let Some(p) = pool.dev.pop() {
+                return Ok(p);
+            }
+        }
+        let (rt, vnc) = (&self.g.rt, self.m.vnc() as i32);
+        let mut p = DevPair {
+            ins: TensorSet::new(),
+            outs: TensorSet::new(),
+            in_t: Vec::new(),
+            out_t: Vec::new(),
+            status: Box::new(AtomicI32::new(0)),
+        };
+        for i in &self.inputs {
+            let i = i.get();
+            let t = rt.allocate_tensor(Placement::Device, vnc, i.size, &i.name)?;
+            p.ins.add(&i.name, &t);
+            p.in_t.push(t);
+        }
+        for o in &self.outputs {
+            let o = o.get();
+            let t = rt.allocate_tensor(Placement::Device, vnc, o.size, &o.name)?;
+            p.outs.add(&o.name, &t);
+            p.out_t.push(t);
+        }
+        Ok(p)
+    }
+
+    /// Runs on the main thread: the execution is scheduled on the explicit surface (its
+    /// inputs copied into pooled device tensors, as the sync surface copies host inputs
+    /// into its clone buffers) and waited for in slices of [`SIGNAL_CHECK_EVERY`], running
+    /// Python's signal handlers between them, so that Ctrl-C raises `KeyboardInterrupt`
+    /// within ~50 ms even while the execution hangs. An interrupted execution stays in
+    /// flight: its tensors are parked ([`Pools::abandoned`]) until the runtime reports it
+    /// completed (a hung one times out), never reused before. Returns the execution's
+    /// result; the outputs are in `outs` on success.
+    fn run_interruptible(
+        &self,
+        py: Python<'_>,
+        srcs: &[Src<'_>],
+        outs: &[Bound<'_, PyUntypedArray>],
+    ) -> PyResult<Result<(), RtError>> {
+        let mut pair = match self.take_dev_pair() {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        // Host inputs: their bytes, copied without the GIL below.
+        let mut copies: Vec<(usize, usize, usize)> = Vec::with_capacity(srcs.len());
+        for (k, (src, info)) in srcs.iter().zip(&self.inputs).enumerate() {
+            match src {
+                Src::Host(a) => {
+                    pair.ins.add(&info.get().name, &pair.in_t[k]);
+                    copies.push((k, data_ptr(a) as usize, nbytes(a)));
+                }
+                Src::Device(t) => pair.ins.add(&info.get().name, t),
+            }
+        }
+        let (rt, m) = (&self.g.rt, &*self.m);
+        // As an address: a raw pointer cannot cross into the GIL-free closure.
+        let status = pair.status.as_ptr() as usize;
+        pair.status.store(-1, Ordering::Relaxed);
+        let scheduled = py.allow_threads(|| -> Result<SeqId, RtError> {
+            for &(k, p, n) in &copies {
+                // SAFETY: the arrays are C-contiguous, `n` bytes long and referenced by
+                // `srcs` for the whole call; only read.
+                let bytes = unsafe { std::slice::from_raw_parts(p as *const u8, n) };
+                pair.in_t[k].write(bytes, 0)?;
+            }
+            loop {
+                // SAFETY: the status slot lives in `pair`, which is kept (pooled or parked
+                // in `abandoned`, never dropped) until the execution completed.
+                match unsafe {
+                    rt.execute_schedule_raw(m, &pair.ins, &pair.outs, 0, status as *mut i32)
+                } {
+                    // Every I/O set is in flight (other threads, interrupted executions):
+                    // wait for one as the sync surface does.
+                    Err(e) if e.status == NrtStatus::QueueFull => {
+                        std::thread::sleep(Duration::from_micros(200))
+                    }
+                    r => return r,
+                }
+            }
+        });
+        let seq = match scheduled {
+            Ok(seq) => seq,
+            Err(e) => {
+                self.give_back_dev(pair);
+                return Ok(Err(e));
+            }
+        };
+        let waited = self.wait_interruptible(py, seq);
+        match waited {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                // The runtime closed under it: nothing is reused.
+                return Ok(Err(e));
+            }
+            Err(interrupted) => {
+                lock(&self.pool).abandoned.push((seq, pair));
+                return Err(interrupted);
+            }
+        }
+        let st = pair.status.load(Ordering::Acquire);
+        let result = match NrtStatus::try_from(st).ok() {
+            Some(NrtStatus::Success) => {
+                let reads: Vec<(usize, usize)> = outs
+                    .iter()
+                    .map(|a| (data_ptr(a) as usize, nbytes(a)))
+                    .collect();
+                py.allow_threads(|| -> Result<(), RtError> {
+                    for (&(p, n), t) in reads.iter().zip(&pair.out_t) {
+                        // SAFETY: fresh C-contiguous output arrays of the outputs' sizes,
+                        // referenced by `outs` and seen by nobody else yet.
+                        let buf = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, n) };
+                        t.read(buf, 0)?;
+                    }
+                    Ok(())
+                })
+            }
+            Some(s) => Err(RtError::new(
+                s,
+                format!(
+                    "execution {} of model '{}' failed: {}",
+                    seq.seq_num(),
+                    m.name(),
+                    s.description()
+                ),
+            )),
+            None => Err(RtError::new(
+                NrtStatus::Failure,
+                format!("execution of model '{}' ended with status {st}", m.name()),
+            )),
+        };
+        self.give_back_dev(pair);
+        Ok(result)
+    }
+
+    fn give_back_dev(&self, p: DevPair) {
+        let mut pool = lock(&self.pool);
+        if pool.dev.len() < POOL_MAX {
+            pool.dev.push(p);
+        }
+    }
+
+    /// Waits for `seq` without the GIL, waking every [`SIGNAL_CHECK_EVERY`] to run Python's
+    /// signal handlers. `Err` is the handlers' exception (the execution is still in flight);
+    /// `Ok(Err)` a runtime error of the wait itself.
+    fn wait_interruptible(&self, py: Python<'_>, seq: SeqId) -> PyResult<Result<(), RtError>> {
+        let rt = &self.g.rt;
+        // First poll it, helping the harvest (a short execution completes here).
+        let polled = py.allow_threads(|| -> Result<bool, RtError> {
+            let t0 = Instant::now();
+            let mut n = 0u32;
+            loop {
+                if rt.is_completed(seq)? {
+                    return Ok(true);
+                }
+                n = n.wrapping_add(1);
+                if n.is_multiple_of(16) && t0.elapsed() >= POLL_BEFORE_BLOCKING {
+                    return Ok(false);
+                }
+                std::hint::spin_loop();
+            }
+        });
+        match polled {
+            Ok(true) => return Ok(Ok(())),
+            Ok(false) => {}
+            Err(e) => return Ok(Err(e)),
+        }
+        // Then block on an eventfd the runtime signals at completion, in slices.
+        let efd = match EventFd::new() {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Err(e) = rt.register_seq_eventfd(seq, efd.0) {
+            return Ok(Err(e));
+        }
+        let out = loop {
+            let done = py.allow_threads(|| -> Result<bool, RtError> {
+                let until = Instant::now() + SIGNAL_CHECK_EVERY;
+                loop {
+                    if rt.is_completed(seq)? {
+                        return Ok(true);
+                    }
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(false);
+                    }
+                    efd.wait(left);
+                }
+            });
+            match done {
+                Ok(true) => break Ok(Ok(())),
+                Ok(false) => {
+                    if let Err(e) = py.check_signals() {
+                        break Err(e);
+                    }
+                }
+                Err(e) => break Ok(Err(e)),
+            }
+        };
+        // Deregistered before the descriptor closes (a later completion must not write to
+        // a number the process may reuse).
+        let _ = rt.register_seq_eventfd(seq, -1);
+        drop(efd);
+        out
     }
 
     /// Checks one input value and returns where its bytes are.
@@ -1022,7 +1607,11 @@ impl Model {
         let model = self.m.name();
         if let Ok(t) = v.downcast::<Tensor>() {
             let t = t.get();
-            if t.t.size() != info.size || !info.accepts(py, t.dtype.bind(py)) {
+            t.check_owner()?;
+            if t.t.size() != info.size
+                || t.shape != info.shape
+                || !info.accepts(py, t.dtype.bind(py))
+            {
                 return Err(invalid(format!(
                     "input '{}' of model '{model}': nrt.Tensor '{}' is {} {} ({} bytes); the \
                      model expects {} {} ({} bytes)",
@@ -1046,7 +1635,7 @@ impl Model {
                     self.m.vnc()
                 )));
             }
-            return Ok(Src::Device(t.t.clone()));
+            return Ok(Src::Device((*t.t).clone()));
         }
         let a = match v.downcast::<PyUntypedArray>() {
             Ok(a) => {
@@ -1100,6 +1689,7 @@ impl Model {
         py: Python<'py>,
         inputs: &Bound<'py, PyDict>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        self.check_owner()?;
         let model = self.m.name();
         if inputs.len() > self.inputs.len() {
             for k in inputs.keys() {
@@ -1142,7 +1732,46 @@ impl Model {
             let o = o.get();
             outs.push(new_array(py, o.dtype.bind(py), &o.shape)?);
         }
-        let mut pair = self.take_pair().map_err(|e| model_err(model, e))?;
+        // Signals (Ctrl-C) are handled on the main thread only, and only between waits:
+        // there, the execution is waited for in slices (explicit surface). Elsewhere, and
+        // while a trace records the sync surface's stages, the sync surface.
+        let result = if on_main_thread() && !self.g.tracing.load(Ordering::Relaxed) {
+            self.run_interruptible(py, &srcs, &outs)?
+        } else {
+            self.run_sync(py, &srcs, &outs)
+        };
+        result.map_err(|e| model_err(model, e))?;
+        // An output whose extent depends on the data (NonZero, Unique, NonMaxSuppression)
+        // comes back trimmed to the actual shape its `<name>:shape` companion holds; the
+        // companion is not a result of its own.
+        let names: Vec<&str> = self.outputs.iter().map(|o| o.get().name.as_str()).collect();
+        let d = PyDict::new(py);
+        for (o, a) in self.outputs.iter().zip(&outs) {
+            let name = o.get().name.as_str();
+            if name
+                .strip_suffix(SHAPE_SUFFIX)
+                .is_some_and(|base| names.contains(&base))
+            {
+                continue;
+            }
+            let companion = format!("{name}{SHAPE_SUFFIX}");
+            match names.iter().position(|n| *n == companion) {
+                Some(j) => d.set_item(name, trimmed(a, &outs[j], name)?)?,
+                None => d.set_item(name, a)?,
+            }
+        }
+        Ok(d)
+    }
+
+    /// The sync surface: the arrays' buffers bound to pooled empty host tensors, the whole
+    /// execution on this thread without the GIL (not interruptible by signals).
+    fn run_sync(
+        &self,
+        py: Python<'_>,
+        srcs: &[Src<'_>],
+        outs: &[Bound<'_, PyUntypedArray>],
+    ) -> Result<(), RtError> {
+        let mut pair = self.take_pair()?;
         let attached = (|| -> Result<(), RtError> {
             for (src, t) in srcs.iter().zip(&pair.in_t) {
                 if let Src::Host(a) = src {
@@ -1182,36 +1811,11 @@ impl Model {
                 pair.ins.add(&info.get().name, t);
             }
         }
-        match result {
-            Ok(()) => self.give_back(pair),
-            Err(e) => {
-                // Keep the pool only while the runtime is usable.
-                if self.g.rt.is_open() {
-                    self.give_back(pair);
-                }
-                return Err(model_err(model, e));
-            }
+        if result.is_ok() || self.g.rt.is_open() {
+            // Keep the pool only while the runtime is usable.
+            self.give_back(pair);
         }
-        // An output whose extent depends on the data (NonZero, Unique, NonMaxSuppression)
-        // comes back trimmed to the actual shape its `<name>:shape` companion holds; the
-        // companion is not a result of its own.
-        let names: Vec<&str> = self.outputs.iter().map(|o| o.get().name.as_str()).collect();
-        let d = PyDict::new(py);
-        for (o, a) in self.outputs.iter().zip(&outs) {
-            let name = o.get().name.as_str();
-            if name
-                .strip_suffix(SHAPE_SUFFIX)
-                .is_some_and(|base| names.contains(&base))
-            {
-                continue;
-            }
-            let companion = format!("{name}{SHAPE_SUFFIX}");
-            match names.iter().position(|n| *n == companion) {
-                Some(j) => d.set_item(name, trimmed(a, &outs[j], name)?)?,
-                None => d.set_item(name, a)?,
-            }
-        }
-        Ok(d)
+        result
     }
 
     fn input_names(&self) -> String {
@@ -1343,5 +1947,7 @@ fn _nrt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_onnx_signature, m)?)?;
     m.add_function(wrap_pyfunction!(_statuses, m)?)?;
     m.add_function(wrap_pyfunction!(_near_null, m)?)?;
+    m.add_function(wrap_pyfunction!(_after_fork_child, m)?)?;
+    m.add_function(wrap_pyfunction!(_set_main_thread, m)?)?;
     Ok(())
 }
