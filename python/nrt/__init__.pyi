@@ -194,10 +194,13 @@ def configure(
     num_cores: Optional[int] = None,
     logical_nc_config: Optional[int] = None,
     log_level: Optional[str] = None,
+    interruptible: Optional[bool] = None,
 ) -> None:
     """Sets how the process-global runtime starts (before first use; overrides the
     NEURON_RT_* environment). log_level ("ERROR", "WARN", "INFO", "DEBUG", "TRACE", "OFF")
-    may be changed at any time."""
+    and interruptible (default True: main-thread calls wake every 50 ms for signals, so
+    Ctrl-C interrupts a hung call; False: the sync surface, some tens of us faster) may be
+    changed at any time."""
 
 def close() -> None:
     """Closes the runtime; earlier models/tensors raise NRT_CLOSED; the next use starts a

@@ -403,3 +403,17 @@ def test_inference_session_bounds_its_compiled_models(models):
     assert s.compiled_shapes == [((6, 4),), ((4, 4),), ((1, 4),)]
     with pytest.raises(nrt.NrtError):
         nrt.InferenceSession(models["tiny_dyn"], max_compiled_shapes=0)
+
+
+def test_interruptible_can_be_turned_off(models):
+    m = nrt.Model.load(models["tiny"])
+    x = {"X": np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)}
+    ref = m(x)["Y"]
+    t = nrt.Tensor.from_numpy(x["X"])
+    try:
+        nrt.configure(interruptible=False)
+        np.testing.assert_array_equal(m(x)["Y"], ref)
+        np.testing.assert_array_equal(m({"X": t})["Y"], ref)
+    finally:
+        nrt.configure(interruptible=True)
+    np.testing.assert_array_equal(m({"X": t})["Y"], ref)
