@@ -31,12 +31,22 @@
 //! read-modify-write, and never allocate. Errors found before staging (bad input, failure to
 //! queue) are counted on their (cold) error path with `fetch_add`.
 
-use crate::error::{NrtError, Result};
+use crate::error::NrtError;
 use nrt_hal::NrtStatus;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+mod ownership;
+mod read;
+pub mod rundir;
+
+pub(crate) use ownership::{Ownership, acquire};
+pub use read::{
+    MAX_RECORD_BUSY_NS, MAX_RECORD_COUNT, ModelSnapshot, ProcessRecord, RecordScan, VcoreSnapshot,
+    parse_record, read_records, read_records_in, scan_records, snapshot,
+};
+pub use rundir::{RuntimeDir, runtime_dir_from_env};
 
 /// `NRTHOST1` as a little-endian word.
 pub const RECORD_MAGIC: u64 = u64::from_le_bytes(*b"NRTHOST1");
@@ -253,8 +263,8 @@ pub struct Record {
     pub models: [ModelEntry; MAX_RECORD_MODELS],
 }
 
-const STATE_ACQUIRING: u64 = 0;
-const STATE_HOLDING: u64 = 1;
+pub(super) const STATE_ACQUIRING: u64 = 0;
+pub(super) const STATE_HOLDING: u64 = 1;
 
 /// Adds `v` to a counter that only one thread writes at a time (the harvest token holder):
 /// a load and a store, not a locked read-modify-write.
@@ -310,19 +320,6 @@ pub(crate) fn now_ns() -> u64 {
     nrt_hal::monotonic_ns()
 }
 
-/// The runtime directory: `NRT_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/nrt-rs`, else
-/// `/dev/shm/nrt-rs`.
-pub fn runtime_dir_from_env() -> PathBuf {
-    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(d) = var("NRT_RUNTIME_DIR") {
-        return PathBuf::from(d);
-    }
-    match var("XDG_RUNTIME_DIR") {
-        Some(d) => PathBuf::from(d).join("nrt-rs"),
-        None => PathBuf::from("/dev/shm/nrt-rs"),
-    }
-}
-
 /// A shared, writable mapping of a record file.
 #[derive(Debug)]
 pub(crate) struct Mapping {
@@ -335,11 +332,11 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    fn new(f: &File) -> std::io::Result<Mapping> {
+    pub(super) fn new(f: &File) -> std::io::Result<Mapping> {
         let len = std::mem::size_of::<Record>();
-        f.set_len(len as u64)?;
-        // SAFETY: a shared mapping of `len` bytes of a file we just sized to `len`; the
-        // result is checked against MAP_FAILED.
+        // SAFETY: a shared mapping of `len` bytes of a file whose `len` bytes were reserved
+        // (allocated, not sparse: `rundir::reserve`) before; the result is checked against
+        // MAP_FAILED.
         let p = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
@@ -356,9 +353,9 @@ impl Mapping {
         Ok(Mapping { ptr: p.cast() })
     }
 
-    fn record(&self) -> &Record {
+    pub(super) fn record(&self) -> &Record {
         // SAFETY: the mapping is page-aligned, as long as a Record, zero-filled by
-        // ftruncate (all-zero is a valid Record of atomics), and lives as long as `self`.
+        // posix_fallocate (all-zero is a valid Record of atomics), and lives as long as `self`.
         unsafe { &*self.ptr }
     }
 }
@@ -452,7 +449,7 @@ pub(crate) fn count_host_tensor(rt: &crate::RuntimeInner, bytes: u64, allocated:
 
 /// Writes `text` (truncated at a character boundary to fit) into `words`, NUL-padded;
 /// returns the bytes written.
-fn store_text(words: &[AtomicU64], text: &str) -> usize {
+pub(super) fn store_text(words: &[AtomicU64], text: &str) -> usize {
     let mut end = text.len().min(words.len() * 8);
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -468,7 +465,7 @@ fn store_text(words: &[AtomicU64], text: &str) -> usize {
     end
 }
 
-fn load_text(words: &[AtomicU64], len: u64) -> String {
+pub(super) fn load_text(words: &[AtomicU64], len: u64) -> String {
     let len = (len as usize).min(words.len() * 8);
     let raw: Vec<u8> = words
         .iter()
@@ -480,169 +477,6 @@ fn load_text(words: &[AtomicU64], len: u64) -> String {
 fn zeroed_stats() -> CoreStats {
     // SAFETY: CoreStats is atomics only; all-zero bytes are a valid value of each.
     unsafe { std::mem::zeroed() }
-}
-
-/// Held cores and the published record of one runtime.
-#[derive(Debug)]
-pub(crate) struct Ownership {
-    locks: Vec<File>,
-    record_path: PathBuf,
-    _record: File,
-}
-
-impl Drop for Ownership {
-    fn drop(&mut self) {
-        // Unlink first: a reader must never find the record unlocked while this process
-        // lives. The locks go with the files.
-        let _ = std::fs::remove_file(&self.record_path);
-    }
-}
-
-fn flock(f: &File, op: i32) -> bool {
-    // SAFETY: flock on a descriptor we own.
-    unsafe { libc::flock(f.as_raw_fd(), op | libc::LOCK_NB) == 0 }
-}
-
-fn own_cmdline() -> String {
-    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
-    cmdline_text(&raw)
-}
-
-fn cmdline_text(raw: &[u8]) -> String {
-    let s: String = String::from_utf8_lossy(raw)
-        .split('\0')
-        .filter(|a| !a.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut end = s.len().min(CMDLINE_BYTES);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
-}
-
-fn io_err(what: &str, path: &Path, e: std::io::Error) -> NrtError {
-    NrtError::new(
-        NrtStatus::Resource,
-        format!(
-            "cannot use the runtime directory (NRT_RUNTIME_DIR): {what} {}: {e}",
-            path.display()
-        ),
-    )
-}
-
-static RECORD_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// Takes the cores' locks in `dir` and publishes the record; returns the ownership and the
-/// statistics area (the record's mapping).
-pub(crate) fn acquire(
-    dir: &Path,
-    cores: &[u32],
-    lnc: u32,
-    vcores: usize,
-) -> Result<(Ownership, StatsArea)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    if vcores > MAX_RECORD_VCORES || cores.iter().any(|&c| c as usize >= CORE_WORDS * 64) {
-        return Err(NrtError::invalid(format!(
-            "a runtime directory record describes at most {MAX_RECORD_VCORES} logical cores of ids below {}",
-            CORE_WORDS * 64
-        )));
-    }
-    std::fs::create_dir_all(dir).map_err(|e| io_err("creating", dir, e))?;
-    let pid = std::process::id();
-    let n = RECORD_SEQ.fetch_add(1, Ordering::Relaxed);
-    // Created under a temporary name and locked before the rename, so a reader never finds
-    // an unlocked live record.
-    let tmp = dir.join(format!(".proc-{pid}-{n}.tmp"));
-    let record_path = dir.join(format!("proc-{pid}-{n}.rec"));
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .open(&tmp)
-        .map_err(|e| io_err("creating", &tmp, e))?;
-    if !flock(&f, libc::LOCK_EX) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_err("locking", &tmp, std::io::Error::last_os_error()));
-    }
-    let map = Mapping::new(&f).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_err("mapping", &tmp, e)
-    })?;
-    let h = &map.record().header;
-    h.pid.store(pid as u64, Ordering::Relaxed);
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    h.start_unix_ns.store(start, Ordering::Relaxed);
-    h.lnc.store(lnc as u64, Ordering::Relaxed);
-    h.vcores.store(vcores as u64, Ordering::Relaxed);
-    for &c in cores {
-        let w = &h.cores[c as usize / 64];
-        w.store(w.load(Ordering::Relaxed) | 1 << (c % 64), Ordering::Relaxed);
-    }
-    let cmd = own_cmdline();
-    let n = store_text(&h.cmdline, &cmd);
-    h.cmdline_len.store(n as u64, Ordering::Relaxed);
-    let tag = std::env::var("NEURON_PROCESS_TAG").unwrap_or_default();
-    let n = store_text(&h.tag, &tag);
-    h.tag_len.store(n as u64, Ordering::Relaxed);
-    h.version.store(RECORD_VERSION, Ordering::Relaxed);
-    h.state.store(STATE_ACQUIRING, Ordering::Relaxed);
-    h.magic.store(RECORD_MAGIC, Ordering::Release);
-    std::fs::rename(&tmp, &record_path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_err("publishing", &record_path, e)
-    })?;
-    let mut own = Ownership {
-        locks: Vec::with_capacity(cores.len()),
-        record_path,
-        _record: f,
-    };
-    for &c in cores {
-        let path = dir.join(format!("core-{c}.lock"));
-        let lf = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o666)
-            .open(&path)
-            .map_err(|e| io_err("opening", &path, e))?;
-        if !flock(&lf, libc::LOCK_EX) {
-            drop(own); // unlinks our record, releases the cores taken so far
-            return Err(in_use_error(dir, c));
-        }
-        own.locks.push(lf);
-    }
-    h.state.store(STATE_HOLDING, Ordering::Release);
-    Ok((own, StatsArea::Shared(map)))
-}
-
-#[cold]
-fn in_use_error(dir: &Path, core: u32) -> NrtError {
-    // The holder published its record before it took the lock; a record still acquiring
-    // (a process that is about to be refused as well) is the fallback. Our own record is
-    // gone already.
-    let mut best: Option<ProcessRecord> = None;
-    for r in read_records(dir) {
-        if r.cores.contains(&core) && best.as_ref().is_none_or(|b| !b.holding && r.holding) {
-            best = Some(r);
-        }
-    }
-    let who = match best {
-        Some(r) => format!("pid {} ({})", r.pid, r.cmdline),
-        None => "another process".to_owned(),
-    };
-    NrtError::new(
-        NrtStatus::Resource,
-        format!(
-            "NeuronCore {core} is in use by {who} (runtime directory {}; NEURON_RT_VISIBLE_CORES selects other cores)",
-            dir.display()
-        ),
-    )
 }
 
 /// Bytes for people: `512 B`, `1.50 KiB`, `4.00 GiB`.
@@ -779,175 +613,6 @@ pub(crate) fn out_of_device_memory(
     NrtError::new(NrtStatus::Resource, m)
 }
 
-/// A record as a reader sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ProcessRecord {
-    /// Process id.
-    pub pid: u32,
-    /// Start time, ns since the Unix epoch.
-    pub start_unix_ns: u64,
-    /// Command line.
-    pub cmdline: String,
-    /// The process tag (`NEURON_PROCESS_TAG`; empty when unset).
-    pub tag: String,
-    /// The models it has loaded (at most [`MAX_RECORD_MODELS`] are listed).
-    pub models: Vec<ModelSnapshot>,
-    /// Physical cores held (global ids).
-    pub cores: Vec<u32>,
-    /// Whether it holds them (else it is still acquiring).
-    pub holding: bool,
-    /// Physical cores per logical core.
-    pub lnc: u32,
-    /// Per logical core.
-    pub vcores: Vec<VcoreSnapshot>,
-}
-
-/// A loaded model, read from a record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModelSnapshot {
-    /// Its id in its runtime.
-    pub id: u32,
-    /// Its logical core.
-    pub vnc: u32,
-    /// Its name.
-    pub name: String,
-    /// Its device bytes by the first five [`MEM_NAMES`].
-    pub mem: [u64; 5],
-}
-
-/// One logical core's statistics, read.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VcoreSnapshot {
-    /// Its first global core id.
-    pub first_core: u32,
-    /// Physical cores it spans.
-    pub cores: u32,
-    /// By [`STATUS_NAMES`].
-    pub status: [u64; 6],
-    /// By [`ERROR_CLASS_NAMES`].
-    pub errors: [u64; 6],
-    /// Device busy time, ns.
-    pub busy_ns: u64,
-    /// Models loaded.
-    pub models: u64,
-    /// Bytes by [`MEM_NAMES`].
-    pub mem: [u64; 6],
-    /// Total-latency histogram.
-    pub lat_total: Vec<u64>,
-    /// Device-latency histogram.
-    pub lat_device: Vec<u64>,
-    /// [`CoreStats::lockstep_serving`].
-    pub lockstep_serving: u64,
-}
-
-/// Reads a statistics block.
-pub fn snapshot(s: &CoreStats) -> VcoreSnapshot {
-    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    VcoreSnapshot {
-        first_core: l(&s.first_core) as u32,
-        cores: l(&s.cores) as u32,
-        status: s.status.each_ref().map(l),
-        errors: s.errors.each_ref().map(l),
-        busy_ns: l(&s.busy_ns),
-        models: l(&s.models),
-        mem: s.mem.each_ref().map(l),
-        lat_total: s.lat_total.iter().map(l).collect(),
-        lat_device: s.lat_device.iter().map(l).collect(),
-        lockstep_serving: l(&s.lockstep_serving),
-    }
-}
-
-/// Parses a record file's bytes (`None`: not a record of this version, or truncated).
-pub fn parse_record(bytes: &[u8]) -> Option<ProcessRecord> {
-    if bytes.len() < std::mem::size_of::<Record>() {
-        return None;
-    }
-    let layout = std::alloc::Layout::new::<Record>();
-    // SAFETY: the layout has a non-zero size; the pointer is checked for null; Record is
-    // atomics only, so all-zero bytes are a valid Record, and the Box frees it with the same
-    // layout. (On the heap: it is ~350 KB.)
-    let mut rec: Box<Record> = unsafe {
-        let p = std::alloc::alloc_zeroed(layout).cast::<Record>();
-        if p.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        Box::from_raw(p)
-    };
-    // SAFETY: `rec` is a Record-sized allocation we own exclusively; `bytes` holds at least
-    // that many bytes (checked above); the two cannot overlap.
-    unsafe {
-        core::ptr::copy_nonoverlapping(
-            bytes.as_ptr(),
-            (&mut *rec as *mut Record).cast::<u8>(),
-            std::mem::size_of::<Record>(),
-        )
-    };
-    let h = &rec.header;
-    let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    if l(&h.magic) != RECORD_MAGIC || l(&h.version) != RECORD_VERSION {
-        return None;
-    }
-    let models = rec
-        .models
-        .iter()
-        .filter_map(|e| {
-            let id = l(&e.id);
-            (id != 0 && id != u64::MAX).then(|| ModelSnapshot {
-                id: id as u32,
-                vnc: l(&e.vnc) as u32,
-                name: load_text(&e.name, l(&e.name_len)),
-                mem: e.mem.each_ref().map(l),
-            })
-        })
-        .collect();
-    let cores = (0..(CORE_WORDS * 64) as u32)
-        .filter(|&c| l(&h.cores[c as usize / 64]) & (1 << (c % 64)) != 0)
-        .collect();
-    let nv = (l(&h.vcores) as usize).min(MAX_RECORD_VCORES);
-    Some(ProcessRecord {
-        pid: u32::try_from(l(&h.pid)).ok()?,
-        start_unix_ns: l(&h.start_unix_ns),
-        cmdline: load_text(&h.cmdline, l(&h.cmdline_len)),
-        tag: load_text(&h.tag, l(&h.tag_len)),
-        models,
-        cores,
-        holding: l(&h.state) == STATE_HOLDING,
-        lnc: u32::try_from(l(&h.lnc)).ok()?,
-        vcores: rec.vcores[..nv].iter().map(snapshot).collect(),
-    })
-}
-
-/// The records of the live runtimes in `dir`, by pid; removes those of dead processes.
-pub fn read_records(dir: &Path) -> Vec<ProcessRecord> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with("proc-") && name.ends_with(".rec")) {
-            continue;
-        }
-        let Ok(f) = File::open(e.path()) else {
-            continue;
-        };
-        if flock(&f, libc::LOCK_SH) {
-            // Nobody holds it: its process is gone (or closed its runtime).
-            let _ = std::fs::remove_file(e.path());
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(e.path()) else {
-            continue;
-        };
-        if let Some(r) = parse_record(&bytes) {
-            out.push(r);
-        }
-    }
-    out.sort_by_key(|r| (r.pid, r.start_unix_ns));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -981,7 +646,10 @@ mod tests {
         let p50 = percentile(&h, 50.0).unwrap();
         assert!((800.0..1300.0).contains(&p50), "{p50}");
         assert!(percentile(&h, 100.0).unwrap() > 800_000.0);
-        assert_eq!(cmdline_text(b"python\0serve.py\0"), "python serve.py");
+        assert_eq!(
+            ownership::cmdline_text(b"python\0serve.py\0"),
+            "python serve.py"
+        );
     }
 
     #[test]
