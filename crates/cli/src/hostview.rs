@@ -78,10 +78,39 @@ pub fn ls_json(h: &HostShape, recs: &[ProcessRecord]) -> Value {
     Value::Array(devices)
 }
 
+/// The records of the runtimes in `dir`. A file named like a record that is not a usable one
+/// (a link, a FIFO, the wrong size, values that do not add up) is named on stderr, once per
+/// process; so is a directory a runtime would refuse (its records may be forged).
+pub fn records(dir: &std::path::Path) -> Vec<ProcessRecord> {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let Ok(d) = host::RuntimeDir::open_for_reading(dir) else {
+        return Vec::new();
+    };
+    let scan = host::read_records_in(&d);
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    let said = said.get_or_insert_with(HashSet::new);
+    if let Err(why) = d.check()
+        && said.insert(String::new())
+    {
+        eprintln!(
+            "nrt: warning: a runtime would refuse the runtime directory {} ({why}); what its records say may be forged",
+            dir.display()
+        );
+    }
+    for (name, why) in &scan.skipped {
+        if said.insert(name.clone()) {
+            eprintln!("nrt: skipping {}: {why}", dir.join(name).display());
+        }
+    }
+    scan.records.into_iter().map(|(_, r)| r).collect()
+}
+
 /// `nrt ls`.
 pub fn ls(a: &LsArgs) -> Res<()> {
     let h = shape()?;
-    let recs = host::read_records(&host::runtime_dir_from_env());
+    let recs = records(&host::runtime_dir_from_env());
     let j = ls_json(&h, &recs);
     if a.json_output {
         println!(
@@ -196,11 +225,54 @@ fn parse_period(s: &str) -> Res<Duration> {
     let v: f64 = num
         .trim()
         .parse()
-        .map_err(|_| format!("period {s:?} is not a duration (e.g. 5s, 500ms)"))?;
+        .map_err(|_| format!("period {} is not a duration (e.g. 5s, 500ms)", excerpt(s)))?;
     if !(0.01..=86400.0).contains(&(v * mul)) {
-        return Err(format!("period {s:?} is out of range (10ms to 1 day)"));
+        return Err(format!(
+            "period {} is out of range (10ms to 1 day)",
+            excerpt(s)
+        ));
     }
     Ok(Duration::from_secs_f64(v * mul))
+}
+
+/// The largest monitor config file read (neuron-monitor's are a few hundred bytes).
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// A config file's text: at most [`MAX_CONFIG_BYTES`], UTF-8.
+fn read_config_text(path: &std::path::Path) -> Res<String> {
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!(
+            "{}: a monitor config is at most {} bytes",
+            path.display(),
+            MAX_CONFIG_BYTES
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))
+}
+
+/// What kind of JSON value `v` is, for errors.
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// At most 80 characters of `s` (errors never echo a whole hostile value).
+fn excerpt(s: &str) -> String {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => format!("{:?}... ({} bytes)", &s[..i], s.len()),
+        None => format!("{s:?}"),
+    }
 }
 
 fn load_config(a: &MonitorArgs) -> Res<MonitorConfig> {
@@ -213,46 +285,94 @@ fn load_config(a: &MonitorArgs) -> Res<MonitorConfig> {
         system_metrics: SYSTEM_METRICS.iter().map(|s| s.to_string()).collect(),
     };
     if let Some(path) = &a.config {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let at = |field: &str, why: String| format!("{} ({field}): {why}", path.display());
+        let text = read_config_text(path)?;
         let v: Value =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-        if let Some(p) = v.get("period").and_then(Value::as_str) {
-            c.period = parse_period(p)?;
-        }
-        let types = |x: Option<&Value>| -> Option<Vec<String>> {
-            Some(
-                x?.as_array()?
-                    .iter()
-                    .filter_map(|m| m.get("type")?.as_str().map(str::to_owned))
-                    .collect(),
-            )
+        let Value::Object(top) = &v else {
+            return Err(at(
+                "the file",
+                format!("must be a JSON object, not {}", kind(&v)),
+            ));
         };
-        if let Some(rts) = v.get("neuron_runtimes").and_then(Value::as_array) {
+        if let Some(p) = top.get("period") {
+            let Value::String(p) = p else {
+                return Err(at(
+                    "period",
+                    format!("must be a string such as \"5s\", not {}", kind(p)),
+                ));
+            };
+            c.period = parse_period(p).map_err(|e| at("period", e))?;
+        }
+        // A list of `{"type": NAME}` objects.
+        let types = |field: &str, x: &Value| -> Res<Vec<String>> {
+            let Value::Array(items) = x else {
+                return Err(at(
+                    field,
+                    format!(
+                        "must be a list of {{\"type\": ...}} objects, not {}",
+                        kind(x)
+                    ),
+                ));
+            };
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, m)| match m.get("type") {
+                    Some(Value::String(t)) => Ok(t.clone()),
+                    _ => Err(at(
+                        &format!("{field}[{i}]"),
+                        format!(
+                            "must be an object with a string \"type\", not {}",
+                            excerpt(&m.to_string())
+                        ),
+                    )),
+                })
+                .collect()
+        };
+        if let Some(rts) = top.get("neuron_runtimes") {
+            let Value::Array(rts) = rts else {
+                return Err(at(
+                    "neuron_runtimes",
+                    format!("must be a list, not {}", kind(rts)),
+                ));
+            };
             c.runtimes.clear();
-            for r in rts {
+            for (i, r) in rts.iter().enumerate() {
+                let field = format!("neuron_runtimes[{i}]");
+                if !r.is_object() {
+                    return Err(at(&field, format!("must be an object, not {}", kind(r))));
+                }
                 let filter = match r.get("tag_filter") {
                     None | Some(Value::Null) => None,
                     Some(Value::String(f)) => {
                         // Anchored, as neuron-monitor matches the whole tag.
-                        Some(
-                            regex::Regex::new(&format!("^(?:{f})$")).map_err(|e| {
-                                format!("{}: tag_filter {f:?}: {e}", path.display())
-                            })?,
-                        )
+                        Some(regex::Regex::new(&format!("^(?:{f})$")).map_err(|e| {
+                            at(
+                                &format!("{field}.tag_filter"),
+                                format!("{}: {}", excerpt(f), excerpt(&e.to_string())),
+                            )
+                        })?)
                     }
                     Some(other) => {
-                        return Err(format!(
-                            "{}: tag_filter must be a string (a regular expression), not {other}",
-                            path.display()
+                        return Err(at(
+                            &format!("{field}.tag_filter"),
+                            format!(
+                                "must be a string (a regular expression), not {}",
+                                kind(other)
+                            ),
                         ));
                     }
                 };
-                c.runtimes
-                    .push((filter, types(r.get("metrics")).unwrap_or_default()));
+                let metrics = match r.get("metrics") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(m) => types(&format!("{field}.metrics"), m)?,
+                };
+                c.runtimes.push((filter, metrics));
             }
         }
-        if let Some(s) = types(v.get("system_metrics")) {
-            c.system_metrics = s;
+        if let Some(s) = top.get("system_metrics") {
+            c.system_metrics = types("system_metrics", s)?;
         }
     }
     if let Some(p) = a.period {
@@ -521,7 +641,7 @@ fn system_report(h: &HostShape, prev: &mut Prev, period: f64, want: &[String]) -
 
 /// One monitor report (one line of `nrt monitor`).
 fn report(h: &HostShape, prev: &mut Prev, period: f64, c: &MonitorConfig) -> Value {
-    let recs = host::read_records(&host::runtime_dir_from_env());
+    let recs = records(&host::runtime_dir_from_env());
     let (ty, ver, ncver) = device_type(h);
     json!({
         "neuron_runtime_data": recs
@@ -697,42 +817,29 @@ pub fn prometheus_text(r: &Value, totals: &[u64; 6], errors: &[u64; 6]) -> Strin
 
 /// Serves `/metrics` from `text` on `addr` (a small blocking server, one connection at a
 /// time).
+/// Serves the latest Prometheus text at `/metrics` ([`crate::http`]: connections served
+/// concurrently up to a cap, a deadline per request).
 fn serve(addr: &str, text: Arc<Mutex<String>>) -> Res<std::net::SocketAddr> {
-    let l = std::net::TcpListener::bind(addr).map_err(|e| format!("--prometheus {addr}: {e}"))?;
-    let local = l.local_addr().map_err(|e| e.to_string())?;
-    std::thread::spawn(move || {
-        for conn in l.incoming().flatten() {
-            let mut conn = conn;
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-            // The request head, up to its blank line (a client may send it in pieces;
-            // closing with unread bytes would reset the connection).
-            let mut buf = [0u8; 4096];
-            let mut n = 0;
-            while n < buf.len() {
-                match conn.read(&mut buf[n..]) {
-                    Ok(0) | Err(_) => break,
-                    Ok(k) => n += k,
-                }
-                if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
-            }
-            let req = String::from_utf8_lossy(&buf[..n]);
-            let path = req.split_whitespace().nth(1).unwrap_or("");
-            let (status, body, ty) = if path == "/metrics" {
-                let t = text.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                ("200 OK", t, "text/plain; version=0.0.4; charset=utf-8")
-            } else {
-                ("404 Not Found", "try /metrics\n".to_owned(), "text/plain")
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(resp.as_bytes());
+    use axum::http::{StatusCode, header};
+    let metrics = move || {
+        let text = text.clone();
+        async move {
+            let body = text.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                body,
+            )
         }
-    });
-    Ok(local)
+    };
+    let router = axum::Router::new()
+        .route("/metrics", axum::routing::get(metrics))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "try /metrics\n") });
+    crate::http::spawn(addr, router, crate::http::Limits::METRICS)
+        .map(|s| s.addr)
+        .map_err(|e| format!("--prometheus {e}"))
 }
 
 /// `nrt monitor`.

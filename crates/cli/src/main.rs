@@ -6,6 +6,7 @@ mod args;
 mod bench;
 mod conformance;
 mod hostview;
+mod http;
 mod npy;
 mod samples;
 mod session;

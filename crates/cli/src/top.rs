@@ -47,6 +47,8 @@ pub struct View {
     pub selected: usize,
     /// Seconds between refreshes.
     pub period: f64,
+    /// Files named like records that were not used, and why (shown under the processes).
+    pub skipped: Vec<(String, String)>,
 }
 
 /// Turns successive reads of the records into rates.
@@ -292,7 +294,14 @@ pub fn draw(f: &mut Frame, v: &View) {
         .collect();
     let proc_block = Block::default()
         .borders(Borders::ALL)
-        .title(format!("Processes (runtime directory {})", v.dir.display()));
+        .title(format!("Processes (runtime directory {})", v.dir.display()))
+        .title_bottom(match v.skipped.first() {
+            None => String::new(),
+            Some((name, why)) => format!(
+                " skipped {} file(s) named like records: {name}: {why} ",
+                v.skipped.len()
+            ),
+        });
     if v.procs.is_empty() {
         f.render_widget(
             Paragraph::new("no runtime is running (processes publish here when they init)")
@@ -444,9 +453,12 @@ fn run(
         dir,
         selected: 0,
         period: period.as_secs_f64(),
+        skipped: Vec::new(),
     };
     loop {
-        view.procs = sampler.sample(host::read_records(&view.dir));
+        let scan = host::scan_records(&view.dir);
+        view.skipped = scan.skipped;
+        view.procs = sampler.sample(scan.records.into_iter().map(|(_, r)| r).collect());
         view.selected = view.selected.min(view.procs.len().saturating_sub(1));
         term.draw(|f| draw(f, &view)).map_err(|e| e.to_string())?;
         let next = Instant::now() + period;
@@ -555,6 +567,7 @@ mod tests {
             }],
             selected: 0,
             period: 1.0,
+            skipped: Vec::new(),
         };
         let s = screen(&v, 160, 40);
         let line = |needle: &str| {
@@ -598,6 +611,7 @@ mod tests {
                 }],
                 selected: 0,
                 period: 1.0,
+                skipped: Vec::new(),
             };
             let s = screen(&v, 160, 40);
             for core in ["core 0 ", "core 1 "] {
