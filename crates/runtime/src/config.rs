@@ -95,6 +95,11 @@ impl RuntimeConfig {
         }
         if let Some(v) = var("NEURON_RT_NUM_CORES") {
             c.num_cores = parse_u32("NEURON_RT_NUM_CORES", &v)?;
+            if c.num_cores > MAX_CORE_ID {
+                return Err(NrtError::invalid(format!(
+                    "NEURON_RT_NUM_CORES={v:?} is more than the largest host has ({MAX_CORE_ID})"
+                )));
+            }
         }
         if let Some(v) = var("NEURON_LOGICAL_NC_CONFIG") {
             c.logical_nc = parse_u32("NEURON_LOGICAL_NC_CONFIG", &v)?;
@@ -143,6 +148,11 @@ fn parse_u32(name: &str, v: &str) -> Result<u32> {
         .map_err(|_| NrtError::invalid(format!("{name}={v:?} is not a non-negative integer")))
 }
 
+/// Core ids are below this on every host (the largest preset has 128 cores; a runtime
+/// directory record's core bitmap holds 256): lists and counts past it are refused while
+/// parsed, before anything is sized by them.
+const MAX_CORE_ID: u32 = (crate::host::CORE_WORDS * 64) as u32;
+
 /// Parses `NEURON_RT_VISIBLE_CORES`: `3`, `3-6`, `3,4,5,6`, `3-5,6`. Must be contiguous and
 /// increasing.
 pub fn parse_core_list(v: &str) -> Result<Vec<u32>> {
@@ -161,6 +171,12 @@ pub fn parse_core_list(v: &str) -> Result<Vec<u32>> {
             .map_err(|_| bad(&format!("{part:?} is not a core index or range")))?;
         if hi < lo {
             return Err(bad(&format!("range {part:?} is decreasing")));
+        }
+        if hi >= MAX_CORE_ID {
+            return Err(bad(&format!(
+                "core {hi} is past the largest host (core ids 0 to {})",
+                MAX_CORE_ID - 1
+            )));
         }
         for c in lo..=hi {
             if let Some(&last) = out.last()
@@ -252,6 +268,12 @@ mod tests {
                 .contains("decreasing")
         );
         assert!(parse_core_list("x").unwrap_err().message.contains("\"x\""));
+        // Hostile ranges are refused while parsed (a 16 GiB list was built before).
+        for v in ["0-4294967295", "256", "3,4-256"] {
+            let e = parse_core_list(v).unwrap_err();
+            assert!(e.message.contains("past the largest host"), "{v}: {e}");
+        }
+        assert_eq!(parse_core_list("250-255").unwrap().len(), 6);
     }
 
     #[test]

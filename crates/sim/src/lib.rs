@@ -768,8 +768,10 @@ impl SoftDevice {
 
     /// Builds a device and starts its threads.
     pub fn new(config: SimConfig) -> Result<SoftDevice, HalError> {
-        if config.cores == 0 || config.cores > 64 {
-            return Err(HalError::BadParameter("cores must be in 1..=64"));
+        if config.cores == 0 || config.cores > host::MAX_HOST_CORES {
+            return Err(HalError::BadParameter(
+                "cores must be in 1..=256 (host::MAX_HOST_CORES)",
+            ));
         }
         let mut config = config;
         if config.threads == 0 {

@@ -1571,3 +1571,15 @@ fn a_host_thread_serving_a_core_runs_its_requests() {
     assert!(dev.host_serves(0, false));
     assert!(!dev.host_serves(7, true), "a core the device does not have");
 }
+
+#[test]
+fn every_listed_instance_preset_starts_a_device() {
+    // trn2.48xlarge (128 cores) was refused by a 64-core limit of the device while the host
+    // shape allowed 256 (issue 54, S12).
+    for &(name, ..) in nrt_sim::host::PRESETS {
+        let shape = nrt_sim::HostShape::preset(name).unwrap();
+        let dev =
+            SoftDevice::new(SimConfig::for_host(&shape)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(dev.info().num_cores, shape.total_cores(), "{name}");
+    }
+}
