@@ -403,7 +403,11 @@ fn inject_faults(py: Python<'_>, spec: &str) -> PyResult<()> {
             ))
         })?;
         f.core = phys[0];
-        g.device.inject(f).map_err(|e| invalid(format!("{e}")))?;
+        // "Next" is the next execution submitted, not one already queued (issue 54 S19).
+        let staged = g.rt.staged_on_core(f.core);
+        g.device
+            .inject_after_staged(f, staged)
+            .map_err(|e| invalid(format!("{e}")))?;
     }
     Ok(())
 }

@@ -125,6 +125,16 @@ fn d6_fatal_fault_fails_queued_implicit_executions_at_once() {
     passes("fatal_implicit");
 }
 
+/// Issue 54 S19: a fault armed at run time with no `exec=` fires on the next execution
+/// submitted on every surface, deterministically (on the implicit surface it fired "usually
+/// never": on an execution the device had not taken yet, or none).
+#[test]
+fn s19_a_fault_armed_with_no_exec_fires_on_the_next_execution_of_every_surface() {
+    for surface in ["sync", "nrta", "implicit"] {
+        passes(&format!("next_fault_{surface}"));
+    }
+}
+
 /// D10 (run-time arming): bad plans are refused naming the entry and arm nothing; a huge
 /// `count` fires.
 #[test]

@@ -722,7 +722,19 @@ impl Runtime {
         Ok(())
     }
 
-    /// Whether the runtime runs `nrt_execute` in implicit async mode.
+    /// Executions ever staged on the logical core that holds physical core `core`
+    /// (`compute_idx_tail`), `None` when this runtime has no such core. With
+    /// `SoftDevice::inject_after_staged`, a fault armed at run time fires on the next
+    /// execution submitted, not on one already queued.
+    pub fn staged_on_core(&self, core: u32) -> Option<u64> {
+        self.0
+            .vcores
+            .iter()
+            .find(|v| v.cores.contains(&core))
+            .map(|v| v.submitted.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Whether the runtime runs implicit async (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`).
     pub fn is_implicit_async(&self) -> bool {
         self.0.implicit_async.is_some()
     }

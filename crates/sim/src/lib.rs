@@ -870,10 +870,30 @@ impl SoftDevice {
 
     /// Adds a fault to the plan. A spec with `execution == 0` fires on the next execution
     /// of its core.
-    pub fn inject(&self, mut spec: FaultSpec) -> Result<(), HalError> {
+    pub fn inject(&self, spec: FaultSpec) -> Result<(), HalError> {
+        self.inject_after_staged(spec, None)
+    }
+
+    /// [`SoftDevice::inject`], where a fault with no execution number fires on the next
+    /// execution *submitted*: `staged` is how many requests the runtime has ever staged on the
+    /// core's logical core (its `compute_idx_tail`); those staged but not taken yet by the
+    /// device are skipped. (Without it, "next" is the next request the device takes, which
+    /// with executions queued is one submitted before the fault was armed.)
+    pub fn inject_after_staged(
+        &self,
+        mut spec: FaultSpec,
+        staged: Option<u64>,
+    ) -> Result<(), HalError> {
         let core = self.shared.core(spec.core)?;
         if spec.execution == 0 {
-            spec.execution = core.lock().exec_count + 1;
+            let c = core.lock();
+            // Wrapping, like compute_idx; more than a ring holds means the count is not this
+            // device's (another runtime staged before): nothing is skipped then.
+            let pending = staged
+                .map(|s| (s as u32).wrapping_sub(c.next_compute_idx))
+                .filter(|&p| p <= nrt_hal::tuning::EXEC_RING_SLOTS)
+                .unwrap_or(0) as u64;
+            spec.execution = c.exec_count + pending + 1;
         }
         self.shared
             .faults

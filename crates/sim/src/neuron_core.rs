@@ -130,6 +130,10 @@ pub(crate) struct CoreInner {
     /// is current (model switch in `prepare`, `reset`), which is what makes [`BlockRef`] valid.
     cache: Vec<(DevAddr, Engine, Box<[Instruction]>)>,
     pub(crate) exec_count: u64,
+    /// The `compute_idx` after the last request taken (0 before the first): with the
+    /// runtime's count of requests staged, how many are staged but not taken yet
+    /// ([`crate::SoftDevice::inject_after_staged`]).
+    pub(crate) next_compute_idx: u32,
     pub(crate) wedged: bool,
     ws: Workspace,
     /// A streaming output's OUTPUT_DONE record was published quietly and a blocked waiter
@@ -336,6 +340,7 @@ impl CoreShared {
                 current: None,
                 cache: Vec::new(),
                 exec_count: 0,
+                next_compute_idx: 0,
                 wedged: false,
                 ws: Workspace::default(),
                 wake_pending: false,
@@ -676,6 +681,7 @@ impl CoreInner {
             };
             let req = ExecRequest::from_bytes(&bytes);
             self.exec_count += 1;
+            self.next_compute_idx = req.compute_idx.wrapping_add(1);
             if req.sg_count > 1 {
                 dev.lockstep_take(core.index, req.compute_idx);
             }

@@ -175,8 +175,10 @@ pub unsafe extern "C" fn nrt_sim_inject_faults(plan: *const std::ffi::c_char) ->
             ))));
         }
         for spec in specs {
+            // "Next" is the next execution submitted on the core, not one already queued.
+            let staged = rt.rt.staged_on_core(spec.core);
             rt.device
-                .inject(spec)
+                .inject_after_staged(spec, staged)
                 .map_err(|e| Fail::Err(NrtError::invalid(format!("invalid argument: {e}"))))?;
         }
         Ok(())

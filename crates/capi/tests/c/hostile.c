@@ -13,6 +13,8 @@
  *   fatal_queued  a fatal fault with executions queued behind it, explicit surface (D6)
  *   fatal_implicit  the same on the implicit-async surface (D6)
  *   faults        nrt_sim_inject_faults: bad plans refused, a good one fires (D10)
+ *   next_fault_{sync,nrta,implicit}  a fault armed with no exec= fires on the next execution
+ *                 submitted, on each surface, every time (S19)
  *   free_while_read  the callback frees a tensor another thread is reading while a later
  *                 execution on it is still pending: neither waits for the other (D3, D4)
  */
@@ -477,6 +479,67 @@ static void scenario_faults(void) {
     nrt_close();
 }
 
+/* --- a fault with no exec= fires on the next execution, on every surface (S19) ---------- */
+
+/* One surface's run: three executions submitted (not waited for), then "transient" armed
+ * with no exec=, then two more: the first submitted after the fault was armed must complete
+ * with the transient error, every other one must succeed. Repeated, since a race shows only
+ * sometimes. (The fault fired on an execution submitted before it was armed, still waiting in
+ * the ring, when the device had not taken it yet.) */
+static void next_execution_faults(const char *surface) {
+    bool implicit = !strcmp(surface, "implicit");
+    bool nrta = !strcmp(surface, "nrta");
+    if (implicit) {
+        setenv("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS", "8", 1);
+    } else {
+        unsetenv("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS");
+    }
+    setenv("NEURON_RT_EXEC_TIMEOUT", "5", 1);
+    EXPECT(nrt_init(NRT_FRAMEWORK_TYPE_NO_FW, "", ""), NRT_SUCCESS);
+    loaded_t l;
+    load(&l);
+    if (implicit) {
+        EXPECT(nrt_register_async_exec_callback(record_status, NULL), NRT_SUCCESS);
+    }
+    for (int round = 0; round < 20; round++) {
+        NRT_STATUS got[5];
+        nrta_seq_t seq[5] = {0};
+        atomic_store(&implicit_reported, 0);
+        for (int k = 0; k < 5; k++) {
+            if (k == 3) {
+                EXPECT(nrt_sim_inject_faults("transient"), NRT_SUCCESS);
+            }
+            got[k] = (NRT_STATUS)-1;
+            if (nrta) {
+                EXPECT(nrta_execute_schedule(l.model, l.in, l.out, 0, &got[k], &seq[k]), NRT_SUCCESS);
+            } else if (implicit) {
+                EXPECT(nrt_execute(l.model, l.in, l.out), NRT_SUCCESS);
+            } else {
+                got[k] = nrt_execute(l.model, l.in, l.out);
+            }
+        }
+        if (implicit) {
+            EXPECT(nrt_async_drain_queued_execs(-1), NRT_SUCCESS);
+            TRUE(atomic_load(&implicit_reported) == 5);
+            for (int k = 0; k < 5; k++) {
+                got[k] = (NRT_STATUS)atomic_load(&implicit_statuses[k]);
+            }
+        } else if (nrta) {
+            for (int k = 0; k < 5; k++) {
+                bool done = false;
+                while (!done) {
+                    EXPECT(nrta_is_completed(seq[k], &done), NRT_SUCCESS);
+                }
+            }
+        }
+        for (int k = 0; k < 5; k++) {
+            expect_status(k == 3 ? "the first execution after the fault was armed" : "an execution before or after it",
+                          got[k], k == 3 ? NRT_EXEC_COMPLETED_WITH_ERR : NRT_SUCCESS, __LINE__);
+        }
+    }
+    nrt_close();
+}
+
 int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: hostile MODEL.ncm SCENARIO\n");
@@ -498,6 +561,8 @@ int main(int argc, char **argv) {
         scenario_fatal_implicit();
     } else if (!strcmp(scenario, "faults")) {
         scenario_faults();
+    } else if (!strncmp(scenario, "next_fault_", 11)) {
+        next_execution_faults(scenario + 11);
     } else if (!strcmp(scenario, "free_while_read")) {
         scenario_free_while_read();
     } else {

@@ -26,8 +26,15 @@ pub(crate) struct Ownership {
 impl Drop for Ownership {
     fn drop(&mut self) {
         // Unlink first: a reader must never find the record unlocked while this process
-        // lives. The locks go with the files.
+        // lives. Then unlock explicitly: a lock belongs to the open file description, which
+        // a forked child that never closes its inherited descriptors would keep locked.
         let _ = self.dir.remove(&self.record_name);
+        for f in &self.locks {
+            // SAFETY: flock on a descriptor we own.
+            unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) };
+        }
+        // SAFETY: as above.
+        unsafe { libc::flock(self._record.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
