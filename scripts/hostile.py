@@ -19,7 +19,7 @@
    memory cgroup (where one can be made), where a reservation past the container's limit
    would be OOM-killed; and under NRT_HOST_MEMORY_MAX=1G (the user's cap).
 
-Deterministic (fixed seed), and fast: about 40 ONNX cases, 15 huge ones and 240 NCM mutations. Prints
+Deterministic (fixed seed), and fast: about 65 ONNX cases, 15 huge ones and 240 NCM mutations. Prints
 `hostile: N passed, M failed` and exits 1 if M > 0.
 """
 import os
@@ -196,6 +196,20 @@ def onnx_cases():
     c.append(("resize_scales_huge", model([N("Resize", ["X", "", "S"], ["Y"])], X4, Y, [f32("S", [1, 1, 1e30, 1e30])]), "Resize_Y"))
     c.append(("resize_sizes_huge", model([N("Resize", ["X", "", "", "Z"], ["Y"])], X4, Y, [i64("Z", [1, 2, T40, T40])]), "Resize_Y"))
     c.append(("cast_to_bad_type", model([N("Cast", ["X"], ["Y"], to=9999)], X, Y), "Cast_Y"))
+    # Non-finite float attributes (issue 54, S13): a bad attribute naming the node, not an
+    # internal compiler error (NaN reached an instruction's immediate) or a NaN model.
+    QKV = [vi("Q", [1, 2, 3, 4]), vi("K", [1, 2, 3, 4]), vi("V", [1, 2, 3, 4])]
+    for tag, v in [("nan", float("nan")), ("inf", float("inf"))]:
+        c.append((f"attention_scale_{tag}", model([N("Attention", ["Q", "K", "V"], ["Y"], scale=v)], QKV, Y, opset=23), "Attention_Y"))
+        c.append((f"attention_softcap_{tag}", model([N("Attention", ["Q", "K", "V"], ["Y"], softcap=v)], QKV, Y, opset=23), "Attention_Y"))
+        c.append((f"layernorm_epsilon_{tag}", model([N("LayerNormalization", ["X", "S"], ["Y"], epsilon=v)], X, Y,
+                                                    [f32("S", [1.0, 1.0, 1.0])]), "LayerNormalization_Y"))
+        c.append((f"rmsnorm_epsilon_{tag}", model([N("RMSNormalization", ["X", "S"], ["Y"], epsilon=v)], X, Y,
+                                                  [f32("S", [1.0, 1.0, 1.0])], opset=23), "RMSNormalization_Y"))
+        c.append((f"groupnorm_epsilon_{tag}", model([N("GroupNormalization", ["X", "S", "B"], ["Y"], epsilon=v, num_groups=2)], X4, Y,
+                                                    [f32("S", [1.0, 1.0]), f32("B", [0.0, 0.0])], opset=21), "GroupNormalization_Y"))
+        c.append((f"leakyrelu_alpha_{tag}", model([N("LeakyRelu", ["X"], ["Y"], alpha=v)], X, Y), "LeakyRelu_Y"))
+    c.append(("attention_scale_negative", model([N("Attention", ["Q", "K", "V"], ["Y"], scale=-1.0)], QKV, Y, opset=23), "Attention_Y"))
     # Graph structure.
     c.append(("cycle", model([N("Relu", ["B"], ["A"]), N("Relu", ["A"], ["B"]), N("Add", ["X", "A"], ["Y"])], X, Y), None))
     c.append(("dangling_input", model([N("Add", ["X", "nobody"], ["Y"])], X, Y), "nobody"))

@@ -194,3 +194,154 @@ fn axes_of_a_scalar_are_bad_attributes() {
     );
     fails(&pad, ErrorKind::BadAttribute, "Pad");
 }
+
+/// Issue 54, S13: a NaN or infinite float attribute — Attention's `scale`, a normalization's
+/// `epsilon`, an activation's coefficient — was carried into an instruction the emitted
+/// model then failed to validate with ("internal compiler error"), or compiled into a model
+/// computing NaN. Each is a bad attribute naming the node and the attribute; so are the
+/// negative scales and epsilons the device cannot take.
+#[test]
+fn s13_non_finite_float_attributes_are_bad_attributes_naming_node_and_attribute() {
+    let f = dt::FLOAT;
+    let qkv = || {
+        vec![
+            vi("Q", f, &[1, 2, 3, 4]),
+            vi("K", f, &[1, 2, 3, 4]),
+            vi("V", f, &[1, 2, 3, 4]),
+        ]
+    };
+    let y = || vec![vi("Y", f, &[])];
+    // (case, model, attribute)
+    let mut cases: Vec<(String, Vec<u8>, &str)> = Vec::new();
+    for (tag, v) in [
+        ("nan", f32::NAN),
+        ("inf", f32::INFINITY),
+        ("-inf", f32::NEG_INFINITY),
+    ] {
+        for attr in ["scale", "softcap"] {
+            let m = model(
+                vec![node(
+                    "Attention",
+                    &["Q", "K", "V"],
+                    &["Y"],
+                    vec![a_f(attr, v)],
+                )],
+                vec![],
+                qkv(),
+                y(),
+                23,
+            );
+            cases.push((format!("Attention {attr}={tag}"), m, attr));
+        }
+        for (op, opset) in [("LayerNormalization", 17), ("RMSNormalization", 23)] {
+            let m = model(
+                vec![node(op, &["X", "S"], &["Y"], vec![a_f("epsilon", v)])],
+                vec![f32_init("S", &[4], vec![1.0; 4])],
+                vec![vi("X", f, &[2, 4])],
+                y(),
+                opset,
+            );
+            cases.push((format!("{op} epsilon={tag}"), m, "epsilon"));
+        }
+        for (op, extra) in [
+            ("GroupNormalization", vec![a_i("num_groups", 2)]),
+            ("InstanceNormalization", vec![]),
+        ] {
+            let mut attrs = extra;
+            attrs.push(a_f("epsilon", v));
+            let m = model(
+                vec![node(op, &["X", "S", "B"], &["Y"], attrs)],
+                vec![
+                    f32_init("S", &[4], vec![1.0; 4]),
+                    f32_init("B", &[4], vec![0.0; 4]),
+                ],
+                vec![vi("X", f, &[1, 4, 2, 2])],
+                y(),
+                21,
+            );
+            cases.push((format!("{op} epsilon={tag}"), m, "epsilon"));
+        }
+        for (op, attr) in [
+            ("LeakyRelu", "alpha"),
+            ("HardSigmoid", "beta"),
+            ("Elu", "alpha"),
+            ("Selu", "gamma"),
+            ("Celu", "alpha"),
+            ("ThresholdedRelu", "alpha"),
+            ("Shrink", "lambd"),
+            ("LRN", "bias"),
+        ] {
+            let mut attrs = vec![a_f(attr, v)];
+            if op == "LRN" {
+                attrs.push(a_i("size", 3));
+            }
+            let m = model(
+                vec![node(op, &["X"], &["Y"], attrs)],
+                vec![],
+                vec![vi("X", f, &[1, 4, 2, 2])],
+                y(),
+                17,
+            );
+            cases.push((format!("{op} {attr}={tag}"), m, attr));
+        }
+        let m = model(
+            vec![node("Gemm", &["X", "W"], &["Y"], vec![a_f("alpha", v)])],
+            vec![f32_init("W", &[4, 3], vec![1.0; 12])],
+            vec![vi("X", f, &[2, 4])],
+            y(),
+            17,
+        );
+        cases.push((format!("Gemm alpha={tag}"), m, "alpha"));
+    }
+    // Negative: √scale has no value; the device's LayerNorm takes no negative epsilon.
+    let m = model(
+        vec![node(
+            "Attention",
+            &["Q", "K", "V"],
+            &["Y"],
+            vec![a_f("scale", -1.0)],
+        )],
+        vec![],
+        qkv(),
+        y(),
+        23,
+    );
+    cases.push(("Attention scale=-1".into(), m, "scale"));
+    let m = model(
+        vec![node(
+            "LayerNormalization",
+            &["X", "S"],
+            &["Y"],
+            vec![a_f("epsilon", -1e-5)],
+        )],
+        vec![f32_init("S", &[4], vec![1.0; 4])],
+        vec![vi("X", f, &[2, 4])],
+        y(),
+        17,
+    );
+    cases.push(("LayerNormalization epsilon=-1e-5".into(), m, "epsilon"));
+    let m = model(
+        vec![node("Clip", &["X"], &["Y"], vec![a_f("min", f32::NAN)])],
+        vec![],
+        vec![vi("X", f, &[2, 4])],
+        y(),
+        6,
+    );
+    cases.push(("Clip-6 min=NaN".into(), m, "min"));
+    for (what, m, attr) in cases {
+        let e = compile(&m, None, &CompileOptions::default())
+            .map(|_| ())
+            .expect_err(&what);
+        let s = e.to_string();
+        assert_eq!(e.kind, ErrorKind::BadAttribute, "{what}: {s}");
+        let op = what.split(' ').next().unwrap().trim_end_matches("-6");
+        assert!(
+            s.contains(&format!("{op}_Y")),
+            "{what}: node not named: {s}"
+        );
+        assert!(
+            s.contains(&format!("'{attr}'")) || s.contains(attr),
+            "{what}: {s}"
+        );
+    }
+}

@@ -161,6 +161,20 @@ impl Node {
         Ok(self.typed(name, at::FLOAT)?.map_or(default, |a| a.f))
     }
 
+    /// Float attribute that must be a finite number (a scale, an epsilon, an activation's
+    /// coefficient): NaN or ±inf is a bad attribute naming the node and the attribute —
+    /// never a value carried into an instruction the model then fails to validate with.
+    pub fn attr_finite_f(&self, name: &str, default: f32) -> Result<f32> {
+        let v = self.attr_f(name, default)?;
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(self.bad(format!(
+                "attribute '{name}' is {v}; a finite number is expected"
+            )))
+        }
+    }
+
     /// Integer-list attribute.
     pub fn attr_ints(&self, name: &str) -> Result<Option<Vec<i64>>> {
         Ok(self.typed(name, at::INTS)?.map(|a| a.ints.clone()))

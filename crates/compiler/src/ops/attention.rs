@@ -157,7 +157,7 @@ fn expand_attention(g: &mut Graph, ni: usize) -> Result<()> {
             format!("Q, K, V must all be 3-D or all 4-D (shapes {qs:?}, {ks:?}, {vs:?})"),
         ));
     }
-    let softcap = n.attr_f("softcap", 0.0)?;
+    let softcap = n.attr_finite_f("softcap", 0.0)?;
     let mode = n.attr_i("qk_matmul_output_mode", 0)?;
     if !(0..=3).contains(&mode) {
         return Err(bad(format!("qk_matmul_output_mode {mode} (0..=3)")));
@@ -198,7 +198,13 @@ fn expand_attention(g: &mut Graph, ni: usize) -> Result<()> {
     }
     let past = past_k.map_or(0, |p| g.values[p].shape.get(2).copied().unwrap_or(0));
     let total = past + skv;
-    let scale = n.attr_f("scale", 0.0)?;
+    let scale = n.attr_finite_f("scale", 0.0)?;
+    if scale < 0.0 {
+        return Err(bad(format!(
+            "scale {scale}: it is applied as √scale to Q and Kᵀ (as the ONNX definition \
+             does), so it must not be negative"
+        )));
+    }
     let scale = if n.has_attr("scale") {
         scale as f64
     } else {

@@ -91,10 +91,15 @@ fn expand_flex_attention(g: &mut Graph, ni: usize) -> Result<()> {
         DType::F32
     };
     let scale = if n.has_attr("scale") {
-        n.attr_f("scale", 0.0)?
+        n.attr_finite_f("scale", 0.0)?
     } else {
         (1.0 / (e as f64).sqrt()) as f32
     };
+    if scale < 0.0 {
+        return Err(bad(format!(
+            "scale {scale}: it is applied as √scale to Q and Kᵀ, so it must not be negative"
+        )));
+    }
     // The reference: sqrt(float32(scale)), then Q's type.
     let root = scale.sqrt() as f64;
     // The modifiers, decoded before the graph is borrowed by the expansion; the outer

@@ -99,7 +99,7 @@ fn expand_linear_attention(g: &mut Graph, ni: usize) -> Result<()> {
             [b, hkv, dk, dv]
         )));
     }
-    let scale = n.attr_f("scale", 0.0)?;
+    let scale = n.attr_finite_f("scale", 0.0)?;
     let scale = if scale == 0.0 {
         1.0 / (dk as f64).sqrt()
     } else {

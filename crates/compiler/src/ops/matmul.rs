@@ -767,8 +767,8 @@ impl<'a> Lowerer<'a> {
 
     pub(crate) fn lower_gemm(&mut self, at: At<'a>) -> Result<()> {
         let At { g, n, o0, .. } = at;
-        let alpha = n.attr_f("alpha", 1.0)?;
-        let beta = n.attr_f("beta", 1.0)?;
+        let alpha = n.attr_finite_f("alpha", 1.0)?;
+        let beta = n.attr_finite_f("beta", 1.0)?;
         let ta = n.attr_i("transA", 0)? != 0;
         let tb = n.attr_i("transB", 0)? != 0;
         let (av, bv) = (n.inputs[0].expect("p"), n.inputs[1].expect("p"));

@@ -4,7 +4,7 @@
 use super::Registry;
 use super::unary::act_of;
 use crate::error::{ErrorKind, Result};
-use crate::graph::{Value, ValueId};
+use crate::graph::{Node, Value, ValueId};
 use crate::lower::view::{View, mk_ap, simplify};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_shapes, out, require_float, unsupported_outputs};
@@ -91,8 +91,8 @@ fn expand_batch_norm_training(g: &mut crate::graph::Graph, ni: usize) -> Result<
     }
     let ch = g.values[x].shape[1];
     let dtype = g.values[x].dtype;
-    let eps = n.attr_f("epsilon", 1e-5)? as f64;
-    let momentum = n.attr_f("momentum", 0.9)? as f64;
+    let eps = epsilon(&n)? as f64;
+    let momentum = n.attr_finite_f("momentum", 0.9)? as f64;
     let axes: Vec<i64> = (0..rank as i64).filter(|&a| a != 1).collect();
     let opset = g.opset;
     let mut e = Expansion {
@@ -237,6 +237,20 @@ pub(crate) fn infer_lrn(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, x.shape.clone())])
 }
 
+/// A normalization's `epsilon` (default 1e-5): finite and not negative, or a bad attribute
+/// naming the node (NaN or a negative one reached the device's LayerNorm, which refuses it,
+/// as an internal compiler error).
+fn epsilon(n: &Node) -> Result<f32> {
+    let eps = n.attr_finite_f("epsilon", 1e-5)?;
+    if eps < 0.0 {
+        return Err(n.error(
+            ErrorKind::BadAttribute,
+            format!("attribute 'epsilon' is {eps}; it must not be negative"),
+        ));
+    }
+    Ok(eps)
+}
+
 /// Softmax / LogSoftmax.
 pub(crate) fn infer_softmax(c: &Ctx) -> Result<Vec<Out>> {
     let n = c.n;
@@ -249,7 +263,7 @@ pub(crate) fn infer_softmax(c: &Ctx) -> Result<Vec<Out>> {
 /// BatchNormalization (inference) as a per-channel affine map: `(scale, shift)` with
 /// `scale = gamma/√(var + eps)`, `shift = beta − mean·scale`.
 pub(crate) fn bn_affine(c: &Ctx) -> Result<(Vec<f32>, Vec<f32>)> {
-    let eps = c.n.attr_f("epsilon", 1e-5)?;
+    let eps = epsilon(c.n)?;
     let mut p = Vec::new();
     for i in 1..5 {
         p.push(
@@ -347,7 +361,7 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let r = xv.shape.len();
         let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
-        let eps = n.attr_f("epsilon", 1e-5)?;
+        let eps = epsilon(n)?;
         let outer: usize = xv.shape[..axis].iter().product();
         let d: usize = xv.shape[axis..].iter().product();
         let x = self.input_view(n, 0)?;
@@ -482,9 +496,9 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_lrn(&mut self, at: At<'a>) -> Result<()> {
         let At { n, o0, .. } = at;
         let size = n.attr_i("size", 0)? as usize;
-        let alpha = n.attr_f("alpha", 1e-4)?;
-        let beta = n.attr_f("beta", 0.75)?;
-        let bias = n.attr_f("bias", 1.0)?;
+        let alpha = n.attr_finite_f("alpha", 1e-4)?;
+        let beta = n.attr_finite_f("beta", 0.75)?;
+        let bias = n.attr_finite_f("bias", 1.0)?;
         let (x, y) = self.unary_io(n, o0)?;
         let total: usize = x.shape.iter().product();
         if total == 0 {
@@ -528,7 +542,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_group_norm(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, o0, .. } = at;
         let xv = c.input(0)?;
-        let eps = n.attr_f("epsilon", 1e-5)?;
+        let eps = epsilon(n)?;
         let (nn, ch) = (xv.shape[0], xv.shape[1]);
         let sp: usize = xv.shape[2..].iter().product();
         let groups = if n.op == "GroupNormalization" {
@@ -592,7 +606,7 @@ impl<'a> Lowerer<'a> {
         let xv = c.input(0)?;
         let r = xv.shape.len();
         let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
-        let eps = n.attr_f("epsilon", 1e-5)?;
+        let eps = epsilon(n)?;
         let x = self.input_view(n, 0)?;
         let scale = self.input_sview(n, 1)?.broadcast(&xv.shape);
         let y = self.alloc(o0);

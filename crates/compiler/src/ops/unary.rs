@@ -159,12 +159,12 @@ pub(crate) fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
     let n = c.n;
     Ok(Some(match n.op.as_str() {
         "Relu" => (ActFunc::Relu, 0.0, 0.0),
-        "LeakyRelu" => (ActFunc::LeakyRelu, n.attr_f("alpha", 0.01)?, 0.0),
+        "LeakyRelu" => (ActFunc::LeakyRelu, n.attr_finite_f("alpha", 0.01)?, 0.0),
         "Sigmoid" => (ActFunc::Sigmoid, 0.0, 0.0),
         "HardSigmoid" => (
             ActFunc::HardSigmoid,
-            n.attr_f("alpha", 0.2)?,
-            n.attr_f("beta", 0.5)?,
+            n.attr_finite_f("alpha", 0.2)?,
+            n.attr_finite_f("beta", 0.5)?,
         ),
         "Tanh" => (ActFunc::Tanh, 0.0, 0.0),
         "Gelu" => {
@@ -184,7 +184,7 @@ pub(crate) fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
         "Floor" => (ActFunc::Floor, 0.0, 0.0),
         "Ceil" => (ActFunc::Ceil, 0.0, 0.0),
         "Softplus" => (ActFunc::Softplus, 0.0, 0.0),
-        "Elu" => (ActFunc::Elu, n.attr_f("alpha", 1.0)?, 0.0),
+        "Elu" => (ActFunc::Elu, n.attr_finite_f("alpha", 1.0)?, 0.0),
         "Tan" => (ActFunc::Tan, 0.0, 0.0),
         "Asin" => (ActFunc::Asin, 0.0, 0.0),
         "Acos" => (ActFunc::Acos, 0.0, 0.0),
@@ -202,9 +202,18 @@ pub(crate) fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
                     c.konst(2).map_or(f32::INFINITY, |t| t.get_f64(0) as f32),
                 )
             } else {
+                let bound = |name: &str, default: f32| -> Result<f32> {
+                    match n.attr_f(name, default)? {
+                        v if v.is_nan() => Err(n.error(
+                            ErrorKind::BadAttribute,
+                            format!("attribute '{name}' is NaN"),
+                        )),
+                        v => Ok(v),
+                    }
+                };
                 (
-                    n.attr_f("min", f32::NEG_INFINITY)?,
-                    n.attr_f("max", f32::INFINITY)?,
+                    bound("min", f32::NEG_INFINITY)?,
+                    bound("max", f32::INFINITY)?,
                 )
             };
             (ActFunc::Clip, lo, hi)
@@ -317,14 +326,14 @@ impl<'a> Lowerer<'a> {
         }
         match n.op.as_str() {
             "Selu" => {
-                let alpha = n.attr_f("alpha", 1.673_263_2)?;
-                let gamma = n.attr_f("gamma", 1.050_701)?;
+                let alpha = n.attr_finite_f("alpha", 1.673_263_2)?;
+                let gamma = n.attr_finite_f("gamma", 1.050_701)?;
                 self.activation(&x, &y, None, (ActFunc::Elu, alpha, 0.0), 1.0)?;
                 self.tensor_scalar(&y, &y, BinaryOp::Mul, gamma)
             }
             "Celu" => {
                 // alpha · Elu(x / alpha) with Elu's own alpha 1.
-                let alpha = n.attr_f("alpha", 1.0)?;
+                let alpha = n.attr_finite_f("alpha", 1.0)?;
                 self.activation(&x, &y, None, (ActFunc::Elu, 1.0, 0.0), 1.0 / alpha)?;
                 self.tensor_scalar(&y, &y, BinaryOp::Mul, alpha)
             }
@@ -333,7 +342,7 @@ impl<'a> Lowerer<'a> {
                 self.binary(&x, &y, &y, BinaryOp::Mul)
             }
             "Swish" => {
-                let alpha = n.attr_f("alpha", 1.0)?;
+                let alpha = n.attr_finite_f("alpha", 1.0)?;
                 self.activation(&x, &y, None, f(ActFunc::Sigmoid), alpha)?;
                 self.binary(&x, &y, &y, BinaryOp::Mul)
             }
@@ -350,15 +359,15 @@ impl<'a> Lowerer<'a> {
                 self.binary(&x, &y, &y, BinaryOp::Mul)
             }
             "ThresholdedRelu" => {
-                let alpha = n.attr_f("alpha", 1.0)?;
+                let alpha = n.attr_finite_f("alpha", 1.0)?;
                 let (a, zero) = (self.scalar(alpha, &sh)?, self.scalar(0.0, &sh)?);
                 let cond = tmp(self, DType::Bool);
                 self.binary(&x, &a, &cond, BinaryOp::Greater)?;
                 self.select(&cond, &x, &zero, &y)
             }
             "Shrink" => {
-                let bias = n.attr_f("bias", 0.0)?;
-                let lambd = n.attr_f("lambd", 0.5)?;
+                let bias = n.attr_finite_f("bias", 0.0)?;
+                let lambd = n.attr_finite_f("lambd", 0.5)?;
                 let (lo, hi, zero) = (
                     self.scalar(-lambd, &sh)?,
                     self.scalar(lambd, &sh)?,
