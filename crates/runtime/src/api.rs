@@ -565,6 +565,9 @@ impl Runtime {
         ensure_open(rt)?;
         let (vc, kind) = parse_seq(rt, seq)?;
         let n = explicit::check_issued(vc, kind, seq)?;
+        if efd >= 0 {
+            check_eventfd(efd)?;
+        }
         if kind == XuKind::TensorOp {
             signal_efd(efd);
             return Ok(());
@@ -590,6 +593,9 @@ impl Runtime {
         let rt = &self.0;
         ensure_open(rt)?;
         let vc = explicit::xu_vcore(rt, vnc, queue)?;
+        if efd >= 0 {
+            check_eventfd(efd)?;
+        }
         match kind {
             XuKind::Compute => {
                 vc.xu.compute_efd.store(efd.max(-1), Ordering::Release);
@@ -737,5 +743,38 @@ impl Runtime {
     /// Whether the runtime runs implicit async (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`).
     pub fn is_implicit_async(&self) -> bool {
         self.0.implicit_async.is_some()
+    }
+}
+
+/// Refuses a completion descriptor that is not an eventfd: signalling writes 8 bytes to it
+/// from the harvest, which must never block (a full pipe did, forever) or write into a file
+/// or socket the caller did not mean. Cold: at registration only.
+#[cold]
+fn check_eventfd(efd: i32) -> Result<()> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{efd}"));
+    match link {
+        Ok(l) if l.as_os_str() == "anon_inode:[eventfd]" => Ok(()),
+        Ok(l) => Err(NrtError::invalid(format!(
+            "descriptor {efd} is not an eventfd ({}): completions are signalled through an eventfd (eventfd(2))",
+            l.display()
+        ))),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            Err(NrtError::invalid(format!("descriptor {efd} is not open")))
+        }
+        // No /proc: at least an open descriptor that is no pipe, socket or file.
+        Err(_) => {
+            // SAFETY: fstat into a zeroed stat buffer of the right type.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above; `st` outlives the call.
+            if unsafe { libc::fstat(efd, &mut st) } != 0 {
+                return Err(NrtError::invalid(format!("descriptor {efd} is not open")));
+            }
+            if st.st_mode & libc::S_IFMT != 0 {
+                return Err(NrtError::invalid(format!(
+                    "descriptor {efd} is not an eventfd (a file, pipe or socket)"
+                )));
+            }
+            Ok(())
+        }
     }
 }

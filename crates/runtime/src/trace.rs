@@ -540,6 +540,36 @@ impl Trace {
     }
 }
 
+/// Writes `bytes` to `file` without following a link planted there: into a fresh file
+/// beside it (`O_CREAT|O_EXCL|O_NOFOLLOW`), then renamed over `file` (a rename replaces a link
+/// at the target; it never writes through it). `NEURON_RT_INSPECT_OUTPUT_DIR` may be a
+/// directory others can write.
+fn write_replacing(file: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = file
+        .file_name()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let tmp = file.with_file_name(format!(
+        ".{}.{}-{}.tmp",
+        name.to_string_lossy(),
+        std::process::id(),
+        SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .mode(0o644)
+        .open(&tmp)?;
+    let res = f.write_all(bytes).and_then(|_| std::fs::rename(&tmp, file));
+    if res.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    res
+}
+
 /// Writes a profile file (creating its directory); a failure is logged, never an
 /// execution's error.
 #[cold]
@@ -548,7 +578,7 @@ fn write_profile(file: &std::path::Path, json: &str, spans: usize) {
     let res = file
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|_| std::fs::write(file, json));
+        .and_then(|_| write_replacing(file, json.as_bytes()));
     match res {
         Ok(()) => crate::nrt_log!(
             Module::Nrt,

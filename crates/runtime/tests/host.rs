@@ -404,7 +404,20 @@ fn inspect_session_mode_writes_every_execution_after_the_warm_up_at_close() {
         .join(format!("nrt_pid_{}", std::process::id()))
         .join("session.json");
     assert!(!file.exists());
+    // A link planted where the profile goes (issue 54: the output directory may be one
+    // others can write) is replaced, never written through.
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let victim = out.join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::os::unix::fs::symlink(&victim, &file).unwrap();
     rt.close();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(
+        !std::fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
     let json = std::fs::read_to_string(&file).expect("session.json at close");
     let (s, stages, _) = seqs(&json);
     assert_eq!(s, vec![3, 4, 5], "{json}");

@@ -337,3 +337,35 @@ fn an_instruction_that_computes_past_the_deadline_times_out() {
     let status = rt.wait(seq).unwrap();
     assert_eq!(status, NrtStatus::Timeout, "after {:?}", t0.elapsed());
 }
+
+/// Issue 54 S22: a completion descriptor must be an eventfd. A pipe was accepted, and once
+/// full, signalling blocked the harvest forever in `write(2)`; an unopened descriptor was
+/// accepted as well.
+#[test]
+fn s22_completion_descriptors_must_be_eventfds() {
+    use nrt_runtime::XuKind;
+    let (_dev, rt) = runtime();
+    let mut pipe = [0i32; 2];
+    // SAFETY: pipe writes two descriptors into the array.
+    assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+    let e = rt
+        .register_xu_eventfd(0, XuKind::Compute, 0, pipe[1])
+        .unwrap_err();
+    assert_eq!(e.status, NrtStatus::Invalid);
+    assert!(e.message.contains("not an eventfd"), "{e}");
+    let e = rt
+        .register_xu_eventfd(0, XuKind::Compute, 0, 1_000_000)
+        .unwrap_err();
+    assert!(e.message.contains("not open"), "{e}");
+    // SAFETY: eventfd returns a new descriptor or -1 (checked).
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(efd >= 0);
+    rt.register_xu_eventfd(0, XuKind::Compute, 0, efd).unwrap();
+    rt.register_xu_eventfd(0, XuKind::Compute, 0, -1).unwrap();
+    // SAFETY: closing descriptors this test opened.
+    unsafe {
+        libc::close(efd);
+        libc::close(pipe[0]);
+        libc::close(pipe[1]);
+    }
+}
