@@ -521,6 +521,12 @@ def main():
     run_onnx(nrt, work)
     run_huge_all(nrt, work)
     run_ncm(nrt, work)
+    # The second pass (issue 54): the runtime directory, records, the Prometheus endpoint,
+    # monitor configs, the environment and .npy inputs.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import hostile_host
+
+    hostile_host.run_all(nrt, work, run, verdict)
     for f in FAILURES:
         print(f)
     print(f"hostile: {PASSED} passed, {len(FAILURES)} failed")

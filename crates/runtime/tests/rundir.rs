@@ -274,3 +274,54 @@ fn the_default_directory_is_per_user() {
     let r = RuntimeDir::open_for_reading(Path::new("/tmp")).unwrap();
     assert!(r.check().unwrap_err().contains("every user can write it"));
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    /// The fuzz target `record_parse` as a property (every CI run): a valid record with any
+    /// words overwritten parses to a record every consumer can sum without overflow, or to a
+    /// reason; never a panic.
+    #[test]
+    fn any_patched_record_parses_to_summable_values_or_a_reason(
+        patches in proptest::collection::vec(
+            (0usize..4096, proptest::prelude::prop_oneof![
+                proptest::prelude::Just(u64::MAX),
+                proptest::prelude::Just(0xffff_ffffu64),
+                proptest::prelude::Just(0u64),
+                proptest::prelude::any::<u64>(),
+            ]),
+            0..24,
+        )
+    ) {
+        let words = std::mem::size_of::<host::Record>() / 8;
+        let header_words = std::mem::size_of::<host::Header>() / 8;
+        let mut rec = vec![0u64; words];
+        rec[0] = host::RECORD_MAGIC;
+        rec[1] = host::RECORD_VERSION;
+        rec[3] = 4242;
+        rec[5] = 1;
+        rec[6] = 2;
+        rec[header_words + 1] = 1;
+        // Most patches land in the header and the first logical cores, where the checks are.
+        for (i, v) in patches {
+            rec[i % words] = v;
+        }
+        let bytes: Vec<u8> = rec.iter().flat_map(|w| w.to_le_bytes()).collect();
+        if let Ok(r) = host::parse_record(&bytes) {
+            let mut hist = vec![0u64; host::HIST_BUCKETS];
+            let (mut done, mut used, mut busy) = (0u64, 0u64, 0u64);
+            for v in &r.vcores {
+                proptest::prop_assert!(v.first_core as u64 + v.cores as u64 <= 256);
+                done += v.status.iter().sum::<u64>() + v.errors.iter().sum::<u64>();
+                used += v.mem.iter().sum::<u64>();
+                busy += v.busy_ns;
+                for (h, x) in hist.iter_mut().zip(&v.lat_total) {
+                    *h += x;
+                }
+            }
+            for m in &r.models {
+                used += m.mem.iter().sum::<u64>();
+            }
+            let _ = (done, used, busy, host::percentile(&hist, 99.0));
+        }
+    }
+}

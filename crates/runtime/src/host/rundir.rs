@@ -221,7 +221,7 @@ impl RuntimeDir {
     pub fn open_for_runtime(path: &Path) -> Result<RuntimeDir, String> {
         let refuse = |why: String| {
             format!(
-                "refusing the runtime directory {} (NRT_RUNTIME_DIR): {why}; {HOW_TO_SHARE}",
+                "refusing the runtime directory {}: {why}; {HOW_TO_SHARE}",
                 path.display()
             )
         };
@@ -342,7 +342,15 @@ impl RuntimeDir {
                 Ok(f)
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                let f = self.openat(name, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
+                let f = self
+                    .openat(name, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+                    .map_err(|e| match e.raw_os_error() {
+                        Some(libc::ELOOP) => io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            "a symbolic link (planted by someone else?), never followed",
+                        ),
+                        _ => e,
+                    })?;
                 if !f.metadata()?.file_type().is_file() {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
