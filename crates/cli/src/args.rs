@@ -14,7 +14,8 @@ const ENVIRONMENT: &str = "ENVIRONMENT:
   NRT_HOST_MEMORY_MAX (a cap on the process's memory, e.g. 4G: large allocations past it are
   refused, as past the host's MemAvailable and a container's memory limit);
   NRT_RUNTIME_DIR (where cores are locked and statistics published; default
-  $XDG_RUNTIME_DIR/nrt-rs, else /dev/shm/nrt-rs).";
+  per user: $XDG_RUNTIME_DIR/nrt-rs, else /dev/shm/nrt-rs-<uid>; a shared one must be
+  root's, of a group of yours, group-writable with the sticky bit).";
 
 /// nrt — the nrt-rs command line: compile ONNX models, then run, inspect, trace, benchmark
 /// and conformance-test them on the software NeuronCore.

@@ -11,7 +11,7 @@
 //! | `NEURON_RT_INSPECT_ENABLE`, `NEURON_RT_INSPECT_OUTPUT_DIR`, `NEURON_RT_INSPECT_DEVICE_PROFILE`, `NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP` | init | profile the whole process ([`crate::trace`]) |
 //! | `NRT_SIM_SYNC_ON_CALLER` | init | which synchronous one-core executions run their device work on the calling thread ([`SyncOnCaller`]): `short` (default), `always`, `never` |
 //! | `NRT_HOST_MEMORY_MAX` | init (checked), each large host or device allocation (read) | a cap on this process's memory (bytes, or e.g. `4G`): large allocations past the cap less its resident memory are refused (`nrt_hal::host_memory`), as past the host's `MemAvailable` or a container's limit |
-//! | `NRT_RUNTIME_DIR` | init | where cores are locked and statistics published ([`crate::host`]); default `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs` |
+//! | `NRT_RUNTIME_DIR` | init | where cores are locked and statistics published ([`crate::host`]); default per user: `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs-<uid>`; checked ([`crate::host::rundir`]) |
 //!
 //! Global core ids count over the virtual host's devices (`NRT_SIM_INSTANCE`, see
 //! `nrt_sim::host`): device `d` of `n` cores per device holds cores `d*n ..= d*n+n-1`.

@@ -3,8 +3,8 @@
 //! # Ownership
 //!
 //! A runtime whose [`crate::RuntimeConfig::ownership`] names a directory (the *runtime
-//! directory*: `NRT_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/nrt-rs`, else `/dev/shm/nrt-rs`; see
-//! [`runtime_dir_from_env`]) takes, for every physical core it reserves, an exclusive `flock`
+//! directory*: `NRT_RUNTIME_DIR`, else the per-user default; see [`runtime_dir_from_env`] and,
+//! for who may write it and what a reader trusts, [`rundir`]) takes, for every physical core it reserves, an exclusive `flock`
 //! on `core-<id>.lock` there. The kernel releases a lock when its process dies, so a crashed
 //! or killed process never leaves cores held. A core held by another runtime is refused with
 //! `NRT_RESOURCE` and a message naming the core, the owner's PID and its command line:
