@@ -599,7 +599,11 @@ fn monitor_tag_filter_selects_runtimes_by_process_tag() {
     .unwrap();
     let o = output(nrt(&dir).args(["monitor", "--count", "1", "-c"]).arg(&cfg));
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("tag_filter \"serve-(\""));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("neuron_runtimes[0].tag_filter") && err.contains("\"serve-(\""),
+        "{err}"
+    );
     kill9(&mut a);
     kill9(&mut b);
 }
