@@ -385,6 +385,24 @@ pub(super) fn g_splice(g: &mut Graph, ni: usize, nodes: Vec<Node>) {
     g.nodes.splice(ni..=ni, nodes);
 }
 
+/// `position_ids` computed at run time, made safe to gather with: each negative position
+/// becomes `rows` (past the cache), so the `Gather` of the cache rows — which POOL
+/// range-checks against `[-rows, rows)`, failing the execution with `NRT_EXEC_OOB` — refuses
+/// it, as it refuses a position `≥ rows`, instead of counting it from the end of the cache
+/// (ONNX Runtime reports both out of range). Positions that are not int64 are cast first.
+fn checked_positions(e: &mut Expansion, n: &Node, pos: ValueId, rows: usize) -> Result<ValueId> {
+    let rows = i64::try_from(rows)
+        .map_err(|_| n.error(ErrorKind::TooLarge, format!("{rows} cache rows")))?;
+    let pos = match e.g.values[pos].dtype {
+        DType::I64 => pos,
+        _ => e.node("Cast", &[pos], vec![a_int("to", 7)], None),
+    };
+    let zero = e.ints("zero", &[0]);
+    let past = e.ints("cache_rows", &[rows]);
+    let neg = e.node("Less", &[pos, zero], vec![], None);
+    Ok(e.node("Where", &[neg, past, pos], vec![], None))
+}
+
 /// Replaces `RotaryEmbedding` node `ni` (X, cos_cache, sin_cache, position_ids?) by its
 /// decomposition, in the layout of the ONNX reference: X as [B, S, H, D]; the first
 /// `rotary_embedding_dim` (default D) channels rotate — as two halves, or as (even, odd)
@@ -429,10 +447,35 @@ fn expand_rotary(g: &mut Graph, ni: usize) -> Result<()> {
     };
     let half = rd / 2;
     let (bi, si, hi, di) = (b as i64, s as i64, h as i64, d as i64);
+    // The cache rows position_ids index: a position outside them is refused, as ONNX
+    // Runtime does — a constant one here, a run-time one on the device (`checked_positions`).
+    let cache_rows = g.values[cos]
+        .shape
+        .first()
+        .copied()
+        .unwrap_or(0)
+        .max(g.values[sin].shape.first().copied().unwrap_or(0));
+    if let Some(t) = pos.and_then(|p| g.values[p].konst.as_ref())
+        && let Some(p) = t
+            .to_i64s()
+            .iter()
+            .copied()
+            .find(|&p| p < 0 || p >= cache_rows as i64)
+    {
+        return Err(bad(format!(
+            "position_ids holds {p}, outside 0..{cache_rows} (the rows of cos_cache and sin_cache)"
+        )));
+    }
     let mut e = Expansion {
         name: n.name.clone(),
         g,
         nodes: Vec::new(),
+    };
+    let pos = match pos {
+        Some(p) if e.g.values[p].konst.is_none() => {
+            Some(checked_positions(&mut e, &n, p, cache_rows)?)
+        }
+        p => p,
     };
     // [B, S, H, D]
     let xt = if xs.len() == 4 {

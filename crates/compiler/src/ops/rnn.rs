@@ -18,16 +18,18 @@
 //! state is the one at step `L_b − 1` — and in the reverse direction, which runs `t = seq − 1
 //! … 0`, entry `b` starts from its initial state at `t = L_b − 1`, as ONNX defines. Without
 //! `sequence_lens` (or with a constant equal to the sequence length) none of this is
-//! emitted.
+//! emitted. Lengths outside `0..=seq` are refused: constant ones when compiled, run-time ones
+//! on the device, which fails the execution with `NRT_EXEC_OOB` (`checked_lens`).
 
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
 use crate::graph::Node;
-use crate::lower::view::{View, mk_ap};
+use crate::lower::view::{View, dense_ap, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
+use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
-use nrt_isa::{AccessPattern, ActFunc, BinaryOp, matmul_flags};
+use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, matmul_flags};
 
 pub(super) fn register(r: &mut Registry) {
     for name in ["RNN", "GRU", "LSTM"] {
@@ -295,6 +297,48 @@ impl<'a> Lowerer<'a> {
         })
     }
 
+    /// `sequence_lens` computed at run time, range-checked on the device as every run-time
+    /// index is: a length outside `0..=seq` fails the execution with `NRT_EXEC_OOB` (ONNX
+    /// Runtime refuses it too; unchecked, a length past the sequence ran as a full one and a
+    /// negative one as 0). The lengths go through a `GatherElements` from the constant table
+    /// `[0, 1, …, seq]`, which POOL checks against `[-(seq + 1), seq + 1)`, after DVE has
+    /// made each negative length `seq + 1` (past the table; the gather would count it from
+    /// the end). The gathered copy — the lengths themselves — is what the mask reads, so
+    /// the check cannot be skipped. Returns `[batch]` i32.
+    fn checked_lens(&mut self, n: &Node, seq: usize, b: usize) -> Result<View> {
+        let too_large = || n.error(ErrorKind::TooLarge, format!("sequence length {seq}"));
+        let rows = seq.checked_add(1).ok_or_else(too_large)?;
+        let past = i32::try_from(rows).map_err(|_| too_large())?;
+        let bytes = b.checked_mul(4).ok_or_else(too_large)?;
+        let lens = self.input_view(n, 4)?;
+        let scalar = |l: &mut Self, v: i32| -> Result<View> {
+            let a = l.add_const(&HostTensor::ints(DType::I32, vec![1], vec![i64::from(v)]))?;
+            Ok(View::dense(a, DType::I32, &[1]).broadcast(&[b]))
+        };
+        let (zero, past) = (scalar(self, 0)?, scalar(self, past)?);
+        let neg = View::dense(self.temp(b), DType::Bool, &[b]);
+        self.binary(&lens, &zero, &neg, BinaryOp::Less)?;
+        let idx = View::dense(self.temp(bytes), DType::I32, &[b]);
+        self.select(&neg, &past, &lens, &idx)?;
+        let table = self.add_const(&HostTensor::ints(
+            DType::I32,
+            vec![rows],
+            (0..rows as i64).collect(),
+        ))?;
+        let checked = View::dense(self.temp(bytes), DType::I32, &[b]);
+        self.emit(
+            0,
+            Engine::Pool,
+            Op::GatherElements {
+                data: mk_ap(table, DType::I32, &[b, rows], &[0, 1])?,
+                indices: dense_ap(idx.addr, DType::I32, &[b, 1])?,
+                output: dense_ap(checked.addr, DType::I32, &[b, 1])?,
+                axis: 3,
+            },
+        );
+        Ok(checked)
+    }
+
     /// RNN / GRU / LSTM, unrolled (see the module comment).
     pub(crate) fn lower_rnn(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, .. } = at;
@@ -344,13 +388,18 @@ impl<'a> Lowerer<'a> {
         // `sequence_lens`: the mask M[t, b] = t < L_b (bool [seq, batch]), once for both
         // directions; step t reads row t broadcast over the hidden units.
         let mask = if p.masked {
-            let ramp = self.add_const(&crate::tensor::HostTensor::ints(
+            let ramp = self.add_const(&HostTensor::ints(
                 DType::I32,
                 vec![seq, 1],
                 (0..seq as i64).collect(),
             ))?;
             let ramp = View::dense(ramp, DType::I32, &[seq, 1]).broadcast(&[seq, b]);
-            let lens = self.input_view(n, 4)?.broadcast(&[seq, b]);
+            let lens = match c.opt(4).and_then(|v| v.konst.as_ref()) {
+                // Checked when the node's parameters were read.
+                Some(_) => self.input_view(n, 4)?,
+                None => self.checked_lens(n, seq, b)?,
+            };
+            let lens = lens.broadcast(&[seq, b]);
             let m = View::dense(self.temp(seq * b), DType::Bool, &[seq, b]);
             self.binary(&ramp, &lens, &m, BinaryOp::Less)?;
             Some(m)
