@@ -345,3 +345,23 @@ fn s13_non_finite_float_attributes_are_bad_attributes_naming_node_and_attribute(
         );
     }
 }
+
+/// Issue 54, S13 (its kin): a NaN scalar constant operand of a binary operator (`X + NaN`,
+/// legal ONNX) became the immediate of a `TensorScalar`, which cannot be NaN: "internal
+/// compiler error: the emitted model does not validate". It now compiles (the constant is
+/// read from memory).
+#[test]
+fn s13_a_nan_scalar_constant_operand_compiles() {
+    for op in ["Add", "Mul", "Sub", "Div", "Pow"] {
+        let m = model(
+            vec![node(op, &["X", "C"], &["Y"], vec![])],
+            vec![f32_init("C", &[], vec![f32::NAN])],
+            vec![vi("X", dt::FLOAT, &[2, 4])],
+            vec![vi("Y", dt::FLOAT, &[2, 4])],
+            17,
+        );
+        if let Err(e) = compile(&m, None, &CompileOptions::default()) {
+            panic!("{op} with a NaN constant: {e}");
+        }
+    }
+}

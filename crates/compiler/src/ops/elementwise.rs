@@ -291,6 +291,11 @@ impl<'a> Lowerer<'a> {
                     continue;
                 }
                 let s = t.get_f64(0) as f32;
+                if s.is_nan() {
+                    // An instruction's immediate cannot be NaN (the model would not validate):
+                    // the general path reads the constant from memory.
+                    continue;
+                }
                 let x = self.sview(ins[other])?;
                 if bop == BinaryOp::Pow && k == 1 {
                     // Small integer and half powers without `powf`.
