@@ -38,6 +38,7 @@ mod fuse;
 pub mod graph;
 pub mod infer;
 mod lower;
+pub mod npy;
 pub mod onnx;
 pub mod ops;
 pub(crate) mod params;
