@@ -11,7 +11,7 @@ use crate::args::{BenchArgs, Surface};
 use crate::session::{self, Res, fmt_ns, percentiles};
 use nrt_runtime::builtin::near_null;
 use nrt_runtime::{
-    LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, SyncOnCaller, Tensor, TensorSet,
+    LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, Tensor, TensorSet,
 };
 use nrt_sim::SoftDevice;
 use std::collections::VecDeque;
@@ -371,14 +371,28 @@ fn explicit_rows(rt: &Runtime, m: &Model, label: &str, depth: usize, seconds: f6
     ))
 }
 
-/// The configuration every row starts from: the defaults, which the rows then set, except
-/// the software device's own knob `NRT_SIM_SYNC_ON_CALLER`, which is read from the
-/// environment (to bench its policies side by side).
+/// The configuration every row starts from: the environment's, as for every subcommand that
+/// executes (`RuntimeConfig::from_env`: the bench holds its NeuronCores in the runtime
+/// directory, so `nrt ls` lists it and a core another process holds is refused naming the
+/// owner; `NEURON_RT_VISIBLE_CORES` picks them; `NRT_SIM_SYNC_ON_CALLER` benches the
+/// software device's policies side by side). Each row then sets the surface it measures:
+/// implicit async only where a row asks for it.
 fn base_config() -> Res<RuntimeConfig> {
-    Ok(RuntimeConfig {
-        sync_on_caller: SyncOnCaller::from_env().map_err(|e| e.to_string())?,
-        ..Default::default()
-    })
+    let mut c = RuntimeConfig::from_env().map_err(|e| e.to_string())?;
+    c.async_inflight = 0;
+    Ok(c)
+}
+
+/// The logical-core size to run `ncm` on: `NEURON_LOGICAL_NC_CONFIG` when set (a mismatch
+/// then fails with its error, as in the real runtime), else the model's own core count (a
+/// model compiled with `--cores 2` needs no flag to bench).
+fn cores_for(ncm: &[u8], base: &RuntimeConfig) -> u32 {
+    if std::env::var_os("NEURON_LOGICAL_NC_CONFIG").is_some() {
+        return base.lnc();
+    }
+    nrt_model::CompiledModel::core_count(ncm)
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// Implicit async (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS = depth`): the client keeps
@@ -1150,10 +1164,11 @@ pub fn main(a: &BenchArgs) -> Res<()> {
         let label = std::path::Path::new(path)
             .file_stem()
             .map_or("model".into(), |s| s.to_string_lossy().into_owned());
-        let cores = opts.cores;
+        let base = base_config()?;
+        let cores = cores_for(&p.ncm, &base);
         let lnc = RuntimeConfig {
             logical_nc: cores,
-            ..base_config()?
+            ..base
         };
         match surface.unwrap_or(Surface::Sync) {
             Surface::Sync => {

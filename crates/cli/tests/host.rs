@@ -95,6 +95,60 @@ fn kill9(c: &mut Child) {
     c.wait().unwrap();
 }
 
+/// Issue 47 §4 and the first-hour decision: `nrt bench` holds its cores like every
+/// subcommand that executes (it ran on a held core, and `nrt ls` did not list it), and
+/// configures its runtime from the environment (a two-core NCM failed with
+/// `NRT_LOAD_NOT_ENOUGH_NC` even with `NEURON_LOGICAL_NC_CONFIG=2`).
+#[test]
+fn bench_holds_its_cores_and_takes_the_environments_configuration() {
+    let dir = run_dir("bench-own");
+    let mut a = holder(&dir, &[]);
+    let o = output(nrt(&dir).args(["bench", "--surface", "sync", "--seconds", "0.1"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("NeuronCore 0 is in use by pid {} (", a.id())),
+        "{err}"
+    );
+    kill9(&mut a);
+    // A two-core model, benched as compiled (no flag) and with the variable set.
+    let work = run_dir("bench-2c-model");
+    std::fs::create_dir_all(&work).unwrap();
+    let ncm = work.join("near_null_2c.ncm");
+    let o = output(
+        Command::new(env!("CARGO_BIN_EXE_nrt"))
+            .args(["samples", "--out"])
+            .arg(&work),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = output(
+        nrt(&dir)
+            .args(["compile", "--cores", "2", "-o"])
+            .arg(&ncm)
+            .arg(work.join("mlp/model.onnx")),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for env in [None, Some("2")] {
+        let mut c = nrt(&dir);
+        c.arg("bench")
+            .arg(&ncm)
+            .args(["--seconds", "0.1", "--json"]);
+        if let Some(v) = env {
+            c.env("NEURON_LOGICAL_NC_CONFIG", v);
+        }
+        let o = output(&mut c);
+        assert!(
+            o.status.success(),
+            "NEURON_LOGICAL_NC_CONFIG={env:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let row: Value =
+            serde_json::from_slice(o.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
+        assert_eq!(row["cores"], 2, "{row}");
+    }
+    let _ = std::fs::remove_dir_all(&work);
+}
+
 #[test]
 fn a_held_core_is_refused_naming_the_owner_and_sigkill_frees_it() {
     let dir = run_dir("own");
