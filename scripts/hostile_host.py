@@ -147,7 +147,7 @@ def cross_user(nrt, run, verdict, work, ncm):
         shutil.rmtree(shared_root, ignore_errors=True)
 
 
-def records(nrt, run, verdict, work, ncm):
+def records(nrt, run, verdict, work):
     d = os.path.join(work, "records")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d, mode=0o700)
@@ -308,7 +308,7 @@ def run_all(nrt, work, run, verdict):
     assert rc == 0, err
     os.chmod(ncm, 0o644)
     cross_user(nrt, run, verdict, work, ncm)
-    records(nrt, run, verdict, work, ncm)
+    records(nrt, run, verdict, work)
     prometheus(nrt, run, verdict, work)
     monitor_config(nrt, run, verdict, work)
     environment(nrt, run, verdict, work, ncm)

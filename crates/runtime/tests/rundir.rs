@@ -24,6 +24,13 @@ fn fresh(name: &str) -> PathBuf {
     d
 }
 
+/// `path`, made mode 0700 (a runtime directory a runtime accepts).
+fn private_dir(path: &Path) -> PathBuf {
+    std::fs::create_dir(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    path.to_path_buf()
+}
+
 fn owning(dev: &Arc<SoftDevice>, dir: &Path) -> nrt_runtime::Result<Runtime> {
     Runtime::init(
         dev.clone(),
@@ -45,9 +52,7 @@ fn victim(base: &Path) -> PathBuf {
 #[test]
 fn planted_links_at_the_records_temporary_names_are_never_followed() {
     let base = fresh("tmp-links");
-    let dir = base.join("run");
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = private_dir(&base.join("run"));
     let v = victim(&base);
     // Every temporary name this process could use next (n counts from 0 per process).
     let pid = std::process::id();
@@ -72,9 +77,7 @@ fn planted_links_at_the_records_temporary_names_are_never_followed() {
 #[test]
 fn a_planted_lock_or_record_link_is_refused_and_the_target_untouched() {
     let base = fresh("lock-link");
-    let dir = base.join("run");
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = private_dir(&base.join("run"));
     let v = victim(&base);
     symlink(&v, dir.join("core-0.lock")).unwrap();
     let e = owning(&device(), &dir).unwrap_err();
