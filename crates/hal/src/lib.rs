@@ -9,9 +9,9 @@
 //!   [`DmaDescriptor`] / [`TriggerPair`]), little-endian, sizes asserted at compile time;
 //! - [`NrtStatus`] with the public values and names, [`DType`] in the hardware encoding,
 //!   [`SeqId`] packing;
-//! - the lock-free protocols the runtime and device share: the SPSC [`ring`] (DMA trigger
-//!   queues), the notification [`plane`] (a core's six notification rings) and the
-//!   [`IdleGate`] park handshake, the [`UseGate`] admission gate of handles that are freed
+//! - the lock-free protocols the runtime and device share: the SPSC [`ring`](mod@ring) (DMA
+//!   trigger queues), the notification [`plane`](mod@plane) (a core's six notification rings)
+//!   and the [`IdleGate`] park handshake, the [`UseGate`] admission gate of handles that are freed
 //!   while in use and the [`SlotTicket`] ownership protocol of an in-flight slot, all
 //!   model-checked with loom; the [`CompletionWake`] a waiting host thread blocks on until
 //!   the device signals a completion (with the [`SpinBudget`] that says how long to spin

@@ -29,7 +29,8 @@
 //! Indices are free-running `u32`s compared with wrapping arithmetic. [`plane`] returns the
 //! only producer and the only consumer; their operations take `&mut self`, so the
 //! single-producer / single-consumer contract is enforced by the types. The protocol is the
-//! SPSC ring's ([`crate::ring`]) applied per ring; `tests/loom.rs` model-checks it.
+//! SPSC ring's ([`crate::ring`](mod@crate::ring)) applied per ring; `tests/loom.rs`
+//! model-checks it.
 
 use crate::sync::{Arc, AtomicU32, CachePadded, Ordering, UnsafeCell};
 // The prefetch hints are compiled out under loom (they would be cell accesses to it).

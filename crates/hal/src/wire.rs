@@ -91,7 +91,7 @@ pub mod exec_flags {
     /// reloads. Set by the runtime on the first execution after a model switch only.
     pub const RELOAD_CONFIG: u16 = 1 << 0;
     /// Trace mode: the device stamps this execution's START and END records with its clock
-    /// ([`NqRecord::timestamp_ns`]), which gives each engine's active interval.
+    /// ([`super::NqRecord::timestamp_ns`]), which gives each engine's active interval.
     pub const TRACE: u16 = 1 << 1;
     /// Every defined bit.
     pub const ALL: u16 = RELOAD_CONFIG | TRACE;
