@@ -2,17 +2,33 @@
 //! (`pipeline`), the harvest (`harvest`), the completion seam (`completion`) and the
 //! surfaces (`surface/`) are internal; these methods call into them.
 
+use crate::config::{self, RuntimeConfig};
 use crate::error::{NrtError, Result};
-use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADING};
-
+use crate::harvest::{self, Harvest, Progress};
+use crate::model::{self, LoadOptions, ModelShared, STATE_LOADED, STATE_UNLOADING};
+use crate::pipeline::{self, ExecMode};
 use crate::surface::explicit::{self, XuKind, parse_seq, xu_id};
-use crate::surface::implicit::{self, AsyncCallback, CallbackBox, refused_in_callback};
+use crate::surface::implicit::{
+    self, AsyncCallback, CallbackBox, ImplicitAsync, in_async_callback, refused_in_callback,
+};
 use crate::surface::sync;
 use crate::surface::worker::{self, drain_all, drain_vcore};
-use crate::vcore::{InflightSlot, SlotInfo, Surface, signal_efd};
-use crate::*;
-use nrt_hal::{Producer, TriggerPair};
+use crate::tensor::{Placement, Tensor, TensorSet};
+use crate::trace::{self, Span};
+use crate::vcore::{
+    InflightSlot, SlotInfo, Staging, StatsRef, Surface, VCore, VcoreCounters, Xu, signal_efd,
+};
+use crate::{
+    CLOSED, CLOSING, CloseOnDrop, MAX_LOCKSTEP_CORES, MemoryStats, Model, OPEN, PipelineCounters,
+    Runtime, RuntimeInner, SwitchCounters, ensure_open, host, log, nrt_log, unload_model,
+};
+use nrt_hal::{
+    Device, NUM_ENGINES, NrtStatus, PlaneConsumer, Producer, SeqId, TriggerPair, tuning,
+};
 use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 impl Runtime {
     /// Starts a runtime on `device`: reserves the selected cores (sets up their DMA trigger

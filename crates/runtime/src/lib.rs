@@ -74,12 +74,11 @@ pub use trace::{
     chrome_json_with_instructions,
 };
 
-use crate::harvest::{Harvest, Progress};
 use crate::model::{ModelShared, STATE_LOADED, STATE_UNLOADED, STATE_UNLOADING};
 use crate::surface::implicit::ImplicitAsync;
-use crate::vcore::{Staging, StatsRef, VCore, VcoreCounters, Xu};
-use nrt_hal::{Device, NUM_ENGINES, PlaneConsumer, tuning};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::vcore::VCore;
+use nrt_hal::Device;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
