@@ -25,7 +25,9 @@ pub(crate) enum Surface {
     Sync,
     /// Implicit async: the worker retires and calls the callback with `job_id`.
     Implicit { job_id: u64 },
-    /// Explicit async: the worker retires and writes `*status` (if not null).
+    /// Explicit async: whichever thread's harvest step finishes it writes `*status` (if not
+    /// null) and retires it, in [`crate::completion::drive`] — usually the client polling
+    /// `is_completed` or in `wait`; the XU worker only when it is the one harvesting.
     Explicit { status: *mut i32 },
 }
 
