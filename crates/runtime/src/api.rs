@@ -6,7 +6,7 @@ use crate::config::{self, RuntimeConfig};
 use crate::error::{NrtError, Result};
 use crate::harvest::{self, Harvest, Progress};
 use crate::model::{self, LoadOptions, ModelShared, STATE_LOADED, STATE_UNLOADING};
-use crate::pipeline::{self, ExecMode};
+use crate::pipeline::{self, BindMode};
 use crate::surface::explicit::{self, XuKind, parse_seq, xu_id};
 use crate::surface::implicit::{
     self, AsyncCallback, CallbackBox, ImplicitAsync, in_async_callback, refused_in_callback,
@@ -411,14 +411,23 @@ impl Runtime {
         outputs: &TensorSet,
         repeat: i32,
     ) -> Result<()> {
-        match pipeline::exec_mode(&self.0) {
-            ExecMode::ExplicitAsync => {
-                sync::execute_sync(&self.0, &model.0, inputs, outputs, repeat)
+        match pipeline::bind_mode(&self.0) {
+            mode @ BindMode::CloneHostTensors => {
+                sync::execute_sync(&self.0, &model.0, inputs, outputs, repeat, mode)
             }
-            ExecMode::ImplicitAsync => {
-                implicit::execute_implicit(&self.0, &model.0, inputs, outputs, repeat)
+            mode @ BindMode::RefuseHostTensors => {
+                implicit::execute_implicit(&self.0, &model.0, inputs, outputs, repeat, mode)
             }
         }
+    }
+
+    /// The mode `execute` binds in, which the fork computes from whether the implicit-async
+    /// worker pool exists (the seed's inverted exec mode): [`BindMode::CloneHostTensors`]
+    /// (1) without it — `execute` is synchronous and clones host tensors — and
+    /// [`BindMode::RefuseHostTensors`] (0) with it. The explicit surface
+    /// ([`Runtime::execute_schedule`]) refuses host tensors whatever this says.
+    pub fn bind_mode(&self) -> BindMode {
+        pipeline::bind_mode(&self.0)
     }
 
     /// Device memory in use (`nrt_get_vnc_memory_stats`).
@@ -444,6 +453,7 @@ impl Runtime {
             doorbells: c.doorbells.load(Ordering::Relaxed),
             publishes: c.publishes.load(Ordering::Relaxed),
             barrier_proxy_waits: c.barrier_proxy_waits.load(Ordering::Relaxed),
+            host_clone_binds: c.host_clone_binds.load(Ordering::Relaxed),
             served_wakes: self.0.vcores[vnc as usize].served.wakes() as u64,
             execution_wakes: self.0.vcores[vnc as usize]
                 .exec_wakes
@@ -754,6 +764,30 @@ impl Runtime {
             .iter()
             .find(|v| v.cores.contains(&core))
             .map(|v| v.submitted.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Test hook: logical core `vnc`'s compute XU goes on as though `issued` executions had
+    /// been issued and completed, so the next one gets sequence number `issued + 1` — the
+    /// `NRTA_SEQ_NUM_MAX` boundary is 2^48 executions away otherwise. `NRT_INVALID` while
+    /// anything is in flight on the vcore, backwards, or past `NRTA_SEQ_NUM_MAX`.
+    #[doc(hidden)]
+    pub fn fast_forward_compute_xu(&self, vnc: u32, issued: u64) -> Result<()> {
+        let rt = &self.0;
+        ensure_open(rt)?;
+        let vc = explicit::xu_vcore(rt, vnc, 0)?;
+        let mut st = vc.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let idle = vc.completed.load(Ordering::Acquire) == st.submitted
+            && vc.slots.iter().all(|s| s.ticket.is_free());
+        if !idle || issued < st.submitted || issued > nrt_hal::NRTA_SEQ_NUM_MAX {
+            return Err(NrtError::invalid(format!(
+                "cannot fast-forward the compute XU of vnc {vnc} from {} to {issued}",
+                st.submitted
+            )));
+        }
+        st.submitted = issued;
+        vc.completed.store(issued, Ordering::Release);
+        vc.submitted.store(issued, Ordering::Release);
+        Ok(())
     }
 
     /// Whether the runtime runs implicit async (`NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`).

@@ -65,7 +65,7 @@ pub use config::{RuntimeConfig, SyncOnCaller};
 pub use error::{NrtError, Result};
 pub use model::{LoadOptions, TensorInfo};
 pub use nrt_hal::{DType, NrtStatus, SeqId};
-pub use pipeline::ExecMode;
+pub use pipeline::BindMode;
 pub use surface::explicit::XuKind;
 pub use surface::implicit::{AsyncCallback, in_async_callback};
 pub use tensor::{Placement, Tensor, TensorSet};
@@ -191,6 +191,9 @@ pub struct PipelineCounters {
     pub publishes: u64,
     /// Executions that went through WAIT_BARRIER_PROXY.
     pub barrier_proxy_waits: u64,
+    /// Binds that cloned host tensors into device memory (the synchronous path, in
+    /// [`BindMode::CloneHostTensors`]).
+    pub host_clone_binds: u64,
     /// Times a synchronous caller queued behind the caller serving the core, blocked, was
     /// woken on the served wake (`nrt_hal::ServedCore`; wraps at 2^31).
     pub served_wakes: u64,

@@ -3,11 +3,13 @@
 //!
 //! 1. **validate** — runtime open, model loaded, repeat ≤ 1, every model input/output present
 //!    in its set with the right size ([`validate`]);
-//! 2. **resolve + fork** — the process-wide async-workers pointer decides the surface; the
-//!    exec mode is *inverted* as in the seed: `workers == None ? ExecMode::ExplicitAsync (1)
-//!    : ExecMode::ImplicitAsync (0)` — so the synchronous path carries mode 1;
+//! 2. **resolve + fork** — the process-wide async-workers pointer decides the surface and the
+//!    mode the bind runs in ([`BindMode`], the seed's exec mode), *inverted* as in the seed:
+//!    `workers == None ? CloneHostTensors (1, the seed's EXPLICIT_ASYNC) : RefuseHostTensors
+//!    (0)` — so the synchronous path carries mode 1;
 //! 3. **bind** — take an I/O descriptor set, clone host tensors into its buffers (mode 1) or
-//!    reject them (mode 0), patch the descriptor of every I/O whose tensor changed ([`bind`]);
+//!    refuse them (mode 0, in [`validate`]), patch the descriptor of every I/O whose tensor
+//!    changed ([`bind`]);
 //! 4. **stage** — under ONE lock on the vcore's first core: for each core of the model write
 //!    the 52-byte request and push the three trigger pairs, then one `compute_idx_tail++`
 //!    ([`stage`]);
@@ -33,37 +35,46 @@ use nrt_hal::wire::{
     EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE,
     REQUEST_SLOT_TAIL_OFFSET, exec_flags,
 };
-use nrt_hal::{DmaKind, ExecRequest, NrtStatus, SEMAPHORE_INFERENCE_START, TriggerPair, tuning};
+use nrt_hal::{
+    DmaKind, ExecRequest, NRTA_SEQ_NUM_MAX, NrtStatus, SEMAPHORE_INFERENCE_START, TriggerPair,
+    tuning,
+};
 use nrt_model::Usage;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// The exec mode the fork computes, with the seed's discriminants: `workers == NULL ? 1 : 0`.
-/// Mode 1 is shared by the synchronous path and the explicit (NRT 3.0) async surface — the
-/// enum label says "explicit async" for both, exactly as the seed stores it; mode 0 is the
-/// implicit async worker pool. Read it as a fork-internal discriminator, not as intent.
+/// What an execution's bind does with host tensors: the seed's exec mode
+/// (`kmgr_exec_mode_t`), named for what it does, with the seed's discriminants. The fork
+/// computes it as the seed does, `workers == NULL ? 1 : 0` ([`bind_mode`]), so `nrt_execute`
+/// without the implicit worker pool — the synchronous path — binds in mode 1, which the seed
+/// labels `EXPLICIT_ASYNC`, and with the pool in mode 0 (`IMPLICIT_ASYNC`). The seed's
+/// explicit NRT 3.0 surface stores 1 too but refuses host tensors before its bind; ours binds
+/// in [`BindMode::RefuseHostTensors`], which is what it does.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExecMode {
-    /// Implicit async (`async_exec_workers != NULL`): host tensors are rejected.
-    ImplicitAsync = 0,
-    /// Synchronous or explicit async (`async_exec_workers == NULL`): host tensors are cloned
-    /// (synchronous) or rejected (explicit async, which checks before binding).
-    ExplicitAsync = 1,
+pub enum BindMode {
+    /// Host tensors are refused (`NRT_INVALID`, "Async exec mode only supports device
+    /// allocated tensors"): both async surfaces. The seed's `IMPLICIT_ASYNC` (0).
+    RefuseHostTensors = 0,
+    /// Host tensors are cloned into the I/O set's device buffers (a host input copied in at
+    /// bind, a host output copied back at retire): the synchronous path. The seed's
+    /// `EXPLICIT_ASYNC` (1).
+    CloneHostTensors = 1,
 }
 
-/// The fork on the process-wide async-workers pointer.
+/// The fork on the process-wide async-workers pointer: the mode `nrt_execute` binds in.
 #[inline]
-pub(crate) fn exec_mode(rt: &RuntimeInner) -> ExecMode {
+pub(crate) fn bind_mode(rt: &RuntimeInner) -> BindMode {
     if rt.implicit_async.is_none() {
-        ExecMode::ExplicitAsync
+        BindMode::CloneHostTensors
     } else {
-        ExecMode::ImplicitAsync
+        BindMode::RefuseHostTensors
     }
 }
 
-/// Stage 1: checks everything that can be checked without touching state. A refusal is
-/// counted as `incorrect_input` in the vcore's statistics.
+/// Stage 1: checks everything that can be checked without touching state; host tensors are
+/// refused unless `mode` clones them. Returns whether any tensor is a host tensor. A refusal
+/// is counted as `incorrect_input` in the vcore's statistics.
 #[inline(always)]
 pub(crate) fn validate(
     rt: &RuntimeInner,
@@ -71,9 +82,9 @@ pub(crate) fn validate(
     inputs: &TensorSet,
     outputs: &TensorSet,
     repeat: i32,
-    allow_host: bool,
+    mode: BindMode,
 ) -> Result<bool> {
-    validate_inner(rt, model, inputs, outputs, repeat, allow_host).inspect_err(|_| {
+    validate_inner(rt, model, inputs, outputs, repeat, mode).inspect_err(|_| {
         if let Some(vc) = rt.vcores.get(model.vnc as usize) {
             count_refused(vc, NrtStatus::Invalid, crate::host::status::INCORRECT_INPUT);
         }
@@ -96,7 +107,7 @@ fn validate_inner(
     inputs: &TensorSet,
     outputs: &TensorSet,
     repeat: i32,
-    allow_host: bool,
+    mode: BindMode,
 ) -> Result<bool> {
     crate::ensure_open(rt)?;
     if model.state.load(Ordering::Acquire) != STATE_LOADED {
@@ -141,7 +152,7 @@ fn validate_inner(
             )));
         }
         if !t.placement().is_device() {
-            if !allow_host {
+            if mode == BindMode::RefuseHostTensors {
                 return Err(NrtError::invalid(format!(
                     "Async exec mode only supports device allocated tensors ({what} '{}' is bound to host tensor '{}')",
                     b.info.name,
@@ -160,9 +171,12 @@ fn validate_inner(
     Ok(any_host)
 }
 
-/// Stage 3: takes an I/O set and wires every tensor into it. Returns the set, or `None` if
-/// none is free (the caller waits or reports `NRT_QUEUE_FULL`); an error if the model is
-/// being unloaded (or the runtime closed).
+/// Stage 3: takes an I/O set and wires every tensor into it, cloning host inputs into the
+/// set's device buffers (`any_host`: [`validate`] found host tensors, which it lets through
+/// only in [`BindMode::CloneHostTensors`]; such a bind takes one of the model's
+/// [`tuning::HOST_CLONE_SETS`] sets and is counted in `host_clone_binds`). Returns the set,
+/// or `None` if none is free (the caller waits or reports `NRT_QUEUE_FULL`); an error if the
+/// model is being unloaded (or the runtime closed).
 ///
 /// Holding a set is what keeps an unload waiting ([`crate::unload_model`] waits until every
 /// set is free): the set is taken, then the state is read, with an asymmetric fence between
@@ -175,8 +189,13 @@ pub(crate) fn bind(
     model: &ModelShared,
     inputs: &TensorSet,
     outputs: &TensorSet,
+    mode: BindMode,
     any_host: bool,
 ) -> Result<Option<u32>> {
+    debug_assert!(
+        !any_host || mode == BindMode::CloneHostTensors,
+        "validate refuses host tensors in {mode:?}"
+    );
     let sets: &IoSets = &model.io_sets;
     let limit = if any_host {
         tuning::HOST_CLONE_SETS
@@ -231,6 +250,13 @@ pub(crate) fn bind(
         }
         bound[i] = Some(t.clone());
     }
+    if any_host {
+        // Only on the host-clone path, which copies the inputs anyway: never a locked add on
+        // the device-tensor hot path.
+        if let Some(vc) = rt.vcores.get(model.vnc as usize) {
+            vc.counters.host_clone_binds.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     Ok(Some(s))
 }
 
@@ -241,6 +267,22 @@ pub(crate) fn unbind(model: &ModelShared, s: u32) {
     let bound = unsafe { &mut *set.tensors.get() };
     bound.iter_mut().for_each(|t| *t = None);
     model.io_sets.release(s);
+}
+
+/// The error of a submission after the compute XU issued its last sequence number,
+/// `NRTA_SEQ_NUM_MAX` = 2^48 − 1 (`nrt_async.h`): the next one would not fit the 48 bits of
+/// a sequence id, and a number that wrapped to 0 would read as "none completed"
+/// (`nrta_get_sequence`) and alias the first executions. Refused, not wrapped.
+#[cold]
+fn seq_numbers_exhausted(vc: &VCore) -> NrtError {
+    NrtError::new(
+        NrtStatus::Resource,
+        format!(
+            "the compute XU of logical NeuronCore {} issued its last sequence number \
+             (NRTA_SEQ_NUM_MAX = {NRTA_SEQ_NUM_MAX:#x})",
+            vc.index
+        ),
+    )
 }
 
 /// The error of an async submission that found every in-flight slot taken ([`stage`]).
@@ -291,6 +333,14 @@ pub(crate) fn stage(
                 vc.index
             ),
         ));
+    }
+    if st.submitted >= NRTA_SEQ_NUM_MAX {
+        count_refused(
+            vc,
+            NrtStatus::Resource,
+            crate::host::status::FAILED_TO_QUEUE,
+        );
+        return Err(seq_numbers_exhausted(vc));
     }
     let seq = st.submitted + 1;
     let idx = st.submitted as u32;

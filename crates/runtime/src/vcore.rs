@@ -96,6 +96,9 @@ pub(crate) struct VcoreCounters {
     /// `is_completed`/`wait`, a sync caller): while they keep coming the worker stays out of
     /// the way.
     pub(crate) external_harvests: AtomicU64,
+    /// Binds that cloned host tensors into an I/O set ([`crate::pipeline::bind`] in
+    /// [`crate::pipeline::BindMode::CloneHostTensors`]).
+    pub(crate) host_clone_binds: AtomicU64,
 }
 
 impl VcoreCounters {

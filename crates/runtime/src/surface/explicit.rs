@@ -17,7 +17,7 @@ use crate::completion::{drive, retired};
 use crate::error::{NrtError, Result};
 use crate::harvest::{Step, completed_status};
 use crate::model::ModelShared;
-use crate::pipeline::validate;
+use crate::pipeline::{BindMode, validate};
 use crate::tensor::TensorSet;
 use crate::vcore::{Surface, VCore};
 use crate::wait::VcoreWait;
@@ -173,7 +173,9 @@ pub(crate) fn schedule(
             "queue {queue}: the compute XU has only queue 0"
         )));
     }
-    validate(rt, model, inputs, outputs, 1, false)?;
+    // The seed's explicit surface carries mode 1 (`EXPLICIT_ASYNC`) but refuses host tensors
+    // before its bind, which is what this mode does.
+    validate(rt, model, inputs, outputs, 1, BindMode::RefuseHostTensors)?;
     let vc = &rt.vcores[model.vnc as usize];
     if vc.unrecoverable.load(Ordering::Acquire) {
         return Err(NrtError::new(

@@ -11,7 +11,7 @@ use crate::error::{NrtError, Result};
 use crate::harvest::completed_status;
 use crate::model::ModelShared;
 use crate::nrt_log;
-use crate::pipeline::{retire, validate};
+use crate::pipeline::{BindMode, retire, validate};
 use crate::tensor::TensorSet;
 use crate::vcore::{Surface, VCore};
 use nrt_hal::{NrtStatus, tuning};
@@ -135,16 +135,18 @@ impl Drop for ImplicitAsync {
 
 /// `nrt_execute` in implicit async mode: stage and doorbell inline, hand completion to the
 /// worker, return. More than the configured in-flight cap returns `NRT_QUEUE_FULL` (the
-/// public runtime's behaviour; it does not block).
+/// public runtime's behaviour; it does not block). `mode` is the fork's
+/// ([`BindMode::RefuseHostTensors`]).
 pub(crate) fn execute_implicit(
     rt: &RuntimeInner,
     model: &Arc<ModelShared>,
     inputs: &TensorSet,
     outputs: &TensorSet,
     repeat: i32,
+    mode: BindMode,
 ) -> Result<()> {
     let ia = rt.implicit_async.as_ref().expect("implicit async mode");
-    validate(rt, model, inputs, outputs, repeat, false)?;
+    validate(rt, model, inputs, outputs, repeat, mode)?;
     let vc = &rt.vcores[model.vnc as usize];
     let counter = &ia.inflight[vc.index as usize];
     if counter.fetch_add(1, Ordering::AcqRel) >= ia.cap {

@@ -21,7 +21,8 @@ use crate::RuntimeInner;
 use crate::error::{NrtError, Result};
 use crate::model::ModelShared;
 use crate::pipeline::{
-    bind, doorbell, mark_pending, marks_pending, release_pending, slot_taken_error, stage, unbind,
+    BindMode, bind, doorbell, mark_pending, marks_pending, release_pending, slot_taken_error,
+    stage, unbind,
 };
 use crate::tensor::TensorSet;
 use crate::vcore::{Surface, VCore};
@@ -40,7 +41,15 @@ pub(crate) fn submit_async(
     outputs: &TensorSet,
     surface: Surface,
 ) -> Result<u64> {
-    let s = bind(rt, model, inputs, outputs, false)?.ok_or_else(|| {
+    let s = bind(
+        rt,
+        model,
+        inputs,
+        outputs,
+        BindMode::RefuseHostTensors,
+        false,
+    )?
+    .ok_or_else(|| {
         NrtError::new(
             NrtStatus::QueueFull,
             format!("every I/O set of model '{}' is in flight", model.name),

@@ -9,7 +9,7 @@ use crate::config::SyncOnCaller;
 use crate::error::Result;
 use crate::harvest::{Step, completed_status};
 use crate::model::ModelShared;
-use crate::pipeline::{bind, doorbell, exec_error, retire, stage, unbind, validate};
+use crate::pipeline::{BindMode, bind, doorbell, exec_error, retire, stage, unbind, validate};
 use crate::tensor::TensorSet;
 use crate::trace::{ClockStamps, NoStamps, Stamps};
 use crate::vcore::{Surface, VCore};
@@ -27,12 +27,13 @@ fn bind_waiting(
     model: &ModelShared,
     inputs: &TensorSet,
     outputs: &TensorSet,
+    mode: BindMode,
     any_host: bool,
 ) -> Result<u32> {
     // A set freed by another caller's retirement is not signaled: spin and yield.
     let mut spin = Spin::new();
     loop {
-        if let Some(s) = bind(rt, model, inputs, outputs, any_host)? {
+        if let Some(s) = bind(rt, model, inputs, outputs, mode, any_host)? {
             return Ok(s);
         }
         if drive(rt, vc, 0) == Step::Idle {
@@ -42,18 +43,20 @@ fn bind_waiting(
 }
 
 /// The synchronous surface: the whole pipeline on the caller's thread. Tracing costs one
-/// branch here: the pipeline is instantiated with or without timestamps.
+/// branch here: the pipeline is instantiated with or without timestamps. `mode` is the
+/// fork's ([`BindMode::CloneHostTensors`]): host tensors are cloned.
 pub(crate) fn execute_sync(
     rt: &RuntimeInner,
     model: &Arc<ModelShared>,
     inputs: &TensorSet,
     outputs: &TensorSet,
     repeat: i32,
+    mode: BindMode,
 ) -> Result<()> {
     if rt.trace.enabled() {
-        traced(rt, model, inputs, outputs, repeat)
+        traced(rt, model, inputs, outputs, repeat, mode)
     } else {
-        run_sync(rt, model, inputs, outputs, repeat, &mut NoStamps)
+        run_sync(rt, model, inputs, outputs, repeat, mode, &mut NoStamps)
     }
 }
 
@@ -65,8 +68,17 @@ fn traced(
     inputs: &TensorSet,
     outputs: &TensorSet,
     repeat: i32,
+    mode: BindMode,
 ) -> Result<()> {
-    run_sync(rt, model, inputs, outputs, repeat, &mut ClockStamps::new())
+    run_sync(
+        rt,
+        model,
+        inputs,
+        outputs,
+        repeat,
+        mode,
+        &mut ClockStamps::new(),
+    )
 }
 
 #[inline(always)]
@@ -76,15 +88,16 @@ fn run_sync<S: Stamps>(
     inputs: &TensorSet,
     outputs: &TensorSet,
     repeat: i32,
+    mode: BindMode,
     stamps: &mut S,
 ) -> Result<()> {
     stamps.mark();
-    let any_host = validate(rt, model, inputs, outputs, repeat, true)?;
+    let any_host = validate(rt, model, inputs, outputs, repeat, mode)?;
     let vc = &rt.vcores[model.vnc as usize];
     stamps.mark();
     // No pending marks: they make tensor reads and writes wait under implicit async, and a
     // synchronous execution only exists without it.
-    let s = bind_waiting(rt, vc, model, inputs, outputs, any_host)?;
+    let s = bind_waiting(rt, vc, model, inputs, outputs, mode, any_host)?;
     stamps.mark();
     let seq = loop {
         match stage(rt, vc, model, s, Surface::Sync) {
