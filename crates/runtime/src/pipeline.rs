@@ -45,11 +45,11 @@ use std::sync::atomic::Ordering;
 
 /// What an execution's bind does with host tensors: the seed's exec mode
 /// (`kmgr_exec_mode_t`), named for what it does, with the seed's discriminants. The fork
-/// computes it as the seed does, `workers == NULL ? 1 : 0` ([`bind_mode`]), so `nrt_execute`
-/// without the implicit worker pool — the synchronous path — binds in mode 1, which the seed
-/// labels `EXPLICIT_ASYNC`, and with the pool in mode 0 (`IMPLICIT_ASYNC`). The seed's
-/// explicit NRT 3.0 surface stores 1 too but refuses host tensors before its bind; ours binds
-/// in [`BindMode::RefuseHostTensors`], which is what it does.
+/// computes it as the seed does, `workers == NULL ? 1 : 0` ([`crate::Runtime::bind_mode`]),
+/// so `nrt_execute` without the implicit worker pool — the synchronous path — binds in mode
+/// 1, which the seed labels `EXPLICIT_ASYNC`, and with the pool in mode 0 (`IMPLICIT_ASYNC`).
+/// The seed's explicit NRT 3.0 surface stores 1 too but refuses host tensors before its bind;
+/// ours binds in [`BindMode::RefuseHostTensors`], which is what it does.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BindMode {
