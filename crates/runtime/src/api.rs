@@ -483,6 +483,12 @@ impl Runtime {
         self.0.trace.set_enabled(on, || dev.clock_ns());
     }
 
+    /// Whether `NEURON_RT_INSPECT_ENABLE` profiles this runtime (then
+    /// [`Runtime::set_tracing`] changes nothing).
+    pub fn inspecting(&self) -> bool {
+        self.0.trace.inspecting()
+    }
+
     /// The device clock ([`nrt_hal::Device::clock_ns`]) when tracing was last turned on:
     /// the trace's time zero, for placing device-side events (a software device's
     /// instruction timeline) on the spans' axis. `None` while no trace was started.

@@ -267,14 +267,6 @@ pub(crate) struct Trace {
     inspect: Mutex<Option<Inspect>>,
 }
 
-impl crate::Runtime {
-    /// Whether `NEURON_RT_INSPECT_ENABLE` profiles this runtime (then
-    /// [`crate::Runtime::set_tracing`] changes nothing).
-    pub fn inspecting(&self) -> bool {
-        self.0.trace.inspecting()
-    }
-}
-
 impl Trace {
     pub(crate) fn new() -> Trace {
         Trace {
