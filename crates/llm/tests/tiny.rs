@@ -106,6 +106,17 @@ fn tiny_tokenizer_and_template() {
     let byte = |b: u8| 3 + u32::from(b);
     assert_eq!(ids, [260, 261, 263, byte(b'n'), 2, byte(b'7')]);
     assert_eq!(tok.decode(&ids).unwrap(), "he the an<|im_end|>7");
+
+    // Streaming over byte tokens: "€" (E2 82 AC) comes out with its last byte; a broken
+    // sequence is U+FFFD, and so is an unfinished character at the end.
+    let mut s = tok.stream(false);
+    let pieces: Vec<String> = [0xE2, 0x82, 0xAC, 0xF0, b'a', 0xE2, 0x82]
+        .iter()
+        .map(|&b| s.push(byte(b)).unwrap())
+        .collect();
+    assert_eq!(pieces, ["", "", "€", "", "\u{FFFD}a", "", ""]);
+    assert_eq!(s.finish(), "\u{FFFD}");
+    assert!(s.push(265).is_err(), "an id past the vocabulary");
     let t = ChatTemplate::from_gguf(&f.gguf, &tok).unwrap().unwrap();
     let p = t.render(&[ChatMessage::new("user", "hi")], true).unwrap();
     assert_eq!(p, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
@@ -271,4 +282,56 @@ fn bad_files_name_their_culprit() {
     }));
     assert!(m.starts_with("chat template"), "{m}");
     assert_eq!(load(&good), Ok(()));
+}
+
+#[test]
+fn every_value_type_round_trips_and_v2_reads() {
+    let values = [
+        Value::U8(200),
+        Value::I8(-100),
+        Value::U16(60000),
+        Value::I16(-30000),
+        Value::U32(4_000_000_000),
+        Value::I32(-2_000_000_000),
+        Value::F32(1.5),
+        Value::Bool(true),
+        Value::String("ünï 🦀".into()),
+        Value::U64(u64::MAX),
+        Value::I64(i64::MIN),
+        Value::F64(-2.25),
+        Value::Array(Array::U8(vec![1, 2])),
+        Value::Array(Array::I8(vec![-1])),
+        Value::Array(Array::U16(vec![7])),
+        Value::Array(Array::I16(vec![-7])),
+        Value::Array(Array::U32(vec![])),
+        Value::Array(Array::I32(vec![-5, 5])),
+        Value::Array(Array::F32(vec![0.5])),
+        Value::Array(Array::Bool(vec![true, false])),
+        Value::Array(Array::String(vec!["a".into(), String::new()])),
+        Value::Array(Array::U64(vec![9])),
+        Value::Array(Array::I64(vec![-9])),
+        Value::Array(Array::F64(vec![1e300])),
+        Value::Array(Array::Array(vec![
+            Array::String(vec!["x".into()]),
+            Array::Array(vec![Array::U8(vec![3])]),
+        ])),
+    ];
+    let mut w = GgufWriter::new();
+    for (i, v) in values.iter().enumerate() {
+        w.kv(format!("k.{i}"), v.clone());
+    }
+    w.kv("general.alignment", Value::U32(64));
+    w.tensor_f32("t", &[3, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let mut bytes = w.to_bytes();
+    for version in [3u8, 2] {
+        bytes[4] = version;
+        let f = GgufFile::from_bytes(bytes.clone()).unwrap();
+        assert_eq!(f.gguf.version, u32::from(version));
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(f.gguf.get(&format!("k.{i}")), Some(v));
+        }
+        assert_eq!(f.gguf.alignment, 64);
+        assert_eq!(f.gguf.data_start % 64, 0);
+        assert_eq!(f.tensor_row_f32("t", 1).unwrap(), [4.0, 5.0, 6.0]);
+    }
 }
