@@ -9,6 +9,7 @@
 
 use crate::args::{BenchArgs, Surface};
 use crate::session::{self, Res, fmt_ns, percentiles};
+use nrt_isa::op;
 use nrt_runtime::builtin::near_null;
 use nrt_runtime::{
     LoadOptions, Model, Placement, Runtime, RuntimeConfig, SeqId, Tensor, TensorSet,
@@ -581,17 +582,17 @@ fn model_matmul(bytes: &[u8]) -> Res<Standalone> {
     let m = nrt_model::CompiledModel::decode(bytes).map_err(|e| e.to_string())?;
     let pe = m.block(0, nrt_hal::Engine::Pe).ok_or("no PE block")?;
     let ops = nrt_isa::decode_block(&pe.code, nrt_hal::Engine::Pe).map_err(|e| e.to_string())?;
-    let Some(nrt_isa::Op::MatMul {
+    let Some(nrt_isa::Op::MatMul(op::MatMul {
         a,
         b,
         c,
         alpha,
         flags,
         epilogue,
-    }) = ops
+    })) = ops
         .into_iter()
         .map(|(_, i)| i.op)
-        .find(|o| matches!(o, nrt_isa::Op::MatMul { .. }))
+        .find(|o| matches!(o, nrt_isa::Op::MatMul(_)))
     else {
         return Err("no MatMul".into());
     };
@@ -611,14 +612,14 @@ fn model_matmul(bytes: &[u8]) -> Res<Standalone> {
     {
         x.copy_from_slice(&((i % 17) as f32 * 0.01).to_le_bytes());
     }
-    let op = nrt_isa::Op::MatMul {
+    let op = nrt_isa::Op::MatMul(op::MatMul {
         a: nrt_isa::AccessPattern { addr: oa, ..a },
         b: nrt_isa::AccessPattern { addr: ob, ..b },
         c: nrt_isa::AccessPattern { addr: oc, ..c },
         alpha,
         flags,
         epilogue,
-    };
+    });
     Ok(Standalone { op, mem })
 }
 
@@ -764,16 +765,16 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool, packed: bool) -> Vec<u8> {
     b.push(
         0,
         Engine::Sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dx,
             count: 1,
-        })
+        }))
         .signal(inp, 1),
     );
     b.push(
         0,
         Engine::Pe,
-        Instruction::new(Op::MatMul {
+        Instruction::new(Op::MatMul(op::MatMul {
             a: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[m, k]),
             b: wap(vaddr(wr, 0)),
             c: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[m, n]),
@@ -784,27 +785,27 @@ fn matmul_model(m: u32, k: u32, n: u32, bf16: bool, packed: bool) -> Vec<u8> {
                 0
             },
             epilogue: nrt_isa::Epilogue::NONE,
-        })
+        }))
         .wait(inp, 1)
         .signal(done, 1),
     );
     b.push(
         0,
         Engine::Sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dy,
             count: 1,
-        })
+        }))
         .wait(done, 1),
     );
     b.push(
         0,
         Engine::Sp,
-        Instruction::new(Op::Notify {
+        Instruction::new(Op::Notify(op::Notify {
             subtype: CUSTOM_SUBTYPE_TENSOR,
             sub_id: CUSTOM_SUB_ID_OUTPUT_DONE,
             payload: y,
-        }),
+        })),
     );
     b.build().encode()
 }

@@ -16,6 +16,7 @@ use args::{
     Cli, Command, CompileArgs, DemoArgs, IdleArgs, InspectArgs, RunArgs, SamplesArgs, TraceArgs,
 };
 use clap::{CommandFactory, Parser};
+use nrt_isa::op;
 use nrt_runtime::{Stage, TensorInfo};
 use session::{Res, fmt_ns, percentiles};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -382,12 +383,12 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
             continue;
         };
         for (i, (_, ins)) in ops.iter().enumerate() {
-            if let nrt_isa::Op::Conv {
+            if let nrt_isa::Op::Conv(op::Conv {
                 output,
                 bias,
                 act: (func, ..),
                 ..
-            } = &ins.op
+            }) = &ins.op
                 && *func != nrt_isa::ActFunc::Identity
             {
                 lines.push(format!(
@@ -399,13 +400,13 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
                 ));
                 continue;
             }
-            if let nrt_isa::Op::MatMulInteger {
+            if let nrt_isa::Op::MatMulInteger(op::MatMulInteger {
                 b: wb,
                 c,
                 packed_b,
                 scale,
                 ..
-            } = &ins.op
+            }) = &ins.op
             {
                 int_products += 1;
                 int_packed += *packed_b as usize;
@@ -420,14 +421,14 @@ fn print_epilogues(m: &nrt_model::CompiledModel) {
                 }
                 continue;
             }
-            let nrt_isa::Op::MatMul {
+            let nrt_isa::Op::MatMul(op::MatMul {
                 b: wb,
                 c,
                 alpha,
                 flags,
                 epilogue: e,
                 ..
-            } = &ins.op
+            }) = &ins.op
             else {
                 continue;
             };

@@ -9,6 +9,7 @@
 //! instruction (kernel only, no device or runtime overhead) is printed, slowest first.
 use nrt_compiler::{CompileOptions, HostTensor, compile, read_tensor_pb};
 use nrt_hal::NUM_ENGINES;
+use nrt_isa::op;
 use nrt_isa::{Op, decode_block};
 use nrt_model::{CompiledModel, MemRefKind};
 use std::path::PathBuf;
@@ -93,8 +94,8 @@ fn run(m: &CompiledModel, inputs: &[HostTensor]) -> Result<Vec<Vec<u8>>, String>
                     }
                 }
                 match ins.op {
-                    Op::End | Op::Nop | Op::Notify { .. } => {}
-                    Op::DmaDescriptors { table, count } => {
+                    Op::End(op::End) | Op::Nop(op::Nop) | Op::Notify(_) => {}
+                    Op::DmaDescriptors(op::DmaDescriptors { table, count }) => {
                         let db = base[desc.unwrap()];
                         let first = (table - db) / 32;
                         for v in first..first + count as u64 {
@@ -158,7 +159,7 @@ fn brief(op: &Op) -> String {
     nrt_compiler::schedule::for_each_ap_mut(&mut op, |ap, _| {
         s.push_str(&format!(" {:?}/{:?}", ap.shape, ap.stride));
     });
-    if let Op::Activation { func, .. } = op {
+    if let Op::Activation(op::Activation { func, .. }) = op {
         s.push_str(&format!(" {func:?}"));
     }
     s

@@ -2,6 +2,7 @@
 //! `ncc MODEL.onnx [--cores N] [--dump] [-o OUT.ncm]` (`--dump` lists every instruction).
 
 use nrt_compiler::{CompileOptions, check::check_ordering, compile_file};
+use nrt_isa::op;
 use std::path::PathBuf;
 
 fn main() {
@@ -66,14 +67,16 @@ fn brief(op: &nrt_isa::Op) -> String {
         ));
     });
     match op {
-        nrt_isa::Op::Activation { func, scale, .. } => {
+        nrt_isa::Op::Activation(op::Activation { func, scale, .. }) => {
             s.push_str(&format!(" {func:?} scale={scale}"))
         }
-        nrt_isa::Op::MatMul { alpha, flags, .. } => {
+        nrt_isa::Op::MatMul(op::MatMul { alpha, flags, .. }) => {
             s.push_str(&format!(" alpha={alpha} flags={flags}"))
         }
-        nrt_isa::Op::Binary { op, .. } => s.push_str(&format!(" {op:?}")),
-        nrt_isa::Op::TensorScalar { op, scalar, .. } => s.push_str(&format!(" {op:?} {scalar}")),
+        nrt_isa::Op::Binary(op::Binary { op, .. }) => s.push_str(&format!(" {op:?}")),
+        nrt_isa::Op::TensorScalar(op::TensorScalar { op, scalar, .. }) => {
+            s.push_str(&format!(" {op:?} {scalar}"))
+        }
         _ => {}
     }
     s

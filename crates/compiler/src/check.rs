@@ -13,6 +13,7 @@
 
 use crate::schedule::Access;
 use nrt_hal::{Engine, NUM_ENGINES};
+use nrt_isa::op;
 use nrt_isa::{Instruction, Op, decode_block};
 use nrt_model::{CompiledModel, MemRefKind, Usage};
 use std::collections::HashMap;
@@ -60,7 +61,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                         f.name
                     ));
                 };
-                if let Op::DmaDescriptors { count, .. } = ins.op {
+                if let Op::DmaDescriptors(op::DmaDescriptors { count, .. }) = ins.op {
                     if Some(mr) != desc {
                         return Err(format!(
                             "{}: descriptor DMA outside the I/O table",
@@ -86,7 +87,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                 }
                 let write = matches!(f.name, "dst" | "c" | "output" | "out" | "workspace");
                 let reads_too = f.name == "c"
-                    && matches!(ins.op, Op::MatMul { flags, .. } if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
+                    && matches!(ins.op, Op::MatMul(op::MatMul { flags, .. }) if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
                 let a = match f.ap {
                     Some(mut ap) => {
                         ap.addr = 0;
@@ -131,7 +132,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
                 *t += v as u64;
                 e.1.push((i, *t));
             }
-            if matches!(x.ins.op, Op::Barrier { .. } | Op::SemSet { .. }) {
+            if matches!(x.ins.op, Op::Barrier(_) | Op::SemSet(_)) {
                 return Err(format!(
                     "{}: the checker does not model {}",
                     block_name(s),
@@ -241,7 +242,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
         let moved = streams.iter().flatten().any(|x| {
             x.accesses
                 .iter()
-                .any(|a| matches!(x.ins.op, Op::DmaDescriptors { .. }) && a.mem_ref == t.mem_ref)
+                .any(|a| matches!(x.ins.op, Op::DmaDescriptors(_)) && a.mem_ref == t.mem_ref)
         });
         if !moved && t.byte_size() > 0 {
             return Err(format!(
@@ -251,7 +252,7 @@ pub fn check_ordering(m: &CompiledModel) -> Result<(), String> {
         }
         if t.usage == Usage::Output {
             let notified = streams.iter().flatten().any(|x| {
-                matches!(x.ins.op, Op::Notify { subtype: 6, sub_id: 7, payload } if payload == v as u32)
+                matches!(x.ins.op, Op::Notify(op::Notify { subtype: 6, sub_id: 7, payload }) if payload == v as u32)
             });
             if !notified {
                 return Err(format!("output {v} ('{}') is never notified", t.name));

@@ -15,6 +15,7 @@ use crate::schedule::{IoInfo, for_each_ap_mut, schedule};
 use crate::{CompileOptions, Compiled, PlanReport};
 use nrt_hal::Engine;
 use nrt_isa::Op;
+use nrt_isa::op;
 use nrt_model::{CompiledModel, ModelBuilder};
 use nrt_model::{split_vaddr, vaddr};
 use std::collections::HashMap;
@@ -187,10 +188,10 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         l.emit(
             0,
             Engine::Sp,
-            Op::DmaDescriptors {
+            Op::DmaDescriptors(op::DmaDescriptors {
                 table,
                 count: g.inputs.len() as u32,
-            },
+            }),
         );
     }
     for (k, &v) in g.inputs.iter().enumerate() {

@@ -23,6 +23,7 @@
 //! [`crate::check::check_ordering`] prove the order.
 
 use nrt_hal::{Engine, FIRST_ENGINE_SEMAPHORE, NUM_ENGINES};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ByteRows, Instruction, Op, SemRef};
 use nrt_model::split_vaddr;
 use std::collections::HashSet;
@@ -115,7 +116,7 @@ pub struct IoInfo {
 /// The accesses of an instruction whose addresses are virtual addresses
 /// ([`nrt_model::vaddr`]). `desc_table` is the plan entry of the I/O descriptor table.
 pub fn accesses(op: &Op, io: &[IoInfo], desc_table: Option<u32>, out: &mut Vec<Access>) {
-    if let Op::DmaDescriptors { table, count } = op {
+    if let Op::DmaDescriptors(op::DmaDescriptors { table, count }) = op {
         if let Some((mr, off)) = split_vaddr(*table)
             && Some(mr) == desc_table
         {
@@ -270,7 +271,8 @@ fn schedule_pass(
                 late.push(origin[t][ri]);
                 let sem = publish_semaphore(t_core, t_engine);
                 let ts = &mut st[t];
-                ts.instrs.push(Instruction::new(Op::Nop).signal(sem, 1));
+                ts.instrs
+                    .push(Instruction::new(Op::Nop(op::Nop)).signal(sem, 1));
                 ts.published += 1;
                 let mut v = ts.known.clone();
                 v[t] = ts.instrs.len() as u32 - 1;
@@ -287,8 +289,11 @@ fn schedule_pass(
         let sem = progress_semaphore(engine);
         let last = waits.pop();
         for w in waits {
-            me.instrs
-                .push(Instruction::new(Op::Nop).wait(w.0, w.1).signal(sem, 1));
+            me.instrs.push(
+                Instruction::new(Op::Nop(op::Nop))
+                    .wait(w.0, w.1)
+                    .signal(sem, 1),
+            );
             me.local_sig += 1;
         }
         let mut ins = ins;
@@ -300,8 +305,9 @@ fn schedule_pass(
         me.known[s] = idx;
         let vc = me.known.clone();
         let published = eager.contains(&pos).then(|| {
-            me.instrs
-                .push(Instruction::new(Op::Nop).signal(publish_semaphore(core, engine), 1));
+            me.instrs.push(
+                Instruction::new(Op::Nop(op::Nop)).signal(publish_semaphore(core, engine), 1),
+            );
             me.published += 1;
             me.published
         });

@@ -8,6 +8,7 @@ use nrt_compiler::onnx::data_type as dt;
 use nrt_compiler::onnx::{AttributeProto, GraphProto, NodeProto, attribute_type};
 use nrt_compiler::{CompileOptions, Compiled, ErrorKind, HostTensor, compile};
 use nrt_hal::Engine;
+use nrt_isa::op;
 use nrt_isa::{Op, decode_block};
 use nrt_model::CompiledModel;
 
@@ -46,14 +47,17 @@ fn tiny_model_compiles_and_validates() {
     let m = &c.model;
     assert_eq!(m.io.len(), 2);
     let sp = decode_block(&m.block(0, Engine::Sp).unwrap().code, Engine::Sp).unwrap();
-    assert!(matches!(sp[0].1.op, Op::DmaDescriptors { count: 1, .. }));
+    assert!(matches!(
+        sp[0].1.op,
+        Op::DmaDescriptors(op::DmaDescriptors { count: 1, .. })
+    ));
     assert!(sp.iter().any(|(_, i)| matches!(
         i.op,
-        Op::Notify {
+        Op::Notify(op::Notify {
             subtype: 6,
             sub_id: 7,
             payload: 1
-        }
+        })
     )));
     assert_eq!(c.report.instructions[0][Engine::Act.index()], 1);
 }
@@ -425,7 +429,7 @@ fn bias_add_and_relu_fuse_into_the_matmul_epilogue() {
     let fused = pe
         .iter()
         .filter(|(_, x)| {
-            matches!(x.op, Op::MatMul { epilogue, .. }
+            matches!(x.op, Op::MatMul(op::MatMul { epilogue, .. })
                 if epilogue.func == nrt_isa::ActFunc::Relu && epilogue.bias.is_some())
         })
         .count();
@@ -469,7 +473,9 @@ fn first_output_is_notified_before_the_last_is_computed() {
     let sp = decode_block(&c.model.block(0, Engine::Sp).unwrap().code, Engine::Sp).unwrap();
     let pos = |v: u32| {
         sp.iter()
-            .position(|(_, i)| matches!(i.op, Op::Notify { payload, .. } if payload == v))
+            .position(
+                |(_, i)| matches!(i.op, Op::Notify(op::Notify { payload, .. }) if payload == v),
+            )
             .unwrap()
     };
     assert!(pos(1) < pos(2));
@@ -498,7 +504,7 @@ fn two_cores_split_matmuls() {
     let pe1 = decode_block(&c.model.block(1, Engine::Pe).unwrap().code, Engine::Pe).unwrap();
     assert_eq!(
         pe1.iter()
-            .filter(|(_, i)| matches!(i.op, Op::MatMul { .. }))
+            .filter(|(_, i)| matches!(i.op, Op::MatMul(_)))
             .count(),
         3
     );
@@ -539,8 +545,8 @@ fn matmul_makespan(m: &CompiledModel) -> u32 {
                         None => break,
                     }
                 }
-                assert!(!matches!(ins.op, Op::SemSet { .. } | Op::Barrier { .. }));
-                let end = start + u32::from(matches!(ins.op, Op::MatMul { .. }));
+                assert!(!matches!(ins.op, Op::SemSet(_) | Op::Barrier(_)));
+                let end = start + u32::from(matches!(ins.op, Op::MatMul(_)));
                 if let Some((sem, v)) = ins.sync.signal {
                     let h = signals.entry(key(core, sem)).or_default();
                     let count = h.last().map_or(0, |&(_, c)| c) + v;
@@ -625,7 +631,7 @@ fn two_cores_run_the_halves_of_batched_products_in_parallel() {
         let shapes: Vec<[u32; 4]> = pe
             .iter()
             .filter_map(|(_, i)| match i.op {
-                Op::MatMul { c, .. } => Some(c.shape),
+                Op::MatMul(op::MatMul { c, .. }) => Some(c.shape),
                 _ => None,
             })
             .collect();
@@ -673,10 +679,10 @@ fn two_cores_split_row_operations() {
         .unwrap();
         (
             pool.iter()
-                .filter(|(_, i)| matches!(i.op, Op::Softmax { .. }))
+                .filter(|(_, i)| matches!(i.op, Op::Softmax(_)))
                 .count(),
             pool.iter()
-                .filter(|(_, i)| matches!(i.op, Op::LayerNorm { .. }))
+                .filter(|(_, i)| matches!(i.op, Op::LayerNorm(_)))
                 .count(),
         )
     };
@@ -860,7 +866,7 @@ fn half_tensors_through_f32_only_operators() {
             c.model.io
         );
         let pe = decode_block(&c.model.block(0, Engine::Pe).unwrap().code, Engine::Pe).unwrap();
-        assert!(pe.iter().any(|(_, i)| matches!(i.op, Op::MatMul { .. })));
+        assert!(pe.iter().any(|(_, i)| matches!(i.op, Op::MatMul(_))));
     }
 }
 
@@ -907,8 +913,10 @@ fn if_on_a_run_time_condition_is_predicated_and_a_constant_one_folds() {
     let seq: Vec<String> = act
         .iter()
         .filter_map(|(_, i)| match i.op {
-            Op::Guard { cond, when } => Some(format!("guard {}{when}", cond.is_some() as u8)),
-            Op::Activation { func, .. } => Some(format!("{func:?}")),
+            Op::Guard(op::Guard { cond, when }) => {
+                Some(format!("guard {}{when}", cond.is_some() as u8))
+            }
+            Op::Activation(op::Activation { func, .. }) => Some(format!("{func:?}")),
             _ => None,
         })
         .collect();
@@ -918,8 +926,8 @@ fn if_on_a_run_time_condition_is_predicated_and_a_constant_one_folds() {
         "{seq:?}"
     );
     let dve = decode_block(&c.model.block(0, Engine::Dve).unwrap().code, Engine::Dve).unwrap();
-    assert!(dve.iter().any(|(_, i)| matches!(i.op, Op::Select { .. })));
-    assert!(!dve.iter().any(|(_, i)| matches!(i.op, Op::Guard { .. })));
+    assert!(dve.iter().any(|(_, i)| matches!(i.op, Op::Select(_))));
+    assert!(!dve.iter().any(|(_, i)| matches!(i.op, Op::Guard(_))));
     check_ordering(&c.model).unwrap();
     for (v, want) in [(1, nrt_isa::ActFunc::Relu), (0, nrt_isa::ActFunc::Neg)] {
         let mut o = CompileOptions::default();
@@ -933,7 +941,7 @@ fn if_on_a_run_time_condition_is_predicated_and_a_constant_one_folds() {
             .unwrap()
             .iter()
             .filter_map(|(_, i)| match i.op {
-                Op::Activation { func, .. } => Some(func),
+                Op::Activation(op::Activation { func, .. }) => Some(func),
                 _ => None,
             })
             .collect();
@@ -942,7 +950,7 @@ fn if_on_a_run_time_condition_is_predicated_and_a_constant_one_folds() {
             !decode_block(code, Engine::Act)
                 .unwrap()
                 .iter()
-                .any(|(_, i)| matches!(i.op, Op::Guard { .. }))
+                .any(|(_, i)| matches!(i.op, Op::Guard(_)))
         );
     }
 }
@@ -1325,16 +1333,16 @@ fn dynamic_quantize_linear_is_one_instruction() {
                 .unwrap()
                 .into_iter()
                 .map(|(_, i)| i.op)
-                .filter(|op| !matches!(op, Op::End | Op::Nop))
+                .filter(|op| !matches!(op, Op::End(op::End) | Op::Nop(op::Nop)))
                 .collect::<Vec<_>>()
         };
         let (pool, dve) = (ops(Engine::Pool), ops(Engine::Dve));
         let quantize: Vec<_> = pool
             .iter()
-            .filter(|op| matches!(op, Op::DynamicQuantize { .. }))
+            .filter(|op| matches!(op, Op::DynamicQuantize(_)))
             .collect();
         assert_eq!(quantize.len(), 1, "{pool:?}");
-        let Op::DynamicQuantize { input, output, .. } = quantize[0] else {
+        let Op::DynamicQuantize(op::DynamicQuantize { input, output, .. }) = quantize[0] else {
             unreachable!()
         };
         assert_eq!(input.elements(), 24 * 40);
@@ -1344,10 +1352,10 @@ fn dynamic_quantize_linear_is_one_instruction() {
         let others: Vec<_> = pool
             .iter()
             .chain(&dve)
-            .filter(|op| !matches!(op, Op::DynamicQuantize { .. }))
+            .filter(|op| !matches!(op, Op::DynamicQuantize(_)))
             .collect();
         assert_eq!(others.len(), transposed as usize, "{others:?}");
-        assert!(others.iter().all(|op| matches!(op, Op::Copy { .. })));
+        assert!(others.iter().all(|op| matches!(op, Op::Copy(_))));
         assert!(ops(Engine::Act).is_empty());
     }
 }

@@ -9,6 +9,7 @@ use nrt_compiler::check::check_ordering;
 use nrt_compiler::onnx::data_type as dt;
 use nrt_compiler::{CompileOptions, Compiled, compile};
 use nrt_hal::Engine;
+use nrt_isa::op;
 use nrt_isa::{ActFunc, Epilogue, Op, decode_block};
 use nrt_model::CompiledModel;
 
@@ -33,7 +34,7 @@ fn ops(c: &Compiled, engine: Engine) -> Vec<Op> {
         .expect("decodes")
         .into_iter()
         .map(|(_, i)| i.op)
-        .filter(|o| !matches!(o, Op::Nop | Op::End))
+        .filter(|o| !matches!(o, Op::Nop(op::Nop) | Op::End(op::End)))
         .collect()
 }
 
@@ -41,7 +42,7 @@ fn acts(c: &Compiled) -> Vec<ActFunc> {
     ops(c, Engine::Act)
         .iter()
         .filter_map(|o| match o {
-            Op::Activation { func, .. } => Some(*func),
+            Op::Activation(op::Activation { func, .. }) => Some(*func),
             _ => None,
         })
         .collect()
@@ -70,12 +71,12 @@ fn lrn_is_square_window_pool_log_exp_and_product() {
     );
     let pool = ops(&c, Engine::Pool);
     assert_eq!(pool.len(), 1);
-    let Op::Pool {
+    let Op::Pool(op::Pool {
         input,
         window,
         count_include_pad,
         ..
-    } = pool[0]
+    }) = pool[0]
     else {
         panic!("{pool:?}")
     };
@@ -176,7 +177,7 @@ fn tanh_gelu_model(variant: usize) -> Vec<u8> {
 fn sole_epilogue(c: &Compiled) -> Epilogue {
     let pe = ops(c, Engine::Pe);
     assert_eq!(pe.len(), 1, "{pe:?}");
-    let Op::MatMul { epilogue, .. } = pe[0] else {
+    let Op::MatMul(op::MatMul { epilogue, .. }) = pe[0] else {
         panic!("{pe:?}")
     };
     epilogue
@@ -310,7 +311,7 @@ fn attention_head_split_and_merge_need_no_copies() {
         let mms: Vec<_> = pe
             .iter()
             .filter_map(|o| match o {
-                Op::MatMul { a, b, c, alpha, .. } => Some((*a, *b, *c, *alpha)),
+                Op::MatMul(op::MatMul { a, b, c, alpha, .. }) => Some((*a, *b, *c, *alpha)),
                 _ => None,
             })
             .collect();
@@ -371,7 +372,7 @@ fn a_transposed_value_read_elementwise_is_stored_transposed_by_its_producer() {
     );
     let c = ok(&m);
     let pe = ops(&c, Engine::Pe);
-    let Op::MatMul { c: out, .. } = pe[0] else {
+    let Op::MatMul(op::MatMul { c: out, .. }) = pe[0] else {
         panic!("{pe:?}")
     };
     assert_eq!(out.stride[2..], [1, 3]);
@@ -413,7 +414,7 @@ fn gemm_bias_and_relu_are_the_matmul_epilogue() {
     let epis: Vec<Epilogue> = pe
         .iter()
         .map(|o| match o {
-            Op::MatMul { epilogue, .. } => *epilogue,
+            Op::MatMul(op::MatMul { epilogue, .. }) => *epilogue,
             _ => panic!("{o:?}"),
         })
         .collect();
@@ -487,9 +488,9 @@ fn conv_uses_im2col_scratch_and_applies_its_relu_itself() {
         )
     };
     let workspace = |c: &Compiled| match ops(c, Engine::Pe)[0] {
-        Op::Conv {
+        Op::Conv(op::Conv {
             workspace, bias, ..
-        } => {
+        }) => {
             assert!(bias.is_some(), "the bias stays in the convolution");
             workspace
         }
@@ -503,10 +504,10 @@ fn conv_uses_im2col_scratch_and_applies_its_relu_itself() {
     assert!(
         matches!(
             ops(&c, Engine::Pe)[0],
-            Op::Conv {
+            Op::Conv(op::Conv {
                 act: (ActFunc::Relu, ..),
                 ..
-            }
+            })
         ),
         "{:?}",
         ops(&c, Engine::Pe)
@@ -525,9 +526,9 @@ fn conv_uses_im2col_scratch_and_applies_its_relu_itself() {
     for core in 0..2 {
         let b = c2.model.block(core, Engine::Pe).unwrap();
         for (at, i) in decode_block(&b.code, Engine::Pe).unwrap() {
-            if let Op::Conv {
+            if let Op::Conv(op::Conv {
                 workspace: Some(_), ..
-            } = i.op
+            }) = i.op
             {
                 let field = at + 16 + 4 * 48;
                 let r = b
@@ -562,10 +563,10 @@ fn a_convolution_output_read_twice_keeps_its_activation_separate() {
     let c = ok(&m);
     assert!(matches!(
         ops(&c, Engine::Pe)[0],
-        Op::Conv {
+        Op::Conv(op::Conv {
             act: (ActFunc::Identity, ..),
             ..
-        }
+        })
     ));
     assert_eq!(acts(&c), vec![ActFunc::LeakyRelu]);
     // Read once: fused, with its parameter.
@@ -583,10 +584,10 @@ fn a_convolution_output_read_twice_keeps_its_activation_separate() {
     assert!(
         matches!(
             ops(&c, Engine::Pe)[0],
-            Op::Conv {
+            Op::Conv(op::Conv {
                 act: (ActFunc::LeakyRelu, a, _),
                 ..
-            } if (a - 0.2).abs() < 1e-7
+            }) if (a - 0.2).abs() < 1e-7
         ),
         "{:?}",
         ops(&c, Engine::Pe)
@@ -619,12 +620,12 @@ fn three_d_pooling_is_two_separable_pools() {
         let pools: Vec<_> = ops(&c, Engine::Pool)
             .into_iter()
             .filter_map(|o| match o {
-                Op::Pool {
+                Op::Pool(op::Pool {
                     input,
                     output,
                     window,
                     ..
-                } => Some((input.shape, output.shape, window.kernel)),
+                }) => Some((input.shape, output.shape, window.kernel)),
                 _ => None,
             })
             .collect();
@@ -698,11 +699,11 @@ fn batch_norm_folds_into_its_convolution_and_fuses_its_relu() {
     assert!(
         matches!(
             pe[0],
-            Op::Conv {
+            Op::Conv(op::Conv {
                 bias: Some(_),
                 act: (ActFunc::Relu, ..),
                 ..
-            }
+            })
         ),
         "{pe:?}"
     );
@@ -757,7 +758,7 @@ fn or_equal_comparisons_and_trilu() {
         let kinds: Vec<String> = ops(&c, Engine::Dve)
             .iter()
             .map(|o| match o {
-                Op::Binary { op, .. } => format!("{op:?}"),
+                Op::Binary(op::Binary { op, .. }) => format!("{op:?}"),
                 o => o.name().to_string(),
             })
             .collect();
@@ -791,7 +792,7 @@ fn argmax_is_reduce_compare_select_reduce() {
     let reduces: Vec<_> = pool
         .iter()
         .filter_map(|o| match o {
-            Op::Reduce { op, .. } => Some(*op),
+            Op::Reduce(op::Reduce { op, .. }) => Some(*op),
             _ => None,
         })
         .collect();
@@ -876,7 +877,7 @@ fn split_and_slice_are_views() {
     let c = ok(&m);
     assert!(ops(&c, Engine::Pool).is_empty());
     let act = ops(&c, Engine::Act);
-    let Op::Activation { input, .. } = act[1] else {
+    let Op::Activation(op::Activation { input, .. }) = act[1] else {
         panic!("{act:?}")
     };
     // b = X[:, 2:6], s = b[:, 1:4:2]: columns 3 and 5 of X.
@@ -902,7 +903,7 @@ fn cumsum_is_a_product_with_a_triangular_matrix() {
         let c = ok(&m);
         let pe = ops(&c, Engine::Pe);
         assert_eq!(pe.len(), 1, "{pe:?}");
-        let Op::MatMul { a, .. } = pe[0] else {
+        let Op::MatMul(op::MatMul { a, .. }) = pe[0] else {
             unreachable!()
         };
         // Along the last axis the data is A (3 rows of 4, times the 4×4 Tᵀ); along axis 0
@@ -985,7 +986,7 @@ fn group_norms_use_the_layer_norm_instruction_and_lp_pool_sums() {
     ] {
         let c = ok(&norm(op, g, p));
         let pool = ops(&c, Engine::Pool);
-        let Op::LayerNorm { input, gamma, .. } = pool[0] else {
+        let Op::LayerNorm(op::LayerNorm { input, gamma, .. }) = pool[0] else {
             panic!("{pool:?}")
         };
         assert_eq!(input.shape, [1, 2, g as u32, 36 / g as u32], "{op}");
@@ -1010,10 +1011,10 @@ fn group_norms_use_the_layer_norm_instruction_and_lp_pool_sums() {
     assert_eq!(acts(&c), vec![ActFunc::Square, ActFunc::Sqrt]);
     assert!(matches!(
         ops(&c, Engine::Pool)[0],
-        Op::Pool {
+        Op::Pool(op::Pool {
             count_include_pad: true,
             ..
-        }
+        })
     ));
 }
 
@@ -1047,7 +1048,7 @@ fn epilogues(c: &Compiled) -> Vec<Epilogue> {
     ops(c, Engine::Pe)
         .iter()
         .filter_map(|o| match o {
-            Op::MatMul { epilogue, .. } => Some(*epilogue),
+            Op::MatMul(op::MatMul { epilogue, .. }) => Some(*epilogue),
             _ => None,
         })
         .collect()
@@ -1084,11 +1085,11 @@ fn mlp_layers_are_one_matmul_each_with_bias_and_relu_fused() {
             .unwrap()
             .into_iter()
             .map(|(_, i)| i.op)
-            .filter(|o| matches!(o, Op::MatMul { .. }))
+            .filter(|o| matches!(o, Op::MatMul(_)))
             .collect();
         assert_eq!(pe.len(), 4, "core {core}");
         for o in pe {
-            let Op::MatMul { c, epilogue, .. } = o else {
+            let Op::MatMul(op::MatMul { c, epilogue, .. }) = o else {
                 unreachable!()
             };
             let bias = epilogue.bias.expect("bias");
@@ -1195,7 +1196,7 @@ fn auto_cast_stores_matmul_and_gemm_weights_in_half_precision() {
                 let mms: Vec<_> = pe
                     .iter()
                     .filter_map(|o| match o {
-                        Op::MatMul { b, epilogue, .. } => Some((*b, *epilogue)),
+                        Op::MatMul(op::MatMul { b, epilogue, .. }) => Some((*b, *epilogue)),
                         _ => None,
                     })
                     .collect();
@@ -1232,11 +1233,11 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
             .unwrap()
             .into_iter()
             .map(|(_, i)| i.op)
-            .filter(|o| matches!(o, Op::MatMul { .. }))
+            .filter(|o| matches!(o, Op::MatMul(_)))
             .collect()
     };
     let one = ok(&mlp(8, 200, 1));
-    let [Op::MatMul { b, flags, .. }] = matmuls(&one, 0)[..] else {
+    let [Op::MatMul(op::MatMul { b, flags, .. })] = matmuls(&one, 0)[..] else {
         panic!("one MatMul")
     };
     assert_ne!(flags & PACKED_B, 0);
@@ -1253,7 +1254,7 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
     .unwrap();
     let mut seen = Vec::new();
     for core in 0..2 {
-        let [Op::MatMul { b, c, flags, .. }] = matmuls(&two, core)[..] else {
+        let [Op::MatMul(op::MatMul { b, c, flags, .. })] = matmuls(&two, core)[..] else {
             panic!("one MatMul per core")
         };
         assert_ne!(flags & PACKED_B, 0);
@@ -1262,7 +1263,7 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
         let (at, _) = decode_block(&blk.code, Engine::Pe)
             .unwrap()
             .into_iter()
-            .find(|(_, i)| matches!(i.op, Op::MatMul { .. }))
+            .find(|(_, i)| matches!(i.op, Op::MatMul(_)))
             .unwrap();
         let r = blk
             .relocations
@@ -1294,7 +1295,7 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
             let c = compile(&mlp(8, 200, 1), None, &o).unwrap();
             check_ordering(&c.model).unwrap();
             for core in 0..cores as u8 {
-                let [Op::MatMul { b, flags, .. }] = matmuls(&c, core)[..] else {
+                let [Op::MatMul(op::MatMul { b, flags, .. })] = matmuls(&c, core)[..] else {
                     panic!("one MatMul")
                 };
                 assert_eq!(flags & PACKED_B != 0, packed, "{ty:?}");
@@ -1310,7 +1311,7 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
     // Four rows, one row: packed too (the packed GEMV streams whole panels), f32 and bf16.
     for rows in [4, 1] {
         let small = ok(&mlp(rows, 200, 1));
-        let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {
+        let [Op::MatMul(op::MatMul { b, flags, .. })] = matmuls(&small, 0)[..] else {
             panic!("one MatMul")
         };
         assert_ne!(flags & PACKED_B, 0);
@@ -1321,7 +1322,7 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
             ..Default::default()
         };
         let small = compile(&mlp(rows, 200, 1), None, &o).unwrap();
-        let [Op::MatMul { b, flags, .. }] = matmuls(&small, 0)[..] else {
+        let [Op::MatMul(op::MatMul { b, flags, .. })] = matmuls(&small, 0)[..] else {
             panic!("one MatMul")
         };
         assert_ne!(flags & PACKED_B, 0);
@@ -1331,7 +1332,7 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
     // (its dot-product kernel loses at every K), unless N is under a whole panel
     // (`GEMM_PACK_BF16_MIN_N`: a 32-column panel of 16–31 columns is mostly padding).
     let short = ok(&mlp(8, 100, 1));
-    let [Op::MatMul { flags, .. }] = matmuls(&short, 0)[..] else {
+    let [Op::MatMul(op::MatMul { flags, .. })] = matmuls(&short, 0)[..] else {
         panic!("one MatMul")
     };
     assert_eq!(flags & PACKED_B, 0);
@@ -1346,7 +1347,7 @@ fn constant_weights_are_packed_in_panels_and_split_on_panel_boundaries() {
         (32, Some([1, 1, 16, 64])),
     ] {
         let c = compile(&mlp(8, width, 1), None, &bf16).unwrap();
-        let [Op::MatMul { b, flags, .. }] = matmuls(&c, 0)[..] else {
+        let [Op::MatMul(op::MatMul { b, flags, .. })] = matmuls(&c, 0)[..] else {
             panic!("one MatMul")
         };
         assert_eq!(
@@ -1401,7 +1402,7 @@ fn recurrent_weights_are_packed_per_direction() {
             .unwrap()
             .into_iter()
             .filter_map(|(_, i)| match i.op {
-                Op::MatMul { flags, .. } => Some(flags),
+                Op::MatMul(op::MatMul { flags, .. }) => Some(flags),
                 _ => None,
             })
             .collect();

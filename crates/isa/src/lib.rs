@@ -26,8 +26,10 @@
 //! | all | [`Op::End`], [`Op::Nop`], [`Op::Guard`] (predication: the instructions after it run only while its condition holds) |
 
 pub mod ap;
+mod codec;
 pub mod error;
 pub mod instr;
+pub mod op;
 
 pub use ap::{
     AP_SIZE, AccessPattern, ByteRows, MAX_DIMS, MAX_ELEMENTS, MAX_REPEATED_READ_ELEMENTS,
@@ -35,10 +37,13 @@ pub use ap::{
 };
 pub use error::{DecodeError, Reason};
 pub use instr::{
-    ActFunc, AddressField, BinaryOp, CoordMode, Epilogue, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES,
-    HEADER_SIZE, Instruction, NearestMode, Op, Operand, OperandMut, PoolOp, ROI_MAX_GRID, ReduceOp,
-    ResizeMode, Role, ScatterReduce, SemRef, ShapeTemplate, Sync, Window, matmul_flags, nms_flags,
-    opcode, opcode_info, qmatmul_layout, roi_flags,
+    AddressField, GLOBAL_SEMAPHORE_BIT, GLOBAL_SEMAPHORES, HEADER_SIZE, Instruction, Operand,
+    OperandMut, Role, SemRef, Sync,
+};
+pub use op::{
+    ActFunc, BinaryOp, CoordMode, Epilogue, NearestMode, Op, PoolOp, ROI_MAX_GRID, ReduceOp,
+    ResizeMode, ScatterReduce, ShapeTemplate, Window, matmul_flags, nms_flags, opcode, opcode_info,
+    qmatmul_layout, roi_flags,
 };
 
 use nrt_hal::Engine;
@@ -100,7 +105,7 @@ impl Iterator for BlockDecoder<'_> {
                 let at = self.pos;
                 self.pos += len;
                 self.index += 1;
-                if matches!(ins.op, Op::End) {
+                if matches!(ins.op, Op::End(_)) {
                     self.done = true;
                     if self.pos != self.bytes.len() {
                         let mut e = DecodeError::field_public(
@@ -124,8 +129,14 @@ pub fn encode_block(instructions: &[Instruction]) -> Vec<u8> {
     for i in instructions {
         i.encode(&mut out);
     }
-    if !matches!(instructions.last(), Some(Instruction { op: Op::End, .. })) {
-        Instruction::new(Op::End).encode(&mut out);
+    if !matches!(
+        instructions.last(),
+        Some(Instruction {
+            op: Op::End(op::End),
+            ..
+        })
+    ) {
+        Instruction::new(Op::End(op::End)).encode(&mut out);
     }
     out
 }

@@ -2,6 +2,7 @@
 //! bytes never panics; corrupting a field is reported with its name and offset.
 
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::*;
 use proptest::prelude::*;
 
@@ -80,37 +81,38 @@ fn arb_op() -> impl Strategy<Value = Op> {
 fn arb_op_any() -> impl Strategy<Value = Op> {
     let f = DType::F32;
     prop_oneof![
-        Just(Op::End),
-        Just(Op::Nop),
-        Just(Op::Guard {
+        Just(Op::End(op::End)),
+        Just(Op::Nop(op::Nop)),
+        Just(Op::Guard(op::Guard {
             cond: None,
             when: false
-        }),
+        })),
         (
             prop_oneof![Just(DType::Bool), Just(DType::U8)]
                 .prop_flat_map(|d| arb_ap(d, [1, 1, 1, 1])),
             any::<bool>()
         )
-            .prop_map(|(c, when)| Op::Guard {
+            .prop_map(|(c, when)| Op::Guard(op::Guard {
                 cond: Some(c),
                 when
-            }),
+            })),
         arb_dims()
             .prop_flat_map(move |s| (arb_ap(f, s), arb_ap(f, s)))
-            .prop_map(|(src, dst)| Op::DmaCopy { src, dst }),
-        (any::<u64>(), 1u32..100).prop_map(|(table, count)| Op::DmaDescriptors { table, count }),
-        (arb_sem(), any::<u32>()).prop_map(|(sem, value)| Op::SemSet { sem, value }),
+            .prop_map(|(src, dst)| Op::DmaCopy(op::DmaCopy { src, dst })),
+        (any::<u64>(), 1u32..100)
+            .prop_map(|(table, count)| Op::DmaDescriptors(op::DmaDescriptors { table, count })),
+        (arb_sem(), any::<u32>()).prop_map(|(sem, value)| Op::SemSet(op::SemSet { sem, value })),
         (any::<u8>(), any::<u16>(), any::<u32>()).prop_map(|(subtype, sub_id, payload)| {
-            Op::Notify {
+            Op::Notify(op::Notify {
                 subtype,
                 sub_id,
                 payload,
-            }
+            })
         }),
-        ((0u16..GLOBAL_SEMAPHORES), 1u32..=8).prop_map(|(s, count)| Op::Barrier {
+        ((0u16..GLOBAL_SEMAPHORES), 1u32..=8).prop_map(|(s, count)| Op::Barrier(op::Barrier {
             sem: SemRef::global(s),
             count
-        }),
+        })),
         (
             1u32..4,
             1u32..4,
@@ -142,7 +144,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                             act_alpha: e.3,
                             act_beta: e.4,
                         };
-                        Op::MatMul {
+                        Op::MatMul(op::MatMul {
                             a,
                             b,
                             c,
@@ -154,7 +156,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                             } else {
                                 epilogue
                             },
-                        }
+                        })
                     })
             }),
         (
@@ -197,15 +199,17 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                         prop::option::of(Just(ap_of(f, [1, 1, 1, ws], 1 << 24))),
                     )
                         .prop_map(
-                            move |(input, weight, output, bias, workspace)| Op::Conv {
-                                input,
-                                weight,
-                                output,
-                                bias,
-                                workspace,
-                                window,
-                                groups: g,
-                                act,
+                            move |(input, weight, output, bias, workspace)| {
+                                Op::Conv(op::Conv {
+                                    input,
+                                    weight,
+                                    output,
+                                    bias,
+                                    workspace,
+                                    window,
+                                    groups: g,
+                                    act,
+                                })
                             },
                         )
                 }
@@ -220,14 +224,16 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
         )
             .prop_flat_map(move |(s, fi, scale, alpha, beta, hb)| {
                 (arb_ap(f, s), arb_ap(f, s), opt(hb, arb_ap(f, s))).prop_map(
-                    move |(input, output, bias)| Op::Activation {
-                        input,
-                        output,
-                        bias,
-                        func: ActFunc::ALL[fi],
-                        scale,
-                        alpha,
-                        beta,
+                    move |(input, output, bias)| {
+                        Op::Activation(op::Activation {
+                            input,
+                            output,
+                            bias,
+                            func: ActFunc::ALL[fi],
+                            scale,
+                            alpha,
+                            beta,
+                        })
                     },
                 )
             }),
@@ -247,16 +253,18 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                 };
                 let od = if op.is_comparison() { DType::Bool } else { dt };
                 (arb_ap(dt, s), arb_ap(dt, s), arb_ap(od, s))
-                    .prop_map(move |(a, b, out)| Op::Binary { a, b, out, op })
+                    .prop_map(move |(a, b, out)| Op::Binary(op::Binary { a, b, out, op }))
             }),
         (arb_dims(), 0usize..7, finite(), any::<bool>()).prop_flat_map(
             move |(s, oi, scalar, reverse)| {
-                (arb_ap(f, s), arb_ap(f, s)).prop_map(move |(a, out)| Op::TensorScalar {
-                    a,
-                    out,
-                    op: BinaryOp::ALL[oi],
-                    scalar,
-                    reverse,
+                (arb_ap(f, s), arb_ap(f, s)).prop_map(move |(a, out)| {
+                    Op::TensorScalar(op::TensorScalar {
+                        a,
+                        out,
+                        op: BinaryOp::ALL[oi],
+                        scalar,
+                        reverse,
+                    })
                 })
             }
         ),
@@ -266,7 +274,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
             prop::sample::select(DType::ALL.to_vec())
         )
             .prop_flat_map(|(s, a, b)| (arb_ap(a, s), arb_ap(b, s))
-                .prop_map(|(input, output)| Op::Copy { input, output })),
+                .prop_map(|(input, output)| Op::Copy(op::Copy { input, output }))),
         arb_dims()
             .prop_flat_map(move |s| (
                 arb_ap(DType::Bool, s),
@@ -274,12 +282,12 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                 arb_ap(f, s),
                 arb_ap(f, s)
             ))
-            .prop_map(|(cond, a, b, out)| Op::Select { cond, a, b, out }),
+            .prop_map(|(cond, a, b, out)| Op::Select(op::Select { cond, a, b, out })),
         (arb_dims(), any::<u32>()).prop_flat_map(move |(s, v)| arb_ap(f, s).prop_map(move |out| {
-            Op::Fill {
+            Op::Fill(op::Fill {
                 out,
                 bits: v as u64,
-            }
+            })
         })),
         (arb_dims(), 0u8..16, 0usize..4).prop_flat_map(move |(s, axes, oi)| {
             let mut o = s;
@@ -288,11 +296,13 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                     *x = 1;
                 }
             }
-            (arb_ap(f, s), arb_ap(f, o)).prop_map(move |(input, output)| Op::Reduce {
-                input,
-                output,
-                op: ReduceOp::ALL[oi],
-                axes,
+            (arb_ap(f, s), arb_ap(f, o)).prop_map(move |(input, output)| {
+                Op::Reduce(op::Reduce {
+                    input,
+                    output,
+                    op: ReduceOp::ALL[oi],
+                    axes,
+                })
             })
         }),
         (
@@ -314,29 +324,33 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                 };
                 let oh = window.out_dim(0, hw, k).unwrap();
                 (arb_ap(f, [n, c, hw, hw]), arb_ap(f, [n, c, oh, oh])).prop_map(
-                    move |(input, output)| Op::Pool {
-                        input,
-                        output,
-                        window,
-                        op: if max { PoolOp::Max } else { PoolOp::Avg },
-                        count_include_pad: cip,
+                    move |(input, output)| {
+                        Op::Pool(op::Pool {
+                            input,
+                            output,
+                            window,
+                            op: if max { PoolOp::Max } else { PoolOp::Avg },
+                            count_include_pad: cip,
+                        })
                     },
                 )
             }),
         (arb_dims(), any::<bool>()).prop_flat_map(move |(s, log)| (arb_ap(f, s), arb_ap(f, s))
-            .prop_map(move |(input, output)| Op::Softmax { input, output, log })),
+            .prop_map(move |(input, output)| Op::Softmax(op::Softmax { input, output, log }))),
         arb_dims().prop_flat_map(move |s| (
             arb_ap(f, s),
             arb_ap(DType::U8, s),
             arb_ap(f, [1, 1, 1, 1]),
             arb_ap(DType::U8, [1, 1, 1, 1])
         )
-            .prop_map(|(input, output, scale, zero_point)| Op::DynamicQuantize {
-                input,
-                output,
-                scale,
-                zero_point
-            })),
+            .prop_map(|(input, output, scale, zero_point)| Op::DynamicQuantize(
+                op::DynamicQuantize {
+                    input,
+                    output,
+                    scale,
+                    zero_point
+                }
+            ))),
         (arb_dims(), 0f32..1e-2, any::<bool>()).prop_flat_map(move |(s, eps, hb)| {
             (
                 arb_ap(f, s),
@@ -344,12 +358,14 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                 opt(hb, arb_ap(f, s)),
                 arb_ap(f, s),
             )
-                .prop_map(move |(input, gamma, beta, output)| Op::LayerNorm {
-                    input,
-                    gamma,
-                    beta,
-                    output,
-                    eps,
+                .prop_map(move |(input, gamma, beta, output)| {
+                    Op::LayerNorm(op::LayerNorm {
+                        input,
+                        gamma,
+                        beta,
+                        output,
+                        eps,
+                    })
                 })
         }),
         (
@@ -361,13 +377,15 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
             prop::array::uniform4(0f32..4.0)
         )
             .prop_flat_map(move |(si, so, m, c, n, scales)| {
-                (arb_ap(f, si), arb_ap(f, so)).prop_map(move |(input, output)| Op::Resize {
-                    input,
-                    output,
-                    mode: ResizeMode::ALL[m],
-                    coord: CoordMode::ALL[c],
-                    nearest: NearestMode::ALL[n],
-                    scales,
+                (arb_ap(f, si), arb_ap(f, so)).prop_map(move |(input, output)| {
+                    Op::Resize(op::Resize {
+                        input,
+                        output,
+                        mode: ResizeMode::ALL[m],
+                        coord: CoordMode::ALL[c],
+                        nearest: NearestMode::ALL[n],
+                        scales,
+                    })
                 })
             }),
         (arb_dims(), 1u32..6, any::<bool>()).prop_flat_map(move |(s, n, i64_)| {
@@ -377,10 +395,12 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                 arb_ap(it, [1, 1, 1, n]),
                 arb_ap(f, [s[0], s[1], n, s[3]]),
             )
-                .prop_map(|(data, indices, output)| Op::Gather {
-                    data,
-                    indices,
-                    output,
+                .prop_map(|(data, indices, output)| {
+                    Op::Gather(op::Gather {
+                        data,
+                        indices,
+                        output,
+                    })
                 })
         }),
         (arb_dims(), 0u8..4, 1u32..6, any::<bool>()).prop_flat_map(move |(s, axis, a, i64_)| {
@@ -388,24 +408,26 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
             let mut ds = s;
             ds[axis as usize] = a;
             (arb_ap(f, ds), arb_ap(it, s), arb_ap(f, s)).prop_map(move |(data, indices, output)| {
-                Op::GatherElements {
+                Op::GatherElements(op::GatherElements {
                     data,
                     indices,
                     output,
                     axis,
-                }
+                })
             })
         }),
         (arb_dims(), 0u8..4, 1u32..6, 0usize..5).prop_flat_map(move |(s, axis, a, r)| {
             let mut os = s;
             os[axis as usize] = a;
             (arb_ap(DType::I64, s), arb_ap(f, s), arb_ap(f, os)).prop_map(
-                move |(indices, updates, output)| Op::ScatterElements {
-                    indices,
-                    updates,
-                    output,
-                    axis,
-                    reduce: ScatterReduce::ALL[r],
+                move |(indices, updates, output)| {
+                    Op::ScatterElements(op::ScatterElements {
+                        indices,
+                        updates,
+                        output,
+                        axis,
+                        reduce: ScatterReduce::ALL[r],
+                    })
                 },
             )
         }),
@@ -448,7 +470,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                         if scaled {
                             c.dtype = DType::F32;
                         }
-                        Op::MatMulInteger {
+                        Op::MatMulInteger(op::MatMulInteger {
                             a,
                             b,
                             c,
@@ -456,7 +478,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                             b_zero: (zps & 2 != 0).then_some(zb),
                             packed_b: packed,
                             scale: scaled.then_some(sc),
-                        }
+                        })
                     })
             },),
         (arb_dims(), 0u32..4, any::<bool>()).prop_flat_map(move |(s, k, largest)| {
@@ -464,11 +486,13 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
             let mut vs = s;
             vs[3] = k;
             (arb_ap(f, s), arb_ap(f, vs), arb_ap(DType::I64, vs)).prop_map(
-                move |(input, values, indices)| Op::TopK {
-                    input,
-                    values,
-                    indices,
-                    largest,
+                move |(input, values, indices)| {
+                    Op::TopK(op::TopK {
+                        input,
+                        values,
+                        indices,
+                        largest,
+                    })
                 },
             )
         }),
@@ -483,10 +507,12 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                 arb_ap(DType::I64, [1, 1, rank, n]),
                 arb_ap(DType::I64, [1, 1, 1, 2]),
             )
-                .prop_map(|(input, output, shape)| Op::NonZero {
-                    input,
-                    output,
-                    shape,
+                .prop_map(|(input, output, shape)| {
+                    Op::NonZero(op::NonZero {
+                        input,
+                        output,
+                        shape,
+                    })
                 })
         }),
         (1u32..4, 0u32..5, 1u32..4, any::<bool>()).prop_flat_map(move |(o, a, i, sorted)| {
@@ -502,7 +528,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                 arb_ap(DType::I64, [1, 1, 1, 3]),
             )
                 .prop_map(move |((input, y), (indices, inverse, counts), shape)| {
-                    Op::Unique {
+                    Op::Unique(op::Unique {
                         input,
                         y,
                         indices,
@@ -515,7 +541,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                             dims: [o, a, i, 0, 0, 0, 0, 0],
                         },
                         sorted,
-                    }
+                    })
                 })
         }),
         (1u32..3, 0u32..5, 1u32..3, 0u32..9, 0u32..32, 0u32..100).prop_flat_map(
@@ -546,7 +572,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                             (selected, shape),
                             (iou_const, score_const),
                         )| {
-                            Op::NonMaxSuppression {
+                            Op::NonMaxSuppression(op::NonMaxSuppression {
                                 boxes,
                                 scores,
                                 max_out,
@@ -558,7 +584,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                                 max_out_const: max,
                                 iou_const,
                                 score_const,
-                            }
+                            })
                         },
                     )
             }
@@ -572,7 +598,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                     arb_ap(f, [nr, x[1], oh, 2]),
                 )
                     .prop_map(move |(input, rois, batch_indices, output)| {
-                        Op::RoiAlign {
+                        Op::RoiAlign(op::RoiAlign {
                             input,
                             rois,
                             batch_indices,
@@ -580,7 +606,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                             spatial_scale: scale,
                             sampling_ratio: ratio,
                             flags,
-                        }
+                        })
                     })
             }
         ),
@@ -594,7 +620,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                     arb_ap(f, [n, c * kh * 2, o, o]),
                 )
                     .prop_map(move |(input, offset, mask, cols)| {
-                        Op::DeformIm2col {
+                        Op::DeformIm2col(op::DeformIm2col {
                             input,
                             offset,
                             mask,
@@ -606,7 +632,7 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                                 dilation: [1, 1],
                             },
                             offset_groups: g,
-                        }
+                        })
                     })
             }
         ),
@@ -670,7 +696,7 @@ proptest! {
         // Keep only ops that run on the engine of the first one, then end the block.
         let engine = ops.first().map(engine_for).unwrap_or(Engine::Sp);
         let ins: Vec<Instruction> = ops.into_iter()
-            .filter(|o| o.runs_on(engine) && !matches!(o, Op::End))
+            .filter(|o| o.runs_on(engine) && !matches!(o, Op::End(op::End)))
             .map(Instruction::new)
             .collect();
         let block = encode_block(&ins);
@@ -709,15 +735,15 @@ proptest! {
         // The same operands, through address_fields (what relocations and the loader use).
         let mut fields = Vec::new();
         ins.address_fields(|f| fields.push((f.offset, f.name)));
-        if !matches!(ins.op, Op::DmaDescriptors { .. }) {
+        if !matches!(ins.op, Op::DmaDescriptors(_)) {
             let want: Vec<_> = slots.iter().map(|&(s, n, _, _)| (HEADER_SIZE + s * nrt_isa::AP_SIZE, n)).collect();
             prop_assert_eq!(fields, want);
         }
         // Only an accumulating MatMul and a scatter read the operand they write.
         for &(_, name, role, _) in &slots {
             if role == nrt_isa::Role::ReadWrite {
-                let accumulating = matches!(ins.op, Op::MatMul { flags, .. } if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
-                let scatter = matches!(ins.op, Op::ScatterElements { .. });
+                let accumulating = matches!(ins.op, Op::MatMul(op::MatMul { flags, .. }) if flags & nrt_isa::matmul_flags::ACCUMULATE != 0);
+                let scatter = matches!(ins.op, Op::ScatterElements(_));
                 prop_assert!(accumulating || scatter);
                 prop_assert_eq!(name, if scatter { "output" } else { "c" });
             }
@@ -744,21 +770,21 @@ fn errors_name_index_offset_and_field() {
     let a = AccessPattern::dense(0x1000, DType::F32, &[2, 3]);
     let b = AccessPattern::dense(0x2000, DType::F32, &[4, 5]); // K mismatch: 3 vs 4
     let c = AccessPattern::dense(0x3000, DType::F32, &[2, 5]);
-    let ok = Instruction::new(Op::Nop);
-    let bad = Instruction::new(Op::MatMul {
+    let ok = Instruction::new(Op::Nop(op::Nop));
+    let bad = Instruction::new(Op::MatMul(op::MatMul {
         a,
         b,
         c,
         alpha: 1.0,
         flags: 0,
         epilogue: nrt_isa::Epilogue::NONE,
-    });
+    }));
     let mut block = Vec::new();
     ok.encode(&mut block);
     let mut mm = Vec::new();
     bad.encode(&mut mm);
     block.extend_from_slice(&mm);
-    Instruction::new(Op::End).encode(&mut block);
+    Instruction::new(Op::End(op::End)).encode(&mut block);
     let e = decode_block(&block, Engine::Pe).unwrap_err();
     assert_eq!(e.index, 1);
     assert_eq!(e.block_offset, HEADER_SIZE);
@@ -773,18 +799,18 @@ fn errors_name_index_offset_and_field() {
 
 #[test]
 fn engine_mismatch_missing_end_and_trailing_bytes() {
-    let mm = Instruction::new(Op::Softmax {
+    let mm = Instruction::new(Op::Softmax(op::Softmax {
         input: AccessPattern::dense(0, DType::F32, &[4]),
         output: AccessPattern::dense(64, DType::F32, &[4]),
         log: false,
-    });
+    }));
     let block = encode_block(&[mm]);
     let e = decode_block(&block, Engine::Pe).unwrap_err();
     assert_eq!(e.reason, Reason::WrongEngine(Engine::Pe));
     assert!(decode_block(&block, Engine::Pool).is_ok());
 
     let mut no_end = Vec::new();
-    Instruction::new(Op::Nop).encode(&mut no_end);
+    Instruction::new(Op::Nop(op::Nop)).encode(&mut no_end);
     assert_eq!(
         decode_block(&no_end, Engine::Sp).unwrap_err().reason,
         Reason::MissingEnd
@@ -801,7 +827,7 @@ fn engine_mismatch_missing_end_and_trailing_bytes() {
 #[test]
 fn reserved_semaphores_and_bad_fields_are_rejected() {
     let mut b = Vec::new();
-    Instruction::new(Op::Nop)
+    Instruction::new(Op::Nop(op::Nop))
         .wait(SemRef::local(0), 1)
         .encode(&mut b);
     let e = Instruction::decode(&b).unwrap_err();
@@ -809,7 +835,7 @@ fn reserved_semaphores_and_bad_fields_are_rejected() {
     assert_eq!(e.reason, Reason::BadSemaphore(0));
 
     let mut b = Vec::new();
-    Instruction::new(Op::Nop).encode(&mut b);
+    Instruction::new(Op::Nop(op::Nop)).encode(&mut b);
     b[0] = 0xEE;
     assert_eq!(
         Instruction::decode(&b).unwrap_err().reason,
@@ -817,11 +843,11 @@ fn reserved_semaphores_and_bad_fields_are_rejected() {
     );
 
     let mut b = Vec::new();
-    Instruction::new(Op::Nop).encode(&mut b);
+    Instruction::new(Op::Nop(op::Nop)).encode(&mut b);
     b[2] = 24;
     assert_eq!(Instruction::decode(&b).unwrap_err().field, "header.length");
 
-    let ins = Instruction::new(Op::Activation {
+    let ins = Instruction::new(Op::Activation(op::Activation {
         input: AccessPattern::dense(0, DType::F32, &[4]),
         output: AccessPattern::dense(64, DType::F32, &[4]),
         bias: None,
@@ -829,7 +855,7 @@ fn reserved_semaphores_and_bad_fields_are_rejected() {
         scale: 1.0,
         alpha: 0.0,
         beta: 0.0,
-    });
+    }));
     let mut b = Vec::new();
     ins.encode(&mut b);
     b[HEADER_SIZE + 3 * AP_SIZE] = 200; // func
@@ -849,14 +875,14 @@ fn address_fields_cover_every_operand() {
     let b = AccessPattern::dense(0, DType::F32, &[3, 4]);
     let c = AccessPattern::dense(0, DType::F32, &[2, 4]);
     let mut seen = Vec::new();
-    Instruction::new(Op::MatMul {
+    Instruction::new(Op::MatMul(op::MatMul {
         a,
         b,
         c,
         alpha: 1.0,
         flags: 0,
         epilogue: nrt_isa::Epilogue::NONE,
-    })
+    }))
     .address_fields(|f| seen.push((f.name, f.offset, f.extent)));
     assert_eq!(
         seen,
@@ -869,7 +895,7 @@ fn address_fields_cover_every_operand() {
         ..AccessPattern::dense(0, DType::F32, &[4])
     };
     let mut seen = Vec::new();
-    let ins = Instruction::new(Op::MatMul {
+    let ins = Instruction::new(Op::MatMul(op::MatMul {
         a,
         b,
         c,
@@ -881,7 +907,7 @@ fn address_fields_cover_every_operand() {
             func: ActFunc::Relu,
             ..nrt_isa::Epilogue::NONE
         },
-    });
+    }));
     assert_eq!(ins.op.opcode(), nrt_isa::opcode::MATMUL_EPI);
     ins.address_fields(|f| seen.push((f.name, f.offset, f.extent)));
     assert_eq!(
@@ -910,14 +936,14 @@ fn address_fields_cover_every_operand() {
         "epilogue.flags"
     );
     let mut empty = Vec::new();
-    Instruction::new(Op::MatMul {
+    Instruction::new(Op::MatMul(op::MatMul {
         a,
         b,
         c,
         alpha: 1.0,
         flags: 0,
         epilogue: nrt_isa::Epilogue::NONE,
-    })
+    }))
     .encode(&mut empty);
     assert_eq!(
         empty[0],
@@ -998,14 +1024,14 @@ fn packed_b_layout_is_checked() {
     };
     let enc = |b: AccessPattern, flags: u32| {
         let mut bytes = Vec::new();
-        Instruction::new(Op::MatMul {
+        Instruction::new(Op::MatMul(op::MatMul {
             a,
             b,
             c,
             alpha: 1.0,
             flags,
             epilogue: nrt_isa::Epilogue::NONE,
-        })
+        }))
         .encode(&mut bytes);
         Instruction::decode(&bytes).map(|(i, _)| i)
     };
@@ -1108,7 +1134,7 @@ fn packed_b_layout_is_checked() {
 #[test]
 fn conv_activation_is_its_own_opcode_and_canonical() {
     let conv = |act: (ActFunc, f32, f32)| {
-        Instruction::new(Op::Conv {
+        Instruction::new(Op::Conv(op::Conv {
             input: AccessPattern::dense(0, DType::F32, &[1, 2, 5, 5]),
             weight: AccessPattern::dense(4096, DType::F32, &[3, 2, 3, 3]),
             output: AccessPattern::dense(8192, DType::F32, &[1, 3, 3, 3]),
@@ -1122,7 +1148,7 @@ fn conv_activation_is_its_own_opcode_and_canonical() {
             },
             groups: 1,
             act,
-        })
+        }))
     };
     let mut plain = Vec::new();
     conv((ActFunc::Identity, 0.0, 0.0)).encode(&mut plain);
@@ -1155,34 +1181,34 @@ fn guard_condition_is_one_byte_element_and_lifted_guard_is_canonical() {
         Instruction::new(op).encode(&mut b);
         b
     };
-    let ok = Op::Guard {
+    let ok = Op::Guard(op::Guard {
         cond: Some(AccessPattern::dense(64, DType::Bool, &[1])),
         when: true,
-    };
+    });
     assert_eq!(Instruction::decode(&enc(ok)).unwrap().0.op, ok);
-    let two = enc(Op::Guard {
+    let two = enc(Op::Guard(op::Guard {
         cond: Some(AccessPattern::dense(64, DType::Bool, &[2])),
         when: true,
-    });
+    }));
     assert_eq!(Instruction::decode(&two).unwrap_err().field, "cond.shape");
-    let wide = enc(Op::Guard {
+    let wide = enc(Op::Guard(op::Guard {
         cond: Some(AccessPattern::dense(64, DType::F32, &[1])),
         when: true,
-    });
+    }));
     assert_eq!(Instruction::decode(&wide).unwrap_err().field, "cond.dtype");
-    let mut lifted_when = enc(Op::Guard {
+    let mut lifted_when = enc(Op::Guard(op::Guard {
         cond: None,
         when: false,
-    });
+    }));
     lifted_when[HEADER_SIZE + AP_SIZE] = 2;
     assert_eq!(
         Instruction::decode(&lifted_when).unwrap_err().field,
         "flags"
     );
-    let mut lifted_operand = enc(Op::Guard {
+    let mut lifted_operand = enc(Op::Guard(op::Guard {
         cond: None,
         when: false,
-    });
+    }));
     lifted_operand[HEADER_SIZE] = 1;
     assert_eq!(
         Instruction::decode(&lifted_operand).unwrap_err().reason,
@@ -1201,30 +1227,30 @@ fn dynamic_quantize_operands_are_checked() {
         Instruction::new(op).encode(&mut b);
         b
     };
-    let ok = Op::DynamicQuantize {
+    let ok = Op::DynamicQuantize(op::DynamicQuantize {
         input: AccessPattern::dense(64, DType::F32, &[2, 3]),
         output: AccessPattern::dense(128, DType::U8, &[2, 3]),
         scale: AccessPattern::dense(192, DType::F32, &[1]),
         zero_point: AccessPattern::dense(200, DType::U8, &[1]),
-    };
+    });
     assert_eq!(Instruction::decode(&enc(ok)).unwrap().0.op, ok);
     assert!(ok.runs_on(Engine::Pool) && !ok.runs_on(Engine::Dve));
-    let Op::DynamicQuantize {
+    let Op::DynamicQuantize(op::DynamicQuantize {
         input,
         output,
         scale,
         zero_point,
-    } = ok
+    }) = ok
     else {
         unreachable!()
     };
     let with = |input, output, scale, zero_point| {
-        let e = Instruction::decode(&enc(Op::DynamicQuantize {
+        let e = Instruction::decode(&enc(Op::DynamicQuantize(op::DynamicQuantize {
             input,
             output,
             scale,
             zero_point,
-        }))
+        })))
         .unwrap_err();
         (e.field, e.field_offset)
     };

@@ -7,6 +7,7 @@ mod common;
 
 use common::{Arena, Rng};
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, Window, matmul_flags};
 use nrt_kernels::Workspace;
 use std::time::Instant;
@@ -54,14 +55,14 @@ fn matmul_op(m: &mut Arena, rng: &mut Rng, mm: u32, k: u32, n: u32, flags: u32) 
     let c = m.dense(DType::F32, [1, 1, mm, n]);
     m.fill_f32(&a, rng, -1.0, 1.0);
     m.fill_f32(&b, rng, -1.0, 1.0);
-    Op::MatMul {
+    Op::MatMul(op::MatMul {
         a,
         b,
         c,
         alpha: 1.0,
         flags,
         epilogue: nrt_isa::Epilogue::NONE,
-    }
+    })
 }
 
 fn main() {
@@ -113,15 +114,15 @@ fn main() {
                 let bias = m.dense(DType::F32, [1, 1, 1, 512]);
                 m.fill_f32(&bias, &mut rng, -0.1, 0.1);
                 let y = m.dense(DType::F32, [1, 1, 1, 512]);
-                ops.push(Op::MatMul {
+                ops.push(Op::MatMul(op::MatMul {
                     a: x,
                     b: w,
                     c: y,
                     alpha: 1.0,
                     flags,
                     epilogue: nrt_isa::Epilogue::NONE,
-                });
-                ops.push(Op::Activation {
+                }));
+                ops.push(Op::Activation(op::Activation {
                     input: y,
                     output: y,
                     bias: Some(bias),
@@ -129,7 +130,7 @@ fn main() {
                     scale: 1.0,
                     alpha: 0.0,
                     beta: 0.0,
-                });
+                }));
                 x = y;
             }
             let s = time(|| {
@@ -228,7 +229,7 @@ fn main() {
             let mut za_b = za;
             za_b.shape = [1, 1, mm, 1];
             za_b.stride = [0, 0, 0, 0];
-            let op = Op::MatMulInteger {
+            let op = Op::MatMulInteger(op::MatMulInteger {
                 a,
                 b,
                 c,
@@ -236,7 +237,7 @@ fn main() {
                 b_zero: None,
                 packed_b: true,
                 scale: Some(scale),
-            };
+            });
             let s = time(|| m.run(&op, &mut ws).unwrap());
             let ops = 2.0 * (mm * k * n) as f64;
             println!(
@@ -261,7 +262,7 @@ fn main() {
             ActFunc::GeluErf,
             ActFunc::GeluTanh,
         ] {
-            let op = Op::Activation {
+            let op = Op::Activation(op::Activation {
                 input: x,
                 output: y,
                 bias: None,
@@ -269,12 +270,12 @@ fn main() {
                 scale: 1.0,
                 alpha: 0.0,
                 beta: 0.0,
-            };
+            });
             let s = time(|| m.run(&op, &mut ws).unwrap());
             println!("act {func:?} 1M: {:.3} ns/elem", s * 1e9 / n as f64);
         }
         let small = m.dense(DType::F32, [1, 1, 1, 512]);
-        let op = Op::Activation {
+        let op = Op::Activation(op::Activation {
             input: small,
             output: small,
             bias: Some(small),
@@ -282,7 +283,7 @@ fn main() {
             scale: 1.0,
             alpha: 0.0,
             beta: 0.0,
-        };
+        });
         let s = time(|| m.run(&op, &mut ws).unwrap());
         println!("act relu+bias 512 in place: {:.3} us", s * 1e6);
     }
@@ -303,21 +304,21 @@ fn main() {
             ..b
         };
         for (name, bb) in [("dense", b), ("row broadcast", row), ("transposed", bt)] {
-            let op = Op::Binary {
+            let op = Op::Binary(op::Binary {
                 a,
                 b: bb,
                 out: o,
                 op: BinaryOp::Add,
-            };
+            });
             let s = time(|| m.run(&op, &mut ws).unwrap());
             println!("binary add 1M {name}: {:.3} ns/elem", s * 1e9 / n as f64);
         }
-        let op = Op::Binary {
+        let op = Op::Binary(op::Binary {
             a,
             b,
             out: a,
             op: BinaryOp::Mul,
-        };
+        });
         let s = time(|| m.run(&op, &mut ws).unwrap());
         println!("binary mul 1M in place: {:.3} ns/elem", s * 1e9 / n as f64);
     }
@@ -332,7 +333,7 @@ fn main() {
         };
         let h = m.dense(DType::F16, [1, 1, 1024, 1024]);
         for (name, input, output) in [("dense", a, o), ("transpose", at, o), ("f32->f16", a, h)] {
-            let op = Op::Copy { input, output };
+            let op = Op::Copy(op::Copy { input, output });
             let s = time(|| m.run(&op, &mut ws).unwrap());
             println!("copy 1M {name}: {:.3} ns/elem", s * 1e9 / (1 << 20) as f64);
         }
@@ -402,7 +403,7 @@ fn main() {
             let bias = Some(m.dense(DType::F32, [1, 1, 1, o]));
             let workspace =
                 with_ws.then(|| m.dense(DType::F32, [1, 1, 1, (c / groups) * k * k * oh * oh]));
-            let op = Op::Conv {
+            let op = Op::Conv(op::Conv {
                 input,
                 weight,
                 output,
@@ -411,7 +412,7 @@ fn main() {
                 window,
                 groups,
                 act: (ActFunc::Identity, 0.0, 0.0),
-            };
+            });
             let s = time(|| m.run(&op, &mut ws).unwrap());
             let flops = 2.0 * (o * (c / groups) * k * k * oh * oh) as f64;
             println!(
@@ -431,12 +432,12 @@ fn main() {
             ("columns (axis 2)", 0b0100, [1, 1, 1, 1000]),
         ] {
             let output = m.dense(DType::F32, oshape);
-            let op = Op::Reduce {
+            let op = Op::Reduce(op::Reduce {
                 input: x,
                 output,
                 op: nrt_isa::ReduceOp::Sum,
                 axes,
-            };
+            });
             let s = time(|| m.run(&op, &mut ws).unwrap());
             println!("reduce sum 1000x1000 {name}: {:.3} ns/elem", s * 1e9 / 1e6);
         }
@@ -462,13 +463,13 @@ fn main() {
             let input = m.dense(DType::F32, [1, c, h, h]);
             let output = m.dense(DType::F32, [1, c, oh, oh]);
             m.fill_f32(&input, &mut rng, -1.0, 1.0);
-            let op = Op::Pool {
+            let op = Op::Pool(op::Pool {
                 input,
                 output,
                 window,
                 op,
                 count_include_pad: false,
-            };
+            });
             let t = time(|| m.run(&op, &mut ws).unwrap());
             println!(
                 "pool {k}x{k} s{s} pad {pad} over {c}x{h}x{h}: {:.1} us",
@@ -483,11 +484,11 @@ fn main() {
             let x = m.dense(DType::F32, [1, 1, rows, cols]);
             let y = m.dense(DType::F32, [1, 1, rows, cols]);
             m.fill_f32(&x, &mut rng, -5.0, 5.0);
-            let op = Op::Softmax {
+            let op = Op::Softmax(op::Softmax {
                 input: x,
                 output: y,
                 log: false,
-            };
+            });
             let s = time(|| m.run(&op, &mut ws).unwrap());
             let n = f64::from(rows) * f64::from(cols);
             println!(

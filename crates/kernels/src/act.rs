@@ -11,6 +11,8 @@
 use crate::DeviceMemory;
 use crate::strided::{In, View, map1, map2};
 use crate::vmath;
+use crate::{Execute, KernelError, Workspace};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc};
 
 /// The scalar parameters of an activation.
@@ -260,6 +262,30 @@ pub unsafe fn activation(
         };
     }
     with_func!(func, alpha, beta, go);
+}
+
+impl Execute for op::Activation {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Activation {
+            input,
+            output,
+            bias,
+            func,
+            scale,
+            alpha,
+            beta,
+        } = self;
+
+        let p = Params {
+            scale: *scale,
+            alpha: *alpha,
+            beta: *beta,
+        };
+        // SAFETY: see above.
+        unsafe { activation(input, output, bias.as_ref(), *func, p, mem) };
+        Ok(())
+    }
 }
 
 #[cfg(test)]

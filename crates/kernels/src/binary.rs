@@ -15,7 +15,9 @@
 
 use crate::strided::{In, View, map1, map2, map3};
 use crate::{DeviceMemory, KernelError};
+use crate::{Execute, Workspace};
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, BinaryOp};
 
 /// Numeric element types of the DVE.
@@ -434,5 +436,42 @@ pub unsafe fn select(
             4 => sel::<u32>(cond, a, b, out, mem),
             _ => sel::<u64>(cond, a, b, out, mem),
         }
+    }
+}
+
+impl Execute for op::Binary {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Binary { a, b, out, op } = self;
+
+        // SAFETY: see above.
+        unsafe { binary(a, b, out, *op, mem) }
+    }
+}
+
+impl Execute for op::TensorScalar {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::TensorScalar {
+            a,
+            out,
+            op,
+            scalar,
+            reverse,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { tensor_scalar(a, out, *op, *scalar, *reverse, mem) }
+    }
+}
+
+impl Execute for op::Select {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Select { cond, a, b, out } = self;
+
+        // SAFETY: see above.
+        unsafe { select(cond, a, b, out, mem) };
+        Ok(())
     }
 }

@@ -38,11 +38,13 @@ mod depthwise;
 mod direct512;
 mod panel;
 
+use crate::Execute;
 use crate::matmul::{Mat, gemm_auto};
 use crate::pool::valid_range;
 use crate::strided::{View, copy_elems};
 use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::tuning::KERNEL_IM2COL_BAND_BYTES;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, Window};
 
 /// The operands of a convolution.
@@ -949,5 +951,34 @@ mod tests {
             even_span(sparse),
             even_bits(sparse) as u32 | (even_bits(sparse >> 8) as u32) << 16
         );
+    }
+}
+
+impl Execute for op::Conv {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Conv {
+            input,
+            weight,
+            output,
+            bias,
+            workspace,
+            window,
+            groups,
+            act,
+        } = self;
+
+        let args = ConvArgs {
+            input,
+            weight,
+            output,
+            bias: bias.as_ref(),
+            workspace: workspace.as_ref(),
+            window,
+            groups: *groups,
+            act: *act,
+        };
+        // SAFETY: see above.
+        unsafe { conv(&args, mem, ws) }
     }
 }

@@ -9,9 +9,11 @@
 use crate::elem::{Bf16, Bool, Elem, F16};
 use crate::strided::{CHUNK, In, View, Walk, copy_elems, map1, overlaps, walk};
 use crate::{DeviceMemory, KernelError};
+use crate::{Execute, Workspace};
 use nrt_hal::DType;
 use nrt_hal::tuning::KERNEL_TRANSPOSE_TILE;
 use nrt_isa::AccessPattern;
+use nrt_isa::op;
 
 /// Copies `src` to `dst` (same shape), converting the element type if they differ.
 ///
@@ -413,4 +415,35 @@ unsafe fn fill_as<T: Copy>(out: &AccessPattern, v: T, mem: DeviceMemory) {
             }
         }
     });
+}
+
+impl Execute for op::DmaCopy {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::DmaCopy { src, dst } = self;
+
+        // SAFETY: see above.
+        unsafe { copy(src, dst, mem) }
+    }
+}
+
+impl Execute for op::Copy {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Copy { input, output } = self;
+
+        // SAFETY: see above.
+        unsafe { copy(input, output, mem) }
+    }
+}
+
+impl Execute for op::Fill {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Fill { out, bits } = self;
+
+        // SAFETY: see above.
+        unsafe { fill(out, *bits, mem) };
+        Ok(())
+    }
 }

@@ -7,6 +7,8 @@
 
 use crate::DeviceMemory;
 use crate::strided::View;
+use crate::{Execute, KernelError, Workspace};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, Window};
 
 /// The operands of `Op::DeformIm2col`.
@@ -99,5 +101,31 @@ pub unsafe fn deform_im2col(a: &DeformArgs<'_>, mem: DeviceMemory) {
                 }
             }
         }
+    }
+}
+
+impl Execute for op::DeformIm2col {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::DeformIm2col {
+            input,
+            offset,
+            mask,
+            cols,
+            window,
+            offset_groups,
+        } = self;
+
+        let args = DeformArgs {
+            input,
+            offset,
+            mask: mask.as_ref(),
+            cols,
+            window,
+            offset_groups: *offset_groups,
+        };
+        // SAFETY: see above.
+        unsafe { deform_im2col(&args, mem) };
+        Ok(())
     }
 }

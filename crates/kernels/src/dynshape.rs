@@ -12,10 +12,12 @@
 //! loop bound comes from the operands' shapes, which the decoder checked; a selection count
 //! never exceeds the bound operand it is written to.
 
+use crate::Execute;
 use crate::strided::View;
 use crate::{DeviceMemory, KernelError, Workspace};
 use core::cmp::Ordering;
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ShapeTemplate, nms_flags};
 
 /// Pointer of the `p`-th element (row-major over the view's shape) of a view.
@@ -451,4 +453,82 @@ pub unsafe fn non_max_suppression(
         write_shape(a.shape, &[written as u64, 3], mem);
     }
     Ok(())
+}
+
+impl Execute for op::NonZero {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::NonZero {
+            input,
+            output,
+            shape,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { non_zero(input, output, shape, mem) }
+    }
+}
+
+impl Execute for op::Unique {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Unique {
+            input,
+            y,
+            indices,
+            inverse,
+            counts,
+            shape,
+            dims,
+            sorted,
+        } = self;
+
+        let args = UniqueArgs {
+            input,
+            y,
+            indices,
+            inverse,
+            counts,
+            shape,
+            dims,
+            sorted: *sorted,
+        };
+        // SAFETY: see above.
+        unsafe { unique(&args, mem, ws) }
+    }
+}
+
+impl Execute for op::NonMaxSuppression {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::NonMaxSuppression {
+            boxes,
+            scores,
+            max_out,
+            iou,
+            score_threshold,
+            selected,
+            shape,
+            flags,
+            max_out_const,
+            iou_const,
+            score_const,
+        } = self;
+
+        let args = NmsArgs {
+            boxes,
+            scores,
+            max_out: max_out.as_ref(),
+            iou: iou.as_ref(),
+            score_threshold: score_threshold.as_ref(),
+            selected,
+            shape,
+            flags: *flags,
+            max_out_const: *max_out_const,
+            iou_const: *iou_const,
+            score_const: *score_const,
+        };
+        // SAFETY: see above.
+        unsafe { non_max_suppression(&args, mem, ws) }
+    }
 }

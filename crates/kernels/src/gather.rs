@@ -7,7 +7,9 @@
 
 use crate::strided::{View, copy_elems, overlaps};
 use crate::{DeviceMemory, KernelError};
+use crate::{Execute, Workspace};
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ScatterReduce};
 
 /// Reads index `i` of the indices operand.
@@ -328,5 +330,50 @@ unsafe fn scatter_el<T: Copy>(
             let o = vo.at(q);
             o.write(f(*o, *vu.at(p)));
         }
+    }
+}
+
+impl Execute for op::Gather {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Gather {
+            data,
+            indices,
+            output,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { gather(data, indices, output, mem) }
+    }
+}
+
+impl Execute for op::GatherElements {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::GatherElements {
+            data,
+            indices,
+            output,
+            axis,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { gather_elements(data, indices, output, *axis, mem) }
+    }
+}
+
+impl Execute for op::ScatterElements {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::ScatterElements {
+            indices,
+            updates,
+            output,
+            axis,
+            reduce,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { scatter_elements(indices, updates, output, *axis, *reduce, mem) }
     }
 }

@@ -71,6 +71,7 @@ pub mod topk;
 pub mod vmath;
 
 use nrt_isa::Op;
+use nrt_isa::op;
 
 /// Device memory as the kernels see it: one contiguous host mapping of the device's physical
 /// address space. Device address `a` is host byte `base + a`.
@@ -302,325 +303,47 @@ unsafe impl Pod for i32 {}
 // SAFETY: as above.
 unsafe impl Pod for i64 {}
 
-/// Runs one operation.
+/// Runs one operation: the kernel of its op (an `impl Execute` beside the code it calls),
+/// dispatched through the instruction table ([`nrt_isa::instruction_table!`]).
 ///
 /// # Safety
 /// Every operand of `op` must lie inside `mem` and be aligned to its element size (the
 /// device checks both when it loads a model's instructions).
 pub unsafe fn execute(op: &Op, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
-    // Every arm relies on the caller guaranteeing the operands are in bounds and aligned.
-    match op {
-        Op::End
-        | Op::Nop
-        | Op::Guard { .. }
-        | Op::DmaDescriptors { .. }
-        | Op::SemSet { .. }
-        | Op::Notify { .. }
-        | Op::Barrier { .. } => Err(KernelError::Unsupported(op.name())),
-        Op::DmaCopy { src, dst } => {
-            // SAFETY: see above.
-            unsafe { copy::copy(src, dst, mem) }
-        }
-        Op::Copy { input, output } => {
-            // SAFETY: see above.
-            unsafe { copy::copy(input, output, mem) }
-        }
-        Op::Fill { out, bits } => {
-            // SAFETY: see above.
-            unsafe { copy::fill(out, *bits, mem) };
-            Ok(())
-        }
-        Op::MatMul {
-            a,
-            b,
-            c,
-            alpha,
-            flags,
-            epilogue,
-        } => {
-            // SAFETY: see above.
-            unsafe { matmul::matmul(a, b, c, *alpha, *flags, epilogue, mem, ws) }
-        }
-        Op::Conv {
-            input,
-            weight,
-            output,
-            bias,
-            workspace,
-            window,
-            groups,
-            act,
-        } => {
-            let args = conv::ConvArgs {
-                input,
-                weight,
-                output,
-                bias: bias.as_ref(),
-                workspace: workspace.as_ref(),
-                window,
-                groups: *groups,
-                act: *act,
-            };
-            // SAFETY: see above.
-            unsafe { conv::conv(&args, mem, ws) }
-        }
-        Op::MatMulInteger {
-            a,
-            b,
-            c,
-            a_zero,
-            b_zero,
-            packed_b,
-            scale,
-        } => {
-            let args = qmatmul::Args {
-                a,
-                b,
-                c,
-                a_zero: a_zero.as_ref(),
-                b_zero: b_zero.as_ref(),
-                packed_b: *packed_b,
-                scale: scale.as_ref(),
-            };
-            // SAFETY: see above.
-            unsafe { qmatmul::matmul_integer(&args, mem, ws) }
-        }
-        Op::Activation {
-            input,
-            output,
-            bias,
-            func,
-            scale,
-            alpha,
-            beta,
-        } => {
-            let p = act::Params {
-                scale: *scale,
-                alpha: *alpha,
-                beta: *beta,
-            };
-            // SAFETY: see above.
-            unsafe { act::activation(input, output, bias.as_ref(), *func, p, mem) };
-            Ok(())
-        }
-        Op::Binary { a, b, out, op } => {
-            // SAFETY: see above.
-            unsafe { binary::binary(a, b, out, *op, mem) }
-        }
-        Op::TensorScalar {
-            a,
-            out,
-            op,
-            scalar,
-            reverse,
-        } => {
-            // SAFETY: see above.
-            unsafe { binary::tensor_scalar(a, out, *op, *scalar, *reverse, mem) }
-        }
-        Op::Select { cond, a, b, out } => {
-            // SAFETY: see above.
-            unsafe { binary::select(cond, a, b, out, mem) };
-            Ok(())
-        }
-        Op::Reduce {
-            input,
-            output,
-            op,
-            axes,
-        } => {
-            // SAFETY: see above.
-            unsafe { reduce::reduce(input, output, *op, *axes, mem, ws) }
-        }
-        Op::Pool {
-            input,
-            output,
-            window,
-            op,
-            count_include_pad,
-        } => {
-            // SAFETY: see above.
-            unsafe { pool::pool(input, output, window, *op, *count_include_pad, mem, ws) }
-        }
-        Op::Softmax { input, output, log } => {
-            // SAFETY: see above.
-            unsafe { norm::softmax(input, output, *log, mem, ws) }
-        }
-        Op::DynamicQuantize {
-            input,
-            output,
-            scale,
-            zero_point,
-        } => {
-            // SAFETY: see above.
-            unsafe { quantize::dynamic_quantize(input, output, scale, zero_point, mem) };
-            Ok(())
-        }
-        Op::LayerNorm {
-            input,
-            gamma,
-            beta,
-            output,
-            eps,
-        } => {
-            // SAFETY: see above.
-            unsafe { norm::layer_norm(input, gamma, beta.as_ref(), output, *eps, mem, ws) }
-        }
-        Op::Resize {
-            input,
-            output,
-            mode,
-            coord,
-            nearest,
-            scales,
-        } => {
-            let p = resize::Params {
-                mode: *mode,
-                coord: *coord,
-                nearest: *nearest,
-                scales: *scales,
-            };
-            // SAFETY: see above.
-            unsafe { resize::resize(input, output, &p, mem, ws) }
-        }
-        Op::Gather {
-            data,
-            indices,
-            output,
-        } => {
-            // SAFETY: see above.
-            unsafe { gather::gather(data, indices, output, mem) }
-        }
-        Op::GatherElements {
-            data,
-            indices,
-            output,
-            axis,
-        } => {
-            // SAFETY: see above.
-            unsafe { gather::gather_elements(data, indices, output, *axis, mem) }
-        }
-        Op::ScatterElements {
-            indices,
-            updates,
-            output,
-            axis,
-            reduce,
-        } => {
-            // SAFETY: see above.
-            unsafe { gather::scatter_elements(indices, updates, output, *axis, *reduce, mem) }
-        }
-        Op::TopK {
-            input,
-            values,
-            indices,
-            largest,
-        } => {
-            // SAFETY: see above.
-            unsafe { topk::top_k(input, values, indices, *largest, mem, ws) }
-        }
-        Op::NonZero {
-            input,
-            output,
-            shape,
-        } => {
-            // SAFETY: see above.
-            unsafe { dynshape::non_zero(input, output, shape, mem) }
-        }
-        Op::Unique {
-            input,
-            y,
-            indices,
-            inverse,
-            counts,
-            shape,
-            dims,
-            sorted,
-        } => {
-            let args = dynshape::UniqueArgs {
-                input,
-                y,
-                indices,
-                inverse,
-                counts,
-                shape,
-                dims,
-                sorted: *sorted,
-            };
-            // SAFETY: see above.
-            unsafe { dynshape::unique(&args, mem, ws) }
-        }
-        Op::NonMaxSuppression {
-            boxes,
-            scores,
-            max_out,
-            iou,
-            score_threshold,
-            selected,
-            shape,
-            flags,
-            max_out_const,
-            iou_const,
-            score_const,
-        } => {
-            let args = dynshape::NmsArgs {
-                boxes,
-                scores,
-                max_out: max_out.as_ref(),
-                iou: iou.as_ref(),
-                score_threshold: score_threshold.as_ref(),
-                selected,
-                shape,
-                flags: *flags,
-                max_out_const: *max_out_const,
-                iou_const: *iou_const,
-                score_const: *score_const,
-            };
-            // SAFETY: see above.
-            unsafe { dynshape::non_max_suppression(&args, mem, ws) }
-        }
-        Op::RoiAlign {
-            input,
-            rois,
-            batch_indices,
-            output,
-            spatial_scale,
-            sampling_ratio,
-            flags,
-        } => {
-            let args = roi::RoiArgs {
-                input,
-                rois,
-                batch_indices,
-                output,
-                spatial_scale: *spatial_scale,
-                sampling_ratio: *sampling_ratio,
-                flags: *flags,
-            };
-            // SAFETY: see above.
-            unsafe { roi::roi_align(&args, mem) }
-        }
-        Op::DeformIm2col {
-            input,
-            offset,
-            mask,
-            cols,
-            window,
-            offset_groups,
-        } => {
-            let args = deform::DeformArgs {
-                input,
-                offset,
-                mask: mask.as_ref(),
-                cols,
-                window,
-                offset_groups: *offset_groups,
-            };
-            // SAFETY: see above.
-            unsafe { deform::deform_im2col(&args, mem) };
-            Ok(())
-        }
+    macro_rules! dispatch {
+        (($op:ident, $mem:ident, $ws:ident) $(
+            $(#[$doc:meta])* $family:ident::$variant:ident on $engines:pat => { $($encodings:tt)* }
+        )+) => {
+            match $op {
+                // SAFETY: the caller's guarantee, passed on.
+                $( Op::$variant(x) => unsafe { Execute::execute(x, $mem, $ws) }, )+
+            }
+        };
     }
+    nrt_isa::instruction_table!(dispatch, op, mem, ws)
 }
+
+/// The kernel of one instruction; each lives beside the code it calls (`copy`, `matmul`,
+/// `norm`, …).
+pub(crate) trait Execute {
+    /// Runs it.
+    ///
+    /// # Safety
+    /// As [`execute`].
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError>;
+}
+
+/// Instructions without a kernel: control and the sequencer's own (the device runs them).
+macro_rules! no_kernel {
+    ($($variant:ident),+) => {$(
+        impl Execute for op::$variant {
+            unsafe fn execute(&self, _: DeviceMemory, _: &mut Workspace) -> Result<(), KernelError> {
+                Err(KernelError::Unsupported(stringify!($variant)))
+            }
+        }
+    )+};
+}
+no_kernel!(End, Nop, Guard, DmaDescriptors, SemSet, Notify, Barrier);
 
 #[cfg(test)]
 mod tests {

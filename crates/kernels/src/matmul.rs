@@ -61,6 +61,7 @@
 //! At M = 1 these run at the machine's memory bandwidth (a 512×512 B is 1 MiB: 17–20 µs here;
 //! a plain 1 MiB read takes 18 µs); the GEMM crate needs 35 µs (88 µs with B transposed).
 
+use crate::Execute;
 use crate::gemm_packed::{
     Bf16Kernel, Packed, PackedBf16, TileEpilogue, gemm_packed, gemm_packed_bf16,
 };
@@ -69,6 +70,7 @@ use crate::strided::View;
 use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::DType;
 use nrt_hal::tuning::{EPILOGUE_MIN_ROWS, EPILOGUE_TILE_BYTES, GEMV_MAX_ROWS};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, Epilogue, matmul_flags};
 
 /// A strided f32 matrix: pointer, row stride and column stride in elements.
@@ -1263,5 +1265,22 @@ mod avx512 {
             }
             p += G;
         }
+    }
+}
+
+impl Execute for op::MatMul {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::MatMul {
+            a,
+            b,
+            c,
+            alpha,
+            flags,
+            epilogue,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { matmul(a, b, c, *alpha, *flags, epilogue, mem, ws) }
     }
 }

@@ -6,11 +6,13 @@
 //! before exponentiating; LayerNorm is two-pass (mean, then the mean of squared deviations),
 //! which is exact enough in f32 without Welford's per-element division.
 
+use crate::Execute;
 use crate::has_avx512;
 use crate::strided::{View, gather_into, scatter_from};
 use crate::vmath;
 use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_isa::AccessPattern;
+use nrt_isa::op;
 
 /// Sum with 16 independent lanes (vectorizes; pairwise-ish rounding).
 #[inline(always)]
@@ -294,4 +296,30 @@ pub unsafe fn layer_norm(
         unsafe { scatter_from(x, vo.at([a, b, c, 0]), vo.stride[3]) };
     });
     Ok(())
+}
+
+impl Execute for op::Softmax {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Softmax { input, output, log } = self;
+
+        // SAFETY: see above.
+        unsafe { softmax(input, output, *log, mem, ws) }
+    }
+}
+
+impl Execute for op::LayerNorm {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::LayerNorm {
+            input,
+            gamma,
+            beta,
+            output,
+            eps,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { layer_norm(input, gamma, beta.as_ref(), output, *eps, mem, ws) }
+    }
 }

@@ -8,9 +8,11 @@
 //! (`count_include_pad`) or by the number of cells inside the image. A global pool (the
 //! window is the whole unpadded image) sums each plane directly.
 
+use crate::Execute;
 use crate::strided::View;
 use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::tuning::KERNEL_POOL_VECTOR_MAX_KW;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, PoolOp, Window};
 
 /// The range of output positions `o ∈ [0, out)` whose input position
@@ -591,6 +593,22 @@ fn plane_sum_max(xs: &[f32]) -> (f32, f32) {
         max = nan_max(max, x);
     }
     (sum, max)
+}
+
+impl Execute for op::Pool {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Pool {
+            input,
+            output,
+            window,
+            op,
+            count_include_pad,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { pool(input, output, window, *op, *count_include_pad, mem, ws) }
+    }
 }
 
 #[cfg(test)]

@@ -21,10 +21,12 @@
 //! With a `scale`, each corrected sum is converted to f32 and multiplied by its column's
 //! scale as the tile is stored (a dynamically quantized layer's `Cast` and `Mul`).
 
+use crate::Execute;
 use crate::strided::View;
 use crate::{DeviceMemory, KernelError, Workspace};
 use nrt_hal::DType;
 use nrt_isa::AccessPattern;
+use nrt_isa::op;
 
 /// Rows of a tile (with two 16-lane accumulators each: 16 of the 32 vector registers).
 const MR: usize = 8;
@@ -1053,6 +1055,33 @@ unsafe fn avx2_block<const R: usize>(
             // SAFETY: row r of `acc` holds NR ≥ h + 16 i32 (h ∈ {0, 16}).
             unsafe { _mm256_storeu_si256(acc[r].as_mut_ptr().add(h + 8 * x) as *mut __m256i, v) };
         }
+    }
+}
+
+impl Execute for op::MatMulInteger {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::MatMulInteger {
+            a,
+            b,
+            c,
+            a_zero,
+            b_zero,
+            packed_b,
+            scale,
+        } = self;
+
+        let args = Args {
+            a,
+            b,
+            c,
+            a_zero: a_zero.as_ref(),
+            b_zero: b_zero.as_ref(),
+            packed_b: *packed_b,
+            scale: scale.as_ref(),
+        };
+        // SAFETY: see above.
+        unsafe { matmul_integer(&args, mem, ws) }
     }
 }
 

@@ -14,7 +14,9 @@
 
 use crate::DeviceMemory;
 use crate::strided::{View, walk};
+use crate::{Execute, KernelError, Workspace};
 use nrt_isa::AccessPattern;
+use nrt_isa::op;
 
 /// The range's scale and zero point (as f32, an integer in `0..=255`) from `lo ≤ 0 ≤ hi`.
 pub fn parameters(lo: f32, hi: f32) -> (f32, f32) {
@@ -268,6 +270,22 @@ unsafe fn quantize_row_avx2(p: *const f32, q: *mut u8, n: usize, scale: f32, zer
         for e in i..n {
             q.add(e).write(quantize_one(p.add(e).read(), scale, zero));
         }
+    }
+}
+
+impl Execute for op::DynamicQuantize {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::DynamicQuantize {
+            input,
+            output,
+            scale,
+            zero_point,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { dynamic_quantize(input, output, scale, zero_point, mem) };
+        Ok(())
     }
 }
 

@@ -12,9 +12,11 @@
 //! the sum by the number of reduced elements (0/0 = NaN for an empty reduction). An empty
 //! reduction yields the identity (0, -inf / +inf, or the integer type's extremes).
 
+use crate::Execute;
 use crate::strided::{CHUNK, View, gather_into, walk};
 use crate::{DeviceMemory, KernelError, Pod, Workspace};
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ReduceOp};
 
 /// The element operations a reduction needs.
@@ -284,4 +286,19 @@ pub unsafe fn reduce(
         }
     }
     Ok(())
+}
+
+impl Execute for op::Reduce {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Reduce {
+            input,
+            output,
+            op,
+            axes,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { reduce(input, output, *op, *axes, mem, ws) }
+    }
 }

@@ -27,8 +27,10 @@
 //! workspace; the output is then computed row by row from at most 8 weighted source rows
 //! (dimensions 0–2) and the dimension-3 table.
 
+use crate::Execute;
 use crate::strided::View;
 use crate::{DeviceMemory, KernelError, Workspace};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, CoordMode, NearestMode, ResizeMode};
 
 /// The parameters of a resize.
@@ -204,4 +206,27 @@ pub unsafe fn resize(
         }
     }
     Ok(())
+}
+
+impl Execute for op::Resize {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::Resize {
+            input,
+            output,
+            mode,
+            coord,
+            nearest,
+            scales,
+        } = self;
+
+        let p = Params {
+            mode: *mode,
+            coord: *coord,
+            nearest: *nearest,
+            scales: *scales,
+        };
+        // SAFETY: see above.
+        unsafe { resize(input, output, &p, mem, ws) }
+    }
 }

@@ -5,6 +5,8 @@
 
 use crate::strided::View;
 use crate::{DeviceMemory, KernelError};
+use crate::{Execute, Workspace};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ROI_MAX_GRID, roi_flags};
 
 /// The operands of `Op::RoiAlign`.
@@ -146,4 +148,31 @@ pub unsafe fn roi_align(a: &RoiArgs<'_>, mem: DeviceMemory) -> Result<(), Kernel
         }
     }
     Ok(())
+}
+
+impl Execute for op::RoiAlign {
+    unsafe fn execute(&self, mem: DeviceMemory, _ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::RoiAlign {
+            input,
+            rois,
+            batch_indices,
+            output,
+            spatial_scale,
+            sampling_ratio,
+            flags,
+        } = self;
+
+        let args = RoiArgs {
+            input,
+            rois,
+            batch_indices,
+            output,
+            spatial_scale: *spatial_scale,
+            sampling_ratio: *sampling_ratio,
+            flags: *flags,
+        };
+        // SAFETY: see above.
+        unsafe { roi_align(&args, mem) }
+    }
 }

@@ -3,11 +3,13 @@
 //! index scratch from the [`Workspace`]; equal elements keep the lower index first and NaN
 //! ranks above every number (as ONNX Runtime orders them).
 
+use crate::Execute;
 use crate::strided::View;
 use crate::{DeviceMemory, KernelError, Workspace};
 use core::cmp::Ordering;
 use nrt_hal::DType;
 use nrt_isa::AccessPattern;
+use nrt_isa::op;
 
 /// Executes `Op::TopK`.
 ///
@@ -102,4 +104,19 @@ unsafe fn rows<T: Copy + PartialOrd>(
         }
     }
     Ok(())
+}
+
+impl Execute for op::TopK {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).
+        let op::TopK {
+            input,
+            values,
+            indices,
+            largest,
+        } = self;
+
+        // SAFETY: see above.
+        unsafe { top_k(input, values, indices, *largest, mem, ws) }
+    }
 }

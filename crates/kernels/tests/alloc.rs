@@ -5,6 +5,7 @@ mod common;
 
 use common::{Arena, Rng};
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{
     ActFunc, BinaryOp, CoordMode, NearestMode, Op, PoolOp, ReduceOp, ResizeMode, Window,
 };
@@ -103,14 +104,14 @@ fn second_calls_allocate_nothing() {
         m.fill_f32(&b, &mut rng, -1.0, 1.0);
         ops.push((
             name,
-            Op::MatMul {
+            Op::MatMul(op::MatMul {
                 a,
                 b,
                 c,
                 alpha: 1.0,
                 flags,
                 epilogue: nrt_isa::Epilogue::NONE,
-            },
+            }),
         ));
     }
 
@@ -137,7 +138,7 @@ fn second_calls_allocate_nothing() {
         m.fill_f32(&b, &mut rng, -1.0, 1.0);
         ops.push((
             name,
-            Op::MatMul {
+            Op::MatMul(op::MatMul {
                 a,
                 b,
                 c,
@@ -148,7 +149,7 @@ fn second_calls_allocate_nothing() {
                     func: nrt_isa::ActFunc::Relu,
                     ..nrt_isa::Epilogue::NONE
                 },
-            },
+            }),
         ));
     }
 
@@ -162,14 +163,14 @@ fn second_calls_allocate_nothing() {
         m.fill_with(&b, || 0x3f80);
         ops.push((
             "matmul packed bf16 b",
-            Op::MatMul {
+            Op::MatMul(op::MatMul {
                 a,
                 b,
                 c,
                 alpha: 1.0,
                 flags: nrt_isa::matmul_flags::PACKED_B,
                 epilogue: nrt_isa::Epilogue::NONE,
-            },
+            }),
         ));
     }
 
@@ -188,7 +189,7 @@ fn second_calls_allocate_nothing() {
     let workspace = Some(m.dense(DType::F32, [1, 1, 1, 8 * 9 * 256]));
     ops.push((
         "conv im2col",
-        Op::Conv {
+        Op::Conv(op::Conv {
             input,
             weight,
             output,
@@ -197,11 +198,11 @@ fn second_calls_allocate_nothing() {
             window,
             groups: 1,
             act: (ActFunc::Relu, 0.0, 0.0),
-        },
+        }),
     ));
     ops.push((
         "conv direct",
-        Op::Conv {
+        Op::Conv(op::Conv {
             input,
             weight,
             output,
@@ -210,7 +211,7 @@ fn second_calls_allocate_nothing() {
             window,
             groups: 1,
             act: (ActFunc::Relu, 0.0, 0.0),
-        },
+        }),
     ));
     let w1 = m.dense(DType::F32, [16, 8, 1, 1]);
     let no_pad = Window {
@@ -219,7 +220,7 @@ fn second_calls_allocate_nothing() {
     };
     ops.push((
         "conv pointwise",
-        Op::Conv {
+        Op::Conv(op::Conv {
             input,
             weight: w1,
             output,
@@ -228,7 +229,7 @@ fn second_calls_allocate_nothing() {
             window: no_pad,
             groups: 1,
             act: (ActFunc::Identity, 0.0, 0.0),
-        },
+        }),
     ));
 
     // Elementwise, reductions, normalizations, data movement.
@@ -241,7 +242,7 @@ fn second_calls_allocate_nothing() {
     };
     ops.push((
         "activation gelu",
-        Op::Activation {
+        Op::Activation(op::Activation {
             input: x,
             output: y,
             bias: Some(row),
@@ -249,11 +250,11 @@ fn second_calls_allocate_nothing() {
             scale: 1.0,
             alpha: 0.0,
             beta: 0.0,
-        },
+        }),
     ));
     ops.push((
         "activation in place",
-        Op::Activation {
+        Op::Activation(op::Activation {
             input: y,
             output: y,
             bias: None,
@@ -261,44 +262,44 @@ fn second_calls_allocate_nothing() {
             scale: 1.0,
             alpha: 0.0,
             beta: 0.0,
-        },
+        }),
     ));
     ops.push((
         "binary broadcast",
-        Op::Binary {
+        Op::Binary(op::Binary {
             a: x,
             b: row,
             out: y,
             op: BinaryOp::Add,
-        },
+        }),
     ));
     ops.push((
         "tensor scalar",
-        Op::TensorScalar {
+        Op::TensorScalar(op::TensorScalar {
             a: x,
             out: y,
             op: BinaryOp::Mul,
             scalar: 3.0,
             reverse: false,
-        },
+        }),
     ));
     let red = m.dense(DType::F32, [2, 1, 17, 1]);
     ops.push((
         "reduce",
-        Op::Reduce {
+        Op::Reduce(op::Reduce {
             input: x,
             output: red,
             op: ReduceOp::Mean,
             axes: 0b1010,
-        },
+        }),
     ));
     ops.push((
         "softmax",
-        Op::Softmax {
+        Op::Softmax(op::Softmax {
             input: x,
             output: y,
             log: false,
-        },
+        }),
     ));
     let (xq, xs, xz) = (
         m.dense(DType::U8, x.shape),
@@ -307,22 +308,22 @@ fn second_calls_allocate_nothing() {
     );
     ops.push((
         "dynamic quantize",
-        Op::DynamicQuantize {
+        Op::DynamicQuantize(op::DynamicQuantize {
             input: x,
             output: xq,
             scale: xs,
             zero_point: xz,
-        },
+        }),
     ));
     ops.push((
         "layer norm",
-        Op::LayerNorm {
+        Op::LayerNorm(op::LayerNorm {
             input: x,
             gamma: row,
             beta: Some(row),
             output: y,
             eps: 1e-5,
-        },
+        }),
     ));
     let pooled = m.dense(DType::F32, [2, 3, 8, 16]);
     let pw = Window {
@@ -333,25 +334,25 @@ fn second_calls_allocate_nothing() {
     };
     ops.push((
         "pool",
-        Op::Pool {
+        Op::Pool(op::Pool {
             input: x,
             output: pooled,
             window: pw,
             op: PoolOp::Avg,
             count_include_pad: false,
-        },
+        }),
     ));
     let big = m.dense(DType::F32, [2, 3, 34, 66]);
     ops.push((
         "resize",
-        Op::Resize {
+        Op::Resize(op::Resize {
             input: x,
             output: big,
             mode: ResizeMode::Linear,
             coord: CoordMode::HalfPixel,
             nearest: NearestMode::RoundPreferFloor,
             scales: [0.0; 4],
-        },
+        }),
     ));
     let h = m.dense(DType::F16, [2, 3, 17, 33]);
     let xt = nrt_isa::AccessPattern {
@@ -365,27 +366,27 @@ fn second_calls_allocate_nothing() {
     };
     ops.push((
         "copy cast",
-        Op::Copy {
+        Op::Copy(op::Copy {
             input: x,
             output: h,
-        },
+        }),
     ));
     ops.push((
         "copy transpose cast",
-        Op::Copy {
+        Op::Copy(op::Copy {
             input: xt,
             output: ht,
-        },
+        }),
     ));
     let idx = m.dense(DType::I64, [1, 1, 1, 4]);
     let gathered = m.dense(DType::F32, [2, 3, 4, 33]);
     ops.push((
         "gather",
-        Op::Gather {
+        Op::Gather(op::Gather {
             data: x,
             indices: idx,
             output: gathered,
-        },
+        }),
     ));
 
     // Element-wise gather / scatter (index scratch: none), TopK (index scratch in the
@@ -393,40 +394,40 @@ fn second_calls_allocate_nothing() {
     let eidx = m.dense(DType::I64, [2, 3, 4, 33]);
     ops.push((
         "gather elements",
-        Op::GatherElements {
+        Op::GatherElements(op::GatherElements {
             data: x,
             indices: eidx,
             output: gathered,
             axis: 2,
-        },
+        }),
     ));
     ops.push((
         "scatter elements",
-        Op::ScatterElements {
+        Op::ScatterElements(op::ScatterElements {
             indices: eidx,
             updates: gathered,
             output: x,
             axis: 2,
             reduce: nrt_isa::ScatterReduce::Add,
-        },
+        }),
     ));
     let top = m.dense(DType::F32, [2, 3, 4, 5]);
     let top_i = m.dense(DType::I64, [2, 3, 4, 5]);
     ops.push((
         "top k",
-        Op::TopK {
+        Op::TopK(op::TopK {
             input: gathered,
             values: top,
             indices: top_i,
             largest: true,
-        },
+        }),
     ));
     let qa = m.dense(DType::U8, [1, 2, 13, 70]);
     let qb = m.dense(DType::I8, [1, 2, 70, 40]);
     let qc = m.dense(DType::I32, [1, 2, 13, 40]);
     ops.push((
         "matmul integer",
-        Op::MatMulInteger {
+        Op::MatMulInteger(op::MatMulInteger {
             a: qa,
             b: qb,
             c: qc,
@@ -434,7 +435,7 @@ fn second_calls_allocate_nothing() {
             b_zero: None,
             packed_b: false,
             scale: None,
-        },
+        }),
     ));
 
     // The data-dependent extents (sort orders and group tables in the workspace).
@@ -443,11 +444,11 @@ fn second_calls_allocate_nothing() {
     let two = m.dense(DType::I64, [1, 1, 1, 2]);
     ops.push((
         "non zero",
-        Op::NonZero {
+        Op::NonZero(op::NonZero {
             input: nz_in,
             output: nz_out,
             shape: two,
-        },
+        }),
     ));
     let u_in = m.dense(DType::F32, [1, 4, 33, 1]);
     let u_y = m.dense(DType::F32, [1, 4, 33, 1]);
@@ -455,7 +456,7 @@ fn second_calls_allocate_nothing() {
     let u_shape = m.dense(DType::I64, [1, 1, 1, 2]);
     ops.push((
         "unique",
-        Op::Unique {
+        Op::Unique(op::Unique {
             input: u_in,
             y: u_y,
             indices: u_k[0],
@@ -468,14 +469,14 @@ fn second_calls_allocate_nothing() {
                 dims: [4, 33, 0, 0, 0, 0, 0, 0],
             },
             sorted: false,
-        },
+        }),
     ));
     let boxes = m.dense(DType::F32, [1, 2, 33, 4]);
     let scores = m.dense(DType::F32, [1, 2, 3, 33]);
     let selected = m.dense(DType::I64, [1, 1, 198, 3]);
     ops.push((
         "non max suppression",
-        Op::NonMaxSuppression {
+        Op::NonMaxSuppression(op::NonMaxSuppression {
             boxes,
             scores,
             max_out: None,
@@ -487,7 +488,7 @@ fn second_calls_allocate_nothing() {
             max_out_const: 33,
             iou_const: 0.5,
             score_const: 0.0,
-        },
+        }),
     ));
 
     let roi_x = m.dense(DType::F32, [2, 3, 9, 9]);
@@ -496,7 +497,7 @@ fn second_calls_allocate_nothing() {
     let roi_y = m.dense(DType::F32, [4, 3, 2, 2]);
     ops.push((
         "roi align",
-        Op::RoiAlign {
+        Op::RoiAlign(op::RoiAlign {
             input: roi_x,
             rois,
             batch_indices: roi_b,
@@ -504,7 +505,7 @@ fn second_calls_allocate_nothing() {
             spatial_scale: 0.5,
             sampling_ratio: 0,
             flags: nrt_isa::roi_flags::HALF_PIXEL,
-        },
+        }),
     ));
 
     let d_x = m.dense(DType::F32, [1, 4, 6, 6]);
@@ -513,7 +514,7 @@ fn second_calls_allocate_nothing() {
     let d_cols = m.dense(DType::F32, [1, 36, 6, 6]);
     ops.push((
         "deform im2col",
-        Op::DeformIm2col {
+        Op::DeformIm2col(op::DeformIm2col {
             input: d_x,
             offset: d_off,
             mask: Some(d_mask),
@@ -525,7 +526,7 @@ fn second_calls_allocate_nothing() {
                 dilation: [1, 1],
             },
             offset_groups: 2,
-        },
+        }),
     ));
 
     // The counter sees allocations at all.
@@ -553,14 +554,14 @@ fn a_fresh_thread_runs_a_product_without_allocating_once_prepared() {
     let c = m.dense(DType::F32, [1, 1, 64, 96]);
     m.fill_f32(&a, &mut rng, -1.0, 1.0);
     m.fill_f32(&b, &mut rng, -1.0, 1.0);
-    let op = Op::MatMul {
+    let op = Op::MatMul(op::MatMul {
         a,
         b,
         c,
         alpha: 1.0,
         flags: 0,
         epilogue: nrt_isa::Epilogue::NONE,
-    };
+    });
     let mut ws = Workspace::new();
     m.run(&op, &mut ws).unwrap();
     let first_product_allocs = |prepare: bool, mut m: Arena, mut ws: Workspace| {

@@ -6,6 +6,7 @@ mod common;
 
 use common::Arena;
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, Op, Window};
 use nrt_kernels::Workspace;
 
@@ -33,7 +34,7 @@ fn run(
         ap
     });
     let cols = m.dense(DType::F32, [1, 8, oh, ow]);
-    let op = Op::DeformIm2col {
+    let op = Op::DeformIm2col(op::DeformIm2col {
         input,
         offset,
         mask: mask_ap,
@@ -45,7 +46,7 @@ fn run(
             dilation: [1, 1],
         },
         offset_groups: 1,
-    };
+    });
     m.run(&op, &mut Workspace::new()).unwrap();
     (cols, m.read_f32(&cols))
 }

@@ -9,6 +9,7 @@ mod common;
 
 use common::{Arena, Rng, indices};
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, Op, ShapeTemplate, nms_flags};
 use nrt_kernels::Workspace;
 use proptest::prelude::*;
@@ -32,11 +33,11 @@ fn run_non_zero(m: &mut Arena, input: AccessPattern, rank: u32) -> (Vec<i64>, Ve
     let shape = m.dense(DType::I64, [1, 1, 1, 2]);
     stale(m, &output);
     stale(m, &shape);
-    let op = Op::NonZero {
+    let op = Op::NonZero(op::NonZero {
         input,
         output,
         shape,
-    };
+    });
     m.run(&op, &mut Workspace::new()).unwrap();
     (i64s(m, &output), i64s(m, &shape))
 }
@@ -130,7 +131,7 @@ fn run_unique(m: &mut Arena, input: AccessPattern, sorted: bool) -> UniqueOut {
     for ap in [&y, &idx, &inv, &cnt, &shape] {
         stale(m, ap);
     }
-    let op = Op::Unique {
+    let op = Op::Unique(op::Unique {
         input,
         y,
         indices: idx,
@@ -143,7 +144,7 @@ fn run_unique(m: &mut Arena, input: AccessPattern, sorted: bool) -> UniqueOut {
             dims: [outer, a, inner, 0, 0, 0, 0, 0],
         },
         sorted,
-    };
+    });
     m.run(&op, &mut Workspace::new()).unwrap();
     UniqueOut {
         y: m.read_raw(&y),
@@ -270,7 +271,7 @@ fn run_nms(m: &mut Arena, n: &Nms, iou: f32, max_out: u32) -> (Vec<i64>, Vec<i64
     m.set_f32(&n.iou, [0, 0, 0, 0], iou);
     stale(m, &n.selected);
     stale(m, &n.shape);
-    let op = Op::NonMaxSuppression {
+    let op = Op::NonMaxSuppression(op::NonMaxSuppression {
         boxes: n.boxes,
         scores: n.scores,
         max_out: None,
@@ -282,7 +283,7 @@ fn run_nms(m: &mut Arena, n: &Nms, iou: f32, max_out: u32) -> (Vec<i64>, Vec<i64
         max_out_const: max_out,
         iou_const: 0.0,
         score_const: 0.0,
-    };
+    });
     m.run(&op, &mut Workspace::new()).unwrap();
     (i64s(m, &n.selected), i64s(m, &n.shape))
 }

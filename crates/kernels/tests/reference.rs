@@ -9,6 +9,7 @@ mod common;
 
 use common::{Arena, Rng, assert_close, close, erf64, indices, random_shape};
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{
     AccessPattern, ActFunc, BinaryOp, CoordMode, Epilogue, NearestMode, Op, PoolOp, ReduceOp,
     ResizeMode, ScatterReduce, Window, matmul_flags,
@@ -146,9 +147,9 @@ proptest! {
         let dst = m.random(&mut rng, dd, shape, false);
         m.fill_with(&src, || random_bits(&mut rng, sd));
         let op = if sd == dd && rng.chance(0.5) {
-            Op::DmaCopy { src, dst }
+            Op::DmaCopy(op::DmaCopy { src, dst })
         } else {
-            Op::Copy { input: src, output: dst }
+            Op::Copy(op::Copy { input: src, output: dst })
         };
         m.run(&op, &mut Workspace::new()).unwrap();
         for idx in indices(shape) {
@@ -172,7 +173,7 @@ proptest! {
         let shape = random_shape(&mut rng, [3, 3, 4, 7], true);
         let out = m.random(&mut rng, d, shape, false);
         let bits = random_bits(&mut rng, d);
-        m.run(&Op::Fill { out, bits }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Fill(op::Fill { out, bits }), &mut Workspace::new()).unwrap();
         for v in m.read_raw(&out) {
             prop_assert_eq!(v, bits);
         }
@@ -204,10 +205,10 @@ fn copy_transposes_pads_and_concats() {
         ..src
     };
     m.run(
-        &Op::Copy {
+        &Op::Copy(op::Copy {
             input: src_t,
             output: dst,
-        },
+        }),
         &mut ws,
     )
     .unwrap();
@@ -217,17 +218,18 @@ fn copy_transposes_pads_and_concats() {
     let out = m.dense(DType::I32, [1, 1, 1, 4]);
     m.set_raw(&a, [0, 0, 0, 0], 7);
     m.set_raw(&a, [0, 0, 0, 1], 8);
-    m.run(&Op::Fill { out, bits: 0 }, &mut ws).unwrap();
+    m.run(&Op::Fill(op::Fill { out, bits: 0 }), &mut ws)
+        .unwrap();
     let hi = AccessPattern {
         addr: out.addr + 8,
         shape: [1, 1, 1, 2],
         ..out
     };
     m.run(
-        &Op::Copy {
+        &Op::Copy(op::Copy {
             input: a,
             output: hi,
-        },
+        }),
         &mut ws,
     )
     .unwrap();
@@ -256,10 +258,10 @@ fn copy_transposes_large_tiles() {
         };
         let dst = m.dense(d, [1, b, c, r]);
         m.run(
-            &Op::Copy {
+            &Op::Copy(op::Copy {
                 input: src_t,
                 output: dst,
-            },
+            }),
             &mut Workspace::new(),
         )
         .unwrap();
@@ -400,14 +402,14 @@ fn matmul_case_b(
         Epilogue::NONE
     };
     m.run(
-        &Op::MatMul {
+        &Op::MatMul(op::MatMul {
             a,
             b,
             c,
             alpha,
             flags,
             epilogue,
-        },
+        }),
         &mut Workspace::new(),
     )
     .unwrap();
@@ -608,14 +610,14 @@ fn matmul_batches_sharing_b_fold_into_m() {
         m.fill_f32(&c, &mut rng, -1.0, 1.0);
         let c0 = m.read_f32(&c);
         m.run(
-            &Op::MatMul {
+            &Op::MatMul(op::MatMul {
                 a,
                 b,
                 c,
                 alpha: 0.5,
                 flags,
                 epilogue: nrt_isa::Epilogue::NONE,
-            },
+            }),
             &mut Workspace::new(),
         )
         .unwrap();
@@ -714,7 +716,7 @@ fn conv_case(seed: u64) {
         2 => (ActFunc::Sigmoid, 0.0, 0.0),
         _ => (ActFunc::Identity, 0.0, 0.0),
     };
-    let op = Op::Conv {
+    let op = Op::Conv(op::Conv {
         input,
         weight,
         output,
@@ -723,13 +725,13 @@ fn conv_case(seed: u64) {
         window: win,
         groups,
         act,
-    };
+    });
     conv_check(&mut m, &op, &format!("conv seed {seed}"));
 }
 
 /// Runs a convolution and compares it with the 7-loop reference in f64.
 fn conv_check(m: &mut Arena, op: &Op, what: &str) {
-    let Op::Conv {
+    let Op::Conv(op::Conv {
         input,
         weight,
         output,
@@ -738,7 +740,7 @@ fn conv_check(m: &mut Arena, op: &Op, what: &str) {
         groups,
         act,
         ..
-    } = *op
+    }) = *op
     else {
         unreachable!()
     };
@@ -803,7 +805,7 @@ fn conv_im2col_in_several_bands() {
             pad: [1; 4],
             dilation: [1, 1],
         };
-        let op = Op::Conv {
+        let op = Op::Conv(op::Conv {
             input,
             weight,
             output,
@@ -812,7 +814,7 @@ fn conv_im2col_in_several_bands() {
             window,
             groups,
             act: (ActFunc::Identity, 0.0, 0.0),
-        };
+        });
         conv_check(&mut m, &op, "banded im2col");
     }
 }
@@ -854,7 +856,7 @@ fn conv_panels_many_channels_and_long_k() {
         if let Some(b) = &bias {
             m.fill_f32(b, &mut rng, -1.0, 1.0);
         }
-        let op = Op::Conv {
+        let op = Op::Conv(op::Conv {
             input,
             weight,
             output,
@@ -863,7 +865,7 @@ fn conv_panels_many_channels_and_long_k() {
             window,
             groups: 1,
             act: (act, 0.0, 0.0),
-        };
+        });
         conv_check(&mut m, &op, "panels, many channels");
     }
 }
@@ -901,7 +903,7 @@ fn conv_panels_weight_rows_4k_apart() {
         if let Some(b) = &bias {
             m.fill_f32(b, &mut rng, -1.0, 1.0);
         }
-        let op = Op::Conv {
+        let op = Op::Conv(op::Conv {
             input,
             weight,
             output,
@@ -910,7 +912,7 @@ fn conv_panels_weight_rows_4k_apart() {
             window,
             groups,
             act: (ActFunc::Relu, 0.0, 0.0),
-        };
+        });
         conv_check(&mut m, &op, "panels, weight rows 4 KiB apart");
     }
 }
@@ -956,7 +958,7 @@ fn conv_depthwise_square_kernels() {
             } else {
                 ActFunc::Sigmoid
             };
-            let op = Op::Conv {
+            let op = Op::Conv(op::Conv {
                 input,
                 weight,
                 output,
@@ -965,7 +967,7 @@ fn conv_depthwise_square_kernels() {
                 window,
                 groups: c,
                 act: (act, 0.0, 0.0),
-            };
+            });
             conv_check(
                 &mut m,
                 &op,
@@ -1015,7 +1017,7 @@ fn conv_short_patch_direct() {
         // Whatever follows the input rows in memory: a read past a row must show.
         let after = m.dense(DType::F32, [1, 1, 1, 64]);
         m.fill_f32(&after, &mut rng, 50.0, 60.0);
-        let op = Op::Conv {
+        let op = Op::Conv(op::Conv {
             input,
             weight,
             output,
@@ -1024,7 +1026,7 @@ fn conv_short_patch_direct() {
             window,
             groups: 1,
             act: (act, 0.0, 0.0),
-        };
+        });
         conv_check(&mut m, &op, &format!("short-patch conv case {case}"));
     }
 }
@@ -1058,7 +1060,7 @@ fn conv_same_width_case(seed: u64) {
     m.fill_f32(&input, &mut rng, -1.0, 1.0);
     m.fill_f32(&weight, &mut rng, -1.0, 1.0);
     m.fill_f32(&output, &mut rng, 100.0, 200.0);
-    let op = Op::Conv {
+    let op = Op::Conv(op::Conv {
         input,
         weight,
         output,
@@ -1067,7 +1069,7 @@ fn conv_same_width_case(seed: u64) {
         window: win,
         groups: 1,
         act: (ActFunc::Identity, 0.0, 0.0),
-    };
+    });
     conv_check(&mut m, &op, &format!("same-width conv seed {seed}"));
 }
 
@@ -1183,7 +1185,7 @@ proptest! {
         let (alpha, beta) = if func == ActFunc::Clip { (-0.5, 0.7) } else { (rng.f32(0.0, 1.0), rng.f32(0.0, 1.0)) };
         let xs = m.read_f32(&input);
         let bs = bias.map(|b| m.read_f32(&b));
-        m.run(&Op::Activation { input, output, bias, func, scale, alpha, beta }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Activation(op::Activation { input, output, bias, func, scale, alpha, beta }), &mut Workspace::new()).unwrap();
         let got = m.read_f32(&output);
         for (i, x) in xs.iter().enumerate() {
             // The reference applies f to the f32 pre-activation, as the engine does.
@@ -1338,7 +1340,7 @@ proptest! {
         }
         let av = m.read_raw(&a);
         let bv = m.read_raw(&b);
-        m.run(&Op::Binary { a, b, out, op }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Binary(op::Binary { a, b, out, op }), &mut Workspace::new()).unwrap();
         let got = m.read_raw(&out);
         for i in 0..av.len() {
             match dt {
@@ -1377,7 +1379,7 @@ proptest! {
         let scalar = [2.0, 0.5, -1.0, 1.0, rng.f32(-3.0, 3.0)][rng.below(5) as usize];
         let reverse = rng.chance(0.5);
         let av = m.read_f32(&a);
-        m.run(&Op::TensorScalar { a, out, op, scalar, reverse }, &mut Workspace::new()).unwrap();
+        m.run(&Op::TensorScalar(op::TensorScalar { a, out, op, scalar, reverse }), &mut Workspace::new()).unwrap();
         let got = m.read_f32(&out);
         for i in 0..av.len() {
             let want = if reverse { bin_ref_f(op, scalar, av[i]) } else { bin_ref_f(op, av[i], scalar) };
@@ -1399,7 +1401,7 @@ proptest! {
         m.fill_with(&a, || random_bits(&mut rng, dt));
         m.fill_with(&b, || random_bits(&mut rng, dt));
         let (cv, av, bv) = (m.read_raw(&cond), m.read_raw(&a), m.read_raw(&b));
-        m.run(&Op::Select { cond, a, b, out }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Select(op::Select { cond, a, b, out }), &mut Workspace::new()).unwrap();
         let got = m.read_raw(&out);
         for i in 0..got.len() {
             prop_assert_eq!(got[i], if cv[i] != 0 { av[i] } else { bv[i] });
@@ -1439,7 +1441,7 @@ proptest! {
                 m.set_f32(&input, idx, f32::NAN);
             }
         }
-        m.run(&Op::Reduce { input, output, op, axes }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Reduce(op::Reduce { input, output, op, axes }), &mut Workspace::new()).unwrap();
         if oshape.contains(&0) { return Ok(()); }
         for oidx in indices(oshape) {
             let mut sum_f = 0.0f64;
@@ -1531,7 +1533,7 @@ proptest! {
             let v = if nan && rng.chance(0.05) { f32::NAN } else { rng.f32(-5.0, 5.0) };
             v.to_bits() as u64
         });
-        m.run(&Op::Pool { input, output, window: win, op, count_include_pad: cip }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Pool(op::Pool { input, output, window: win, op, count_include_pad: cip }), &mut Workspace::new()).unwrap();
         for [a, b, y, x] in indices([n, c, oh, ow]) {
             let (mut s, mut mx, mut cnt, mut has_nan) = (0.0f64, f64::NEG_INFINITY, 0, false);
             for ky in 0..kernel[0] as usize {
@@ -1589,7 +1591,7 @@ proptest! {
         if let Some(at) = nan_at {
             m.set_f32(&input, at, f32::NAN);
         }
-        m.run(&Op::Pool { input, output, window: win, op, count_include_pad: false }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Pool(op::Pool { input, output, window: win, op, count_include_pad: false }), &mut Workspace::new()).unwrap();
         for [a, b, y, x] in indices([n, c, oh, ow]) {
             let (mut s, mut mx, mut nan) = (0.0f64, f64::NEG_INFINITY, false);
             let (kh, kw) = (win.kernel[0] as usize, win.kernel[1] as usize);
@@ -1631,7 +1633,7 @@ proptest! {
         let spread = [1.0, 10.0, 80.0][rng.below(3) as usize];
         m.fill_f32(&input, &mut rng, -spread, spread);
         let xs = m.read_f32(&input);
-        m.run(&Op::Softmax { input, output, log }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Softmax(op::Softmax { input, output, log }), &mut Workspace::new()).unwrap();
         let got = m.read_f32(&output);
         let l = shape[3] as usize;
         for r in 0..xs.len() / l.max(1) {
@@ -1662,7 +1664,7 @@ proptest! {
         let xs = m.read_f32(&input);
         let gs = m.read_f32(&gamma);
         let bs = beta.map(|b| m.read_f32(&b));
-        m.run(&Op::LayerNorm { input, gamma, beta, output, eps }, &mut Workspace::new()).unwrap();
+        m.run(&Op::LayerNorm(op::LayerNorm { input, gamma, beta, output, eps }), &mut Workspace::new()).unwrap();
         let got = m.read_f32(&output);
         let l = shape[3] as usize;
         for r in 0..xs.len() / l.max(1) {
@@ -1779,7 +1781,7 @@ proptest! {
         let output = m.random(&mut rng, DType::F32, oshape, false);
         m.fill_f32(&input, &mut rng, -10.0, 10.0);
         let xs = m.read_f32(&input);
-        m.run(&Op::Resize { input, output, mode, coord, nearest, scales }, &mut Workspace::new()).unwrap();
+        m.run(&Op::Resize(op::Resize { input, output, mode, coord, nearest, scales }), &mut Workspace::new()).unwrap();
         let got = m.read_f32(&output);
         // Separable reference in f64, one axis at a time (identity axes skipped).
         let mut data: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
@@ -1846,7 +1848,7 @@ proptest! {
             m.set_raw(&indices_ap, [0, 0, 0, i], bits);
         }
         let before = m.read_raw(&output);
-        let r = m.run(&Op::Gather { data, indices: indices_ap, output }, &mut Workspace::new());
+        let r = m.run(&Op::Gather(op::Gather { data, indices: indices_ap, output }), &mut Workspace::new());
         if bad {
             let first = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64).unwrap();
             prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
@@ -1922,7 +1924,7 @@ proptest! {
         let bad = rng.chance(0.15);
         let idxs = put_indices(&mut m, &mut rng, &idx, shape, a, bad);
         let before = m.read_raw(&output);
-        let r = m.run(&Op::GatherElements { data, indices: idx, output, axis: axis as u8 }, &mut Workspace::new());
+        let r = m.run(&Op::GatherElements(op::GatherElements { data, indices: idx, output, axis: axis as u8 }), &mut Workspace::new());
         if let Some(first) = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64) {
             prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
             prop_assert_eq!(m.read_raw(&output), before, "output untouched");
@@ -1966,7 +1968,7 @@ proptest! {
         let bad = rng.chance(0.15);
         let idxs = put_indices(&mut m, &mut rng, &idx, shape, a, bad);
         let before = m.read_raw(&output);
-        let r = m.run(&Op::ScatterElements { indices: idx, updates, output, axis: axis as u8, reduce }, &mut Workspace::new());
+        let r = m.run(&Op::ScatterElements(op::ScatterElements { indices: idx, updates, output, axis: axis as u8, reduce }), &mut Workspace::new());
         if let Some(first) = idxs.iter().position(|&v| v < -(a as i64) || v >= a as i64) {
             prop_assert_eq!(r, Err(KernelError::IndexOutOfRange { position: first as u64, index: idxs[first], limit: a }));
             prop_assert_eq!(m.read_raw(&output), before, "output untouched");
@@ -2027,7 +2029,7 @@ proptest! {
             }
         });
         let largest = rng.chance(0.5);
-        m.run(&Op::TopK { input, values, indices: idx, largest }, &mut Workspace::new()).unwrap();
+        m.run(&Op::TopK(op::TopK { input, values, indices: idx, largest }), &mut Workspace::new()).unwrap();
         for [a, b, c, _] in indices([shape[0], shape[1], shape[2], 1]) {
             let mut keys = Vec::new();
             for j in 0..n as usize {
@@ -2110,7 +2112,7 @@ proptest! {
             b
         };
         let (use_za, use_zb) = (rng.chance(0.6), rng.chance(0.6));
-        let op = Op::MatMulInteger {
+        let op = Op::MatMulInteger(op::MatMulInteger {
             a,
             b: bq,
             c,
@@ -2118,7 +2120,7 @@ proptest! {
             b_zero: use_zb.then_some(zb),
             packed_b: packed,
             scale: scaled.then_some(scale),
-        };
+        });
         // Through the encoding: the decoder accepts what the test built.
         let mut enc = Vec::new();
         nrt_isa::Instruction::new(op).encode(&mut enc);
@@ -2156,22 +2158,22 @@ proptest! {
 fn scheduler_ops_are_not_kernels() {
     let mut m = Arena::new(1024);
     for op in [
-        Op::End,
-        Op::Nop,
-        Op::DmaDescriptors { table: 0, count: 1 },
-        Op::SemSet {
+        Op::End(op::End),
+        Op::Nop(op::Nop),
+        Op::DmaDescriptors(op::DmaDescriptors { table: 0, count: 1 }),
+        Op::SemSet(op::SemSet {
             sem: nrt_isa::SemRef(8),
             value: 1,
-        },
-        Op::Notify {
+        }),
+        Op::Notify(op::Notify {
             subtype: 6,
             sub_id: 7,
             payload: 0,
-        },
-        Op::Barrier {
+        }),
+        Op::Barrier(op::Barrier {
             sem: nrt_isa::SemRef::global(0),
             count: 2,
-        },
+        }),
     ] {
         assert!(matches!(
             m.run(&op, &mut Workspace::new()),
@@ -2314,14 +2316,14 @@ fn an_epilogue_operand_overlapping_c_is_staged_not_undefined() {
             ..Epilogue::NONE
         };
         m.run(
-            &Op::MatMul {
+            &Op::MatMul(op::MatMul {
                 a,
                 b,
                 c,
                 alpha: 1.0,
                 flags: 0,
                 epilogue,
-            },
+            }),
             &mut Workspace::new(),
         )
         .unwrap();
@@ -2442,14 +2444,14 @@ fn matmul_packed_case_e(
             }
         }
     };
-    let op = Op::MatMul {
+    let op = Op::MatMul(op::MatMul {
         a,
         b,
         c,
         alpha,
         flags: flags | matmul_flags::PACKED_B,
         epilogue,
-    };
+    });
     // What the device runs is what the decoder accepts.
     let mut bytes = Vec::new();
     nrt_isa::Instruction::new(op).encode(&mut bytes);
@@ -2987,7 +2989,7 @@ fn matmul_packed_bf16_every_path() {
                         ..x
                     }
                 });
-                let op = Op::MatMul {
+                let op = Op::MatMul(op::MatMul {
                     a: ap,
                     b: bp,
                     c: cp,
@@ -3007,7 +3009,7 @@ fn matmul_packed_bf16_every_path() {
                         },
                         ..Epilogue::NONE
                     },
-                };
+                });
                 let mut bytes = Vec::new();
                 nrt_isa::Instruction::new(op).encode(&mut bytes);
                 let (back, _) = nrt_isa::Instruction::decode(&bytes).expect("valid");
@@ -3072,7 +3074,7 @@ proptest! {
             v.to_bits() as u64
         });
         m.fill_with(&output, || 0xAA);
-        m.run(&Op::DynamicQuantize { input, output, scale, zero_point }, &mut Workspace::new()).unwrap();
+        m.run(&Op::DynamicQuantize(op::DynamicQuantize { input, output, scale, zero_point }), &mut Workspace::new()).unwrap();
 
         let x = m.read_f32(&input);
         let (mut mn, mut mx) = (0f32, 0f32);
@@ -3107,12 +3109,12 @@ fn dynamic_quantize_saturates_and_keeps_the_onnx_example() {
     for (i, v) in [0.0f32, 2.0, -3.0, -2.5, 1.34, 0.5].into_iter().enumerate() {
         m.set_f32(&input, [0, 0, 0, i], v);
     }
-    let op = Op::DynamicQuantize {
+    let op = Op::DynamicQuantize(op::DynamicQuantize {
         input,
         output,
         scale,
         zero_point,
-    };
+    });
     m.run(&op, &mut Workspace::new()).unwrap();
     assert_eq!(m.read_raw(&output), vec![153, 255, 0, 26, 221, 179]);
     assert_eq!(m.get_raw(&zero_point, [0; 4]), 153);

@@ -6,6 +6,7 @@ mod common;
 
 use common::Arena;
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, Op, roi_flags};
 use nrt_kernels::{KernelError, Workspace};
 
@@ -47,7 +48,7 @@ fn setup(
 }
 
 fn run(m: &mut Arena, r: &Roi, flags: u32, sampling_ratio: u32) -> Result<Vec<f32>, KernelError> {
-    let op = Op::RoiAlign {
+    let op = Op::RoiAlign(op::RoiAlign {
         input: r.input,
         rois: r.rois,
         batch_indices: r.batch,
@@ -55,7 +56,7 @@ fn run(m: &mut Arena, r: &Roi, flags: u32, sampling_ratio: u32) -> Result<Vec<f3
         spatial_scale: 1.0,
         sampling_ratio,
         flags,
-    };
+    });
     m.run(&op, &mut Workspace::new())?;
     Ok(m.read_f32(&r.output))
 }

@@ -7,6 +7,7 @@
 
 use crate::*;
 use nrt_hal::wire::TRIGGER_PAIR_SIZE;
+use nrt_isa::op;
 use nrt_isa::{Instruction, Op};
 
 /// Bits of a virtual address that hold the offset inside the plan entry.
@@ -178,7 +179,10 @@ impl ModelBuilder {
             "{} cannot run on {engine}",
             ins.op.name()
         );
-        assert!(!matches!(ins.op, Op::End), "End is appended by build()");
+        assert!(
+            !matches!(ins.op, Op::End(op::End)),
+            "End is appended by build()"
+        );
         self.blocks[core as usize * nrt_hal::NUM_ENGINES + engine.index()].push(ins);
         self
     }
@@ -205,7 +209,7 @@ impl ModelBuilder {
             let mut relocations = Vec::new();
             for ins in ins
                 .iter()
-                .chain(core::iter::once(&Instruction::new(Op::End)))
+                .chain(core::iter::once(&Instruction::new(Op::End(op::End))))
             {
                 let at = code.len();
                 ins.encode(&mut code);

@@ -1,6 +1,7 @@
 //! Round trips and every decoder error class of the NCM container.
 
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, Instruction, Op, SemRef};
 use nrt_model::*;
 use proptest::prelude::*;
@@ -18,28 +19,28 @@ fn sample(sg_count: u32, n: u32, name_len: usize) -> CompiledModel {
         b.push(
             core,
             Engine::Sp,
-            Instruction::new(Op::DmaDescriptors {
+            Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
                 table: dx,
                 count: 1,
-            })
+            }))
             .signal(SemRef::local(4), 1),
         );
         b.push(
             core,
             Engine::Dve,
-            Instruction::new(Op::Binary {
+            Instruction::new(Op::Binary(op::Binary {
                 a: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[n]),
                 b: AccessPattern::dense(vaddr(w, 0), DType::F32, &[n]),
                 out: AccessPattern::dense(vaddr(tmp, 0), DType::F32, &[n]),
                 op: nrt_isa::BinaryOp::Add,
-            })
+            }))
             .wait(SemRef::local(4), 1)
             .signal(SemRef::local(5), 1),
         );
         b.push(
             core,
             Engine::Act,
-            Instruction::new(Op::Activation {
+            Instruction::new(Op::Activation(op::Activation {
                 input: AccessPattern::dense(vaddr(tmp, 0), DType::F32, &[n]),
                 output: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[n]),
                 bias: None,
@@ -47,7 +48,7 @@ fn sample(sg_count: u32, n: u32, name_len: usize) -> CompiledModel {
                 scale: 1.0,
                 alpha: 0.0,
                 beta: 0.0,
-            })
+            }))
             .wait(SemRef::local(5), 1),
         );
     }
@@ -415,11 +416,11 @@ fn huge_stride_model(engine: Engine) -> CompiledModel {
         stride: [0, 0, 0, i32::MAX],
     };
     let ins = match engine {
-        Engine::Dve => Op::Fill { out: huge, bits: 0 },
-        _ => Op::DmaCopy {
+        Engine::Dve => Op::Fill(op::Fill { out: huge, bits: 0 }),
+        _ => Op::DmaCopy(op::DmaCopy {
             src: huge,
             dst: huge,
-        },
+        }),
     };
     b.push(0, engine, Instruction::new(ins));
     b.build()
@@ -546,7 +547,7 @@ fn a_version_1_0_file_still_loads() {
     let matmuls: Vec<_> = ops
         .iter()
         .filter_map(|(_, i)| match i.op {
-            nrt_isa::Op::MatMul { epilogue, .. } => Some(epilogue),
+            nrt_isa::Op::MatMul(op::MatMul { epilogue, .. }) => Some(epilogue),
             _ => None,
         })
         .collect();
@@ -576,7 +577,7 @@ fn a_version_1_1_file_still_loads() {
     let ops = nrt_isa::decode_block(&pool.code, nrt_hal::Engine::Pool).expect("decodes");
     assert!(
         ops.iter()
-            .any(|(_, i)| matches!(i.op, nrt_isa::Op::TopK { .. })),
+            .any(|(_, i)| matches!(i.op, nrt_isa::Op::TopK(_))),
         "the TopK instruction decodes"
     );
     let again = m.encode();
@@ -603,9 +604,9 @@ fn a_version_1_1_matmul_reads_b_as_stored() {
     let matmuls: Vec<_> = ops
         .iter()
         .filter_map(|(_, i)| match i.op {
-            nrt_isa::Op::MatMul {
+            nrt_isa::Op::MatMul(op::MatMul {
                 b, flags, epilogue, ..
-            } => Some((b, flags, epilogue)),
+            }) => Some((b, flags, epilogue)),
             _ => None,
         })
         .collect();

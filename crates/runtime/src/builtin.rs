@@ -2,6 +2,7 @@
 
 use nrt_hal::wire::{CUSTOM_SUB_ID_OUTPUT_DONE, CUSTOM_SUBTYPE_TENSOR};
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, GLOBAL_SEMAPHORES, Instruction, Op, SemRef};
 use nrt_model::{ModelBuilder, vaddr};
 
@@ -39,10 +40,10 @@ pub fn identity(name: &str, cores: u32, elements: u32) -> Vec<u8> {
     b.push(
         0,
         sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dx,
             count: 1,
-        })
+        }))
         .signal(input_in, 1),
     );
     if cores > 1 {
@@ -50,40 +51,40 @@ pub fn identity(name: &str, cores: u32, elements: u32) -> Vec<u8> {
             b.push(
                 c,
                 sp,
-                Instruction::new(Op::Barrier {
+                Instruction::new(Op::Barrier(op::Barrier {
                     sem: barrier,
                     count: cores,
-                }),
+                })),
             );
         }
     }
     b.push(
         0,
         Engine::Dve,
-        Instruction::new(Op::Copy {
+        Instruction::new(Op::Copy(op::Copy {
             input: AccessPattern::dense(vaddr(xr, 0), DType::F32, &[1, elements]),
             output: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[1, elements]),
-        })
+        }))
         .wait(input_in, 1)
         .signal(copied, 1),
     );
     b.push(
         0,
         sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dy,
             count: 1,
-        })
+        }))
         .wait(copied, 1),
     );
     b.push(
         0,
         sp,
-        Instruction::new(Op::Notify {
+        Instruction::new(Op::Notify(op::Notify {
             subtype: CUSTOM_SUBTYPE_TENSOR,
             sub_id: CUSTOM_SUB_ID_OUTPUT_DONE,
             payload: y,
-        }),
+        })),
     );
     b.build().encode()
 }

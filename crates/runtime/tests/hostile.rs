@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use nrt_hal::{DType, Engine, NrtStatus};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, Instruction, Op};
 use nrt_model::{ModelBuilder, vaddr};
 
@@ -23,12 +24,12 @@ fn d1_load_of_huge_stride_operand_fails_invalid() {
             stride: [0, 0, 0, i32::MAX],
         };
         let op = if engine == Engine::Dve {
-            Op::Fill { out: huge, bits: 0 }
+            Op::Fill(op::Fill { out: huge, bits: 0 })
         } else {
-            Op::DmaCopy {
+            Op::DmaCopy(op::DmaCopy {
                 src: huge,
                 dst: huge,
-            }
+            })
         };
         b.push(0, engine, Instruction::new(op));
         let bytes = b.build().encode();
@@ -77,75 +78,85 @@ fn hostile_data_dependent_instructions_are_rejected_at_load() {
     let cases: Vec<Case> = vec![
         (
             "nms selected past its plan entry",
-            Box::new(|t| Op::NonMaxSuppression {
-                boxes: dense(t, DType::F32, [1, 1, 4, 4]),
-                scores: dense(t, DType::F32, [1, 1, 1, 4]),
-                max_out: None,
-                iou: None,
-                score_threshold: None,
-                selected: dense(t, DType::I64, [1, 1, 1 << 20, 3]),
-                shape: dense(t, DType::I64, [1, 1, 1, 2]),
-                flags: 0,
-                max_out_const: 4,
-                iou_const: 0.5,
-                score_const: 0.0,
+            Box::new(|t| {
+                Op::NonMaxSuppression(op::NonMaxSuppression {
+                    boxes: dense(t, DType::F32, [1, 1, 4, 4]),
+                    scores: dense(t, DType::F32, [1, 1, 1, 4]),
+                    max_out: None,
+                    iou: None,
+                    score_threshold: None,
+                    selected: dense(t, DType::I64, [1, 1, 1 << 20, 3]),
+                    shape: dense(t, DType::I64, [1, 1, 1, 2]),
+                    flags: 0,
+                    max_out_const: 4,
+                    iou_const: 0.5,
+                    score_const: 0.0,
+                })
             }),
             "plan entry",
         ),
         (
             "unique template disagreeing with its input",
-            Box::new(|t| Op::Unique {
-                input: dense(t, DType::F32, [1, 2, 3, 1]),
-                y: dense(t, DType::F32, [1, 2, 3, 1]),
-                indices: dense(t, DType::I64, [1, 1, 1, 3]),
-                inverse: dense(t, DType::I64, [1, 1, 1, 3]),
-                counts: dense(t, DType::I64, [1, 1, 1, 3]),
-                shape: dense(t, DType::I64, [1, 1, 1, 2]),
-                dims: nrt_isa::ShapeTemplate {
-                    rank: 2,
-                    axis: 1,
-                    dims: [2, 300, 0, 0, 0, 0, 0, 0],
-                },
-                sorted: true,
+            Box::new(|t| {
+                Op::Unique(op::Unique {
+                    input: dense(t, DType::F32, [1, 2, 3, 1]),
+                    y: dense(t, DType::F32, [1, 2, 3, 1]),
+                    indices: dense(t, DType::I64, [1, 1, 1, 3]),
+                    inverse: dense(t, DType::I64, [1, 1, 1, 3]),
+                    counts: dense(t, DType::I64, [1, 1, 1, 3]),
+                    shape: dense(t, DType::I64, [1, 1, 1, 2]),
+                    dims: nrt_isa::ShapeTemplate {
+                        rank: 2,
+                        axis: 1,
+                        dims: [2, 300, 0, 0, 0, 0, 0, 0],
+                    },
+                    sorted: true,
+                })
             }),
             "dims",
         ),
         (
             "non-zero output not [1, 1, rank, elements]",
-            Box::new(|t| Op::NonZero {
-                input: dense(t, DType::F32, [1, 1, 2, 3]),
-                output: dense(t, DType::I64, [1, 1, 2, 5]),
-                shape: dense(t, DType::I64, [1, 1, 1, 2]),
+            Box::new(|t| {
+                Op::NonZero(op::NonZero {
+                    input: dense(t, DType::F32, [1, 1, 2, 3]),
+                    output: dense(t, DType::I64, [1, 1, 2, 5]),
+                    shape: dense(t, DType::I64, [1, 1, 1, 2]),
+                })
             }),
             "output.shape",
         ),
         (
             "roi align with a sampling grid past its cap",
-            Box::new(|t| Op::RoiAlign {
-                input: dense(t, DType::F32, [1, 1, 4, 4]),
-                rois: dense(t, DType::F32, [1, 1, 1, 4]),
-                batch_indices: dense(t, DType::I64, [1, 1, 1, 1]),
-                output: dense(t, DType::F32, [1, 1, 2, 2]),
-                spatial_scale: 1.0,
-                sampling_ratio: u32::MAX,
-                flags: 0,
+            Box::new(|t| {
+                Op::RoiAlign(op::RoiAlign {
+                    input: dense(t, DType::F32, [1, 1, 4, 4]),
+                    rois: dense(t, DType::F32, [1, 1, 1, 4]),
+                    batch_indices: dense(t, DType::I64, [1, 1, 1, 1]),
+                    output: dense(t, DType::F32, [1, 1, 2, 2]),
+                    spatial_scale: 1.0,
+                    sampling_ratio: u32::MAX,
+                    flags: 0,
+                })
             }),
             "sampling_ratio",
         ),
         (
             "deform im2col whose offsets do not match its kernel",
-            Box::new(|t| Op::DeformIm2col {
-                input: dense(t, DType::F32, [1, 2, 4, 4]),
-                offset: dense(t, DType::F32, [1, 7, 3, 3]),
-                mask: None,
-                cols: dense(t, DType::F32, [1, 8, 3, 3]),
-                window: nrt_isa::Window {
-                    kernel: [2, 2],
-                    stride: [1, 1],
-                    pad: [0, 0, 0, 0],
-                    dilation: [1, 1],
-                },
-                offset_groups: 1,
+            Box::new(|t| {
+                Op::DeformIm2col(op::DeformIm2col {
+                    input: dense(t, DType::F32, [1, 2, 4, 4]),
+                    offset: dense(t, DType::F32, [1, 7, 3, 3]),
+                    mask: None,
+                    cols: dense(t, DType::F32, [1, 8, 3, 3]),
+                    window: nrt_isa::Window {
+                        kernel: [2, 2],
+                        stride: [1, 1],
+                        pad: [0, 0, 0, 0],
+                        dilation: [1, 1],
+                    },
+                    offset_groups: 1,
+                })
             }),
             "offset.shape",
         ),
@@ -194,10 +205,12 @@ fn views_that_repeat_elements_past_their_bounds_fail_load() {
         (
             "softmax over a stride-0 row of 2^32 - 1",
             Engine::Pool,
-            Box::new(|t| Op::Softmax {
-                input: one(t, [1, 1, 1, u32::MAX]),
-                output: one(t + 64, [1, 1, 1, u32::MAX]),
-                log: false,
+            Box::new(|t| {
+                Op::Softmax(op::Softmax {
+                    input: one(t, [1, 1, 1, u32::MAX]),
+                    output: one(t + 64, [1, 1, 1, u32::MAX]),
+                    log: false,
+                })
             }),
             "`output`",
             "written view repeats elements",
@@ -205,11 +218,13 @@ fn views_that_repeat_elements_past_their_bounds_fail_load() {
         (
             "a sum over 2^33 broadcast elements into one",
             Engine::Pool,
-            Box::new(|t| Op::Reduce {
-                input: one(t, [1, 1, 1 << 16, 1 << 17]),
-                output: AccessPattern::dense(t + 64, DType::F32, &[1, 1, 1, 1]),
-                op: nrt_isa::ReduceOp::Sum,
-                axes: 0b1100,
+            Box::new(|t| {
+                Op::Reduce(op::Reduce {
+                    input: one(t, [1, 1, 1 << 16, 1 << 17]),
+                    output: AccessPattern::dense(t + 64, DType::F32, &[1, 1, 1, 1]),
+                    op: nrt_isa::ReduceOp::Sum,
+                    axes: 0b1100,
+                })
             }),
             "`input`",
             "more than 4294967296",
@@ -251,14 +266,14 @@ fn an_instruction_whose_scratch_is_past_the_bound_fails_its_execution() {
     b.push(
         0,
         Engine::Pe,
-        Instruction::new(Op::MatMul {
+        Instruction::new(Op::MatMul(op::MatMul {
             a,
             b: w,
             c,
             alpha: 1.0,
             flags: 0,
             epilogue: nrt_isa::Epilogue::NONE,
-        }),
+        })),
     );
     let m = rt.load(&b.build().encode(), 0, &quick_timeout()).unwrap();
     let none = nrt_runtime::TensorSet::new();
@@ -273,19 +288,19 @@ fn an_instruction_whose_scratch_is_past_the_bound_fails_its_execution() {
     b.push(
         0,
         Engine::Dve,
-        Instruction::new(Op::Fill {
+        Instruction::new(Op::Fill(op::Fill {
             out: AccessPattern::dense(vaddr(yr, 0), DType::F32, &[4]),
             bits: u64::from(2.5f32.to_bits()),
-        })
+        }))
         .signal(filled, 1),
     );
     b.push(
         0,
         Engine::Sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dy,
             count: 1,
-        })
+        }))
         .wait(filled, 1),
     );
     let m2 = rt.load(&b.build().encode(), 0, &quick_timeout()).unwrap();
@@ -315,14 +330,14 @@ fn an_instruction_that_computes_past_the_deadline_times_out() {
     b.push(
         0,
         Engine::Pe,
-        Instruction::new(Op::MatMul {
+        Instruction::new(Op::MatMul(op::MatMul {
             a: broadcast([1, 1, 64, k]),
             b: broadcast([1, 1, k, 16]),
             c: AccessPattern::dense(vaddr(tmp, 64), DType::F32, &[64, 16]),
             alpha: 1.0,
             flags: 0,
             epilogue: nrt_isa::Epilogue::NONE,
-        }),
+        })),
     );
     let m = rt.load(&b.build().encode(), 0, &quick_timeout()).unwrap();
     // Submitted on the explicit surface, and waited for once the device thread runs it: a

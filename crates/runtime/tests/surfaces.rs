@@ -15,6 +15,7 @@ mod common;
 use common::*;
 use nrt_hal::Device;
 use nrt_hal::NrtStatus;
+use nrt_isa::op;
 use nrt_runtime::builtin::near_null;
 use nrt_runtime::{
     LoadOptions, Model, NrtError, Placement, Runtime, RuntimeConfig, SeqId, TensorSet, XuKind,
@@ -596,38 +597,38 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
         b.io_descriptor(last),
     );
     let notify = |var| {
-        Instruction::new(Op::Notify {
+        Instruction::new(Op::Notify(op::Notify {
             subtype: CUSTOM_SUBTYPE_TENSOR,
             sub_id: CUSTOM_SUB_ID_OUTPUT_DONE,
             payload: var,
-        })
+        }))
     };
     b.push(
         0,
         Engine::Sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dx,
             count: 1,
-        })
+        }))
         .signal(inp, 1),
     );
     b.push(
         0,
         Engine::Dve,
-        Instruction::new(Op::Copy {
+        Instruction::new(Op::Copy(op::Copy {
             input: ap(xr, 0),
             output: ap(fr, 0),
-        })
+        }))
         .wait(inp, 1)
         .signal(copied, 1),
     );
     b.push(
         0,
         Engine::Sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dfirst,
             count: 1,
-        })
+        }))
         .wait(copied, 1),
     );
     b.push(0, Engine::Sp, notify(first));
@@ -636,14 +637,14 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
     b.push(
         0,
         Engine::Pe,
-        Instruction::new(Op::MatMul {
+        Instruction::new(Op::MatMul(op::MatMul {
             a: ap(xr, 0),
             b: ap(xr, 0),
             c: ap(tmp, 0),
             alpha: 0.01,
             flags: 0,
             epilogue: nrt_isa::Epilogue::NONE,
-        })
+        }))
         .wait(inp, 1),
     );
     for k in 0..chain {
@@ -651,37 +652,37 @@ fn streaming_output_is_seen_before_the_execution_is_done() {
         b.push(
             0,
             Engine::Pe,
-            Instruction::new(Op::MatMul {
+            Instruction::new(Op::MatMul(op::MatMul {
                 a: ap(tmp, src),
                 b: ap(xr, 0),
                 c: ap(tmp, dst),
                 alpha: 0.01,
                 flags: 0,
                 epilogue: nrt_isa::Epilogue::NONE,
-            }),
+            })),
         );
     }
     b.push(
         0,
         Engine::Pe,
-        Instruction::new(Op::MatMul {
+        Instruction::new(Op::MatMul(op::MatMul {
             a: ap(tmp, 0),
             b: ap(xr, 0),
             c: ap(lr, 0),
             alpha: 0.01,
             flags: 0,
             epilogue: nrt_isa::Epilogue::NONE,
-        })
+        }))
         .wait(released, 1)
         .signal(product, 1),
     );
     b.push(
         0,
         Engine::Sp,
-        Instruction::new(Op::DmaDescriptors {
+        Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
             table: dlast,
             count: 1,
-        })
+        }))
         .wait(product, 1),
     );
     b.push(0, Engine::Sp, notify(last));

@@ -51,6 +51,7 @@ use nrt_hal::{
     FIRST_ENGINE_SEMAPHORE, NUM_ENGINES, NqRecord, PLANE_RINGS, PlaneProducer, RecordKind,
     SEMAPHORE_INFERENCE_START, SEMAPHORES_PER_CORE, TriggerPair, tuning,
 };
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, GLOBAL_SEMAPHORES, Instruction, Op, SemRef};
 use nrt_kernels::{KernelError, Workspace};
 use std::collections::VecDeque;
@@ -821,7 +822,7 @@ impl CoreInner {
             }
             out.push(ins);
             at += len as u64;
-            if matches!(ins.op, Op::End) {
+            if matches!(ins.op, Op::End(op::End)) {
                 break;
             }
         }
@@ -1059,7 +1060,7 @@ impl CoreInner {
                 && moves_data(&ins.op);
             let t0 = if timed { dev.clock_ns() } else { 0 };
             match &ins.op {
-                Op::End => {
+                Op::End(op::End) => {
                     if exec.faults.nan == Some(e) {
                         if let Some(ap) = self.nan_target
                             && ap.dtype == DType::F32
@@ -1075,8 +1076,8 @@ impl CoreInner {
                     exec.engines[ei].phase = Phase::Done;
                     return Step::Progress;
                 }
-                Op::Nop => {}
-                Op::Guard { cond, when } => {
+                Op::Nop(op::Nop) => {}
+                Op::Guard(op::Guard { cond, when }) => {
                     exec.engines[ei].guarded_off = cond.is_some_and(|c| {
                         // SAFETY: the operand (one byte) was validated in bounds when the
                         // block was decoded (`operands_valid`).
@@ -1084,12 +1085,14 @@ impl CoreInner {
                         (v != 0) != *when
                     });
                 }
-                Op::SemSet { sem, value } => self.sem_set(core, dev, exec, *sem, *value),
-                Op::Notify {
+                Op::SemSet(op::SemSet { sem, value }) => {
+                    self.sem_set(core, dev, exec, *sem, *value)
+                }
+                Op::Notify(op::Notify {
                     subtype,
                     sub_id,
                     payload,
-                } => {
+                }) => {
                     let drop = exec.faults.drop_mask & (1 << ei) != 0;
                     let rec = NqRecord::custom(
                         *subtype,
@@ -1107,7 +1110,7 @@ impl CoreInner {
                         self.publish_streaming();
                     }
                 }
-                Op::Barrier { sem, count } => {
+                Op::Barrier(op::Barrier { sem, count }) => {
                     if !exec.engines[ei].barrier_armed {
                         self.sem_add(core, dev, exec, *sem, 1);
                         exec.engines[ei].barrier_armed = true;
@@ -1120,7 +1123,7 @@ impl CoreInner {
                 }
                 // Predicated off: the instruction only synchronizes (below).
                 _ if exec.engines[ei].guarded_off => {}
-                Op::DmaDescriptors { table, count } => {
+                Op::DmaDescriptors(op::DmaDescriptors { table, count }) => {
                     if run_descriptors(mem, table.wrapping_add(exec.io_offset), *count).is_err() {
                         self.post_error(core, ErrorSubtype::DmaAbort, e, exec.idx, pc as u32);
                         return Step::Abort;
@@ -1300,7 +1303,7 @@ fn stamped(rec: NqRecord, dev: &DeviceShared) -> NqRecord {
 /// Whether `ins` only tells other cores of progress: a `Nop` with no wait that signals a
 /// device-wide semaphore.
 fn publishes(ins: &Instruction) -> bool {
-    matches!(ins.op, Op::Nop)
+    matches!(ins.op, Op::Nop(op::Nop))
         && ins.sync.wait.is_none()
         && ins.sync.signal.is_some_and(|(sem, _)| sem.is_global())
 }
@@ -1309,12 +1312,12 @@ fn publishes(ins: &Instruction) -> bool {
 fn moves_data(op: &Op) -> bool {
     !matches!(
         op,
-        Op::Nop
-            | Op::Guard { .. }
-            | Op::SemSet { .. }
-            | Op::Notify { .. }
-            | Op::Barrier { .. }
-            | Op::End
+        Op::Nop(op::Nop)
+            | Op::Guard(_)
+            | Op::SemSet(_)
+            | Op::Notify(_)
+            | Op::Barrier(_)
+            | Op::End(op::End)
     )
 }
 
@@ -1358,7 +1361,7 @@ fn operands_valid(ins: &Instruction, mem_len: u64) -> bool {
         start >= 0 && end <= mem_len as i128 && addr.is_multiple_of(align)
     };
     let mut ok = true;
-    if let Op::DmaDescriptors { table, .. } = &ins.op {
+    if let Op::DmaDescriptors(op::DmaDescriptors { table, .. }) = &ins.op {
         ins.address_fields(|f| ok &= in_memory(*table, 8, f.extent));
         return ok;
     }

@@ -17,6 +17,7 @@ use nrt_hal::{
     HalError, NUM_ENGINES, NqRecord, PlaneConsumer, Producer, RecordKind,
     SEMAPHORE_INFERENCE_START, TriggerPair, tuning,
 };
+use nrt_isa::op;
 use nrt_isa::{Instruction, Op};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -148,7 +149,7 @@ impl<'d> DirectDriver<'d> {
 
     /// Five empty blocks (each just `End`).
     pub fn empty_blocks(&mut self) -> Result<[DevAddr; NUM_ENGINES], HalError> {
-        let end = self.load_block(&[Instruction::new(Op::End)])?;
+        let end = self.load_block(&[Instruction::new(Op::End(op::End))])?;
         Ok([end; NUM_ENGINES])
     }
 

@@ -2,6 +2,7 @@
 
 use nrt_hal::wire::cause;
 use nrt_hal::{Device, Engine, ErrorSubtype, HalError, LockstepServing, NqRecord, RecordKind};
+use nrt_isa::op;
 use nrt_isa::{Instruction, Op, SemRef};
 use nrt_sim::testkit::DirectDriver;
 use nrt_sim::{FaultKind, FaultSpec, SimConfig, SoftDevice};
@@ -92,14 +93,14 @@ fn engines_synchronize_through_semaphores_and_notify() {
     let sem = SemRef::local(10);
     // SP waits for PE's signal, then emits a custom record naming var_id 3.
     let pe = d
-        .load_block(&[Instruction::new(Op::Nop).signal(sem, 1)])
+        .load_block(&[Instruction::new(Op::Nop(op::Nop)).signal(sem, 1)])
         .unwrap();
     let sp = d
-        .load_block(&[Instruction::new(Op::Notify {
+        .load_block(&[Instruction::new(Op::Notify(op::Notify {
             subtype: 6,
             sub_id: 7,
             payload: 3,
-        })
+        }))
         .wait(sem, 1)])
         .unwrap();
     let end = d.load_block(&[]).unwrap();
@@ -288,7 +289,10 @@ fn bad_dma_trigger_is_a_dma_abort_not_a_crash() {
     let bogus = nrt_hal::TriggerPair::new(nrt_hal::DmaKind::Data, 1 << 50, table, 64, 0);
     dev.copy_in(table, &bogus.to_bytes()).unwrap();
     let sp = d
-        .load_block(&[Instruction::new(Op::DmaDescriptors { table, count: 1 })])
+        .load_block(&[Instruction::new(Op::DmaDescriptors(op::DmaDescriptors {
+            table,
+            count: 1,
+        }))])
         .unwrap();
     let mut b = blocks;
     b[Engine::Sp.index()] = sp;
@@ -310,10 +314,10 @@ fn instruction_operand_outside_memory_is_rejected_by_the_device() {
     let dev = device();
     let mut d = DirectDriver::new(&dev, 0).unwrap();
     let blocks = d.empty_blocks().unwrap();
-    let fill = Instruction::new(Op::Fill {
+    let fill = Instruction::new(Op::Fill(op::Fill {
         out: nrt_isa::AccessPattern::dense(1 << 40, nrt_hal::DType::F32, &[4]),
         bits: 0,
-    });
+    }));
     let dve = d.load_block(&[fill]).unwrap();
     let mut b = blocks;
     b[Engine::Dve.index()] = dve;
@@ -346,13 +350,13 @@ fn d1_device_rejects_operand_with_huge_stride() {
         stride: [0, 0, 0, i32::MAX],
     };
     for (engine, op) in [
-        (Engine::Dve, Op::Fill { out: huge, bits: 0 }),
+        (Engine::Dve, Op::Fill(op::Fill { out: huge, bits: 0 })),
         (
             Engine::Sp,
-            Op::DmaCopy {
+            Op::DmaCopy(op::DmaCopy {
                 src: huge,
                 dst: huge,
-            },
+            }),
         ),
     ] {
         let blk = d.load_block(&[Instruction::new(op)]).unwrap();
@@ -405,10 +409,16 @@ fn lockstep_pair_synchronizes_through_a_barrier() {
     let mut d1 = DirectDriver::new(&dev, 1).unwrap();
     let g = SemRef::global(0);
     let sp0 = d0
-        .load_block(&[Instruction::new(Op::Barrier { sem: g, count: 2 })])
+        .load_block(&[Instruction::new(Op::Barrier(op::Barrier {
+            sem: g,
+            count: 2,
+        }))])
         .unwrap();
     let sp1 = d1
-        .load_block(&[Instruction::new(Op::Barrier { sem: g, count: 2 })])
+        .load_block(&[Instruction::new(Op::Barrier(op::Barrier {
+            sem: g,
+            count: 2,
+        }))])
         .unwrap();
     let e0 = d0.empty_blocks().unwrap();
     let e1 = d1.empty_blocks().unwrap();
@@ -432,7 +442,10 @@ fn a_late_second_doorbell_of_a_lockstep_pair_is_not_a_hang() {
     let mut d0 = DirectDriver::new(&dev, 0).unwrap();
     let mut d1 = DirectDriver::new(&dev, 1).unwrap();
     let g = SemRef::global(0);
-    let barrier = [Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    let barrier = [Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    }))];
     let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
     b0[4] = d0.load_block(&barrier).unwrap();
     b1[4] = d1.load_block(&barrier).unwrap();
@@ -464,11 +477,11 @@ fn releasing_an_exec_ring_abandons_its_waiting_execution() {
     );
     dev.memset(src, 0xAB, 64).unwrap();
     dev.memset(dst, 0, 64).unwrap();
-    let barrier = Instruction::new(Op::Barrier { sem: g, count: 2 });
-    let copy = Instruction::new(Op::DmaCopy {
+    let barrier = Instruction::new(Op::Barrier(op::Barrier { sem: g, count: 2 }));
+    let copy = Instruction::new(Op::DmaCopy(op::DmaCopy {
         src: AccessPattern::dense(src, DType::U8, &[64]),
         dst: AccessPattern::dense(dst, DType::U8, &[64]),
-    });
+    }));
     let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
     b0[4] = d0.load_block(&[barrier, copy]).unwrap();
     b1[4] = d1.load_block(&[barrier]).unwrap();
@@ -713,13 +726,13 @@ fn a_streaming_notification_wakes_the_host_once_or_early() {
     let dev = device();
     let mut d = DirectDriver::new(&dev, 0).unwrap();
     let wake = d.attach_wake().unwrap();
-    let notify = Instruction::new(Op::Notify {
+    let notify = Instruction::new(Op::Notify(op::Notify {
         subtype: 6,
         sub_id: nrt_hal::wire::CUSTOM_SUB_ID_OUTPUT_DONE,
         payload: 0,
-    });
+    }));
     // Work, then the notification as the last instruction.
-    let mut last = vec![Instruction::new(Op::Nop); 20_000];
+    let mut last = vec![Instruction::new(Op::Nop(op::Nop)); 20_000];
     last.push(notify);
     let mut blocks = d.empty_blocks().unwrap();
     blocks[4] = d.load_block(&last).unwrap();
@@ -737,7 +750,10 @@ fn a_streaming_notification_wakes_the_host_once_or_early() {
     assert!(wakes <= runs, "{wakes} wakes for {runs} executions");
     // The notification first, then a million instructions: woken for the notification.
     let mut early = vec![notify];
-    early.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 1_000_000));
+    early.extend(std::iter::repeat_n(
+        Instruction::new(Op::Nop(op::Nop)),
+        1_000_000,
+    ));
     blocks[4] = d.load_block(&early).unwrap();
     d.stage(blocks, runs, 0, 0, 1);
     d.doorbell().unwrap();
@@ -778,7 +794,10 @@ fn a_stalled_lockstep_core_blocks_instead_of_spinning() {
     let mut d0 = DirectDriver::new(&dev, 0).unwrap();
     let mut d1 = DirectDriver::new(&dev, 1).unwrap();
     let g = SemRef::global(0);
-    let barrier = [Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    let barrier = [Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    }))];
     let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
     b0[4] = d0.load_block(&barrier).unwrap();
     b1[4] = d1.load_block(&barrier).unwrap();
@@ -812,10 +831,19 @@ fn the_cores_of_a_lockstep_pair_compute_on_their_own_threads() {
     let mut d1 = DirectDriver::new(&dev, 1).unwrap();
     let g = SemRef::global(0);
     // Work (a long run of instructions), a barrier, more work, a second barrier.
-    let mut prog = vec![Instruction::new(Op::Nop); 200_000];
-    prog.push(Instruction::new(Op::Barrier { sem: g, count: 2 }));
-    prog.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 200_000));
-    prog.push(Instruction::new(Op::Barrier { sem: g, count: 4 }));
+    let mut prog = vec![Instruction::new(Op::Nop(op::Nop)); 200_000];
+    prog.push(Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    })));
+    prog.extend(std::iter::repeat_n(
+        Instruction::new(Op::Nop(op::Nop)),
+        200_000,
+    ));
+    prog.push(Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 4,
+    })));
     let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
     b0[4] = d0.load_block(&prog).unwrap();
     b1[4] = d1.load_block(&prog).unwrap();
@@ -877,9 +905,18 @@ fn only_the_last_part_of_a_lockstep_execution_wakes_the_host() {
     dev.notification_wake(1, Some(wake.clone())).unwrap();
     // Core 0 works long after the barrier, core 1 not at all: core 1 finishes first.
     let g = SemRef::global(0);
-    let mut long = vec![Instruction::new(Op::Barrier { sem: g, count: 2 })];
-    long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 300_000));
-    let short = [Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    let mut long = vec![Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    }))];
+    long.extend(std::iter::repeat_n(
+        Instruction::new(Op::Nop(op::Nop)),
+        300_000,
+    ));
+    let short = [Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    }))];
     let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
     b0[4] = d0.load_block(&long).unwrap();
     b1[4] = d1.load_block(&short).unwrap();
@@ -948,7 +985,10 @@ fn short_lockstep_parts_are_served_jointly_long_ones_in_parallel() {
     assert_eq!(dev.joint_thread(1).unwrap(), None, "no history yet");
     // A barrier and nothing else: a few µs per execution. (Up to 2,000 of them: a co-tenant
     // may stretch some, and the average must come down below the limit.)
-    let short = [Instruction::new(Op::Barrier { sem: g, count: 2 })];
+    let short = [Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    }))];
     assert!(
         run(&mut d0, &mut d1, &short, 2000),
         "core 1 is still served by its own thread after 2,000 short executions"
@@ -959,10 +999,19 @@ fn short_lockstep_parts_are_served_jointly_long_ones_in_parallel() {
         "the leader serves itself"
     );
     // 400k instructions per core: milliseconds.
-    let mut long = vec![Instruction::new(Op::Nop); 200_000];
-    long.push(Instruction::new(Op::Barrier { sem: g, count: 2 }));
-    long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 200_000));
-    long.push(Instruction::new(Op::Barrier { sem: g, count: 4 }));
+    let mut long = vec![Instruction::new(Op::Nop(op::Nop)); 200_000];
+    long.push(Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    })));
+    long.extend(std::iter::repeat_n(
+        Instruction::new(Op::Nop(op::Nop)),
+        200_000,
+    ));
+    long.push(Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 4,
+    })));
     run(&mut d0, &mut d1, &long, 3);
     assert_eq!(
         dev.joint_thread(1).unwrap(),
@@ -984,10 +1033,19 @@ fn lockstep_parts_that_run_one_after_the_other_are_served_jointly() {
     let mut d1 = DirectDriver::new(&dev, 1).unwrap();
     let g = SemRef::global(0);
     // Hundreds of µs per part: well past the short-part limit.
-    let mut first = vec![Instruction::new(Op::Nop); 100_000];
-    first.push(Instruction::new(Op::Barrier { sem: g, count: 2 }));
-    let mut second = vec![Instruction::new(Op::Barrier { sem: g, count: 2 })];
-    second.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 100_000));
+    let mut first = vec![Instruction::new(Op::Nop(op::Nop)); 100_000];
+    first.push(Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    })));
+    let mut second = vec![Instruction::new(Op::Barrier(op::Barrier {
+        sem: g,
+        count: 2,
+    }))];
+    second.extend(std::iter::repeat_n(
+        Instruction::new(Op::Nop(op::Nop)),
+        100_000,
+    ));
     let (mut b0, mut b1) = (d0.empty_blocks().unwrap(), d1.empty_blocks().unwrap());
     b0[4] = d0.load_block(&first).unwrap();
     b1[4] = d1.load_block(&second).unwrap();
@@ -1064,12 +1122,15 @@ fn one_thread_two_cores() -> SoftDevice {
 /// (published at once) and then a million instructions; core 1's are empty.
 fn long_on_core0(d0: &mut DirectDriver, d1: &mut DirectDriver) -> (Blocks, Blocks) {
     let mut b0 = d0.empty_blocks().unwrap();
-    let mut long = vec![Instruction::new(Op::Notify {
+    let mut long = vec![Instruction::new(Op::Notify(op::Notify {
         subtype: 6,
         sub_id: nrt_hal::wire::CUSTOM_SUB_ID_OUTPUT_DONE,
         payload: 0,
-    })];
-    long.extend(std::iter::repeat_n(Instruction::new(Op::Nop), 1_000_000));
+    }))];
+    long.extend(std::iter::repeat_n(
+        Instruction::new(Op::Nop(op::Nop)),
+        1_000_000,
+    ));
     b0[4] = d0.load_block(&long).unwrap();
     (b0, d1.empty_blocks().unwrap())
 }
@@ -1226,36 +1287,38 @@ fn a_failing_guard_leaves_only_the_synchronization() {
         (mem, mem + 64, mem + 128, mem + 192, mem + 256, mem + 320);
     dev.copy_in(data, &5.0f32.to_le_bytes()).unwrap();
     let sem = SemRef::local(10);
-    let fill = |at: u64, v: f32| Op::Fill {
-        out: AccessPattern::dense(at, DType::F32, &[4]),
-        bits: v.to_bits() as u64,
+    let fill = |at: u64, v: f32| {
+        Op::Fill(op::Fill {
+            out: AccessPattern::dense(at, DType::F32, &[4]),
+            bits: v.to_bits() as u64,
+        })
     };
     // POOL: under `cond == 0`, fill A (which SP waits for) and gather; then, lifted, fill B.
     let pool = d
         .load_block(&[
-            Instruction::new(Op::Guard {
+            Instruction::new(Op::Guard(op::Guard {
                 cond: Some(AccessPattern::dense(cond, DType::Bool, &[1])),
                 when: false,
-            }),
+            })),
             Instruction::new(fill(a, 1.0)).signal(sem, 1),
-            Instruction::new(Op::Gather {
+            Instruction::new(Op::Gather(op::Gather {
                 data: AccessPattern::dense(data, DType::F32, &[1, 1, 4, 1]),
                 indices: AccessPattern::dense(idx, DType::I64, &[1, 1, 1, 1]),
                 output: AccessPattern::dense(gathered, DType::F32, &[1, 1, 1, 1]),
-            }),
-            Instruction::new(Op::Guard {
+            })),
+            Instruction::new(Op::Guard(op::Guard {
                 cond: None,
                 when: false,
-            }),
+            })),
             Instruction::new(fill(b, 2.0)),
         ])
         .unwrap();
     let sp = d
-        .load_block(&[Instruction::new(Op::Notify {
+        .load_block(&[Instruction::new(Op::Notify(op::Notify {
             subtype: 6,
             sub_id: 7,
             payload: 3,
-        })
+        }))
         .wait(sem, 1)])
         .unwrap();
     let end = d.load_block(&[]).unwrap();
@@ -1306,18 +1369,18 @@ fn instruction_timeline_records_traced_compute_instructions_within_its_room() {
     let mut d = DirectDriver::new(&dev, 0).unwrap();
     let area = dev.mem_alloc(4096, 64).unwrap();
     let fill = |at: u64| {
-        Instruction::new(Op::Fill {
+        Instruction::new(Op::Fill(op::Fill {
             out: nrt_isa::AccessPattern::dense(area + at, nrt_hal::DType::F32, &[64]),
             bits: u64::from(1.0f32.to_bits()),
-        })
+        }))
     };
     // DVE: Fill, Nop (sync only), Fill, End.
     let dve = d
         .load_block(&[
             fill(0),
-            Instruction::new(Op::Nop),
+            Instruction::new(Op::Nop(op::Nop)),
             fill(256),
-            Instruction::new(Op::End),
+            Instruction::new(Op::End(op::End)),
         ])
         .unwrap();
     let mut b = d.empty_blocks().unwrap();

@@ -34,6 +34,7 @@ use crate::params::Ctx;
 use crate::schedule::IoInfo;
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Instruction, Op};
 use nrt_model::{ModelBuilder, vaddr};
 use std::collections::HashMap;
@@ -165,12 +166,12 @@ impl<'a> Lowerer<'a> {
         op: nrt_isa::ReduceOp,
         axes: u8,
     ) {
-        let r = Op::Reduce {
+        let r = Op::Reduce(op::Reduce {
             input,
             output,
             op,
             axes,
-        };
+        });
         self.emit(0, Engine::Pool, r);
     }
 
@@ -255,15 +256,19 @@ impl<'a> Lowerer<'a> {
     }
 
     pub(crate) fn copy(&mut self, engine: Engine, src: &View, dst: &View) -> Result<()> {
-        self.emit_nd(0, engine, &[src, dst], |a| Op::Copy {
-            input: a[0],
-            output: a[1],
+        self.emit_nd(0, engine, &[src, dst], |a| {
+            Op::Copy(op::Copy {
+                input: a[0],
+                output: a[1],
+            })
         })
     }
 
     pub(crate) fn fill(&mut self, engine: Engine, dst: &View, value: f64) -> Result<()> {
         let bits = fill_bits(dst.dtype, value);
-        self.emit_nd(0, engine, &[dst], |a| Op::Fill { out: a[0], bits })
+        self.emit_nd(0, engine, &[dst], |a| {
+            Op::Fill(op::Fill { out: a[0], bits })
+        })
     }
 
     pub(crate) fn activation(
@@ -278,14 +283,16 @@ impl<'a> Lowerer<'a> {
         if let Some(b) = bias {
             views.push(b);
         }
-        self.emit_nd(0, Engine::Act, &views, |a| Op::Activation {
-            input: a[0],
-            output: a[1],
-            bias: a.get(2).copied(),
-            func,
-            scale,
-            alpha,
-            beta,
+        self.emit_nd(0, Engine::Act, &views, |a| {
+            Op::Activation(op::Activation {
+                input: a[0],
+                output: a[1],
+                bias: a.get(2).copied(),
+                func,
+                scale,
+                alpha,
+                beta,
+            })
         })
     }
 
@@ -366,11 +373,13 @@ impl<'a> Lowerer<'a> {
 
     /// `out = a ∘ b` on DVE.
     pub(crate) fn binary(&mut self, a: &View, b: &View, out: &View, op: BinaryOp) -> Result<()> {
-        self.emit_nd(0, Engine::Dve, &[a, b, out], |x| Op::Binary {
-            a: x[0],
-            b: x[1],
-            out: x[2],
-            op,
+        self.emit_nd(0, Engine::Dve, &[a, b, out], |x| {
+            Op::Binary(op::Binary {
+                a: x[0],
+                b: x[1],
+                out: x[2],
+                op,
+            })
         })
     }
 
@@ -382,22 +391,26 @@ impl<'a> Lowerer<'a> {
         op: BinaryOp,
         s: f32,
     ) -> Result<()> {
-        self.emit_nd(0, Engine::Dve, &[a, out], |x| Op::TensorScalar {
-            a: x[0],
-            out: x[1],
-            op,
-            scalar: s,
-            reverse: false,
+        self.emit_nd(0, Engine::Dve, &[a, out], |x| {
+            Op::TensorScalar(op::TensorScalar {
+                a: x[0],
+                out: x[1],
+                op,
+                scalar: s,
+                reverse: false,
+            })
         })
     }
 
     /// `out = cond ? a : b` on DVE.
     pub(crate) fn select(&mut self, cond: &View, a: &View, b: &View, out: &View) -> Result<()> {
-        self.emit_nd(0, Engine::Dve, &[cond, a, b, out], |x| Op::Select {
-            cond: x[0],
-            a: x[1],
-            b: x[2],
-            out: x[3],
+        self.emit_nd(0, Engine::Dve, &[cond, a, b, out], |x| {
+            Op::Select(op::Select {
+                cond: x[0],
+                a: x[1],
+                b: x[2],
+                out: x[3],
+            })
         })
     }
 
@@ -463,14 +476,14 @@ pub(crate) fn predicate(
         let now = current.entry((core, engine)).or_insert(None);
         if *now != want {
             let op = match want {
-                Some((cond, when)) => Op::Guard {
+                Some((cond, when)) => Op::Guard(op::Guard {
                     cond: Some(cond),
                     when,
-                },
-                None => Op::Guard {
+                }),
+                None => Op::Guard(op::Guard {
                     cond: None,
                     when: false,
-                },
+                }),
             };
             out.push((core, engine, Instruction::new(op)));
             *now = want;

@@ -9,6 +9,7 @@ use crate::params;
 use crate::params::Ctx;
 use nrt_hal::Engine;
 use nrt_isa::Op;
+use nrt_isa::op;
 use nrt_model::vaddr;
 
 impl<'a> Lowerer<'a> {
@@ -297,15 +298,19 @@ impl<'a> Lowerer<'a> {
                 self.copy(Engine::Dve, &src, &dst)?;
             }
             let table = self.b.io_descriptor(j);
-            self.emit(0, Engine::Sp, Op::DmaDescriptors { table, count: 1 });
             self.emit(
                 0,
                 Engine::Sp,
-                Op::Notify {
+                Op::DmaDescriptors(op::DmaDescriptors { table, count: 1 }),
+            );
+            self.emit(
+                0,
+                Engine::Sp,
+                Op::Notify(op::Notify {
                     subtype: 6,
                     sub_id: 7,
                     payload: j,
-                },
+                }),
             );
         }
         Ok(())

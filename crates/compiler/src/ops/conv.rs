@@ -16,6 +16,7 @@ use crate::params;
 use crate::params::{Ctx, Out, conv_transpose_params, out, window_params};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, Op, Window};
 
 /// No activation after a convolution.
@@ -543,7 +544,7 @@ impl<'a> Lowerer<'a> {
             self.emit(
                 0,
                 Engine::Pe,
-                Op::Conv {
+                Op::Conv(op::Conv {
                     input: x,
                     weight: w,
                     output: y,
@@ -552,7 +553,7 @@ impl<'a> Lowerer<'a> {
                     window,
                     groups,
                     act,
-                },
+                }),
             );
             return;
         }
@@ -606,7 +607,7 @@ impl<'a> Lowerer<'a> {
             self.emit(
                 core,
                 Engine::Pe,
-                Op::Conv {
+                Op::Conv(op::Conv {
                     input: x2,
                     weight: w2,
                     output: y2,
@@ -615,7 +616,7 @@ impl<'a> Lowerer<'a> {
                     window,
                     groups: g2,
                     act,
-                },
+                }),
             );
         }
     }

@@ -8,6 +8,7 @@ use crate::lower::view::{View, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, WindowParams, out, window_params};
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{BinaryOp, Op, Window};
 
 pub(super) fn register(r: &mut Registry) {
@@ -145,14 +146,14 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::DeformIm2col {
+            Op::DeformIm2col(op::DeformIm2col {
                 input: ap4(&x)?,
                 offset: ap4(&off)?,
                 mask: mask.as_ref().map(ap4).transpose()?,
                 cols: ap4(&cols)?,
                 window,
                 offset_groups: og as u32,
-            },
+            }),
         );
         // Per image and group: Y[n, g] (ocg × oH·oW) = W[g] (ocg × cg·K) · cols[n, g].
         let (ocg, cgk, p) = (oc / group, ck / group, oh * ow);

@@ -15,6 +15,7 @@ use crate::lower::view::{View, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, bounded_out, out};
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{Op, ShapeTemplate, nms_flags};
 
 pub(super) fn register(r: &mut Registry) {
@@ -204,11 +205,11 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::NonZero {
+            Op::NonZero(op::NonZero {
                 input: dense(&x, &x.shape)?,
                 output: dense(&y, &[1, r, n])?,
                 shape: dense(&shape, &[2])?,
-            },
+            }),
         );
         Ok(())
     }
@@ -255,7 +256,7 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::Unique {
+            Op::Unique(op::Unique {
                 input: block(&x)?,
                 y: block(&y)?,
                 indices: row(&idx)?,
@@ -268,7 +269,7 @@ impl<'a> Lowerer<'a> {
                     dims,
                 },
                 sorted,
-            },
+            }),
         );
         // indices and counts have Y's data-dependent extent: their shapes are `[U]`, the
         // entry of Y's shape at the axis.
@@ -330,7 +331,7 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::NonMaxSuppression {
+            Op::NonMaxSuppression(op::NonMaxSuppression {
                 boxes: mk_ap(
                     boxes.addr,
                     DType::F32,
@@ -352,7 +353,7 @@ impl<'a> Lowerer<'a> {
                 max_out_const,
                 iou_const: finite(iou_const, "iou_threshold")?,
                 score_const: finite(score_const.unwrap_or(0.0), "score_threshold")?,
-            },
+            }),
         );
         Ok(())
     }

@@ -10,6 +10,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_all, elementwise_dtype_check, konst, out};
 use crate::tensor::{HostTensor, dtype_from_onnx, is_float, onnx_type_name};
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{ActFunc, BinaryOp, Op};
 
 pub(super) fn register(r: &mut Registry) {
@@ -201,12 +202,14 @@ impl<'a> Lowerer<'a> {
         self.lower_binary(at)?;
         let y = self.sview(o0)?;
         let k = n.inputs.iter().flatten().count() as f32;
-        self.emit_nd(0, Engine::Dve, &[&y, &y], |a| Op::TensorScalar {
-            a: a[0],
-            out: a[1],
-            op: BinaryOp::Mul,
-            scalar: 1.0 / k,
-            reverse: false,
+        self.emit_nd(0, Engine::Dve, &[&y, &y], |a| {
+            Op::TensorScalar(op::TensorScalar {
+                a: a[0],
+                out: a[1],
+                op: BinaryOp::Mul,
+                scalar: 1.0 / k,
+                reverse: false,
+            })
         })?;
         Ok(())
     }
@@ -326,12 +329,14 @@ impl<'a> Lowerer<'a> {
                     break;
                 }
                 let y = self.alloc_over(ins[other], &[ni], o0)?;
-                return self.emit_nd(0, Engine::Dve, &[&x, &y], |a| Op::TensorScalar {
-                    a: a[0],
-                    out: a[1],
-                    op: bop,
-                    scalar: s,
-                    reverse: k == 0,
+                return self.emit_nd(0, Engine::Dve, &[&x, &y], |a| {
+                    Op::TensorScalar(op::TensorScalar {
+                        a: a[0],
+                        out: a[1],
+                        op: bop,
+                        scalar: s,
+                        reverse: k == 0,
+                    })
                 });
             }
             // Bias add on ACT, fused with a following activation when possible.

@@ -12,6 +12,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, BinaryOp, Op, ScatterReduce};
 
 pub(super) fn register(r: &mut Registry) {
@@ -570,13 +571,13 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::ScatterElements {
+            Op::ScatterElements(op::ScatterElements {
                 indices: aps[0],
                 updates: aps[1],
                 output,
                 axis: ax,
                 reduce: ScatterReduce::None,
-            },
+            }),
         );
         Ok(())
     }
@@ -631,13 +632,13 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::ScatterElements {
+            Op::ScatterElements(op::ScatterElements {
                 indices: aps[0],
                 updates: aps[1],
                 output,
                 axis: ax,
                 reduce: ScatterReduce::None,
-            },
+            }),
         );
         if !direct {
             let mut corner = y.clone();
@@ -708,11 +709,11 @@ impl<'a> Lowerer<'a> {
             self.emit(
                 0,
                 Engine::Pool,
-                Op::Gather {
+                Op::Gather(op::Gather {
                     data,
                     indices: ind,
                     output: out,
-                },
+                }),
             );
         }
         Ok(())
@@ -733,12 +734,12 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::GatherElements {
+            Op::GatherElements(op::GatherElements {
                 data,
                 indices: aps[0],
                 output: aps[1],
                 axis,
-            },
+            }),
         );
         Ok(())
     }
@@ -761,13 +762,13 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::ScatterElements {
+            Op::ScatterElements(op::ScatterElements {
                 indices: aps[0],
                 updates: aps[1],
                 output,
                 axis,
                 reduce,
-            },
+            }),
         );
         Ok(())
     }
@@ -793,12 +794,12 @@ impl<'a> Lowerer<'a> {
             self.emit(
                 0,
                 Engine::Pool,
-                Op::GatherElements {
+                Op::GatherElements(op::GatherElements {
                     data: mk_ap(t, DType::I64, &[tuples, dim], &[0, 1])?,
                     indices: mk_ap(idx.elems(j as i64), idx.dtype, &[tuples, 1], &[k as i64, 1])?,
                     output: dense_ap(dst.addr, DType::I64, &[tuples, 1])?,
                     axis: 3,
-                },
+                }),
             );
             if j != k - 1 {
                 self.binary(&rows, &part, &rows, BinaryOp::Add)?;
@@ -843,11 +844,11 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::Gather {
+            Op::Gather(op::Gather {
                 data: dense_ap(x.addr, x.dtype, &[total_rows, slice])?,
                 indices: dense_ap(rows.addr, DType::I64, &[tuples])?,
                 output: dense_ap(y.addr, y.dtype, &[tuples, slice])?,
-            },
+            }),
         );
         Ok(())
     }
@@ -874,13 +875,13 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::ScatterElements {
+            Op::ScatterElements(op::ScatterElements {
                 indices: mk_ap(rows.addr, DType::I64, &[tuples, slice], &[1, 0])?,
                 updates: dense_ap(upd.addr, upd.dtype, &[tuples, slice])?,
                 output: dense_ap(y.addr, y.dtype, &[total_rows, slice])?,
                 axis: 2,
                 reduce,
-            },
+            }),
         );
         Ok(())
     }

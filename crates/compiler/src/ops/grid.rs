@@ -15,6 +15,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{ActFunc, BinaryOp, Op};
 
 pub(super) fn register(r: &mut Registry) {
@@ -375,12 +376,12 @@ impl<'a> Lowerer<'a> {
             self.emit(
                 0,
                 Engine::Pool,
-                Op::GatherElements {
+                Op::GatherElements(op::GatherElements {
                     data,
                     indices: ind,
                     output: outp,
                     axis: 3,
-                },
+                }),
             );
             if w_any {
                 let wv = View {

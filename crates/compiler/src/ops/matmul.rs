@@ -12,6 +12,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_shapes, elementwise_dtype_check, matmul_shape, out};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Epilogue, Op, matmul_flags};
 
 pub(super) fn register(r: &mut Registry) {
@@ -451,14 +452,14 @@ impl<'a> Lowerer<'a> {
             self.emit(
                 0,
                 Engine::Pe,
-                Op::MatMul {
+                Op::MatMul(op::MatMul {
                     a,
                     b,
                     c,
                     alpha,
                     flags,
                     epilogue,
-                },
+                }),
             );
             return;
         }
@@ -516,14 +517,14 @@ impl<'a> Lowerer<'a> {
             self.emit(
                 core,
                 Engine::Pe,
-                Op::MatMul {
+                Op::MatMul(op::MatMul {
                     a: a2,
                     b: b2,
                     c: c2,
                     alpha,
                     flags,
                     epilogue: e2,
-                },
+                }),
             );
         }
     }
@@ -869,12 +870,14 @@ impl<'a> Lowerer<'a> {
             if beta == 1.0 {
                 self.copy(Engine::Dve, &cview, &y)?;
             } else {
-                self.emit_nd(0, Engine::Dve, &[&cview, &y], |x| Op::TensorScalar {
-                    a: x[0],
-                    out: x[1],
-                    op: BinaryOp::Mul,
-                    scalar: beta,
-                    reverse: false,
+                self.emit_nd(0, Engine::Dve, &[&cview, &y], |x| {
+                    Op::TensorScalar(op::TensorScalar {
+                        a: x[0],
+                        out: x[1],
+                        op: BinaryOp::Mul,
+                        scalar: beta,
+                        reverse: false,
+                    })
                 })?;
             }
             flags |= matmul_flags::ACCUMULATE;

@@ -10,6 +10,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_shapes, out, require_float, unsupported_outputs};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, PoolOp, ReduceOp, Window};
 
 pub(super) fn register(r: &mut Registry) {
@@ -316,10 +317,12 @@ impl<'a> Lowerer<'a> {
             strides: st.to_vec(),
             ..y
         };
-        self.row_op(&xa, &ya, |i, o| Op::Softmax {
-            input: i,
-            output: o,
-            log,
+        self.row_op(&xa, &ya, |i, o| {
+            Op::Softmax(op::Softmax {
+                input: i,
+                output: o,
+                log,
+            })
         })?;
         Ok(())
     }
@@ -383,13 +386,13 @@ impl<'a> Lowerer<'a> {
         // dropped, a normalized axis of size 1 with them).
         if outer * d > 0 {
             let ap = |v: &View| v.ap();
-            let op = Op::LayerNorm {
+            let op = Op::LayerNorm(op::LayerNorm {
                 input: ap(&xa)?,
                 gamma: ap(&ga)?,
                 beta: ba.as_ref().map(ap).transpose()?,
                 output: ap(&ya)?,
                 eps,
-            };
+            });
             self.emit_rows(Engine::Pool, op);
         }
         // Optional outputs: Mean and InvStdDev over the normalized axes.
@@ -431,12 +434,14 @@ impl<'a> Lowerer<'a> {
                     ReduceOp::Mean,
                     0b1000,
                 );
-                self.emit_nd(0, Engine::Dve, &[&var, &var], |a| Op::TensorScalar {
-                    a: a[0],
-                    out: a[1],
-                    op: BinaryOp::Add,
-                    scalar: eps,
-                    reverse: false,
+                self.emit_nd(0, Engine::Dve, &[&var, &var], |a| {
+                    Op::TensorScalar(op::TensorScalar {
+                        a: a[0],
+                        out: a[1],
+                        op: BinaryOp::Add,
+                        scalar: eps,
+                        reverse: false,
+                    })
                 })?;
                 self.activation(&var, &col(inv), None, (ActFunc::Rsqrt, 0.0, 0.0), 1.0)?;
             }
@@ -520,13 +525,13 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::Pool {
+            Op::Pool(op::Pool {
                 input: mk_ap(sq.addr, DType::F32, &s4, &st4)?,
                 output: mk_ap(mean.addr, DType::F32, &s4, &st4)?,
                 window,
                 op: PoolOp::Avg,
                 count_include_pad: true,
-            },
+            }),
         );
         let b = self.add_const(&HostTensor::f32(vec![1], vec![bias]))?;
         let bv = View::dense(b, DType::F32, &[1]).broadcast(&x.shape);
@@ -576,13 +581,13 @@ impl<'a> Lowerer<'a> {
         let (xa, ya) = (grid(&x, dense), grid(&y, dense));
         // (Not emit_nd: merging dims would merge the normalized one with the groups.)
         let ap = |v: &View| v.ap();
-        let op = Op::LayerNorm {
+        let op = Op::LayerNorm(op::LayerNorm {
             input: ap(&xa)?,
             gamma: ap(&gamma)?,
             beta: Some(ap(&beta)?),
             output: ap(&ya)?,
             eps,
-        };
+        });
         self.emit_rows(Engine::Pool, op);
         if !per_group {
             let cs = [nn, ch, sp];

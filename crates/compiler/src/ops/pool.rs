@@ -8,6 +8,7 @@ use crate::lower::{At, Lowerer};
 use crate::params;
 use crate::params::{Ctx, Out, out, unsupported_outputs, window_params};
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{ActFunc, BinaryOp, Op, PoolOp, ReduceOp, Window};
 
 pub(super) fn register(r: &mut Registry) {
@@ -386,13 +387,13 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::Pool {
+            Op::Pool(op::Pool {
                 input: xa,
                 output: ya,
                 window,
                 op: if is_max { PoolOp::Max } else { PoolOp::Avg },
                 count_include_pad: count_pad,
-            },
+            }),
         );
         Ok(())
     }

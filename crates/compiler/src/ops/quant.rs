@@ -21,6 +21,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, matmul_shape, out, window_params};
 use crate::tensor::dtype_from_onnx;
 use nrt_hal::DType;
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, qmatmul_layout};
 
 pub(super) fn register(r: &mut Registry) {
@@ -361,7 +362,7 @@ impl<'a> Lowerer<'a> {
             Some(ap) => (ap, true),
             None => (self.view(bv)?.broadcast(&bshape).ap()?, false),
         };
-        let op = Op::MatMulInteger {
+        let op = Op::MatMulInteger(op::MatMulInteger {
             a: a.broadcast(&ashape).ap()?,
             b,
             c: acc.ap()?,
@@ -369,7 +370,7 @@ impl<'a> Lowerer<'a> {
             b_zero: zb.map(|z| z.ap()).transpose()?,
             packed_b,
             scale,
-        };
+        });
         self.emit(0, nrt_hal::Engine::Pe, op);
         Ok(())
     }
@@ -547,7 +548,7 @@ impl<'a> Lowerer<'a> {
         };
         let a_zero = zero(self, iwz, [nb, m, 1], [0, 1, 0])?;
         let b_zero = zero(self, ixz, [nb, 1, oh * ow], [0, 0, 0])?;
-        let op = Op::MatMulInteger {
+        let op = Op::MatMulInteger(op::MatMulInteger {
             a: mk_ap(w.addr, w.dtype, &[nb, m, ckk], &[0, ckk as i64, 1])?,
             b: dense_ap(col.addr, dt, &[nb, ckk, oh * ow])?,
             c: dense_ap(acc.addr, DType::I32, &[nb, m, oh * ow])?,
@@ -555,7 +556,7 @@ impl<'a> Lowerer<'a> {
             b_zero,
             packed_b: false,
             scale: None,
-        };
+        });
         self.emit(0, nrt_hal::Engine::Pe, op);
         Ok(())
     }
@@ -742,11 +743,11 @@ impl<'a> Lowerer<'a> {
                 v.dtype,
                 xshape,
             );
-            let op = nrt_isa::Op::Gather {
+            let op = nrt_isa::Op::Gather(op::Gather {
                 data: dense_ap(v.addr, v.dtype, &[outer, d.div_ceil(b), inner])?,
                 indices: dense_ap(ia, DType::I64, &[d])?,
                 output: dense_ap(full.addr, v.dtype, &[outer, d, inner])?,
-            };
+            });
             self.emit(0, nrt_hal::Engine::Pool, op);
             return self.converted(full, dt);
         }
@@ -863,12 +864,12 @@ impl<'a> Lowerer<'a> {
         } else {
             View::dense(self.temp(total.max(1)), DType::U8, oshape)
         };
-        let op = Op::DynamicQuantize {
+        let op = Op::DynamicQuantize(op::DynamicQuantize {
             input: dense_ap(x.addr, DType::F32, &[total])?,
             output: dense_ap(yd.addr, DType::U8, &[total])?,
             scale: dense_ap(scale.addr, DType::F32, &[1])?,
             zero_point: dense_ap(zero.addr, DType::U8, &[1])?,
-        };
+        });
         self.emit(0, nrt_hal::Engine::Pool, op);
         if !y.is_dense() {
             self.copy(nrt_hal::Engine::Dve, &yd, &y)?;

@@ -10,6 +10,7 @@ use crate::params;
 use crate::params::{CUMSUM_MAX_LEN, Ctx, Out, out, reduce_axes, require_float};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{ActFunc, BinaryOp, Op, ReduceOp};
 
 pub(super) fn register(r: &mut Registry) {
@@ -625,12 +626,12 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::TopK {
+            Op::TopK(op::TopK {
                 input: rows(&x, len)?,
                 values: rows(&vals, k)?,
                 indices: rows(&idx, k)?,
                 largest,
-            },
+            }),
         );
         Ok(())
     }

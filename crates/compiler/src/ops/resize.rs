@@ -12,6 +12,7 @@ use crate::params;
 use crate::params::{Ctx, Out, SeparableResize, out, resize_params};
 use crate::tensor::{HostTensor, budget};
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{BinaryOp, Op};
 
 pub(super) fn register(r: &mut Registry) {
@@ -51,14 +52,14 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::Resize {
+            Op::Resize(op::Resize {
                 input: xa,
                 output: ya,
                 mode: p.mode,
                 coord: p.coord,
                 nearest: p.nearest,
                 scales,
-            },
+            }),
         );
         Ok(())
     }

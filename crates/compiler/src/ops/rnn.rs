@@ -29,6 +29,7 @@ use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
 use crate::tensor::HostTensor;
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Op, matmul_flags};
 
 pub(super) fn register(r: &mut Registry) {
@@ -329,12 +330,12 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::GatherElements {
+            Op::GatherElements(op::GatherElements {
                 data: mk_ap(table, DType::I32, &[b, rows], &[0, 1])?,
                 indices: dense_ap(idx.addr, DType::I32, &[b, 1])?,
                 output: dense_ap(checked.addr, DType::I32, &[b, 1])?,
                 axis: 3,
-            },
+            }),
         );
         Ok(checked)
     }

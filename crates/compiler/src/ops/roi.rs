@@ -7,6 +7,7 @@ use crate::lower::view::mk_ap;
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
 use nrt_hal::{DType, Engine};
+use nrt_isa::op;
 use nrt_isa::{Op, ROI_MAX_GRID, roi_flags};
 
 pub(super) fn register(r: &mut Registry) {
@@ -111,7 +112,7 @@ impl<'a> Lowerer<'a> {
         self.emit(
             0,
             Engine::Pool,
-            Op::RoiAlign {
+            Op::RoiAlign(op::RoiAlign {
                 input: dense(x.addr, DType::F32, &x.shape)?,
                 rois: dense(rois.addr, DType::F32, &[nr, 4])?,
                 batch_indices: dense(bi.addr, DType::I64, &[nr])?,
@@ -119,7 +120,7 @@ impl<'a> Lowerer<'a> {
                 spatial_scale,
                 sampling_ratio,
                 flags,
-            },
+            }),
         );
         Ok(())
     }
