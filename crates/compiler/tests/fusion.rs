@@ -828,6 +828,25 @@ fn composite_activations_lower_to_act_and_dve() {
         vec![vi("Y", dt::FLOAT, &[3, 4])],
         23,
     );
+    // f32 with one row of scales: the POOL engine's RmsNorm, one instruction.
+    let c = ok(&m);
+    assert_eq!(acts(&c), vec![]);
+    let pool = ops(&c, Engine::Pool);
+    assert_eq!(pool.len(), 1, "{pool:?}");
+    let Op::RmsNorm(op::RmsNorm { gamma, eps, .. }) = pool[0] else {
+        panic!("{pool:?}")
+    };
+    assert_eq!((gamma.shape, gamma.stride), ([1, 1, 3, 4], [0, 0, 0, 1]));
+    assert_eq!(eps, 1e-5);
+    // Scales that vary along a row-indexing dimension are not one row: the square, mean,
+    // rsqrt and products.
+    let m = model(
+        vec![node("RMSNormalization", &["X", "s"], &["Y"], vec![])],
+        vec![f32_init("s", &[3, 1], ramp(3, 0.1))],
+        vec![vi("X", dt::FLOAT, &[3, 4])],
+        vec![vi("Y", dt::FLOAT, &[3, 4])],
+        23,
+    );
     let c = ok(&m);
     assert_eq!(acts(&c), vec![ActFunc::Square, ActFunc::Rsqrt]);
     assert_eq!(count(&ops(&c, Engine::Pool), "Reduce"), 1);

@@ -368,6 +368,16 @@ fn arb_op_any() -> impl Strategy<Value = Op> {
                     })
                 })
         }),
+        (arb_dims(), 0f32..1e-2).prop_flat_map(move |(s, eps)| {
+            (arb_ap(f, s), arb_ap(f, s), arb_ap(f, s)).prop_map(move |(input, gamma, output)| {
+                Op::RmsNorm(op::RmsNorm {
+                    input,
+                    gamma,
+                    output,
+                    eps,
+                })
+            })
+        }),
         (
             arb_dims(),
             arb_dims(),
@@ -1283,4 +1293,50 @@ fn dynamic_quantize_operands_are_checked() {
         Instruction::decode(&reserved).unwrap_err().reason,
         Reason::ReservedNonZero
     );
+}
+
+#[test]
+fn rms_norm_operands_and_eps_are_checked() {
+    let shape = [1, 2, 3, 64];
+    let ap = |addr: u64, dtype: DType| ap_of(dtype, shape, addr);
+    let good = op::RmsNorm {
+        input: ap(0, DType::F32),
+        gamma: AccessPattern {
+            stride: [0, 0, 0, 1],
+            ..ap(4096, DType::F32)
+        },
+        output: ap(8192, DType::F32),
+        eps: 1e-5,
+    };
+    let bytes = |o: op::RmsNorm| {
+        let mut v = Vec::new();
+        Instruction::new(Op::RmsNorm(o)).encode(&mut v);
+        v
+    };
+    let v = bytes(good);
+    assert_eq!(v[0], nrt_isa::opcode::RMS_NORM);
+    assert_eq!(v.len(), nrt_isa::HEADER_SIZE + 3 * nrt_isa::AP_SIZE + 8);
+    let (back, _) = Instruction::decode(&v).unwrap();
+    assert_eq!(back.op, Op::RmsNorm(good));
+    assert!(back.op.runs_on(Engine::Pool) && !back.op.runs_on(Engine::Dve));
+    let refused = |o: op::RmsNorm| Instruction::decode(&bytes(o)).unwrap_err().to_string();
+    for eps in [f32::NAN, f32::INFINITY, -1e-5] {
+        let e = refused(op::RmsNorm { eps, ..good });
+        assert!(e.contains("eps"), "{e}");
+    }
+    let e = refused(op::RmsNorm {
+        output: ap(8192, DType::I32),
+        ..good
+    });
+    assert!(e.contains("output.dtype"), "{e}");
+    let e = refused(op::RmsNorm {
+        gamma: ap_of(DType::F32, [1, 2, 3, 63], 4096),
+        ..good
+    });
+    assert!(e.contains("gamma.shape"), "{e}");
+    let mut v = bytes(good);
+    let last = v.len() - 1;
+    v[last] = 1;
+    let e = Instruction::decode(&v).unwrap_err().to_string();
+    assert!(e.contains("reserved"), "{e}");
 }

@@ -308,6 +308,70 @@ impl Execute for op::Softmax {
     }
 }
 
+/// Executes `Op::RmsNorm`: `x / √(mean(x²) + eps) · gamma` over dimension 3.
+///
+/// # Safety
+/// Operands inside `mem`, aligned to 4 bytes.
+pub unsafe fn rms_norm(
+    input: &AccessPattern,
+    gamma: &AccessPattern,
+    output: &AccessPattern,
+    eps: f32,
+    mem: DeviceMemory,
+    ws: &mut Workspace,
+) -> Result<(), KernelError> {
+    let vi = View::<f32>::new(input, mem);
+    let vo = View::<f32>::new(output, mem);
+    let vg = View::<f32>::new(gamma, mem);
+    if vo.elements() == 0 {
+        return Ok(());
+    }
+    let l = vi.shape[3];
+    let (x, g, _) = ws.f32x3(l, l, 0)?;
+    let g_fixed = row_invariant(&vg);
+    // SAFETY: row 0 of gamma lies inside the operand; the buffers are distinct.
+    unsafe { gather_into(vg.ptr, vg.stride[3], g) };
+    let inv_l = 1.0 / l as f32;
+    rows(vi.shape, |[a, b, c]| {
+        // SAFETY: rows inside their operands; distinct scratch buffers.
+        unsafe {
+            gather_into(vi.at([a, b, c, 0]), vi.stride[3], x);
+            if !g_fixed {
+                gather_into(vg.at([a, b, c, 0]), vg.stride[3], g);
+            }
+        }
+        let mut sq = [0.0f32; 16];
+        let mut it = x.chunks_exact(16);
+        for ch in &mut it {
+            for i in 0..16 {
+                sq[i] += ch[i] * ch[i];
+            }
+        }
+        let tail: f32 = it.remainder().iter().map(|v| v * v).sum();
+        let rms = 1.0 / ((sum(&sq) + tail) * inv_l + eps).sqrt();
+        for (v, g) in x.iter_mut().zip(g.iter()) {
+            *v = *v * rms * *g;
+        }
+        // SAFETY: the row lies inside the output; no reference into it is alive.
+        unsafe { scatter_from(x, vo.at([a, b, c, 0]), vo.stride[3]) };
+    });
+    Ok(())
+}
+
+impl Execute for op::RmsNorm {
+    unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
+        let op::RmsNorm {
+            input,
+            gamma,
+            output,
+            eps,
+        } = self;
+        // SAFETY: the caller guarantees every operand in bounds and aligned
+        // ([`crate::execute`]).
+        unsafe { rms_norm(input, gamma, output, *eps, mem, ws) }
+    }
+}
+
 impl Execute for op::LayerNorm {
     unsafe fn execute(&self, mem: DeviceMemory, ws: &mut Workspace) -> Result<(), KernelError> {
         // The caller guarantees every operand in bounds and aligned ([`crate::execute`]).

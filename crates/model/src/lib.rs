@@ -57,7 +57,9 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   `ActFunc` 31 (round, ties to even).
 /// - 1.8: the `DynamicQuantize` instruction (POOL, `0x5E`): ONNX `DynamicQuantizeLinear`
 ///   (range, scale, zero point and the u8 tensor) in one instruction.
-pub const VERSION_MINOR: u16 = 8;
+/// - 1.9: the `RmsNorm` instruction (POOL, `0x5F`): `x / √(mean(x²) + eps) · gamma` over
+///   the last dimension, the normalization of decoder LLMs.
+pub const VERSION_MINOR: u16 = 9;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

@@ -613,13 +613,39 @@ impl<'a> Lowerer<'a> {
         let axis = c.norm_axis(n.attr_i("axis", -1)?, r)?;
         let eps = epsilon(n)?;
         let x = self.input_view(n, 0)?;
-        let scale = self.input_sview(n, 1)?.broadcast(&xv.shape);
         let y = self.alloc(o0);
         let outer: usize = xv.shape[..axis].iter().product();
         let d: usize = xv.shape[axis..].iter().product();
         if outer * d == 0 {
             return Ok(());
         }
+        // f32 with one row of scales (the normalized shape, broadcast over the rest): the
+        // POOL engine's RmsNorm, one instruction over [rows, d]. Anything else: the
+        // square, mean, rsqrt and products below.
+        let sv = c.input(1)?;
+        let lead = r.saturating_sub(sv.shape.len());
+        let one_row = sv.shape.len() <= r
+            && (0..r).all(|k| {
+                let s = if k < lead { 1 } else { sv.shape[k - lead] };
+                if k < axis { s == 1 } else { s == xv.shape[k] }
+            });
+        if xv.dtype == DType::F32 && sv.dtype == DType::F32 && one_row {
+            let gamma = self.input_view(n, 1)?;
+            let row = |v: &View, bcast: bool| View {
+                shape: vec![outer, d],
+                strides: if bcast { vec![0, 1] } else { vec![d as i64, 1] },
+                ..v.clone()
+            };
+            let op = Op::RmsNorm(op::RmsNorm {
+                input: row(&x, false).ap()?,
+                gamma: row(&gamma, true).ap()?,
+                output: row(&y, false).ap()?,
+                eps,
+            });
+            self.emit_rows(Engine::Pool, op);
+            return Ok(());
+        }
+        let scale = self.input_sview(n, 1)?.broadcast(&xv.shape);
         let sq = View::dense(self.temp(outer * d * 4), DType::F32, &[outer, d]);
         let x2 = View::dense(x.addr, x.dtype, &[outer, d]);
         self.activation(&x2, &sq, None, (ActFunc::Square, 0.0, 0.0), 1.0)?;

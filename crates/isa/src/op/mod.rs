@@ -244,6 +244,11 @@ macro_rules! instruction_table {
         /// [`super::Op::LayerNorm`].
         LAYER_NORM = 0x53, HEADER_SIZE + 4 * AP_SIZE + 8;
     }
+    /// POOL: RMS normalization over dimension 3: `x / √(mean(x²) + eps) · gamma` (NCM 1.9).
+    pool::RmsNorm on Engine::Pool => {
+        /// [`super::Op::RmsNorm`] (NCM 1.9).
+        RMS_NORM = 0x5F, HEADER_SIZE + 3 * AP_SIZE + 8;
+    }
     /// POOL: ONNX `DynamicQuantizeLinear` in one instruction (NCM 1.8): the range of `input`
     /// widened to include 0 gives `scale = (max − min)/255` (1 when the range is empty, as ONNX
     /// Runtime) and `zero_point = round(clamp(−min/scale, 0, 255))`, then `output =

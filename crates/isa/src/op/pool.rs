@@ -1,5 +1,5 @@
-//! The pooling engine (POOL), rows and windows: reductions, pooling, softmax, normalization,
-//! dynamic quantization, resize.
+//! The pooling engine (POOL), rows and windows: reductions, pooling, softmax, normalization
+//! (layer and RMS), dynamic quantization, resize.
 //!
 //! Each instruction: its fields, then its encoding, decoding (with every check the
 //! decoder makes) and operands side by side. Opcodes, sizes and engines: the table in
@@ -255,6 +255,72 @@ impl Unit for Softmax {
     operands!(|f| Self { input, output, .. } => {
         f(0, "input", Role::Read, input);
         f(1, "output", Role::Write, output);
+    });
+}
+
+/// POOL: RMS normalization over dimension 3, the normalization of decoder LLMs (Llama,
+/// SmolLM2, Mistral): `y = x / √(mean(x²) + eps) · gamma`, each row of `L` elements.
+/// `gamma` has the input's shape, usually broadcast (strides 0) from one row of weights.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RmsNorm {
+    /// Input (f32).
+    pub input: AccessPattern,
+    /// Scale (f32, the input's shape; usually one row broadcast).
+    pub gamma: AccessPattern,
+    /// Output (f32, the input's shape).
+    pub output: AccessPattern,
+    /// Added to the mean square (finite, ≥ 0).
+    pub eps: f32,
+}
+
+impl Unit for RmsNorm {
+    fn encode(&self, w: &mut W<'_>) {
+        w.ap(&self.input);
+        w.ap(&self.gamma);
+        w.ap(&self.output);
+        w.f32(self.eps);
+        w.u32(0);
+    }
+
+    fn decode(r: &mut R<'_>) -> Result<Self, DecodeError> {
+        let input = r.ap("input")?;
+        let gamma = r.ap("gamma")?;
+        let output = r.ap("output")?;
+        let eps_at = r.pos;
+        let eps = r.f32("eps")?;
+        if !eps.is_finite() || eps < 0.0 {
+            return Err(
+                DecodeError::field("eps", Reason::OutOfRange(eps.to_bits() as u64)).at(eps_at),
+            );
+        }
+        r.zeros(4, "reserved")?;
+        let operands = [
+            (&input, "input.dtype", "input.shape"),
+            (&gamma, "gamma.dtype", "gamma.shape"),
+            (&output, "output.dtype", "output.shape"),
+        ];
+        for (i, (ap, dtype, shape)) in operands.into_iter().enumerate() {
+            let at = HEADER_SIZE + i * AP_SIZE;
+            require_dtype(ap, dtype, F32).map_err(|e| e.shifted(at))?;
+            same_shape(shape, &input.shape, ap).map_err(|e| e.shifted(at))?;
+        }
+        Ok(Self {
+            input,
+            gamma,
+            output,
+            eps,
+        })
+    }
+
+    operands!(|f| Self {
+        input,
+        gamma,
+        output,
+        ..
+    } => {
+        f(0, "input", Role::Read, input);
+        f(1, "gamma", Role::Read, gamma);
+        f(2, "output", Role::Write, output);
     });
 }
 
