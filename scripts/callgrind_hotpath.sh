@@ -8,7 +8,8 @@
 # execution on its own thread (decided on measured times) can go either way from run to run;
 # NRT_SIM_SYNC_ON_CALLER=always (or never) pins it for a comparison.
 #
-# Counts only inside the synchronous execution (sync) or the explicit schedule call (any other
+# Counts only inside the synchronous execution (sync: `Runtime::execute`) or the explicit
+# schedule call (any other
 # surface: `execute_schedule`; its polls are left out, since how many a completion takes
 # depends on how valgrind interleaves the threads), on the caller's thread and on the device's
 # threads, and divides by the executions made.
@@ -21,7 +22,8 @@ valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
 callgrind_annotate --inclusive=yes "$out/cg" >"$out/inc" 2>/dev/null
 total=$(grep -m1 'PROGRAM TOTALS' "$out/inc" | awk '{gsub(",","",$1); print $1}')
 case $surface in
-  sync) fn='nrt_runtime::surface::sync::execute_sync \[' ;;
+  # The public call (execute_sync may be inlined into it, and is not always its own symbol).
+  sync) fn='<impl nrt_runtime::Runtime>::execute \[' ;;
   *) fn='<impl nrt_runtime::Runtime>::execute_schedule \[' ;;
 esac
 incl=$(grep -m1 -E "$fn" "$out/inc" | awk '{gsub(",","",$1); print $1}')
