@@ -5,6 +5,8 @@
 // Reference code indexes dimensions explicitly: clearer than iterator chains here.
 #![allow(clippy::needless_range_loop)]
 
+pub mod reference;
+
 use nrt_hal::DType;
 use nrt_isa::AccessPattern;
 use nrt_kernels::{DeviceMemory, KernelError, Workspace, execute};
