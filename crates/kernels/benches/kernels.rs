@@ -146,8 +146,8 @@ fn main() {
         // The f32 GEMM against a B packed once (constant weights, as `nrt compile` stores
         // them), called directly on host buffers, as a share of the register-only limit
         // measured in the same run (what `nrt bench --gemm` reports through the device).
-        use nrt_kernels::gemm_packed::{Packed, TileEpilogue, gemm_packed, pack_b, packed_len};
-        use nrt_kernels::matmul::Mat;
+        use nrt_kernels::gemm::Mat;
+        use nrt_kernels::gemm::packed::{Packed, TileEpilogue, gemm_packed, pack_b, packed_len};
         let peak = nrt_kernels::peak::measure(
             nrt_kernels::peak::Peak::F32Fma,
             std::time::Duration::from_millis(20),

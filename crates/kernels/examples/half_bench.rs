@@ -6,9 +6,8 @@
 use nrt_isa::matmul_flags::pack_b_pairs;
 use nrt_kernels::Workspace;
 use nrt_kernels::elem::f32_to_bf16;
-use nrt_kernels::gemm_packed::{Bf16Kernel, PackedBf16, TileEpilogue, gemm_packed_bf16};
-use nrt_kernels::matmul::Mat;
-use nrt_kernels::matmul_half::{Half, HalfMat, gemm_half};
+use nrt_kernels::gemm::packed::{Bf16Kernel, gemm_packed_bf16};
+use nrt_kernels::gemm::{Half, HalfMat, Mat, PackedBf16, TileEpilogue, gemm_half};
 use std::time::Instant;
 
 fn best<F: FnMut()>(mut f: F) -> f64 {

@@ -1,8 +1,8 @@
 //! Throughput of the packed-B GEMM beside the GEMM crate and the machine's f32 peak:
 //! `cargo run --release -p nrt-kernels --example packed_bench [avx2|portable] [M K N ...]`
 //! (`avx2` or `portable`: that kernel instead of the best one this CPU runs).
-use nrt_kernels::gemm_packed::{Isa, Packed, TileEpilogue, gemm_packed_on, pack_b, packed_len};
-use nrt_kernels::matmul::{Mat, gemm_f32};
+use nrt_kernels::gemm::packed::{Isa, Packed, TileEpilogue, gemm_packed_on, pack_b, packed_len};
+use nrt_kernels::gemm::{Mat, gemm_f32};
 use nrt_kernels::peak::{Peak, measure};
 use std::time::{Duration, Instant};
 

@@ -20,7 +20,7 @@
 //!   of output rows at a time (sized by
 //!   [`KERNEL_IM2COL_BAND_BYTES`] so the band is
 //!   still in cache when the GEMM reads it), then one GEMM per band through
-//!   [`crate::matmul::gemm_auto`]. A bias is written into the
+//!   [`crate::gemm::gemm_auto`]. A bias is written into the
 //!   output first and the GEMM accumulates onto it;
 //! - **depthwise** (AVX-512F, one channel per group, kernels 3, 5 or 7 wide, horizontal
 //!   stride 1 or 2): strips of 16 output columns, one masked row load and one FMA a tap
@@ -39,7 +39,7 @@ mod direct512;
 mod panel;
 
 use crate::Execute;
-use crate::matmul::{Mat, gemm_auto};
+use crate::gemm::{Mat, gemm_auto};
 use crate::pool::valid_range;
 use crate::strided::{View, copy_elems};
 use crate::{DeviceMemory, KernelError, Workspace};

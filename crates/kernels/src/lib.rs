@@ -8,9 +8,8 @@
 //! | module | ops |
 //! |---|---|
 //! | [`copy`] | `DmaCopy`, `Copy` (element-type conversion, blocked transposes), `Fill` |
-//! | [`matmul`] | `MatMul` (GEMM crate comparison and choice, hand-written GEMV kernels, fused epilogue) |
-//! | [`gemm_packed`] | `MatMul` with a B packed in panels at compile time (own AVX-512 / AVX2 microkernels) |
-//! | [`matmul_half`] | `MatMul` with bf16/f16 weights (`vdpbf16ps`, F16C; portable fallback) |
+//! | [`matmul`] | `MatMul` (dispatch on B's layout and element type, fused epilogue) |
+//! | [`gemm`] | the products under `MatMul`, `MatMulInteger` and `Conv`: f32 GEMM (GEMM crate comparison and choice) and GEMV ([`gemm::sgemm`], [`gemm::gemv`]), B packed in panels at compile time ([`gemm::packed`], own AVX-512 / AVX2 microkernels), bf16/f16 weights ([`gemm::half`]), AMX ([`gemm::amx`]), int8 tiles |
 //! | [`peak`] | the machine's f32 FMA and bf16 dot-product limits (register-only loops) |
 //! | [`conv`] | `Conv` (pointwise GEMM, banded im2col + GEMM, register-blocked direct) |
 //! | [`act`] | `Activation` (every `ActFunc`) |
@@ -42,11 +41,10 @@
 //! - Dispatch on op and element type happens once per call, into monomorphized loops that the
 //!   compiler vectorizes (x86-64-v3: AVX2 + FMA is the build baseline).
 //! - Steady state allocates nothing: scratch lives in the caller's [`Workspace`] (and the
-//!   GEMM crate's thread-local packing buffer, set up by [`matmul::prepare_thread`] before
+//!   GEMM crate's thread-local packing buffer, set up by [`gemm::prepare_thread`] before
 //!   a thread's steady state), which grow to the largest need and stay.
 
 pub mod act;
-pub mod amx;
 pub mod binary;
 pub mod conv;
 pub mod copy;
@@ -55,9 +53,10 @@ pub mod deform;
 pub mod dynshape;
 pub mod elem;
 pub mod gather;
-pub mod gemm_packed;
+pub mod gemm;
+/// The packed GEMM's old path, [`gemm::packed`] (kept for the tests and benches that name it).
+pub use gemm::packed as gemm_packed;
 pub mod matmul;
-pub mod matmul_half;
 pub mod norm;
 pub mod peak;
 pub mod pool;
@@ -156,7 +155,7 @@ pub(crate) fn has_avx512() -> bool {
 /// direct convolution's accumulator plane, Reduce accumulators, Resize tables, packed GEMV
 /// rows). It grows to the largest size an instruction needs and then stays, so steady-state
 /// executions allocate nothing. (The GEMM crate keeps its packing buffers in a thread-local of
-/// its own, allocated on a thread's first GEMM unless [`matmul::prepare_thread`] ran on it.)
+/// its own, allocated on a thread's first GEMM unless [`gemm::prepare_thread`] ran on it.)
 #[derive(Debug, Default)]
 pub struct Workspace {
     f32s: [Vec<f32>; 4],

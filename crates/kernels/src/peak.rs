@@ -74,16 +74,16 @@ fn select(which: Peak) -> Option<Loop> {
             // SAFETY: AVX2 detected just above.
             unsafe { x86::madd256(n) }
         })),
-        Peak::Bf16Tile if crate::amx::bf16_available() => {
+        Peak::Bf16Tile if crate::gemm::amx::bf16_available() => {
             Some((4.0 * 16.0 * 16.0 * 32.0 * 2.0, |n| {
                 // SAFETY: the tile unit is usable (checked just above).
-                unsafe { crate::amx::tile_loop_bf16(n) }
+                unsafe { crate::gemm::amx::tile_loop_bf16(n) }
             }))
         }
-        Peak::I8Tile if crate::amx::int8_available() => {
+        Peak::I8Tile if crate::gemm::amx::int8_available() => {
             Some((4.0 * 16.0 * 16.0 * 64.0 * 2.0, |n| {
                 // SAFETY: the tile unit is usable (checked just above).
-                unsafe { crate::amx::tile_loop_u8i8(n) }
+                unsafe { crate::gemm::amx::tile_loop_u8i8(n) }
             }))
         }
         Peak::Bf16Dot if cpu::avx512bf16() => {

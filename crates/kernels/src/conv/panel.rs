@@ -3,7 +3,7 @@
 //! For each image and group the output is the product `out[Og × OH·OW] = W[Og × K] ·
 //! patches[K × OH·OW]` (`K = Cg·KH·KW`). The patch matrix is never built whole: a chunk of
 //! 32-pixel panels of it (`K` rows of 32 floats each: the packed-B layout of
-//! [`crate::gemm_packed`]) is unrolled into host scratch small enough to stay in L1
+//! [`crate::gemm::packed`]) is unrolled into host scratch small enough to stay in L1
 //! ([`KERNEL_CONV_PANEL_BYTES`]), then the packed GEMM's 14×32 register tiles multiply the
 //! weight rows (read in place: an output channel's `K` weights are contiguous) into the output,
 //! with the bias (per output channel: a per-row bias) and Relu applied in registers. The
@@ -20,10 +20,10 @@
 //! nothing. Other
 //! strides, or input rows that are not unit-stride, read lane by lane.
 
-use crate::gemm_packed::{
+use crate::gemm::Mat;
+use crate::gemm::packed::{
     Isa, Packed, TileEpilogue, copied_row_stride, gemm_packed_on, rows_alias,
 };
-use crate::matmul::Mat;
 use crate::strided::View;
 use crate::{KernelError, Workspace};
 use nrt_hal::tuning::{GEMM_PACK_NR, KERNEL_CONV_PANEL_BYTES};
@@ -60,7 +60,7 @@ pub(super) unsafe fn conv(
     // costs two (a masked one more), and the tiles load every panel row.
     // Weight rows a multiple of 4 KiB apart (K = 1024, 2048…: a DCGAN discriminator's 4×4
     // convolutions over 64, 128… channels) fall in one L1 set, and the tile's 14 rows evict
-    // each other on every step of K (`gemm_packed::rows_alias`): they are copied once per
+    // each other on every step of K (`gemm::packed::rows_alias`): they are copied once per
     // call, `K + 16` floats apart (4×4 64→128 on 32×32, stride 2: 96 → 150 GFLOP/s, as
     // fast as K = 960).
     let w_stride = vw.stride[0];

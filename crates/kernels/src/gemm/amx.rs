@@ -1,6 +1,6 @@
 //! The bf16 GEMM on Intel AMX (Advanced Matrix Extensions): `C = alpha·A·B (+ C)`, then the
 //! tile epilogue, for an f32 A rounded to bf16, a packed bf16 B (the `--auto-cast matmult`
-//! weights, [`crate::gemm_packed::PackedBf16`]) and an f32 C.
+//! weights, [`super::types::PackedBf16`]) and an f32 C.
 //!
 //! The tile unit multiplies a 16×32 bf16 tile of A by a 32×16 bf16 tile of B (stored as 16
 //! rows of 16 pairs — exactly the rows of the packed panels) into a 16×16 f32 tile in one
@@ -30,8 +30,7 @@
 //! `NRT_SIM_AMX=0` turns both paths off (the AVX-512 BF16 and VNNI kernels then run), for
 //! comparisons.
 
-use crate::gemm_packed::{PackedBf16, TileEpilogue};
-use crate::matmul::Mat;
+use super::types::{Mat, PackedBf16, TileEpilogue};
 use crate::{KernelError, Workspace};
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -121,7 +120,7 @@ const PAIRS: usize = 16;
 /// docs). `b.nr` must be 32 or 64.
 ///
 /// # Safety
-/// As [`crate::gemm_packed::gemm_packed_bf16`]; [`bf16_available`]; `m, n, k ≥ 1`.
+/// As [`super::packed::gemm_packed_bf16`]; [`bf16_available`]; `m, n, k ≥ 1`.
 #[allow(clippy::too_many_arguments)]
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn gemm_packed_bf16(
@@ -158,7 +157,7 @@ pub unsafe fn gemm_packed_bf16(
             // SAFETY: A's row i is readable per the contract; AVX-512 F/BW/BF16 are present
             // (`bf16_available` checks them).
             unsafe {
-                crate::matmul_half::avx512::round_row(
+                super::types::avx512::round_row(
                     a.ptr.wrapping_offset(i as isize * a.rs),
                     a.cs,
                     &mut h[..k],

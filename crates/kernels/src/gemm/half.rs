@@ -9,14 +9,15 @@
 //! - **f16** with AVX-512F (`vcvtph2ps`, the 512-bit F16C): B's halves are widened in
 //!   registers and multiplied with A's f32 values (A is not rounded), same blocking.
 //! - Constant bf16 weights of larger products arrive packed in panels instead
-//!   (`matmul_flags::PACKED_B`) and run [`crate::gemm_packed::gemm_packed_bf16`].
+//!   (`matmul_flags::PACKED_B`) and run [`super::packed::gemm_packed_bf16`].
 //! - Both need B's columns contiguous along K (`[N, K]` storage: the layout the compiler
 //!   writes cast weights in). Any other layout, and machines without the features, widen B
 //!   to f32 in the workspace and run the f32 GEMM: slower, same results up to the f32
 //!   summation order (the bf16 path also rounds A, which the fallback does too).
 
+use super::sgemm::gemm_auto;
+use super::types::Mat;
 use crate::elem::{bf16_to_f32, f16_to_f32, f32_to_bf16};
-use crate::matmul::{Mat, gemm_auto};
 use crate::{KernelError, Workspace};
 
 /// Which 16-bit float B holds.
@@ -161,7 +162,7 @@ pub unsafe fn gemm_half(
 pub(crate) mod avx512 {
     use super::{HalfMat, KernelError, Mat};
     use crate::Workspace;
-    use crate::elem::f32_to_bf16;
+    use crate::gemm::types::avx512::round_row;
     use core::arch::x86_64::*;
 
     /// Covers `m×n` with blocks of up to 4×4, dispatching each block size to its
@@ -364,35 +365,6 @@ pub(crate) mod avx512 {
         }
         // SAFETY: the features of this function.
         unsafe { reduce(acc) }
-    }
-
-    /// Rounds `k` f32 (stride `s`) to bf16 into `out`, 32 at a time when contiguous.
-    ///
-    /// # Safety
-    /// `x` readable for `k` elements; AVX-512 F/BF16 present.
-    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
-    pub(crate) unsafe fn round_row(x: *const f32, s: isize, out: &mut [u16]) {
-        let k = out.len();
-        let mut p = 0;
-        if s == 1 {
-            while p + 32 <= k {
-                // SAFETY: 32 contiguous readable floats; 64 writable bytes of `out`.
-                unsafe {
-                    let lo = _mm512_loadu_ps(x.add(p));
-                    let hi = _mm512_loadu_ps(x.add(p + 16));
-                    let v = _mm512_cvtne2ps_pbh(hi, lo);
-                    _mm512_storeu_si512(
-                        out.as_mut_ptr().add(p) as *mut __m512i,
-                        core::mem::transmute::<__m512bh, __m512i>(v),
-                    );
-                }
-                p += 32;
-            }
-        }
-        for (q, o) in out.iter_mut().enumerate().skip(p) {
-            // SAFETY: readable per the contract.
-            *o = f32_to_bf16(unsafe { *x.offset(q as isize * s) });
-        }
     }
 
     /// bf16 `C = alpha·A·B` with `vdpbf16ps`.
