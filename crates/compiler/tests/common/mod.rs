@@ -1,6 +1,8 @@
 //! Helpers that build small ONNX models with the compiler's own prost messages.
 #![allow(dead_code)]
 
+pub mod fusion;
+
 use nrt_compiler::onnx::*;
 
 pub fn node(op: &str, ins: &[&str], outs: &[&str], attrs: Vec<AttributeProto>) -> NodeProto {
