@@ -1,6 +1,7 @@
 //! Helpers that build small ONNX models with the compiler's own prost messages.
 #![allow(dead_code)]
 
+pub mod e2e;
 pub mod fusion;
 
 use nrt_compiler::onnx::*;
