@@ -7,7 +7,7 @@ checks against ONNX Runtime:
     ./target/release/nrt conformance /tmp/fusions
 
 Each model is written as DIR/<name>/model.onnx (ort_oracle.py adds the inputs and ONNX
-Runtime's outputs). `tests/fusion.rs` checks what these patterns lower to; this checks that
+Runtime's outputs). `tests/fusion*.rs` check what these patterns lower to; this checks that
 the numbers are right.
 """
 import os
