@@ -37,6 +37,21 @@ pub(crate) fn sum(x: &[f32]) -> f32 {
     lanes[0]
 }
 
+/// Σx² with 16 independent lanes (vectorizes), the tail past the last whole group of 16
+/// added in order: the variance of `LayerNorm` and the mean square of `RmsNorm`.
+#[inline(always)]
+fn sum_of_squares(x: &[f32]) -> f32 {
+    let mut sq = [0.0f32; 16];
+    let mut it = x.chunks_exact(16);
+    for ch in &mut it {
+        for i in 0..16 {
+            sq[i] += ch[i] * ch[i];
+        }
+    }
+    let tail: f32 = it.remainder().iter().map(|v| v * v).sum();
+    sum(&sq) + tail
+}
+
 /// NaN-propagating maximum with 16 independent lanes.
 #[inline(always)]
 fn max(x: &[f32]) -> f32 {
@@ -279,15 +294,7 @@ pub unsafe fn layer_norm(
         for v in x.iter_mut() {
             *v -= mean;
         }
-        let mut sq = [0.0f32; 16];
-        let mut it = x.chunks_exact(16);
-        for ch in &mut it {
-            for i in 0..16 {
-                sq[i] += ch[i] * ch[i];
-            }
-        }
-        let tail: f32 = it.remainder().iter().map(|v| v * v).sum();
-        let var = (sum(&sq) + tail) * inv_l;
+        let var = sum_of_squares(x) * inv_l;
         let rstd = 1.0 / (var + eps).sqrt();
         for ((v, g), b) in x.iter_mut().zip(g.iter()).zip(bb.iter()) {
             *v = (*v * rstd).mul_add(*g, *b);
@@ -340,15 +347,7 @@ pub unsafe fn rms_norm(
                 gather_into(vg.at([a, b, c, 0]), vg.stride[3], g);
             }
         }
-        let mut sq = [0.0f32; 16];
-        let mut it = x.chunks_exact(16);
-        for ch in &mut it {
-            for i in 0..16 {
-                sq[i] += ch[i] * ch[i];
-            }
-        }
-        let tail: f32 = it.remainder().iter().map(|v| v * v).sum();
-        let rms = 1.0 / ((sum(&sq) + tail) * inv_l + eps).sqrt();
+        let rms = 1.0 / (sum_of_squares(x) * inv_l + eps).sqrt();
         for (v, g) in x.iter_mut().zip(g.iter()) {
             *v = *v * rms * *g;
         }
