@@ -21,7 +21,7 @@
 //! | PE | [`Op::MatMul`] (accumulate, transpose, batched, fused [`Epilogue`]: bias, residual, activation), [`Op::MatMulInteger`] (u8/i8 → i32), [`Op::Conv`] (direct or im2col) |
 //! | ACT | [`Op::Activation`]: `y = f(x·scale + bias)` for every [`ActFunc`] |
 //! | DVE | [`Op::Binary`], [`Op::TensorScalar`], [`Op::Select`], [`Op::Copy`] (cast, transpose), [`Op::Fill`] |
-//! | POOL | [`Op::Reduce`], [`Op::Pool`], [`Op::Softmax`], [`Op::DynamicQuantize`], [`Op::LayerNorm`], [`Op::Resize`], [`Op::Gather`], [`Op::GatherElements`], [`Op::ScatterElements`], [`Op::TopK`], [`Op::NonZero`], [`Op::Unique`], [`Op::NonMaxSuppression`] (data-dependent extents), [`Op::RoiAlign`], [`Op::DeformIm2col`], [`Op::Copy`], [`Op::Fill`] |
+//! | POOL | [`Op::Reduce`], [`Op::Pool`], [`Op::Softmax`], [`Op::DynamicQuantize`], [`Op::LayerNorm`], [`Op::RmsNorm`], [`Op::Resize`], [`Op::Gather`], [`Op::GatherElements`], [`Op::ScatterElements`], [`Op::TopK`], [`Op::NonZero`], [`Op::Unique`], [`Op::NonMaxSuppression`] (data-dependent extents), [`Op::RoiAlign`], [`Op::DeformIm2col`], [`Op::Copy`], [`Op::Fill`] |
 //! | SP | [`Op::DmaCopy`], [`Op::DmaDescriptors`], [`Op::SemSet`], [`Op::Notify`], [`Op::Barrier`] |
 //! | all | [`Op::End`], [`Op::Nop`], [`Op::Guard`] (predication: the instructions after it run only while its condition holds) |
 

@@ -125,205 +125,205 @@ impl Window {
 macro_rules! instruction_table {
     ($callback:ident $(, $arg:tt)*) => {
         $callback! { ($($arg),*)
-    /// End of block: the engine is done with this execution (writes its END record).
-    control::End on _ => {
-        /// [`super::Op::End`].
-        END = 0x01, HEADER_SIZE;
-    }
-    /// Does nothing (carries only synchronization).
-    control::Nop on _ => {
-        /// [`super::Op::Nop`].
-        NOP = 0x02, HEADER_SIZE;
-    }
-    /// Any engine: predication (NCM 1.6).
-    control::Guard on _ => {
-        /// [`super::Op::Guard`] (NCM 1.6).
-        GUARD = 0x03, HEADER_SIZE + AP_SIZE + 8;
-    }
-    /// SP: strided copy by the DMA engine (same shape and element type).
-    sp::DmaCopy on Engine::Sp => {
-        /// [`super::Op::DmaCopy`].
-        DMA_COPY = 0x10, HEADER_SIZE + 2 * AP_SIZE;
-    }
-    /// SP: run `count` DMA transfers ([`nrt_hal::TriggerPair`]s) stored at `table` — how a model
-    /// moves its inputs and outputs through the descriptors bind patched.
-    sp::DmaDescriptors on Engine::Sp => {
-        /// [`super::Op::DmaDescriptors`].
-        DMA_DESCRIPTORS = 0x11, HEADER_SIZE + 16;
-    }
-    /// SP: set a semaphore.
-    sp::SemSet on Engine::Sp => {
-        /// [`super::Op::SemSet`].
-        SEM_SET = 0x12, HEADER_SIZE + 8;
-    }
-    /// SP: write a custom notification record on this engine's ring.
-    sp::Notify on Engine::Sp => {
-        /// [`super::Op::Notify`].
-        NOTIFY = 0x13, HEADER_SIZE + 8;
-    }
-    /// SP: cross-core barrier: add 1 to a device-wide semaphore, then wait until it reaches `count`
-    /// (the number of cores of the execution).
-    sp::Barrier on Engine::Sp => {
-        /// [`super::Op::Barrier`].
-        BARRIER = 0x14, HEADER_SIZE + 8;
-    }
-    /// PE: `C (+)= alpha · op(A) · op(B)`, batched over the two leading dimensions, then the
-    /// optional [`Epilogue`] (bias, residual, activation) on each output tile.
-    pe::MatMul on Engine::Pe => {
-        /// [`super::Op::MatMul`].
-        MATMUL = 0x20, HEADER_SIZE + 3 * AP_SIZE + 8;
-        /// [`super::Op::MatMul`] with an [`super::Epilogue`] (NCM 1.1).
-        MATMUL_EPI = 0x22, HEADER_SIZE + 5 * AP_SIZE + 24;
-    }
-    /// PE: integer matrix product, `C = (A − a_zero)·(B − b_zero)` in i32 (wrapping), batched over
-    /// the two leading dimensions (ONNX MatMulInteger); with `scale`, the sums are converted to f32
-    /// and multiplied by it (ONNX Runtime's `MatMulIntegerToFloat`: a dynamically quantized layer's
-    /// `Cast` and `Mul` fused, [`opcode::MATMUL_INTEGER_SCALED`], NCM 1.7).
-    pe::MatMulInteger on Engine::Pe => {
-        /// [`super::Op::MatMulInteger`].
-        MATMUL_INTEGER = 0x23, HEADER_SIZE + 5 * AP_SIZE + 8;
-        /// [`super::Op::MatMulInteger`] with a `scale` (f32 results, NCM 1.7).
-        MATMUL_INTEGER_SCALED = 0x25, HEADER_SIZE + 6 * AP_SIZE + 8;
-    }
-    /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
-    pe::Conv on Engine::Pe => {
-        /// [`super::Op::Conv`].
-        CONV = 0x21, HEADER_SIZE + 5 * AP_SIZE + 48;
-        /// [`super::Op::Conv`] with an activation (NCM 1.5).
-        CONV_ACT = 0x24, HEADER_SIZE + 5 * AP_SIZE + 64;
-    }
-    /// ACT: `y = f(x · scale + bias)`.
-    act::Activation on Engine::Act => {
-        /// [`super::Op::Activation`].
-        ACTIVATION = 0x30, HEADER_SIZE + 3 * AP_SIZE + 24;
-    }
-    /// DVE: `out = a ∘ b` elementwise (broadcast by stride 0).
-    dve::Binary on Engine::Dve => {
-        /// [`super::Op::Binary`].
-        BINARY = 0x40, HEADER_SIZE + 3 * AP_SIZE + 8;
-    }
-    /// DVE: `out = a ∘ scalar` (or `scalar ∘ a` when `reverse`).
-    dve::TensorScalar on Engine::Dve => {
-        /// [`super::Op::TensorScalar`].
-        TENSOR_SCALAR = 0x41, HEADER_SIZE + 2 * AP_SIZE + 16;
-    }
-    /// DVE/POOL: strided copy, converting the element type if the two differ (transpose, slice,
-    /// concat, pad, expand, cast).
-    dve::Copy on Engine::Dve | Engine::Pool => {
-        /// [`super::Op::Copy`].
-        COPY = 0x42, HEADER_SIZE + 2 * AP_SIZE;
-    }
-    /// DVE: `out = cond ? a : b`.
-    dve::Select on Engine::Dve => {
-        /// [`super::Op::Select`].
-        SELECT = 0x43, HEADER_SIZE + 4 * AP_SIZE;
-    }
-    /// DVE/POOL: fill with one element value (its little-endian bits, zero-extended).
-    dve::Fill on Engine::Dve | Engine::Pool => {
-        /// [`super::Op::Fill`].
-        FILL = 0x44, HEADER_SIZE + AP_SIZE + 8;
-    }
-    /// POOL: reduce over the dimensions set in `axes` (bit i = dimension i); the output has size 1
-    /// there.
-    pool::Reduce on Engine::Pool => {
-        /// [`super::Op::Reduce`].
-        REDUCE = 0x50, HEADER_SIZE + 2 * AP_SIZE + 8;
-    }
-    /// POOL: max or average pooling windows over `[N, C, H, W]`.
-    pool::Pool on Engine::Pool => {
-        /// [`super::Op::Pool`].
-        POOL = 0x51, HEADER_SIZE + 2 * AP_SIZE + 48;
-    }
-    /// POOL: softmax (or log-softmax) over dimension 3, max-subtracted, fp32 accumulation.
-    pool::Softmax on Engine::Pool => {
-        /// [`super::Op::Softmax`].
-        SOFTMAX = 0x52, HEADER_SIZE + 2 * AP_SIZE + 8;
-    }
-    /// POOL: layer normalization over dimension 3: `(x − mean)/√(var + eps) · gamma + beta`.
-    pool::LayerNorm on Engine::Pool => {
-        /// [`super::Op::LayerNorm`].
-        LAYER_NORM = 0x53, HEADER_SIZE + 4 * AP_SIZE + 8;
-    }
-    /// POOL: RMS normalization over dimension 3: `x / √(mean(x²) + eps) · gamma` (NCM 1.9).
-    pool::RmsNorm on Engine::Pool => {
-        /// [`super::Op::RmsNorm`] (NCM 1.9).
-        RMS_NORM = 0x5F, HEADER_SIZE + 3 * AP_SIZE + 8;
-    }
-    /// POOL: ONNX `DynamicQuantizeLinear` in one instruction (NCM 1.8): the range of `input`
-    /// widened to include 0 gives `scale = (max − min)/255` (1 when the range is empty, as ONNX
-    /// Runtime) and `zero_point = round(clamp(−min/scale, 0, 255))`, then `output =
-    /// clamp(round(input/scale) + zero_point, 0, 255)` (rounding ties to even; a NaN element gives
-    /// 0, NaN elements do not widen the range).
-    pool::DynamicQuantize on Engine::Pool => {
-        /// [`super::Op::DynamicQuantize`] (NCM 1.8).
-        DYNAMIC_QUANTIZE = 0x5E, HEADER_SIZE + 4 * AP_SIZE + 8;
-    }
-    /// POOL: resize every dimension whose sizes differ.
-    pool::Resize on Engine::Pool => {
-        /// [`super::Op::Resize`].
-        RESIZE = 0x54, HEADER_SIZE + 2 * AP_SIZE + 24;
-    }
-    /// POOL: indexed copy along dimension 2: `out[a,b,i,d] = data[a,b,idx[i],d]`.
-    gather::Gather on Engine::Pool => {
-        /// [`super::Op::Gather`].
-        GATHER = 0x55, HEADER_SIZE + 3 * AP_SIZE;
-    }
-    /// POOL: gather along dimension `axis`, one index per output element: `out[p] = data[p with
-    /// p[axis] = idx[p]]` (ONNX GatherElements; with a broadcast indices operand it gathers whole
-    /// rows).
-    gather::GatherElements on Engine::Pool => {
-        /// [`super::Op::GatherElements`].
-        GATHER_ELEMENTS = 0x56, HEADER_SIZE + 3 * AP_SIZE + 8;
-    }
-    /// POOL: scatter along dimension `axis`, in element order: `out[p with p[axis] = idx[p]] =
-    /// out[…] ∘ updates[p]` for every position `p` of `updates` (ONNX ScatterElements / ScatterND
-    /// with a broadcast indices operand).
-    gather::ScatterElements on Engine::Pool => {
-        /// [`super::Op::ScatterElements`].
-        SCATTER_ELEMENTS = 0x57, HEADER_SIZE + 3 * AP_SIZE + 8;
-    }
-    /// POOL: the `K` largest (or smallest) elements of every row along dimension 3, in order (equal
-    /// elements: the lower index first; NaN above every number), and their indices (ONNX TopK).
-    gather::TopK on Engine::Pool => {
-        /// [`super::Op::TopK`].
-        TOP_K = 0x58, HEADER_SIZE + 3 * AP_SIZE + 8;
-    }
-    /// POOL: region-of-interest align (ONNX RoiAlign; NCM 1.4): for each region `r` (its `rois` row
-    /// `[x1, y1, x2, y2]` times `spatial_scale`, minus ½ with [`roi_flags::HALF_PIXEL`]) and each
-    /// output cell, the bilinear samples of a `grid × grid` lattice of the cell (`sampling_ratio`,
-    /// or `ceil(cell size)` when 0, capped at [`ROI_MAX_GRID`]) from image `batch_indices[r]` of
-    /// `input`, averaged (or their maximum, [`roi_flags::MAX`], of the weighted corner values as
-    /// ONNX Runtime takes it).
-    gather::RoiAlign on Engine::Pool => {
-        /// [`super::Op::RoiAlign`] (NCM 1.4).
-        ROI_ALIGN = 0x5C, HEADER_SIZE + 4 * AP_SIZE + 16;
-    }
-    /// POOL: the columns of a deformable convolution (ONNX DeformConv; NCM 1.4), for a MatMul with
-    /// the weights to finish: `cols[n, (c·kH + i)·kW + j, y, x]` is `mask[n, (g·kH + i)·kW + j, y,
-    /// x]` times the bilinear sample of `input[n, c]` (zero outside the image) at `(y·sH − padT +
-    /// i·dH + Δh, x·sW − padL + j·dW + Δw)`, where `g = c / (C / offset_groups)` and `(Δh, Δw)` is
-    /// `offset[n, ((g·kH + i)·kW + j)·2 + {0, 1}, y, x]`.
-    gather::DeformIm2col on Engine::Pool => {
-        /// [`super::Op::DeformIm2col`] (NCM 1.4).
-        DEFORM_IM2COL = 0x5D, HEADER_SIZE + 4 * AP_SIZE + 48;
-    }
-    /// POOL: the coordinates of the nonzero elements of `input` (ONNX NonZero; NCM 1.4), an output
-    /// whose extent depends on the data.
-    dynamic::NonZero on Engine::Pool => {
-        /// [`super::Op::NonZero`] (NCM 1.4).
-        NON_ZERO = 0x59, HEADER_SIZE + 3 * AP_SIZE;
-    }
-    /// POOL: the distinct slices `input[o, j, i]` (`j` along dimension 2, each slice the `(o, i)`
-    /// elements in order) of `input` (ONNX Unique; NCM 1.4).
-    dynamic::Unique on Engine::Pool => {
-        /// [`super::Op::Unique`] (NCM 1.4).
-        UNIQUE = 0x5A, HEADER_SIZE + 6 * AP_SIZE + 40;
-    }
-    /// POOL: greedy non-maximum suppression per batch and class (ONNX NonMaxSuppression; NCM 1.4).
-    dynamic::NonMaxSuppression on Engine::Pool => {
-        /// [`super::Op::NonMaxSuppression`] (NCM 1.4).
-        NON_MAX_SUPPRESSION = 0x5B, HEADER_SIZE + 7 * AP_SIZE + 16;
-    }
+            /// End of block: the engine is done with this execution (writes its END record).
+            control::End on _ => {
+                /// [`super::Op::End`].
+                END = 0x01, HEADER_SIZE;
+            }
+            /// Does nothing (carries only synchronization).
+            control::Nop on _ => {
+                /// [`super::Op::Nop`].
+                NOP = 0x02, HEADER_SIZE;
+            }
+            /// Any engine: predication (NCM 1.6).
+            control::Guard on _ => {
+                /// [`super::Op::Guard`] (NCM 1.6).
+                GUARD = 0x03, HEADER_SIZE + AP_SIZE + 8;
+            }
+            /// SP: strided copy by the DMA engine (same shape and element type).
+            sp::DmaCopy on Engine::Sp => {
+                /// [`super::Op::DmaCopy`].
+                DMA_COPY = 0x10, HEADER_SIZE + 2 * AP_SIZE;
+            }
+            /// SP: run `count` DMA transfers ([`nrt_hal::TriggerPair`]s) stored at `table` — how a model
+            /// moves its inputs and outputs through the descriptors bind patched.
+            sp::DmaDescriptors on Engine::Sp => {
+                /// [`super::Op::DmaDescriptors`].
+                DMA_DESCRIPTORS = 0x11, HEADER_SIZE + 16;
+            }
+            /// SP: set a semaphore.
+            sp::SemSet on Engine::Sp => {
+                /// [`super::Op::SemSet`].
+                SEM_SET = 0x12, HEADER_SIZE + 8;
+            }
+            /// SP: write a custom notification record on this engine's ring.
+            sp::Notify on Engine::Sp => {
+                /// [`super::Op::Notify`].
+                NOTIFY = 0x13, HEADER_SIZE + 8;
+            }
+            /// SP: cross-core barrier: add 1 to a device-wide semaphore, then wait until it reaches `count`
+            /// (the number of cores of the execution).
+            sp::Barrier on Engine::Sp => {
+                /// [`super::Op::Barrier`].
+                BARRIER = 0x14, HEADER_SIZE + 8;
+            }
+            /// PE: `C (+)= alpha · op(A) · op(B)`, batched over the two leading dimensions, then the
+            /// optional [`Epilogue`] (bias, residual, activation) on each output tile.
+            pe::MatMul on Engine::Pe => {
+                /// [`super::Op::MatMul`].
+                MATMUL = 0x20, HEADER_SIZE + 3 * AP_SIZE + 8;
+                /// [`super::Op::MatMul`] with an [`super::Epilogue`] (NCM 1.1).
+                MATMUL_EPI = 0x22, HEADER_SIZE + 5 * AP_SIZE + 24;
+            }
+            /// PE: integer matrix product, `C = (A − a_zero)·(B − b_zero)` in i32 (wrapping), batched over
+            /// the two leading dimensions (ONNX MatMulInteger); with `scale`, the sums are converted to f32
+            /// and multiplied by it (ONNX Runtime's `MatMulIntegerToFloat`: a dynamically quantized layer's
+            /// `Cast` and `Mul` fused, [`opcode::MATMUL_INTEGER_SCALED`], NCM 1.7).
+            pe::MatMulInteger on Engine::Pe => {
+                /// [`super::Op::MatMulInteger`].
+                MATMUL_INTEGER = 0x23, HEADER_SIZE + 5 * AP_SIZE + 8;
+                /// [`super::Op::MatMulInteger`] with a `scale` (f32 results, NCM 1.7).
+                MATMUL_INTEGER_SCALED = 0x25, HEADER_SIZE + 6 * AP_SIZE + 8;
+            }
+            /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
+            pe::Conv on Engine::Pe => {
+                /// [`super::Op::Conv`].
+                CONV = 0x21, HEADER_SIZE + 5 * AP_SIZE + 48;
+                /// [`super::Op::Conv`] with an activation (NCM 1.5).
+                CONV_ACT = 0x24, HEADER_SIZE + 5 * AP_SIZE + 64;
+            }
+            /// ACT: `y = f(x · scale + bias)`.
+            act::Activation on Engine::Act => {
+                /// [`super::Op::Activation`].
+                ACTIVATION = 0x30, HEADER_SIZE + 3 * AP_SIZE + 24;
+            }
+            /// DVE: `out = a ∘ b` elementwise (broadcast by stride 0).
+            dve::Binary on Engine::Dve => {
+                /// [`super::Op::Binary`].
+                BINARY = 0x40, HEADER_SIZE + 3 * AP_SIZE + 8;
+            }
+            /// DVE: `out = a ∘ scalar` (or `scalar ∘ a` when `reverse`).
+            dve::TensorScalar on Engine::Dve => {
+                /// [`super::Op::TensorScalar`].
+                TENSOR_SCALAR = 0x41, HEADER_SIZE + 2 * AP_SIZE + 16;
+            }
+            /// DVE/POOL: strided copy, converting the element type if the two differ (transpose, slice,
+            /// concat, pad, expand, cast).
+            dve::Copy on Engine::Dve | Engine::Pool => {
+                /// [`super::Op::Copy`].
+                COPY = 0x42, HEADER_SIZE + 2 * AP_SIZE;
+            }
+            /// DVE: `out = cond ? a : b`.
+            dve::Select on Engine::Dve => {
+                /// [`super::Op::Select`].
+                SELECT = 0x43, HEADER_SIZE + 4 * AP_SIZE;
+            }
+            /// DVE/POOL: fill with one element value (its little-endian bits, zero-extended).
+            dve::Fill on Engine::Dve | Engine::Pool => {
+                /// [`super::Op::Fill`].
+                FILL = 0x44, HEADER_SIZE + AP_SIZE + 8;
+            }
+            /// POOL: reduce over the dimensions set in `axes` (bit i = dimension i); the output has size 1
+            /// there.
+            pool::Reduce on Engine::Pool => {
+                /// [`super::Op::Reduce`].
+                REDUCE = 0x50, HEADER_SIZE + 2 * AP_SIZE + 8;
+            }
+            /// POOL: max or average pooling windows over `[N, C, H, W]`.
+            pool::Pool on Engine::Pool => {
+                /// [`super::Op::Pool`].
+                POOL = 0x51, HEADER_SIZE + 2 * AP_SIZE + 48;
+            }
+            /// POOL: softmax (or log-softmax) over dimension 3, max-subtracted, fp32 accumulation.
+            pool::Softmax on Engine::Pool => {
+                /// [`super::Op::Softmax`].
+                SOFTMAX = 0x52, HEADER_SIZE + 2 * AP_SIZE + 8;
+            }
+            /// POOL: layer normalization over dimension 3: `(x − mean)/√(var + eps) · gamma + beta`.
+            pool::LayerNorm on Engine::Pool => {
+                /// [`super::Op::LayerNorm`].
+                LAYER_NORM = 0x53, HEADER_SIZE + 4 * AP_SIZE + 8;
+            }
+            /// POOL: RMS normalization over dimension 3: `x / √(mean(x²) + eps) · gamma` (NCM 1.9).
+            pool::RmsNorm on Engine::Pool => {
+                /// [`super::Op::RmsNorm`] (NCM 1.9).
+                RMS_NORM = 0x5F, HEADER_SIZE + 3 * AP_SIZE + 8;
+            }
+            /// POOL: ONNX `DynamicQuantizeLinear` in one instruction (NCM 1.8): the range of `input`
+            /// widened to include 0 gives `scale = (max − min)/255` (1 when the range is empty, as ONNX
+            /// Runtime) and `zero_point = round(clamp(−min/scale, 0, 255))`, then `output =
+            /// clamp(round(input/scale) + zero_point, 0, 255)` (rounding ties to even; a NaN element gives
+            /// 0, NaN elements do not widen the range).
+            pool::DynamicQuantize on Engine::Pool => {
+                /// [`super::Op::DynamicQuantize`] (NCM 1.8).
+                DYNAMIC_QUANTIZE = 0x5E, HEADER_SIZE + 4 * AP_SIZE + 8;
+            }
+            /// POOL: resize every dimension whose sizes differ.
+            pool::Resize on Engine::Pool => {
+                /// [`super::Op::Resize`].
+                RESIZE = 0x54, HEADER_SIZE + 2 * AP_SIZE + 24;
+            }
+            /// POOL: indexed copy along dimension 2: `out[a,b,i,d] = data[a,b,idx[i],d]`.
+            gather::Gather on Engine::Pool => {
+                /// [`super::Op::Gather`].
+                GATHER = 0x55, HEADER_SIZE + 3 * AP_SIZE;
+            }
+            /// POOL: gather along dimension `axis`, one index per output element: `out[p] = data[p with
+            /// p[axis] = idx[p]]` (ONNX GatherElements; with a broadcast indices operand it gathers whole
+            /// rows).
+            gather::GatherElements on Engine::Pool => {
+                /// [`super::Op::GatherElements`].
+                GATHER_ELEMENTS = 0x56, HEADER_SIZE + 3 * AP_SIZE + 8;
+            }
+            /// POOL: scatter along dimension `axis`, in element order: `out[p with p[axis] = idx[p]] =
+            /// out[…] ∘ updates[p]` for every position `p` of `updates` (ONNX ScatterElements / ScatterND
+            /// with a broadcast indices operand).
+            gather::ScatterElements on Engine::Pool => {
+                /// [`super::Op::ScatterElements`].
+                SCATTER_ELEMENTS = 0x57, HEADER_SIZE + 3 * AP_SIZE + 8;
+            }
+            /// POOL: the `K` largest (or smallest) elements of every row along dimension 3, in order (equal
+            /// elements: the lower index first; NaN above every number), and their indices (ONNX TopK).
+            gather::TopK on Engine::Pool => {
+                /// [`super::Op::TopK`].
+                TOP_K = 0x58, HEADER_SIZE + 3 * AP_SIZE + 8;
+            }
+            /// POOL: region-of-interest align (ONNX RoiAlign; NCM 1.4): for each region `r` (its `rois` row
+            /// `[x1, y1, x2, y2]` times `spatial_scale`, minus ½ with [`roi_flags::HALF_PIXEL`]) and each
+            /// output cell, the bilinear samples of a `grid × grid` lattice of the cell (`sampling_ratio`,
+            /// or `ceil(cell size)` when 0, capped at [`ROI_MAX_GRID`]) from image `batch_indices[r]` of
+            /// `input`, averaged (or their maximum, [`roi_flags::MAX`], of the weighted corner values as
+            /// ONNX Runtime takes it).
+            gather::RoiAlign on Engine::Pool => {
+                /// [`super::Op::RoiAlign`] (NCM 1.4).
+                ROI_ALIGN = 0x5C, HEADER_SIZE + 4 * AP_SIZE + 16;
+            }
+            /// POOL: the columns of a deformable convolution (ONNX DeformConv; NCM 1.4), for a MatMul with
+            /// the weights to finish: `cols[n, (c·kH + i)·kW + j, y, x]` is `mask[n, (g·kH + i)·kW + j, y,
+            /// x]` times the bilinear sample of `input[n, c]` (zero outside the image) at `(y·sH − padT +
+            /// i·dH + Δh, x·sW − padL + j·dW + Δw)`, where `g = c / (C / offset_groups)` and `(Δh, Δw)` is
+            /// `offset[n, ((g·kH + i)·kW + j)·2 + {0, 1}, y, x]`.
+            gather::DeformIm2col on Engine::Pool => {
+                /// [`super::Op::DeformIm2col`] (NCM 1.4).
+                DEFORM_IM2COL = 0x5D, HEADER_SIZE + 4 * AP_SIZE + 48;
+            }
+            /// POOL: the coordinates of the nonzero elements of `input` (ONNX NonZero; NCM 1.4), an output
+            /// whose extent depends on the data.
+            dynamic::NonZero on Engine::Pool => {
+                /// [`super::Op::NonZero`] (NCM 1.4).
+                NON_ZERO = 0x59, HEADER_SIZE + 3 * AP_SIZE;
+            }
+            /// POOL: the distinct slices `input[o, j, i]` (`j` along dimension 2, each slice the `(o, i)`
+            /// elements in order) of `input` (ONNX Unique; NCM 1.4).
+            dynamic::Unique on Engine::Pool => {
+                /// [`super::Op::Unique`] (NCM 1.4).
+                UNIQUE = 0x5A, HEADER_SIZE + 6 * AP_SIZE + 40;
+            }
+            /// POOL: greedy non-maximum suppression per batch and class (ONNX NonMaxSuppression; NCM 1.4).
+            dynamic::NonMaxSuppression on Engine::Pool => {
+                /// [`super::Op::NonMaxSuppression`] (NCM 1.4).
+                NON_MAX_SUPPRESSION = 0x5B, HEADER_SIZE + 7 * AP_SIZE + 16;
+            }
         }
     };
 }
