@@ -71,6 +71,7 @@ impl ModelBuilder {
             dtype,
             shape: shape.to_vec(),
             mem_ref: 0,
+            in_place_of: None,
         };
         // Saturating: an oversized shape must reach the decoder's check, not wrap to a
         // plausible size here.
@@ -92,6 +93,13 @@ impl ModelBuilder {
     /// Adds an output; returns its var_id (I/O index).
     pub fn output(&mut self, name: &str, dtype: DType, shape: &[u32]) -> u32 {
         self.add_io(name, Usage::Output, dtype, shape)
+    }
+
+    /// Declares output `output` an in-place update of input `input` (both var_ids): the
+    /// caller binds one tensor to both, and the program writes only what it changes.
+    pub fn in_place(&mut self, output: u32, input: u32) -> &mut Self {
+        self.io[output as usize].in_place_of = Some(input);
+        self
     }
 
     /// The plan entry of I/O tensor `var_id`.

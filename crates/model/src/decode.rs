@@ -455,6 +455,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
     c.check_count(count, 12, &f("io.count"))?;
     let mut io: Vec<IoTensor> = Vec::with_capacity(count as usize);
     let mut io_ref_seen = vec![false; mem_refs.len()];
+    let mut in_place_at_of: Vec<(usize, u64)> = Vec::new();
     for i in 0..count as usize {
         let fi = move |x: &str| format!("io[{i}].{x}");
         let at = c.at();
@@ -488,7 +489,9 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
                 K::OutOfRange(rank as u64),
             ));
         }
-        c.zeros(3, &|| fi("reserved"))?;
+        let in_place_at = c.at();
+        let in_place = c.u16(&|| fi("in_place_of"))?;
+        c.zeros(1, &|| fi("reserved"))?;
         let mr_at = c.at();
         let mem_ref = c.u32(&|| fi("mem_ref"))?;
         let shape_at = c.at();
@@ -512,7 +515,11 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
             dtype,
             shape,
             mem_ref,
+            in_place_of: in_place.checked_sub(1).map(u32::from),
         };
+        if in_place != 0 {
+            in_place_at_of.push((i, in_place_at));
+        }
         let mr = mem_refs.get(mem_ref as usize).ok_or(ModelError::new(
             mr_at,
             fi("mem_ref"),
@@ -554,6 +561,7 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
     if c.left() != 0 {
         return Err(c.err("io", K::BadSection("bytes after the last I/O tensor")));
     }
+    check_in_place(&io, &in_place_at_of)?;
     let mut descriptor_tables = 0;
     for (i, m) in mem_refs.iter().enumerate() {
         match m.kind {
@@ -767,3 +775,39 @@ pub(crate) fn decode(bytes: &[u8]) -> R<CompiledModel> {
 }
 
 const NUM_ENGINES_U64: u64 = nrt_hal::NUM_ENGINES as u64;
+
+/// The in-place pairs of the I/O table (NCM 1.10): each names an input of the same element
+/// type and shape, from an output, and no input is updated by two outputs.
+fn check_in_place(io: &[IoTensor], at_of: &[(usize, u64)]) -> Result<(), ModelError> {
+    let mut claimed = Vec::with_capacity(at_of.len());
+    for &(i, at) in at_of {
+        let fi = format!("io[{i}].in_place_of");
+        let t = &io[i];
+        let Some(k) = t.in_place_of else { continue };
+        let bad = |why| Err(ModelError::new(at, fi.clone(), K::Inconsistent(why)));
+        if t.usage != Usage::Output {
+            return bad("only an output can update an input in place");
+        }
+        let Some(src) = io.get(k as usize) else {
+            return Err(ModelError::new(
+                at,
+                fi,
+                K::OutOfRangeId {
+                    id: k as u64,
+                    limit: io.len() as u64,
+                },
+            ));
+        };
+        if src.usage != Usage::Input {
+            return bad("an in-place output must name an input");
+        }
+        if src.dtype != t.dtype || src.shape != t.shape {
+            return bad("an in-place output must have its input's element type and shape");
+        }
+        if claimed.contains(&k) {
+            return bad("two outputs update the same input in place");
+        }
+        claimed.push(k);
+    }
+    Ok(())
+}

@@ -27,7 +27,9 @@ fn io(m: &CompiledModel) -> Vec<u8> {
         s.push(t.usage as u8);
         s.push(t.dtype.code());
         s.push(t.shape.len() as u8);
-        s.extend_from_slice(&[0u8; 3]);
+        let in_place = t.in_place_of.map_or(0, |i| i as u16 + 1);
+        s.extend_from_slice(&in_place.to_le_bytes());
+        s.push(0);
         s.extend_from_slice(&t.mem_ref.to_le_bytes());
         for d in &t.shape {
             s.extend_from_slice(&d.to_le_bytes());

@@ -59,7 +59,7 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   (range, scale, zero point and the u8 tensor) in one instruction.
 /// - 1.9: the `RmsNorm` instruction (POOL, `0x5F`): `x / √(mean(x²) + eps) · gamma` over
 ///   the last dimension, the normalization of decoder LLMs.
-pub const VERSION_MINOR: u16 = 9;
+pub const VERSION_MINOR: u16 = 10;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.
@@ -119,6 +119,10 @@ pub struct IoTensor {
     pub shape: Vec<u32>,
     /// The plan entry (kind [`MemRefKind::Io`]) holding the tensor on the device.
     pub mem_ref: u32,
+    /// For an output: the input it updates **in place** (its var_id), since NCM 1.10. The
+    /// program writes only what changes (a KV cache's new rows), so the caller binds the
+    /// same tensor to both; same element type and shape, at most one output per input.
+    pub in_place_of: Option<u32>,
 }
 
 impl IoTensor {

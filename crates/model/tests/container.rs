@@ -625,3 +625,60 @@ fn a_version_1_1_matmul_reads_b_as_stored() {
         m
     );
 }
+
+/// NCM 1.10: an in-place pair round-trips; one that names an output, another shape, an
+/// index past the table, or an input already claimed is refused, naming the field.
+#[test]
+fn in_place_pairs_round_trip_and_bad_ones_are_refused() {
+    let build = |f: &dyn Fn(&mut ModelBuilder, [u32; 4])| {
+        let mut b = ModelBuilder::new("state", 1);
+        let s = b.input("s", DType::F32, &[4]);
+        let t = b.input("t", DType::F32, &[2]);
+        let o = b.output("o", DType::F32, &[4]);
+        let p = b.output("p", DType::F32, &[4]);
+        f(&mut b, [s, t, o, p]);
+        b.build()
+    };
+    let ok = build(&|b, [s, _, o, _]| {
+        b.in_place(o, s);
+    });
+    let back = CompiledModel::decode(&ok.encode()).unwrap();
+    assert_eq!(back.io[2].in_place_of, Some(0));
+    assert_eq!(back.io, ok.io);
+    let bad = |m: CompiledModel, why: &str| {
+        let e = err(&m.encode());
+        assert!(e.field.ends_with("in_place_of"), "{e}");
+        assert!(e.to_string().contains(why), "{why}: {e}");
+    };
+    bad(
+        build(&|b, [_, _, o, p]| {
+            b.in_place(o, p);
+        }),
+        "must name an input",
+    );
+    bad(
+        build(&|b, [s, t, _, _]| {
+            b.in_place(t, s);
+        }),
+        "only an output",
+    );
+    bad(
+        build(&|b, [_, t, o, _]| {
+            b.in_place(o, t);
+        }),
+        "shape",
+    );
+    bad(
+        build(&|b, [s, _, o, p]| {
+            b.in_place(o, s);
+            b.in_place(p, s);
+        }),
+        "same input",
+    );
+    bad(
+        build(&|b, [_, _, o, _]| {
+            b.in_place(o, 9);
+        }),
+        "",
+    );
+}
