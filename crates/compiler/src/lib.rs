@@ -85,6 +85,11 @@ pub struct CompileOptions {
     pub auto_cast: AutoCast,
     /// The reduced precision (`--auto-cast-type`).
     pub auto_cast_type: CastType,
+    /// In-place state, output name → input name: each output is a `ScatterND` into the
+    /// input (its only reader), of the same type and shape. The compiled model declares the
+    /// pair (NCM 1.10), the caller binds one tensor to both, and the program writes only the
+    /// scattered rows — a decoder's KV cache updated without copying it.
+    pub in_place: BTreeMap<String, String>,
 }
 
 /// What `nrt compile --auto-cast` casts to reduced precision (the option names of the
@@ -132,6 +137,7 @@ impl Default for CompileOptions {
             name: None,
             auto_cast: AutoCast::None,
             auto_cast_type: CastType::Bf16,
+            in_place: BTreeMap::new(),
         }
     }
 }

@@ -150,6 +150,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
             }
         }
     }
+    let in_place = declare_in_place(g, opts, &mut b, &consumers, &out_vars)?;
     let graph_outputs: std::collections::HashSet<ValueId> = g.outputs.iter().copied().collect();
     let fused = find_activations(g, &live, &consumers, &graph_outputs);
     let mut skip = vec![false; g.nodes.len()];
@@ -180,6 +181,7 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         out_vars,
         shape_vars,
         consumers,
+        in_place,
         skip,
         lowered_nodes: 0,
     };
@@ -325,4 +327,69 @@ pub(crate) fn compile_graph(g: &Graph, opts: &CompileOptions) -> Result<Compiled
         nodes: (g.nodes.len(), folded, lowered_nodes),
     };
     Ok(Compiled { model, report })
+}
+
+/// Checks and declares the in-place pairs of [`CompileOptions::in_place`]: output `o` must be
+/// what a `ScatterND` of input `i` produces, with `i` read by nothing else (the program reads
+/// the old rows from `o`'s buffer, which is `i`'s tensor at run time). Returns the outputs
+/// whose scatter skips its copy.
+fn declare_in_place(
+    g: &Graph,
+    opts: &CompileOptions,
+    b: &mut ModelBuilder,
+    consumers: &[Vec<usize>],
+    out_vars: &HashMap<ValueId, Vec<u32>>,
+) -> Result<std::collections::HashSet<ValueId>> {
+    let mut set = std::collections::HashSet::new();
+    let err = |m: String| CompileError::new(ErrorKind::UnsupportedOp, m);
+    for (out_name, in_name) in &opts.in_place {
+        let find = |list: &[ValueId], what: &str, name: &str| {
+            list.iter()
+                .position(|&v| g.values[v].name == *name)
+                .ok_or_else(|| err(format!("in-place pair: the model has no {what} '{name}'")))
+        };
+        let ik = find(&g.inputs, "input", in_name)?;
+        let ok = find(&g.outputs, "output", out_name)?;
+        let (iv, ov) = (g.inputs[ik], g.outputs[ok]);
+        let (iva, ova) = (&g.values[iv], &g.values[ov]);
+        if iva.dtype != ova.dtype || iva.shape != ova.shape {
+            return Err(err(format!(
+                "in-place pair: output '{out_name}' is {:?} {} but input '{in_name}' is {:?} {}",
+                ova.shape, ova.dtype, iva.shape, iva.dtype
+            )));
+        }
+        let producer = g
+            .nodes
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.outputs.first().copied().flatten() == Some(ov));
+        let scatter = producer.filter(|(_, n)| {
+            n.op == "ScatterND" && n.inputs.first().copied().flatten() == Some(iv)
+        });
+        let Some((ni, _)) = scatter else {
+            return Err(err(format!(
+                "in-place pair: output '{out_name}' must be a ScatterND into input '{in_name}' \
+                 (it is produced by {})",
+                producer.map_or("no node".to_owned(), |(_, n)| format!(
+                    "{} '{}'",
+                    n.op, n.name
+                ))
+            )));
+        };
+        if consumers[iv].iter().any(|&c| c != ni) {
+            return Err(err(format!(
+                "in-place pair: input '{in_name}' is read by other nodes than the ScatterND \
+                 into output '{out_name}' (read the output instead: it holds the updated state)"
+            )));
+        }
+        let vars = out_vars.get(&ov).map_or(&[][..], Vec::as_slice);
+        if set.contains(&ov) || vars.len() != 1 {
+            return Err(err(format!(
+                "in-place pair: output '{out_name}' is also another output of the model"
+            )));
+        }
+        set.insert(ov);
+        b.in_place(vars[0], ik as u32);
+    }
+    Ok(set)
 }

@@ -86,6 +86,10 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) shape_vars: HashMap<ValueId, u32>,
     /// Live consumers of each value (nodes).
     pub(crate) consumers: Vec<Vec<usize>>,
+    /// Outputs declared in place over an input ([`crate::CompileOptions::in_place`]): their
+    /// buffer already holds the input's data when the program starts, so their `ScatterND`
+    /// writes only the updates.
+    pub(crate) in_place: std::collections::HashSet<ValueId>,
     pub(crate) skip: Vec<bool>,
     pub(crate) lowered_nodes: usize,
 }

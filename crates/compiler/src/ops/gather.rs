@@ -864,9 +864,11 @@ impl<'a> Lowerer<'a> {
         let tuples: usize = iv.shape[..q - 1].iter().product();
         let slice: usize = xv.shape[k..].iter().product();
         let total_rows: usize = xv.shape[..k].iter().product();
-        let x = self.input_view(n, 0)?;
         let y = self.alloc(o0);
-        self.copy(Engine::Pool, &x, &y)?;
+        if !self.in_place.contains(&o0) {
+            let x = self.input_view(n, 0)?;
+            self.copy(Engine::Pool, &x, &y)?;
+        }
         if tuples * slice == 0 {
             return Ok(());
         }
