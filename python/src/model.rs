@@ -119,6 +119,7 @@ impl Model {
         drop(decoded);
         let opts = LoadOptions {
             exec_timeout: timeout.map(exec_timeout).transpose()?,
+            ..Default::default()
         };
         let vnc = i32::try_from(core).map_err(|_| invalid(format!("core={core}")))?;
         let m = py

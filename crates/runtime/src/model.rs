@@ -28,6 +28,15 @@ use std::time::Duration;
 pub struct LoadOptions {
     /// Execution timeout; `None` reads `NEURON_RT_EXEC_TIMEOUT` (default 30 s).
     pub exec_timeout: Option<Duration>,
+    /// **Resident I/O**: device tensors bound to inputs (by name) once, at load. The program
+    /// reads (and, for an in-place output over such an input, writes) the tensor where it
+    /// lies: nothing is copied per execution, and several models can share one tensor —
+    /// an LLM's programs all read the same weights and update the same KV cache. An
+    /// execution may leave a resident input (or its in-place output) out of its sets, or
+    /// pass the same tensor; another tensor is refused. The tensor must be a device tensor
+    /// of the model's logical core, of the input's size, 64-byte aligned; it stays alive
+    /// while the model is loaded.
+    pub resident: Vec<(String, Tensor)>,
 }
 
 /// What a model input or output is (`nrt_tensor_info_t`).
@@ -43,10 +52,18 @@ pub struct TensorInfo {
     pub dtype: DType,
     /// Shape.
     pub shape: Vec<u32>,
+    /// For an output that updates an input in place (in-place state, NCM 1.10): that
+    /// input's name. Bind the same tensor to both.
+    pub in_place_of: Option<String>,
 }
 
 pub(crate) struct IoBinding {
     pub(crate) info: TensorInfo,
+    /// The tensor bound at load ([`LoadOptions::resident`]; an in-place output shares its
+    /// input's): the program addresses it directly, no descriptor copies it.
+    pub(crate) resident: Option<Tensor>,
+    /// The index in the model's I/O of the input this output updates in place.
+    pub(crate) in_place_of: Option<usize>,
     /// PA of the MR_IO buffer the instructions read or write.
     pub(crate) buf: DevAddr,
 }
@@ -83,6 +100,9 @@ pub(crate) struct IoSet {
 // the execution is done (done word, Acquire); the harvest reads it only in between.
 unsafe impl Sync for IoSet {}
 
+/// One set's host-clone buffers: per I/O its device address and host mapping.
+pub(crate) type HostClones = Vec<(DevAddr, DeviceMapping)>;
+
 pub(crate) struct IoSets {
     /// Host view of all sets' descriptor tables (`sets × stride` bytes).
     pub(crate) table: Option<DeviceMapping>,
@@ -90,8 +110,9 @@ pub(crate) struct IoSets {
     pub(crate) sets: Box<[IoSet]>,
     /// Free sets, one bit each.
     pub(crate) free: AtomicU64,
-    /// Host-clone buffers: `clone[s][i]` for the first `HOST_CLONE_SETS` sets.
-    pub(crate) clone: Vec<Vec<(DevAddr, DeviceMapping)>>,
+    /// Host-clone buffers: `clone[s][i]` for the first `HOST_CLONE_SETS` sets, allocated by
+    /// the first bind of host tensors with set `s` ([`ModelShared::host_clones`]).
+    pub(crate) clone: Box<[std::sync::OnceLock<HostClones>]>,
 }
 
 impl IoSets {
@@ -179,6 +200,54 @@ pub(crate) struct ModelShared {
 impl ModelShared {
     pub(crate) fn tensor_info(&self) -> Vec<TensorInfo> {
         self.io.iter().map(|b| b.info.clone()).collect()
+    }
+
+    /// Set `s`'s host-clone buffers, allocated now if this is the set's first bind of host
+    /// tensors. The caller owns set `s` (from `IoSets::acquire`), so nobody else fills it.
+    /// Device memory running out is an error naming the model, not an abort.
+    #[cold]
+    pub(crate) fn host_clones(
+        &self,
+        dev: &dyn Device,
+        s: u32,
+    ) -> Result<&[(DevAddr, DeviceMapping)]> {
+        let cell = &self.io_sets.clone[s as usize];
+        if let Some(v) = cell.get() {
+            return Ok(v);
+        }
+        let mut v = Vec::with_capacity(self.io.len());
+        let mut got: Vec<DevAddr> = Vec::with_capacity(self.io.len());
+        let fail = |got: &[DevAddr], e: String| {
+            for &a in got {
+                let _ = dev.mem_free(a);
+            }
+            NrtError::new(
+                NrtStatus::Resource,
+                format!(
+                    "model '{}': cannot allocate the device buffers that host tensors are \
+                     copied through ({e}); bind device tensors instead",
+                    self.name
+                ),
+            )
+        };
+        for b in &self.io {
+            let a = dev.mem_alloc(b.info.size.max(1), 64).map_err(|e| {
+                fail(
+                    &got,
+                    format!("'{}', {} bytes: {e}", b.info.name, b.info.size),
+                )
+            })?;
+            got.push(a);
+            let m = dev
+                .map(a, b.info.size)
+                .map_err(|e| fail(&got, format!("'{}': {e}", b.info.name)))?;
+            v.push((a, m));
+        }
+        self.allocations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(&got);
+        Ok(cell.get_or_init(|| v))
     }
 
     /// Frees the device resources (at unload, once nothing is in flight).
@@ -283,6 +352,7 @@ pub(crate) fn load(
         Some(t) => t.max(tuning::MIN_EXEC_TIMEOUT),
         None => crate::config::exec_timeout_from_env()?,
     };
+    let resident = resident_io(&m, vcore, opts)?;
     let mut allocs = Allocs {
         dev,
         rt,
@@ -342,12 +412,18 @@ pub(crate) fn load(
             MemRefKind::VirtualTmpBuf => Some(vec![scratch + r.offset]),
             MemRefKind::Sb => Some(sb.iter().map(|b| b + r.offset).collect()),
             MemRefKind::Io => {
-                let name = &m.io[r.offset as usize].name;
-                Some(vec![allocs.alloc(
-                    r.size,
-                    r.align,
-                    &format!("tensor '{name}'"),
-                )?])
+                let k = r.offset as usize;
+                let name = &m.io[k].name;
+                match (&resident[k], m.io[k].in_place_of) {
+                    (Some(t), _) => Some(vec![t.device_address().expect("checked: device")]),
+                    // An in-place output shares its input's buffer (filled later).
+                    (None, Some(_)) => None,
+                    (None, None) => Some(vec![allocs.alloc(
+                        r.size,
+                        r.align,
+                        &format!("tensor '{name}'"),
+                    )?]),
+                }
             }
             MemRefKind::IoDescriptors => {
                 stride = r.size.next_multiple_of(64);
@@ -357,6 +433,13 @@ pub(crate) fn load(
             }
             MemRefKind::Remote => None,
         };
+    }
+    // In-place outputs: the buffer of the input they update (so the program starts from
+    // the input's data whether or not the tensor is resident).
+    for t in m.io.iter() {
+        if let Some(k) = t.in_place_of {
+            pa[t.mem_ref as usize] = pa[m.io[k as usize].mem_ref as usize].clone();
+        }
     }
     let addr_of = |mr: u32, core: usize| -> Option<DevAddr> {
         let v = pa[mr as usize].as_ref()?;
@@ -396,35 +479,37 @@ pub(crate) fn load(
     // 3. I/O buffers, descriptor sets, host-clone buffers.
     let io: Vec<IoBinding> =
         m.io.iter()
-            .map(|t| IoBinding {
+            .enumerate()
+            .map(|(k, t)| IoBinding {
                 info: TensorInfo {
                     name: t.name.clone(),
                     usage: t.usage,
                     size: t.byte_size(),
                     dtype: t.dtype,
                     shape: t.shape.clone(),
+                    in_place_of: t.in_place_of.map(|k| m.io[k as usize].name.clone()),
                 },
+                in_place_of: t.in_place_of.map(|k| k as usize),
+                resident: resident[k].clone(),
                 buf: addr_of(t.mem_ref, 0).expect("MR_IO entries are always staged"),
             })
             .collect();
-    let clone_sets = tuning::HOST_CLONE_SETS as usize;
-    let mut clone = Vec::with_capacity(clone_sets);
-    for s in 0..clone_sets {
-        let mut v = Vec::with_capacity(io.len());
-        for b in &io {
-            let a = allocs.alloc(
-                b.info.size,
-                64,
-                &format!("the host clone of '{}' (set {s})", b.info.name),
-            )?;
-            v.push((a, allocs.map(a, b.info.size)?));
-        }
-        clone.push(v);
-    }
+    // Host-clone buffers are allocated by the first bind of host tensors that uses a set
+    // ([`ModelShared::host_clones`]): a model bound only to device tensors (an LLM program
+    // whose inputs are the weights and the KV cache) never pays `HOST_CLONE_SETS` copies of
+    // its whole I/O.
+    let clone = (0..tuning::HOST_CLONE_SETS)
+        .map(|_| std::sync::OnceLock::new())
+        .collect();
     if let Some((_, map)) = &io_table {
         for s in 0..sets {
             for (i, b) in io.iter().enumerate() {
-                let len = b.info.size as u32;
+                // A resident tensor is where the program reads it: nothing to copy.
+                let len = if b.resident.is_some() {
+                    0
+                } else {
+                    b.info.size as u32
+                };
                 let pair = TriggerPair::new(DmaKind::Data, b.buf, b.buf, len, 0);
                 map.write(
                     s * stride as usize + i * TRIGGER_PAIR_SIZE,
@@ -519,4 +604,71 @@ pub(crate) fn load(
         service: nrt_hal::SpinBudget::new(),
         published,
     })
+}
+
+/// The tensor bound at load to each I/O (by index), from [`LoadOptions::resident`]: each
+/// named input checked (a device tensor of this logical core, of the input's size, aligned),
+/// and every in-place output over a resident input resident with it.
+fn resident_io(
+    m: &CompiledModel,
+    vcore: &VCore,
+    opts: &LoadOptions,
+) -> Result<Vec<Option<Tensor>>> {
+    let mut out: Vec<Option<Tensor>> = vec![None; m.io.len()];
+    for (name, t) in &opts.resident {
+        let bad = |why: String| {
+            NrtError::invalid(format!(
+                "resident input '{name}' of model '{}': {why}",
+                m.name
+            ))
+        };
+        let Some(k) = m.io.iter().position(|x| &x.name == name) else {
+            return Err(bad("the model has no such input".into()));
+        };
+        let io = &m.io[k];
+        if io.usage != Usage::Input {
+            return Err(bad(
+                "it is an output; name the input it updates in place".into()
+            ));
+        }
+        let Some(addr) = t.device_address() else {
+            return Err(bad(format!("tensor '{}' is not a device tensor", t.name())));
+        };
+        if t.vnc() != vcore.index as i32 {
+            return Err(bad(format!(
+                "tensor '{}' lives on logical NeuronCore {}, the model on {}",
+                t.name(),
+                t.vnc(),
+                vcore.index
+            )));
+        }
+        if t.size() != io.byte_size() {
+            return Err(bad(format!(
+                "tensor '{}' is {} bytes; the input is {}",
+                t.name(),
+                t.size(),
+                io.byte_size()
+            )));
+        }
+        let align = m
+            .mem_refs
+            .get(io.mem_ref as usize)
+            .map_or(64, |r| r.align.max(1));
+        if addr % align != 0 {
+            return Err(bad(format!(
+                "tensor '{}' is not {align}-byte aligned (a slice at an unaligned offset)",
+                t.name()
+            )));
+        }
+        if out[k].is_some() {
+            return Err(bad("named twice".into()));
+        }
+        out[k] = Some(t.clone());
+    }
+    for (i, io) in m.io.iter().enumerate() {
+        if let Some(k) = io.in_place_of {
+            out[i] = out[k as usize].clone();
+        }
+    }
+    Ok(out)
 }

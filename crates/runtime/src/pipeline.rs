@@ -29,7 +29,7 @@ use crate::RuntimeInner;
 use crate::error::{NrtError, Result};
 use crate::harvest;
 use crate::model::{IoSets, ModelShared, STATE_LOADED};
-use crate::tensor::{Storage, TensorSet};
+use crate::tensor::{Storage, Tensor, TensorSet};
 use crate::vcore::{InflightSlot, SlotInfo, Surface, VCore, VcoreCounters};
 use nrt_hal::wire::{
     EXEC_REQUEST_SIZE, EXEC_RING_SLOT_SIZE, REQUEST_SLOT_EVENT_OFFSET, REQUEST_SLOT_SIZE,
@@ -128,12 +128,21 @@ fn validate_inner(
             Usage::Input => (inputs, "input"),
             Usage::Output => (outputs, "output"),
         };
-        let t = set.get(&b.info.name).ok_or_else(|| {
-            NrtError::invalid(format!(
+        let Some(t) = set.get(&b.info.name) else {
+            if b.resident.is_some() {
+                continue; // bound at load
+            }
+            return Err(NrtError::invalid(format!(
                 "{what} tensor '{}' of model '{}' is missing from the {what} set",
                 b.info.name, model.name
-            ))
-        })?;
+            )));
+        };
+        if let Some(r) = &b.resident {
+            if !same_storage(r, t) {
+                return Err(resident_mismatch(model, b, r, t));
+            }
+            continue;
+        }
         if !t.belongs_to(rt) {
             return Err(NrtError::invalid(format!(
                 "tensor '{}' bound to {what} '{}' belongs to another runtime instance",
@@ -167,8 +176,68 @@ fn validate_inner(
             }
             any_host = true;
         }
+        if let Some(k) = b.in_place_of {
+            check_in_place(model, b, k, inputs, t)?;
+        }
     }
     Ok(any_host)
+}
+
+/// One tensor, or two handles of the same bytes (slices of one allocation at one offset).
+fn same_storage(a: &Tensor, b: &Tensor) -> bool {
+    a.same(b)
+        || (a.size() == b.size()
+            && match (a.device_address(), b.device_address()) {
+                (Some(x), Some(y)) => x == y,
+                (None, None) => a.host_ptr() == b.host_ptr(),
+                _ => false,
+            })
+}
+
+/// The error of an execution that passes another tensor than the one bound at load.
+#[cold]
+#[inline(never)]
+fn resident_mismatch(
+    model: &ModelShared,
+    b: &crate::model::IoBinding,
+    r: &Tensor,
+    t: &Tensor,
+) -> NrtError {
+    NrtError::invalid(format!(
+        "'{}' of model '{}' is resident (tensor '{}', bound at load): pass that tensor or leave \
+         it out of the set, not '{}'",
+        b.info.name,
+        model.name,
+        r.name(),
+        t.name()
+    ))
+}
+
+/// In-place state (NCM 1.10): output `b` updates input `k` in place, so both must be bound
+/// to one tensor — the program writes only what changes, and a separate output tensor would
+/// hold stale data where it does not write.
+#[cold]
+#[inline(never)]
+fn check_in_place(
+    model: &ModelShared,
+    b: &crate::model::IoBinding,
+    k: usize,
+    inputs: &TensorSet,
+    out: &Tensor,
+) -> Result<()> {
+    let input = &model.io[k].info.name;
+    match inputs.get(input) {
+        Some(t) if same_storage(t, out) => Ok(()),
+        Some(t) => Err(NrtError::invalid(format!(
+            "output '{}' of model '{}' updates input '{input}' in place: bind the same tensor to \
+             both (the input set has '{}', the output set '{}')",
+            b.info.name,
+            model.name,
+            t.name(),
+            out.name()
+        ))),
+        None => Ok(()), // the input's own check names it as missing
+    }
 }
 
 /// Stage 3: takes an I/O set and wires every tensor into it, cloning host inputs into the
@@ -214,10 +283,25 @@ pub(crate) fn bind(
         return Err(unloading_error(rt, model));
     }
     let set = &sets.sets[s as usize];
+    let clones = if any_host {
+        match model.host_clones(&*rt.device, s) {
+            Ok(c) => c,
+            Err(e) => {
+                sets.release(s);
+                return Err(e);
+            }
+        }
+    } else {
+        &[]
+    };
     // SAFETY: set `s` is ours from `acquire` until `release`; no execution using it is in
     // flight, so nobody reads `tensors` concurrently.
     let bound = unsafe { &mut *set.tensors.get() };
     for (i, b) in model.io.iter().enumerate() {
+        if b.resident.is_some() {
+            bound[i] = None; // bound at load: the program addresses it, no descriptor
+            continue;
+        }
         let input = b.info.usage == Usage::Input;
         let t = if input {
             inputs.get(&b.info.name)
@@ -228,7 +312,7 @@ pub(crate) fn bind(
         let (addr, id) = match &t.0.storage {
             Storage::Device { addr, .. } => (*addr, t.0.id),
             Storage::Host { .. } => {
-                let (clone_addr, clone_map) = sets.clone[s as usize][i];
+                let (clone_addr, clone_map) = clones[i];
                 if input {
                     // The synchronous clone of a host input into device memory.
                     // SAFETY: the host buffer holds `size` bytes (validated) and the clone
@@ -487,7 +571,9 @@ pub(crate) fn retire(vc: &VCore, seq: u64, status: NrtStatus) {
                     && !t.placement().is_device()
                     && model.io[i].info.usage == Usage::Output
                 {
-                    let (_, map) = model.io_sets.clone[s as usize][i];
+                    let (_, map) = model.io_sets.clone[s as usize]
+                        .get()
+                        .expect("a set bound to host tensors has its clones")[i];
                     // SAFETY: the host buffer holds the output's size (validated at bind);
                     // the clone mapping has the same size.
                     unsafe {

@@ -41,6 +41,7 @@ fn rig_with(config: RuntimeConfig, timeout: Duration) -> Rig {
             0,
             &LoadOptions {
                 exec_timeout: Some(timeout),
+                ..Default::default()
             },
         )
         .unwrap();

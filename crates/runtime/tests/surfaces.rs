@@ -756,6 +756,7 @@ fn d6_fatal_fault_fails_the_executions_queued_behind_it_at_once() {
         );
         let opts = nrt_runtime::LoadOptions {
             exec_timeout: Some(std::time::Duration::from_secs(5)),
+            ..Default::default()
         };
         let m = rt.load(&near_null(lnc), 0, &opts).unwrap();
         let (ins, outs, _t) = tensors(&rt, &m, Placement::Device);

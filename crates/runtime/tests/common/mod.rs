@@ -46,6 +46,7 @@ pub fn wait_until_taken(dev: &SoftDevice, nc: u32, before: u64) {
 pub fn quick_timeout() -> LoadOptions {
     LoadOptions {
         exec_timeout: Some(Duration::from_millis(300)),
+        ..Default::default()
     }
 }
 
