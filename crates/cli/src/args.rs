@@ -60,6 +60,8 @@ pub enum Command {
     /// utilization, execution rates and errors, memory by category, models per process.
     /// `q` quits.
     Top(TopArgs),
+    /// Decoder LLMs: `nrt llm build` a GGUF into a model directory, `nrt llm generate` text.
+    Llm(crate::llm::LlmArgs),
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         /// The shell.

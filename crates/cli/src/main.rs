@@ -7,6 +7,7 @@ mod bench;
 mod conformance;
 mod hostview;
 mod http;
+mod llm;
 mod npy;
 mod samples;
 mod session;
@@ -88,6 +89,7 @@ impl Command {
             Command::Ls(_) => "ls",
             Command::Monitor(_) => "monitor",
             Command::Top(_) => "top",
+            Command::Llm(_) => "llm",
             Command::Completions { .. } => "completions",
         }
     }
@@ -107,6 +109,7 @@ fn dispatch(cmd: Command) -> Res<bool> {
         Command::Ls(a) => hostview::ls(&a).map(|_| true),
         Command::Monitor(a) => hostview::monitor(&a).map(|_| true),
         Command::Top(a) => top::main(&a).map(|_| true),
+        Command::Llm(a) => llm::main(&a).map(|_| true),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "nrt", &mut std::io::stdout());
             Ok(true)

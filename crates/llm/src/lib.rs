@@ -19,9 +19,13 @@
 //! Like llama.cpp keeps `gguf` apart from the model graph, the program-family builder and the
 //! engine live in modules of their own on top of these.
 
+pub mod build;
 pub mod config;
+pub mod generate;
 pub mod gguf;
+pub mod graph;
 pub mod quant;
+pub mod runner;
 pub mod template;
 pub mod testing;
 pub mod tokenizer;

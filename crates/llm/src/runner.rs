@@ -1,0 +1,412 @@
+//! The model runner: a model directory loaded on one logical NeuronCore — the weights and
+//! the KV cache allocated once on the device and bound to every program — and the runtime
+//! calls of one prefill or one decode step, with the bucket each needs.
+//!
+//! It drives the runtime through its public API like any client: each program is a loaded
+//! model; the weights are slices of one device tensor, each layer's key and value cache a
+//! slice of another, bound as both the input `past_key_values.N.*` and the in-place output
+//! `present.N.*`. A step writes only its small inputs (ids, positions, slots, the index of
+//! each row's last token) and reads back one token id per row.
+
+use crate::build::{Manifest, ProgramInfo};
+use crate::graph;
+use crate::{ChatTemplate, Error, GgufFile, Tokenizer};
+use nrt_runtime::{LoadOptions, Model, Placement, Runtime, Tensor, TensorSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// A step's failure in the runtime, with what was being done.
+fn rt_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::Unsupported(format!("{what}: {e}"))
+}
+
+/// One loaded program and its small I/O tensors.
+struct Program {
+    info: ProgramInfo,
+    model: Model,
+    inputs: TensorSet,
+    outputs: TensorSet,
+    ids: Tensor,
+    positions: Tensor,
+    slots: Tensor,
+    last: Tensor,
+    next: Tensor,
+}
+
+/// A row of a decode step: its cache slot, its last token and that token's position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeRow {
+    /// KV-cache slot (below [`Runner::slots`]).
+    pub slot: usize,
+    /// The token to feed.
+    pub token: u32,
+    /// Its position (below the max model length).
+    pub position: usize,
+}
+
+/// What the runner has counted (for `nrt llm bench` and the trace).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunnerCounters {
+    /// Prefill executions.
+    pub prefills: u64,
+    /// Decode executions.
+    pub decodes: u64,
+    /// Executions that ran a different program than the one before (a model switch).
+    pub switches: u64,
+}
+
+/// A model directory loaded on the device.
+pub struct Runner {
+    /// The directory's manifest.
+    pub manifest: Manifest,
+    /// The tokenizer (shared with the streams that decode its output).
+    pub tokenizer: std::sync::Arc<Tokenizer>,
+    /// The chat template, when the model has one.
+    pub template: Option<ChatTemplate>,
+    /// The directory.
+    pub dir: PathBuf,
+    rt: Runtime,
+    programs: Vec<Program>,
+    /// The weights (one device tensor) and the cache (another): kept alive with the views.
+    _weights: Tensor,
+    _cache: Tensor,
+    last_program: Option<usize>,
+    counters: RunnerCounters,
+}
+
+impl Runner {
+    /// Loads `dir` on logical core `vnc` of `rt`.
+    pub fn load(rt: &Runtime, dir: &Path, vnc: i32) -> Result<Runner, Error> {
+        let manifest = Manifest::read(dir)?;
+        let tok_file = GgufFile::open(dir.join(&manifest.tokenizer))?;
+        let tokenizer = Tokenizer::from_gguf(&tok_file.gguf)?;
+        let template = ChatTemplate::from_gguf(&tok_file.gguf, &tokenizer)?;
+        let c = manifest.llama_config();
+        let expect = graph::weights(&c);
+        let names: Vec<&str> = manifest
+            .weights
+            .tensors
+            .iter()
+            .map(|w| w.name.as_str())
+            .collect();
+        if names != expect.iter().map(|w| w.0.as_str()).collect::<Vec<_>>() {
+            return Err(Error::Unsupported(format!(
+                "{}: the manifest's weights do not match the model's configuration",
+                dir.display()
+            )));
+        }
+
+        // The weights: one device allocation, filled from weights.bin.
+        let wpath = dir.join(&manifest.weights.file);
+        let wbytes = manifest.weights.bytes;
+        let on_disk = std::fs::metadata(&wpath)
+            .map_err(|e| rt_err(&wpath.display().to_string(), e))?
+            .len();
+        if on_disk != wbytes {
+            return Err(Error::Unsupported(format!(
+                "{}: {on_disk} bytes, the manifest says {wbytes}",
+                wpath.display()
+            )));
+        }
+        let weights = rt
+            .allocate_tensor(Placement::Device, vnc, wbytes.max(1), "llm.weights")
+            .map_err(|e| rt_err("allocating the weights on the device", e))?;
+        let mut f =
+            std::fs::File::open(&wpath).map_err(|e| rt_err(&wpath.display().to_string(), e))?;
+        let mut buf = vec![0u8; 16 << 20];
+        let mut at = 0u64;
+        while at < wbytes {
+            let n = (wbytes - at).min(buf.len() as u64) as usize;
+            f.read_exact(&mut buf[..n])
+                .map_err(|e| rt_err(&wpath.display().to_string(), e))?;
+            weights
+                .write(&buf[..n], at)
+                .map_err(|e| rt_err("writing the weights", e))?;
+            at += n as u64;
+        }
+        let mut views = Vec::with_capacity(expect.len());
+        for w in &manifest.weights.tensors {
+            let want = w.shape.iter().product::<usize>() as u64 * 4;
+            if w.bytes != want {
+                return Err(Error::Tensor {
+                    name: w.name.clone(),
+                    why: format!("{} bytes in the manifest for shape {:?}", w.bytes, w.shape),
+                });
+            }
+            views.push(
+                weights
+                    .slice(w.offset, w.bytes, &w.name)
+                    .map_err(|e| rt_err(&w.name, e))?,
+            );
+        }
+
+        // The cache: one allocation, a key and a value slice per layer.
+        let k = &manifest.cache;
+        let per = (k.slots * k.len * k.kv_heads * k.head_dim * 4) as u64;
+        let cache = rt
+            .allocate_tensor(Placement::Device, vnc, k.bytes.max(1), "llm.kv_cache")
+            .map_err(|e| rt_err("allocating the KV cache on the device", e))?;
+        if per * 2 * k.layers as u64 != k.bytes {
+            return Err(Error::Unsupported(format!(
+                "{}: cache of {} bytes does not match its geometry",
+                dir.display(),
+                k.bytes
+            )));
+        }
+        let mut caches = Vec::new();
+        for l in 0..k.layers {
+            let [pk, pv, _, _] = graph::cache_names(l);
+            caches.push((
+                l,
+                cache
+                    .slice(2 * l as u64 * per, per, &pk)
+                    .map_err(|e| rt_err(&pk, e))?,
+                cache
+                    .slice((2 * l as u64 + 1) * per, per, &pv)
+                    .map_err(|e| rt_err(&pv, e))?,
+            ));
+        }
+
+        let mut programs = Vec::new();
+        for p in &manifest.programs {
+            let path = dir.join(&p.file);
+            let ncm = std::fs::read(&path).map_err(|e| rt_err(&path.display().to_string(), e))?;
+            // The weights and the caches are resident: bound once here, read (and the
+            // caches updated) where they lie by every program.
+            let mut resident: Vec<(String, Tensor)> = manifest
+                .weights
+                .tensors
+                .iter()
+                .zip(&views)
+                .map(|(w, t)| (w.name.clone(), t.clone()))
+                .collect();
+            for (l, kt, vt) in &caches {
+                let [pk, pv, _, _] = graph::cache_names(*l);
+                resident.push((pk, kt.clone()));
+                resident.push((pv, vt.clone()));
+            }
+            let opts = LoadOptions {
+                resident,
+                ..Default::default()
+            };
+            let model = rt
+                .load(&ncm, vnc, &opts)
+                .map_err(|e| rt_err(&format!("loading {}", p.file), e))?;
+            let small = |n: &str, bytes: u64| {
+                rt.allocate_tensor(Placement::Device, vnc, bytes, &format!("{}.{n}", p.file))
+                    .map_err(|e| rt_err(n, e))
+            };
+            let (b, l) = (p.batch as u64, p.seq as u64);
+            let ids = small("input_ids", 8 * b * l)?;
+            let positions = small("positions", 8 * b * l)?;
+            let slots = small("slots", 8 * b)?;
+            let last = small("last", 8 * b)?;
+            let next = small("next_token", 8 * b)?;
+            let mut inputs = TensorSet::new();
+            let mut outputs = TensorSet::new();
+            inputs.add("input_ids", &ids);
+            inputs.add("positions", &positions);
+            inputs.add("slots", &slots);
+            inputs.add("last", &last);
+            outputs.add("next_token", &next);
+            programs.push(Program {
+                info: p.clone(),
+                model,
+                inputs,
+                outputs,
+                ids,
+                positions,
+                slots,
+                last,
+                next,
+            });
+        }
+        Ok(Runner {
+            manifest,
+            tokenizer: std::sync::Arc::new(tokenizer),
+            template,
+            dir: dir.to_path_buf(),
+            rt: rt.clone(),
+            programs,
+            _weights: weights,
+            _cache: cache,
+            last_program: None,
+            counters: RunnerCounters::default(),
+        })
+    }
+
+    /// KV-cache slots that sequences may use (the spare one is for padding rows).
+    pub fn slots(&self) -> usize {
+        self.manifest.cache.slots - 1
+    }
+
+    /// The longest sequence.
+    pub fn max_model_len(&self) -> usize {
+        self.manifest.max_model_len
+    }
+
+    /// The longest prompt one prefill takes (the largest context bucket).
+    pub fn max_prompt(&self) -> usize {
+        self.manifest.context_buckets.last().copied().unwrap_or(0)
+    }
+
+    /// The largest decode batch.
+    pub fn max_batch(&self) -> usize {
+        self.manifest.batch_buckets.last().copied().unwrap_or(0)
+    }
+
+    /// What was counted so far.
+    pub fn counters(&self) -> RunnerCounters {
+        self.counters
+    }
+
+    /// The program of `phase` whose bucket is the smallest that holds `n`.
+    fn pick(&self, phase: &str, n: usize) -> Option<usize> {
+        self.programs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.info.phase == phase)
+            .filter(|(_, p)| {
+                if phase == "prefill" {
+                    p.info.seq >= n
+                } else {
+                    p.info.batch >= n
+                }
+            })
+            .min_by_key(|(_, p)| {
+                if phase == "prefill" {
+                    p.info.seq
+                } else {
+                    p.info.batch
+                }
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// The bucket a prompt of `n` tokens prefills in, if any.
+    pub fn prefill_bucket(&self, n: usize) -> Option<usize> {
+        self.pick("prefill", n).map(|i| self.programs[i].info.seq)
+    }
+
+    /// The bucket `n` rows decode in, if any.
+    pub fn decode_bucket(&self, n: usize) -> Option<usize> {
+        self.pick("decode", n).map(|i| self.programs[i].info.batch)
+    }
+
+    fn run(&mut self, i: usize) -> Result<Vec<u32>, Error> {
+        if self.last_program.is_some_and(|p| p != i) {
+            self.counters.switches += 1;
+        }
+        self.last_program = Some(i);
+        let p = &self.programs[i];
+        self.rt
+            .execute(&p.model, &p.inputs, &p.outputs)
+            .map_err(|e| rt_err(&format!("executing {}", p.info.file), e))?;
+        let mut out = vec![0u8; 8 * p.info.batch];
+        p.next
+            .read(&mut out, 0)
+            .map_err(|e| rt_err("reading next_token", e))?;
+        Ok(out
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as u32)
+            .collect())
+    }
+
+    /// Prefills `tokens` into cache slot `slot` (positions 0..n); returns the next token
+    /// (greedy).
+    pub fn prefill(&mut self, slot: usize, tokens: &[u32]) -> Result<u32, Error> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(Error::Unsupported("an empty prompt".into()));
+        }
+        if slot >= self.slots() {
+            return Err(Error::Unsupported(format!(
+                "slot {slot}: the cache has {} slots",
+                self.slots()
+            )));
+        }
+        let Some(i) = self.pick("prefill", n) else {
+            return Err(Error::Unsupported(format!(
+                "a prompt of {n} tokens is longer than the largest context bucket ({} tokens)",
+                self.max_prompt()
+            )));
+        };
+        let p = &self.programs[i];
+        let l = p.info.seq;
+        let mut ids = vec![0i64; l];
+        for (d, &t) in ids.iter_mut().zip(tokens) {
+            *d = t as i64;
+        }
+        let pos: Vec<i64> = (0..l as i64).collect();
+        write_i64(&p.ids, &ids)?;
+        write_i64(&p.positions, &pos)?;
+        write_i64(&p.slots, &[slot as i64])?;
+        write_i64(&p.last, &[n as i64 - 1])?;
+        self.counters.prefills += 1;
+        Ok(self.run(i)?[0])
+    }
+
+    /// One decode step over `rows` (at most the largest batch bucket); returns each row's
+    /// next token (greedy). Padding rows write only the spare slot.
+    pub fn decode(&mut self, rows: &[DecodeRow]) -> Result<Vec<u32>, Error> {
+        let Some(i) = self.pick("decode", rows.len()) else {
+            return Err(Error::Unsupported(format!(
+                "{} rows: the largest batch bucket is {}",
+                rows.len(),
+                self.max_batch()
+            )));
+        };
+        for r in rows {
+            if r.slot >= self.slots() || r.position >= self.max_model_len() {
+                return Err(Error::Unsupported(format!(
+                    "row {r:?}: slots below {}, positions below {}",
+                    self.slots(),
+                    self.max_model_len()
+                )));
+            }
+        }
+        let p = &self.programs[i];
+        let b = p.info.batch;
+        let spare = self.manifest.cache.slots as i64 - 1;
+        let mut ids = vec![0i64; b];
+        let mut pos = vec![0i64; b];
+        let mut slots = vec![spare; b];
+        for (k, r) in rows.iter().enumerate() {
+            ids[k] = r.token as i64;
+            pos[k] = r.position as i64;
+            slots[k] = r.slot as i64;
+        }
+        write_i64(&p.ids, &ids)?;
+        write_i64(&p.positions, &pos)?;
+        write_i64(&p.slots, &slots)?;
+        write_i64(&p.last, &vec![0; b])?;
+        self.counters.decodes += 1;
+        let mut out = self.run(i)?;
+        out.truncate(rows.len());
+        Ok(out)
+    }
+}
+
+fn write_i64(t: &Tensor, v: &[i64]) -> Result<(), Error> {
+    let b: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    t.write(&b, 0).map_err(|e| rt_err(t.name(), e))
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("dir", &self.dir)
+            .field("name", &self.manifest.name)
+            .field("programs", &self.programs.len())
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        for p in &self.programs {
+            let _ = self.rt.unload(&p.model);
+        }
+    }
+}

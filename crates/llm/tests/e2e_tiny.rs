@@ -1,0 +1,371 @@
+//! The whole LLM path on the tiny llama (random weights, written as GGUF by the crate's own
+//! test code): `build` a model directory, load it on the software NeuronCore, prefill and
+//! decode — checked against a plain host forward pass written here (f64, the textbook llama:
+//! adjacent-pair RoPE, grouped-query attention, RMSNorm, SwiGLU), and against itself: a
+//! prompt padded into a larger bucket, and sequences decoded together, give exactly what
+//! they give alone.
+
+use nrt_llm::build::{BuildOptions, build};
+use nrt_llm::generate::{FinishReason, GenerateParams, generate};
+use nrt_llm::runner::{DecodeRow, Runner};
+use nrt_llm::testing::TinyLlama;
+use nrt_llm::{GgufFile, LlamaConfig};
+use nrt_runtime::{Runtime, RuntimeConfig};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn runtime() -> Runtime {
+    let dev = Arc::new(nrt_sim::SoftDevice::new(nrt_sim::SimConfig::default()).unwrap());
+    Runtime::init(dev, RuntimeConfig::default()).unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nrt-llm-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The tiny model as a file, and a directory built from it.
+fn built(name: &str, o: &BuildOptions) -> (PathBuf, PathBuf) {
+    let d = tmp(name);
+    let src = d.join("tiny.gguf");
+    std::fs::write(&src, TinyLlama::default().to_gguf()).unwrap();
+    let out = d.join("model");
+    build(&src, &out, o, &mut |_| {}).unwrap();
+    (src, out)
+}
+
+fn options() -> BuildOptions {
+    BuildOptions {
+        context_buckets: Some(vec![8, 16]),
+        batch_buckets: Some(vec![1, 4]),
+        max_model_len: Some(32),
+        ..Default::default()
+    }
+}
+
+/// The textbook llama forward pass in f64 over the dequantized weights: greedy tokens.
+struct Reference {
+    c: LlamaConfig,
+    w: std::collections::HashMap<String, Vec<f64>>,
+}
+
+impl Reference {
+    fn new(src: &Path) -> Reference {
+        let f = GgufFile::open(src).unwrap();
+        let c = LlamaConfig::from_gguf(&f.gguf).unwrap();
+        let w = nrt_llm::graph::weights(&c)
+            .into_iter()
+            .map(|(n, _)| {
+                let v = f.tensor_f32(&n).unwrap();
+                (n, v.into_iter().map(f64::from).collect())
+            })
+            .collect();
+        Reference { c, w }
+    }
+
+    /// `W · x` for `W` stored `[out, in]`.
+    fn mv(&self, name: &str, x: &[f64]) -> Vec<f64> {
+        let w = &self.w[name];
+        let n = x.len();
+        w.chunks_exact(n)
+            .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
+    }
+
+    fn rms(&self, name: &str, x: &[f64]) -> Vec<f64> {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        let r = 1.0 / (ms + self.c.rms_norm_eps as f64).sqrt();
+        x.iter()
+            .zip(&self.w[name])
+            .map(|(v, g)| v * r * g)
+            .collect()
+    }
+
+    fn rope(&self, x: &mut [f64], pos: usize) {
+        let hd = self.c.head_dim;
+        for head in x.chunks_exact_mut(hd) {
+            for i in 0..hd / 2 {
+                let theta = (self.c.rope_freq_base as f64).powf(-2.0 * i as f64 / hd as f64);
+                let (s, co) = (pos as f64 * theta).sin_cos();
+                let (a, b) = (head[2 * i], head[2 * i + 1]);
+                head[2 * i] = a * co - b * s;
+                head[2 * i + 1] = a * s + b * co;
+            }
+        }
+    }
+
+    /// The logits after `tokens` (recomputed from scratch).
+    fn logits(&self, tokens: &[u32]) -> Vec<f64> {
+        let c = &self.c;
+        let (hd, e) = (c.head_dim, c.n_embd);
+        let group = c.n_head / c.n_head_kv;
+        let emb = &self.w["token_embd.weight"];
+        let mut xs: Vec<Vec<f64>> = tokens
+            .iter()
+            .map(|&t| emb[t as usize * e..(t as usize + 1) * e].to_vec())
+            .collect();
+        for l in 0..c.n_layer {
+            let n = |s: &str| format!("blk.{l}.{s}.weight");
+            let mut ks = Vec::new();
+            let mut vs = Vec::new();
+            let mut qs = Vec::new();
+            for (p, x) in xs.iter().enumerate() {
+                let h = self.rms(&n("attn_norm"), x);
+                let mut q = self.mv(&n("attn_q"), &h);
+                let mut k = self.mv(&n("attn_k"), &h);
+                self.rope(&mut q, p);
+                self.rope(&mut k, p);
+                qs.push(q);
+                ks.push(k);
+                vs.push(self.mv(&n("attn_v"), &h));
+            }
+            for (p, x) in xs.iter_mut().enumerate() {
+                let mut o = vec![0.0; c.n_head * hd];
+                for j in 0..c.n_head {
+                    let kv = j / group;
+                    let q = &qs[p][j * hd..(j + 1) * hd];
+                    let s: Vec<f64> = (0..=p)
+                        .map(|t| {
+                            let k = &ks[t][kv * hd..(kv + 1) * hd];
+                            q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (hd as f64).sqrt()
+                        })
+                        .collect();
+                    let m = s.iter().cloned().fold(f64::MIN, f64::max);
+                    let z: f64 = s.iter().map(|v| (v - m).exp()).sum();
+                    for (t, sv) in s.iter().enumerate() {
+                        let pr = (sv - m).exp() / z;
+                        for d in 0..hd {
+                            o[j * hd + d] += pr * vs[t][kv * hd + d];
+                        }
+                    }
+                }
+                let a = self.mv(&n("attn_output"), &o);
+                x.iter_mut().zip(&a).for_each(|(v, d)| *v += d);
+                let h = self.rms(&n("ffn_norm"), x);
+                let g = self.mv(&n("ffn_gate"), &h);
+                let u = self.mv(&n("ffn_up"), &h);
+                let act: Vec<f64> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                let d = self.mv(&n("ffn_down"), &act);
+                x.iter_mut().zip(&d).for_each(|(v, d)| *v += d);
+            }
+        }
+        let h = self.rms("output_norm.weight", xs.last().unwrap());
+        self.mv("token_embd.weight", &h)
+    }
+
+    fn greedy(&self, prompt: &[u32], n: usize) -> Vec<u32> {
+        let mut t = prompt.to_vec();
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let l = self.logits(&t);
+            let (best, _) = l
+                .iter()
+                .enumerate()
+                .fold((0, f64::MIN), |b, (i, &v)| if v > b.1 { (i, v) } else { b });
+            out.push(best as u32);
+            t.push(best as u32);
+        }
+        out
+    }
+}
+
+/// Greedy tokens from the device: prefill then decode one row at a time.
+fn device_greedy(r: &mut Runner, slot: usize, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut t = r.prefill(slot, prompt).unwrap();
+    let mut out = vec![t];
+    for i in 1..n {
+        let position = prompt.len() + i - 1;
+        t = r
+            .decode(&[DecodeRow {
+                slot,
+                token: t,
+                position,
+            }])
+            .unwrap()[0];
+        out.push(t);
+    }
+    out
+}
+
+const PROMPTS: [&[u32]; 3] = [
+    &[5, 77, 140, 31, 9],
+    &[200, 3, 3, 18, 250, 61, 7, 90, 12, 44, 101],
+    &[42],
+];
+
+#[test]
+fn greedy_decoding_matches_the_host_reference() {
+    let (src, dir) = built("reference", &options());
+    let reference = Reference::new(&src);
+    let rt = runtime();
+    let mut r = Runner::load(&rt, &dir, 0).unwrap();
+    for (i, p) in PROMPTS.iter().enumerate() {
+        let want = reference.greedy(p, 12);
+        let slot = i % r.slots();
+        let got = device_greedy(&mut r, slot, p, 12);
+        assert_eq!(got, want, "prompt {i} ({} tokens)", p.len());
+    }
+    // The caches were bound at load: only the small inputs moved per step.
+    let c = r.counters();
+    assert_eq!((c.prefills, c.decodes), (3, 33));
+    assert!(c.switches >= 5, "{c:?}");
+}
+
+#[test]
+fn a_padded_prompt_gives_what_an_exact_bucket_gives() {
+    // 5 tokens in a bucket of 5 (no padding) and in one of 16 (11 padded positions).
+    let exact = BuildOptions {
+        context_buckets: Some(vec![5, 32]),
+        ..options()
+    };
+    let (_, a) = built("exact", &exact);
+    let padded = BuildOptions {
+        context_buckets: Some(vec![16, 32]),
+        ..options()
+    };
+    let (_, b) = built("padded", &padded);
+    let rt = runtime();
+    let mut ra = Runner::load(&rt, &a, 0).unwrap();
+    let mut rb = Runner::load(&rt, &b, 0).unwrap();
+    assert_eq!(ra.prefill_bucket(5), Some(5));
+    assert_eq!(rb.prefill_bucket(5), Some(16));
+    let p = PROMPTS[0];
+    assert_eq!(
+        device_greedy(&mut ra, 0, p, 10),
+        device_greedy(&mut rb, 0, p, 10)
+    );
+}
+
+#[test]
+fn sequences_decoded_together_give_what_each_gives_alone() {
+    let (_, dir) = built("batched", &options());
+    let rt = runtime();
+    let mut r = Runner::load(&rt, &dir, 0).unwrap();
+    let steps = 10;
+    let alone: Vec<Vec<u32>> = PROMPTS
+        .iter()
+        .map(|p| device_greedy(&mut r, 0, p, steps))
+        .collect();
+    // Together: three rows in the 4-row bucket (one padding row), in slots 3, 1, 2.
+    let slots = [3, 1, 2];
+    let mut next: Vec<u32> = PROMPTS
+        .iter()
+        .zip(slots)
+        .map(|(p, s)| r.prefill(s, p).unwrap())
+        .collect();
+    let mut got: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
+    assert_eq!(r.decode_bucket(3), Some(4));
+    for step in 1..steps {
+        let rows: Vec<DecodeRow> = (0..3)
+            .map(|i| DecodeRow {
+                slot: slots[i],
+                token: next[i],
+                position: PROMPTS[i].len() + step - 1,
+            })
+            .collect();
+        next = r.decode(&rows).unwrap();
+        for (g, &t) in got.iter_mut().zip(&next) {
+            g.push(t);
+        }
+    }
+    assert_eq!(got, alone);
+}
+
+#[test]
+fn generation_stops_at_the_max_model_length_and_refuses_long_prompts() {
+    let (_, dir) = built("limits", &options());
+    let rt = runtime();
+    let mut r = Runner::load(&rt, &dir, 0).unwrap();
+    let prompt: Vec<u32> = (10..40).collect(); // 30 tokens; max model length 32
+    let e = r.prefill(0, &prompt).unwrap_err().to_string();
+    assert!(e.contains("30 tokens") && e.contains("16"), "{e}");
+    let prompt: Vec<u32> = (10..24).collect(); // 14 tokens
+    let p = GenerateParams {
+        max_tokens: 100,
+        stop: Vec::new(),
+    };
+    let g = generate(&mut r, 0, &prompt, &p, &mut |_| {}).unwrap();
+    if g.finish_reason == FinishReason::Length {
+        assert_eq!(prompt.len() + g.token_ids.len(), 32, "{g:?}");
+    } else {
+        assert!(prompt.len() + g.token_ids.len() < 32);
+    }
+    let p = GenerateParams {
+        max_tokens: 3,
+        stop: Vec::new(),
+    };
+    let g = generate(&mut r, 0, &prompt, &p, &mut |_| {}).unwrap();
+    assert!(g.token_ids.len() <= 3);
+}
+
+#[test]
+fn bad_builds_name_their_culprit_and_write_nothing() {
+    let d = tmp("bad");
+    let src = d.join("tiny.gguf");
+    let bytes = TinyLlama::default().to_gguf();
+    std::fs::write(&src, &bytes).unwrap();
+    let out = d.join("model");
+    let cases: Vec<(BuildOptions, &str)> = vec![
+        (
+            BuildOptions {
+                context_buckets: Some(vec![16, 8]),
+                ..options()
+            },
+            "strictly increasing",
+        ),
+        (
+            BuildOptions {
+                batch_buckets: Some(vec![0, 4]),
+                ..options()
+            },
+            "--batch-buckets",
+        ),
+        (
+            BuildOptions {
+                max_model_len: Some(100_000),
+                ..options()
+            },
+            "context is 256",
+        ),
+        (
+            BuildOptions {
+                context_buckets: Some(vec![8, 64]),
+                ..options()
+            },
+            "longer than --max-model-len 32",
+        ),
+    ];
+    for (o, want) in cases {
+        let e = build(&src, &out, &o, &mut |_| {}).unwrap_err().to_string();
+        assert!(e.contains(want), "{want}: {e}");
+        assert!(!out.exists());
+    }
+    // A truncated file.
+    let cut = d.join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let e = build(&cut, &out, &options(), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(!e.is_empty());
+    assert!(!out.exists());
+    // Nothing else was left beside it.
+    let left: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.iter().all(|n| !n.contains("partial")), "{left:?}");
+    // A directory that is not a model directory is not overwritten.
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("keep.txt"), "mine").unwrap();
+    let e = build(&src, &out, &options(), &mut |_| {})
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a model directory"), "{e}");
+    assert!(out.join("keep.txt").is_file());
+}
