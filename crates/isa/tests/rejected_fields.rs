@@ -574,3 +574,52 @@ fn rms_norm_operands_and_eps_are_checked() {
     let e = Instruction::decode(&v).unwrap_err().to_string();
     assert!(e.contains("reserved"), "{e}");
 }
+
+#[test]
+fn sample_operands_are_checked() {
+    let rows = [1, 1, 3, 1];
+    let logits = ap_of(DType::F32, [1, 1, 3, 100], 0);
+    let row = |dtype: DType, k: u64| ap_of(dtype, rows, 4096 + 256 * k);
+    let good = op::Sample {
+        logits,
+        temperature: row(DType::F32, 0),
+        top_k: row(DType::I64, 1),
+        top_p: row(DType::F32, 2),
+        seed: row(DType::I64, 3),
+        step: row(DType::I64, 4),
+        token: row(DType::I64, 5),
+        logprob: row(DType::F32, 6),
+    };
+    let bytes = |o: op::Sample| {
+        let mut v = Vec::new();
+        Instruction::new(Op::Sample(o)).encode(&mut v);
+        v
+    };
+    let v = bytes(good);
+    assert_eq!(v[0], nrt_isa::opcode::SAMPLE);
+    assert_eq!(v.len(), nrt_isa::HEADER_SIZE + 8 * nrt_isa::AP_SIZE + 8);
+    let (back, _) = Instruction::decode(&v).unwrap();
+    assert_eq!(back.op, Op::Sample(good));
+    assert!(back.op.runs_on(Engine::Pool));
+    let refused = |o: op::Sample| Instruction::decode(&bytes(o)).unwrap_err().to_string();
+    let e = refused(op::Sample {
+        logits: ap_of(DType::I64, [1, 1, 3, 100], 0),
+        ..good
+    });
+    assert!(e.contains("logits.dtype"), "{e}");
+    let e = refused(op::Sample {
+        top_k: row(DType::F32, 1),
+        ..good
+    });
+    assert!(e.contains("top_k.dtype"), "{e}");
+    let e = refused(op::Sample {
+        token: ap_of(DType::I64, [1, 1, 2, 1], 4096 + 256 * 5),
+        ..good
+    });
+    assert!(e.contains("token.shape"), "{e}");
+    let mut v = bytes(good);
+    let last = v.len() - 1;
+    v[last] = 1;
+    let e = Instruction::decode(&v).unwrap_err().to_string();
+    assert!(e.contains("reserved"), "{e}");
+}

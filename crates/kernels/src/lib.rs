@@ -20,6 +20,7 @@
 //! | [`resize`] | `Resize` (ONNX reference semantics) |
 //! | [`gather`] | `Gather`, `GatherElements`, `ScatterElements` |
 //! | [`topk`] | `TopK` |
+//! | [`sample`] | `Sample` |
 //! | [`dynshape`] | `NonZero`, `Unique`, `NonMaxSuppression` (data-dependent extents: the result packed first in its static bound, zeros after, the actual shape written out) |
 //! | [`roi`] | `RoiAlign` |
 //! | [`deform`] | `DeformIm2col` (the sampled columns of a deformable convolution) |
@@ -65,6 +66,7 @@ pub mod quantize;
 pub mod reduce;
 pub mod resize;
 pub mod roi;
+pub mod sample;
 pub mod strided;
 pub mod topk;
 pub mod vmath;

@@ -328,6 +328,117 @@ impl Unit for TopK {
     });
 }
 
+/// POOL: one token per row of `logits` (NCM 1.10): greedy where `temperature ≤ 0`, else a
+/// draw from `softmax(logits / temperature)` restricted to the `top_k` most likely tokens
+/// (0 or ≥ N: all) and then to the smallest prefix of them (most likely first) whose
+/// probability reaches `top_p` (≥ 1: all), with `u = rng(seed, step)` from a counter-based
+/// generator — the same `(seed, step)` draws the same `u` whatever else is in the batch.
+/// `logprob` gets the chosen token's log-softmax under the unmodified logits. Ties go to
+/// the lower index.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// `[d0, d1, d2, N]` of f32: each row's logits.
+    pub logits: AccessPattern,
+    /// `[d0, d1, d2, 1]` of f32.
+    pub temperature: AccessPattern,
+    /// `[d0, d1, d2, 1]` of i64.
+    pub top_k: AccessPattern,
+    /// `[d0, d1, d2, 1]` of f32.
+    pub top_p: AccessPattern,
+    /// `[d0, d1, d2, 1]` of i64: the request's seed.
+    pub seed: AccessPattern,
+    /// `[d0, d1, d2, 1]` of i64: the draw's counter (the token's position).
+    pub step: AccessPattern,
+    /// `[d0, d1, d2, 1]` of i64: the chosen token.
+    pub token: AccessPattern,
+    /// `[d0, d1, d2, 1]` of f32: its log-probability.
+    pub logprob: AccessPattern,
+}
+
+impl Unit for Sample {
+    fn encode(&self, w: &mut W<'_>) {
+        for ap in [
+            &self.logits,
+            &self.temperature,
+            &self.top_k,
+            &self.top_p,
+            &self.seed,
+            &self.step,
+            &self.token,
+            &self.logprob,
+        ] {
+            w.ap(ap);
+        }
+        w.u32(0);
+        w.u32(0);
+    }
+
+    fn decode(r: &mut R<'_>) -> Result<Self, DecodeError> {
+        let logits = r.ap("logits")?;
+        let temperature = r.ap("temperature")?;
+        let top_k = r.ap("top_k")?;
+        let top_p = r.ap("top_p")?;
+        let seed = r.ap("seed")?;
+        let step = r.ap("step")?;
+        let token = r.ap("token")?;
+        let logprob = r.ap("logprob")?;
+        r.zeros(8, "reserved")?;
+        require_dtype(&logits, "logits.dtype", &[DType::F32])
+            .map_err(|e| e.shifted(HEADER_SIZE))?;
+        let mut row = logits.shape;
+        row[3] = 1;
+        let per_row: [(&AccessPattern, &'static str, &'static str, DType); 7] = [
+            (
+                &temperature,
+                "temperature.dtype",
+                "temperature.shape",
+                DType::F32,
+            ),
+            (&top_k, "top_k.dtype", "top_k.shape", DType::I64),
+            (&top_p, "top_p.dtype", "top_p.shape", DType::F32),
+            (&seed, "seed.dtype", "seed.shape", DType::I64),
+            (&step, "step.dtype", "step.shape", DType::I64),
+            (&token, "token.dtype", "token.shape", DType::I64),
+            (&logprob, "logprob.dtype", "logprob.shape", DType::F32),
+        ];
+        for (i, (ap, dtype, shape, want)) in per_row.into_iter().enumerate() {
+            let at = HEADER_SIZE + (i + 1) * AP_SIZE;
+            require_dtype(ap, dtype, &[want]).map_err(|e| e.shifted(at))?;
+            same_shape(shape, &row, ap).map_err(|e| e.shifted(at))?;
+        }
+        Ok(Self {
+            logits,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            step,
+            token,
+            logprob,
+        })
+    }
+
+    operands!(|f| Self {
+        logits,
+        temperature,
+        top_k,
+        top_p,
+        seed,
+        step,
+        token,
+        logprob,
+    } => {
+        f(0, "logits", Role::Read, logits);
+        f(1, "temperature", Role::Read, temperature);
+        f(2, "top_k", Role::Read, top_k);
+        f(3, "top_p", Role::Read, top_p);
+        f(4, "seed", Role::Read, seed);
+        f(5, "step", Role::Read, step);
+        f(6, "token", Role::Write, token);
+        f(7, "logprob", Role::Write, logprob);
+    });
+}
+
 /// POOL: region-of-interest align (ONNX RoiAlign; NCM 1.4): for each region `r` (its
 /// `rois` row `[x1, y1, x2, y2]` times `spatial_scale`, minus ½ with
 /// [`roi_flags::HALF_PIXEL`]) and each output cell, the bilinear samples of a

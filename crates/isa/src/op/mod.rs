@@ -288,6 +288,15 @@ macro_rules! instruction_table {
                 /// [`super::Op::TopK`].
                 TOP_K = 0x58, HEADER_SIZE + 3 * AP_SIZE + 8;
             }
+            /// POOL: one token per row of logits (NCM 1.10), the sampling of a decoder LLM on the
+            /// device: greedy (temperature ≤ 0) or softmax(logits / temperature) restricted to the
+            /// `top_k` most likely tokens (0: all) and to the smallest set of them whose probability
+            /// reaches `top_p`, drawn with a counter-based generator of `(seed, step)`; and the
+            /// chosen token's log-probability under the unmodified logits.
+            gather::Sample on Engine::Pool => {
+                /// [`super::Op::Sample`] (NCM 1.10).
+                SAMPLE = 0x60, HEADER_SIZE + 8 * AP_SIZE + 8;
+            }
             /// POOL: region-of-interest align (ONNX RoiAlign; NCM 1.4): for each region `r` (its `rois` row
             /// `[x1, y1, x2, y2]` times `spatial_scale`, minus ½ with [`roi_flags::HALF_PIXEL`]) and each
             /// output cell, the bilinear samples of a `grid × grid` lattice of the cell (`sampling_ratio`,
