@@ -59,6 +59,7 @@ pub(crate) fn domain_supported(domain: &str, op: &str) -> bool {
     domain.is_empty()
         || domain == "ai.onnx"
         || (domain == "ai.onnx.preview" && op == "FlexAttention")
+        || (domain == crate::ops::SAMPLE_DOMAIN && op == "Sample")
 }
 
 /// Node `n` with, for an `If`, the outer values its branches read ([`captured`]) appended

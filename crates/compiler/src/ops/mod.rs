@@ -38,8 +38,11 @@ mod reduce;
 mod resize;
 mod rnn;
 mod roi;
+mod sample;
 mod spectral;
 mod unary;
+
+pub(crate) use sample::DOMAIN as SAMPLE_DOMAIN;
 
 use crate::error::{ErrorKind, Result};
 use crate::lower::{At, Lowerer};
@@ -241,6 +244,7 @@ pub(crate) fn registry() -> &'static Registry {
         resize::register(&mut r);
         rnn::register(&mut r);
         roi::register(&mut r);
+        sample::register(&mut r);
         spectral::register(&mut r);
         unary::register(&mut r);
         r
