@@ -152,12 +152,15 @@ fn build(a: &BuildArgs) -> Res<()> {
 }
 
 fn generate_cmd(a: &GenerateArgs) -> Res<()> {
-    if a.temperature != 0.0 || a.top_k != 0 || a.top_p != 1.0 {
-        return Err(
-            "--temperature/--top-k/--top-p: only greedy decoding (temperature 0) is built yet"
-                .into(),
-        );
-    }
+    let sampling = nrt_llm::runner::Sampling {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: a.seed,
+    };
+    sampling
+        .check()
+        .map_err(|e| format!("--temperature/--top-p: {e}"))?;
     if a.max_tokens == 0 {
         return Err("--max-tokens 0: ask for at least one token".into());
     }
@@ -182,6 +185,7 @@ fn generate_cmd(a: &GenerateArgs) -> Res<()> {
     let p = GenerateParams {
         max_tokens: a.max_tokens,
         stop: Vec::new(),
+        sampling,
     };
     let json = a.json;
     let mut out = std::io::stdout().lock();

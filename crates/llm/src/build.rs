@@ -454,7 +454,7 @@ pub fn build(
             } else {
                 format!("decode-{b}.ncm")
             };
-            let m = graph::decoder_graph(&c, &shape, Head::Greedy, &WeightSource::Inputs);
+            let m = graph::decoder_graph(&c, &shape, Head::Sample, &WeightSource::Inputs);
             opts.name = Some(format!(
                 "{}-{}",
                 leaf.to_string_lossy(),

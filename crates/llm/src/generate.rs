@@ -3,7 +3,7 @@
 //! characters and the timings users compare (TTFT, TPOT, tokens/s).
 
 use crate::Error;
-use crate::runner::{DecodeRow, Runner};
+use crate::runner::{DecodeRow, Runner, Sampling};
 use std::time::Instant;
 
 /// Why a sequence ended (OpenAI's `finish_reason`).
@@ -32,6 +32,8 @@ pub struct GenerateParams {
     pub max_tokens: usize,
     /// Strings that end the generation (not included in the text).
     pub stop: Vec<String>,
+    /// How each token is chosen (on the device).
+    pub sampling: Sampling,
 }
 
 impl Default for GenerateParams {
@@ -39,6 +41,7 @@ impl Default for GenerateParams {
         GenerateParams {
             max_tokens: 16,
             stop: Vec::new(),
+            sampling: Sampling::default(),
         }
     }
 }
@@ -50,6 +53,8 @@ pub struct Generation {
     pub prompt_token_ids: Vec<u32>,
     /// The generated tokens (EOS not included).
     pub token_ids: Vec<u32>,
+    /// Each generated token's log-probability.
+    pub logprobs: Vec<f32>,
     /// Their text.
     pub text: String,
     /// Why it ended.
@@ -80,21 +85,23 @@ pub fn generate(
         )));
     }
     let t0 = Instant::now();
-    let mut next = r.prefill(slot, prompt)?;
+    let mut next = r.prefill(slot, prompt, &p.sampling)?;
     let ttft = t0.elapsed();
     let tokenizer = r.tokenizer.clone();
     let mut stream = tokenizer.stream(true);
     let mut tokens = Vec::new();
+    let mut logprobs = Vec::new();
     let mut text = String::new();
     let mut finish = FinishReason::Length;
     let mut pos = prompt.len();
     loop {
-        if Some(next) == eos {
+        if Some(next.token) == eos {
             finish = FinishReason::Stop;
             break;
         }
-        tokens.push(next);
-        let piece = stream.push(next)?;
+        tokens.push(next.token);
+        logprobs.push(next.logprob);
+        let piece = stream.push(next.token)?;
         text.push_str(&piece);
         if let Some(cut) = p.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
             text.truncate(cut);
@@ -107,8 +114,9 @@ pub fn generate(
         }
         next = r.decode(&[DecodeRow {
             slot,
-            token: next,
+            token: next.token,
             position: pos,
+            sampling: p.sampling,
         }])?[0];
         pos += 1;
     }
@@ -127,6 +135,7 @@ pub fn generate(
     Ok(Generation {
         prompt_token_ids: prompt.to_vec(),
         token_ids: tokens,
+        logprobs,
         text,
         finish_reason: finish,
         ttft_ms: ttft.as_secs_f64() * 1e3,

@@ -19,8 +19,9 @@
 //! Outputs: `present.N.key` / `.value`, each a `ScatterND` of the step's rows into its
 //! `past_key_values` input — declared **in place** ([`in_place_pairs`]), so the program writes
 //! only the new rows and the caller binds one cache tensor to both; then either `next_token`
-//! (i64 `[B]`, the arg-max: greedy sampling on the device, no logits copied back) or `logits`
-//! (f32 `[B, vocab]`, the reference's comparison).
+//! (i64 `[B]`) and `logprob` (f32 `[B]`), sampled on the device (the sampling parameters
+//! `temperature`, `top_k`, `top_p`, `seed` are inputs of `[B]`; no logits are copied back), or
+//! `logits` (f32 `[B, vocab]`, for the reference's comparison).
 //!
 //! Attention: RoPE on adjacent pairs (ggml's "normal" rotation, which the GGUF's permuted Q/K
 //! rows expect), grouped-query heads (query head `j` reads KV head `j / group`), scores over
@@ -33,11 +34,17 @@ use nrt_compiler::onnx::{
     TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto, attribute_type, data_type,
 };
 
+/// The domain of the project's `Sample` operator.
+pub const SAMPLE_DOMAIN: &str = "ai.nrt";
+
 /// What a program returns besides the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Head {
-    /// `next_token`: the arg-max of the logits (greedy), computed on the device.
-    Greedy,
+    /// `next_token` and `logprob`: each row's token drawn on the device (`ai.nrt` `Sample`:
+    /// greedy at temperature 0, else temperature / top-k / top-p with the row's seed and the
+    /// token's position as the draw's counter). Inputs `temperature`, `top_k`, `top_p`,
+    /// `seed` (each `[B]`).
+    Sample,
     /// `logits` of each row's `last` token.
     Logits,
 }
@@ -145,6 +152,12 @@ pub fn decoder_graph(
     g.input("positions", data_type::INT64, &[b, l]);
     g.input("slots", data_type::INT64, &[b]);
     g.input("last", data_type::INT64, &[b]);
+    if head == Head::Sample {
+        g.input("temperature", data_type::FLOAT, &[b]);
+        g.input("top_k", data_type::INT64, &[b]);
+        g.input("top_p", data_type::FLOAT, &[b]);
+        g.input("seed", data_type::INT64, &[b]);
+    }
     let ws = weights(c);
     match source {
         WeightSource::Inputs => {
@@ -273,15 +286,29 @@ pub fn decoder_graph(
             g.node("MatMul", &[&xn, &lt], "logits", &[]);
             g.output("logits", data_type::FLOAT, &[b, v]);
         }
-        Head::Greedy => {
+        Head::Sample => {
             let logits = g.linear(&xn, lm);
-            g.node(
-                "ArgMax",
-                &[&logits],
-                "next_token",
-                &[int("axis", -1), int("keepdims", 0)],
-            );
+            // The draw's counter: the position of each row's last token.
+            let flat_pos = g.reshape("positions", &[b * l]);
+            let step = g.op("Gather", &[&flat_pos, &at], &[int("axis", 0)]);
+            g.graph.node.push(NodeProto {
+                input: ["temperature", "top_k", "top_p", "seed"]
+                    .iter()
+                    .fold(vec![logits], |mut v, s| {
+                        v.push(s.to_string());
+                        v
+                    })
+                    .into_iter()
+                    .chain([step])
+                    .collect(),
+                output: vec!["next_token".into(), "logprob".into()],
+                name: "sample".into(),
+                op_type: "Sample".into(),
+                domain: SAMPLE_DOMAIN.into(),
+                ..Default::default()
+            });
             g.output("next_token", data_type::INT64, &[b]);
+            g.output("logprob", data_type::FLOAT, &[b]);
         }
     }
     for layer in 0..c.n_layer {
@@ -293,12 +320,19 @@ pub fn decoder_graph(
         (1, bb) => format!("decode-b{bb}"),
         (ll, _) => format!("prefill-l{ll}"),
     };
+    let mut opset_import = vec![OperatorSetIdProto {
+        domain: String::new(),
+        version: 23,
+    }];
+    if head == Head::Sample {
+        opset_import.push(OperatorSetIdProto {
+            domain: SAMPLE_DOMAIN.into(),
+            version: 1,
+        });
+    }
     ModelProto {
         ir_version: 10,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 23,
-        }],
+        opset_import,
         producer_name: "nrt-llm".into(),
         producer_version: env!("CARGO_PKG_VERSION").into(),
         graph: Some(g.graph),

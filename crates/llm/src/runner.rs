@@ -30,11 +30,74 @@ struct Program {
     positions: Tensor,
     slots: Tensor,
     last: Tensor,
+    temperature: Tensor,
+    top_k: Tensor,
+    top_p: Tensor,
+    seed: Tensor,
     next: Tensor,
+    logprob: Tensor,
+}
+
+/// How a row's next token is chosen on the device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    /// 0: greedy (the default); else the logits are divided by it.
+    pub temperature: f32,
+    /// Sample among the `top_k` most likely tokens (0: all).
+    pub top_k: u32,
+    /// ... and among the smallest set of those whose probability reaches `top_p` (1: all).
+    pub top_p: f32,
+    /// The request's seed: with the token's position it fixes the draw, whatever else is in
+    /// the batch.
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+impl Sampling {
+    /// Greedy decoding.
+    pub fn greedy() -> Sampling {
+        Sampling::default()
+    }
+
+    /// Checks the values: the error names the parameter.
+    pub fn check(&self) -> Result<(), Error> {
+        if !self.temperature.is_finite() || self.temperature < 0.0 {
+            return Err(Error::Unsupported(format!(
+                "temperature {}: a finite number ≥ 0",
+                self.temperature
+            )));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(Error::Unsupported(format!(
+                "top_p {}: in (0, 1]",
+                self.top_p
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A token chosen on the device.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampled {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability under the model (before temperature and restrictions).
+    pub logprob: f32,
 }
 
 /// A row of a decode step: its cache slot, its last token and that token's position.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DecodeRow {
     /// KV-cache slot (below [`Runner::slots`]).
     pub slot: usize,
@@ -42,6 +105,8 @@ pub struct DecodeRow {
     pub token: u32,
     /// Its position (below the max model length).
     pub position: usize,
+    /// How its next token is chosen.
+    pub sampling: Sampling,
 }
 
 /// What the runner has counted (for `nrt llm bench` and the trace).
@@ -201,14 +266,24 @@ impl Runner {
             let positions = small("positions", 8 * b * l)?;
             let slots = small("slots", 8 * b)?;
             let last = small("last", 8 * b)?;
+            let temperature = small("temperature", 4 * b)?;
+            let top_k = small("top_k", 8 * b)?;
+            let top_p = small("top_p", 4 * b)?;
+            let seed = small("seed", 8 * b)?;
             let next = small("next_token", 8 * b)?;
+            let logprob = small("logprob", 4 * b)?;
             let mut inputs = TensorSet::new();
             let mut outputs = TensorSet::new();
             inputs.add("input_ids", &ids);
             inputs.add("positions", &positions);
             inputs.add("slots", &slots);
             inputs.add("last", &last);
+            inputs.add("temperature", &temperature);
+            inputs.add("top_k", &top_k);
+            inputs.add("top_p", &top_p);
+            inputs.add("seed", &seed);
             outputs.add("next_token", &next);
+            outputs.add("logprob", &logprob);
             programs.push(Program {
                 info: p.clone(),
                 model,
@@ -218,7 +293,12 @@ impl Runner {
                 positions,
                 slots,
                 last,
+                temperature,
+                top_k,
+                top_p,
+                seed,
                 next,
+                logprob,
             });
         }
         Ok(Runner {
@@ -293,7 +373,33 @@ impl Runner {
         self.pick("decode", n).map(|i| self.programs[i].info.batch)
     }
 
-    fn run(&mut self, i: usize) -> Result<Vec<u32>, Error> {
+    /// Writes each row's sampling parameters (padding rows: greedy).
+    fn write_sampling(&self, i: usize, rows: &[Sampling]) -> Result<(), Error> {
+        let p = &self.programs[i];
+        let b = p.info.batch;
+        let mut t = vec![0f32; b];
+        let mut k = vec![0i64; b];
+        let mut tp = vec![1f32; b];
+        let mut s = vec![0i64; b];
+        for (j, r) in rows.iter().enumerate() {
+            r.check()?;
+            t[j] = r.temperature;
+            k[j] = r.top_k as i64;
+            tp[j] = r.top_p;
+            s[j] = r.seed as i64;
+        }
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        p.temperature
+            .write(&f32s(&t), 0)
+            .map_err(|e| rt_err("temperature", e))?;
+        p.top_p
+            .write(&f32s(&tp), 0)
+            .map_err(|e| rt_err("top_p", e))?;
+        write_i64(&p.top_k, &k)?;
+        write_i64(&p.seed, &s)
+    }
+
+    fn run(&mut self, i: usize) -> Result<Vec<Sampled>, Error> {
         if self.last_program.is_some_and(|p| p != i) {
             self.counters.switches += 1;
         }
@@ -302,19 +408,33 @@ impl Runner {
         self.rt
             .execute(&p.model, &p.inputs, &p.outputs)
             .map_err(|e| rt_err(&format!("executing {}", p.info.file), e))?;
-        let mut out = vec![0u8; 8 * p.info.batch];
+        let b = p.info.batch;
+        let mut tok = vec![0u8; 8 * b];
         p.next
-            .read(&mut out, 0)
+            .read(&mut tok, 0)
             .map_err(|e| rt_err("reading next_token", e))?;
-        Ok(out
+        let mut lp = vec![0u8; 4 * b];
+        p.logprob
+            .read(&mut lp, 0)
+            .map_err(|e| rt_err("reading logprob", e))?;
+        Ok(tok
             .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")) as u32)
+            .zip(lp.chunks_exact(4))
+            .map(|(t, l)| Sampled {
+                token: i64::from_le_bytes(t.try_into().expect("8 bytes")) as u32,
+                logprob: f32::from_le_bytes(l.try_into().expect("4 bytes")),
+            })
             .collect())
     }
 
-    /// Prefills `tokens` into cache slot `slot` (positions 0..n); returns the next token
-    /// (greedy).
-    pub fn prefill(&mut self, slot: usize, tokens: &[u32]) -> Result<u32, Error> {
+    /// Prefills `tokens` into cache slot `slot` (positions 0..n); returns the next token,
+    /// chosen on the device as `sampling` says.
+    pub fn prefill(
+        &mut self,
+        slot: usize,
+        tokens: &[u32],
+        sampling: &Sampling,
+    ) -> Result<Sampled, Error> {
         let n = tokens.len();
         if n == 0 {
             return Err(Error::Unsupported("an empty prompt".into()));
@@ -342,13 +462,14 @@ impl Runner {
         write_i64(&p.positions, &pos)?;
         write_i64(&p.slots, &[slot as i64])?;
         write_i64(&p.last, &[n as i64 - 1])?;
+        self.write_sampling(i, std::slice::from_ref(sampling))?;
         self.counters.prefills += 1;
         Ok(self.run(i)?[0])
     }
 
     /// One decode step over `rows` (at most the largest batch bucket); returns each row's
-    /// next token (greedy). Padding rows write only the spare slot.
-    pub fn decode(&mut self, rows: &[DecodeRow]) -> Result<Vec<u32>, Error> {
+    /// next token, chosen on the device. Padding rows write only the spare slot.
+    pub fn decode(&mut self, rows: &[DecodeRow]) -> Result<Vec<Sampled>, Error> {
         let Some(i) = self.pick("decode", rows.len()) else {
             return Err(Error::Unsupported(format!(
                 "{} rows: the largest batch bucket is {}",
@@ -380,6 +501,8 @@ impl Runner {
         write_i64(&p.positions, &pos)?;
         write_i64(&p.slots, &slots)?;
         write_i64(&p.last, &vec![0; b])?;
+        let sampling: Vec<Sampling> = rows.iter().map(|r| r.sampling).collect();
+        self.write_sampling(i, &sampling)?;
         self.counters.decodes += 1;
         let mut out = self.run(i)?;
         out.truncate(rows.len());

@@ -7,7 +7,7 @@
 
 use nrt_llm::build::{BuildOptions, build};
 use nrt_llm::generate::{FinishReason, GenerateParams, generate};
-use nrt_llm::runner::{DecodeRow, Runner};
+use nrt_llm::runner::{DecodeRow, Runner, Sampling};
 use nrt_llm::testing::TinyLlama;
 use nrt_llm::{GgufFile, LlamaConfig};
 use nrt_runtime::{Runtime, RuntimeConfig};
@@ -177,7 +177,7 @@ impl Reference {
 
 /// Greedy tokens from the device: prefill then decode one row at a time.
 fn device_greedy(r: &mut Runner, slot: usize, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut t = r.prefill(slot, prompt).unwrap();
+    let mut t = r.prefill(slot, prompt, &Sampling::greedy()).unwrap().token;
     let mut out = vec![t];
     for i in 1..n {
         let position = prompt.len() + i - 1;
@@ -186,8 +186,10 @@ fn device_greedy(r: &mut Runner, slot: usize, prompt: &[u32], n: usize) -> Vec<u
                 slot,
                 token: t,
                 position,
+                sampling: Sampling::greedy(),
             }])
-            .unwrap()[0];
+            .unwrap()[0]
+            .token;
         out.push(t);
     }
     out
@@ -257,7 +259,7 @@ fn sequences_decoded_together_give_what_each_gives_alone() {
     let mut next: Vec<u32> = PROMPTS
         .iter()
         .zip(slots)
-        .map(|(p, s)| r.prefill(s, p).unwrap())
+        .map(|(p, s)| r.prefill(s, p, &Sampling::greedy()).unwrap().token)
         .collect();
     let mut got: Vec<Vec<u32>> = next.iter().map(|&t| vec![t]).collect();
     assert_eq!(r.decode_bucket(3), Some(4));
@@ -267,9 +269,10 @@ fn sequences_decoded_together_give_what_each_gives_alone() {
                 slot: slots[i],
                 token: next[i],
                 position: PROMPTS[i].len() + step - 1,
+                sampling: Sampling::greedy(),
             })
             .collect();
-        next = r.decode(&rows).unwrap();
+        next = r.decode(&rows).unwrap().iter().map(|s| s.token).collect();
         for (g, &t) in got.iter_mut().zip(&next) {
             g.push(t);
         }
@@ -283,12 +286,15 @@ fn generation_stops_at_the_max_model_length_and_refuses_long_prompts() {
     let rt = runtime();
     let mut r = Runner::load(&rt, &dir, 0).unwrap();
     let prompt: Vec<u32> = (10..40).collect(); // 30 tokens; max model length 32
-    let e = r.prefill(0, &prompt).unwrap_err().to_string();
+    let e = r
+        .prefill(0, &prompt, &Sampling::greedy())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("30 tokens") && e.contains("16"), "{e}");
     let prompt: Vec<u32> = (10..24).collect(); // 14 tokens
     let p = GenerateParams {
         max_tokens: 100,
-        stop: Vec::new(),
+        ..Default::default()
     };
     let g = generate(&mut r, 0, &prompt, &p, &mut |_| {}).unwrap();
     if g.finish_reason == FinishReason::Length {
@@ -298,7 +304,7 @@ fn generation_stops_at_the_max_model_length_and_refuses_long_prompts() {
     }
     let p = GenerateParams {
         max_tokens: 3,
-        stop: Vec::new(),
+        ..Default::default()
     };
     let g = generate(&mut r, 0, &prompt, &p, &mut |_| {}).unwrap();
     assert!(g.token_ids.len() <= 3);
@@ -368,4 +374,91 @@ fn bad_builds_name_their_culprit_and_write_nothing() {
         .to_string();
     assert!(e.contains("not a model directory"), "{e}");
     assert!(out.join("keep.txt").is_file());
+}
+
+#[test]
+fn device_sampling_is_reproducible_by_seed_whatever_the_batch() {
+    let (_, dir) = built("sampling", &options());
+    let rt = runtime();
+    let mut r = Runner::load(&rt, &dir, 0).unwrap();
+    let warm = |seed| Sampling {
+        temperature: 20.0,
+        top_k: 0,
+        top_p: 0.95,
+        seed,
+    };
+    let p = PROMPTS[1];
+    // Alone, twice with one seed, once with another.
+    let run = |r: &mut Runner, s: Sampling| {
+        let mut t = r.prefill(0, p, &s).unwrap();
+        let mut out = vec![t.token];
+        for i in 0..12 {
+            t = r
+                .decode(&[DecodeRow {
+                    slot: 0,
+                    token: t.token,
+                    position: p.len() + i,
+                    sampling: s,
+                }])
+                .unwrap()[0];
+            out.push(t.token);
+            assert!(t.logprob <= 0.0 && t.logprob.is_finite(), "{t:?}");
+        }
+        out
+    };
+    let a = run(&mut r, warm(7));
+    assert_eq!(run(&mut r, warm(7)), a);
+    let b = run(&mut r, warm(8));
+    assert_ne!(a, b, "two seeds drew the same 13 tokens");
+    let greedy = device_greedy(&mut r, 0, p, 13);
+    assert_ne!(a, greedy, "temperature 20 drew the greedy sequence");
+    // top-k 1 is greedy at any temperature.
+    let k1 = Sampling {
+        top_k: 1,
+        ..warm(3)
+    };
+    assert_eq!(run(&mut r, k1), greedy);
+    // Seed 7 in slot 2, beside a greedy row and a row of seed 8, gives the same tokens.
+    let mut t = [
+        r.prefill(2, p, &warm(7)).unwrap().token,
+        r.prefill(1, PROMPTS[0], &Sampling::greedy()).unwrap().token,
+        r.prefill(3, p, &warm(8)).unwrap().token,
+    ];
+    let mut got = vec![t[0]];
+    let mut other = vec![t[2]];
+    for i in 0..12 {
+        let rows = [
+            DecodeRow {
+                slot: 2,
+                token: t[0],
+                position: p.len() + i,
+                sampling: warm(7),
+            },
+            DecodeRow {
+                slot: 1,
+                token: t[1],
+                position: PROMPTS[0].len() + i,
+                sampling: Sampling::greedy(),
+            },
+            DecodeRow {
+                slot: 3,
+                token: t[2],
+                position: p.len() + i,
+                sampling: warm(8),
+            },
+        ];
+        let s = r.decode(&rows).unwrap();
+        t = [s[0].token, s[1].token, s[2].token];
+        got.push(t[0]);
+        other.push(t[2]);
+    }
+    assert_eq!(got, a);
+    assert_eq!(other, b);
+    // Bad parameters are refused, naming them.
+    let bad = Sampling {
+        top_p: 0.0,
+        ..Sampling::default()
+    };
+    let e = r.prefill(0, p, &bad).unwrap_err().to_string();
+    assert!(e.contains("top_p"), "{e}");
 }
