@@ -1,7 +1,10 @@
-//! The host evaluator used for constant folding: the operators that commonly appear in
-//! constant subgraphs (shape arithmetic, index computation, weight dequantization and
-//! re-layout). Float tensors compute in `f32` like the device; integers in `i64`.
-//! Operators it does not know return `None` and are computed on the device instead.
+//! Constant folding on the host: [`eval`] dispatches a node whose inputs are all constants
+//! to its operator's folding hook ([`crate::ops::OpDef::folds`], written in the operator's
+//! family file beside its inference and lowering), and the hooks share the helpers here:
+//! strided and broadcast views of a host tensor. Float tensors compute in `f32` like the
+//! device; integers in `i64`. The operators that fold are those common in constant
+//! subgraphs (shape arithmetic, index computation, weight dequantization and re-layout); an
+//! operator without a hook (or whose hook declines) is computed on the device instead.
 
 use crate::error::{ErrorKind, Result};
 use crate::params::{Ctx, Out, broadcast_shapes, slice_params, split_sizes, transpose_perm};
@@ -60,7 +63,8 @@ pub fn strided_read<T: Copy>(src: &[T], shape: &[usize], base: i64, strides: &[i
     out
 }
 
-fn view(t: &HostTensor, shape: &[usize], base: i64, strides: &[i64]) -> HostTensor {
+/// `t` read through a strided view ([`strided_read`]) as a dense tensor of `shape`.
+pub(crate) fn view(t: &HostTensor, shape: &[usize], base: i64, strides: &[i64]) -> HostTensor {
     let data = match &t.data {
         Data::F32(v) => Data::F32(strided_read(v, shape, base, strides)),
         Data::I64(v) => Data::I64(strided_read(v, shape, base, strides)),
@@ -72,67 +76,19 @@ fn view(t: &HostTensor, shape: &[usize], base: i64, strides: &[i64]) -> HostTens
     }
 }
 
-/// `erf` (Abramowitz–Stegun 7.1.26 refined: |error| < 1.2e-7, enough for f32).
-pub fn erf(x: f32) -> f32 {
-    let x = x as f64;
-    let t = 1.0 / (1.0 + 0.5 * x.abs());
-    let y = 1.0
-        - t * (-x * x - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87
-                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-            .exp();
-    (if x >= 0.0 { y } else { -y }) as f32
+/// `t` broadcast to `shape` (which it broadcasts to), as a dense tensor.
+pub(crate) fn broadcast_to(t: &HostTensor, shape: &[usize]) -> HostTensor {
+    view(t, shape, 0, &broadcast_strides(&t.shape, shape))
 }
 
-type UnaryFn = Box<dyn Fn(f32) -> f32>;
+/// Input `i` of a node being folded (all its inputs are constants).
+pub(crate) fn input<'a>(c: &Ctx<'a>, i: usize) -> &'a HostTensor {
+    c.konst(i).expect("all inputs are constant")
+}
 
-fn unary_f(op: &str, c: &Ctx) -> Result<Option<UnaryFn>> {
-    let n = c.n;
-    Ok(Some(match op {
-        "Sqrt" => Box::new(f32::sqrt),
-        "Reciprocal" => Box::new(|x| 1.0 / x),
-        "Exp" => Box::new(f32::exp),
-        "Log" => Box::new(f32::ln),
-        "Erf" => Box::new(erf),
-        "Relu" => Box::new(|x| x.max(0.0)),
-        "LeakyRelu" => {
-            let a = n.attr_f("alpha", 0.01)?;
-            Box::new(move |x| if x < 0.0 { a * x } else { x })
-        }
-        "Elu" => {
-            let a = n.attr_f("alpha", 1.0)?;
-            Box::new(move |x| if x < 0.0 { a * (x.exp() - 1.0) } else { x })
-        }
-        "Sigmoid" => Box::new(|x| 1.0 / (1.0 + (-x).exp())),
-        "HardSigmoid" => {
-            let a = n.attr_f("alpha", 0.2)?;
-            let b = n.attr_f("beta", 0.5)?;
-            Box::new(move |x| (a * x + b).clamp(0.0, 1.0))
-        }
-        "Tanh" => Box::new(f32::tanh),
-        "Softplus" => Box::new(|x| (1.0 + x.exp()).ln()),
-        "Gelu" => {
-            if n.attr_s("approximate", "none")? == "tanh" {
-                Box::new(|x| {
-                    let k = (2.0f32 / std::f32::consts::PI).sqrt();
-                    0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
-                })
-            } else {
-                Box::new(|x| 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2)))
-            }
-        }
-        "Neg" => Box::new(|x| -x),
-        "Abs" => Box::new(f32::abs),
-        "Floor" => Box::new(f32::floor),
-        "Ceil" => Box::new(f32::ceil),
-        _ => return Ok(None),
-    }))
+/// The result of a folding hook that computes one output.
+pub(crate) fn one(t: HostTensor) -> Result<Option<Vec<HostTensor>>> {
+    Ok(Some(vec![t]))
 }
 
 fn binary(op: &str, a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Option<HostTensor> {
@@ -212,9 +168,12 @@ fn binary(op: &str, a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Option<H
     })
 }
 
-/// Evaluates a node whose inputs are all constants; `None` if the evaluator lacks the
-/// operator. `outs` are the inferred outputs.
+/// Evaluates a node whose inputs are all constants by its operator's folding hook; `None`
+/// if it has none or the hook declines. `outs` are the inferred outputs.
 pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    if let Some(fold) = crate::ops::get(&c.n.op).and_then(|d| d.folds) {
+        return fold(c, outs);
+    }
     let n = c.n;
     let op = n.op.as_str();
     let k = |i: usize| c.konst(i).expect("all inputs are constant");
@@ -234,31 +193,6 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
         "Not" => {
             let v = k(0).to_i64s().iter().map(|&x| (x == 0) as i64).collect();
             one(HostTensor::ints(DType::Bool, o0.shape.clone(), v))
-        }
-        "Clip" => {
-            let x = k(0);
-            let (lo, hi) = if c.opset() >= 11 {
-                (
-                    c.konst(1).map(|t| t.get_f64(0)),
-                    c.konst(2).map(|t| t.get_f64(0)),
-                )
-            } else {
-                (
-                    Some(n.attr_f("min", f32::MIN)? as f64),
-                    Some(n.attr_f("max", f32::MAX)? as f64),
-                )
-            };
-            let v = (0..x.len()).map(|i| {
-                let mut v = x.get_f64(i);
-                if let Some(l) = lo {
-                    v = v.max(l);
-                }
-                if let Some(h) = hi {
-                    v = v.min(h);
-                }
-                v
-            });
-            one(HostTensor::from_f64s(x.dtype, x.shape.clone(), v))
         }
         "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "GreaterOrEqual"
         | "LessOrEqual" | "And" | "Or" => Ok(binary(op, k(0), k(1), &o0.shape).map(|t| vec![t])),
@@ -485,25 +419,125 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
             ))
         }
         _ => {
-            if let Some(f) = unary_f(op, c)? {
-                let x = k(0);
-                if !is_float(x.dtype) {
-                    let f: fn(i64) -> i64 = match op {
-                        "Neg" => i64::wrapping_neg,
-                        "Abs" => i64::wrapping_abs,
-                        "Relu" => |v| v.max(0),
-                        _ => return Ok(None),
-                    };
-                    let v = x.to_i64s().iter().map(|&v| f(v)).collect();
-                    return one(HostTensor::ints(x.dtype, x.shape.clone(), v));
-                }
-                let v = x.to_f32s().iter().map(|&v| f(v)).collect();
-                return one(HostTensor::f32(x.shape.clone(), v).cast(x.dtype));
-            }
             if op == "Constant" {
                 return Err(c.e(ErrorKind::UnsupportedOp, "Constant evaluated twice"));
             }
             Ok(None)
+        }
+    }
+}
+
+/// Unit-test helpers of the folding hooks: one node on constant inputs, inferred and folded
+/// as in a model.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::error::Result;
+    use crate::graph::{Graph, Node, Value};
+    use crate::onnx::{AttributeProto, attribute_type};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+    use std::rc::Rc;
+
+    /// Folds one `op` node (opset `opset`) on the constant `inputs` (`None`: an omitted
+    /// optional input) with `outputs` outputs: each output's value, `None` where the node
+    /// was not folded (it stays for the device).
+    pub(crate) fn fold(
+        op: &str,
+        opset: i64,
+        inputs: Vec<Option<HostTensor>>,
+        attrs: Vec<AttributeProto>,
+        outputs: usize,
+    ) -> Result<Vec<Option<HostTensor>>> {
+        let mut g = Graph {
+            opset,
+            ..Graph::default()
+        };
+        let mut ins = Vec::new();
+        for (i, t) in inputs.into_iter().enumerate() {
+            ins.push(t.map(|t| {
+                g.values.push(Value {
+                    name: format!("x{i}"),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    konst: Some(Rc::new(t)),
+                });
+                g.values.len() - 1
+            }));
+        }
+        let first = g.values.len();
+        for k in 0..outputs {
+            g.values.push(Value {
+                name: format!("y{k}"),
+                dtype: DType::F32,
+                shape: Vec::new(),
+                konst: None,
+            });
+        }
+        g.nodes.push(Node {
+            name: "n".into(),
+            op: op.into(),
+            inputs: ins,
+            outputs: (first..first + outputs).map(Some).collect(),
+            attrs,
+            guard: None,
+        });
+        crate::infer::infer(&mut g)?;
+        Ok(g.values[first..]
+            .iter()
+            .map(|v| v.konst.as_deref().cloned())
+            .collect())
+    }
+
+    /// [`fold`] of a node with one output that must fold.
+    pub(crate) fn fold1(
+        op: &str,
+        opset: i64,
+        inputs: Vec<HostTensor>,
+        attrs: Vec<AttributeProto>,
+    ) -> HostTensor {
+        let ins = inputs.into_iter().map(Some).collect();
+        let mut outs = fold(op, opset, ins, attrs, 1).expect("folds");
+        outs.remove(0)
+            .unwrap_or_else(|| panic!("{op} did not fold"))
+    }
+
+    /// An integer attribute.
+    pub(crate) fn a_i(name: &str, v: i64) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INT,
+            i: v,
+            ..Default::default()
+        }
+    }
+
+    /// A float attribute.
+    pub(crate) fn a_f(name: &str, v: f32) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::FLOAT,
+            f: v,
+            ..Default::default()
+        }
+    }
+
+    /// A string attribute.
+    pub(crate) fn a_s(name: &str, v: &str) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::STRING,
+            s: v.as_bytes().to_vec(),
+            ..Default::default()
+        }
+    }
+
+    /// An integer-list attribute.
+    pub(crate) fn a_ints(name: &str, v: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INTS,
+            ints: v.to_vec(),
+            ..Default::default()
         }
     }
 }
