@@ -7,9 +7,8 @@
 //! operator without a hook (or whose hook declines) is computed on the device instead.
 
 use crate::error::{ErrorKind, Result};
-use crate::params::{Ctx, Out, broadcast_shapes, slice_params, split_sizes, transpose_perm};
+use crate::params::{Ctx, Out, slice_params, split_sizes, transpose_perm};
 use crate::tensor::{Data, HostTensor, is_float};
-use nrt_hal::DType;
 
 /// Row-major element strides of `shape`.
 pub fn dense_strides(shape: &[usize]) -> Vec<i64> {
@@ -91,83 +90,6 @@ pub(crate) fn one(t: HostTensor) -> Result<Option<Vec<HostTensor>>> {
     Ok(Some(vec![t]))
 }
 
-fn binary(op: &str, a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Option<HostTensor> {
-    let sa = broadcast_strides(&a.shape, shape);
-    let sb = broadcast_strides(&b.shape, shape);
-    let va = view(a, shape, 0, &sa);
-    let vb = view(b, shape, 0, &sb);
-    let cmp = matches!(
-        op,
-        "Equal" | "Less" | "Greater" | "GreaterOrEqual" | "LessOrEqual"
-    );
-    Some(match (&va.data, &vb.data) {
-        (Data::F32(x), Data::F32(y)) if !cmp => {
-            let f: fn(f32, f32) -> f32 = match op {
-                "Add" | "Sum" => |p, q| p + q,
-                "Sub" => |p, q| p - q,
-                "Mul" => |p, q| p * q,
-                "Div" => |p, q| p / q,
-                "Pow" => f32::powf,
-                "Max" => f32::max,
-                "Min" => f32::min,
-                _ => return None,
-            };
-            let v = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
-            HostTensor::f32(shape.to_vec(), v).cast(a.dtype)
-        }
-        (Data::F32(x), Data::I64(y)) if op == "Pow" => {
-            let v = x.iter().zip(y).map(|(&p, &q)| p.powf(q as f32)).collect();
-            HostTensor::f32(shape.to_vec(), v).cast(a.dtype)
-        }
-        _ if cmp => {
-            let x = va.to_f32s();
-            let y = vb.to_f32s();
-            let (xi, yi) = (va.to_i64s(), vb.to_i64s());
-            let fl = is_float(a.dtype);
-            let v = (0..x.len())
-                .map(|i| {
-                    let r = if fl {
-                        match op {
-                            "Equal" => x[i] == y[i],
-                            "Less" => x[i] < y[i],
-                            "GreaterOrEqual" => x[i] >= y[i],
-                            "LessOrEqual" => x[i] <= y[i],
-                            _ => x[i] > y[i],
-                        }
-                    } else {
-                        match op {
-                            "Equal" => xi[i] == yi[i],
-                            "Less" => xi[i] < yi[i],
-                            "GreaterOrEqual" => xi[i] >= yi[i],
-                            "LessOrEqual" => xi[i] <= yi[i],
-                            _ => xi[i] > yi[i],
-                        }
-                    };
-                    r as i64
-                })
-                .collect();
-            HostTensor::ints(DType::Bool, shape.to_vec(), v)
-        }
-        (Data::I64(x), Data::I64(y)) => {
-            let f: fn(i64, i64) -> i64 = match op {
-                "Add" | "Sum" => i64::wrapping_add,
-                "Sub" => i64::wrapping_sub,
-                "Mul" => i64::wrapping_mul,
-                "Div" => |p, q| if q == 0 { 0 } else { p.wrapping_div(q) },
-                "Pow" => |p, q| p.wrapping_pow(q.clamp(0, u32::MAX as i64) as u32),
-                "Max" => i64::max,
-                "Min" => i64::min,
-                "And" => |p, q| (p != 0 && q != 0) as i64,
-                "Or" => |p, q| (p != 0 || q != 0) as i64,
-                _ => return None,
-            };
-            let v = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
-            HostTensor::ints(a.dtype, shape.to_vec(), v)
-        }
-        _ => return None,
-    })
-}
-
 /// Evaluates a node whose inputs are all constants by its operator's folding hook; `None`
 /// if it has none or the hook declines. `outs` are the inferred outputs.
 pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
@@ -188,82 +110,6 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
         }
         "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
             one(k(0).reshaped(o0.shape.clone()))
-        }
-        "Cast" | "CastLike" => one(k(0).cast(o0.dtype)),
-        "Not" => {
-            let v = k(0).to_i64s().iter().map(|&x| (x == 0) as i64).collect();
-            one(HostTensor::ints(DType::Bool, o0.shape.clone(), v))
-        }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "GreaterOrEqual"
-        | "LessOrEqual" | "And" | "Or" => Ok(binary(op, k(0), k(1), &o0.shape).map(|t| vec![t])),
-        "Mod" => {
-            let fmod = n.attr_i("fmod", 0)? != 0;
-            let s = &o0.shape;
-            let a = view(k(0), s, 0, &broadcast_strides(&k(0).shape, s));
-            let b = view(k(1), s, 0, &broadcast_strides(&k(1).shape, s));
-            if is_float(a.dtype) {
-                let (x, y) = (a.to_f32s(), b.to_f32s());
-                let v = x.iter().zip(y.iter()).map(|(&p, &q)| (p % q) as f64);
-                return one(HostTensor::from_f64s(a.dtype, s.clone(), v));
-            }
-            let (x, y) = (a.to_i64s(), b.to_i64s());
-            let v = x
-                .iter()
-                .zip(y.iter())
-                .map(|(&p, &q)| {
-                    if q == 0 {
-                        0
-                    } else if fmod {
-                        p.wrapping_rem(q)
-                    } else {
-                        let r = p.wrapping_rem(q);
-                        if r != 0 && (r < 0) != (q < 0) {
-                            r + q
-                        } else {
-                            r
-                        }
-                    }
-                })
-                .collect();
-            one(HostTensor::ints(a.dtype, s.clone(), v))
-        }
-        "Max" | "Min" | "Sum" => {
-            let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
-            let mut acc = vals[0].clone();
-            for v in &vals[1..] {
-                let s = broadcast_shapes(&acc.shape, &v.shape).expect("inferred");
-                match binary(op, &acc, v, &s) {
-                    Some(t) => acc = t,
-                    None => return Ok(None),
-                }
-            }
-            let s = broadcast_strides(&acc.shape, &o0.shape);
-            one(view(&acc, &o0.shape, 0, &s))
-        }
-        "Where" => {
-            let s = &o0.shape;
-            let cond = view(k(0), s, 0, &broadcast_strides(&k(0).shape, s));
-            let cond = cond.to_i64s();
-            let a = view(k(1), s, 0, &broadcast_strides(&k(1).shape, s));
-            let b = view(k(2), s, 0, &broadcast_strides(&k(2).shape, s));
-            let data = match (&a.data, &b.data) {
-                (Data::F32(x), Data::F32(y)) => Data::F32(
-                    (0..cond.len())
-                        .map(|i| if cond[i] != 0 { x[i] } else { y[i] })
-                        .collect(),
-                ),
-                (Data::I64(x), Data::I64(y)) => Data::I64(
-                    (0..cond.len())
-                        .map(|i| if cond[i] != 0 { x[i] } else { y[i] })
-                        .collect(),
-                ),
-                _ => return Ok(None),
-            };
-            one(HostTensor {
-                dtype: a.dtype,
-                shape: s.clone(),
-                data,
-            })
         }
         "Transpose" => {
             let x = k(0);
