@@ -7,7 +7,7 @@
 //! operator without a hook (or whose hook declines) is computed on the device instead.
 
 use crate::error::{ErrorKind, Result};
-use crate::params::{Ctx, Out, slice_params, split_sizes, transpose_perm};
+use crate::params::{Ctx, Out};
 use crate::tensor::{Data, HostTensor, is_float};
 
 /// Row-major element strides of `shape`.
@@ -102,39 +102,6 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
     let o0 = &outs[0];
     let one = |t: HostTensor| Ok(Some(vec![t]));
     match op {
-        "Dropout" => {
-            // Inference: the data passes through; the mask (if any) is inferred constant.
-            let mut v = vec![k(0).clone()];
-            v.extend(outs[1..].iter().filter_map(|o| o.konst.clone()));
-            Ok(Some(v))
-        }
-        "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
-            one(k(0).reshaped(o0.shape.clone()))
-        }
-        "Transpose" => {
-            let x = k(0);
-            let p = transpose_perm(c, x.shape.len())?;
-            let d = dense_strides(&x.shape);
-            let st: Vec<i64> = p.iter().map(|&a| d[a]).collect();
-            one(view(x, &o0.shape, 0, &st))
-        }
-        "Slice" => {
-            let x = k(0);
-            let p = slice_params(c, &x.shape)?;
-            let d = dense_strides(&x.shape);
-            let base: i64 = p.iter().zip(&d).map(|(t, s)| t.0 * s).sum();
-            let st: Vec<i64> = p.iter().zip(&d).map(|(t, s)| t.2 * s).collect();
-            one(view(x, &o0.shape, base, &st))
-        }
-        "Expand" => {
-            let x = k(0);
-            one(view(
-                x,
-                &o0.shape,
-                0,
-                &broadcast_strides(&x.shape, &o0.shape),
-            ))
-        }
         "Gather" => {
             let x = k(0);
             let idx = k(1).to_i64s();
@@ -160,42 +127,6 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
                 shape: o0.shape.clone(),
                 data,
             })
-        }
-        "Concat" => {
-            let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
-            let r = o0.shape.len();
-            let axis = c.norm_axis(n.attr_i("axis", 0)?, r)?;
-            let outer: usize = o0.shape[..axis].iter().product();
-            let mut fl: Vec<f32> = Vec::new();
-            let mut il: Vec<i64> = Vec::new();
-            let float = matches!(vals[0].data, Data::F32(_));
-            for o in 0..outer {
-                for v in &vals {
-                    let chunk: usize = v.shape[axis..].iter().product();
-                    match &v.data {
-                        Data::F32(d) => fl.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
-                        Data::I64(d) => il.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
-                    }
-                }
-            }
-            one(HostTensor {
-                dtype: o0.dtype,
-                shape: o0.shape.clone(),
-                data: if float { Data::F32(fl) } else { Data::I64(il) },
-            })
-        }
-        "Split" => {
-            let x = k(0);
-            let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
-            let sizes = split_sizes(c, x.shape[axis])?;
-            let d = dense_strides(&x.shape);
-            let mut start = 0i64;
-            let mut res = Vec::new();
-            for (i, &s) in sizes.iter().enumerate() {
-                res.push(view(x, &outs[i].shape, start * d[axis], &d));
-                start += s as i64;
-            }
-            Ok(Some(res))
         }
         "MatMul" => {
             let (a, b) = (k(0), k(1));

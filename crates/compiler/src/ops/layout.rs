@@ -1,10 +1,12 @@
 //! Layout operators: views of their input that copy nothing (Reshape, Flatten, Squeeze,
 //! Unsqueeze, Identity, Dropout, Transpose, Split, forward Slice), and the copies (Concat,
-//! Expand, Tile, DepthToSpace / SpaceToDepth, Pad, Trilu).
+//! Expand, Tile, DepthToSpace / SpaceToDepth, Pad, Trilu). On constants the views, Concat
+//! and Expand fold (strided reads of the host tensor).
 
 use super::unary::infer_same;
 use super::{Fold, Registry};
 use crate::error::{ErrorKind, Result};
+use crate::eval::{broadcast_to, dense_strides, input, one, view};
 use crate::graph::{Graph, Node, Value};
 use crate::lower::view::View;
 use crate::lower::{At, Lowerer};
@@ -13,25 +15,44 @@ use crate::params::{
     Ctx, Out, broadcast_shapes, elementwise_dtype_check, konst, out, pad_params, reshape_shape,
     slice_params, split_sizes, squeeze_axes, transpose_perm, unsupported_outputs,
 };
-use crate::tensor::HostTensor;
+use crate::tensor::{Data, HostTensor};
 use nrt_hal::{DType, Engine};
 
 pub(super) fn register(r: &mut Registry) {
-    r.op("Identity", 1, infer_same).device(lower!(lower_view));
+    r.op("Identity", 1, infer_same)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
     r.op("Dropout", 1, infer_dropout)
         .note("inference; training_mode only with ratio 0")
+        .folds(fold_dropout)
         .device(lower!(lower_view));
-    r.op("Reshape", 1, infer_reshape).device(lower!(lower_view));
-    r.op("Flatten", 1, infer_flatten).device(lower!(lower_view));
-    r.op("Squeeze", 1, infer_squeeze).device(lower!(lower_view));
+    r.op("Reshape", 1, infer_reshape)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
+    r.op("Flatten", 1, infer_flatten)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
+    r.op("Squeeze", 1, infer_squeeze)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
     r.op("Unsqueeze", 1, infer_unsqueeze)
+        .folds(fold_reshaped)
         .device(lower!(lower_view));
     r.op("Transpose", 1, infer_transpose)
+        .folds(fold_transpose)
         .device(lower!(lower_transpose));
-    r.op("Concat", 1, infer_concat).device(lower!(lower_concat));
-    r.op("Split", 1, infer_split).device(lower!(lower_split));
-    r.op("Slice", 1, infer_slice).device(lower!(lower_slice));
-    r.op("Expand", 8, infer_expand).device(lower!(lower_expand));
+    r.op("Concat", 1, infer_concat)
+        .folds(fold_concat)
+        .device(lower!(lower_concat));
+    r.op("Split", 1, infer_split)
+        .folds(fold_split)
+        .device(lower!(lower_split));
+    r.op("Slice", 1, infer_slice)
+        .folds(fold_slice)
+        .device(lower!(lower_slice));
+    r.op("Expand", 8, infer_expand)
+        .folds(fold_expand)
+        .device(lower!(lower_expand));
     r.op("Tile", 1, infer_tile).device(lower!(lower_tile));
     for name in ["DepthToSpace", "SpaceToDepth"] {
         r.op(name, 1, infer_depth_space)
@@ -494,6 +515,85 @@ pub(crate) fn infer_trilu(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, x.shape.clone())])
 }
 
+/// Folds the operators that only reshape (Identity, Reshape, Flatten, Squeeze,
+/// Unsqueeze): the data, with the inferred shape.
+fn fold_reshaped(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    one(input(c, 0).reshaped(outs[0].shape.clone()))
+}
+
+/// Folds Dropout (inference): the data passes through; the mask, when asked for, is the
+/// constant inference gave.
+fn fold_dropout(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let mut v = vec![input(c, 0).clone()];
+    v.extend(outs[1..].iter().filter_map(|o| o.konst.clone()));
+    Ok(Some(v))
+}
+
+/// Folds Transpose: a read through the permuted strides.
+fn fold_transpose(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let x = input(c, 0);
+    let p = transpose_perm(c, x.shape.len())?;
+    let d = dense_strides(&x.shape);
+    let st: Vec<i64> = p.iter().map(|&a| d[a]).collect();
+    one(view(x, &outs[0].shape, 0, &st))
+}
+
+/// Folds Slice: a read from the first element by the steps' strides.
+fn fold_slice(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let x = input(c, 0);
+    let p = slice_params(c, &x.shape)?;
+    let d = dense_strides(&x.shape);
+    let base: i64 = p.iter().zip(&d).map(|(t, s)| t.0 * s).sum();
+    let st: Vec<i64> = p.iter().zip(&d).map(|(t, s)| t.2 * s).collect();
+    one(view(x, &outs[0].shape, base, &st))
+}
+
+/// Folds Expand: the input broadcast to the inferred shape.
+fn fold_expand(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    one(broadcast_to(input(c, 0), &outs[0].shape))
+}
+
+/// Folds Concat: for each index before the axis, each input's block in turn.
+fn fold_concat(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let (n, o0) = (c.n, &outs[0]);
+    let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
+    let r = o0.shape.len();
+    let axis = c.norm_axis(n.attr_i("axis", 0)?, r)?;
+    let outer: usize = o0.shape[..axis].iter().product();
+    let mut fl: Vec<f32> = Vec::new();
+    let mut il: Vec<i64> = Vec::new();
+    let float = matches!(vals[0].data, Data::F32(_));
+    for o in 0..outer {
+        for v in &vals {
+            let chunk: usize = v.shape[axis..].iter().product();
+            match &v.data {
+                Data::F32(d) => fl.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
+                Data::I64(d) => il.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
+            }
+        }
+    }
+    one(HostTensor {
+        dtype: o0.dtype,
+        shape: o0.shape.clone(),
+        data: if float { Data::F32(fl) } else { Data::I64(il) },
+    })
+}
+
+/// Folds Split: each output a read of the input from its start along the axis.
+fn fold_split(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let x = input(c, 0);
+    let axis = c.norm_axis(c.n.attr_i("axis", 0)?, x.shape.len())?;
+    let sizes = split_sizes(c, x.shape[axis])?;
+    let d = dense_strides(&x.shape);
+    let mut start = 0i64;
+    let mut res = Vec::new();
+    for (i, &s) in sizes.iter().enumerate() {
+        res.push(view(x, &outs[i].shape, start * d[axis], &d));
+        start += s as i64;
+    }
+    Ok(Some(res))
+}
+
 impl<'a> Lowerer<'a> {
     /// Identity, Dropout, Reshape, Flatten, Squeeze, Unsqueeze: a view of the input.
     pub(crate) fn lower_view(&mut self, at: At<'a>) -> Result<()> {
@@ -791,5 +891,92 @@ impl<'a> Lowerer<'a> {
         let y = self.alloc_any(o0)?;
         self.select(&mv, &x, &zv, &y)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, a_ints, fold, fold1};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    /// `0, 1, …` as f32 of `shape`.
+    fn iota(shape: &[usize]) -> HostTensor {
+        let n = shape.iter().product::<usize>();
+        HostTensor::f32(shape.to_vec(), (0..n).map(|i| i as f32).collect())
+    }
+
+    fn i64s(v: &[i64]) -> HostTensor {
+        HostTensor::i64(vec![v.len()], v.to_vec())
+    }
+
+    #[test]
+    fn reshapes_keep_the_data() {
+        let x = iota(&[2, 3]);
+        let r = fold1("Reshape", 14, vec![x.clone(), i64s(&[3, -1])], vec![]);
+        assert_eq!(r, x.reshaped(vec![3, 2]));
+        let f = fold1("Flatten", 13, vec![iota(&[2, 1, 3])], vec![a_i("axis", 2)]);
+        assert_eq!(f, x.reshaped(vec![2, 3]));
+        let u = fold1("Unsqueeze", 13, vec![x.clone(), i64s(&[0])], vec![]);
+        assert_eq!(u, x.reshaped(vec![1, 2, 3]));
+        let s = fold1("Squeeze", 13, vec![u], vec![]);
+        assert_eq!(s, x);
+        assert_eq!(fold1("Identity", 13, vec![x.clone()], vec![]), x);
+    }
+
+    #[test]
+    fn dropout_passes_the_data_and_its_constant_mask() {
+        let x = iota(&[3]);
+        let outs = fold("Dropout", 13, vec![Some(x.clone())], vec![], 2).unwrap();
+        let mask = HostTensor::ints(DType::Bool, vec![3], vec![1, 1, 1]);
+        assert_eq!(outs, vec![Some(x), Some(mask)]);
+    }
+
+    #[test]
+    fn transpose_and_slice_read_strided() {
+        let x = iota(&[2, 3]);
+        let t = fold1(
+            "Transpose",
+            13,
+            vec![x.clone()],
+            vec![a_ints("perm", &[1, 0])],
+        );
+        assert_eq!(t, HostTensor::f32(vec![3, 2], vec![0., 3., 1., 4., 2., 5.]));
+        // Rows 1.. , columns backwards from the last.
+        let (starts, ends, axes, steps) = (
+            i64s(&[1, -1]),
+            i64s(&[2, -4]),
+            i64s(&[0, 1]),
+            i64s(&[1, -1]),
+        );
+        let s = fold1("Slice", 13, vec![x, starts, ends, axes, steps], vec![]);
+        assert_eq!(s, HostTensor::f32(vec![1, 3], vec![5., 4., 3.]));
+    }
+
+    #[test]
+    fn expand_broadcasts() {
+        let x = HostTensor::i64(vec![2, 1], vec![7, 8]);
+        let e = fold1("Expand", 13, vec![x, i64s(&[2, 3])], vec![]);
+        assert_eq!(e, HostTensor::i64(vec![2, 3], vec![7, 7, 7, 8, 8, 8]));
+    }
+
+    #[test]
+    fn concat_and_split_along_an_axis() {
+        let (a, b) = (iota(&[2, 1]), iota(&[2, 2]));
+        let c = fold1("Concat", 13, vec![a, b], vec![a_i("axis", 1)]);
+        assert_eq!(c, HostTensor::f32(vec![2, 3], vec![0., 0., 1., 1., 2., 3.]));
+        let outs = fold(
+            "Split",
+            13,
+            vec![Some(c), Some(i64s(&[2, 1]))],
+            vec![a_i("axis", -1)],
+            2,
+        )
+        .unwrap();
+        let want = [
+            HostTensor::f32(vec![2, 2], vec![0., 0., 1., 2.]),
+            HostTensor::f32(vec![2, 1], vec![1., 3.]),
+        ];
+        assert_eq!(outs, want.map(Some).to_vec());
     }
 }
