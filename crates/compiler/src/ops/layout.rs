@@ -355,6 +355,19 @@ pub(crate) fn infer_transpose(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, p.iter().map(|&a| x.shape[a]).collect())])
 }
 
+/// Concat's axis for inputs of rank `r`: the `axis` attribute, 1 when absent before opset 4
+/// (required from it).
+fn concat_axis(c: &Ctx, r: usize) -> Result<usize> {
+    let default = if c.opset() < 4 { 1 } else { i64::MIN };
+    c.norm_axis(c.n.attr_i("axis", default)?, r)
+        .map_err(|_| c.bad_attr("missing or invalid axis"))
+}
+
+/// Split's axis for an input of rank `r` (the `axis` attribute, 0 by default).
+fn split_axis(c: &Ctx, r: usize) -> Result<usize> {
+    c.norm_axis(c.n.attr_i("axis", 0)?, r)
+}
+
 /// Concat.
 pub(crate) fn infer_concat(c: &Ctx) -> Result<Vec<Out>> {
     let n = c.n;
@@ -364,12 +377,7 @@ pub(crate) fn infer_concat(c: &Ctx) -> Result<Vec<Out>> {
     }
     let d = elementwise_dtype_check(c, &vals)?;
     let r = vals[0].shape.len();
-    let axis = c
-        .norm_axis(
-            n.attr_i("axis", if c.opset() < 4 { 1 } else { i64::MIN })?,
-            r,
-        )
-        .map_err(|_| c.bad_attr("missing or invalid axis"))?;
+    let axis = concat_axis(c, r)?;
     let mut s = vals[0].shape.clone();
     s[axis] = 0;
     for v in &vals {
@@ -386,9 +394,8 @@ pub(crate) fn infer_concat(c: &Ctx) -> Result<Vec<Out>> {
 
 /// Split.
 pub(crate) fn infer_split(c: &Ctx) -> Result<Vec<Out>> {
-    let n = c.n;
     let x = c.input(0)?;
-    let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
+    let axis = split_axis(c, x.shape.len())?;
     let sizes = split_sizes(c, x.shape[axis])?;
     Ok(sizes
         .iter()
@@ -557,8 +564,7 @@ fn fold_expand(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
 fn fold_concat(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
     let (n, o0) = (c.n, &outs[0]);
     let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
-    let r = o0.shape.len();
-    let axis = c.norm_axis(n.attr_i("axis", 0)?, r)?;
+    let axis = concat_axis(c, o0.shape.len())?;
     let outer: usize = o0.shape[..axis].iter().product();
     let mut fl: Vec<f32> = Vec::new();
     let mut il: Vec<i64> = Vec::new();
@@ -582,7 +588,7 @@ fn fold_concat(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
 /// Folds Split: each output a read of the input from its start along the axis.
 fn fold_split(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
     let x = input(c, 0);
-    let axis = c.norm_axis(c.n.attr_i("axis", 0)?, x.shape.len())?;
+    let axis = split_axis(c, x.shape.len())?;
     let sizes = split_sizes(c, x.shape[axis])?;
     let d = dense_strides(&x.shape);
     let mut start = 0i64;
@@ -635,7 +641,7 @@ impl<'a> Lowerer<'a> {
         let (n, c, o0, oshape) = (at.n, at.c, at.o0, at.oshape);
         // Inputs whose producers wrote their part in place (`concat_slot`) are
         // already there; the others are copied.
-        let axis = c.norm_axis(n.attr_i("axis", 1)?, oshape.len())?;
+        let axis = concat_axis(&c, oshape.len())?;
         let y = match self.loc[o0].clone() {
             Some(y) => y,
             None => self.alloc(o0),
@@ -660,7 +666,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_split(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, .. } = at;
         let xv = c.input(0)?;
-        let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+        let axis = split_axis(&c, xv.shape.len())?;
         let sizes = params::split_sizes(&c, xv.shape[axis])?;
         // Views of the input (copied only into graph outputs).
         let x = self.input_sview(n, 0)?;
@@ -978,5 +984,13 @@ mod tests {
             HostTensor::f32(vec![2, 1], vec![1., 3.]),
         ];
         assert_eq!(outs, want.map(Some).to_vec());
+    }
+
+    /// Before opset 4, Concat's axis defaults to 1.
+    #[test]
+    fn concat_folds_along_the_default_axis_of_opset_1() {
+        let (a, b) = (iota(&[2, 1]), iota(&[2, 1]));
+        let c = fold1("Concat", 1, vec![a, b], vec![]);
+        assert_eq!(c, HostTensor::f32(vec![2, 2], vec![0., 0., 1., 1.]));
     }
 }
