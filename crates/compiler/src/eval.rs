@@ -102,32 +102,6 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
     let o0 = &outs[0];
     let one = |t: HostTensor| Ok(Some(vec![t]));
     match op {
-        "Gather" => {
-            let x = k(0);
-            let idx = k(1).to_i64s();
-            let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
-            let outer: usize = x.shape[..axis].iter().product();
-            let a = x.shape[axis];
-            let inner: usize = x.shape[axis + 1..].iter().product();
-            let mut positions = Vec::with_capacity(outer * idx.len() * inner);
-            for o in 0..outer {
-                for &i in idx.iter() {
-                    let i = if i < 0 { i + a as i64 } else { i } as usize;
-                    for j in 0..inner {
-                        positions.push(((o * a + i) * inner + j) as i64);
-                    }
-                }
-            }
-            let data = match &x.data {
-                Data::F32(v) => Data::F32(positions.iter().map(|&p| v[p as usize]).collect()),
-                Data::I64(v) => Data::I64(positions.iter().map(|&p| v[p as usize]).collect()),
-            };
-            one(HostTensor {
-                dtype: x.dtype,
-                shape: o0.shape.clone(),
-                data,
-            })
-        }
         "MatMul" => {
             let (a, b) = (k(0), k(1));
             if a.shape.len() != 2 || b.shape.len() != 2 || !is_float(a.dtype) {
