@@ -102,24 +102,6 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
     let o0 = &outs[0];
     let one = |t: HostTensor| Ok(Some(vec![t]));
     match op {
-        "MatMul" => {
-            let (a, b) = (k(0), k(1));
-            if a.shape.len() != 2 || b.shape.len() != 2 || !is_float(a.dtype) {
-                return Ok(None);
-            }
-            let (m, kk, nn) = (a.shape[0], a.shape[1], b.shape[1]);
-            let (x, y) = (a.to_f32s(), b.to_f32s());
-            let mut v = vec![0f32; m * nn];
-            for i in 0..m {
-                for p in 0..kk {
-                    let s = x[i * kk + p];
-                    for j in 0..nn {
-                        v[i * nn + j] += s * y[p * nn + j];
-                    }
-                }
-            }
-            one(HostTensor::f32(vec![m, nn], v).cast(a.dtype))
-        }
         "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" => {
             let x = k(0);
             let Some(axes) = crate::params::reduce_axes(c, x.shape.len())? else {
