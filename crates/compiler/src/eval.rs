@@ -6,9 +6,9 @@
 //! subgraphs (shape arithmetic, index computation, weight dequantization and re-layout); an
 //! operator without a hook (or whose hook declines) is computed on the device instead.
 
-use crate::error::{ErrorKind, Result};
+use crate::error::Result;
 use crate::params::{Ctx, Out};
-use crate::tensor::{Data, HostTensor, is_float};
+use crate::tensor::{Data, HostTensor};
 
 /// Row-major element strides of `shape`.
 pub fn dense_strides(shape: &[usize]) -> Vec<i64> {
@@ -96,68 +96,7 @@ pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
     if let Some(fold) = crate::ops::get(&c.n.op).and_then(|d| d.folds) {
         return fold(c, outs);
     }
-    let n = c.n;
-    let op = n.op.as_str();
-    let k = |i: usize| c.konst(i).expect("all inputs are constant");
-    let o0 = &outs[0];
-    let one = |t: HostTensor| Ok(Some(vec![t]));
-    match op {
-        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" => {
-            let x = k(0);
-            let Some(axes) = crate::params::reduce_axes(c, x.shape.len())? else {
-                return one(x.clone());
-            };
-            let r = x.shape.len();
-            let kept: Vec<usize> = (0..r)
-                .map(|i| if axes.contains(&i) { 1 } else { x.shape[i] })
-                .collect();
-            let total: usize = kept.iter().product();
-            let kd = dense_strides(&kept);
-            let vals = x.to_f32s();
-            let mut acc: Vec<f64> = vec![
-                match op {
-                    "ReduceMax" => f64::NEG_INFINITY,
-                    "ReduceMin" => f64::INFINITY,
-                    _ => 0.0,
-                };
-                total
-            ];
-            let xd = dense_strides(&x.shape);
-            for (i, &v) in vals.iter().enumerate() {
-                let mut o = 0i64;
-                for d in 0..r {
-                    let id = (i as i64 / xd[d]) % x.shape[d] as i64;
-                    if !axes.contains(&d) {
-                        o += id * kd[d];
-                    }
-                }
-                let a = &mut acc[o as usize];
-                let v = v as f64;
-                *a = match op {
-                    "ReduceMax" => a.max(v),
-                    "ReduceMin" => a.min(v),
-                    _ => *a + v,
-                };
-            }
-            let cnt: usize = axes.iter().map(|&a| x.shape[a]).product();
-            if op == "ReduceMean" {
-                for a in &mut acc {
-                    *a /= cnt as f64;
-                }
-            }
-            one(HostTensor::from_f64s(
-                x.dtype,
-                o0.shape.clone(),
-                acc.into_iter(),
-            ))
-        }
-        _ => {
-            if op == "Constant" {
-                return Err(c.e(ErrorKind::UnsupportedOp, "Constant evaluated twice"));
-            }
-            Ok(None)
-        }
-    }
+    Ok(None)
 }
 
 /// Unit-test helpers of the folding hooks: one node on constant inputs, inferred and folded
