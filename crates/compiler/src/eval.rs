@@ -1,5 +1,5 @@
-//! Constant folding on the host: [`eval`] dispatches a node whose inputs are all constants
-//! to its operator's folding hook ([`crate::ops::OpDef::folds`], written in the operator's
+//! Constant folding on the host: `eval` dispatches a node whose inputs are all constants
+//! to its operator's folding hook (`OpDef::folds` in [`crate::ops`], written in the operator's
 //! family file beside its inference and lowering), and the hooks share the helpers here:
 //! strided and broadcast views of a host tensor. Float tensors compute in `f32` like the
 //! device; integers in `i64`. The operators that fold are those common in constant
