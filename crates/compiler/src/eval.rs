@@ -1,12 +1,14 @@
-//! The host evaluator used for constant folding: the operators that commonly appear in
-//! constant subgraphs (shape arithmetic, index computation, weight dequantization and
-//! re-layout). Float tensors compute in `f32` like the device; integers in `i64`.
-//! Operators it does not know return `None` and are computed on the device instead.
+//! Constant folding on the host: `eval` dispatches a node whose inputs are all constants
+//! to its operator's folding hook (`OpDef::folds` in [`crate::ops`], written in the operator's
+//! family file beside its inference and lowering), and the hooks share the helpers here:
+//! strided and broadcast views of a host tensor. Float tensors compute in `f32` like the
+//! device; integers in `i64`. The operators that fold are those common in constant
+//! subgraphs (shape arithmetic, index computation, weight dequantization and re-layout); an
+//! operator without a hook (or whose hook declines) is computed on the device instead.
 
-use crate::error::{ErrorKind, Result};
-use crate::params::{Ctx, Out, broadcast_shapes, slice_params, split_sizes, transpose_perm};
-use crate::tensor::{Data, HostTensor, is_float};
-use nrt_hal::DType;
+use crate::error::Result;
+use crate::params::{Ctx, Out};
+use crate::tensor::{Data, HostTensor};
 
 /// Row-major element strides of `shape`.
 pub fn dense_strides(shape: &[usize]) -> Vec<i64> {
@@ -60,7 +62,8 @@ pub fn strided_read<T: Copy>(src: &[T], shape: &[usize], base: i64, strides: &[i
     out
 }
 
-fn view(t: &HostTensor, shape: &[usize], base: i64, strides: &[i64]) -> HostTensor {
+/// `t` read through a strided view ([`strided_read`]) as a dense tensor of `shape`.
+pub(crate) fn view(t: &HostTensor, shape: &[usize], base: i64, strides: &[i64]) -> HostTensor {
     let data = match &t.data {
         Data::F32(v) => Data::F32(strided_read(v, shape, base, strides)),
         Data::I64(v) => Data::I64(strided_read(v, shape, base, strides)),
@@ -72,438 +75,141 @@ fn view(t: &HostTensor, shape: &[usize], base: i64, strides: &[i64]) -> HostTens
     }
 }
 
-/// `erf` (Abramowitz–Stegun 7.1.26 refined: |error| < 1.2e-7, enough for f32).
-pub fn erf(x: f32) -> f32 {
-    let x = x as f64;
-    let t = 1.0 / (1.0 + 0.5 * x.abs());
-    let y = 1.0
-        - t * (-x * x - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87
-                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-            .exp();
-    (if x >= 0.0 { y } else { -y }) as f32
+/// `t` broadcast to `shape` (which it broadcasts to), as a dense tensor.
+pub(crate) fn broadcast_to(t: &HostTensor, shape: &[usize]) -> HostTensor {
+    view(t, shape, 0, &broadcast_strides(&t.shape, shape))
 }
 
-type UnaryFn = Box<dyn Fn(f32) -> f32>;
-
-fn unary_f(op: &str, c: &Ctx) -> Result<Option<UnaryFn>> {
-    let n = c.n;
-    Ok(Some(match op {
-        "Sqrt" => Box::new(f32::sqrt),
-        "Reciprocal" => Box::new(|x| 1.0 / x),
-        "Exp" => Box::new(f32::exp),
-        "Log" => Box::new(f32::ln),
-        "Erf" => Box::new(erf),
-        "Relu" => Box::new(|x| x.max(0.0)),
-        "LeakyRelu" => {
-            let a = n.attr_f("alpha", 0.01)?;
-            Box::new(move |x| if x < 0.0 { a * x } else { x })
-        }
-        "Elu" => {
-            let a = n.attr_f("alpha", 1.0)?;
-            Box::new(move |x| if x < 0.0 { a * (x.exp() - 1.0) } else { x })
-        }
-        "Sigmoid" => Box::new(|x| 1.0 / (1.0 + (-x).exp())),
-        "HardSigmoid" => {
-            let a = n.attr_f("alpha", 0.2)?;
-            let b = n.attr_f("beta", 0.5)?;
-            Box::new(move |x| (a * x + b).clamp(0.0, 1.0))
-        }
-        "Tanh" => Box::new(f32::tanh),
-        "Softplus" => Box::new(|x| (1.0 + x.exp()).ln()),
-        "Gelu" => {
-            if n.attr_s("approximate", "none")? == "tanh" {
-                Box::new(|x| {
-                    let k = (2.0f32 / std::f32::consts::PI).sqrt();
-                    0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
-                })
-            } else {
-                Box::new(|x| 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2)))
-            }
-        }
-        "Neg" => Box::new(|x| -x),
-        "Abs" => Box::new(f32::abs),
-        "Floor" => Box::new(f32::floor),
-        "Ceil" => Box::new(f32::ceil),
-        _ => return Ok(None),
-    }))
+/// Input `i` of a node being folded (all its inputs are constants).
+pub(crate) fn input<'a>(c: &Ctx<'a>, i: usize) -> &'a HostTensor {
+    c.konst(i).expect("all inputs are constant")
 }
 
-fn binary(op: &str, a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Option<HostTensor> {
-    let sa = broadcast_strides(&a.shape, shape);
-    let sb = broadcast_strides(&b.shape, shape);
-    let va = view(a, shape, 0, &sa);
-    let vb = view(b, shape, 0, &sb);
-    let cmp = matches!(
-        op,
-        "Equal" | "Less" | "Greater" | "GreaterOrEqual" | "LessOrEqual"
-    );
-    Some(match (&va.data, &vb.data) {
-        (Data::F32(x), Data::F32(y)) if !cmp => {
-            let f: fn(f32, f32) -> f32 = match op {
-                "Add" | "Sum" => |p, q| p + q,
-                "Sub" => |p, q| p - q,
-                "Mul" => |p, q| p * q,
-                "Div" => |p, q| p / q,
-                "Pow" => f32::powf,
-                "Max" => f32::max,
-                "Min" => f32::min,
-                _ => return None,
-            };
-            let v = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
-            HostTensor::f32(shape.to_vec(), v).cast(a.dtype)
-        }
-        (Data::F32(x), Data::I64(y)) if op == "Pow" => {
-            let v = x.iter().zip(y).map(|(&p, &q)| p.powf(q as f32)).collect();
-            HostTensor::f32(shape.to_vec(), v).cast(a.dtype)
-        }
-        _ if cmp => {
-            let x = va.to_f32s();
-            let y = vb.to_f32s();
-            let (xi, yi) = (va.to_i64s(), vb.to_i64s());
-            let fl = is_float(a.dtype);
-            let v = (0..x.len())
-                .map(|i| {
-                    let r = if fl {
-                        match op {
-                            "Equal" => x[i] == y[i],
-                            "Less" => x[i] < y[i],
-                            "GreaterOrEqual" => x[i] >= y[i],
-                            "LessOrEqual" => x[i] <= y[i],
-                            _ => x[i] > y[i],
-                        }
-                    } else {
-                        match op {
-                            "Equal" => xi[i] == yi[i],
-                            "Less" => xi[i] < yi[i],
-                            "GreaterOrEqual" => xi[i] >= yi[i],
-                            "LessOrEqual" => xi[i] <= yi[i],
-                            _ => xi[i] > yi[i],
-                        }
-                    };
-                    r as i64
-                })
-                .collect();
-            HostTensor::ints(DType::Bool, shape.to_vec(), v)
-        }
-        (Data::I64(x), Data::I64(y)) => {
-            let f: fn(i64, i64) -> i64 = match op {
-                "Add" | "Sum" => i64::wrapping_add,
-                "Sub" => i64::wrapping_sub,
-                "Mul" => i64::wrapping_mul,
-                "Div" => |p, q| if q == 0 { 0 } else { p.wrapping_div(q) },
-                "Pow" => |p, q| p.wrapping_pow(q.clamp(0, u32::MAX as i64) as u32),
-                "Max" => i64::max,
-                "Min" => i64::min,
-                "And" => |p, q| (p != 0 && q != 0) as i64,
-                "Or" => |p, q| (p != 0 || q != 0) as i64,
-                _ => return None,
-            };
-            let v = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
-            HostTensor::ints(a.dtype, shape.to_vec(), v)
-        }
-        _ => return None,
-    })
+/// The result of a folding hook that computes one output.
+pub(crate) fn one(t: HostTensor) -> Result<Option<Vec<HostTensor>>> {
+    Ok(Some(vec![t]))
 }
 
-/// Evaluates a node whose inputs are all constants; `None` if the evaluator lacks the
-/// operator. `outs` are the inferred outputs.
+/// Evaluates a node whose inputs are all constants by its operator's folding hook; `None`
+/// if it has none or the hook declines. `outs` are the inferred outputs.
 pub(crate) fn eval(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
-    let n = c.n;
-    let op = n.op.as_str();
-    let k = |i: usize| c.konst(i).expect("all inputs are constant");
-    let o0 = &outs[0];
-    let one = |t: HostTensor| Ok(Some(vec![t]));
-    match op {
-        "Dropout" => {
-            // Inference: the data passes through; the mask (if any) is inferred constant.
-            let mut v = vec![k(0).clone()];
-            v.extend(outs[1..].iter().filter_map(|o| o.konst.clone()));
-            Ok(Some(v))
+    if let Some(fold) = crate::ops::get(&c.n.op).and_then(|d| d.folds) {
+        return fold(c, outs);
+    }
+    Ok(None)
+}
+
+/// Unit-test helpers of the folding hooks: one node on constant inputs, inferred and folded
+/// as in a model.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::error::Result;
+    use crate::graph::{Graph, Node, Value};
+    use crate::onnx::{AttributeProto, attribute_type};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+    use std::rc::Rc;
+
+    /// Folds one `op` node (opset `opset`) on the constant `inputs` (`None`: an omitted
+    /// optional input) with `outputs` outputs: each output's value, `None` where the node
+    /// was not folded (it stays for the device).
+    pub(crate) fn fold(
+        op: &str,
+        opset: i64,
+        inputs: Vec<Option<HostTensor>>,
+        attrs: Vec<AttributeProto>,
+        outputs: usize,
+    ) -> Result<Vec<Option<HostTensor>>> {
+        let mut g = Graph {
+            opset,
+            ..Graph::default()
+        };
+        let mut ins = Vec::new();
+        for (i, t) in inputs.into_iter().enumerate() {
+            ins.push(t.map(|t| {
+                g.values.push(Value {
+                    name: format!("x{i}"),
+                    dtype: t.dtype,
+                    shape: t.shape.clone(),
+                    konst: Some(Rc::new(t)),
+                });
+                g.values.len() - 1
+            }));
         }
-        "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
-            one(k(0).reshaped(o0.shape.clone()))
-        }
-        "Cast" | "CastLike" => one(k(0).cast(o0.dtype)),
-        "Not" => {
-            let v = k(0).to_i64s().iter().map(|&x| (x == 0) as i64).collect();
-            one(HostTensor::ints(DType::Bool, o0.shape.clone(), v))
-        }
-        "Clip" => {
-            let x = k(0);
-            let (lo, hi) = if c.opset() >= 11 {
-                (
-                    c.konst(1).map(|t| t.get_f64(0)),
-                    c.konst(2).map(|t| t.get_f64(0)),
-                )
-            } else {
-                (
-                    Some(n.attr_f("min", f32::MIN)? as f64),
-                    Some(n.attr_f("max", f32::MAX)? as f64),
-                )
-            };
-            let v = (0..x.len()).map(|i| {
-                let mut v = x.get_f64(i);
-                if let Some(l) = lo {
-                    v = v.max(l);
-                }
-                if let Some(h) = hi {
-                    v = v.min(h);
-                }
-                v
+        let first = g.values.len();
+        for k in 0..outputs {
+            g.values.push(Value {
+                name: format!("y{k}"),
+                dtype: DType::F32,
+                shape: Vec::new(),
+                konst: None,
             });
-            one(HostTensor::from_f64s(x.dtype, x.shape.clone(), v))
         }
-        "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" | "GreaterOrEqual"
-        | "LessOrEqual" | "And" | "Or" => Ok(binary(op, k(0), k(1), &o0.shape).map(|t| vec![t])),
-        "Mod" => {
-            let fmod = n.attr_i("fmod", 0)? != 0;
-            let s = &o0.shape;
-            let a = view(k(0), s, 0, &broadcast_strides(&k(0).shape, s));
-            let b = view(k(1), s, 0, &broadcast_strides(&k(1).shape, s));
-            if is_float(a.dtype) {
-                let (x, y) = (a.to_f32s(), b.to_f32s());
-                let v = x.iter().zip(y.iter()).map(|(&p, &q)| (p % q) as f64);
-                return one(HostTensor::from_f64s(a.dtype, s.clone(), v));
-            }
-            let (x, y) = (a.to_i64s(), b.to_i64s());
-            let v = x
-                .iter()
-                .zip(y.iter())
-                .map(|(&p, &q)| {
-                    if q == 0 {
-                        0
-                    } else if fmod {
-                        p.wrapping_rem(q)
-                    } else {
-                        let r = p.wrapping_rem(q);
-                        if r != 0 && (r < 0) != (q < 0) {
-                            r + q
-                        } else {
-                            r
-                        }
-                    }
-                })
-                .collect();
-            one(HostTensor::ints(a.dtype, s.clone(), v))
+        g.nodes.push(Node {
+            name: "n".into(),
+            op: op.into(),
+            inputs: ins,
+            outputs: (first..first + outputs).map(Some).collect(),
+            attrs,
+            guard: None,
+        });
+        crate::infer::infer(&mut g)?;
+        Ok(g.values[first..]
+            .iter()
+            .map(|v| v.konst.as_deref().cloned())
+            .collect())
+    }
+
+    /// [`fold`] of a node with one output that must fold.
+    pub(crate) fn fold1(
+        op: &str,
+        opset: i64,
+        inputs: Vec<HostTensor>,
+        attrs: Vec<AttributeProto>,
+    ) -> HostTensor {
+        let ins = inputs.into_iter().map(Some).collect();
+        let mut outs = fold(op, opset, ins, attrs, 1).expect("folds");
+        outs.remove(0)
+            .unwrap_or_else(|| panic!("{op} did not fold"))
+    }
+
+    /// An integer attribute.
+    pub(crate) fn a_i(name: &str, v: i64) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INT,
+            i: v,
+            ..Default::default()
         }
-        "Max" | "Min" | "Sum" => {
-            let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
-            let mut acc = vals[0].clone();
-            for v in &vals[1..] {
-                let s = broadcast_shapes(&acc.shape, &v.shape).expect("inferred");
-                match binary(op, &acc, v, &s) {
-                    Some(t) => acc = t,
-                    None => return Ok(None),
-                }
-            }
-            let s = broadcast_strides(&acc.shape, &o0.shape);
-            one(view(&acc, &o0.shape, 0, &s))
+    }
+
+    /// A float attribute.
+    pub(crate) fn a_f(name: &str, v: f32) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::FLOAT,
+            f: v,
+            ..Default::default()
         }
-        "Where" => {
-            let s = &o0.shape;
-            let cond = view(k(0), s, 0, &broadcast_strides(&k(0).shape, s));
-            let cond = cond.to_i64s();
-            let a = view(k(1), s, 0, &broadcast_strides(&k(1).shape, s));
-            let b = view(k(2), s, 0, &broadcast_strides(&k(2).shape, s));
-            let data = match (&a.data, &b.data) {
-                (Data::F32(x), Data::F32(y)) => Data::F32(
-                    (0..cond.len())
-                        .map(|i| if cond[i] != 0 { x[i] } else { y[i] })
-                        .collect(),
-                ),
-                (Data::I64(x), Data::I64(y)) => Data::I64(
-                    (0..cond.len())
-                        .map(|i| if cond[i] != 0 { x[i] } else { y[i] })
-                        .collect(),
-                ),
-                _ => return Ok(None),
-            };
-            one(HostTensor {
-                dtype: a.dtype,
-                shape: s.clone(),
-                data,
-            })
+    }
+
+    /// A string attribute.
+    pub(crate) fn a_s(name: &str, v: &str) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::STRING,
+            s: v.as_bytes().to_vec(),
+            ..Default::default()
         }
-        "Transpose" => {
-            let x = k(0);
-            let p = transpose_perm(c, x.shape.len())?;
-            let d = dense_strides(&x.shape);
-            let st: Vec<i64> = p.iter().map(|&a| d[a]).collect();
-            one(view(x, &o0.shape, 0, &st))
-        }
-        "Slice" => {
-            let x = k(0);
-            let p = slice_params(c, &x.shape)?;
-            let d = dense_strides(&x.shape);
-            let base: i64 = p.iter().zip(&d).map(|(t, s)| t.0 * s).sum();
-            let st: Vec<i64> = p.iter().zip(&d).map(|(t, s)| t.2 * s).collect();
-            one(view(x, &o0.shape, base, &st))
-        }
-        "Expand" => {
-            let x = k(0);
-            one(view(
-                x,
-                &o0.shape,
-                0,
-                &broadcast_strides(&x.shape, &o0.shape),
-            ))
-        }
-        "Gather" => {
-            let x = k(0);
-            let idx = k(1).to_i64s();
-            let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
-            let outer: usize = x.shape[..axis].iter().product();
-            let a = x.shape[axis];
-            let inner: usize = x.shape[axis + 1..].iter().product();
-            let mut positions = Vec::with_capacity(outer * idx.len() * inner);
-            for o in 0..outer {
-                for &i in idx.iter() {
-                    let i = if i < 0 { i + a as i64 } else { i } as usize;
-                    for j in 0..inner {
-                        positions.push(((o * a + i) * inner + j) as i64);
-                    }
-                }
-            }
-            let data = match &x.data {
-                Data::F32(v) => Data::F32(positions.iter().map(|&p| v[p as usize]).collect()),
-                Data::I64(v) => Data::I64(positions.iter().map(|&p| v[p as usize]).collect()),
-            };
-            one(HostTensor {
-                dtype: x.dtype,
-                shape: o0.shape.clone(),
-                data,
-            })
-        }
-        "Concat" => {
-            let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
-            let r = o0.shape.len();
-            let axis = c.norm_axis(n.attr_i("axis", 0)?, r)?;
-            let outer: usize = o0.shape[..axis].iter().product();
-            let mut fl: Vec<f32> = Vec::new();
-            let mut il: Vec<i64> = Vec::new();
-            let float = matches!(vals[0].data, Data::F32(_));
-            for o in 0..outer {
-                for v in &vals {
-                    let chunk: usize = v.shape[axis..].iter().product();
-                    match &v.data {
-                        Data::F32(d) => fl.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
-                        Data::I64(d) => il.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
-                    }
-                }
-            }
-            one(HostTensor {
-                dtype: o0.dtype,
-                shape: o0.shape.clone(),
-                data: if float { Data::F32(fl) } else { Data::I64(il) },
-            })
-        }
-        "Split" => {
-            let x = k(0);
-            let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
-            let sizes = split_sizes(c, x.shape[axis])?;
-            let d = dense_strides(&x.shape);
-            let mut start = 0i64;
-            let mut res = Vec::new();
-            for (i, &s) in sizes.iter().enumerate() {
-                res.push(view(x, &outs[i].shape, start * d[axis], &d));
-                start += s as i64;
-            }
-            Ok(Some(res))
-        }
-        "MatMul" => {
-            let (a, b) = (k(0), k(1));
-            if a.shape.len() != 2 || b.shape.len() != 2 || !is_float(a.dtype) {
-                return Ok(None);
-            }
-            let (m, kk, nn) = (a.shape[0], a.shape[1], b.shape[1]);
-            let (x, y) = (a.to_f32s(), b.to_f32s());
-            let mut v = vec![0f32; m * nn];
-            for i in 0..m {
-                for p in 0..kk {
-                    let s = x[i * kk + p];
-                    for j in 0..nn {
-                        v[i * nn + j] += s * y[p * nn + j];
-                    }
-                }
-            }
-            one(HostTensor::f32(vec![m, nn], v).cast(a.dtype))
-        }
-        "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" => {
-            let x = k(0);
-            let Some(axes) = crate::params::reduce_axes(c, x.shape.len())? else {
-                return one(x.clone());
-            };
-            let r = x.shape.len();
-            let kept: Vec<usize> = (0..r)
-                .map(|i| if axes.contains(&i) { 1 } else { x.shape[i] })
-                .collect();
-            let total: usize = kept.iter().product();
-            let kd = dense_strides(&kept);
-            let vals = x.to_f32s();
-            let mut acc: Vec<f64> = vec![
-                match op {
-                    "ReduceMax" => f64::NEG_INFINITY,
-                    "ReduceMin" => f64::INFINITY,
-                    _ => 0.0,
-                };
-                total
-            ];
-            let xd = dense_strides(&x.shape);
-            for (i, &v) in vals.iter().enumerate() {
-                let mut o = 0i64;
-                for d in 0..r {
-                    let id = (i as i64 / xd[d]) % x.shape[d] as i64;
-                    if !axes.contains(&d) {
-                        o += id * kd[d];
-                    }
-                }
-                let a = &mut acc[o as usize];
-                let v = v as f64;
-                *a = match op {
-                    "ReduceMax" => a.max(v),
-                    "ReduceMin" => a.min(v),
-                    _ => *a + v,
-                };
-            }
-            let cnt: usize = axes.iter().map(|&a| x.shape[a]).product();
-            if op == "ReduceMean" {
-                for a in &mut acc {
-                    *a /= cnt as f64;
-                }
-            }
-            one(HostTensor::from_f64s(
-                x.dtype,
-                o0.shape.clone(),
-                acc.into_iter(),
-            ))
-        }
-        _ => {
-            if let Some(f) = unary_f(op, c)? {
-                let x = k(0);
-                if !is_float(x.dtype) {
-                    let f: fn(i64) -> i64 = match op {
-                        "Neg" => i64::wrapping_neg,
-                        "Abs" => i64::wrapping_abs,
-                        "Relu" => |v| v.max(0),
-                        _ => return Ok(None),
-                    };
-                    let v = x.to_i64s().iter().map(|&v| f(v)).collect();
-                    return one(HostTensor::ints(x.dtype, x.shape.clone(), v));
-                }
-                let v = x.to_f32s().iter().map(|&v| f(v)).collect();
-                return one(HostTensor::f32(x.shape.clone(), v).cast(x.dtype));
-            }
-            if op == "Constant" {
-                return Err(c.e(ErrorKind::UnsupportedOp, "Constant evaluated twice"));
-            }
-            Ok(None)
+    }
+
+    /// An integer-list attribute.
+    pub(crate) fn a_ints(name: &str, v: &[i64]) -> AttributeProto {
+        AttributeProto {
+            name: name.into(),
+            r#type: attribute_type::INTS,
+            ints: v.to_vec(),
+            ..Default::default()
         }
     }
 }

@@ -2,10 +2,11 @@
 //!
 //! Nodes are visited in topological order. Each gets its outputs' element types and shapes
 //! from its operator's entry in [`crate::ops`]; a node whose inputs are all constants (and
-//! whose operator folds) is evaluated at compile time ([`crate::eval`]), and operators that
-//! only need shapes (`Shape`, `Size`) or compile-time inputs (`ConstantOfShape`, `Range`)
-//! always fold. Inputs that decide shapes (Reshape's shape, Slice's starts, Pad's pads,
-//! Resize's sizes…) must be constants here, possibly through `input_values` specialization.
+//! whose operator folds) is evaluated at compile time by its operator's folding hook
+//! ([`crate::eval`]), and operators that only need shapes (`Shape`, `Size`) or compile-time
+//! inputs (`ConstantOfShape`, `Range`) always fold. Inputs that decide shapes (Reshape's
+//! shape, Slice's starts, Pad's pads, Resize's sizes…) must be constants here, possibly
+//! through `input_values` specialization.
 //!
 //! The operator parameter helpers (`slice_params`, `window_params`, …) live in
 //! [`crate::params`], shared with folding and lowering.

@@ -1,14 +1,18 @@
 //! Elementwise operators on DVE: broadcasting binary arithmetic and comparisons, variadic
-//! Max / Min / Sum / Mean, Where, Not, Mod, and the casts.
+//! Max / Min / Sum / Mean, Where, Not, Mod, and the casts. On constants all but Mean and
+//! BitCast fold (floats in f32, integers in i64).
 
 use super::unary::{act_of, infer_same};
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
+use crate::eval::{broadcast_to, input, one};
 use crate::graph::{Value, ValueId};
 use crate::lower::view::View;
 use crate::lower::{At, Lowerer};
-use crate::params::{Ctx, Out, broadcast_all, elementwise_dtype_check, konst, out};
-use crate::tensor::{HostTensor, dtype_from_onnx, is_float, onnx_type_name};
+use crate::params::{
+    Ctx, Out, broadcast_all, broadcast_shapes, elementwise_dtype_check, konst, out,
+};
+use crate::tensor::{Data, HostTensor, dtype_from_onnx, is_float, onnx_type_name};
 use nrt_hal::{DType, Engine};
 use nrt_isa::op;
 use nrt_isa::{ActFunc, BinaryOp, Op};
@@ -19,29 +23,42 @@ pub(super) fn register(r: &mut Registry) {
     ] {
         r.op(name, 1, infer_binary)
             .dtypes(Dtypes::Elementwise)
+            .folds(fold_binary)
             .device(lower!(lower_binary));
     }
     for name in ["GreaterOrEqual", "LessOrEqual"] {
         r.op(name, 12, infer_binary)
             .dtypes(Dtypes::Elementwise)
+            .folds(fold_binary)
             .device(lower!(lower_binary));
     }
     for name in ["And", "Or"] {
-        r.op(name, 1, infer_binary).device(lower!(lower_binary));
+        r.op(name, 1, infer_binary)
+            .folds(fold_binary)
+            .device(lower!(lower_binary));
     }
     for name in ["Max", "Min", "Sum"] {
         r.op(name, 1, infer_variadic)
             .dtypes(Dtypes::Elementwise)
+            .folds(fold_variadic)
             .device(lower!(lower_binary));
     }
     r.op("Mean", 1, infer_variadic).device(lower!(lower_mean));
-    r.op("Where", 9, infer_where).device(lower!(lower_where));
-    r.op("Not", 1, infer_same).device(lower!(lower_not));
+    r.op("Where", 9, infer_where)
+        .folds(fold_where)
+        .device(lower!(lower_where));
+    r.op("Not", 1, infer_same)
+        .folds(fold_not)
+        .device(lower!(lower_not));
     r.op("Mod", 10, infer_mod)
         .dtypes(Dtypes::Elementwise)
+        .folds(fold_mod)
         .device(lower!(lower_mod));
-    r.op("Cast", 1, infer_cast).device(lower!(lower_cast));
+    r.op("Cast", 1, infer_cast)
+        .folds(fold_cast)
+        .device(lower!(lower_cast));
     r.op("CastLike", 15, infer_cast_like)
+        .folds(fold_cast)
         .device(lower!(lower_cast));
     r.op("BitCast", 26, infer_bit_cast)
         .note("types of one width: a copy of the bits")
@@ -125,6 +142,12 @@ pub(crate) fn infer_mod(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(a.dtype, broadcast_all(c, &[a, b])?)])
 }
 
+/// Mod's `fmod` attribute: the remainder takes the dividend's sign (C's `fmod`), else the
+/// divisor's (Python's `%`).
+fn fmod(c: &Ctx) -> Result<bool> {
+    Ok(c.n.attr_i("fmod", 0)? != 0)
+}
+
 /// Cast to the `to` element type.
 pub(crate) fn infer_cast(c: &Ctx) -> Result<Vec<Out>> {
     let n = c.n;
@@ -151,6 +174,182 @@ pub(crate) fn infer_cast_like(c: &Ctx) -> Result<Vec<Out>> {
         Some(t) => vec![konst(t.cast(like.dtype))],
         None => vec![out(like.dtype, x.shape.clone())],
     })
+}
+
+/// Binary operator `op` of `a` and `b` broadcast to `shape`, on the host: arithmetic in f32
+/// (Pow also of an integer exponent) or wrapping i64 (division by 0 gives 0), comparisons
+/// (bool) in the first input's kind, And / Or on integers. `None` for other operand kinds.
+fn host_binary(op: &str, a: &HostTensor, b: &HostTensor, shape: &[usize]) -> Option<HostTensor> {
+    let va = broadcast_to(a, shape);
+    let vb = broadcast_to(b, shape);
+    let cmp = matches!(
+        op,
+        "Equal" | "Less" | "Greater" | "GreaterOrEqual" | "LessOrEqual"
+    );
+    Some(match (&va.data, &vb.data) {
+        (Data::F32(x), Data::F32(y)) if !cmp => {
+            let f: fn(f32, f32) -> f32 = match op {
+                "Add" | "Sum" => |p, q| p + q,
+                "Sub" => |p, q| p - q,
+                "Mul" => |p, q| p * q,
+                "Div" => |p, q| p / q,
+                "Pow" => f32::powf,
+                "Max" => f32::max,
+                "Min" => f32::min,
+                _ => return None,
+            };
+            let v = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+            HostTensor::f32(shape.to_vec(), v).cast(a.dtype)
+        }
+        (Data::F32(x), Data::I64(y)) if op == "Pow" => {
+            let v = x.iter().zip(y).map(|(&p, &q)| p.powf(q as f32)).collect();
+            HostTensor::f32(shape.to_vec(), v).cast(a.dtype)
+        }
+        _ if cmp => {
+            let x = va.to_f32s();
+            let y = vb.to_f32s();
+            let (xi, yi) = (va.to_i64s(), vb.to_i64s());
+            let fl = is_float(a.dtype);
+            let v = (0..x.len())
+                .map(|i| {
+                    let r = if fl {
+                        match op {
+                            "Equal" => x[i] == y[i],
+                            "Less" => x[i] < y[i],
+                            "GreaterOrEqual" => x[i] >= y[i],
+                            "LessOrEqual" => x[i] <= y[i],
+                            _ => x[i] > y[i],
+                        }
+                    } else {
+                        match op {
+                            "Equal" => xi[i] == yi[i],
+                            "Less" => xi[i] < yi[i],
+                            "GreaterOrEqual" => xi[i] >= yi[i],
+                            "LessOrEqual" => xi[i] <= yi[i],
+                            _ => xi[i] > yi[i],
+                        }
+                    };
+                    r as i64
+                })
+                .collect();
+            HostTensor::ints(DType::Bool, shape.to_vec(), v)
+        }
+        (Data::I64(x), Data::I64(y)) => {
+            let f: fn(i64, i64) -> i64 = match op {
+                "Add" | "Sum" => i64::wrapping_add,
+                "Sub" => i64::wrapping_sub,
+                "Mul" => i64::wrapping_mul,
+                "Div" => |p, q| if q == 0 { 0 } else { p.wrapping_div(q) },
+                "Pow" => |p, q| p.wrapping_pow(q.clamp(0, u32::MAX as i64) as u32),
+                "Max" => i64::max,
+                "Min" => i64::min,
+                "And" => |p, q| (p != 0 && q != 0) as i64,
+                "Or" => |p, q| (p != 0 || q != 0) as i64,
+                _ => return None,
+            };
+            let v = x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+            HostTensor::ints(a.dtype, shape.to_vec(), v)
+        }
+        _ => return None,
+    })
+}
+
+/// Folds a broadcasting binary operator ([`host_binary`]).
+fn fold_binary(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let (a, b) = (input(c, 0), input(c, 1));
+    Ok(host_binary(&c.n.op, a, b, &outs[0].shape).map(|t| vec![t]))
+}
+
+/// Folds variadic Max / Min / Sum: [`host_binary`] from the first input on, then
+/// broadcast to the output's shape.
+fn fold_variadic(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let (n, o0) = (c.n, &outs[0]);
+    let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
+    let mut acc = vals[0].clone();
+    for v in &vals[1..] {
+        let s = broadcast_shapes(&acc.shape, &v.shape).expect("inferred");
+        match host_binary(&n.op, &acc, v, &s) {
+            Some(t) => acc = t,
+            None => return Ok(None),
+        }
+    }
+    one(broadcast_to(&acc, &o0.shape))
+}
+
+/// Folds Mod: floats by Rust's `%` (C's `fmod`: the only mode ONNX allows them), integers
+/// wrapping, by the sign rule of [`fmod`] (a zero divisor gives 0).
+fn fold_mod(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let fmod = fmod(c)?;
+    let s = &outs[0].shape;
+    let a = broadcast_to(input(c, 0), s);
+    let b = broadcast_to(input(c, 1), s);
+    if is_float(a.dtype) {
+        let (x, y) = (a.to_f32s(), b.to_f32s());
+        let v = x.iter().zip(y.iter()).map(|(&p, &q)| (p % q) as f64);
+        return one(HostTensor::from_f64s(a.dtype, s.clone(), v));
+    }
+    let (x, y) = (a.to_i64s(), b.to_i64s());
+    let v = x
+        .iter()
+        .zip(y.iter())
+        .map(|(&p, &q)| {
+            if q == 0 {
+                0
+            } else if fmod {
+                p.wrapping_rem(q)
+            } else {
+                let r = p.wrapping_rem(q);
+                if r != 0 && (r < 0) != (q < 0) {
+                    r + q
+                } else {
+                    r
+                }
+            }
+        })
+        .collect();
+    one(HostTensor::ints(a.dtype, s.clone(), v))
+}
+
+/// Folds Where: the three inputs broadcast, then selected element by element.
+fn fold_where(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let s = &outs[0].shape;
+    let cond = broadcast_to(input(c, 0), s);
+    let cond = cond.to_i64s();
+    let a = broadcast_to(input(c, 1), s);
+    let b = broadcast_to(input(c, 2), s);
+    let data = match (&a.data, &b.data) {
+        (Data::F32(x), Data::F32(y)) => Data::F32(
+            (0..cond.len())
+                .map(|i| if cond[i] != 0 { x[i] } else { y[i] })
+                .collect(),
+        ),
+        (Data::I64(x), Data::I64(y)) => Data::I64(
+            (0..cond.len())
+                .map(|i| if cond[i] != 0 { x[i] } else { y[i] })
+                .collect(),
+        ),
+        _ => return Ok(None),
+    };
+    one(HostTensor {
+        dtype: a.dtype,
+        shape: s.clone(),
+        data,
+    })
+}
+
+/// Folds Not.
+fn fold_not(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let v = input(c, 0)
+        .to_i64s()
+        .iter()
+        .map(|&x| (x == 0) as i64)
+        .collect();
+    one(HostTensor::ints(DType::Bool, outs[0].shape.clone(), v))
+}
+
+/// Folds Cast / CastLike to the inferred output type ([`HostTensor::cast`]).
+fn fold_cast(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    one(input(c, 0).cast(outs[0].dtype))
 }
 
 impl<'a> Lowerer<'a> {
@@ -408,8 +607,8 @@ impl<'a> Lowerer<'a> {
     /// `r` and `b` have opposite signs (`b < 0 ? r > 0 : r < 0`). Floats (`fmod` only):
     /// `a − b·trunc(a/b)`, `trunc` by Floor/Ceil on the quotient's sign.
     pub(crate) fn lower_mod(&mut self, at: At<'a>) -> Result<()> {
-        let At { g, n, o0, .. } = at;
-        let fmod = n.attr_i("fmod", 0)? != 0;
+        let At { g, n, c, o0, .. } = at;
+        let fmod = fmod(&c)?;
         let sh = g.values[o0].shape.clone();
         let odt = g.values[o0].dtype;
         let total: usize = sh.iter().product();
@@ -462,5 +661,125 @@ impl<'a> Lowerer<'a> {
             self.copy(Engine::Dve, &acc, &y)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, fold, fold1};
+    use crate::tensor::{HostTensor, dtype_to_onnx};
+    use nrt_hal::DType;
+
+    fn f32s(shape: &[usize], v: &[f32]) -> HostTensor {
+        HostTensor::f32(shape.to_vec(), v.to_vec())
+    }
+
+    fn i64s(shape: &[usize], v: &[i64]) -> HostTensor {
+        HostTensor::i64(shape.to_vec(), v.to_vec())
+    }
+
+    fn bools(t: &HostTensor) -> Vec<i64> {
+        assert_eq!(t.dtype, DType::Bool);
+        t.to_i64s().into_owned()
+    }
+
+    #[test]
+    fn binary_arithmetic_broadcasts() {
+        let a = f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+        let b = f32s(&[2], &[10.0, 0.5]);
+        let sum = fold1("Add", 14, vec![a.clone(), b.clone()], vec![]);
+        assert_eq!(sum, f32s(&[2, 2], &[11.0, 2.5, 13.0, 4.5]));
+        let quot = fold1("Div", 14, vec![a.clone(), b], vec![]);
+        assert_eq!(quot, f32s(&[2, 2], &[0.1, 4.0, 0.3, 8.0]));
+        // A float base with an integer exponent.
+        let pow = fold1("Pow", 15, vec![a, i64s(&[], &[2])], vec![]);
+        assert_eq!(pow, f32s(&[2, 2], &[1.0, 4.0, 9.0, 16.0]));
+    }
+
+    #[test]
+    fn integer_arithmetic_wraps_and_divides_by_zero_to_zero() {
+        let a = i64s(&[3], &[i64::MAX, 7, -7]);
+        let b = i64s(&[3], &[1, 0, 2]);
+        let sum = fold1("Add", 14, vec![a.clone(), b.clone()], vec![]);
+        assert_eq!(sum.to_i64s().as_ref(), &[i64::MIN, 7, -5]);
+        let quot = fold1("Div", 14, vec![a, b], vec![]);
+        assert_eq!(quot.to_i64s().as_ref(), &[i64::MAX, 0, -3]);
+    }
+
+    #[test]
+    fn comparisons_and_logic_give_bool() {
+        let a = f32s(&[3], &[1.0, 2.0, 3.0]);
+        let two = f32s(&[], &[2.0]);
+        let ge = fold1("GreaterOrEqual", 16, vec![a.clone(), two.clone()], vec![]);
+        assert_eq!(bools(&ge), [0, 1, 1]);
+        let lt = fold1("Less", 13, vec![a, two], vec![]);
+        assert_eq!(bools(&lt), [1, 0, 0]);
+        // Integers compare exactly (2^53 + 1 ≠ 2^53 though equal as f32).
+        let big = i64s(&[1], &[(1 << 53) + 1]);
+        let eq = fold1("Equal", 13, vec![big, i64s(&[1], &[1 << 53])], vec![]);
+        assert_eq!(bools(&eq), [0]);
+        let t = HostTensor::ints(DType::Bool, vec![2], vec![1, 0]);
+        let f = HostTensor::ints(DType::Bool, vec![2], vec![1, 1]);
+        let and = fold1("And", 7, vec![t.clone(), f.clone()], vec![]);
+        assert_eq!(bools(&and), [1, 0]);
+        let not = fold1("Not", 1, vec![t], vec![]);
+        assert_eq!(bools(&not), [0, 1]);
+    }
+
+    #[test]
+    fn variadic_max_min_sum_fold_mean_does_not() {
+        let a = f32s(&[2, 1], &[1.0, 5.0]);
+        let b = f32s(&[3], &[0.0, 2.0, 4.0]);
+        let c = f32s(&[], &[3.0]);
+        let max = fold1("Max", 13, vec![a.clone(), b.clone(), c.clone()], vec![]);
+        assert_eq!(max, f32s(&[2, 3], &[3.0, 3.0, 4.0, 5.0, 5.0, 5.0]));
+        let sum = fold1("Sum", 13, vec![a.clone(), b.clone()], vec![]);
+        assert_eq!(sum, f32s(&[2, 3], &[1.0, 3.0, 5.0, 5.0, 7.0, 9.0]));
+        // One input: broadcast to the output's shape, which is its own.
+        let min = fold1("Min", 13, vec![b.clone()], vec![]);
+        assert_eq!(min, b);
+        // Mean has no folding hook: the node stays for the device.
+        let mean = fold("Mean", 13, vec![Some(a), Some(b)], vec![], 1).unwrap();
+        assert_eq!(mean, vec![None]);
+    }
+
+    #[test]
+    fn modulo_follows_the_divisor_sign_unless_fmod() {
+        let a = i64s(&[4], &[7, -7, 7, 5]);
+        let b = i64s(&[4], &[3, 3, -3, 0]);
+        let m = fold1("Mod", 13, vec![a.clone(), b.clone()], vec![]);
+        assert_eq!(m.to_i64s().as_ref(), &[1, 2, -2, 0]);
+        let f = fold1("Mod", 13, vec![a, b], vec![a_i("fmod", 1)]);
+        assert_eq!(f.to_i64s().as_ref(), &[1, -1, 1, 0]);
+        let x = f32s(&[2], &[-7.5, 7.5]);
+        let y = f32s(&[], &[2.0]);
+        let f = fold1("Mod", 13, vec![x, y], vec![a_i("fmod", 1)]);
+        assert_eq!(f, f32s(&[2], &[-1.5, 1.5]));
+    }
+
+    #[test]
+    fn where_selects_between_broadcast_inputs() {
+        let cond = HostTensor::ints(DType::Bool, vec![2, 1], vec![1, 0]);
+        let a = i64s(&[2], &[1, 2]);
+        let b = i64s(&[], &[-1]);
+        let w = fold1("Where", 16, vec![cond, a, b], vec![]);
+        assert_eq!(w, i64s(&[2, 2], &[1, 2, -1, -1]));
+    }
+
+    #[test]
+    fn casts_fold_to_the_inferred_type() {
+        let x = f32s(&[3], &[1.9, -1.9, 0.0]);
+        let to = a_i("to", i64::from(dtype_to_onnx(DType::I64)));
+        let c = fold1("Cast", 13, vec![x.clone()], vec![to]);
+        assert_eq!(
+            (c.dtype, c.to_i64s().as_ref()),
+            (DType::I64, &[1, -1, 0][..])
+        );
+        let like = HostTensor::ints(DType::Bool, vec![1], vec![0]);
+        let c = fold1("CastLike", 15, vec![x, like], vec![]);
+        assert_eq!(
+            (c.dtype, c.to_i64s().as_ref()),
+            (DType::Bool, &[1, 1, 0][..])
+        );
     }
 }

@@ -6,17 +6,20 @@
 
 use super::Registry;
 use crate::error::{ErrorKind, Result};
+use crate::eval::{input, one};
 use crate::graph::Value;
 use crate::lower::view::{View, dense_ap, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, out};
-use crate::tensor::HostTensor;
+use crate::tensor::{Data, HostTensor};
 use nrt_hal::{DType, Engine};
 use nrt_isa::op;
 use nrt_isa::{AccessPattern, BinaryOp, Op, ScatterReduce};
 
 pub(super) fn register(r: &mut Registry) {
-    r.op("Gather", 1, infer_gather).device(lower!(lower_gather));
+    r.op("Gather", 1, infer_gather)
+        .folds(fold_gather)
+        .device(lower!(lower_gather));
     r.op("GatherElements", 11, infer_gather_elements)
         .note("≤ 4 dimensions after merging those the indices cover whole")
         .device(lower!(lower_gather_elements));
@@ -415,7 +418,6 @@ pub(crate) fn infer_scatter_nd(c: &Ctx) -> Result<Vec<Out>> {
 
 /// Gather (constant indices are range-checked).
 pub(crate) fn infer_gather(c: &Ctx) -> Result<Vec<Out>> {
-    let n = c.n;
     let (x, i) = (c.input(0)?, c.input(1)?);
     if !matches!(i.dtype, DType::I32 | DType::I64) {
         return Err(c.e(
@@ -426,7 +428,7 @@ pub(crate) fn infer_gather(c: &Ctx) -> Result<Vec<Out>> {
     if x.shape.is_empty() {
         return Err(c.mismatch("Gather from a scalar"));
     }
-    let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
+    let axis = gather_axis(c, x.shape.len())?;
     if let Some(t) = c.konst(1) {
         let lim = x.shape[axis] as i64;
         if let Some(bad) = t.to_i64s().iter().copied().find(|&v| v < -lim || v >= lim) {
@@ -437,6 +439,40 @@ pub(crate) fn infer_gather(c: &Ctx) -> Result<Vec<Out>> {
     s.extend(&i.shape);
     s.extend(&x.shape[axis + 1..]);
     Ok(vec![out(x.dtype, s)])
+}
+
+/// Gather's axis for data of rank `r` (the `axis` attribute, 0 by default).
+fn gather_axis(c: &Ctx, r: usize) -> Result<usize> {
+    c.norm_axis(c.n.attr_i("axis", 0)?, r)
+}
+
+/// Folds Gather: the rows the indices name (negative ones from the end; inference checked
+/// the range), for each index before the axis.
+fn fold_gather(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let x = input(c, 0);
+    let idx = input(c, 1).to_i64s();
+    let axis = gather_axis(c, x.shape.len())?;
+    let outer: usize = x.shape[..axis].iter().product();
+    let a = x.shape[axis];
+    let inner: usize = x.shape[axis + 1..].iter().product();
+    let mut positions = Vec::with_capacity(outer * idx.len() * inner);
+    for o in 0..outer {
+        for &i in idx.iter() {
+            let i = if i < 0 { i + a as i64 } else { i } as usize;
+            for j in 0..inner {
+                positions.push(((o * a + i) * inner + j) as i64);
+            }
+        }
+    }
+    let data = match &x.data {
+        Data::F32(v) => Data::F32(positions.iter().map(|&p| v[p as usize]).collect()),
+        Data::I64(v) => Data::I64(positions.iter().map(|&p| v[p as usize]).collect()),
+    };
+    one(HostTensor {
+        dtype: x.dtype,
+        shape: outs[0].shape.clone(),
+        data,
+    })
 }
 
 impl<'a> Lowerer<'a> {
@@ -892,4 +928,35 @@ impl<'a> Lowerer<'a> {
 /// The error for index strides that overflow.
 fn c_too_large(n: &crate::graph::Node) -> crate::error::CompileError {
     n.error(ErrorKind::UnsupportedOp, "data too large to index")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, fold1};
+    use crate::tensor::HostTensor;
+
+    #[test]
+    fn gather_folds_rows_along_its_axis() {
+        let x = HostTensor::i64(vec![2, 3], vec![10, 11, 12, 20, 21, 22]);
+        // Negative indices count from the end; indices of rank 2 add their shape.
+        let idx = HostTensor::i64(vec![2, 1], vec![-1, 0]);
+        let g = fold1(
+            "Gather",
+            13,
+            vec![x.clone(), idx.clone()],
+            vec![a_i("axis", 1)],
+        );
+        assert_eq!(g, HostTensor::i64(vec![2, 2, 1], vec![12, 10, 22, 20]));
+        let rows = fold1(
+            "Gather",
+            13,
+            vec![x, HostTensor::i64(vec![], vec![1])],
+            vec![],
+        );
+        assert_eq!(rows, HostTensor::i64(vec![3], vec![20, 21, 22]));
+        // Float data (opset 1: axis 0 by default).
+        let f = HostTensor::f32(vec![3], vec![0.5, 1.5, 2.5]);
+        let g = fold1("Gather", 1, vec![f, idx], vec![]);
+        assert_eq!(g, HostTensor::f32(vec![2, 1], vec![2.5, 0.5]));
+    }
 }

@@ -1,10 +1,12 @@
 //! Layout operators: views of their input that copy nothing (Reshape, Flatten, Squeeze,
 //! Unsqueeze, Identity, Dropout, Transpose, Split, forward Slice), and the copies (Concat,
-//! Expand, Tile, DepthToSpace / SpaceToDepth, Pad, Trilu).
+//! Expand, Tile, DepthToSpace / SpaceToDepth, Pad, Trilu). On constants the views, Concat
+//! and Expand fold (strided reads of the host tensor).
 
 use super::unary::infer_same;
 use super::{Fold, Registry};
 use crate::error::{ErrorKind, Result};
+use crate::eval::{broadcast_to, dense_strides, input, one, view};
 use crate::graph::{Graph, Node, Value};
 use crate::lower::view::View;
 use crate::lower::{At, Lowerer};
@@ -13,25 +15,44 @@ use crate::params::{
     Ctx, Out, broadcast_shapes, elementwise_dtype_check, konst, out, pad_params, reshape_shape,
     slice_params, split_sizes, squeeze_axes, transpose_perm, unsupported_outputs,
 };
-use crate::tensor::HostTensor;
+use crate::tensor::{Data, HostTensor};
 use nrt_hal::{DType, Engine};
 
 pub(super) fn register(r: &mut Registry) {
-    r.op("Identity", 1, infer_same).device(lower!(lower_view));
+    r.op("Identity", 1, infer_same)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
     r.op("Dropout", 1, infer_dropout)
         .note("inference; training_mode only with ratio 0")
+        .folds(fold_dropout)
         .device(lower!(lower_view));
-    r.op("Reshape", 1, infer_reshape).device(lower!(lower_view));
-    r.op("Flatten", 1, infer_flatten).device(lower!(lower_view));
-    r.op("Squeeze", 1, infer_squeeze).device(lower!(lower_view));
+    r.op("Reshape", 1, infer_reshape)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
+    r.op("Flatten", 1, infer_flatten)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
+    r.op("Squeeze", 1, infer_squeeze)
+        .folds(fold_reshaped)
+        .device(lower!(lower_view));
     r.op("Unsqueeze", 1, infer_unsqueeze)
+        .folds(fold_reshaped)
         .device(lower!(lower_view));
     r.op("Transpose", 1, infer_transpose)
+        .folds(fold_transpose)
         .device(lower!(lower_transpose));
-    r.op("Concat", 1, infer_concat).device(lower!(lower_concat));
-    r.op("Split", 1, infer_split).device(lower!(lower_split));
-    r.op("Slice", 1, infer_slice).device(lower!(lower_slice));
-    r.op("Expand", 8, infer_expand).device(lower!(lower_expand));
+    r.op("Concat", 1, infer_concat)
+        .folds(fold_concat)
+        .device(lower!(lower_concat));
+    r.op("Split", 1, infer_split)
+        .folds(fold_split)
+        .device(lower!(lower_split));
+    r.op("Slice", 1, infer_slice)
+        .folds(fold_slice)
+        .device(lower!(lower_slice));
+    r.op("Expand", 8, infer_expand)
+        .folds(fold_expand)
+        .device(lower!(lower_expand));
     r.op("Tile", 1, infer_tile).device(lower!(lower_tile));
     for name in ["DepthToSpace", "SpaceToDepth"] {
         r.op(name, 1, infer_depth_space)
@@ -334,6 +355,19 @@ pub(crate) fn infer_transpose(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, p.iter().map(|&a| x.shape[a]).collect())])
 }
 
+/// Concat's axis for inputs of rank `r`: the `axis` attribute, 1 when absent before opset 4
+/// (required from it).
+fn concat_axis(c: &Ctx, r: usize) -> Result<usize> {
+    let default = if c.opset() < 4 { 1 } else { i64::MIN };
+    c.norm_axis(c.n.attr_i("axis", default)?, r)
+        .map_err(|_| c.bad_attr("missing or invalid axis"))
+}
+
+/// Split's axis for an input of rank `r` (the `axis` attribute, 0 by default).
+fn split_axis(c: &Ctx, r: usize) -> Result<usize> {
+    c.norm_axis(c.n.attr_i("axis", 0)?, r)
+}
+
 /// Concat.
 pub(crate) fn infer_concat(c: &Ctx) -> Result<Vec<Out>> {
     let n = c.n;
@@ -343,12 +377,7 @@ pub(crate) fn infer_concat(c: &Ctx) -> Result<Vec<Out>> {
     }
     let d = elementwise_dtype_check(c, &vals)?;
     let r = vals[0].shape.len();
-    let axis = c
-        .norm_axis(
-            n.attr_i("axis", if c.opset() < 4 { 1 } else { i64::MIN })?,
-            r,
-        )
-        .map_err(|_| c.bad_attr("missing or invalid axis"))?;
+    let axis = concat_axis(c, r)?;
     let mut s = vals[0].shape.clone();
     s[axis] = 0;
     for v in &vals {
@@ -365,9 +394,8 @@ pub(crate) fn infer_concat(c: &Ctx) -> Result<Vec<Out>> {
 
 /// Split.
 pub(crate) fn infer_split(c: &Ctx) -> Result<Vec<Out>> {
-    let n = c.n;
     let x = c.input(0)?;
-    let axis = c.norm_axis(n.attr_i("axis", 0)?, x.shape.len())?;
+    let axis = split_axis(c, x.shape.len())?;
     let sizes = split_sizes(c, x.shape[axis])?;
     Ok(sizes
         .iter()
@@ -494,6 +522,84 @@ pub(crate) fn infer_trilu(c: &Ctx) -> Result<Vec<Out>> {
     Ok(vec![out(x.dtype, x.shape.clone())])
 }
 
+/// Folds the operators that only reshape (Identity, Reshape, Flatten, Squeeze,
+/// Unsqueeze): the data, with the inferred shape.
+fn fold_reshaped(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    one(input(c, 0).reshaped(outs[0].shape.clone()))
+}
+
+/// Folds Dropout (inference): the data passes through; the mask, when asked for, is the
+/// constant inference gave.
+fn fold_dropout(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let mut v = vec![input(c, 0).clone()];
+    v.extend(outs[1..].iter().filter_map(|o| o.konst.clone()));
+    Ok(Some(v))
+}
+
+/// Folds Transpose: a read through the permuted strides.
+fn fold_transpose(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let x = input(c, 0);
+    let p = transpose_perm(c, x.shape.len())?;
+    let d = dense_strides(&x.shape);
+    let st: Vec<i64> = p.iter().map(|&a| d[a]).collect();
+    one(view(x, &outs[0].shape, 0, &st))
+}
+
+/// Folds Slice: a read from the first element by the steps' strides.
+fn fold_slice(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let x = input(c, 0);
+    let p = slice_params(c, &x.shape)?;
+    let d = dense_strides(&x.shape);
+    let base: i64 = p.iter().zip(&d).map(|(t, s)| t.0 * s).sum();
+    let st: Vec<i64> = p.iter().zip(&d).map(|(t, s)| t.2 * s).collect();
+    one(view(x, &outs[0].shape, base, &st))
+}
+
+/// Folds Expand: the input broadcast to the inferred shape.
+fn fold_expand(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    one(broadcast_to(input(c, 0), &outs[0].shape))
+}
+
+/// Folds Concat: for each index before the axis, each input's block in turn.
+fn fold_concat(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let (n, o0) = (c.n, &outs[0]);
+    let vals: Vec<&HostTensor> = (0..n.inputs.len()).filter_map(|i| c.konst(i)).collect();
+    let axis = concat_axis(c, o0.shape.len())?;
+    let outer: usize = o0.shape[..axis].iter().product();
+    let mut fl: Vec<f32> = Vec::new();
+    let mut il: Vec<i64> = Vec::new();
+    let float = matches!(vals[0].data, Data::F32(_));
+    for o in 0..outer {
+        for v in &vals {
+            let chunk: usize = v.shape[axis..].iter().product();
+            match &v.data {
+                Data::F32(d) => fl.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
+                Data::I64(d) => il.extend_from_slice(&d[o * chunk..(o + 1) * chunk]),
+            }
+        }
+    }
+    one(HostTensor {
+        dtype: o0.dtype,
+        shape: o0.shape.clone(),
+        data: if float { Data::F32(fl) } else { Data::I64(il) },
+    })
+}
+
+/// Folds Split: each output a read of the input from its start along the axis.
+fn fold_split(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let x = input(c, 0);
+    let axis = split_axis(c, x.shape.len())?;
+    let sizes = split_sizes(c, x.shape[axis])?;
+    let d = dense_strides(&x.shape);
+    let mut start = 0i64;
+    let mut res = Vec::new();
+    for (i, &s) in sizes.iter().enumerate() {
+        res.push(view(x, &outs[i].shape, start * d[axis], &d));
+        start += s as i64;
+    }
+    Ok(Some(res))
+}
+
 impl<'a> Lowerer<'a> {
     /// Identity, Dropout, Reshape, Flatten, Squeeze, Unsqueeze: a view of the input.
     pub(crate) fn lower_view(&mut self, at: At<'a>) -> Result<()> {
@@ -535,7 +641,7 @@ impl<'a> Lowerer<'a> {
         let (n, c, o0, oshape) = (at.n, at.c, at.o0, at.oshape);
         // Inputs whose producers wrote their part in place (`concat_slot`) are
         // already there; the others are copied.
-        let axis = c.norm_axis(n.attr_i("axis", 1)?, oshape.len())?;
+        let axis = concat_axis(&c, oshape.len())?;
         let y = match self.loc[o0].clone() {
             Some(y) => y,
             None => self.alloc(o0),
@@ -560,7 +666,7 @@ impl<'a> Lowerer<'a> {
     pub(crate) fn lower_split(&mut self, at: At<'a>) -> Result<()> {
         let At { n, c, .. } = at;
         let xv = c.input(0)?;
-        let axis = c.norm_axis(n.attr_i("axis", 0)?, xv.shape.len())?;
+        let axis = split_axis(&c, xv.shape.len())?;
         let sizes = params::split_sizes(&c, xv.shape[axis])?;
         // Views of the input (copied only into graph outputs).
         let x = self.input_sview(n, 0)?;
@@ -791,5 +897,100 @@ impl<'a> Lowerer<'a> {
         let y = self.alloc_any(o0)?;
         self.select(&mv, &x, &zv, &y)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, a_ints, fold, fold1};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    /// `0, 1, …` as f32 of `shape`.
+    fn iota(shape: &[usize]) -> HostTensor {
+        let n = shape.iter().product::<usize>();
+        HostTensor::f32(shape.to_vec(), (0..n).map(|i| i as f32).collect())
+    }
+
+    fn i64s(v: &[i64]) -> HostTensor {
+        HostTensor::i64(vec![v.len()], v.to_vec())
+    }
+
+    #[test]
+    fn reshapes_keep_the_data() {
+        let x = iota(&[2, 3]);
+        let r = fold1("Reshape", 14, vec![x.clone(), i64s(&[3, -1])], vec![]);
+        assert_eq!(r, x.reshaped(vec![3, 2]));
+        let f = fold1("Flatten", 13, vec![iota(&[2, 1, 3])], vec![a_i("axis", 2)]);
+        assert_eq!(f, x.reshaped(vec![2, 3]));
+        let u = fold1("Unsqueeze", 13, vec![x.clone(), i64s(&[0])], vec![]);
+        assert_eq!(u, x.reshaped(vec![1, 2, 3]));
+        let s = fold1("Squeeze", 13, vec![u], vec![]);
+        assert_eq!(s, x);
+        assert_eq!(fold1("Identity", 13, vec![x.clone()], vec![]), x);
+    }
+
+    #[test]
+    fn dropout_passes_the_data_and_its_constant_mask() {
+        let x = iota(&[3]);
+        let outs = fold("Dropout", 13, vec![Some(x.clone())], vec![], 2).unwrap();
+        let mask = HostTensor::ints(DType::Bool, vec![3], vec![1, 1, 1]);
+        assert_eq!(outs, vec![Some(x), Some(mask)]);
+    }
+
+    #[test]
+    fn transpose_and_slice_read_strided() {
+        let x = iota(&[2, 3]);
+        let t = fold1(
+            "Transpose",
+            13,
+            vec![x.clone()],
+            vec![a_ints("perm", &[1, 0])],
+        );
+        assert_eq!(t, HostTensor::f32(vec![3, 2], vec![0., 3., 1., 4., 2., 5.]));
+        // Rows 1.. , columns backwards from the last.
+        let (starts, ends, axes, steps) = (
+            i64s(&[1, -1]),
+            i64s(&[2, -4]),
+            i64s(&[0, 1]),
+            i64s(&[1, -1]),
+        );
+        let s = fold1("Slice", 13, vec![x, starts, ends, axes, steps], vec![]);
+        assert_eq!(s, HostTensor::f32(vec![1, 3], vec![5., 4., 3.]));
+    }
+
+    #[test]
+    fn expand_broadcasts() {
+        let x = HostTensor::i64(vec![2, 1], vec![7, 8]);
+        let e = fold1("Expand", 13, vec![x, i64s(&[2, 3])], vec![]);
+        assert_eq!(e, HostTensor::i64(vec![2, 3], vec![7, 7, 7, 8, 8, 8]));
+    }
+
+    #[test]
+    fn concat_and_split_along_an_axis() {
+        let (a, b) = (iota(&[2, 1]), iota(&[2, 2]));
+        let c = fold1("Concat", 13, vec![a, b], vec![a_i("axis", 1)]);
+        assert_eq!(c, HostTensor::f32(vec![2, 3], vec![0., 0., 1., 1., 2., 3.]));
+        let outs = fold(
+            "Split",
+            13,
+            vec![Some(c), Some(i64s(&[2, 1]))],
+            vec![a_i("axis", -1)],
+            2,
+        )
+        .unwrap();
+        let want = [
+            HostTensor::f32(vec![2, 2], vec![0., 0., 1., 2.]),
+            HostTensor::f32(vec![2, 1], vec![1., 3.]),
+        ];
+        assert_eq!(outs, want.map(Some).to_vec());
+    }
+
+    /// Before opset 4, Concat's axis defaults to 1.
+    #[test]
+    fn concat_folds_along_the_default_axis_of_opset_1() {
+        let (a, b) = (iota(&[2, 1]), iota(&[2, 1]));
+        let c = fold1("Concat", 1, vec![a, b], vec![]);
+        assert_eq!(c, HostTensor::f32(vec![2, 2], vec![0., 0., 1., 1.]));
     }
 }

@@ -2,15 +2,17 @@
 //! factor goes into alpha; Gemm's C, the `Add`s of a bias or a residual that follow and a
 //! following activation (an ACT function node or a recognized GELU) go into the MatMul's
 //! fused epilogue ([`nrt_isa::Epilogue`]), computed on each output tile while it is hot.
+//! A 2-D floating MatMul of constants folds.
 
 use super::unary::act_of;
 use super::{Dtypes, Fold, Registry};
 use crate::error::Result;
+use crate::eval::{input, one};
 use crate::graph::ValueId;
 use crate::lower::view::{View, mk_ap, simplify};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_shapes, elementwise_dtype_check, matmul_shape, out};
-use crate::tensor::HostTensor;
+use crate::tensor::{HostTensor, is_float};
 use nrt_hal::{DType, Engine};
 use nrt_isa::op;
 use nrt_isa::{AccessPattern, ActFunc, BinaryOp, Epilogue, Op, matmul_flags};
@@ -22,6 +24,7 @@ pub(super) fn register(r: &mut Registry) {
         .device(lower!(lower_det));
     r.op("MatMul", 1, infer_matmul)
         .dtypes(Dtypes::Float)
+        .folds(fold_matmul)
         .device(|l, at| l.lower_matmul(at));
     r.op("Gemm", 1, infer_gemm)
         .dtypes(Dtypes::Float)
@@ -47,6 +50,27 @@ pub(crate) fn infer_matmul(c: &Ctx) -> Result<Vec<Out>> {
     let (a, b) = (c.input(0)?, c.input(1)?);
     elementwise_dtype_check(c, &[a, b])?;
     Ok(vec![out(a.dtype, matmul_shape(c, &a.shape, &b.shape)?)])
+}
+
+/// Folds a MatMul of two 2-D floating matrices in f32, each row accumulated over `k` in
+/// order (other ranks and integers go to the device).
+fn fold_matmul(c: &Ctx, _: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let (a, b) = (input(c, 0), input(c, 1));
+    if a.shape.len() != 2 || b.shape.len() != 2 || !is_float(a.dtype) {
+        return Ok(None);
+    }
+    let (m, kk, nn) = (a.shape[0], a.shape[1], b.shape[1]);
+    let (x, y) = (a.to_f32s(), b.to_f32s());
+    let mut v = vec![0f32; m * nn];
+    for i in 0..m {
+        for p in 0..kk {
+            let s = x[i * kk + p];
+            for j in 0..nn {
+                v[i * nn + j] += s * y[p * nn + j];
+            }
+        }
+    }
+    one(HostTensor::f32(vec![m, nn], v).cast(a.dtype))
 }
 
 /// Gemm: 2-D operands, optional transposes, C broadcast to the result.
@@ -902,5 +926,27 @@ impl<'a> Lowerer<'a> {
         }
         self.matmul_aps(a_ap, b_ap, c_ap, alpha, flags);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{fold, fold1};
+    use crate::tensor::HostTensor;
+
+    #[test]
+    fn a_2d_float_matmul_folds() {
+        let a = HostTensor::f32(vec![2, 3], vec![1., 2., 3., 4., 5., 6.]);
+        let b = HostTensor::f32(vec![3, 2], vec![1., 0., 0., 1., 1., 1.]);
+        let p = fold1("MatMul", 13, vec![a, b], vec![]);
+        assert_eq!(p, HostTensor::f32(vec![2, 2], vec![4., 5., 10., 11.]));
+    }
+
+    /// Batched (3-D) products are computed on the device.
+    #[test]
+    fn other_ranks_stay_for_the_device() {
+        let a = HostTensor::f32(vec![1, 2, 2], vec![1., 2., 3., 4.]);
+        let p = fold("MatMul", 13, vec![Some(a.clone()), Some(a)], vec![], 1).unwrap();
+        assert_eq!(p, vec![None]);
     }
 }

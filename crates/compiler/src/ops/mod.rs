@@ -1,9 +1,10 @@
 //! The operator table: every ONNX operator the compiler supports is one [`OpDef`] —
 //! name, first opset, shape inference, constant folding, element-type rule, lowering — that
 //! its family's file registers (`r.op("LRN", 1, infer_lrn).device(lower!(lower_lrn))`, the way tract
-//! registers ops). Shape inference ([`crate::infer`]), folding, the device type check and
-//! lowering ([`crate::lower`]) are lookups in this one table, and [`supported_report`] lists
-//! it. Adding an operator is one `r.op(…)` line and its functions in one family file.
+//! registers ops; `.folds(fold_x)` adds its host computation on constants). Shape inference
+//! ([`crate::infer`]), folding ([`crate::eval`]), the device type check and lowering
+//! ([`crate::lower`]) are lookups in this one table, and [`supported_report`] lists it.
+//! Adding an operator is one `r.op(…)` line and its functions in one family file.
 
 /// `lower!(lower_x)`: the lowering `|l, at| l.lower_x(at)` of a registration, as a
 /// [`LowerFn`] (a method of `impl<'a> Lowerer<'a>` is not itself one: its lifetime is the
@@ -47,6 +48,7 @@ pub(crate) use sample::DOMAIN as SAMPLE_DOMAIN;
 use crate::error::{ErrorKind, Result};
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, require_float};
+use crate::tensor::HostTensor;
 use nrt_hal::DType;
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -56,6 +58,10 @@ use std::sync::OnceLock;
 pub(crate) type InferFn = fn(&Ctx) -> Result<Vec<Out>>;
 /// Lowering of a node to engine instructions.
 pub(crate) type LowerFn = for<'a> fn(&mut Lowerer<'a>, At<'a>) -> Result<()>;
+/// Constant folding of a node whose inputs are all constants: its outputs' values, computed
+/// on the host (`outs`: its inferred outputs), or `None` when the hook does not compute this
+/// case (an element type, a rank) and the device computes the node instead.
+pub(crate) type FoldFn = fn(&Ctx, &[Out]) -> Result<Option<Vec<HostTensor>>>;
 /// Replaces node `ni` of the graph by the nodes that define the operator (inferred next),
 /// for operators ONNX defines as a function of others (`Attention`).
 pub(crate) type ExpandFn = fn(&mut crate::graph::Graph, usize) -> Result<()>;
@@ -63,8 +69,8 @@ pub(crate) type ExpandFn = fn(&mut crate::graph::Graph, usize) -> Result<()>;
 /// How an operator is computed at compile time.
 #[derive(Clone, Copy)]
 pub(crate) enum Fold {
-    /// By the host evaluator ([`crate::eval`]) when all inputs are constants (an operator
-    /// it does not know is computed on the device).
+    /// On the host by its folding hook ([`OpDef::folds`]) when all inputs are constants; an
+    /// operator without one (or whose hook declines) is computed on the device.
     Host,
     /// Never: always on the device.
     Never,
@@ -94,6 +100,8 @@ pub(crate) struct OpDef {
     pub since: u16,
     pub infer: InferFn,
     pub fold: Fold,
+    /// Its host computation on constant inputs (see [`Fold::Host`]).
+    pub folds: Option<FoldFn>,
     pub dtypes: Dtypes,
     /// `None`: computed at compile time only.
     pub lower: Option<LowerFn>,
@@ -113,6 +121,12 @@ impl OpDef {
     /// Sets how the operator folds (default [`Fold::Host`]).
     pub fn fold(&mut self, f: Fold) -> &mut Self {
         self.fold = f;
+        self
+    }
+
+    /// Sets its host computation on constant inputs ([`FoldFn`]), beside its lowering.
+    pub fn folds(&mut self, f: FoldFn) -> &mut Self {
+        self.folds = Some(f);
         self
     }
 
@@ -195,7 +209,7 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// Registers operator `name` (opset `since` and later) with its shape inference;
-    /// folded by the host evaluator, any element type, no lowering until set.
+    /// folded on constants when it has a hook, any element type, no lowering until set.
     pub fn op(&mut self, name: &'static str, since: u16, infer: InferFn) -> &mut OpDef {
         assert!(!self.ops.contains_key(name), "{name} registered twice");
         self.ops.entry(name).or_insert(OpDef {
@@ -203,6 +217,7 @@ impl Registry {
             since,
             infer,
             fold: Fold::Host,
+            folds: None,
             dtypes: Dtypes::Any,
             lower: None,
             expand: None,

@@ -1,9 +1,9 @@
 //! Reductions on POOL: Reduce*, ArgMax / ArgMin, Hardmax, TopK (`Op::TopK`), and CumSum (a
-//! product with a triangular matrix on PE).
+//! product with a triangular matrix on PE). ReduceSum / Mean / Max / Min of constants fold.
 
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
-use crate::eval::dense_strides;
+use crate::eval::{dense_strides, input, one};
 use crate::lower::view::{View, mk_ap};
 use crate::lower::{At, Lowerer};
 use crate::params;
@@ -17,10 +17,14 @@ pub(super) fn register(r: &mut Registry) {
     for name in ["ReduceSum", "ReduceMax", "ReduceMin"] {
         r.op(name, 1, infer_reduce)
             .dtypes(Dtypes::Reduce)
+            .folds(fold_reduce)
             .device(lower!(lower_reduce));
     }
+    r.op("ReduceMean", 1, infer_reduce)
+        .dtypes(Dtypes::Float)
+        .folds(fold_reduce)
+        .device(lower!(lower_reduce));
     for name in [
-        "ReduceMean",
         "ReduceL1",
         "ReduceL2",
         "ReduceSumSquare",
@@ -183,6 +187,59 @@ pub(crate) fn infer_cumsum(c: &Ctx) -> Result<Vec<Out>> {
         ));
     }
     Ok(vec![out(x.dtype, x.shape.clone())])
+}
+
+/// Folds ReduceSum / Mean / Max / Min: each element accumulated in f64 in order into its
+/// kept position, the mean divided once at the end, then back to the input's type.
+fn fold_reduce(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let op = c.n.op.as_str();
+    let x = input(c, 0);
+    let Some(axes) = reduce_axes(c, x.shape.len())? else {
+        return one(x.clone());
+    };
+    let r = x.shape.len();
+    let kept: Vec<usize> = (0..r)
+        .map(|i| if axes.contains(&i) { 1 } else { x.shape[i] })
+        .collect();
+    let total: usize = kept.iter().product();
+    let kd = dense_strides(&kept);
+    let vals = x.to_f32s();
+    let mut acc: Vec<f64> = vec![
+        match op {
+            "ReduceMax" => f64::NEG_INFINITY,
+            "ReduceMin" => f64::INFINITY,
+            _ => 0.0,
+        };
+        total
+    ];
+    let xd = dense_strides(&x.shape);
+    for (i, &v) in vals.iter().enumerate() {
+        let mut o = 0i64;
+        for d in 0..r {
+            let id = (i as i64 / xd[d]) % x.shape[d] as i64;
+            if !axes.contains(&d) {
+                o += id * kd[d];
+            }
+        }
+        let a = &mut acc[o as usize];
+        let v = v as f64;
+        *a = match op {
+            "ReduceMax" => a.max(v),
+            "ReduceMin" => a.min(v),
+            _ => *a + v,
+        };
+    }
+    let cnt: usize = axes.iter().map(|&a| x.shape[a]).product();
+    if op == "ReduceMean" {
+        for a in &mut acc {
+            *a /= cnt as f64;
+        }
+    }
+    one(HostTensor::from_f64s(
+        x.dtype,
+        outs[0].shape.clone(),
+        acc.into_iter(),
+    ))
 }
 
 /// CumProd along a constant axis (`axis` input).
@@ -634,5 +691,48 @@ impl<'a> Lowerer<'a> {
             }),
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, a_ints, fold, fold1};
+    use crate::tensor::HostTensor;
+
+    fn x() -> HostTensor {
+        HostTensor::f32(vec![2, 3], vec![1., 5., 3., -4., 2., 8.])
+    }
+
+    #[test]
+    fn reductions_fold_over_their_axes() {
+        let axes = || HostTensor::i64(vec![1], vec![1]);
+        let sum = fold1("ReduceSum", 13, vec![x(), axes()], vec![]);
+        assert_eq!(sum, HostTensor::f32(vec![2, 1], vec![9., 6.]));
+        let max = fold1("ReduceMax", 18, vec![x(), axes()], vec![a_i("keepdims", 0)]);
+        assert_eq!(max, HostTensor::f32(vec![2], vec![5., 8.]));
+        // Attribute axes before opset 18 (13 for ReduceSum); all axes by default.
+        let min = fold1("ReduceMin", 13, vec![x()], vec![a_ints("axes", &[0])]);
+        assert_eq!(min, HostTensor::f32(vec![1, 3], vec![-4., 2., 3.]));
+        let mean = fold1("ReduceMean", 13, vec![x()], vec![a_i("keepdims", 0)]);
+        assert_eq!(mean, HostTensor::f32(vec![], vec![2.5]));
+        // Integers reduce in f64 and come back exact at this size.
+        let xi = HostTensor::i64(vec![3], vec![7, -2, 4]);
+        let sum = fold1("ReduceSum", 13, vec![xi], vec![]);
+        assert_eq!(sum, HostTensor::i64(vec![1], vec![9]));
+    }
+
+    #[test]
+    fn empty_axes_with_noop_pass_the_data() {
+        let empty = HostTensor::i64(vec![0], vec![]);
+        let noop = a_i("noop_with_empty_axes", 1);
+        let same = fold1("ReduceSum", 13, vec![x(), empty], vec![noop]);
+        assert_eq!(same, x());
+    }
+
+    /// The reductions without a hook are computed on the device.
+    #[test]
+    fn reduce_l2_stays_for_the_device() {
+        let r = fold("ReduceL2", 13, vec![Some(x())], vec![], 1).unwrap();
+        assert_eq!(r, vec![None]);
     }
 }

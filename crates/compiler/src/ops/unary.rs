@@ -1,11 +1,14 @@
 //! Unary activations: one ACT instruction each (`act_of` names the function), or a short
-//! sequence of ACT / DVE instructions for the composite ones (Selu, Mish, PRelu, …).
+//! sequence of ACT / DVE instructions for the composite ones (Selu, Mish, PRelu, …). On
+//! constants, the ACT functions with a host twin (`host_act`) and Clip fold.
 
 use super::{Dtypes, Registry};
 use crate::error::{ErrorKind, Result};
+use crate::eval::{input, one};
 use crate::lower::view::View;
 use crate::lower::{At, Lowerer};
 use crate::params::{Ctx, Out, broadcast_shapes, elementwise_dtype_check, out, require_float};
+use crate::tensor::{HostTensor, is_float};
 use nrt_hal::DType;
 use nrt_isa::{ActFunc, BinaryOp};
 
@@ -40,10 +43,12 @@ pub(super) fn register(r: &mut Registry) {
     ] {
         r.op(name, since, infer_same)
             .dtypes(Dtypes::Float)
+            .folds(fold_activation)
             .device(lower!(lower_activation));
     }
     r.op("Clip", 1, infer_clip)
         .dtypes(Dtypes::Float)
+        .folds(fold_clip)
         .note("bounds computed in the graph are read on the device (DVE max/min)")
         .device(lower!(lower_clip));
     for (name, since) in [
@@ -220,6 +225,110 @@ pub(crate) fn act_of(c: &Ctx) -> Result<Option<(ActFunc, f32, f32)>> {
         }
         _ => return Ok(None),
     }))
+}
+
+/// `erf` (Abramowitz–Stegun 7.1.26 refined: |error| < 1.2e-7, enough for f32).
+fn erf(x: f32) -> f32 {
+    let x = x as f64;
+    let t = 1.0 / (1.0 + 0.5 * x.abs());
+    let y = 1.0
+        - t * (-x * x - 1.265_512_23
+            + t * (1.000_023_68
+                + t * (0.374_091_96
+                    + t * (0.096_784_18
+                        + t * (-0.186_288_06
+                            + t * (0.278_868_07
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87
+                                        + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+            .exp();
+    (if x >= 0.0 { y } else { -y }) as f32
+}
+
+type UnaryFn = Box<dyn Fn(f32) -> f32>;
+
+/// The host twin of an ACT function with its coefficients ([`act_of`]), in f32 for folding;
+/// `None` for those the device alone computes (the trigonometric and hyperbolic ones; Clip
+/// folds by [`fold_clip`]).
+fn host_act((f, a, b): (ActFunc, f32, f32)) -> Option<UnaryFn> {
+    Some(match f {
+        ActFunc::Sqrt => Box::new(f32::sqrt),
+        ActFunc::Reciprocal => Box::new(|x| 1.0 / x),
+        ActFunc::Exp => Box::new(f32::exp),
+        ActFunc::Log => Box::new(f32::ln),
+        ActFunc::Erf => Box::new(erf),
+        ActFunc::Relu => Box::new(|x| x.max(0.0)),
+        ActFunc::LeakyRelu => Box::new(move |x| if x < 0.0 { a * x } else { x }),
+        ActFunc::Elu => Box::new(move |x| if x < 0.0 { a * (x.exp() - 1.0) } else { x }),
+        ActFunc::Sigmoid => Box::new(|x| 1.0 / (1.0 + (-x).exp())),
+        ActFunc::HardSigmoid => Box::new(move |x| (a * x + b).clamp(0.0, 1.0)),
+        ActFunc::Tanh => Box::new(f32::tanh),
+        ActFunc::Softplus => Box::new(|x| (1.0 + x.exp()).ln()),
+        ActFunc::GeluTanh => Box::new(|x| {
+            let k = (2.0f32 / std::f32::consts::PI).sqrt();
+            0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
+        }),
+        ActFunc::GeluErf => Box::new(|x| 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))),
+        ActFunc::Neg => Box::new(|x| -x),
+        ActFunc::Abs => Box::new(f32::abs),
+        ActFunc::Floor => Box::new(f32::floor),
+        ActFunc::Ceil => Box::new(f32::ceil),
+        _ => return None,
+    })
+}
+
+/// Folds an activation with a host twin ([`host_act`]): floating inputs in f32 (then back
+/// to their type); integer ones only for Neg, Abs (wrapping) and Relu.
+fn fold_activation(c: &Ctx, _: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let Some(act) = act_of(c)? else {
+        return Ok(None);
+    };
+    let Some(f) = host_act(act) else {
+        return Ok(None);
+    };
+    let x = input(c, 0);
+    if !is_float(x.dtype) {
+        let f: fn(i64) -> i64 = match act.0 {
+            ActFunc::Neg => i64::wrapping_neg,
+            ActFunc::Abs => i64::wrapping_abs,
+            ActFunc::Relu => |v| v.max(0),
+            _ => return Ok(None),
+        };
+        let v = x.to_i64s().iter().map(|&v| f(v)).collect();
+        return one(HostTensor::ints(x.dtype, x.shape.clone(), v));
+    }
+    let v = x.to_f32s().iter().map(|&v| f(v)).collect();
+    one(HostTensor::f32(x.shape.clone(), v).cast(x.dtype))
+}
+
+/// Folds Clip in f64, in the input's own type (integer bounds stay exact): the bounds are
+/// inputs from opset 11 (an absent one does not bound), attributes before (ONNX's defaults,
+/// the f32 extremes). Not [`act_of`]'s bounds: those are ACT's f32 operands.
+fn fold_clip(c: &Ctx, _: &[Out]) -> Result<Option<Vec<HostTensor>>> {
+    let n = c.n;
+    let x = input(c, 0);
+    let (lo, hi) = if c.opset() >= 11 {
+        (
+            c.konst(1).map(|t| t.get_f64(0)),
+            c.konst(2).map(|t| t.get_f64(0)),
+        )
+    } else {
+        (
+            Some(n.attr_f("min", f32::MIN)? as f64),
+            Some(n.attr_f("max", f32::MAX)? as f64),
+        )
+    };
+    let v = (0..x.len()).map(|i| {
+        let mut v = x.get_f64(i);
+        if let Some(l) = lo {
+            v = v.max(l);
+        }
+        if let Some(h) = hi {
+            v = v.min(h);
+        }
+        v
+    });
+    one(HostTensor::from_f64s(x.dtype, x.shape.clone(), v))
 }
 
 impl<'a> Lowerer<'a> {
@@ -469,5 +578,84 @@ impl<'a> Lowerer<'a> {
             self.binary(&y, &r, &y, BinaryOp::Mul)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_f, a_s, fold, fold1};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    fn f32s(v: &[f32]) -> HostTensor {
+        HostTensor::f32(vec![v.len()], v.to_vec())
+    }
+
+    #[test]
+    fn activations_fold_in_f32() {
+        let x = f32s(&[-2.0, -0.5, 0.0, 1.5]);
+        let relu = fold1("Relu", 13, vec![x.clone()], vec![]);
+        assert_eq!(relu, f32s(&[0.0, 0.0, 0.0, 1.5]));
+        let leaky = fold1("LeakyRelu", 13, vec![x.clone()], vec![a_f("alpha", 0.5)]);
+        assert_eq!(leaky, f32s(&[-1.0, -0.25, 0.0, 1.5]));
+        let hard = fold1("HardSigmoid", 13, vec![x.clone()], vec![]);
+        let hs = |x: f32| (0.2 * x + 0.5f32).clamp(0.0, 1.0);
+        assert_eq!(hard, f32s(&[hs(-2.0), hs(-0.5), 0.5, hs(1.5)]));
+        let sqrt = fold1("Sqrt", 13, vec![f32s(&[4.0, 2.25])], vec![]);
+        assert_eq!(sqrt, f32s(&[2.0, 1.5]));
+        // Gelu's two forms agree to f32 precision near 0 and differ by their formula.
+        let erf = fold1("Gelu", 20, vec![x.clone()], vec![]);
+        let tanh = fold1("Gelu", 20, vec![x], vec![a_s("approximate", "tanh")]);
+        let (e, t) = (erf.to_f32s(), tanh.to_f32s());
+        assert_eq!(
+            (e[2], e[3]),
+            (0.0, 0.5 * 1.5 * (1.0 + super::erf(1.5 / 2f32.sqrt())))
+        );
+        assert!((e[0] - t[0]).abs() < 1e-3 && e[0] != t[0], "{e:?} {t:?}");
+    }
+
+    #[test]
+    fn integer_activations_fold_only_where_exact() {
+        let x = HostTensor::i64(vec![3], vec![i64::MIN, -3, 4]);
+        let neg = fold1("Neg", 13, vec![x.clone()], vec![]);
+        assert_eq!(neg.to_i64s().as_ref(), &[i64::MIN, 3, -4]);
+        let relu = fold1("Relu", 13, vec![x.clone()], vec![]);
+        assert_eq!(relu.to_i64s().as_ref(), &[0, 0, 4]);
+        // Exp has no integer form on the host: the node stays for the device, which
+        // computes it in f32 only.
+        let exp = fold("Exp", 13, vec![Some(x)], vec![], 1).unwrap_err();
+        assert_eq!(exp.kind, crate::error::ErrorKind::UnsupportedDType, "{exp}");
+    }
+
+    #[test]
+    fn device_only_activations_do_not_fold() {
+        let tan = fold("Tan", 13, vec![Some(f32s(&[0.5]))], vec![], 1).unwrap();
+        assert_eq!(tan, vec![None]);
+    }
+
+    #[test]
+    fn clip_folds_with_input_or_attribute_bounds() {
+        let x = f32s(&[-3.0, 0.5, 7.0]);
+        let lo = HostTensor::f32(vec![], vec![-1.0]);
+        let clip = fold("Clip", 13, vec![Some(x.clone()), Some(lo), None], vec![], 1).unwrap();
+        assert_eq!(clip[0], Some(f32s(&[-1.0, 0.5, 7.0])));
+        let old = fold1("Clip", 6, vec![x], vec![a_f("min", 0.0), a_f("max", 1.0)]);
+        assert_eq!(old, f32s(&[0.0, 0.5, 1.0]));
+        // Integer bounds stay exact (computed in f64, not through f32).
+        let big = (1i64 << 40) + 1;
+        let xi = HostTensor::i64(vec![2], vec![big + 5, -big]);
+        let hi = HostTensor::i64(vec![], vec![big]);
+        let lo = HostTensor::i64(vec![], vec![-big]);
+        let clip = fold1("Clip", 13, vec![xi, lo, hi], vec![]);
+        assert_eq!(clip.to_i64s().as_ref(), &[big, -big]);
+        assert_eq!(clip.dtype, DType::I64);
+    }
+
+    #[test]
+    fn erf_is_odd_and_saturates() {
+        assert!(super::erf(0.0).abs() < 1e-7);
+        assert_eq!(super::erf(-0.5), -super::erf(0.5));
+        assert!((super::erf(0.5) - 0.520_499_9).abs() < 2e-7);
+        assert!((super::erf(6.0) - 1.0).abs() < 1e-7);
     }
 }
