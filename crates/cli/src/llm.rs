@@ -24,6 +24,28 @@ pub enum LlmCommand {
     /// Generates text from a prompt on a built model directory, streaming it, then prints
     /// TTFT, TPOT and tokens/s.
     Generate(GenerateArgs),
+    /// Measures a model directory: prefill tokens/s (TTFT) and decode tokens/s (TPOT) per
+    /// batch, and the cost of switching between the prefill and decode programs.
+    Bench(BenchArgs),
+}
+
+/// `nrt llm bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// Decode batch sizes.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+    pub batch: Vec<usize>,
+    /// Prompt length of every sequence.
+    #[arg(long = "prompt-len", default_value_t = 128)]
+    pub prompt_len: usize,
+    /// Decode steps per batch.
+    #[arg(long = "new-tokens", default_value_t = 128)]
+    pub new_tokens: usize,
+    /// One JSON object per line instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `nrt llm build`.
@@ -89,6 +111,7 @@ pub fn main(a: &LlmArgs) -> Res<()> {
     match &a.command {
         LlmCommand::Build(b) => build(b),
         LlmCommand::Generate(g) => generate_cmd(g),
+        LlmCommand::Bench(b) => bench(b),
     }
 }
 
@@ -221,6 +244,130 @@ fn generate_cmd(a: &GenerateArgs) -> Res<()> {
             g.ttft_ms,
             g.tpot_ms,
             g.tokens_per_s
+        );
+    }
+    Ok(())
+}
+
+fn bench(a: &BenchArgs) -> Res<()> {
+    use nrt_llm::runner::{DecodeRow, Sampling};
+    use std::time::Instant;
+    let (_dev, rt) = session::runtime(None)?;
+    let mut r = Runner::load(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
+    let max = r.max_model_len();
+    if a.prompt_len == 0 || a.prompt_len > r.max_prompt() || a.prompt_len >= max {
+        return Err(format!(
+            "--prompt-len {}: between 1 and {} (the largest context bucket, below the max model length {max})",
+            a.prompt_len,
+            r.max_prompt().min(max - 1)
+        ));
+    }
+    let new_tokens = a.new_tokens.min(max - a.prompt_len);
+    if new_tokens < a.new_tokens {
+        eprintln!(
+            "nrt llm bench: --new-tokens {} capped at {new_tokens} (max model length {max})",
+            a.new_tokens
+        );
+    }
+    if let Some(&b) = a
+        .batch
+        .iter()
+        .find(|&&b| b == 0 || b > r.max_batch().min(r.slots()))
+    {
+        return Err(format!(
+            "--batch {b}: between 1 and {} (the largest decode bucket)",
+            r.max_batch().min(r.slots())
+        ));
+    }
+    let weights = r.manifest.weights.dtype.name();
+    let wbytes = r.manifest.weights.bytes;
+    let prompt: Vec<u32> = (0..a.prompt_len)
+        .map(|i| 100 + (i as u32 * 7919) % 10_000)
+        .collect();
+    let greedy = Sampling::greedy();
+    let err = |e: nrt_llm::Error| e.to_string();
+    // Prefill: one warm-up, then the mean of three.
+    r.prefill(0, &prompt, &greedy).map_err(err)?;
+    let t0 = Instant::now();
+    for _ in 0..3 {
+        r.prefill(0, &prompt, &greedy).map_err(err)?;
+    }
+    let ttft = t0.elapsed().as_secs_f64() * 1e3 / 3.0;
+    let bucket = r.prefill_bucket(a.prompt_len).unwrap_or(0);
+    let mut rows = vec![serde_json::json!({
+        "phase": "prefill", "batch": 1, "prompt_len": a.prompt_len, "new_tokens": 0,
+        "bucket": bucket,
+        "tokens_per_s": a.prompt_len as f64 / (ttft / 1e3), "ttft_ms": ttft, "tpot_ms": 0.0,
+        "weights": weights, "bytes_per_token": wbytes / a.prompt_len as u64,
+    })];
+    for &b in &a.batch {
+        let mut next = Vec::with_capacity(b);
+        for s in 0..b {
+            next.push(r.prefill(s, &prompt, &greedy).map_err(err)?.token);
+        }
+        // The first step after the prefills pays the switch between programs.
+        let mut steps = Vec::with_capacity(new_tokens);
+        for i in 0..new_tokens {
+            let batch: Vec<DecodeRow> = (0..b)
+                .map(|s| DecodeRow {
+                    slot: s,
+                    token: next[s],
+                    position: a.prompt_len + i,
+                    sampling: greedy,
+                })
+                .collect();
+            let t = Instant::now();
+            let out = r.decode(&batch).map_err(err)?;
+            steps.push(t.elapsed().as_secs_f64() * 1e3);
+            next = out.iter().map(|s| s.token).collect();
+        }
+        let steady = if steps.len() > 1 {
+            steps[1..].iter().sum::<f64>() / (steps.len() - 1) as f64
+        } else {
+            steps.first().copied().unwrap_or(0.0)
+        };
+        let first = steps.first().copied().unwrap_or(0.0);
+        rows.push(serde_json::json!({
+            "phase": "decode", "batch": b, "prompt_len": a.prompt_len, "new_tokens": new_tokens,
+            "bucket": r.decode_bucket(b).unwrap_or(0),
+            "tokens_per_s": b as f64 / (steady / 1e3), "ttft_ms": ttft, "tpot_ms": steady,
+            "first_step_ms": first, "switch_ms": (first - steady).max(0.0),
+            "weights": weights, "bytes_per_token": wbytes / b as u64,
+        }));
+    }
+    let c = r.counters();
+    if a.json {
+        for row in rows {
+            println!("{row}");
+        }
+    } else {
+        println!(
+            "{} ({} weights, {:.0} MB), prompt {} tokens, {new_tokens} new tokens",
+            r.manifest.name,
+            weights,
+            wbytes as f64 / 1e6,
+            a.prompt_len
+        );
+        println!(
+            "{:<8} {:>5} {:>7} {:>12} {:>10} {:>10} {:>10}",
+            "phase", "batch", "bucket", "tokens/s", "TTFT ms", "TPOT ms", "switch ms"
+        );
+        for row in &rows {
+            let f = |k: &str| row[k].as_f64().unwrap_or(0.0);
+            println!(
+                "{:<8} {:>5} {:>7} {:>12.1} {:>10.1} {:>10.2} {:>10.2}",
+                row["phase"].as_str().unwrap_or(""),
+                row["batch"].as_u64().unwrap_or(0),
+                row["bucket"].as_u64().unwrap_or(0),
+                f("tokens_per_s"),
+                f("ttft_ms"),
+                f("tpot_ms"),
+                f("switch_ms")
+            );
+        }
+        println!(
+            "executions: {} prefill, {} decode, {} program switches (each counted once, outside the steady rows)",
+            c.prefills, c.decodes, c.switches
         );
     }
     Ok(())
