@@ -16,6 +16,7 @@
 #
 # Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_PYTHON=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 / 5
 # (for quick local runs); NRT_SKIP_RAY=1 skips only the Ray part of step 4.
+# NRT_SKIP_LLM=1 skips the SmolLM2 step (nrt llm build/generate/reference against ONNX Runtime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -170,6 +171,26 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
       exit 1
     fi
   done
+fi
+
+if [ "${NRT_SKIP_LLM:-0}" != 1 ]; then
+  step "SmolLM2 (nrt llm build/generate) against ONNX Runtime on the same graph"
+  cargo build --quiet --release -p nrt-cli
+  nrt="$root/target/release/nrt"
+  llm="$root/target/llm"
+  rm -rf "$llm" && mkdir -p "$llm"
+  # Small buckets keep it short: prompts of 1 to ~60 tokens land in both prefill buckets.
+  "$nrt" llm build "$NRT_SMOLLM2_GGUF" -o "$llm/smollm2" --context-buckets 32,64 \
+    --batch-buckets 1,4 --max-model-len 128
+  "$nrt" llm generate "$llm/smollm2" --prompt "The capital of France is" --max-tokens 8 --json \
+    | tee "$llm/generate.json" | grep -q Paris || { echo "generate: no Paris" >&2; exit 1; }
+  "$nrt" llm reference "$llm/smollm2" -o "$llm/reference" --steps 32 \
+    --prompt "Hello" \
+    --prompt "The capital of France is" \
+    --prompt "Write a short poem about the sea, the wind and the sky, in the style of an old sailor who has seen many storms" \
+    --prompt "List three facts about the Moon, each in one sentence. First, say how far it is from the Earth. Then say how long its orbit takes." \
+    --prompt "Once upon a time, in a small village at the edge of a great forest, there lived a young girl who loved to read books about faraway lands, dragons, knights and the stars above her little house."
+  "$NRT_PYTHON" scripts/llm_reference.py "$llm/reference" --tol 1e-3
 fi
 
 step "all tests passed"

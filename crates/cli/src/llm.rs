@@ -27,6 +27,27 @@ pub enum LlmCommand {
     /// Measures a model directory: prefill tokens/s (TTFT) and decode tokens/s (TPOT) per
     /// batch, and the cost of switching between the prefill and decode programs.
     Bench(BenchArgs),
+    /// Runs prompts greedily with the logits head on the device and writes, per prompt, the
+    /// logits of the prefill and of each decode step, the tokens, and the reference graphs
+    /// (the same programs as ONNX, weights read from the directory's weights.bin) that
+    /// `scripts/llm_reference.py` runs with ONNX Runtime to compare.
+    Reference(ReferenceArgs),
+}
+
+/// `nrt llm reference`.
+#[derive(Debug, Args)]
+pub struct ReferenceArgs {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// A prompt (repeatable).
+    #[arg(long, required = true)]
+    pub prompt: Vec<String>,
+    /// Greedy decode steps after each prefill.
+    #[arg(long, default_value_t = 32)]
+    pub steps: usize,
+    /// Where the logits and the index (reference.json) go.
+    #[arg(short = 'o', long = "out")]
+    pub out: PathBuf,
 }
 
 /// `nrt llm bench`.
@@ -112,6 +133,7 @@ pub fn main(a: &LlmArgs) -> Res<()> {
         LlmCommand::Build(b) => build(b),
         LlmCommand::Generate(g) => generate_cmd(g),
         LlmCommand::Bench(b) => bench(b),
+        LlmCommand::Reference(r) => reference(r),
     }
 }
 
@@ -370,5 +392,82 @@ fn bench(a: &BenchArgs) -> Res<()> {
             c.prefills, c.decodes, c.switches
         );
     }
+    Ok(())
+}
+
+fn reference(a: &ReferenceArgs) -> Res<()> {
+    use nrt_llm::runner::{DecodeRow, Sampling};
+    let (_dev, rt) = session::runtime(None)?;
+    let mut r = Runner::load_logits(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
+    let err = |e: nrt_llm::Error| e.to_string();
+    let manifest = r.manifest.clone();
+    let program = |phase: &str, n: usize| {
+        manifest
+            .programs
+            .iter()
+            .find(|p| {
+                p.phase == phase
+                    && if phase == "prefill" {
+                        p.seq == n
+                    } else {
+                        p.batch == n
+                    }
+            })
+            .cloned()
+    };
+    let decode = program("decode", 1).ok_or("the directory has no decode program of batch 1")?;
+    let decode_onnx =
+        nrt_llm::build::export_reference(&a.dir, &r.manifest, &decode).map_err(err)?;
+    let mut index = Vec::new();
+    for (i, text) in a.prompt.iter().enumerate() {
+        let ids = r.tokenizer.encode(text).map_err(err)?;
+        let bucket = r
+            .prefill_bucket(ids.len())
+            .ok_or_else(|| format!("prompt {i}: {} tokens, longer than every bucket", ids.len()))?;
+        let steps = a.steps.min(r.max_model_len().saturating_sub(ids.len() + 1));
+        let pre = program("prefill", bucket).ok_or("no prefill program")?;
+        let pre_onnx = nrt_llm::build::export_reference(&a.dir, &r.manifest, &pre).map_err(err)?;
+        let mut logits: Vec<f32> = Vec::new();
+        let mut tokens = Vec::new();
+        let mut t = r.prefill(0, &ids, &Sampling::greedy()).map_err(err)?.token;
+        logits.extend(r.last_logits().map_err(err)?);
+        tokens.push(t);
+        for k in 0..steps {
+            let row = DecodeRow {
+                slot: 0,
+                token: t,
+                position: ids.len() + k,
+                sampling: Sampling::greedy(),
+            };
+            t = r.decode(&[row]).map_err(err)?[0].token;
+            logits.extend(r.last_logits().map_err(err)?);
+            tokens.push(t);
+        }
+        let file = format!("prompt{i}.f32");
+        let bytes: Vec<u8> = logits.iter().flat_map(|x| x.to_le_bytes()).collect();
+        std::fs::write(a.out.join(&file), bytes).map_err(|e| e.to_string())?;
+        index.push(serde_json::json!({
+            "prompt": text, "prompt_token_ids": ids, "tokens": tokens, "bucket": bucket,
+            "logits": file, "prefill_onnx": pre_onnx, "decode_onnx": decode_onnx,
+        }));
+        eprintln!(
+            "prompt {i}: {} tokens in the {bucket} bucket, {steps} decode steps",
+            ids.len()
+        );
+    }
+    let m = &r.manifest;
+    let doc = serde_json::json!({
+        "vocab_size": m.config.vocab_size, "layers": m.config.n_layer,
+        "cache_shape": [m.cache.slots, m.cache.len, m.cache.kv_heads, m.cache.head_dim],
+        "prompts": index,
+    });
+    let p = a.out.join("reference.json");
+    std::fs::write(
+        &p,
+        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("{}: {e}", p.display()))?;
+    println!("{}", p.display());
     Ok(())
 }

@@ -606,3 +606,31 @@ fn write_tokenizer(file: &GgufFile, path: &Path) -> Result<(), Error> {
     std::fs::write(path, w.to_bytes())
         .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))
 }
+
+/// Writes the reference graph of program `p` of the directory `dir`: the same decoder with
+/// the logits head and the weights as initializers whose data is `weights.bin` itself
+/// (ONNX external data, no copy), for ONNX Runtime to run beside the device. Returns its
+/// path (`DIR/reference-<program>.onnx`).
+pub fn export_reference(dir: &Path, m: &Manifest, p: &ProgramInfo) -> Result<PathBuf, Error> {
+    let c = m.llama_config();
+    let shape = ProgramShape {
+        batch: p.batch,
+        seq: p.seq,
+        cache_slots: m.cache.slots,
+        cache_len: m.cache.len,
+    };
+    let offsets = m.weights.tensors.iter().map(|w| w.offset).collect();
+    let g = graph::decoder_graph(
+        &c,
+        &shape,
+        Head::Logits,
+        &WeightSource::External(m.weights.file.clone(), offsets),
+    );
+    let path = dir.join(format!(
+        "reference-{}.onnx",
+        p.file.trim_end_matches(".ncm")
+    ));
+    std::fs::write(&path, nrt_compiler::onnx::encode_model(&g))
+        .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
+    Ok(path)
+}

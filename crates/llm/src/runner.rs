@@ -9,7 +9,7 @@
 //! each row's last token) and reads back one token id per row.
 
 use crate::build::{Manifest, ProgramInfo};
-use crate::graph;
+use crate::graph::{self, Head, ProgramShape, WeightSource};
 use crate::{ChatTemplate, Error, GgufFile, Tokenizer};
 use nrt_runtime::{LoadOptions, Model, Placement, Runtime, Tensor, TensorSet};
 use std::io::Read;
@@ -36,6 +36,8 @@ struct Program {
     seed: Tensor,
     next: Tensor,
     logprob: Tensor,
+    /// The logits output of a [`Head::Logits`] program.
+    logits: Option<Tensor>,
 }
 
 /// How a row's next token is chosen on the device.
@@ -142,6 +144,16 @@ pub struct Runner {
 impl Runner {
     /// Loads `dir` on logical core `vnc` of `rt`.
     pub fn load(rt: &Runtime, dir: &Path, vnc: i32) -> Result<Runner, Error> {
+        Runner::load_with(rt, dir, vnc, Head::Sample)
+    }
+
+    /// Loads `dir` with programs that return each row's logits instead of a token
+    /// ([`Head::Logits`], compiled from the manifest now): the reference comparison's runner.
+    pub fn load_logits(rt: &Runtime, dir: &Path, vnc: i32) -> Result<Runner, Error> {
+        Runner::load_with(rt, dir, vnc, Head::Logits)
+    }
+
+    fn load_with(rt: &Runtime, dir: &Path, vnc: i32, head: Head) -> Result<Runner, Error> {
         let manifest = Manifest::read(dir)?;
         let tok_file = GgufFile::open(dir.join(&manifest.tokenizer))?;
         let tokenizer = Tokenizer::from_gguf(&tok_file.gguf)?;
@@ -235,7 +247,12 @@ impl Runner {
         let mut programs = Vec::new();
         for p in &manifest.programs {
             let path = dir.join(&p.file);
-            let ncm = std::fs::read(&path).map_err(|e| rt_err(&path.display().to_string(), e))?;
+            let ncm = match head {
+                Head::Sample => {
+                    std::fs::read(&path).map_err(|e| rt_err(&path.display().to_string(), e))?
+                }
+                Head::Logits => logits_program(&manifest, p)?,
+            };
             // The weights and the caches are resident: bound once here, read (and the
             // caches updated) where they lie by every program.
             let mut resident: Vec<(String, Tensor)> = manifest
@@ -272,6 +289,11 @@ impl Runner {
             let seed = small("seed", 8 * b)?;
             let next = small("next_token", 8 * b)?;
             let logprob = small("logprob", 4 * b)?;
+            let vocab = manifest.config.vocab_size as u64;
+            let logits = match head {
+                Head::Logits => Some(small("logits", 4 * b * vocab)?),
+                Head::Sample => None,
+            };
             let mut inputs = TensorSet::new();
             let mut outputs = TensorSet::new();
             inputs.add("input_ids", &ids);
@@ -282,8 +304,13 @@ impl Runner {
             inputs.add("top_k", &top_k);
             inputs.add("top_p", &top_p);
             inputs.add("seed", &seed);
-            outputs.add("next_token", &next);
-            outputs.add("logprob", &logprob);
+            match &logits {
+                Some(l) => outputs.add("logits", l),
+                None => {
+                    outputs.add("next_token", &next);
+                    outputs.add("logprob", &logprob);
+                }
+            }
             programs.push(Program {
                 info: p.clone(),
                 model,
@@ -299,6 +326,7 @@ impl Runner {
                 seed,
                 next,
                 logprob,
+                logits,
             });
         }
         Ok(Runner {
@@ -409,6 +437,28 @@ impl Runner {
             .execute(&p.model, &p.inputs, &p.outputs)
             .map_err(|e| rt_err(&format!("executing {}", p.info.file), e))?;
         let b = p.info.batch;
+        if p.logits.is_some() {
+            // The reference's runner: greedy on the host from the logits it returns.
+            let v = self.manifest.config.vocab_size;
+            return Ok(self
+                .last_logits()?
+                .chunks_exact(v.max(1))
+                .map(|row| {
+                    let (best, max) =
+                        row.iter()
+                            .enumerate()
+                            .fold(
+                                (0, f32::NEG_INFINITY),
+                                |b, (i, &x)| if x > b.1 { (i, x) } else { b },
+                            );
+                    let z: f64 = row.iter().map(|&x| ((x - max) as f64).exp()).sum();
+                    Sampled {
+                        token: best as u32,
+                        logprob: -(z.ln() as f32),
+                    }
+                })
+                .collect());
+        }
         let mut tok = vec![0u8; 8 * b];
         p.next
             .read(&mut tok, 0)
@@ -424,6 +474,22 @@ impl Runner {
                 token: i64::from_le_bytes(t.try_into().expect("8 bytes")) as u32,
                 logprob: f32::from_le_bytes(l.try_into().expect("4 bytes")),
             })
+            .collect())
+    }
+
+    /// The logits of the last step of a runner from [`Runner::load_logits`]: `batch × vocab`
+    /// f32 of the program that ran last (padding rows included).
+    pub fn last_logits(&self) -> Result<Vec<f32>, Error> {
+        let i = self
+            .last_program
+            .ok_or_else(|| Error::Unsupported("no step has run".into()))?;
+        let t = self.programs[i].logits.as_ref().ok_or_else(|| {
+            Error::Unsupported("this runner samples; load it with load_logits".into())
+        })?;
+        let mut b = vec![0u8; t.size() as usize];
+        t.read(&mut b, 0).map_err(|e| rt_err("reading logits", e))?;
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect())
     }
 
@@ -508,6 +574,26 @@ impl Runner {
         out.truncate(rows.len());
         Ok(out)
     }
+}
+
+/// A program of the directory compiled with the logits head.
+fn logits_program(m: &Manifest, p: &ProgramInfo) -> Result<Vec<u8>, Error> {
+    let c = m.llama_config();
+    let shape = ProgramShape {
+        batch: p.batch,
+        seq: p.seq,
+        cache_slots: m.cache.slots,
+        cache_len: m.cache.len,
+    };
+    let g = graph::decoder_graph(&c, &shape, Head::Logits, &WeightSource::Inputs);
+    let opts = nrt_compiler::CompileOptions {
+        cores: m.cores,
+        in_place: graph::in_place_pairs(&c).into_iter().collect(),
+        ..Default::default()
+    };
+    let compiled = nrt_compiler::compile(&nrt_compiler::onnx::encode_model(&g), None, &opts)
+        .map_err(|e| Error::Unsupported(format!("compiling the logits head of {}: {e}", p.file)))?;
+    Ok(compiled.model.encode())
 }
 
 fn write_i64(t: &Tensor, v: &[i64]) -> Result<(), Error> {
