@@ -281,7 +281,16 @@ NRT_STATUS nrt_get_tensor_from_tensor_set(nrt_tensor_set_t *tensor_set, const ch
 
 /* Runs the model once on the inputs, writing the outputs (synchronous unless
  * NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS > 0: then queued, reported through the
- * callback of nrt_register_async_exec_callback). */
+ * callback of nrt_register_async_exec_callback).
+ *
+ * In-place state: a model may declare an output that updates an input in place (NCM 1.10,
+ * e.g. a decoder LLM's KV cache, present.N.* over past_key_values.N.*; nrt_tensor_info_t
+ * lists both). Add the SAME tensor to the input and the output set under the two names:
+ * the program writes only what changes (one row per token) and reads the rest where it
+ * lies. Two different tensors for such a pair are refused (NRT_INVALID, naming both). This
+ * holds on every surface (nrt_execute, the implicit async queue, nrta_execute_schedule). The
+ * same tensor bound to an input and an output the model does not declare in place is
+ * undefined, as on the hardware. */
 NRT_STATUS nrt_execute(nrt_model_t *model, const nrt_tensor_set_t *input_set, nrt_tensor_set_t *output_set);
 /* repeat_count <= 1 runs once; more needs a model compiled for it (NRT_INVALID here). */
 NRT_STATUS nrt_execute_repeat(nrt_model_t *model, const nrt_tensor_set_t *input_set, nrt_tensor_set_t *output_set,
