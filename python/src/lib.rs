@@ -29,6 +29,7 @@ mod compile;
 mod control;
 mod error;
 mod exec;
+mod llm;
 mod model;
 mod runtime;
 mod tensor;
@@ -48,6 +49,7 @@ fn _nrt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::Model>()?;
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<tensor::TensorInfo>()?;
+    m.add_class::<llm::LlmEngine>()?;
     m.add_function(wrap_pyfunction!(control::configure, m)?)?;
     m.add_function(wrap_pyfunction!(control::close, m)?)?;
     m.add_function(wrap_pyfunction!(control::visible_cores, m)?)?;

@@ -634,3 +634,32 @@ pub fn export_reference(dir: &Path, m: &Manifest, p: &ProgramInfo) -> Result<Pat
         .map_err(|e| Error::Unsupported(format!("{}: {e}", path.display())))?;
     Ok(path)
 }
+
+/// The directory `src` builds into under `cache` with `o`, built now unless an earlier build
+/// with the same source bytes (SHA-256) and options is there: what `nrt.llm.LLM("x.gguf")`
+/// loads. The directory's name is the source's stem and a hash of its bytes and the options.
+pub fn cached_build(
+    src: &Path,
+    cache: &Path,
+    o: &BuildOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<PathBuf, Error> {
+    let bytes =
+        std::fs::read(src).map_err(|e| Error::Unsupported(format!("{}: {e}", src.display())))?;
+    let mut h = sha2::Sha256::new();
+    h.update(&bytes);
+    h.update(format!("{o:?}").as_bytes());
+    let key = hex(&h.finalize()[..8]);
+    let stem = src
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let dir = cache.join(format!("{stem}-{key}"));
+    if Manifest::read(&dir).is_ok_and(|m| m.source.sha256 == hex(&sha2::Sha256::digest(&bytes))) {
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(cache)
+        .map_err(|e| Error::Unsupported(format!("{}: {e}", cache.display())))?;
+    build(src, &dir, o, progress)?;
+    Ok(dir)
+}

@@ -1,0 +1,171 @@
+"""Decoder LLMs on the software NeuronCore, with the names vLLM users know.
+
+    import nrt.llm
+    llm = nrt.llm.LLM("smollm2/")             # a model directory (`nrt llm build`) ...
+    llm = nrt.llm.LLM("SmolLM2.Q4_1.gguf")    # ... or a GGUF, built on the fly into a cache
+    out = llm.generate(["The capital of France is"], nrt.llm.SamplingParams(max_tokens=16))
+    print(out[0].outputs[0].text)
+    for piece in llm.stream("Once upon a time", nrt.llm.SamplingParams(temperature=0.8, seed=1)):
+        print(piece, end="", flush=True)
+
+A GGUF is built into ``$NRT_LLM_CACHE`` (default ``~/.cache/nrt-rs/llm``), keyed by the file's
+bytes and the build options; the next ``LLM`` of the same file loads it from there. The
+model's programs run on logical NeuronCore ``core`` (0) of the process's runtime
+(``nrt.configure``); the next token is sampled on the device.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional, Sequence, Union
+
+from . import _nrt
+
+__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Tokenizer"]
+
+
+@dataclass
+class SamplingParams:
+    """How to generate (vLLM's names). ``temperature`` 0 is greedy; ``top_k`` 0 or -1 and
+    ``top_p`` 1 mean no restriction; ``seed`` fixes the draws (with the token's position);
+    ``stop`` strings end the text (not included); ``logprobs``: return each generated token's
+    log-probability."""
+
+    max_tokens: int = 16
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: Optional[int] = None
+    stop: Optional[Union[str, Sequence[str]]] = None
+    logprobs: Optional[int] = None
+
+    def _stops(self) -> List[str]:
+        if self.stop is None:
+            return []
+        if isinstance(self.stop, str):
+            return [self.stop]
+        return list(self.stop)
+
+
+@dataclass
+class CompletionOutput:
+    """One generated sequence."""
+
+    index: int
+    text: str
+    token_ids: List[int]
+    finish_reason: str
+    logprobs: Optional[List[float]] = None
+
+
+@dataclass
+class RequestOutput:
+    """What one prompt produced."""
+
+    prompt: str
+    prompt_token_ids: List[int]
+    outputs: List[CompletionOutput] = field(default_factory=list)
+    finished: bool = True
+
+
+class Tokenizer:
+    """The model's tokenizer (byte-level BPE from the GGUF)."""
+
+    def __init__(self, engine: "_nrt._LlmEngine"):
+        self._e = engine
+
+    def encode(self, text: str) -> List[int]:
+        return list(self._e.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._e.decode(list(ids))
+
+    def apply_chat_template(self, messages: Sequence[dict]) -> str:
+        """The chat template applied to ``[{"role": ..., "content": ...}]``, the assistant's
+        turn opened."""
+        return self._e.apply_chat_template([(m["role"], m["content"]) for m in messages])
+
+
+def _cache_dir() -> str:
+    d = os.environ.get("NRT_LLM_CACHE")
+    if d:
+        return d
+    return os.path.join(os.path.expanduser("~"), ".cache", "nrt-rs", "llm")
+
+
+class LLM:
+    """A decoder LLM loaded on the device. ``path``: a model directory or a ``.gguf``;
+    ``build_options`` (for a GGUF): ``context_buckets``, ``batch_buckets``,
+    ``max_model_len``, ``weights``, ``tp``; ``core``: the logical NeuronCore."""
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], core: int = 0, **build_options):
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(path)
+        known = {"context_buckets", "batch_buckets", "max_model_len", "weights", "tp"}
+        unknown = set(build_options) - known
+        if unknown:
+            raise TypeError(f"unknown build options {sorted(unknown)}; known: {sorted(known)}")
+        self._engine = _nrt._LlmEngine(path, _cache_dir(), core=core, **build_options)
+        self.path = self._engine.path
+        self.tokenizer = Tokenizer(self._engine)
+
+    def _run(self, prompt: str, p: SamplingParams, on_text=None):
+        if p.max_tokens < 1:
+            raise ValueError(f"max_tokens={p.max_tokens}: at least 1")
+        top_k = 0 if p.top_k is None or p.top_k < 0 else int(p.top_k)
+        ids = self.tokenizer.encode(prompt)
+        seed = 0 if p.seed is None else int(p.seed) & (2**64 - 1)
+        toks, text, finish, lps = self._engine.generate(
+            ids, p.max_tokens, float(p.temperature), float(p.top_p), top_k, seed, p._stops(), on_text
+        )
+        return ids, toks, text, finish, lps
+
+    def generate(
+        self,
+        prompts: Union[str, Sequence[str]],
+        sampling_params: Optional[SamplingParams] = None,
+    ) -> List[RequestOutput]:
+        """Generates for each prompt (one after the other) and returns their outputs."""
+        p = sampling_params or SamplingParams()
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        outs = []
+        for prompt in prompts:
+            ids, toks, text, finish, lps = self._run(prompt, p)
+            c = CompletionOutput(0, text, list(toks), finish, list(lps) if p.logprobs else None)
+            outs.append(RequestOutput(prompt, list(ids), [c]))
+        return outs
+
+    def chat(self, messages: Sequence[dict], sampling_params: Optional[SamplingParams] = None) -> List[RequestOutput]:
+        """One chat turn: the template applied to ``messages``, then ``generate``."""
+        return self.generate(self.tokenizer.apply_chat_template(messages), sampling_params)
+
+    def stream(self, prompt: str, sampling_params: Optional[SamplingParams] = None) -> Iterator[str]:
+        """Yields the text as it is generated (whole UTF-8 characters)."""
+        p = sampling_params or SamplingParams()
+        q: "queue.Queue" = queue.Queue()
+        done = object()
+        failure: List[BaseException] = []
+
+        def work():
+            try:
+                self._run(prompt, p, q.put)
+            except BaseException as e:  # re-raised in the consumer
+                failure.append(e)
+            finally:
+                q.put(done)
+
+        t = threading.Thread(target=work, daemon=True)
+        t.start()
+        while True:
+            item = q.get()
+            if item is done:
+                break
+            yield item
+        t.join()
+        if failure:
+            raise failure[0]

