@@ -24,6 +24,10 @@ pub enum LlmCommand {
     /// Generates text from a prompt on a built model directory, streaming it, then prints
     /// TTFT, TPOT and tokens/s.
     Generate(GenerateArgs),
+    /// An interactive chat on a model directory: the chat template applied to the whole
+    /// conversation each turn, the answer streamed. `/reset` starts over, `/quit` (or end of
+    /// input) leaves.
+    Chat(ChatArgs),
     /// Measures a model directory: prefill tokens/s (TTFT) and decode tokens/s (TPOT) per
     /// batch, and the cost of switching between the prefill and decode programs.
     Bench(BenchArgs),
@@ -48,6 +52,31 @@ pub struct ReferenceArgs {
     /// Where the logits and the index (reference.json) go.
     #[arg(short = 'o', long = "out")]
     pub out: PathBuf,
+}
+
+/// `nrt llm chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// A system message opening the conversation.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Most new tokens per answer.
+    #[arg(long = "max-tokens", default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling threshold.
+    #[arg(long = "top-p", default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Sample among the K most likely tokens (0: all).
+    #[arg(long = "top-k", default_value_t = 0)]
+    pub top_k: u32,
+    /// The sampling seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// `nrt llm bench`.
@@ -132,6 +161,7 @@ pub fn main(a: &LlmArgs) -> Res<()> {
     match &a.command {
         LlmCommand::Build(b) => build(b),
         LlmCommand::Generate(g) => generate_cmd(g),
+        LlmCommand::Chat(c) => chat(c),
         LlmCommand::Bench(b) => bench(b),
         LlmCommand::Reference(r) => reference(r),
     }
@@ -469,5 +499,94 @@ fn reference(a: &ReferenceArgs) -> Res<()> {
     )
     .map_err(|e| format!("{}: {e}", p.display()))?;
     println!("{}", p.display());
+    Ok(())
+}
+
+fn chat(a: &ChatArgs) -> Res<()> {
+    use nrt_llm::ChatMessage;
+    use std::io::BufRead;
+    let sampling = nrt_llm::runner::Sampling {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        seed: a.seed,
+    };
+    sampling.check().map_err(|e| e.to_string())?;
+    let (_dev, rt) = session::runtime(None)?;
+    let mut r = Runner::load(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
+    if r.template.is_none() {
+        return Err(format!(
+            "the model in {} has no chat template",
+            a.dir.display()
+        ));
+    }
+    let opening: Vec<ChatMessage> = a
+        .system
+        .iter()
+        .map(|s| ChatMessage::new("system", s.as_str()))
+        .collect();
+    let mut history = opening.clone();
+    eprintln!(
+        "{} — type a message; /reset starts over, /quit leaves (prompts up to {} tokens)",
+        r.manifest.name,
+        r.max_prompt()
+    );
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?
+            == 0
+        {
+            break;
+        }
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/quit" | "/exit" => break,
+            "/reset" => {
+                history = opening.clone();
+                eprintln!("(conversation cleared)");
+                continue;
+            }
+            _ => {}
+        }
+        history.push(ChatMessage::new("user", line));
+        let text = r
+            .template
+            .as_ref()
+            .expect("checked above")
+            .render(&history, true)
+            .map_err(|e| e.to_string())?;
+        let ids = r.tokenizer.encode(&text).map_err(|e| e.to_string())?;
+        let p = GenerateParams {
+            max_tokens: a.max_tokens,
+            stop: Vec::new(),
+            sampling,
+        };
+        match generate(&mut r, 0, &ids, &p, &mut |piece| {
+            let _ = write!(out, "{piece}");
+            let _ = out.flush();
+        }) {
+            Ok(g) => {
+                let _ = writeln!(out);
+                eprintln!(
+                    "[{} tokens, TTFT {:.0} ms, {:.1} tokens/s]",
+                    g.token_ids.len(),
+                    g.ttft_ms,
+                    g.tokens_per_s
+                );
+                history.push(ChatMessage::new("assistant", g.text.as_str()));
+            }
+            Err(e) => {
+                history.pop();
+                eprintln!("error: {e} (/reset to start over)");
+            }
+        }
+    }
     Ok(())
 }

@@ -250,6 +250,76 @@ impl Manifest {
         Ok(m)
     }
 
+    /// Checks every size the runner computes from the manifest (a file like any other: a
+    /// hostile or damaged one must give an error, not an overflow or a huge allocation).
+    pub fn check(&self) -> Result<(), Error> {
+        let bad = |what: &str| Error::Unsupported(format!("manifest.json: {what}"));
+        let c = &self.config;
+        let dims = [
+            c.n_layer,
+            c.n_embd,
+            c.n_ff,
+            c.n_head,
+            c.n_head_kv,
+            c.head_dim,
+            c.vocab_size,
+        ];
+        if dims
+            .iter()
+            .any(|&d| d == 0 || d as u64 > crate::config::MAX_DIM)
+        {
+            return Err(bad("a dimension of the configuration is 0 or too large"));
+        }
+        let k = &self.cache;
+        if k.layers != c.n_layer || k.kv_heads != c.n_head_kv || k.head_dim != c.head_dim {
+            return Err(bad("the cache geometry does not match the configuration"));
+        }
+        if k.slots < 2 || k.slots > MAX_BATCH + 1 || k.len == 0 || k.len != self.max_model_len {
+            return Err(bad("the cache's slots or length are out of range"));
+        }
+        let per = [k.slots, k.len, k.kv_heads, k.head_dim, 4]
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+        let total = per.and_then(|p| p.checked_mul(2 * k.layers as u64));
+        if total != Some(k.bytes) {
+            return Err(bad("the cache's size does not match its geometry"));
+        }
+        for p in &self.programs {
+            let ok = p.batch >= 1
+                && p.batch < k.slots
+                && p.seq >= 1
+                && p.seq <= k.len
+                && (p.batch as u64)
+                    .checked_mul(p.seq as u64)
+                    .and_then(|n| n.checked_mul(8))
+                    .is_some()
+                && (p.batch as u64)
+                    .checked_mul(c.vocab_size as u64 * 4)
+                    .is_some()
+                && !p.file.contains('/')
+                && !p.file.contains("..");
+            if !ok {
+                return Err(bad(&format!("program '{}' is out of range", p.file)));
+            }
+        }
+        for w in &self.weights.tensors {
+            let n = w
+                .shape
+                .iter()
+                .try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+            let end = w.offset.checked_add(w.bytes);
+            if n != Some(w.bytes) || end.is_none_or(|e| e > self.weights.bytes) {
+                return Err(bad(&format!("weight '{}' is out of range", w.name)));
+            }
+        }
+        for f in [&self.weights.file, &self.tokenizer] {
+            if f.contains('/') || f.contains("..") {
+                return Err(bad(&format!("'{f}' is not a file of the directory")));
+            }
+        }
+        Ok(())
+    }
+
     /// The configuration the programs were built for.
     pub fn llama_config(&self) -> LlamaConfig {
         let c = &self.config;

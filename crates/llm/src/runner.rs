@@ -155,6 +155,7 @@ impl Runner {
 
     fn load_with(rt: &Runtime, dir: &Path, vnc: i32, head: Head) -> Result<Runner, Error> {
         let manifest = Manifest::read(dir)?;
+        manifest.check()?;
         let tok_file = GgufFile::open(dir.join(&manifest.tokenizer))?;
         let tokenizer = Tokenizer::from_gguf(&tok_file.gguf)?;
         let template = ChatTemplate::from_gguf(&tok_file.gguf, &tokenizer)?;

@@ -462,3 +462,62 @@ fn device_sampling_is_reproducible_by_seed_whatever_the_batch() {
     let e = r.prefill(0, p, &bad).unwrap_err().to_string();
     assert!(e.contains("top_p"), "{e}");
 }
+
+#[test]
+fn a_damaged_manifest_or_a_cache_too_large_for_the_device_is_a_clear_error() {
+    let (_, dir) = built("manifest", &options());
+    let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let rt = runtime();
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let edits: Vec<(&str, Edit, &str)> = vec![
+        (
+            "slots",
+            Box::new(|m| m["cache"]["slots"] = serde_json::json!(1u64 << 60)),
+            "slots",
+        ),
+        (
+            "bytes",
+            Box::new(|m| m["cache"]["bytes"] = serde_json::json!(12345)),
+            "cache's size",
+        ),
+        (
+            "weight",
+            Box::new(|m| m["weights"]["tensors"][0]["offset"] = serde_json::json!(u64::MAX)),
+            "out of range",
+        ),
+        (
+            "file",
+            Box::new(|m| m["programs"][0]["file"] = serde_json::json!("../../etc/passwd")),
+            "out of range",
+        ),
+    ];
+    for (what, edit, want) in edits {
+        let mut bad = m.clone();
+        edit(&mut bad);
+        std::fs::write(dir.join("manifest.json"), bad.to_string()).unwrap();
+        let e = Runner::load(&rt, &dir, 0).unwrap_err().to_string();
+        assert!(e.contains(want), "{what}: {e}");
+    }
+    std::fs::write(dir.join("manifest.json"), &text).unwrap();
+    Runner::load(&rt, &dir, 0).unwrap();
+
+    // A cache far larger than the device: the load says which allocation and how much.
+    let big = BuildOptions {
+        batch_buckets: Some(vec![1, 256]),
+        max_model_len: Some(256),
+        context_buckets: Some(vec![256]),
+        ..Default::default()
+    };
+    let (_, dir) = built("bigcache", &big);
+    let dev = Arc::new(
+        nrt_sim::SoftDevice::new(nrt_sim::SimConfig {
+            memory_bytes: 8 << 20,
+            ..nrt_sim::SimConfig::default()
+        })
+        .unwrap(),
+    );
+    let small = Runtime::init(dev, RuntimeConfig::default()).unwrap();
+    let e = Runner::load(&small, &dir, 0).unwrap_err().to_string();
+    assert!(e.contains("KV cache"), "{e}");
+}
