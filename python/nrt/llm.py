@@ -113,29 +113,46 @@ class LLM:
         self.path = self._engine.path
         self.tokenizer = Tokenizer(self._engine)
 
-    def _run(self, prompt: str, p: SamplingParams, on_text=None):
+    @staticmethod
+    def _args(p: SamplingParams):
         if p.max_tokens < 1:
             raise ValueError(f"max_tokens={p.max_tokens}: at least 1")
         top_k = 0 if p.top_k is None or p.top_k < 0 else int(p.top_k)
-        ids = self.tokenizer.encode(prompt)
         seed = 0 if p.seed is None else int(p.seed) & (2**64 - 1)
-        toks, text, finish, lps = self._engine.generate(
-            ids, p.max_tokens, float(p.temperature), float(p.top_p), top_k, seed, p._stops(), on_text
-        )
+        return (p.max_tokens, float(p.temperature), float(p.top_p), top_k, seed, p._stops())
+
+    def _run(self, prompt: str, p: SamplingParams, on_text=None):
+        args = self._args(p)
+        ids = self.tokenizer.encode(prompt)
+        toks, text, finish, lps = self._engine.generate(ids, *args, on_text)
         return ids, toks, text, finish, lps
 
     def generate(
         self,
         prompts: Union[str, Sequence[str]],
-        sampling_params: Optional[SamplingParams] = None,
+        sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
     ) -> List[RequestOutput]:
-        """Generates for each prompt (one after the other) and returns their outputs."""
-        p = sampling_params or SamplingParams()
+        """Generates for every prompt, batched on the device (continuous batching over the
+        decode buckets); ``sampling_params`` is one for all or one per prompt. Each output is
+        what its prompt gives alone."""
         if isinstance(prompts, str):
             prompts = [prompts]
+        prompts = list(prompts)
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params = [sampling_params or SamplingParams()] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
+        requests = []
+        ids_of = []
+        for prompt, p in zip(prompts, params):
+            ids = self.tokenizer.encode(prompt)
+            ids_of.append(ids)
+            requests.append((ids,) + self._args(p))
+        results = self._engine.generate_batch(requests)
         outs = []
-        for prompt in prompts:
-            ids, toks, text, finish, lps = self._run(prompt, p)
+        for prompt, ids, p, (toks, text, finish, lps) in zip(prompts, ids_of, params, results):
             c = CompletionOutput(0, text, list(toks), finish, list(lps) if p.logprobs else None)
             outs.append(RequestOutput(prompt, list(ids), [c]))
         return outs

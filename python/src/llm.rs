@@ -6,7 +6,7 @@ use crate::error::invalid;
 use crate::lock;
 use crate::runtime::global;
 use nrt_llm::build::{BuildOptions, WeightFormat};
-use nrt_llm::generate::{GenerateParams, generate};
+use nrt_llm::generate::{GenerateParams, generate, generate_batch};
 use nrt_llm::runner::{Runner, Sampling};
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -102,6 +102,52 @@ impl LlmEngine {
             .map(|(role, content)| nrt_llm::ChatMessage::new(role, content))
             .collect();
         t.render(&m, true).map_err(llm_err)
+    }
+
+    /// Generates for every request together (continuous batching on the device's decode
+    /// buckets): each request is `(prompt_ids, max_tokens, temperature, top_p, top_k, seed,
+    /// stop)`. Returns `(token_ids, text, finish_reason, logprobs)` per request.
+    #[allow(clippy::type_complexity)]
+    fn generate_batch(
+        &self,
+        py: Python<'_>,
+        requests: Vec<(Vec<u32>, usize, f32, f32, u32, u64, Vec<String>)>,
+    ) -> PyResult<Vec<(Vec<u32>, String, String, Vec<f32>)>> {
+        let reqs: Vec<(Vec<u32>, GenerateParams)> = requests
+            .into_iter()
+            .map(|(ids, max_tokens, temperature, top_p, top_k, seed, stop)| {
+                (
+                    ids,
+                    GenerateParams {
+                        max_tokens,
+                        stop,
+                        sampling: Sampling {
+                            temperature,
+                            top_k,
+                            top_p,
+                            seed,
+                        },
+                    },
+                )
+            })
+            .collect();
+        let out = py
+            .allow_threads(|| {
+                let mut r = lock(&self.runner);
+                generate_batch(&mut r, &reqs, &mut |_, _| {})
+            })
+            .map_err(llm_err)?;
+        Ok(out
+            .into_iter()
+            .map(|g| {
+                (
+                    g.token_ids,
+                    g.text,
+                    g.finish_reason.as_str().to_owned(),
+                    g.logprobs,
+                )
+            })
+            .collect())
     }
 
     /// Generates from `prompt_ids`; `on_text(piece)` (if given) hears each piece of text.

@@ -24,7 +24,7 @@ def smollm2() -> Path:
     return Path(spec.origin).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-SMALL = dict(context_buckets=[32, 64], batch_buckets=[1], max_model_len=96)
+SMALL = dict(context_buckets=[32, 64], batch_buckets=[1, 4], max_model_len=96)
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +87,21 @@ def test_the_built_directory_loads_again_and_bad_arguments_are_refused(llm):
         llm.generate("x", nrt.llm.SamplingParams(top_p=0.0))
     with pytest.raises(ValueError):
         llm.generate("x", nrt.llm.SamplingParams(max_tokens=0))
+
+
+def test_prompts_generated_together_match_each_alone(llm):
+    prompts = ["The capital of France is", "One, two, three,", "Hello", "The capital of France is"]
+    params = [
+        nrt.llm.SamplingParams(max_tokens=5),
+        nrt.llm.SamplingParams(max_tokens=8),
+        nrt.llm.SamplingParams(max_tokens=6, temperature=0.9, seed=4),
+        nrt.llm.SamplingParams(max_tokens=3, stop=["Paris"]),
+    ]
+    together = llm.generate(prompts, params)
+    for prompt, p, t in zip(prompts, params, together):
+        alone = llm.generate(prompt, p)[0].outputs[0]
+        assert t.prompt == prompt
+        assert t.outputs[0].token_ids == alone.token_ids
+        assert t.outputs[0].text == alone.text
+    with pytest.raises(ValueError):
+        llm.generate(prompts, params[:2])

@@ -521,3 +521,59 @@ fn a_damaged_manifest_or_a_cache_too_large_for_the_device_is_a_clear_error() {
     let e = Runner::load(&small, &dir, 0).unwrap_err().to_string();
     assert!(e.contains("KV cache"), "{e}");
 }
+
+#[test]
+fn continuous_batching_gives_each_request_what_it_gives_alone() {
+    let (_, dir) = built("continuous", &options());
+    let rt = runtime();
+    let mut r = Runner::load(&rt, &dir, 0).unwrap();
+    let warm = |seed, max_tokens| GenerateParams {
+        max_tokens,
+        sampling: Sampling {
+            temperature: 20.0,
+            top_k: 0,
+            top_p: 0.9,
+            seed,
+        },
+        ..Default::default()
+    };
+    let greedy = |max_tokens| GenerateParams {
+        max_tokens,
+        ..Default::default()
+    };
+    // Six requests, four slots: the fifth and sixth are admitted as earlier ones finish
+    // (different lengths), into the slots they free.
+    let requests: Vec<(Vec<u32>, GenerateParams)> = vec![
+        (PROMPTS[0].to_vec(), greedy(3)),
+        (PROMPTS[1].to_vec(), warm(5, 9)),
+        (PROMPTS[2].to_vec(), greedy(12)),
+        (PROMPTS[0].to_vec(), warm(6, 6)),
+        (PROMPTS[1].to_vec(), greedy(7)),
+        (vec![9, 8, 7, 6, 5, 4, 3], warm(7, 10)),
+    ];
+    let alone: Vec<_> = requests
+        .iter()
+        .map(|(p, params)| generate(&mut r, 0, p, params, &mut |_| {}).unwrap())
+        .collect();
+    let mut pieces = vec![String::new(); requests.len()];
+    let before = r.counters();
+    let together =
+        nrt_llm::generate::generate_batch(&mut r, &requests, &mut |i, t| pieces[i].push_str(t))
+            .unwrap();
+    for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(t.token_ids, a.token_ids, "request {i}");
+        assert_eq!(t.finish_reason, a.finish_reason, "request {i}");
+        assert_eq!(t.text, a.text, "request {i}");
+        assert_eq!(pieces[i], t.text, "request {i}");
+    }
+    // Decoded together: fewer decode executions than the tokens decoded.
+    let decoded: usize = together
+        .iter()
+        .map(|g| g.token_ids.len().saturating_sub(1))
+        .sum();
+    let steps = (r.counters().decodes - before.decodes) as usize;
+    assert!(
+        steps < decoded,
+        "{steps} decode steps for {decoded} decoded tokens"
+    );
+}
