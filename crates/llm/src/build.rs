@@ -197,6 +197,24 @@ pub struct ConfigInfo {
     pub tied_embeddings: bool,
 }
 
+impl From<&LlamaConfig> for ConfigInfo {
+    fn from(c: &LlamaConfig) -> ConfigInfo {
+        ConfigInfo {
+            n_layer: c.n_layer,
+            n_embd: c.n_embd,
+            n_ff: c.n_ff,
+            n_head: c.n_head,
+            n_head_kv: c.n_head_kv,
+            head_dim: c.head_dim,
+            vocab_size: c.vocab_size,
+            rope_freq_base: c.rope_freq_base,
+            rms_norm_eps: c.rms_norm_eps,
+            context_length: c.context_length,
+            tied_embeddings: c.tied_embeddings,
+        }
+    }
+}
+
 /// `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -318,6 +336,16 @@ impl Manifest {
             }
         }
         Ok(())
+    }
+
+    /// The shape program `p` of this directory was built for.
+    pub fn program_shape(&self, p: &ProgramInfo) -> ProgramShape {
+        ProgramShape {
+            batch: p.batch,
+            seq: p.seq,
+            cache_slots: self.cache.slots,
+            cache_len: self.cache.len,
+        }
     }
 
     /// The configuration the programs were built for.
@@ -503,11 +531,7 @@ pub fn build(
             weights.bytes as f64 / 1e6
         )));
         let mut programs = Vec::new();
-        let mut opts = nrt_compiler::CompileOptions {
-            cores: o.cores,
-            ..Default::default()
-        };
-        opts.in_place = graph::in_place_pairs(&c).into_iter().collect();
+        let mut opts = graph::compile_options(&c, o.cores);
         let shapes = context
             .iter()
             .map(|&l| ("prefill", 1, l))
@@ -568,19 +592,7 @@ pub fn build(
                     .unwrap_or_default(),
                 sha256: hex(&sha2::Sha256::digest(file.bytes())),
             },
-            config: ConfigInfo {
-                n_layer: c.n_layer,
-                n_embd: c.n_embd,
-                n_ff: c.n_ff,
-                n_head: c.n_head,
-                n_head_kv: c.n_head_kv,
-                head_dim: c.head_dim,
-                vocab_size: c.vocab_size,
-                rope_freq_base: c.rope_freq_base,
-                rms_norm_eps: c.rms_norm_eps,
-                context_length: c.context_length,
-                tied_embeddings: c.tied_embeddings,
-            },
+            config: ConfigInfo::from(&c),
             max_model_len: max_len,
             context_buckets: context.clone(),
             batch_buckets: batch.clone(),
@@ -683,12 +695,7 @@ fn write_tokenizer(file: &GgufFile, path: &Path) -> Result<(), Error> {
 /// path (`DIR/reference-<program>.onnx`).
 pub fn export_reference(dir: &Path, m: &Manifest, p: &ProgramInfo) -> Result<PathBuf, Error> {
     let c = m.llama_config();
-    let shape = ProgramShape {
-        batch: p.batch,
-        seq: p.seq,
-        cache_slots: m.cache.slots,
-        cache_len: m.cache.len,
-    };
+    let shape = m.program_shape(p);
     let offsets = m.weights.tensors.iter().map(|w| w.offset).collect();
     let g = graph::decoder_graph(
         &c,

@@ -117,6 +117,15 @@ pub fn in_place_pairs(c: &LlamaConfig) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The compile options of every program of a model: the caches in place, `cores` cores.
+pub fn compile_options(c: &LlamaConfig, cores: u32) -> nrt_compiler::CompileOptions {
+    nrt_compiler::CompileOptions {
+        cores,
+        in_place: in_place_pairs(c).into_iter().collect(),
+        ..Default::default()
+    }
+}
+
 /// The RoPE tables `[cache_len, head_dim / 2]`: `cos(p·θᵢ)`, `sin(p·θᵢ)`, `θᵢ = base^(−2i/d)`
 /// (computed in f64, stored in f32).
 pub fn rope_tables(c: &LlamaConfig, cache_len: usize) -> (Vec<f32>, Vec<f32>) {

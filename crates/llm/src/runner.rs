@@ -9,7 +9,7 @@
 //! each row's last token) and reads back one token id per row.
 
 use crate::build::{Manifest, ProgramInfo};
-use crate::graph::{self, Head, ProgramShape, WeightSource};
+use crate::graph::{self, Head, WeightSource};
 use crate::{ChatTemplate, Error, GgufFile, Tokenizer};
 use nrt_runtime::{LoadOptions, Model, Placement, Runtime, Tensor, TensorSet};
 use std::io::Read;
@@ -580,18 +580,8 @@ impl Runner {
 /// A program of the directory compiled with the logits head.
 fn logits_program(m: &Manifest, p: &ProgramInfo) -> Result<Vec<u8>, Error> {
     let c = m.llama_config();
-    let shape = ProgramShape {
-        batch: p.batch,
-        seq: p.seq,
-        cache_slots: m.cache.slots,
-        cache_len: m.cache.len,
-    };
-    let g = graph::decoder_graph(&c, &shape, Head::Logits, &WeightSource::Inputs);
-    let opts = nrt_compiler::CompileOptions {
-        cores: m.cores,
-        in_place: graph::in_place_pairs(&c).into_iter().collect(),
-        ..Default::default()
-    };
+    let g = graph::decoder_graph(&c, &m.program_shape(p), Head::Logits, &WeightSource::Inputs);
+    let opts = graph::compile_options(&c, m.cores);
     let compiled = nrt_compiler::compile(&nrt_compiler::onnx::encode_model(&g), None, &opts)
         .map_err(|e| Error::Unsupported(format!("compiling the logits head of {}: {e}", p.file)))?;
     Ok(compiled.model.encode())
