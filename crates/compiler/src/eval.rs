@@ -110,29 +110,54 @@ pub(crate) mod testing {
     use nrt_hal::DType;
     use std::rc::Rc;
 
-    /// Folds one `op` node (opset `opset`) on the constant `inputs` (`None`: an omitted
-    /// optional input) with `outputs` outputs: each output's value, `None` where the node
-    /// was not folded (it stays for the device).
-    pub(crate) fn fold(
+    /// An input of a test node: a constant, or a run-time value of an element type and shape.
+    #[derive(Clone)]
+    pub(crate) enum Arg {
+        Const(HostTensor),
+        Var(DType, Vec<usize>),
+    }
+
+    /// A run-time input of element type `dtype` and shape `shape`.
+    pub(crate) fn var(dtype: DType, shape: &[usize]) -> Option<Arg> {
+        Some(Arg::Var(dtype, shape.to_vec()))
+    }
+
+    /// A constant input.
+    pub(crate) fn konst(t: HostTensor) -> Option<Arg> {
+        Some(Arg::Const(t))
+    }
+
+    /// The graph of one `op` node (opset `opset`, not yet inferred) on `inputs` (`None`: an
+    /// omitted optional input) with `outputs` outputs, which are the graph's outputs; its
+    /// run-time inputs are the graph's inputs.
+    pub(crate) fn one_node(
         op: &str,
         opset: i64,
-        inputs: Vec<Option<HostTensor>>,
+        inputs: Vec<Option<Arg>>,
         attrs: Vec<AttributeProto>,
         outputs: usize,
-    ) -> Result<Vec<Option<HostTensor>>> {
+    ) -> Graph {
         let mut g = Graph {
             opset,
             ..Graph::default()
         };
         let mut ins = Vec::new();
-        for (i, t) in inputs.into_iter().enumerate() {
-            ins.push(t.map(|t| {
+        for (i, a) in inputs.into_iter().enumerate() {
+            ins.push(a.map(|a| {
+                let (dtype, shape, konst) = match a {
+                    Arg::Const(t) => (t.dtype, t.shape.clone(), Some(Rc::new(t))),
+                    Arg::Var(d, s) => (d, s, None),
+                };
+                let runtime = konst.is_none();
                 g.values.push(Value {
                     name: format!("x{i}"),
-                    dtype: t.dtype,
-                    shape: t.shape.clone(),
-                    konst: Some(Rc::new(t)),
+                    dtype,
+                    shape,
+                    konst,
                 });
+                if runtime {
+                    g.inputs.push(g.values.len() - 1);
+                }
                 g.values.len() - 1
             }));
         }
@@ -145,6 +170,7 @@ pub(crate) mod testing {
                 konst: None,
             });
         }
+        g.outputs = (first..first + outputs).collect();
         g.nodes.push(Node {
             name: "n".into(),
             op: op.into(),
@@ -153,10 +179,58 @@ pub(crate) mod testing {
             attrs,
             guard: None,
         });
+        g
+    }
+
+    /// The context of the first node of `g` (of [`one_node`]), for an operator's parameter
+    /// parsing.
+    pub(crate) fn ctx(g: &Graph) -> crate::params::Ctx<'_> {
+        crate::params::Ctx { g, n: &g.nodes[0] }
+    }
+
+    /// [`one_node`], inferred (and expanded, folded) as in a model.
+    pub(crate) fn infer_one(
+        op: &str,
+        opset: i64,
+        inputs: Vec<Option<Arg>>,
+        attrs: Vec<AttributeProto>,
+        outputs: usize,
+    ) -> Result<Graph> {
+        let mut g = one_node(op, opset, inputs, attrs, outputs);
         crate::infer::infer(&mut g)?;
-        Ok(g.values[first..]
+        Ok(g)
+    }
+
+    /// The inferred element type and shape of each output of [`infer_one`]'s node.
+    pub(crate) fn out_types(
+        op: &str,
+        opset: i64,
+        inputs: Vec<Option<Arg>>,
+        attrs: Vec<AttributeProto>,
+        outputs: usize,
+    ) -> Result<Vec<(DType, Vec<usize>)>> {
+        let g = infer_one(op, opset, inputs, attrs, outputs)?;
+        Ok(g.outputs
             .iter()
-            .map(|v| v.konst.as_deref().cloned())
+            .map(|&v| (g.values[v].dtype, g.values[v].shape.clone()))
+            .collect())
+    }
+
+    /// Folds one `op` node (opset `opset`) on the constant `inputs` (`None`: an omitted
+    /// optional input) with `outputs` outputs: each output's value, `None` where the node
+    /// was not folded (it stays for the device).
+    pub(crate) fn fold(
+        op: &str,
+        opset: i64,
+        inputs: Vec<Option<HostTensor>>,
+        attrs: Vec<AttributeProto>,
+        outputs: usize,
+    ) -> Result<Vec<Option<HostTensor>>> {
+        let ins = inputs.into_iter().map(|t| t.map(Arg::Const)).collect();
+        let g = infer_one(op, opset, ins, attrs, outputs)?;
+        Ok(g.outputs
+            .iter()
+            .map(|&v| g.values[v].konst.as_deref().cloned())
             .collect())
     }
 
@@ -211,5 +285,10 @@ pub(crate) mod testing {
             ints: v.to_vec(),
             ..Default::default()
         }
+    }
+
+    /// The operator types of `g`'s nodes, in order.
+    pub(crate) fn op_types(g: &Graph) -> Vec<&str> {
+        g.nodes.iter().map(|n| n.op.as_str()).collect()
     }
 }
