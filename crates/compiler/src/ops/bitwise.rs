@@ -107,3 +107,32 @@ impl<'a> Lowerer<'a> {
         self.copy(Engine::Dve, &acc, &y)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::error::ErrorKind;
+    use crate::eval::testing::{a_s, out_types, var};
+    use nrt_hal::DType;
+
+    #[test]
+    fn bitwise_broadcasts_integers_of_one_type() {
+        let ins = vec![var(DType::U8, &[2, 1]), var(DType::U8, &[3])];
+        let t = out_types("BitwiseAnd", 18, ins, vec![], 1).unwrap();
+        assert_eq!(t, vec![(DType::U8, vec![2, 3])]);
+        let not = out_types("BitwiseNot", 18, vec![var(DType::I64, &[4])], vec![], 1);
+        assert_eq!(not.unwrap(), vec![(DType::I64, vec![4])]);
+    }
+
+    #[test]
+    fn floats_and_bad_directions_are_refused() {
+        let ins = vec![var(DType::F32, &[2]), var(DType::F32, &[2])];
+        let e = out_types("BitwiseOr", 18, ins, vec![], 1).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::UnsupportedDType, "{e}");
+        assert!(e.message.contains("takes integers"), "{e}");
+        let ins = vec![var(DType::U32, &[2]), var(DType::U32, &[2])];
+        let up = vec![a_s("direction", "UP")];
+        let e = out_types("BitShift", 11, ins, up, 1).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BadAttribute, "{e}");
+        assert!(e.message.contains("direction 'UP'"), "{e}");
+    }
+}

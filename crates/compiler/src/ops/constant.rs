@@ -282,3 +282,50 @@ pub(crate) fn infer_range(c: &Ctx) -> Result<Vec<Out>> {
     .map_err(|e| e.at_node(&n.name, &n.op))?;
     Ok(vec![konst(t)])
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, infer_one, konst, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    /// The constant value of the node's only output.
+    fn value(
+        op: &str,
+        ins: Vec<Option<crate::eval::testing::Arg>>,
+        attrs: Vec<crate::onnx::AttributeProto>,
+    ) -> HostTensor {
+        let g = infer_one(op, 17, ins, attrs, 1).unwrap();
+        let v = &g.values[g.outputs[0]];
+        v.konst
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(|| panic!("{op} is not constant"))
+    }
+
+    #[test]
+    fn shape_eye_like_and_range_are_constants_of_run_time_inputs() {
+        let x = || var(DType::F32, &[2, 3, 5]);
+        let s = value("Shape", vec![x()], vec![a_i("start", 1), a_i("end", -1)]);
+        assert_eq!(s, HostTensor::i64(vec![1], vec![3]));
+        assert_eq!(
+            value("Size", vec![x()], vec![]),
+            HostTensor::i64(vec![], vec![30])
+        );
+        let eye = value("EyeLike", vec![var(DType::I64, &[2, 3])], vec![a_i("k", 1)]);
+        assert_eq!(eye, HostTensor::i64(vec![2, 3], vec![0, 1, 0, 0, 0, 1]));
+        let sc = |v: i64| konst(HostTensor::i64(vec![], vec![v]));
+        let r = value("Range", vec![sc(1), sc(8), sc(3)], vec![]);
+        assert_eq!(r, HostTensor::i64(vec![3], vec![1, 4, 7]));
+    }
+
+    #[test]
+    fn range_names_its_run_time_inputs_and_refuses_a_zero_delta() {
+        let sc = |v: i64| konst(HostTensor::i64(vec![], vec![v]));
+        let ins = vec![sc(0), var(DType::I64, &[]), sc(1)];
+        let e = infer_one("Range", 17, ins, vec![], 1).unwrap_err();
+        assert_eq!(e.needs_inputs, vec!["x1".to_string()], "{e}");
+        let e = infer_one("Range", 17, vec![sc(0), sc(4), sc(0)], vec![], 1).unwrap_err();
+        assert!(e.message.contains("delta is 0"), "{e}");
+    }
+}

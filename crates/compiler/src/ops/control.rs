@@ -33,3 +33,23 @@ fn infer_if(c: &Ctx) -> Result<Vec<Out>> {
         format!("{} reached inference without being inlined", c.n.op),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::error::ErrorKind;
+    use crate::eval::testing::{ctx, one_node, var};
+    use nrt_hal::DType;
+
+    #[test]
+    fn control_flow_is_inlined_never_inferred() {
+        for op in ["If", "Scan", "Loop"] {
+            let def = crate::ops::get(op).expect("registered");
+            assert!(def.inlined && def.lower.is_none(), "{op}");
+            let g = one_node(op, 17, vec![var(DType::Bool, &[])], vec![], 1);
+            let c = ctx(&g);
+            let e = super::infer_if(&c).unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Internal, "{e}");
+            assert!(e.message.starts_with(op), "{e}");
+        }
+    }
+}

@@ -193,3 +193,41 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, ctx, one_node, out_types, var};
+    use nrt_hal::DType;
+
+    /// X [1, 4, 5, 5], W [6, 2, 3, 3] in 2 groups, offsets of 2 offset groups (`off` channels).
+    fn ins(off: usize) -> Vec<Option<crate::eval::testing::Arg>> {
+        let f = |s: &[usize]| var(DType::F32, s);
+        vec![f(&[1, 4, 5, 5]), f(&[6, 2, 3, 3]), f(&[1, off, 3, 3])]
+    }
+
+    #[test]
+    fn params_and_output_shape_of_a_grouped_deform_conv() {
+        let attrs = || vec![a_i("group", 2), a_i("offset_group", 2)];
+        let g = one_node("DeformConv", 19, ins(36), attrs(), 1);
+        let c = ctx(&g);
+        let (wp, group, og) = super::deform_params(&c).unwrap();
+        assert_eq!(
+            (wp.kernel.clone(), wp.out.clone(), group, og),
+            (vec![3, 3], vec![3, 3], 2, 2)
+        );
+        let t = out_types("DeformConv", 19, ins(36), attrs(), 1).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![1, 6, 3, 3])]);
+    }
+
+    #[test]
+    fn offsets_of_the_wrong_shape_are_named() {
+        let attrs = vec![a_i("group", 2), a_i("offset_group", 2)];
+        let e = out_types("DeformConv", 19, ins(18), attrs, 1).unwrap_err();
+        assert!(
+            e.message.contains("offset 'x2'") && e.message.contains("[1, 36, 3, 3]"),
+            "{e}"
+        );
+        let e = out_types("DeformConv", 19, ins(36), vec![a_i("group", 0)], 1).unwrap_err();
+        assert!(e.message.contains("group = 0"), "{e}");
+    }
+}

@@ -358,3 +358,56 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, infer_one, konst, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    #[test]
+    fn data_dependent_outputs_get_bounded_shapes() {
+        let g = infer_one("NonZero", 13, vec![var(DType::F32, &[2, 3])], vec![], 1).unwrap();
+        let y = g.outputs[0];
+        assert_eq!(
+            (g.values[y].dtype, g.values[y].shape.clone()),
+            (DType::I64, vec![2, 6])
+        );
+        assert!(g.bounded.contains(&y));
+        // Unique along axis 1 of [2, 5]: Y keeps the shape, the others are [5].
+        let t = out_types(
+            "Unique",
+            11,
+            vec![var(DType::I32, &[2, 5])],
+            vec![a_i("axis", 1)],
+            4,
+        );
+        let i5 = (DType::I64, vec![5]);
+        assert_eq!(
+            t.unwrap(),
+            vec![(DType::I32, vec![2, 5]), i5.clone(), i5.clone(), i5]
+        );
+    }
+
+    #[test]
+    fn nms_bound_uses_a_constant_max_and_checks_the_scores() {
+        let max = || konst(HostTensor::i64(vec![1], vec![2]));
+        let ins = vec![
+            var(DType::F32, &[1, 5, 4]),
+            var(DType::F32, &[1, 3, 5]),
+            max(),
+        ];
+        let t = out_types("NonMaxSuppression", 11, ins, vec![], 1).unwrap();
+        assert_eq!(t, vec![(DType::I64, vec![6, 3])]);
+        let ins = vec![
+            var(DType::F32, &[1, 5, 4]),
+            var(DType::F32, &[1, 3, 4]),
+            max(),
+        ];
+        let e = out_types("NonMaxSuppression", 11, ins, vec![], 1).unwrap_err();
+        assert!(
+            e.message.contains("scores 'x1' must be [1, classes, 5]"),
+            "{e}"
+        );
+    }
+}
