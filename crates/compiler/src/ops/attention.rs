@@ -558,3 +558,56 @@ fn expand_rotary(g: &mut Graph, ni: usize) -> Result<()> {
     g_splice(e.g, ni, nodes);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, infer_one, konst, op_types, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    #[test]
+    fn attention_becomes_two_matmuls_around_a_softmax() {
+        let f = |s: &[usize]| var(DType::F32, s);
+        let ins = vec![f(&[1, 2, 3, 4]), f(&[1, 2, 5, 4]), f(&[1, 2, 5, 6])];
+        let g = infer_one("Attention", 23, ins, vec![a_i("is_causal", 1)], 1).unwrap();
+        let ops = op_types(&g);
+        let count = |op: &str| ops.iter().filter(|&&o| o == op).count();
+        assert_eq!(
+            (count("MatMul"), count("Softmax"), count("Attention")),
+            (2, 1, 0),
+            "{ops:?}"
+        );
+        let y = &g.values[g.outputs[0]];
+        assert_eq!((y.dtype, y.shape.clone()), (DType::F32, vec![1, 2, 3, 6]));
+    }
+
+    #[test]
+    fn rotary_embedding_checks_heads_dims_and_positions() {
+        let f = |s: &[usize]| var(DType::F32, s);
+        let ins = || vec![f(&[1, 3, 8]), f(&[4, 2]), f(&[4, 2])];
+        let e = out_types("RotaryEmbedding", 23, ins(), vec![a_i("num_heads", 3)], 1);
+        assert!(
+            e.unwrap_err()
+                .message
+                .contains("num_heads dividing its hidden size 8")
+        );
+        let odd = vec![a_i("num_heads", 2), a_i("rotary_embedding_dim", 3)];
+        let e = out_types("RotaryEmbedding", 23, ins(), odd, 1).unwrap_err();
+        assert!(
+            e.message
+                .contains("rotary_embedding_dim 3 (even, at most 4)"),
+            "{e}"
+        );
+        let mut far = ins();
+        far.push(konst(HostTensor::i64(vec![1, 1], vec![9])));
+        let e = out_types("RotaryEmbedding", 23, far, vec![a_i("num_heads", 2)], 1).unwrap_err();
+        assert!(
+            e.message.contains("position_ids holds 9, outside 0..4"),
+            "{e}"
+        );
+        let mut at = ins();
+        at.push(konst(HostTensor::i64(vec![1, 3], vec![0, 1, 3])));
+        let t = out_types("RotaryEmbedding", 23, at, vec![a_i("num_heads", 2)], 1);
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![1, 3, 8])]);
+    }
+}

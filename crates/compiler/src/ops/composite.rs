@@ -336,3 +336,41 @@ fn expand_lp_norm(g: &mut Graph, ni: usize) -> Result<()> {
     finish(e, ni);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, fold1, infer_one, op_types, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    #[test]
+    fn xor_is_or_and_not_and() {
+        let ins = vec![var(DType::Bool, &[3]), var(DType::Bool, &[3])];
+        let g = infer_one("Xor", 7, ins, vec![], 1).unwrap();
+        assert_eq!(op_types(&g), ["Or", "And", "Not", "And"]);
+        let t = HostTensor::ints(DType::Bool, vec![4], vec![0, 0, 1, 1]);
+        let u = HostTensor::ints(DType::Bool, vec![4], vec![0, 1, 0, 1]);
+        let x = fold1("Xor", 7, vec![t, u], vec![]);
+        assert_eq!(x, HostTensor::ints(DType::Bool, vec![4], vec![0, 1, 1, 0]));
+    }
+
+    #[test]
+    fn lp_normalization_divides_by_the_norm_and_zero_stays_zero() {
+        let x = HostTensor::f32(vec![2, 2], vec![3., 1., 0., 0.]);
+        let l1 = fold1(
+            "LpNormalization",
+            13,
+            vec![x],
+            vec![a_i("p", 1), a_i("axis", 1)],
+        );
+        assert_eq!(l1, HostTensor::f32(vec![2, 2], vec![0.75, 0.25, 0., 0.]));
+        let e = out_types(
+            "LpNormalization",
+            13,
+            vec![var(DType::F32, &[2])],
+            vec![a_i("p", 3)],
+            1,
+        );
+        assert!(e.unwrap_err().message.contains("p = 3 (1 or 2)"));
+    }
+}

@@ -410,3 +410,54 @@ fn contract(
         shape,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_s, fold1, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    #[test]
+    fn einsum_contracts_and_takes_diagonals() {
+        let ins = vec![var(DType::F32, &[2, 3]), var(DType::F32, &[3, 4])];
+        let t = out_types("Einsum", 12, ins, vec![a_s("equation", "ij,jk->ik")], 1);
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![2, 4])]);
+        // On constants the decomposition folds: the diagonal, and a transpose.
+        let x = HostTensor::f32(vec![2, 2], vec![1., 2., 3., 4.]);
+        let d = fold1(
+            "Einsum",
+            12,
+            vec![x.clone()],
+            vec![a_s("equation", "ii->i")],
+        );
+        assert_eq!(d, HostTensor::f32(vec![2], vec![1., 4.]));
+        let t = fold1("Einsum", 12, vec![x], vec![a_s("equation", "ij->ji")]);
+        assert_eq!(t, HostTensor::f32(vec![2, 2], vec![1., 3., 2., 4.]));
+    }
+
+    #[test]
+    fn a_term_must_match_its_operand() {
+        let e = out_types(
+            "Einsum",
+            12,
+            vec![var(DType::F32, &[2, 3])],
+            vec![a_s("equation", "ijk->i")],
+            1,
+        )
+        .unwrap_err();
+        assert!(
+            e.message
+                .contains("'ijk' has 3 labels for an operand of rank 2"),
+            "{e}"
+        );
+        let e = out_types(
+            "Einsum",
+            12,
+            vec![var(DType::F32, &[2, 3])],
+            vec![a_s("equation", "i1->i")],
+            1,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("label '1' is not a letter"), "{e}");
+    }
+}

@@ -206,3 +206,39 @@ fn expand_flex_attention(g: &mut Graph, ni: usize) -> Result<()> {
     g_splice(x.g, ni, nodes);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_f, infer_one, op_types, out_types, var};
+    use nrt_hal::DType;
+
+    fn qkv(hq: usize, hkv: usize) -> Vec<Option<crate::eval::testing::Arg>> {
+        let f = |s: &[usize]| var(DType::F32, s);
+        vec![f(&[1, hq, 3, 8]), f(&[1, hkv, 5, 8]), f(&[1, hkv, 5, 6])]
+    }
+
+    #[test]
+    fn grouped_query_heads_decompose_into_matmuls_and_a_softmax() {
+        let g = infer_one("FlexAttention", 23, qkv(4, 2), vec![], 1).unwrap();
+        let ops = op_types(&g);
+        let count = |op: &str| ops.iter().filter(|&&o| o == op).count();
+        assert_eq!(
+            (count("MatMul"), count("Softmax"), count("FlexAttention")),
+            (2, 1, 0),
+            "{ops:?}"
+        );
+        let y = &g.values[g.outputs[0]];
+        assert_eq!((y.dtype, y.shape.clone()), (DType::F32, vec![1, 4, 3, 6]));
+    }
+
+    #[test]
+    fn heads_and_scale_are_checked() {
+        let e = out_types("FlexAttention", 23, qkv(3, 2), vec![], 1).unwrap_err();
+        assert!(
+            e.message.contains("3 query heads are not a multiple of 2"),
+            "{e}"
+        );
+        let e = out_types("FlexAttention", 23, qkv(2, 2), vec![a_f("scale", -1.0)], 1).unwrap_err();
+        assert!(e.message.contains("scale -1"), "{e}");
+    }
+}

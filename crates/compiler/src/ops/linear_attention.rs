@@ -207,3 +207,53 @@ fn expand_linear_attention(g: &mut Graph, ni: usize) -> Result<()> {
     g_splice(g, ni, nodes);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, a_s, infer_one, op_types, out_types, var};
+    use nrt_hal::DType;
+
+    /// Query and key [1, 2, 8], value [1, 2, 6] (two steps).
+    fn qkv() -> Vec<Option<crate::eval::testing::Arg>> {
+        let f = |s: &[usize]| var(DType::F32, s);
+        vec![f(&[1, 2, 8]), f(&[1, 2, 8]), f(&[1, 2, 6])]
+    }
+
+    fn heads(rule: &str, hq: i64, hkv: i64) -> Vec<crate::onnx::AttributeProto> {
+        vec![
+            a_s("update_rule", rule),
+            a_i("q_num_heads", hq),
+            a_i("kv_num_heads", hkv),
+        ]
+    }
+
+    #[test]
+    fn the_linear_rule_unrolls_two_matmuls_per_step() {
+        let g = infer_one("LinearAttention", 27, qkv(), heads("linear", 2, 2), 2).unwrap();
+        let ops = op_types(&g);
+        let count = |op: &str| ops.iter().filter(|&&o| o == op).count();
+        assert_eq!((count("MatMul"), count("Concat")), (4, 1), "{ops:?}");
+        let shapes: Vec<_> = g
+            .outputs
+            .iter()
+            .map(|&v| g.values[v].shape.clone())
+            .collect();
+        assert_eq!(shapes, vec![vec![1, 2, 6], vec![1, 2, 4, 3]]);
+    }
+
+    #[test]
+    fn rules_need_their_inputs_and_heads_must_group() {
+        let e = out_types("LinearAttention", 27, qkv(), heads("gated", 2, 2), 1).unwrap_err();
+        assert!(
+            e.message
+                .contains("update_rule 'gated' takes a decay and no beta"),
+            "{e}"
+        );
+        let e = out_types("LinearAttention", 27, qkv(), heads("linear", 3, 2), 1).unwrap_err();
+        assert!(
+            e.message
+                .contains("q_num_heads 3 must be a positive multiple of kv_num_heads 2"),
+            "{e}"
+        );
+    }
+}
