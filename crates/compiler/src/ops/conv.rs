@@ -919,3 +919,58 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, a_ints, infer_one, konst, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    fn f(s: &[usize]) -> Option<crate::eval::testing::Arg> {
+        var(DType::F32, s)
+    }
+
+    #[test]
+    fn conv_and_conv_transpose_output_shapes() {
+        let attrs = vec![
+            a_i("group", 2),
+            a_ints("strides", &[2, 2]),
+            a_ints("pads", &[1, 1, 1, 1]),
+        ];
+        let ins = vec![f(&[1, 4, 8, 8]), f(&[6, 2, 3, 3])];
+        let t = out_types("Conv", 11, ins, attrs, 1);
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![1, 6, 4, 4])]);
+        let ins = vec![f(&[1, 2, 3, 3]), f(&[2, 3, 3, 3])];
+        let st = vec![a_ints("strides", &[2, 2])];
+        let t = out_types("ConvTranspose", 11, ins, st, 1);
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![1, 3, 7, 7])]);
+        let ins = vec![f(&[1, 4, 8, 8]), f(&[6, 2, 3, 3])];
+        let e = out_types("Conv", 11, ins, vec![a_i("group", 3)], 1).unwrap_err();
+        assert!(e.message.contains("group 3"), "{e}");
+    }
+
+    #[test]
+    fn a_3d_conv_becomes_2d_convs() {
+        let ins = vec![f(&[1, 2, 4, 4, 4]), f(&[3, 2, 3, 3, 3])];
+        let g = infer_one("Conv", 11, ins, vec![], 1).unwrap();
+        let y = &g.values[g.outputs[0]];
+        assert_eq!(y.shape, vec![1, 3, 2, 2, 2]);
+        let convs: Vec<_> = g.nodes.iter().filter(|n| n.op == "Conv").collect();
+        assert!(!convs.is_empty());
+        for n in convs {
+            let x = n.inputs[0].unwrap();
+            assert_eq!(g.values[x].shape.len(), 4, "{}", n.name);
+        }
+    }
+
+    #[test]
+    fn col2im_folds_blocks_into_the_image() {
+        let dims = |v: &[i64]| konst(HostTensor::i64(vec![2], v.to_vec()));
+        let ins = vec![f(&[1, 8, 9]), dims(&[4, 4]), dims(&[2, 2])];
+        let t = out_types("Col2Im", 18, ins, vec![], 1).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![1, 2, 4, 4])]);
+        let ins = vec![f(&[1, 8, 8]), dims(&[4, 4]), dims(&[2, 2])];
+        let e = out_types("Col2Im", 18, ins, vec![], 1).unwrap_err();
+        assert!(e.message.contains("at [3, 3] positions"), "{e}");
+    }
+}

@@ -399,3 +399,48 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Mode, Padding};
+    use crate::eval::testing::{a_i, a_s, ctx, one_node, out_types, var};
+    use nrt_hal::DType;
+
+    #[test]
+    fn grid_params_read_the_aliases() {
+        let attrs = vec![
+            a_s("mode", "bicubic"),
+            a_s("padding_mode", "reflection"),
+            a_i("align_corners", 1),
+        ];
+        let g = one_node("GridSample", 16, vec![var(DType::F32, &[1])], attrs, 1);
+        let c = ctx(&g);
+        assert!(super::grid_params(&c).unwrap() == (Mode::Cubic, Padding::Reflection, true));
+        let g = one_node(
+            "GridSample",
+            16,
+            vec![],
+            vec![a_s("padding_mode", "wrap")],
+            1,
+        );
+        let c = ctx(&g);
+        let e = super::grid_params(&c).err().expect("refused");
+        assert!(e.message.contains("padding_mode 'wrap'"), "{e}");
+    }
+
+    #[test]
+    fn output_takes_the_grid_positions() {
+        let ins = vec![
+            var(DType::F32, &[2, 3, 8, 8]),
+            var(DType::F32, &[2, 4, 5, 2]),
+        ];
+        let t = out_types("GridSample", 16, ins, vec![], 1).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![2, 3, 4, 5])]);
+        let ins = vec![
+            var(DType::F32, &[2, 3, 8, 8]),
+            var(DType::F32, &[2, 4, 5, 3]),
+        ];
+        let e = out_types("GridSample", 16, ins, vec![], 1).unwrap_err();
+        assert!(e.message.contains("grid of shape [2, 4, 5, 3]"), "{e}");
+    }
+}

@@ -165,3 +165,48 @@ fn expand_loss(g: &mut Graph, ni: usize, softmax: bool) -> Result<()> {
     g_splice(e.g, ni, nodes);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, a_s, fold1, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    fn nll(reduction: &str, ignore: Option<i64>) -> HostTensor {
+        let x = HostTensor::f32(vec![2, 3], vec![-1., -2., -3., -4., -5., -6.]);
+        let t = HostTensor::i64(vec![2], vec![2, 0]);
+        let mut attrs = vec![a_s("reduction", reduction)];
+        attrs.extend(ignore.map(|i| a_i("ignore_index", i)));
+        fold1("NegativeLogLikelihoodLoss", 13, vec![x, t], attrs)
+    }
+
+    #[test]
+    fn nll_picks_each_target_and_reduces() {
+        assert_eq!(nll("none", None), HostTensor::f32(vec![2], vec![3., 4.]));
+        assert_eq!(nll("sum", None), HostTensor::f32(vec![], vec![7.]));
+        assert_eq!(nll("mean", None), HostTensor::f32(vec![], vec![3.5]));
+        // The ignored target (class 0) counts neither in the sum nor in the mean.
+        assert_eq!(nll("mean", Some(0)), HostTensor::f32(vec![], vec![3.]));
+    }
+
+    #[test]
+    fn losses_need_opset_13_and_a_known_reduction() {
+        let ins = || vec![var(DType::F32, &[2, 3]), var(DType::I64, &[2])];
+        let e = out_types("SoftmaxCrossEntropyLoss", 12, ins(), vec![], 1).unwrap_err();
+        assert!(
+            e.message
+                .contains("opset 13 or later (the model imports 12)"),
+            "{e}"
+        );
+        let e = out_types(
+            "SoftmaxCrossEntropyLoss",
+            13,
+            ins(),
+            vec![a_s("reduction", "max")],
+            1,
+        );
+        assert!(e.unwrap_err().message.contains("reduction 'max'"));
+        let t = out_types("SoftmaxCrossEntropyLoss", 13, ins(), vec![], 2).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![]), (DType::F32, vec![2, 3])]);
+    }
+}

@@ -658,3 +658,57 @@ impl<'a> Lowerer<'a> {
         self.binary(&y, &scale, &y, BinaryOp::Mul)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_f, a_i, ctx, konst, one_node, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    #[test]
+    fn layer_norm_statistics_keep_the_leading_axes() {
+        let ins = vec![var(DType::F32, &[2, 3, 4]), var(DType::F32, &[3, 4])];
+        let t = out_types("LayerNormalization", 17, ins, vec![a_i("axis", 1)], 3).unwrap();
+        let stat = (DType::F32, vec![2, 1, 1]);
+        assert_eq!(t, vec![(DType::F32, vec![2, 3, 4]), stat.clone(), stat]);
+        let ins = vec![var(DType::F32, &[2, 3, 4]), var(DType::F32, &[4])];
+        let e = out_types("LayerNormalization", 17, ins, vec![a_i("axis", 1)], 1).unwrap_err();
+        assert!(e.message.contains("scale/bias shape [4]"), "{e}");
+    }
+
+    #[test]
+    fn batch_norm_is_a_per_channel_affine_map() {
+        let p = |v: [f32; 2]| konst(HostTensor::f32(vec![2], v.to_vec()));
+        let ins = vec![
+            var(DType::F32, &[1, 2, 3]),
+            p([2., 8.]),
+            p([1., 0.]),
+            p([0., 1.]),
+            p([3., 15.]),
+        ];
+        let g = one_node("BatchNormalization", 15, ins, vec![a_f("epsilon", 1.0)], 1);
+        let c = ctx(&g);
+        assert_eq!(super::bn_affine(&c).unwrap(), (vec![1., 2.], vec![1., -2.]));
+        let neg = one_node(
+            "BatchNormalization",
+            15,
+            vec![],
+            vec![a_f("epsilon", -1.0)],
+            1,
+        );
+        let e = super::epsilon(&neg.nodes[0]).unwrap_err();
+        assert!(e.message.contains("'epsilon' is -1"), "{e}");
+    }
+
+    #[test]
+    fn group_norm_groups_must_divide_the_channels() {
+        let ins = vec![
+            var(DType::F32, &[1, 4, 5]),
+            var(DType::F32, &[4]),
+            var(DType::F32, &[4]),
+        ];
+        let e =
+            out_types("GroupNormalization", 18, ins, vec![a_i("num_groups", 3)], 1).unwrap_err();
+        assert!(e.message.contains("num_groups 3 for 4 channels"), "{e}");
+    }
+}

@@ -398,3 +398,47 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, a_ints, out_types, var};
+    use nrt_hal::DType;
+
+    #[test]
+    fn pooling_output_shapes() {
+        let x = || var(DType::F32, &[1, 2, 5, 5]);
+        let attrs = vec![
+            a_ints("kernel_shape", &[2, 2]),
+            a_ints("strides", &[2, 2]),
+            a_i("ceil_mode", 1),
+        ];
+        let t = out_types("MaxPool", 12, vec![x()], attrs, 2).unwrap();
+        assert_eq!(
+            t,
+            vec![
+                (DType::F32, vec![1, 2, 3, 3]),
+                (DType::I64, vec![1, 2, 3, 3])
+            ]
+        );
+        let t = out_types(
+            "AveragePool",
+            11,
+            vec![x()],
+            vec![a_ints("kernel_shape", &[3, 3])],
+            1,
+        );
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![1, 2, 3, 3])]);
+        let t = out_types("GlobalMaxPool", 1, vec![x()], vec![], 1);
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![1, 2, 1, 1])]);
+    }
+
+    #[test]
+    fn pooling_needs_a_kernel_and_a_known_storage_order() {
+        let x = || var(DType::F32, &[1, 2, 5, 5]);
+        let e = out_types("MaxPool", 12, vec![x()], vec![], 1).unwrap_err();
+        assert!(e.message.contains("missing kernel_shape"), "{e}");
+        let attrs = vec![a_ints("kernel_shape", &[2, 2]), a_i("storage_order", 2)];
+        let e = out_types("MaxPool", 12, vec![x()], attrs, 1).unwrap_err();
+        assert!(e.message.contains("storage_order = 2"), "{e}");
+    }
+}

@@ -877,3 +877,69 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, ctx, one_node, out_types, var};
+    use nrt_hal::DType;
+
+    #[test]
+    fn quantize_output_type_comes_from_the_zero_point_or_output_dtype() {
+        let (x, s) = (|| var(DType::F32, &[2, 3]), || var(DType::F32, &[]));
+        let t = out_types(
+            "QuantizeLinear",
+            13,
+            vec![x(), s(), var(DType::I8, &[])],
+            vec![],
+            1,
+        );
+        assert_eq!(t.unwrap(), vec![(DType::I8, vec![2, 3])]);
+        let t = out_types(
+            "QuantizeLinear",
+            21,
+            vec![x(), s()],
+            vec![a_i("output_dtype", 5)],
+            1,
+        );
+        assert_eq!(t.unwrap(), vec![(DType::I16, vec![2, 3])]);
+        let t = out_types("QuantizeLinear", 13, vec![x(), s()], vec![], 1);
+        assert_eq!(t.unwrap(), vec![(DType::U8, vec![2, 3])]);
+    }
+
+    #[test]
+    fn scale_geometry_per_tensor_axis_and_block() {
+        let axis = |x: &[usize], s: &[usize], attrs| {
+            let g = one_node(
+                "DequantizeLinear",
+                21,
+                vec![var(DType::I8, x), var(DType::F32, s)],
+                attrs,
+                1,
+            );
+            let c = ctx(&g);
+            super::q_axis(&c, &g.values[0], &g.values[1], None).map_err(|e| e.message)
+        };
+        assert_eq!(axis(&[2, 3], &[1], vec![]), Ok(None));
+        assert_eq!(axis(&[2, 3], &[2], vec![a_i("axis", 0)]), Ok(Some(0)));
+        assert_eq!(
+            axis(&[2, 4], &[2, 2], vec![a_i("block_size", 2)]),
+            Ok(Some(1))
+        );
+        let e = axis(&[2, 3], &[2], vec![]).unwrap_err();
+        assert!(e.contains("2 scales for axis 1 of size 3"), "{e}");
+    }
+
+    #[test]
+    fn integer_products_are_i32_of_u8_and_i8() {
+        let ins = vec![var(DType::U8, &[2, 3]), var(DType::I8, &[3, 4])];
+        let t = out_types("MatMulInteger", 10, ins, vec![], 1).unwrap();
+        assert_eq!(t, vec![(DType::I32, vec![2, 4])]);
+        let ins = vec![var(DType::F32, &[2, 3]), var(DType::I8, &[3, 4])];
+        let e = out_types("MatMulInteger", 10, ins, vec![], 1).unwrap_err();
+        assert!(
+            e.message
+                .contains("'x0' is f32; integer products take u8 and i8"),
+            "{e}"
+        );
+    }
+}
