@@ -302,3 +302,43 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_s, konst, out_types, var};
+    use crate::params::SeparableResize;
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    fn sep(mode: &str, coord: &str, scale: f64) -> SeparableResize {
+        SeparableResize {
+            mode: mode.into(),
+            coord: coord.into(),
+            nearest: "round_prefer_floor".into(),
+            cubic_a: -0.75,
+            exclude_outside: false,
+            antialias: false,
+            extrapolation: 0.0,
+            scale: vec![scale],
+            roi: vec![(0.0, 1.0)],
+        }
+    }
+
+    #[test]
+    fn resize_output_shape_from_scales() {
+        let scales = konst(HostTensor::f32(vec![4], vec![1., 1., 2., 1.5]));
+        let ins = vec![var(DType::F32, &[1, 1, 2, 4]), None, scales];
+        let t = out_types("Resize", 13, ins, vec![a_s("mode", "linear")], 1).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![1, 1, 4, 6])]);
+    }
+
+    #[test]
+    fn cubic_coefficients_and_linear_weights_follow_the_reference() {
+        let c = super::coeffs(&sep("cubic", "half_pixel", 2.0), 0.5, 2.0);
+        assert_eq!(c, vec![-0.09375, 0.59375, 0.59375, -0.09375]);
+        // Asymmetric ×2 of 2 positions: sources 0, 0.5, 1, 1.5 (the last clamped).
+        let (w, outside) = super::axis_weights(&sep("linear", "asymmetric", 2.0), 0, 2, 4).unwrap();
+        assert_eq!(w, vec![1., 0., 0.5, 0.5, 0., 1., 0., 1.]);
+        assert_eq!(outside, vec![false; 4]);
+    }
+}

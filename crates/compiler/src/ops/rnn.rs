@@ -600,3 +600,60 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{Arg, a_i, a_s, ctx, konst, one_node, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    fn f(s: &[usize]) -> Option<Arg> {
+        var(DType::F32, s)
+    }
+
+    #[test]
+    fn bidirectional_lstm_outputs() {
+        let ins = vec![f(&[5, 2, 3]), f(&[2, 16, 3]), f(&[2, 16, 4])];
+        let t = out_types("LSTM", 14, ins, vec![a_s("direction", "bidirectional")], 3).unwrap();
+        let h = (DType::F32, vec![2, 2, 4]);
+        assert_eq!(t, vec![(DType::F32, vec![5, 2, 2, 4]), h.clone(), h]);
+    }
+
+    /// A batch-first GRU (batch 2, sequence 3, hidden 4) with constant `sequence_lens`.
+    fn gru(lens: [i32; 2]) -> Result<super::Rnn, String> {
+        let lens = konst(HostTensor::ints(
+            DType::I32,
+            vec![2],
+            lens.iter().map(|&l| l as i64).collect(),
+        ));
+        let ins = vec![f(&[2, 3, 5]), f(&[1, 12, 5]), f(&[1, 12, 4]), None, lens];
+        let g = one_node(
+            "GRU",
+            14,
+            ins,
+            vec![a_i("layout", 1), a_i("linear_before_reset", 1)],
+            2,
+        );
+        let c = ctx(&g);
+        super::rnn_params(&c).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn gru_params_mask_only_shorter_sequences() {
+        let p = gru([3, 3]).unwrap();
+        let got = (
+            p.gates,
+            p.dirs,
+            p.seq,
+            p.batch,
+            p.input,
+            p.hidden,
+            p.batch_first,
+        );
+        assert_eq!(got, (3, 1, 3, 2, 5, 4, true));
+        assert!(p.linear_before_reset && !p.masked && !p.reverse && p.clip.is_none());
+        assert!(gru([3, 1]).unwrap().masked);
+        let e = gru([4, 1]).err().unwrap();
+        assert!(e.contains("sequence_lens holds 4, outside 0..=3"), "{e}");
+    }
+}

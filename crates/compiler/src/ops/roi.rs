@@ -125,3 +125,54 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_f, a_i, a_s, ctx, one_node, out_types, var};
+    use nrt_hal::DType;
+    use nrt_isa::roi_flags;
+
+    fn params(
+        opset: i64,
+        attrs: Vec<crate::onnx::AttributeProto>,
+    ) -> Result<(usize, usize, u32, f32, u32), String> {
+        let g = one_node("RoiAlign", opset, vec![], attrs, 1);
+        let c = ctx(&g);
+        super::roi_params(&c).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn roi_params_and_the_opset_default_coordinates() {
+        let attrs = vec![
+            a_i("output_height", 2),
+            a_i("output_width", 3),
+            a_i("sampling_ratio", 2),
+            a_f("spatial_scale", 0.25),
+            a_s("mode", "max"),
+        ];
+        let p = params(16, attrs.clone()).unwrap();
+        assert_eq!(p, (2, 3, 2, 0.25, roi_flags::MAX | roi_flags::HALF_PIXEL));
+        assert_eq!(params(10, attrs).unwrap().4, roi_flags::MAX);
+        let e = params(16, vec![a_i("output_width", 0)]).unwrap_err();
+        assert!(e.contains("output_width = 0 (1 to 65536)"), "{e}");
+    }
+
+    #[test]
+    fn roi_align_output_and_its_index_check() {
+        let ins = |bi: &[usize]| {
+            vec![
+                var(DType::F32, &[1, 3, 8, 8]),
+                var(DType::F32, &[5, 4]),
+                var(DType::I64, bi),
+            ]
+        };
+        let attrs = || vec![a_i("output_height", 2), a_i("output_width", 2)];
+        let t = out_types("RoiAlign", 16, ins(&[5]), attrs(), 1).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![5, 3, 2, 2])]);
+        let e = out_types("RoiAlign", 16, ins(&[4]), attrs(), 1).unwrap_err();
+        assert!(
+            e.message.contains("batch_indices 'x2' must be i64 [5]"),
+            "{e}"
+        );
+    }
+}

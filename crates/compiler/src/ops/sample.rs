@@ -94,3 +94,32 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{Arg, out_types, var};
+    use nrt_hal::DType;
+
+    fn rows(b: usize, top_k: DType) -> Vec<Option<Arg>> {
+        let (f, i) = (var(DType::F32, &[b]), var(DType::I64, &[b]));
+        vec![
+            var(DType::F32, &[b, 10]),
+            f.clone(),
+            var(top_k, &[b]),
+            f,
+            i.clone(),
+            i,
+        ]
+    }
+
+    #[test]
+    fn sample_gives_a_token_and_logprob_per_row() {
+        let t = out_types("Sample", 1, rows(3, DType::I64), vec![], 2).unwrap();
+        assert_eq!(t, vec![(DType::I64, vec![3]), (DType::F32, vec![3])]);
+        let e = out_types("Sample", 1, rows(3, DType::I32), vec![], 2).unwrap_err();
+        assert!(
+            e.message.contains("top_k is i32 [3]; expected i64 [3]"),
+            "{e}"
+        );
+    }
+}

@@ -344,3 +344,58 @@ impl<'a> Lowerer<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{a_i, ctx, konst, one_node, out_types, var};
+    use crate::tensor::HostTensor;
+    use nrt_hal::DType;
+
+    #[test]
+    fn dft_output_shapes_onesided_and_inverse() {
+        let x = vec![var(DType::F32, &[1, 8, 1])];
+        let t = out_types("DFT", 20, x, vec![a_i("onesided", 1)], 1);
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![1, 5, 2])]);
+        // The inverse of a one-sided spectrum of 5 bins: 8 real samples.
+        let attrs = vec![a_i("onesided", 1), a_i("inverse", 1)];
+        let t = out_types("DFT", 20, vec![var(DType::F32, &[1, 5, 2])], attrs, 1);
+        assert_eq!(t.unwrap(), vec![(DType::F32, vec![1, 8, 1])]);
+    }
+
+    #[test]
+    fn a_4_point_dft_matrix_is_cosines_and_minus_sines() {
+        let x = vec![var(DType::F32, &[4, 1])];
+        let g = one_node("DFT", 17, x, vec![a_i("axis", 0)], 1);
+        let c = ctx(&g);
+        let p = super::dft_params(&c).unwrap();
+        assert_eq!((p.axis, p.len, p.cin, p.cout, p.n, p.k), (0, 4, 1, 2, 4, 4));
+        let w = super::dft_matrix(&p, 0, 0, 4, 4, &[]).unwrap();
+        let near = |w: &[f32], want: &[f32]| w.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-6);
+        let cos = [
+            1., 1., 1., 1., 1., 0., -1., 0., 1., -1., 1., -1., 1., 0., -1., 0.,
+        ];
+        assert!(w.len() == 16 && near(&w, &cos), "{w:?}");
+        // The imaginary part from the real input: −sin.
+        let w = super::dft_matrix(&p, 1, 0, 2, 4, &[]).unwrap();
+        assert!(
+            w.len() == 8 && near(&w, &[0., 0., 0., 0., 0., -1., 0., 1.]),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn stft_frames_and_its_window_check() {
+        let i64s = |v: i64| konst(HostTensor::i64(vec![], vec![v]));
+        let ins = vec![var(DType::F32, &[2, 16, 1]), i64s(4), None, i64s(8)];
+        let t = out_types("STFT", 17, ins, vec![], 1).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![2, 3, 5, 2])]);
+        let ins = vec![
+            var(DType::F32, &[2, 16, 1]),
+            i64s(4),
+            var(DType::F32, &[6]),
+            i64s(8),
+        ];
+        let e = out_types("STFT", 17, ins, vec![], 1).unwrap_err();
+        assert!(e.message.contains("window of 6 for frame_length 8"), "{e}");
+    }
+}
