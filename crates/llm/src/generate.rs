@@ -13,6 +13,8 @@ pub enum FinishReason {
     Stop,
     /// `max_tokens` or the max model length.
     Length,
+    /// Cancelled: the client went away or the server stopped.
+    Abort,
 }
 
 impl FinishReason {
@@ -21,6 +23,7 @@ impl FinishReason {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::Abort => "abort",
         }
     }
 }
@@ -67,9 +70,25 @@ pub struct Generation {
     pub tokens_per_s: f64,
 }
 
+impl Generation {
+    /// A request cancelled before it ran.
+    pub fn aborted(prompt_token_ids: Vec<u32>) -> Generation {
+        Generation {
+            prompt_token_ids,
+            token_ids: Vec::new(),
+            logprobs: Vec::new(),
+            text: String::new(),
+            finish_reason: FinishReason::Abort,
+            ttft_ms: 0.0,
+            tpot_ms: 0.0,
+            tokens_per_s: 0.0,
+        }
+    }
+}
+
 /// One sequence being generated: what it has produced and when it ends (the output
 /// processor: detokenizing as whole UTF-8 characters, the stop checks).
-struct Sequence<'t> {
+pub(crate) struct Sequence<'t> {
     prompt: Vec<u32>,
     params: GenerateParams,
     slot: usize,
@@ -77,13 +96,30 @@ struct Sequence<'t> {
     tokens: Vec<u32>,
     logprobs: Vec<f32>,
     text: String,
+    /// Bytes of `text` handed out so far (the rest may be the start of a stop string).
+    shown: usize,
+    /// Tokens handed out so far.
+    tokens_shown: usize,
     finish: Option<FinishReason>,
     start: Instant,
     first: Option<std::time::Duration>,
+    /// When the last token arrived (inter-token latency).
+    last: Option<Instant>,
+}
+
+/// What a sequence produced since it was last asked (see [`Sequence::take_delta`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Delta {
+    /// New text: whole UTF-8 characters, none of it possibly the start of a stop string.
+    pub text: String,
+    /// The tokens chosen since.
+    pub token_ids: Vec<u32>,
+    /// Their log-probabilities.
+    pub logprobs: Vec<f32>,
 }
 
 impl<'t> Sequence<'t> {
-    fn new(
+    pub(crate) fn new(
         tok: &'t crate::Tokenizer,
         prompt: &[u32],
         params: &GenerateParams,
@@ -97,56 +133,132 @@ impl<'t> Sequence<'t> {
             tokens: Vec::new(),
             logprobs: Vec::new(),
             text: String::new(),
+            shown: 0,
+            tokens_shown: 0,
             finish: None,
             start: Instant::now(),
             first: None,
+            last: None,
         }
     }
 
-    /// Takes the token the device chose; `on_text` hears the new text. Returns whether the
-    /// sequence is finished.
-    fn accept(
+    /// Takes the token the device chose. Returns whether the sequence is finished; what may
+    /// be shown of it is then [`Sequence::take_delta`]'s.
+    pub(crate) fn accept(
         &mut self,
         s: Sampled,
         eos: Option<u32>,
         max_len: usize,
-        on_text: &mut dyn FnMut(&str),
     ) -> Result<bool, Error> {
-        self.first.get_or_insert_with(|| self.start.elapsed());
+        let now = Instant::now();
+        self.first.get_or_insert_with(|| now - self.start);
+        self.last = Some(now);
         if Some(s.token) == eos {
+            let rest = self.stream.finish();
+            self.text.push_str(&rest);
             self.finish = Some(FinishReason::Stop);
+            self.cut_at_stop();
             return Ok(true);
         }
         self.tokens.push(s.token);
         self.logprobs.push(s.logprob);
         let piece = self.stream.push(s.token)?;
         self.text.push_str(&piece);
-        if let Some(cut) = self
-            .params
-            .stop
-            .iter()
-            .filter_map(|x| self.text.find(x.as_str()))
-            .min()
-        {
-            self.text.truncate(cut);
+        if self.cut_at_stop() {
             self.finish = Some(FinishReason::Stop);
             return Ok(true);
         }
-        on_text(&piece);
         if self.tokens.len() >= self.params.max_tokens
             || self.prompt.len() + self.tokens.len() >= max_len
         {
             let rest = self.stream.finish();
-            on_text(&rest);
             self.text.push_str(&rest);
-            self.finish = Some(FinishReason::Length);
+            self.finish = Some(if self.cut_at_stop() {
+                FinishReason::Stop
+            } else {
+                FinishReason::Length
+            });
             return Ok(true);
         }
         Ok(false)
     }
 
+    /// Cuts the text before the first stop string in it; whether there was one.
+    fn cut_at_stop(&mut self) -> bool {
+        // Only text not yet shown can hold a new match's start (what was shown was checked
+        // not to begin one), so search from a stop string's length before it.
+        let longest = self.params.stop.iter().map(String::len).max().unwrap_or(0);
+        let mut from = self.shown.saturating_sub(longest);
+        while !self.text.is_char_boundary(from) {
+            from -= 1;
+        }
+        let cut = self
+            .params
+            .stop
+            .iter()
+            .filter(|x| !x.is_empty())
+            .filter_map(|x| self.text[from..].find(x.as_str()).map(|k| from + k))
+            .min();
+        match cut {
+            Some(c) => {
+                self.text.truncate(c.max(self.shown));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Bytes at the end of the text that could begin a stop string (held back while the
+    /// sequence runs: the next token may complete it).
+    fn held_back(&self) -> usize {
+        if self.finish.is_some() {
+            return 0;
+        }
+        let t = &self.text[self.shown..];
+        self.params
+            .stop
+            .iter()
+            .filter_map(|stop| {
+                (1..stop.len().min(t.len() + 1))
+                    .rev()
+                    .filter(|&n| t.is_char_boundary(t.len() - n) && stop.is_char_boundary(n))
+                    .find(|&n| t.ends_with(&stop[..n]))
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// What was produced since the last call that may be shown.
+    pub(crate) fn take_delta(&mut self) -> Delta {
+        let end = self.text.len() - self.held_back();
+        let text = self.text[self.shown..end].to_string();
+        self.shown = end;
+        let d = Delta {
+            text,
+            token_ids: self.tokens[self.tokens_shown..].to_vec(),
+            logprobs: self.logprobs[self.tokens_shown..].to_vec(),
+        };
+        self.tokens_shown = self.tokens.len();
+        d
+    }
+
+    /// Its cache slot.
+    pub(crate) fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// When its last token arrived.
+    pub(crate) fn last_token_at(&self) -> Option<Instant> {
+        self.last
+    }
+
+    /// Ends it early (the client left): `Length`-less, with what it has.
+    pub(crate) fn abort(&mut self) {
+        self.finish.get_or_insert(FinishReason::Abort);
+    }
+
     /// The row that feeds its last token.
-    fn row(&self) -> DecodeRow {
+    pub(crate) fn row(&self) -> DecodeRow {
         DecodeRow {
             slot: self.slot,
             token: *self.tokens.last().expect("a running sequence has a token"),
@@ -155,7 +267,7 @@ impl<'t> Sequence<'t> {
         }
     }
 
-    fn done(self) -> Generation {
+    pub(crate) fn done(self) -> Generation {
         let total = self.start.elapsed();
         let ttft = self.first.unwrap_or(total);
         let n = self.tokens.len();
@@ -181,8 +293,12 @@ impl<'t> Sequence<'t> {
     }
 }
 
-fn check_prompt(r: &Runner, i: usize, prompt: &[u32]) -> Result<(), Error> {
-    let max_len = r.max_model_len();
+pub(crate) fn check_prompt(
+    max_len: usize,
+    max_prompt: usize,
+    i: usize,
+    prompt: &[u32],
+) -> Result<(), Error> {
     if prompt.is_empty() || prompt.len() >= max_len {
         return Err(Error::Unsupported(format!(
             "prompt {i}: {} tokens; a prompt needs 1 to {} (below the max model length {max_len})",
@@ -190,11 +306,10 @@ fn check_prompt(r: &Runner, i: usize, prompt: &[u32]) -> Result<(), Error> {
             max_len - 1
         )));
     }
-    if prompt.len() > r.max_prompt() {
+    if prompt.len() > max_prompt {
         return Err(Error::Unsupported(format!(
-            "prompt {i}: {} tokens is longer than the largest context bucket ({} tokens)",
+            "prompt {i}: {} tokens is longer than the largest context bucket ({max_prompt} tokens)",
             prompt.len(),
-            r.max_prompt()
         )));
     }
     Ok(())
@@ -209,15 +324,27 @@ pub fn generate(
     p: &GenerateParams,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Generation, Error> {
-    check_prompt(r, 0, prompt)?;
+    check_prompt(r.max_model_len(), r.max_prompt(), 0, prompt)?;
     let (eos, max_len) = (r.manifest.eos, r.max_model_len());
     let tokenizer = r.tokenizer.clone();
     let mut seq = Sequence::new(&tokenizer, prompt, p, slot);
     let mut s = r.prefill(slot, prompt, &p.sampling)?;
-    while !seq.accept(s, eos, max_len, on_text)? {
+    loop {
+        let done = seq.accept(s, eos, max_len)?;
+        show(&mut seq, on_text);
+        if done {
+            return Ok(seq.done());
+        }
         s = r.decode(&[seq.row()])?[0];
     }
-    Ok(seq.done())
+}
+
+/// Hands a sequence's new text to `on_text`, if there is any.
+fn show(seq: &mut Sequence<'_>, on_text: &mut dyn FnMut(&str)) {
+    let d = seq.take_delta();
+    if !d.text.is_empty() {
+        on_text(&d.text);
+    }
 }
 
 /// Generates for every request together, continuously batched: up to
@@ -232,7 +359,7 @@ pub fn generate_batch(
     on_text: &mut dyn FnMut(usize, &str),
 ) -> Result<Vec<Generation>, Error> {
     for (i, (prompt, p)) in requests.iter().enumerate() {
-        check_prompt(r, i, prompt)?;
+        check_prompt(r.max_model_len(), r.max_prompt(), i, prompt)?;
         p.sampling.check()?;
     }
     let (eos, max_len) = (r.manifest.eos, r.max_model_len());
@@ -251,7 +378,9 @@ pub fn generate_batch(
             let (prompt, p) = &requests[i];
             let mut seq = Sequence::new(&tokenizer, prompt, p, slot);
             let s = r.prefill(slot, prompt, &p.sampling)?;
-            if seq.accept(s, eos, max_len, &mut |t| on_text(i, t))? {
+            let done = seq.accept(s, eos, max_len)?;
+            show(&mut seq, &mut |t| on_text(i, t));
+            if done {
                 free.push(slot);
                 results[i] = Some(seq.done());
             } else {
@@ -267,7 +396,9 @@ pub fn generate_batch(
         for s in out {
             let (i, seq) = &mut running[k];
             let i = *i;
-            if seq.accept(s, eos, max_len, &mut |t| on_text(i, t))? {
+            let done = seq.accept(s, eos, max_len)?;
+            show(seq, &mut |t| on_text(i, t));
+            if done {
                 let (_, seq) = running.remove(k);
                 free.push(seq.slot);
                 results[i] = Some(seq.done());

@@ -21,6 +21,7 @@
 
 pub mod build;
 pub mod config;
+pub mod engine;
 pub mod generate;
 pub mod gguf;
 pub mod graph;

@@ -429,14 +429,24 @@ impl Runner {
     }
 
     fn run(&mut self, i: usize) -> Result<Vec<Sampled>, Error> {
-        if self.last_program.is_some_and(|p| p != i) {
-            self.counters.switches += 1;
-        }
-        self.last_program = Some(i);
+        self.count_switch(i);
         let p = &self.programs[i];
         self.rt
             .execute(&p.model, &p.inputs, &p.outputs)
             .map_err(|e| rt_err(&format!("executing {}", p.info.file), e))?;
+        self.read_out(i)
+    }
+
+    fn count_switch(&mut self, i: usize) {
+        if self.last_program.is_some_and(|p| p != i) {
+            self.counters.switches += 1;
+        }
+        self.last_program = Some(i);
+    }
+
+    /// Each row's token (padding rows included) of program `i`'s last execution.
+    fn read_out(&self, i: usize) -> Result<Vec<Sampled>, Error> {
+        let p = &self.programs[i];
         let b = p.info.batch;
         if p.logits.is_some() {
             // The reference's runner: greedy on the host from the logits it returns.
@@ -537,6 +547,45 @@ impl Runner {
     /// One decode step over `rows` (at most the largest batch bucket); returns each row's
     /// next token, chosen on the device. Padding rows write only the spare slot.
     pub fn decode(&mut self, rows: &[DecodeRow]) -> Result<Vec<Sampled>, Error> {
+        let step = self.decode_begin(rows)?;
+        self.decode_end(step)
+    }
+
+    /// Starts a decode step over `rows` on the explicit async surface and returns at once:
+    /// the host may do its bookkeeping while the device runs; [`Runner::decode_end`] waits
+    /// for the tokens. One step at a time: the program's input tensors are the step's.
+    pub fn decode_begin(&mut self, rows: &[DecodeRow]) -> Result<DecodeStep, Error> {
+        let i = self.write_decode(rows)?;
+        self.count_switch(i);
+        let p = &self.programs[i];
+        let seq = self
+            .rt
+            .execute_schedule(&p.model, &p.inputs, &p.outputs)
+            .map_err(|e| rt_err(&format!("scheduling {}", p.info.file), e))?;
+        Ok(DecodeStep {
+            program: i,
+            seq,
+            rows: rows.len(),
+        })
+    }
+
+    /// Waits for a step from [`Runner::decode_begin`] and returns each row's token.
+    pub fn decode_end(&mut self, step: DecodeStep) -> Result<Vec<Sampled>, Error> {
+        let file = &self.programs[step.program].info.file;
+        let status = self
+            .rt
+            .wait(step.seq)
+            .map_err(|e| rt_err(&format!("waiting for {file}"), e))?;
+        if status != nrt_runtime::NrtStatus::Success {
+            return Err(rt_err(&format!("executing {file}"), format!("{status:?}")));
+        }
+        let mut out = self.read_out(step.program)?;
+        out.truncate(step.rows);
+        Ok(out)
+    }
+
+    /// Writes a decode step's inputs; returns its program.
+    fn write_decode(&mut self, rows: &[DecodeRow]) -> Result<usize, Error> {
         let Some(i) = self.pick("decode", rows.len()) else {
             return Err(Error::Unsupported(format!(
                 "{} rows: the largest batch bucket is {}",
@@ -571,10 +620,17 @@ impl Runner {
         let sampling: Vec<Sampling> = rows.iter().map(|r| r.sampling).collect();
         self.write_sampling(i, &sampling)?;
         self.counters.decodes += 1;
-        let mut out = self.run(i)?;
-        out.truncate(rows.len());
-        Ok(out)
+        Ok(i)
     }
+}
+
+/// A decode step scheduled on the device ([`Runner::decode_begin`]).
+#[derive(Debug)]
+#[must_use = "a scheduled step is finished with Runner::decode_end"]
+pub struct DecodeStep {
+    program: usize,
+    seq: nrt_runtime::SeqId,
+    rows: usize,
 }
 
 /// A program of the directory compiled with the logits head.

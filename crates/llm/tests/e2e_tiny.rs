@@ -11,39 +11,12 @@ use nrt_llm::runner::{DecodeRow, Runner, Sampling};
 use nrt_llm::testing::TinyLlama;
 use nrt_llm::{GgufFile, LlamaConfig};
 use nrt_runtime::{Runtime, RuntimeConfig};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-fn runtime() -> Runtime {
-    let dev = Arc::new(nrt_sim::SoftDevice::new(nrt_sim::SimConfig::default()).unwrap());
-    Runtime::init(dev, RuntimeConfig::default()).unwrap()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nrt-llm-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// The tiny model as a file, and a directory built from it.
-fn built(name: &str, o: &BuildOptions) -> (PathBuf, PathBuf) {
-    let d = tmp(name);
-    let src = d.join("tiny.gguf");
-    std::fs::write(&src, TinyLlama::default().to_gguf()).unwrap();
-    let out = d.join("model");
-    build(&src, &out, o, &mut |_| {}).unwrap();
-    (src, out)
-}
-
-fn options() -> BuildOptions {
-    BuildOptions {
-        context_buckets: Some(vec![8, 16]),
-        batch_buckets: Some(vec![1, 4]),
-        max_model_len: Some(32),
-        ..Default::default()
-    }
-}
+#[path = "common/tiny_dir.rs"]
+mod tiny_dir;
+use tiny_dir::{built, options, runtime, tmp};
 
 /// The textbook llama forward pass in f64 over the dequantized weights: greedy tokens.
 struct Reference {
@@ -195,11 +168,7 @@ fn device_greedy(r: &mut Runner, slot: usize, prompt: &[u32], n: usize) -> Vec<u
     out
 }
 
-const PROMPTS: [&[u32]; 3] = [
-    &[5, 77, 140, 31, 9],
-    &[200, 3, 3, 18, 250, 61, 7, 90, 12, 44, 101],
-    &[42],
-];
+use tiny_dir::PROMPTS;
 
 #[test]
 fn greedy_decoding_matches_the_host_reference() {
