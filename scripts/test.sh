@@ -16,7 +16,8 @@
 #
 # Environment: NRT_SKIP_LOOM=1 / NRT_SKIP_PYTHON=1 / NRT_SKIP_CONFORMANCE=1 skip steps 3 / 4 / 5
 # (for quick local runs); NRT_SKIP_RAY=1 skips only the Ray part of step 4.
-# NRT_SKIP_LLM=1 skips the SmolLM2 step (nrt llm build/generate/reference against ONNX Runtime).
+# NRT_SKIP_LLM=1 skips the SmolLM2 steps (nrt llm build/generate/reference against ONNX Runtime,
+# nrt llm serve with the openai client).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -191,6 +192,8 @@ if [ "${NRT_SKIP_LLM:-0}" != 1 ]; then
     --prompt "List three facts about the Moon, each in one sentence. First, say how far it is from the Earth. Then say how long its orbit takes." \
     --prompt "Once upon a time, in a small village at the edge of a great forest, there lived a young girl who loved to read books about faraway lands, dragons, knights and the stars above her little house."
   "$NRT_PYTHON" scripts/llm_reference.py "$llm/reference" --tol 1e-3
+  step "nrt llm serve: the openai client, 64 streaming clients, bad input, a flood, a fault, a drain"
+  timeout 600 "$NRT_PYTHON" scripts/llm_serve_test.py "$nrt" "$llm/smollm2"
 fi
 
 step "all tests passed"

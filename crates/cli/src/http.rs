@@ -35,6 +35,14 @@ impl Limits {
         header_timeout: Duration::from_secs(5),
         connection_deadline: Some(Duration::from_secs(30)),
     };
+
+    /// The LLM server: many clients, streams as long as a generation (the handlers bound the
+    /// body's arrival and the engine every execution).
+    pub const LLM: Limits = Limits {
+        max_connections: 1024,
+        header_timeout: Duration::from_secs(10),
+        connection_deadline: None,
+    };
 }
 
 /// A running server: its address; dropping it leaves it running until the process ends

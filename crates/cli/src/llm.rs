@@ -36,6 +36,10 @@ pub enum LlmCommand {
     /// (the same programs as ONNX, weights read from the directory's weights.bin) that
     /// `scripts/llm_reference.py` runs with ONNX Runtime to compare.
     Reference(ReferenceArgs),
+    /// Serves a model directory over the OpenAI API (`/v1/completions`,
+    /// `/v1/chat/completions`, streaming with `"stream": true`), continuously batched;
+    /// `/metrics` with vLLM's metric names, `/health`, `/v1/models`.
+    Serve(crate::serve::ServeArgs),
 }
 
 /// `nrt llm reference`.
@@ -164,6 +168,7 @@ pub fn main(a: &LlmArgs) -> Res<()> {
         LlmCommand::Chat(c) => chat(c),
         LlmCommand::Bench(b) => bench(b),
         LlmCommand::Reference(r) => reference(r),
+        LlmCommand::Serve(s) => crate::serve::serve(s),
     }
 }
 

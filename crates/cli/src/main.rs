@@ -10,6 +10,7 @@ mod http;
 mod llm;
 mod npy;
 mod samples;
+mod serve;
 mod session;
 mod top;
 

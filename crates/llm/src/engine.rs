@@ -20,8 +20,8 @@
 //! end, so a running sequence never runs out of cache: there is nothing to preempt, and a
 //! request waits until a slot is free. The queue of waiting requests is bounded
 //! ([`EngineOptions::max_queue`]); past it a submission is refused at once (the server's
-//! 429). A failed execution (a device fault) ends the requests it carried with an error and
-//! the engine goes on with the next ones.
+//! 429). A failed execution (a device fault) ends the requests it carried with an error,
+//! the core is reset (`nrt_reset_vnc`), and the engine goes on with the next ones.
 //!
 //! Clients hear their request through a [`Sink`]: text deltas (whole UTF-8 characters, never
 //! a possible start of a stop string), then one final event. A sink that returns `false`
@@ -178,6 +178,8 @@ pub struct Metrics {
     pub failed: u64,
     /// Submissions refused because the queue was full.
     pub rejected: u64,
+    /// Core resets after a failed execution.
+    pub resets: u64,
     /// Prefill and decode executions.
     pub prefills: u64,
     /// Decode steps.
@@ -204,6 +206,7 @@ impl Metrics {
             finished: [0; 3],
             failed: 0,
             rejected: 0,
+            resets: 0,
             prefills: 0,
             decodes: 0,
             ttft: Histogram::new(TTFT_BOUNDS),
@@ -528,6 +531,7 @@ impl Scheduler {
                     Err(e) => {
                         free.push(slot);
                         self.fail(run.job, &e.to_string());
+                        self.recover();
                     }
                     Ok(done) => {
                         let ok = self.deliver(&mut run);
@@ -560,6 +564,7 @@ impl Scheduler {
                         free.push(r.seq.slot());
                         self.fail(r.job, &why);
                     }
+                    self.recover();
                     self.gauges(&waiting, &running);
                     continue;
                 }
@@ -692,6 +697,15 @@ impl Scheduler {
         // last event sees this request ended.
         self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
         let _ = job.sink.send(Event::Finished(g));
+    }
+
+    /// After a failed execution: resets the core (a fatal fault leaves it refusing work
+    /// until then), so the requests after it run.
+    fn recover(&mut self) {
+        if let Err(e) = self.runner.reset() {
+            eprintln!("nrt-llm engine: {e}");
+        }
+        self.count(|m| m.resets += 1);
     }
 
     /// A job failed in an execution.

@@ -64,6 +64,8 @@ pub enum Error {
     Tokenizer(String),
     /// The chat template does not compile or render.
     Template(String),
+    /// A runtime call or a file of the model directory failed: what was being done, and why.
+    Runtime(String),
 }
 
 impl fmt::Display for Error {
@@ -75,6 +77,7 @@ impl fmt::Display for Error {
             Error::Unsupported(why) => write!(f, "unsupported model: {why}"),
             Error::Tokenizer(why) => write!(f, "tokenizer: {why}"),
             Error::Template(why) => write!(f, "chat template: {why}"),
+            Error::Runtime(why) => write!(f, "{why}"),
         }
     }
 }

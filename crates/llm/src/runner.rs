@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 /// A step's failure in the runtime, with what was being done.
 fn rt_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Unsupported(format!("{what}: {e}"))
+    Error::Runtime(format!("{what}: {e}"))
 }
 
 /// One loaded program and its small I/O tensors.
@@ -133,6 +133,7 @@ pub struct Runner {
     /// The directory.
     pub dir: PathBuf,
     rt: Runtime,
+    vnc: i32,
     programs: Vec<Program>,
     /// The weights (one device tensor) and the cache (another): kept alive with the views.
     _weights: Tensor,
@@ -336,6 +337,7 @@ impl Runner {
             template,
             dir: dir.to_path_buf(),
             rt: rt.clone(),
+            vnc,
             programs,
             _weights: weights,
             _cache: cache,
@@ -362,6 +364,16 @@ impl Runner {
     /// The largest decode batch.
     pub fn max_batch(&self) -> usize {
         self.manifest.batch_buckets.last().copied().unwrap_or(0)
+    }
+
+    /// Resets the logical core after a failed execution (`nrt_reset_vnc`): a core wedged by a
+    /// fatal fault takes executions again; the weights, the cache and the loaded programs
+    /// stay.
+    pub fn reset(&mut self) -> Result<(), Error> {
+        let vnc = u32::try_from(self.vnc).unwrap_or(0);
+        self.rt
+            .reset_vnc(vnc)
+            .map_err(|e| rt_err(&format!("resetting logical core {vnc}"), e))
     }
 
     /// What was counted so far.
@@ -577,7 +589,7 @@ impl Runner {
             .wait(step.seq)
             .map_err(|e| rt_err(&format!("waiting for {file}"), e))?;
         if status != nrt_runtime::NrtStatus::Success {
-            return Err(rt_err(&format!("executing {file}"), format!("{status:?}")));
+            return Err(rt_err(&format!("executing {file}"), status));
         }
         let mut out = self.read_out(step.program)?;
         out.truncate(step.rows);

@@ -271,3 +271,67 @@ fn stop_strings_end_the_text_and_never_leak_into_the_stream() {
     );
     assert_eq!(g.finish_reason, FinishReason::Stop);
 }
+
+#[test]
+fn a_device_fault_fails_the_requests_it_carried_and_the_next_ones_run() {
+    let (_, dir) = built("engine-fault", &options());
+    let dev = std::sync::Arc::new(nrt_sim::SoftDevice::new(nrt_sim::SimConfig::default()).unwrap());
+    let rt =
+        nrt_runtime::Runtime::init(dev.clone(), nrt_runtime::RuntimeConfig::default()).unwrap();
+    let engine = Engine::start(
+        Runner::load(&rt, &dir, 0).unwrap(),
+        EngineOptions::default(),
+    )
+    .unwrap();
+    // Two requests decoding together; the core wedges (fatal) in a decode step: request a's
+    // sink holds the engine at its second token (a decode step's) until the fault is armed,
+    // so the next execution the device takes is the next decode step.
+    let (b, rb) = request(PROMPTS[1], params(25, 0, 0.0));
+    let (gate_tx, gate) = mpsc::channel::<()>();
+    let (held_tx, held) = mpsc::channel();
+    let (a_tx, ra) = mpsc::channel();
+    let mut deltas = 0;
+    let a = Request {
+        prompt: PROMPTS[0].to_vec(),
+        params: params(25, 0, 0.0),
+        sink: Box::new(move |e| {
+            if matches!(e, Event::Delta(_)) {
+                deltas += 1;
+                if deltas == 2 {
+                    let _ = held_tx.send(());
+                    let _ = gate.recv_timeout(Duration::from_secs(60));
+                }
+            }
+            a_tx.send(e).is_ok()
+        }),
+    };
+    engine.submit(b).unwrap();
+    engine.submit(a).unwrap();
+    held.recv_timeout(Duration::from_secs(60)).unwrap();
+    dev.inject(nrt_sim::FaultSpec::new(nrt_sim::FaultKind::Fatal))
+        .unwrap();
+    gate_tx.send(()).unwrap();
+    let failed = |rx: &mpsc::Receiver<Event>| loop {
+        match rx.recv_timeout(Duration::from_secs(60)).expect("an event") {
+            Event::Delta(_) => {}
+            Event::Finished(g) => return Err(g.finish_reason),
+            Event::Failed(e) => return Ok(e),
+        }
+    };
+    let (ea, eb) = (failed(&ra), failed(&rb));
+    let ea = ea.expect("request a was in the faulted step");
+    assert!(
+        ea.contains("executing decode-"),
+        "the error says what failed: {ea}"
+    );
+    if let Ok(eb) = eb {
+        assert_eq!(eb, ea, "b was in the same step");
+    }
+    // The core was reset: the next requests run.
+    let (c, rc) = request(PROMPTS[1], params(5, 0, 0.0));
+    engine.submit(c).unwrap();
+    let (_, _, g) = collect(&rc);
+    assert_eq!(g.token_ids.len(), 5);
+    let m = engine.metrics();
+    assert!(m.failed >= 1 && m.resets >= 1, "{m:?}");
+}
