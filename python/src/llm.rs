@@ -127,6 +127,7 @@ impl LlmEngine {
                             top_p,
                             seed,
                         },
+                        ignore_eos: false,
                     },
                 )
             })
@@ -175,6 +176,7 @@ impl LlmEngine {
                 top_p,
                 seed,
             },
+            ignore_eos: false,
         };
         p.sampling.check().map_err(llm_err)?;
         let mut failed: Option<PyErr> = None;

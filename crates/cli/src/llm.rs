@@ -266,6 +266,7 @@ fn generate_cmd(a: &GenerateArgs) -> Res<()> {
         max_tokens: a.max_tokens,
         stop: Vec::new(),
         sampling,
+        ignore_eos: false,
     };
     let json = a.json;
     let mut out = std::io::stdout().lock();
@@ -572,6 +573,7 @@ fn chat(a: &ChatArgs) -> Res<()> {
             max_tokens: a.max_tokens,
             stop: Vec::new(),
             sampling,
+            ignore_eos: false,
         };
         match generate(&mut r, 0, &ids, &p, &mut |piece| {
             let _ = write!(out, "{piece}");

@@ -45,7 +45,8 @@ pub struct EngineOptions {
     /// Requests that may wait for a slot; past it a submission is refused.
     pub max_queue: usize,
     /// Prompt tokens prefilled per iteration before the running sequences' next decode step
-    /// (at least one prompt is always admitted).
+    /// (at least one prompt is always admitted); 0: the largest context bucket, so one long
+    /// prompt, or several short ones, stall the running sequences for about one prefill.
     pub prefill_token_budget: usize,
 }
 
@@ -54,7 +55,7 @@ impl Default for EngineOptions {
         EngineOptions {
             max_num_seqs: usize::MAX,
             max_queue: 256,
-            prefill_token_budget: 512,
+            prefill_token_budget: 0,
         }
     }
 }
@@ -302,6 +303,10 @@ impl Engine {
                 "the engine needs at least one sequence (--max-num-seqs and the model's slots)"
                     .into(),
             ));
+        }
+        let mut opts = opts;
+        if opts.prefill_token_budget == 0 {
+            opts.prefill_token_budget = runner.max_prompt().max(1);
         }
         let limits = ModelLimits {
             max_model_len: runner.max_model_len(),

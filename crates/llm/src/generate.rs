@@ -37,6 +37,8 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// How each token is chosen (on the device).
     pub sampling: Sampling,
+    /// Go on past EOS (vLLM's `ignore_eos`: benchmarks fix the output length with it).
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateParams {
@@ -45,6 +47,7 @@ impl Default for GenerateParams {
             max_tokens: 16,
             stop: Vec::new(),
             sampling: Sampling::default(),
+            ignore_eos: false,
         }
     }
 }
@@ -153,7 +156,7 @@ impl<'t> Sequence<'t> {
         let now = Instant::now();
         self.first.get_or_insert_with(|| now - self.start);
         self.last = Some(now);
-        if Some(s.token) == eos {
+        if Some(s.token) == eos && !self.params.ignore_eos {
             let rest = self.stream.finish();
             self.text.push_str(&rest);
             self.finish = Some(FinishReason::Stop);

@@ -275,6 +275,7 @@ pub fn parse(
                 top_p: top_p as f32,
                 seed,
             },
+            ignore_eos: boolean(o, "ignore_eos")?,
         },
         stream: boolean(o, "stream")?,
         include_usage: match field(o, "stream_options") {
