@@ -16,15 +16,17 @@ model's programs run on logical NeuronCore ``core`` (0) of the process's runtime
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import AsyncIterator, Iterator, List, Optional, Sequence, Union
 
 from . import _nrt
 
-__all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Tokenizer"]
+__all__ = ["LLM", "AsyncLLMEngine", "SamplingParams", "RequestOutput", "CompletionOutput",
+           "Tokenizer"]
 
 
 @dataclass
@@ -186,3 +188,90 @@ class LLM:
         t.join()
         if failure:
             raise failure[0]
+
+
+class AsyncLLMEngine:
+    """Serving from Python (vLLM's ``AsyncLLMEngine`` shape): the same continuously batched
+    engine as ``nrt llm serve``, on its own thread. ``path``: a model directory or a ``.gguf``
+    (built with default options into the cache); ``max_num_seqs``: sequences decoded at once;
+    ``max_queue``: requests that may wait (past it ``submit`` raises).
+
+        engine = nrt.llm.AsyncLLMEngine("smollm2/")
+        async for out in engine.generate("Once upon a time", SamplingParams(max_tokens=32)):
+            print(out.outputs[0].text)          # the text so far; out.finished at the end
+
+    A generator closed early (the consumer stopped iterating) cancels its request."""
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], core: int = 0,
+                 max_num_seqs: Optional[int] = None, max_queue: int = 256):
+        path = os.fspath(path)
+        if not os.path.exists(path):
+            raise FileNotFoundError(path)
+        self._s = _nrt._LlmServing(path, _cache_dir(), core=core, max_num_seqs=max_num_seqs,
+                                   max_queue=max_queue)
+        self.path = self._s.path
+        self.tokenizer = Tokenizer(self._s)
+        self._requests = {}
+
+    async def generate(self, prompt: Union[str, Sequence[int]],
+                       sampling_params: Optional[SamplingParams] = None,
+                       request_id: Optional[str] = None) -> AsyncIterator[RequestOutput]:
+        """Yields a ``RequestOutput`` per new piece of text (cumulative, ``finished`` False),
+        then the last one (``finished`` True, with ``finish_reason``). ``prompt``: text or
+        token ids."""
+        p = sampling_params or SamplingParams()
+        if isinstance(prompt, str):
+            ids = self.tokenizer.encode(prompt)
+            text_prompt = prompt
+        else:
+            ids = [int(t) for t in prompt]
+            text_prompt = None
+        req = self._s.submit(ids, *LLM._args(p))
+        if request_id is not None:
+            self._requests[request_id] = req.id
+        loop = asyncio.get_running_loop()
+        text, toks, lps = "", [], []
+        finished = False
+        try:
+            while True:
+                ev = await loop.run_in_executor(None, req.next, 0.25)
+                if ev is None:
+                    continue
+                kind, piece, new_ids, new_lps, reason = ev
+                if kind == "delta":
+                    text += piece
+                    toks += new_ids
+                    lps += new_lps
+                    c = CompletionOutput(0, text, list(toks), None, list(lps) if p.logprobs else None)
+                    yield RequestOutput(text_prompt, list(ids), [c], finished=False)
+                elif kind == "finished":
+                    finished = True
+                    c = CompletionOutput(0, piece, list(new_ids), reason,
+                                         list(new_lps) if p.logprobs else None)
+                    yield RequestOutput(text_prompt, list(ids), [c], finished=True)
+                    return
+                elif kind == "failed":
+                    finished = True
+                    raise RuntimeError(f"request failed: {piece}")
+                else:
+                    finished = True
+                    raise RuntimeError("the engine stopped")
+        finally:
+            if request_id is not None:
+                self._requests.pop(request_id, None)
+            if not finished:
+                self._s.abort(req.id)
+
+    def abort(self, request_id: str) -> None:
+        """Cancels the request ``generate`` was given ``request_id`` for."""
+        rid = self._requests.get(request_id)
+        if rid is not None:
+            self._s.abort(rid)
+
+    def num_unfinished_requests(self) -> int:
+        return int(self._s.in_flight())
+
+    def shutdown(self, grace_s: float = 0.0) -> int:
+        """Stops the engine: what runs may finish within ``grace_s``; returns how many were
+        cancelled."""
+        return int(self._s.shutdown(grace_s))

@@ -30,6 +30,7 @@ mod control;
 mod error;
 mod exec;
 mod llm;
+mod llm_serving;
 mod model;
 mod runtime;
 mod tensor;
@@ -50,6 +51,8 @@ fn _nrt(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tensor::Tensor>()?;
     m.add_class::<tensor::TensorInfo>()?;
     m.add_class::<llm::LlmEngine>()?;
+    m.add_class::<llm_serving::LlmServing>()?;
+    m.add_class::<llm_serving::LlmRequest>()?;
     m.add_function(wrap_pyfunction!(control::configure, m)?)?;
     m.add_function(wrap_pyfunction!(control::close, m)?)?;
     m.add_function(wrap_pyfunction!(control::visible_cores, m)?)?;

@@ -16,6 +16,19 @@ fn llm_err(e: nrt_llm::Error) -> PyErr {
     invalid(e.to_string())
 }
 
+/// `template` applied to `(role, content)` pairs, the assistant's turn opened.
+pub(crate) fn render_chat(
+    template: Option<&nrt_llm::ChatTemplate>,
+    messages: Vec<(String, String)>,
+) -> PyResult<String> {
+    let t = template.ok_or_else(|| invalid("the model has no chat template"))?;
+    let m: Vec<nrt_llm::ChatMessage> = messages
+        .into_iter()
+        .map(|(role, content)| nrt_llm::ChatMessage::new(role, content))
+        .collect();
+    t.render(&m, true).map_err(llm_err)
+}
+
 /// A model directory (or a GGUF built into `cache`) loaded on logical core `core`.
 #[pyclass(name = "_LlmEngine", module = "nrt._nrt")]
 pub(crate) struct LlmEngine {
@@ -92,16 +105,7 @@ impl LlmEngine {
     /// The chat template applied to `messages` (`(role, content)` pairs), the assistant's
     /// turn opened.
     fn apply_chat_template(&self, messages: Vec<(String, String)>) -> PyResult<String> {
-        let r = lock(&self.runner);
-        let t = r
-            .template
-            .as_ref()
-            .ok_or_else(|| invalid("the model has no chat template"))?;
-        let m: Vec<nrt_llm::ChatMessage> = messages
-            .into_iter()
-            .map(|(role, content)| nrt_llm::ChatMessage::new(role, content))
-            .collect();
-        t.render(&m, true).map_err(llm_err)
+        render_chat(lock(&self.runner).template.as_ref(), messages)
     }
 
     /// Generates for every request together (continuous batching on the device's decode

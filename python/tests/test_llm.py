@@ -105,3 +105,43 @@ def test_prompts_generated_together_match_each_alone(llm):
         assert t.outputs[0].text == alone.text
     with pytest.raises(ValueError):
         llm.generate(prompts, params[:2])
+
+
+def test_async_engine_streams_what_generate_gives_and_cancels(llm):
+    import asyncio
+
+    engine = nrt.llm.AsyncLLMEngine(llm.path, max_num_seqs=4)
+    prompts = ["The capital of France is", "Once upon a time", "1, 2, 3,"]
+    p = nrt.llm.SamplingParams(max_tokens=8, logprobs=1)
+    want = [o.outputs[0] for o in llm.generate(prompts, p)]
+
+    async def one(prompt):
+        outs = [o async for o in engine.generate(prompt, p)]
+        assert all(not o.finished for o in outs[:-1]) and outs[-1].finished
+        return outs
+
+    async def main():
+        got = await asyncio.gather(*(one(x) for x in prompts))
+        # A consumer that stops after the first piece cancels its request.
+        gen = engine.generate("Tell me a long story", nrt.llm.SamplingParams(max_tokens=60))
+        first = await gen.__anext__()
+        await gen.aclose()
+        return got, first
+
+    got, first = asyncio.run(main())
+    for outs, w in zip(got, want):
+        last = outs[-1].outputs[0]
+        assert last.text == w.text and last.token_ids == w.token_ids
+        assert last.finish_reason == w.finish_reason
+        assert "".join(x.outputs[0].text[len(y.outputs[0].text):] for y, x in zip(outs, outs[1:])) \
+            == last.text[len(outs[0].outputs[0].text):], "each output extends the one before"
+        assert len(last.logprobs) == len(last.token_ids)
+    assert not first.finished
+    import time
+    deadline = time.time() + 30
+    while engine.num_unfinished_requests() and time.time() < deadline:
+        time.sleep(0.05)
+    assert engine.num_unfinished_requests() == 0
+    with pytest.raises(Exception, match="0 tokens"):
+        asyncio.run(one([]))
+    assert engine.shutdown(5.0) == 0
