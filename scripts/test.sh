@@ -74,8 +74,10 @@ if [ "${NRT_SKIP_PYTHON:-0}" != 1 ]; then
   # The samples the tests compare against ONNX Runtime come from `nrt samples`.
   cargo build --quiet --release -p nrt-cli
   # maturin (the build backend) is pinned in python/requirements-dev.txt and found on PATH.
-  PATH="$root/.venv/bin:$PATH" .venv/bin/python -m pip install --quiet --disable-pip-version-check \
-    --no-build-isolation --force-reinstall --no-deps ./python
+  # It builds in the root's target directory: the workspace crates the release build above
+  # compiled are not compiled again where their features agree.
+  CARGO_TARGET_DIR="$root/target" PATH="$root/.venv/bin:$PATH" .venv/bin/python -m pip install \
+    --quiet --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./python
   NRT_CLI="$root/target/release/nrt" .venv/bin/python -m pytest -q -p no:cacheprovider python/tests
 
   if [ "${NRT_SKIP_RAY:-0}" != 1 ]; then
