@@ -62,7 +62,7 @@ pub fn compile_options(a: &CompileOpts) -> Res<CompileOptions> {
             nrt_compiler::read_tensor_pb(Path::new(&f)).map_err(|e| format!("{f}: {e}"))?;
         o.input_values.insert(n, t);
     }
-    o.cores = a.cores;
+    o.cores = a.cores();
     o.auto_cast = a.cast.auto_cast.into();
     o.auto_cast_type = a.cast.auto_cast_type.into();
     Ok(o)
@@ -166,6 +166,53 @@ pub fn io_tensors(rt: &Runtime, m: &Model) -> Res<IoTensors> {
         all.push((info, t));
     }
     Ok((ins, outs, all))
+}
+
+/// A model's inputs for an error message: `'X' f32 [1, 4], 'mask' i64 [1, 8]`.
+pub fn describe_inputs(inputs: &[&TensorInfo]) -> String {
+    if inputs.is_empty() {
+        return "none".to_owned();
+    }
+    inputs
+        .iter()
+        .map(|i| format!("'{}' {} {:?}", i.name, i.dtype, i.shape))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The device bytes of input `info` from the tensor `h` read from `file`: refused, naming
+/// both shapes, when its shape is not the input's (the same element count in another
+/// shape included: the values would land in the wrong places).
+pub fn input_file_bytes(file: &str, h: &HostTensor, info: &TensorInfo) -> Res<Vec<u8>> {
+    let want: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
+    let elements = |s: &[usize]| s.iter().product::<usize>();
+    if h.shape != want {
+        let (got_n, want_n) = (elements(&h.shape), elements(&want));
+        return Err(if got_n == want_n {
+            format!(
+                "{file}: shape {:?} for input '{}', which takes shape {want:?}: the same {want_n} elements in another shape (reshape the array to {want:?})",
+                h.shape, info.name
+            )
+        } else {
+            format!(
+                "{file}: shape {:?} ({got_n} elements of {}) for input '{}', which takes shape {want:?} ({want_n} elements of {}, {} bytes)",
+                h.shape, h.dtype, info.name, info.dtype, info.size
+            )
+        });
+    }
+    let b = to_device_bytes(h, info.dtype);
+    if b.len() as u64 != info.size {
+        return Err(format!(
+            "{file}: {} bytes of {} {:?} for input '{}', which takes {} bytes ({} {want:?})",
+            b.len(),
+            info.dtype,
+            h.shape,
+            info.name,
+            info.size,
+            info.dtype
+        ));
+    }
+    Ok(b)
 }
 
 /// The device bytes of a host tensor of element type `dtype` (converting the values).
