@@ -81,10 +81,27 @@ pub fn spinner(what: String) -> indicatif::ProgressBar {
     bar
 }
 
+/// A compile error of `path` as the CLI says it: the compiler's text, then how to give what
+/// it asks for on this command line.
+pub fn compile_error(path: &str, e: &nrt_compiler::CompileError) -> String {
+    let mut s = format!("{path}: {e}");
+    if let Some(n) = &e.needs_shape_of {
+        s.push_str(&format!(
+            "; on the command line: `--input-shape {n}=D,D,..`, or an input file (`nrt run --input {n}=FILE`)"
+        ));
+    }
+    if !e.needs_inputs.is_empty() {
+        s.push_str(
+            "; on the command line: `nrt run --input NAME=FILE` specializes on them, `--input-value NAME=FILE.pb` binds them",
+        );
+    }
+    s
+}
+
 /// Compiles an `.onnx` file (a spinner shows while it runs), or reads a compiled model.
 pub fn compile_with_progress(path: &str, opts: &CompileOptions) -> Res<nrt_compiler::Compiled> {
     let bar = spinner(format!("compiling {path}"));
-    let c = nrt_compiler::compile_file(Path::new(path), opts).map_err(|e| format!("{path}: {e}"));
+    let c = nrt_compiler::compile_file(Path::new(path), opts).map_err(|e| compile_error(path, &e));
     bar.finish_and_clear();
     c
 }
@@ -112,7 +129,7 @@ pub fn compile_specializing(
             .filter(|n| !opts.input_values.contains_key(*n))
             .collect();
         if new.is_empty() || !new.iter().all(|n| values.contains_key(*n)) {
-            return Err(format!("{path}: {e}"));
+            return Err(compile_error(path, &e));
         }
         for n in new {
             opts.input_values.insert(n.clone(), values[n].clone());

@@ -387,12 +387,13 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
                             _ => "an unnamed symbolic dimension".to_owned(),
                         };
                         let rank = dims.len();
-                        return err(
+                        return Err(CompileError::new(
                             ErrorKind::BadShape,
                             format!(
-                                "input '{name}' has {what} at axis {i} (of {rank}): fix its shape with input_shapes / `--input-shape {name}=D,D,..`, or give an input file (`nrt run --input {name}=FILE`)"
+                                "input '{name}' has {what} at axis {i} (of {rank}): give its shape (input_shapes)"
                             ),
-                        );
+                        )
+                        .needing_shape_of(name));
                     }
                 }
             }
