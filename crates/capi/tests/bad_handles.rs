@@ -78,6 +78,23 @@ fn debug_level_traces_api_entries() {
     ] {
         assert!(err.contains(needle), "stderr lacks {needle:?}");
     }
+    // Each line starts with a readable UTC time, `2026-Nov-29 07:30:01.123456`, not raw
+    // epoch seconds.
+    let line = err
+        .lines()
+        .find(|l| l.contains("DEBUG NRT:nrt_init API:IN"))
+        .expect("the nrt_init line");
+    let stamp: Vec<char> = line.chars().take(27).collect();
+    let shape: String = stamp
+        .iter()
+        .map(|c| match c {
+            '0'..='9' => '9',
+            'A'..='Z' => 'A',
+            'a'..='z' => 'a',
+            c => *c,
+        })
+        .collect();
+    assert_eq!(shape, "9999-Aaa-99 99:99:99.999999", "{line}");
 }
 
 #[test]

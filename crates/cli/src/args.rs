@@ -4,23 +4,15 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
-const ENVIRONMENT: &str = "ENVIRONMENT:
-  NEURON_RT_LOG_LEVEL, NEURON_RT_VISIBLE_CORES, NEURON_RT_NUM_CORES, NEURON_LOGICAL_NC_CONFIG,
-  NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS, NEURON_RT_EXEC_TIMEOUT, and NRT_SIM_FAULTS
-  (fault plan for the software NeuronCore, e.g. \"hang@engine=act,exec=3;nan@exec=5\");
-  NRT_SIM_INSTANCE (inf2.xlarge, inf2.48xlarge, trn1.2xlarge, trn1.32xlarge, trn2.48xlarge, ...),
-  NRT_SIM_DEVICES, NRT_SIM_CORES_PER_DEVICE, NRT_SIM_DEVICE_MEMORY (the virtual host);
-  NRT_SIM_ISA (avx2: the kernels without AVX-512 or AMX, as on a CPU without them);
-  NRT_HOST_MEMORY_MAX (a cap on the process's memory, e.g. 4G: large allocations past it are
-  refused, as past the host's MemAvailable and a container's memory limit);
-  NRT_RUNTIME_DIR (where cores are locked and statistics published; default
-  per user: $XDG_RUNTIME_DIR/nrt-rs, else /dev/shm/nrt-rs-<uid>; a shared one must be
-  root's, of a group of yours, group-writable with the sticky bit).";
-
 /// nrt — the nrt-rs command line: compile ONNX models, then run, inspect, trace, benchmark
 /// and conformance-test them on the software NeuronCore.
 #[derive(Debug, Parser)]
-#[command(name = "nrt", version, after_help = ENVIRONMENT, propagate_version = true)]
+#[command(
+    name = "nrt",
+    version,
+    after_help = crate::environment::help(),
+    propagate_version = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -60,6 +52,10 @@ pub enum Command {
     /// utilization, execution rates and errors, memory by category, models per process.
     /// `q` quits.
     Top(TopArgs),
+    /// Makes `neuron-ls`, `neuron-monitor` and `neuron-top` in DIR: links to this binary,
+    /// which answers under those names as `nrt ls`, `nrt monitor` and `nrt top` (for tools
+    /// that look for the real ones by name).
+    InstallTools(InstallToolsArgs),
     /// Decoder LLMs: `nrt llm build` a GGUF into a model directory, `nrt llm generate` text.
     Llm(crate::llm::LlmArgs),
     /// Prints a shell completion script (bash, zsh, fish, elvish, powershell).
@@ -78,13 +74,65 @@ pub struct CompileOpts {
     /// A constant input's value (folded at compile time): NAME=FILE.pb (repeatable).
     #[arg(long = "input-value", value_name = "NAME=FILE.pb")]
     pub input_value: Vec<String>,
-    /// NeuronCores the model spans (its matmuls and convolutions are split across them).
-    /// Running it, the logical core spans as many unless NEURON_LOGICAL_NC_CONFIG says
-    /// otherwise.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
-    pub cores: u32,
+    /// NeuronCores the model spans (its matmuls and convolutions are split across them;
+    /// default 1). Running it, the logical core spans as many unless
+    /// NEURON_LOGICAL_NC_CONFIG says otherwise.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub cores: Option<u32>,
     #[command(flatten)]
     pub cast: CastOpts,
+}
+
+impl CompileOpts {
+    /// NeuronCores to compile for (`--cores`, default 1).
+    pub fn cores(&self) -> u32 {
+        self.cores.unwrap_or(1)
+    }
+
+    /// The compile options given on the command line, as the user spelled them (empty when
+    /// none was).
+    pub fn given(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        v.extend(
+            self.input_shape
+                .iter()
+                .map(|s| format!("--input-shape {s}")),
+        );
+        v.extend(
+            self.input_value
+                .iter()
+                .map(|s| format!("--input-value {s}")),
+        );
+        if let Some(c) = self.cores {
+            v.push(format!("--cores {c}"));
+        }
+        if self.cast.auto_cast != AutoCastArg::None {
+            v.push(format!(
+                "--auto-cast {}",
+                self.cast
+                    .auto_cast
+                    .to_possible_value()
+                    .map_or(String::new(), |p| p.get_name().to_owned())
+            ));
+        }
+        v
+    }
+
+    /// Refuses compile options for a model that is not compiled here (an `.ncm`, or a
+    /// built-in model): they would be silently ignored.
+    pub fn refuse_for_compiled(&self, model: &str) -> Result<(), String> {
+        let given = self.given();
+        if given.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "{} {} only when compiling an ONNX model, and {model} is already compiled: its input shapes and core count are fixed in it (`nrt inspect {model}` shows them); recompile the .onnx with {} (`nrt compile MODEL.onnx -o {model} {}`), or pass the .onnx itself",
+            given.join(", "),
+            if given.len() == 1 { "applies" } else { "apply" },
+            if given.len() == 1 { "it" } else { "them" },
+            given.join(" ")
+        ))
+    }
 }
 
 /// Reduced-precision compute (the options of `neuronx-cc`).
@@ -316,6 +364,12 @@ pub struct TopArgs {
     /// Seconds between refreshes.
     #[arg(long, default_value_t = 1.0, value_name = "S")]
     pub period: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct InstallToolsArgs {
+    /// Where to make the links (created if missing; e.g. ~/.local/bin).
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]

@@ -3,6 +3,7 @@
 //! runtime directory (`NRT_RUNTIME_DIR`, see `nrt_runtime::host`).
 
 use crate::args::{LsArgs, MonitorArgs};
+use crate::procfs::{self, meminfo, proc_cpu};
 use crate::session::Res;
 use nrt_runtime::host::{self, ERROR_CLASS_NAMES, ProcessRecord, STATUS_NAMES, VcoreSnapshot};
 use nrt_sim::HostShape;
@@ -384,40 +385,6 @@ fn load_config(a: &MonitorArgs) -> Res<MonitorConfig> {
     Ok(c)
 }
 
-/// CPU times of a process from `/proc/<pid>/stat`: (user, system) in clock ticks.
-fn proc_cpu(pid: u32) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some((f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?))
-}
-
-/// The first line of `/proc/stat`: user nice system idle iowait irq softirq.
-fn system_cpu() -> [u64; 7] {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let mut out = [0u64; 7];
-    if let Some(l) = s.lines().next() {
-        for (i, v) in l.split_whitespace().skip(1).take(7).enumerate() {
-            out[i] = v.parse().unwrap_or(0);
-        }
-    }
-    out
-}
-
-fn meminfo() -> (u64, u64, u64, u64) {
-    let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let get = |k: &str| -> u64 {
-        s.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .unwrap_or(0)
-            .saturating_mul(1024)
-    };
-    let (t, a) = (get("MemTotal:"), get("MemAvailable:"));
-    let (st, sf) = (get("SwapTotal:"), get("SwapFree:"));
-    (t, t.saturating_sub(a), st, st.saturating_sub(sf))
-}
-
 fn vcpus() -> u64 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
 }
@@ -433,7 +400,7 @@ fn clk_tck() -> f64 {
 struct Prev {
     recs: HashMap<(u32, u64), Vec<VcoreSnapshot>>,
     cpu: HashMap<(u32, u64), (u64, u64)>,
-    sys: Option<[u64; 7]>,
+    sys: Option<procfs::CpuTimes>,
 }
 
 fn sub(a: &[u64], b: Option<&[u64]>) -> Vec<u64> {
@@ -594,23 +561,9 @@ fn system_report(h: &HostShape, prev: &mut Prev, period: f64, want: &[String]) -
     for w in want {
         let v = match w.as_str() {
             "vcpu_usage" => {
-                let now = system_cpu();
-                let was = prev.sys.replace(now).unwrap_or([0; 7]);
-                let d: Vec<u64> = now
-                    .iter()
-                    .zip(was)
-                    .map(|(a, b)| a.saturating_sub(b))
-                    .collect();
-                let total = d.iter().sum::<u64>().max(1) as f64;
-                let pct = |i: usize| 100.0 * d[i] as f64 / total;
-                json!({
-                    "period": period,
-                    "average_usage": {
-                        "user": pct(0), "nice": pct(1), "system": pct(2), "idle": pct(3),
-                        "io_wait": pct(4), "irq": pct(5), "soft_irq": pct(6),
-                    },
-                    "error": "",
-                })
+                let now = procfs::cpu_times();
+                let was = prev.sys.replace(now.clone()).unwrap_or_default();
+                procfs::vcpu_usage_json(&now, &was, period)
             }
             "memory_info" => {
                 let (t, u, st, su) = meminfo();

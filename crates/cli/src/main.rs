@@ -5,13 +5,16 @@
 mod args;
 mod bench;
 mod conformance;
+mod environment;
 mod hostview;
 mod http;
 mod llm;
 mod npy;
+mod procfs;
 mod samples;
 mod serve;
 mod session;
+mod tools;
 mod top;
 
 use args::{
@@ -61,7 +64,8 @@ fn main() {
     // (Rust ignores SIGPIPE by default, and printing then panics).
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    // Under the name of a real Neuron tool (a link made by `nrt install-tools`), as that tool.
+    let cli = Cli::parse_from(tools::as_nrt_command_line(std::env::args_os().collect()));
     let name = cli.command.name();
     let code = match dispatch(cli.command) {
         Ok(true) => 0,
@@ -90,6 +94,7 @@ impl Command {
             Command::Ls(_) => "ls",
             Command::Monitor(_) => "monitor",
             Command::Top(_) => "top",
+            Command::InstallTools(_) => "install-tools",
             Command::Llm(_) => "llm",
             Command::Completions { .. } => "completions",
         }
@@ -110,6 +115,7 @@ fn dispatch(cmd: Command) -> Res<bool> {
         Command::Ls(a) => hostview::ls(&a).map(|_| true),
         Command::Monitor(a) => hostview::monitor(&a).map(|_| true),
         Command::Top(a) => top::main(&a).map(|_| true),
+        Command::InstallTools(a) => tools::install(&a).map(|_| true),
         Command::Llm(a) => llm::main(&a).map(|_| true),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "nrt", &mut std::io::stdout());
@@ -241,30 +247,36 @@ fn run(a: &RunArgs) -> Res<()> {
             report: Some(c.report),
         }
     } else {
+        a.compile.refuse_for_compiled(path)?;
         session::prepare(path, &opts).map_err(with_shapes)?
     };
     let (_dev, rt) = session::runtime_for(&p.ncm)?;
     let m = session::load(&rt, &p.ncm, -1)?;
     let (ins, outs, all) = session::io_tensors(&rt, &m)?;
+    // Every file checked against the model's inputs before anything is written or printed.
+    let inputs: Vec<&TensorInfo> = all
+        .iter()
+        .map(|(i, _)| i)
+        .filter(|i| i.usage == nrt_model::Usage::Input)
+        .collect();
+    if let Some(n) = files.keys().find(|n| !inputs.iter().any(|i| &i.name == *n)) {
+        return Err(format!(
+            "--input {n}: the model has no input named '{n}'; its inputs: {}",
+            session::describe_inputs(&inputs)
+        ));
+    }
+    let mut given = std::collections::BTreeMap::new();
+    for (n, (f, h)) in files {
+        let info = inputs.iter().find(|i| i.name == n).expect("checked above");
+        given.insert(n, session::input_file_bytes(&f, &h, info)?);
+    }
     let seed = a.seed;
-    let mut given = files;
     for (i, (info, t)) in all.iter().enumerate() {
         if info.usage != nrt_model::Usage::Input {
             continue;
         }
         let bytes = match given.remove(&info.name) {
-            Some((f, h)) => {
-                let b = session::to_device_bytes(&h, info.dtype);
-                if b.len() as u64 != info.size {
-                    return Err(format!(
-                        "{f}: {} bytes for input '{}', which takes {}",
-                        b.len(),
-                        info.name,
-                        info.size
-                    ));
-                }
-                b
-            }
+            Some(b) => b,
             None => {
                 println!(
                     "input '{}': random values (seed {})",
@@ -275,9 +287,6 @@ fn run(a: &RunArgs) -> Res<()> {
             }
         };
         t.write(&bytes, 0).map_err(|e| e.to_string())?;
-    }
-    if let Some(n) = given.keys().next() {
-        return Err(format!("--input {n}: the model has no input named '{n}'"));
     }
     rt.execute(&m, &ins, &outs).map_err(|e| e.to_string())?;
     // An output whose extent depends on the data is shown (and written) trimmed to its
@@ -323,6 +332,9 @@ fn run(a: &RunArgs) -> Res<()> {
 
 fn inspect(a: &InspectArgs) -> Res<()> {
     let path = &a.model;
+    if !path.ends_with(".onnx") {
+        a.compile.refuse_for_compiled(path)?;
+    }
     let p = session::prepare(path, &session::compile_options(&a.compile)?)?;
     let m = nrt_model::CompiledModel::decode(&p.ncm).map_err(|e| e.to_string())?;
     println!(
@@ -531,6 +543,9 @@ fn trace(a: &TraceArgs) -> Res<()> {
     let out = &a.output;
     let n = a.executions;
     // `near-null` is the built-in model of `nrt bench`: the stages of the pure overhead path.
+    if !path.ends_with(".onnx") {
+        a.compile.refuse_for_compiled(path)?;
+    }
     let ncm = if path == "near-null" {
         nrt_runtime::builtin::near_null(1)
     } else {
@@ -716,5 +731,13 @@ fn demo(a: &DemoArgs) -> Res<()> {
         "\n  model switches (reload-config): {}; steady-state core-executions: {}",
         c.model_switches, c.steady
     );
+    println!("\n{DEMO_GLOSSARY}");
     Ok(())
 }
+
+/// What the demo's words mean, and where to go next (printed last).
+const DEMO_GLOSSARY: &str = "== the words above:
+  NCM: the compiled model file; lowered: ONNX nodes turned into engine instructions (folded: computed at compile time); arena: the one scratch buffer every intermediate tensor is packed into
+  PE, ACT, POOL, DVE, SP: a NeuronCore's engines (matrix multiply, activations, pooling and gathers, vector, sync); validate, bind, stage, doorbell, harvest: the host's steps of one execution (harvest: reading the device's completions)
+  reload-config: a core switched from one model to another (a model switch); steady-state: executions of the model already on the core
+next: nrt samples --out models && nrt run models/mlp/model.onnx; nrt inspect models/mlp/model.onnx; nrt bench; nrt --help";

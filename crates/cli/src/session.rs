@@ -62,7 +62,7 @@ pub fn compile_options(a: &CompileOpts) -> Res<CompileOptions> {
             nrt_compiler::read_tensor_pb(Path::new(&f)).map_err(|e| format!("{f}: {e}"))?;
         o.input_values.insert(n, t);
     }
-    o.cores = a.cores;
+    o.cores = a.cores();
     o.auto_cast = a.cast.auto_cast.into();
     o.auto_cast_type = a.cast.auto_cast_type.into();
     Ok(o)
@@ -81,10 +81,27 @@ pub fn spinner(what: String) -> indicatif::ProgressBar {
     bar
 }
 
+/// A compile error of `path` as the CLI says it: the compiler's text, then how to give what
+/// it asks for on this command line.
+pub fn compile_error(path: &str, e: &nrt_compiler::CompileError) -> String {
+    let mut s = format!("{path}: {e}");
+    if let Some(n) = &e.needs_shape_of {
+        s.push_str(&format!(
+            "; on the command line: `--input-shape {n}=D,D,..`, or an input file (`nrt run --input {n}=FILE`)"
+        ));
+    }
+    if !e.needs_inputs.is_empty() {
+        s.push_str(
+            "; on the command line: `nrt run --input NAME=FILE` specializes on them, `--input-value NAME=FILE.pb` binds them",
+        );
+    }
+    s
+}
+
 /// Compiles an `.onnx` file (a spinner shows while it runs), or reads a compiled model.
 pub fn compile_with_progress(path: &str, opts: &CompileOptions) -> Res<nrt_compiler::Compiled> {
     let bar = spinner(format!("compiling {path}"));
-    let c = nrt_compiler::compile_file(Path::new(path), opts).map_err(|e| format!("{path}: {e}"));
+    let c = nrt_compiler::compile_file(Path::new(path), opts).map_err(|e| compile_error(path, &e));
     bar.finish_and_clear();
     c
 }
@@ -112,7 +129,7 @@ pub fn compile_specializing(
             .filter(|n| !opts.input_values.contains_key(*n))
             .collect();
         if new.is_empty() || !new.iter().all(|n| values.contains_key(*n)) {
-            return Err(format!("{path}: {e}"));
+            return Err(compile_error(path, &e));
         }
         for n in new {
             opts.input_values.insert(n.clone(), values[n].clone());
@@ -166,6 +183,53 @@ pub fn io_tensors(rt: &Runtime, m: &Model) -> Res<IoTensors> {
         all.push((info, t));
     }
     Ok((ins, outs, all))
+}
+
+/// A model's inputs for an error message: `'X' f32 [1, 4], 'mask' i64 [1, 8]`.
+pub fn describe_inputs(inputs: &[&TensorInfo]) -> String {
+    if inputs.is_empty() {
+        return "none".to_owned();
+    }
+    inputs
+        .iter()
+        .map(|i| format!("'{}' {} {:?}", i.name, i.dtype, i.shape))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The device bytes of input `info` from the tensor `h` read from `file`: refused, naming
+/// both shapes, when its shape is not the input's (the same element count in another
+/// shape included: the values would land in the wrong places).
+pub fn input_file_bytes(file: &str, h: &HostTensor, info: &TensorInfo) -> Res<Vec<u8>> {
+    let want: Vec<usize> = info.shape.iter().map(|&d| d as usize).collect();
+    let elements = |s: &[usize]| s.iter().product::<usize>();
+    if h.shape != want {
+        let (got_n, want_n) = (elements(&h.shape), elements(&want));
+        return Err(if got_n == want_n {
+            format!(
+                "{file}: shape {:?} for input '{}', which takes shape {want:?}: the same {want_n} elements in another shape (reshape the array to {want:?})",
+                h.shape, info.name
+            )
+        } else {
+            format!(
+                "{file}: shape {:?} ({got_n} elements of {}) for input '{}', which takes shape {want:?} ({want_n} elements of {}, {} bytes)",
+                h.shape, h.dtype, info.name, info.dtype, info.size
+            )
+        });
+    }
+    let b = to_device_bytes(h, info.dtype);
+    if b.len() as u64 != info.size {
+        return Err(format!(
+            "{file}: {} bytes of {} {:?} for input '{}', which takes {} bytes ({} {want:?})",
+            b.len(),
+            info.dtype,
+            h.shape,
+            info.name,
+            info.size,
+            info.dtype
+        ));
+    }
+    Ok(b)
 }
 
 /// The device bytes of a host tensor of element type `dtype` (converting the values).

@@ -162,6 +162,27 @@ fn a_held_core_is_refused_naming_the_owner_and_sigkill_frees_it() {
             && err.contains("idle --seconds 60"),
         "{err}"
     );
+    // It holds both cores: none is free, and the refusal says who holds them.
+    assert!(
+        err.contains(&format!("no NeuronCore of the 2 is free: pid {} (", a.id()))
+            && err.contains(") holds 0-1"),
+        "{err}"
+    );
+    kill9(&mut a);
+    // A holder of core 0 alone: the refusal names core 1 as free, and how to take it.
+    let mut a = holder(&dir, &[("NEURON_RT_VISIBLE_CORES", "0")]);
+    let o = output(nrt(&dir).args(["idle", "--seconds", "0"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("free NeuronCores: 1; NEURON_RT_VISIBLE_CORES=1 selects it"),
+        "{err}"
+    );
+    let o = output(
+        nrt(&dir)
+            .args(["idle", "--seconds", "0"])
+            .env("NEURON_RT_VISIBLE_CORES", "1"),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     kill9(&mut a);
     // At once: the kernel released the locks with the process.
     let o = output(nrt(&dir).args(["idle", "--seconds", "0"]));

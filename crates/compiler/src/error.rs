@@ -81,6 +81,11 @@ pub struct CompileError {
     /// Giving their values (`CompileOptions::input_values`) specializes the model on them;
     /// `nrt conformance` and `nrt run` do that when they hold the values. Empty otherwise.
     pub needs_inputs: Vec<String>,
+    /// When the problem is that an input's shape is not fully known (a symbolic or `-1`
+    /// dimension and no shape given): that input. Its shape goes in
+    /// `CompileOptions::input_shapes`; a front end adds how its users give it (the CLI's
+    /// flags, Python's keyword). (A boxed str: the error stays small enough to return.)
+    pub needs_shape_of: Option<Box<str>>,
 }
 
 impl CompileError {
@@ -91,6 +96,7 @@ impl CompileError {
             node: None,
             message: message.into(),
             needs_inputs: Vec::new(),
+            needs_shape_of: None,
         }
     }
 
@@ -98,6 +104,12 @@ impl CompileError {
     /// ([`CompileError::needs_inputs`]).
     pub fn needing(mut self, inputs: Vec<String>) -> Self {
         self.needs_inputs = inputs;
+        self
+    }
+
+    /// Records the input whose shape must be given ([`CompileError::needs_shape_of`]).
+    pub fn needing_shape_of(mut self, input: &str) -> Self {
+        self.needs_shape_of = Some(input.into());
         self
     }
 
@@ -123,7 +135,7 @@ impl fmt::Display for CompileError {
         if !self.needs_inputs.is_empty() {
             write!(
                 f,
-                " (it depends on the graph input(s) {}: give their values, with input_values or `nrt run --input NAME=FILE`, to specialize the model on them)",
+                " (it depends on the graph input(s) {}: give their values (input_values) to specialize the model on them)",
                 self.needs_inputs.join(", ")
             )?;
         }

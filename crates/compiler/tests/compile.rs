@@ -268,9 +268,12 @@ fn minus_one_dims_are_symbolic() {
     );
     let e = compile(&m, None, &CompileOptions::default()).unwrap_err();
     assert_eq!(e.kind, ErrorKind::BadShape);
-    for needle in ["'X'", "unknown dimension -1 at axis 0", "--input-shape X="] {
+    for needle in ["'X'", "unknown dimension -1 at axis 0", "input_shapes"] {
         assert!(e.message.contains(needle), "{needle}: {e}");
     }
+    // Named for the front ends to say how their users give it; no CLI flag in the text.
+    assert_eq!(e.needs_shape_of.as_deref(), Some("X"));
+    assert!(!e.to_string().contains("--"), "{e}");
     let mut o = CompileOptions::default();
     o.input_shapes.insert("X".into(), vec![7, 3]);
     let c = ok(&m, &o);

@@ -136,6 +136,13 @@ impl ModelError {
     }
 }
 
+/// Whether a file's first four bytes start an ONNX `ModelProto`: its `ir_version` (field 1,
+/// a small varint) and then a length-delimited field 2..=8 (`producer_name`, `graph`,
+/// `opset_import`, ...), as every ONNX exporter writes them.
+fn looks_like_onnx(m: &[u8; 4]) -> bool {
+    m[0] == 0x08 && (1..=15).contains(&m[1]) && (0x12..=0x42).contains(&m[2]) && m[2] & 7 == 2
+}
+
 impl fmt::Display for ModelErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use ModelErrorKind::*;
@@ -143,6 +150,14 @@ impl fmt::Display for ModelErrorKind {
             Truncated { needed, available } => {
                 write!(f, "file truncated: {needed} bytes needed, {available} left")
             }
+            BadMagic(m) if looks_like_onnx(m) => write!(
+                f,
+                "this is ONNX, not a compiled model (NCM): compile it with `nrt compile` or pass it to `nrt run`"
+            ),
+            BadMagic([b'G', b'G', b'U', b'F']) => write!(
+                f,
+                "this is a GGUF file, not a compiled model (NCM): build it with `nrt llm build`"
+            ),
             BadMagic(m) => write!(f, "bad magic {m:02x?}, expected \"NCMF\""),
             UnsupportedVersion { major, minor } => write!(
                 f,

@@ -139,6 +139,28 @@ fn bad_magic_and_version() {
     assert_eq!(e.field, "header.version");
 }
 
+/// An ONNX or GGUF file given where a compiled model is expected says what it is and what
+/// to do with it, not only that its magic is wrong.
+#[test]
+fn onnx_and_gguf_files_are_named_as_such() {
+    // An ONNX ModelProto: ir_version 8, then producer_name "pytorch".
+    let mut onnx = vec![0x08, 0x08, 0x12, 0x07];
+    onnx.extend_from_slice(b"pytorch");
+    onnx.resize(256, 0);
+    let e = err(&onnx).to_string();
+    assert!(
+        e.contains("this is ONNX") && e.contains("`nrt compile`") && e.contains("`nrt run`"),
+        "{e}"
+    );
+    let mut gguf = b"GGUF".to_vec();
+    gguf.resize(256, 0);
+    let e = err(&gguf).to_string();
+    assert!(e.contains("GGUF") && e.contains("`nrt llm build`"), "{e}");
+    let mut other = b"XYZW".to_vec();
+    other.resize(256, 0);
+    assert!(err(&other).to_string().contains("bad magic"));
+}
+
 /// The core count comes from the header alone: the rest of the file is neither read nor
 /// checked (a load does that), but the header's own checks hold, and the count is in range.
 #[test]

@@ -44,7 +44,7 @@ impl Runtime {
         // touches the device.
         let (ownership, stats) = match &config.ownership {
             Some(dir) => {
-                let (o, s) = host::acquire(dir, &cores, lnc as u32, nvc)?;
+                let (o, s) = host::acquire(dir, &cores, lnc as u32, nvc, info.num_cores)?;
                 (Some(o), s)
             }
             None => (None, host::StatsArea::private(nvc)),

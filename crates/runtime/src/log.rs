@@ -123,14 +123,53 @@ pub fn write(module: Module, level: Level, function: &str, args: fmt::Arguments<
     let mut err = std::io::stderr().lock();
     let _ = writeln!(
         err,
-        "{}.{:06} {} {}:{} {}",
-        now.as_secs(),
-        now.subsec_micros(),
+        "{} {} {}:{} {}",
+        UtcTimestamp(now),
         level.name(),
         module.name(),
         function,
         args
     );
+}
+
+/// A time since the Unix epoch as the public runtime's log lines print it, in UTC:
+/// `2026-Nov-29 07:30:01.123456` (formatted in place: no allocation).
+#[derive(Clone, Copy, Debug)]
+pub struct UtcTimestamp(pub std::time::Duration);
+
+impl fmt::Display for UtcTimestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let secs = self.0.as_secs();
+        let (days, rem) = (secs / 86_400, secs % 86_400);
+        let (year, month, day) = civil_from_days(days);
+        write!(
+            f,
+            "{year:04}-{}-{day:02} {:02}:{:02}:{:02}.{:06}",
+            MONTHS[(month - 1) as usize],
+            rem / 3600,
+            rem % 3600 / 60,
+            rem % 60,
+            self.0.subsec_micros()
+        )
+    }
+}
+
+/// The proleptic Gregorian (year, month 1..=12, day 1..=31) of `days` since 1970-01-01
+/// (Howard Hinnant's `civil_from_days`, for non-negative day counts).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
 }
 
 /// `nrt_log!(Module, Level, "function", "format", args…)`.
@@ -141,4 +180,21 @@ macro_rules! nrt_log {
             $crate::log::write($module, $level, $func, format_args!($($arg)*));
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UtcTimestamp;
+    use std::time::Duration;
+
+    #[test]
+    fn timestamps_are_utc_calendar_times() {
+        let at = |s: u64, us: u32| UtcTimestamp(Duration::new(s, us * 1000)).to_string();
+        assert_eq!(at(0, 0), "1970-Jan-01 00:00:00.000000");
+        // `date -u -d @1764401401`: Sat Nov 29 07:30:01 UTC 2025.
+        assert_eq!(at(1_764_401_401, 123_456), "2025-Nov-29 07:30:01.123456");
+        // A leap day, and the last second of a year.
+        assert_eq!(at(951_782_400, 0), "2000-Feb-29 00:00:00.000000");
+        assert_eq!(at(1_798_761_599, 999_999), "2026-Dec-31 23:59:59.999999");
+    }
 }

@@ -206,6 +206,9 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             emit(r, &mut rows);
         }
     } else if let Some(path) = &a.model {
+        if !path.ends_with(".onnx") {
+            a.compile.refuse_for_compiled(path)?;
+        }
         let opts = session::compile_options(&a.compile)?;
         let p = session::prepare(path, &opts)?;
         let label = std::path::Path::new(path)
@@ -242,7 +245,7 @@ pub fn main(a: &BenchArgs) -> Res<()> {
             ),
         }
     } else if let Some(s) = surface {
-        let (cores, ncm) = (a.compile.cores, near_null(a.compile.cores));
+        let (cores, ncm) = (a.compile.cores(), near_null(a.compile.cores()));
         let lnc = RuntimeConfig {
             logical_nc: cores,
             ..base_config()?

@@ -295,9 +295,23 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
     }
     for name in opts.input_shapes.keys().chain(opts.input_values.keys()) {
         if !gp.input.iter().any(|i| &i.name == name) {
+            // Its inputs, less the initializers an IR < 4 model lists among them.
+            let inputs: Vec<String> = gp
+                .input
+                .iter()
+                .filter(|i| !by_name.contains_key(&i.name))
+                .map(|i| format!("'{}'", i.name))
+                .collect();
             return err(
                 ErrorKind::BadOption,
-                format!("the model has no input named '{name}'"),
+                format!(
+                    "the model has no input named '{name}'; its inputs: {}",
+                    if inputs.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        inputs.join(", ")
+                    }
+                ),
             );
         }
     }
@@ -373,12 +387,13 @@ pub fn import(bytes: &[u8], model_dir: Option<&Path>, opts: &CompileOptions) -> 
                             _ => "an unnamed symbolic dimension".to_owned(),
                         };
                         let rank = dims.len();
-                        return err(
+                        return Err(CompileError::new(
                             ErrorKind::BadShape,
                             format!(
-                                "input '{name}' has {what} at axis {i} (of {rank}): fix its shape with input_shapes / `--input-shape {name}=D,D,..`, or give an input file (`nrt run --input {name}=FILE`)"
+                                "input '{name}' has {what} at axis {i} (of {rank}): give its shape (input_shapes)"
                             ),
-                        );
+                        )
+                        .needing_shape_of(name));
                     }
                 }
             }

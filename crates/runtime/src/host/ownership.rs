@@ -77,12 +77,14 @@ static RECORD_SEQ: AtomicU64 = AtomicU64::new(0);
 const NAME_TRIES: u32 = 64;
 
 /// Takes the cores' locks in `dir` and publishes the record; returns the ownership and the
-/// statistics area (the record's mapping).
+/// statistics area (the record's mapping). `host_cores`: how many cores the host has (a
+/// refusal names those free).
 pub(crate) fn acquire(
     dir: &Path,
     cores: &[u32],
     lnc: u32,
     vcores: usize,
+    host_cores: u32,
 ) -> Result<(Ownership, StatsArea)> {
     if vcores > MAX_RECORD_VCORES || cores.iter().any(|&c| c as usize >= CORE_WORDS * 64) {
         return Err(NrtError::invalid(format!(
@@ -190,7 +192,7 @@ pub(crate) fn acquire(
             .open_lock(&name)
             .map_err(|e| io_err("opening the lock", &dir.join(&name), e))?;
         if !flock(&lf, libc::LOCK_EX) {
-            let e = in_use_error(&own.dir, c, &own.record_name);
+            let e = in_use_error(&own.dir, c, &own.record_name, host_cores);
             drop(own); // unlinks our record, releases the cores taken so far
             return Err(e);
         }
@@ -201,15 +203,18 @@ pub(crate) fn acquire(
 }
 
 #[cold]
-fn in_use_error(dir: &RuntimeDir, core: u32, ours: &str) -> NrtError {
+fn in_use_error(dir: &RuntimeDir, core: u32, ours: &str, host_cores: u32) -> NrtError {
     // The holder published its record before it took the lock; a record still acquiring
     // (a process that is about to be refused as well) is the fallback.
-    let mut best: Option<ProcessRecord> = None;
-    for (name, r) in read_records_in(dir).records {
-        if name != ours
-            && r.cores.contains(&core)
-            && best.as_ref().is_none_or(|b| !b.holding && r.holding)
-        {
+    let records: Vec<ProcessRecord> = read_records_in(dir)
+        .records
+        .into_iter()
+        .filter(|(name, _)| name != ours)
+        .map(|(_, r)| r)
+        .collect();
+    let mut best: Option<&ProcessRecord> = None;
+    for r in &records {
+        if r.cores.contains(&core) && best.is_none_or(|b| !b.holding && r.holding) {
             best = Some(r);
         }
     }
@@ -220,8 +225,123 @@ fn in_use_error(dir: &RuntimeDir, core: u32, ours: &str) -> NrtError {
     NrtError::new(
         NrtStatus::Resource,
         format!(
-            "NeuronCore {core} is in use by {who} (runtime directory {}; NEURON_RT_VISIBLE_CORES selects other cores)",
-            dir.path().display()
+            "NeuronCore {core} is in use by {who} (runtime directory {}); {}",
+            dir.path().display(),
+            free_cores_hint(&records, host_cores)
         ),
     )
+}
+
+/// What a refused runtime can take instead: the cores no other runtime holds (the longest
+/// contiguous run, as `NEURON_RT_VISIBLE_CORES` wants it), or, when none is free, who holds
+/// them.
+fn free_cores_hint(records: &[ProcessRecord], host_cores: u32) -> String {
+    let held = |c: u32| records.iter().any(|r| r.cores.contains(&c));
+    let free: Vec<u32> = (0..host_cores).filter(|&c| !held(c)).collect();
+    if free.is_empty() {
+        let holders: Vec<String> = records
+            .iter()
+            .filter(|r| !r.cores.is_empty())
+            .map(|r| {
+                format!(
+                    "pid {} ({}) holds {}",
+                    r.pid,
+                    r.cmdline,
+                    core_list(&r.cores)
+                )
+            })
+            .collect();
+        return format!(
+            "no NeuronCore of the {host_cores} is free: {}",
+            if holders.is_empty() {
+                "their holders published no record".to_owned()
+            } else {
+                holders.join(", ")
+            }
+        );
+    }
+    // The longest run of consecutive free cores.
+    let (mut best, mut start) = ((free[0], free[0]), free[0]);
+    for w in free.windows(2) {
+        if w[1] != w[0] + 1 {
+            start = w[1];
+        }
+        if w[1] - start > best.1 - best.0 {
+            best = (start, w[1]);
+        }
+    }
+    let run = if best.0 == best.1 {
+        best.0.to_string()
+    } else {
+        format!("{}-{}", best.0, best.1)
+    };
+    format!(
+        "free NeuronCores: {}; NEURON_RT_VISIBLE_CORES={run} selects {}",
+        core_list(&free),
+        if best.0 == best.1 { "it" } else { "them" }
+    )
+}
+
+/// Core ids as ranges: `0-3,6`.
+fn core_list(cores: &[u32]) -> String {
+    let mut v = cores.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(pid: u32, cores: &[u32]) -> ProcessRecord {
+        ProcessRecord {
+            pid,
+            start_unix_ns: 0,
+            cmdline: format!("serve {pid}"),
+            tag: String::new(),
+            models: Vec::new(),
+            cores: cores.to_vec(),
+            holding: true,
+            lnc: 1,
+            vcores: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_the_free_cores() {
+        let h = free_cores_hint(&[holder(7, &[0, 1]), holder(8, &[4])], 8);
+        assert_eq!(
+            h,
+            "free NeuronCores: 2-3,5-7; NEURON_RT_VISIBLE_CORES=5-7 selects them"
+        );
+        let h = free_cores_hint(&[holder(7, &[0])], 2);
+        assert_eq!(
+            h,
+            "free NeuronCores: 1; NEURON_RT_VISIBLE_CORES=1 selects it"
+        );
+    }
+
+    #[test]
+    fn a_refusal_with_no_free_core_names_the_holders() {
+        let h = free_cores_hint(&[holder(7, &[0, 1]), holder(8, &[2, 3])], 4);
+        assert_eq!(
+            h,
+            "no NeuronCore of the 4 is free: pid 7 (serve 7) holds 0-1, pid 8 (serve 8) holds 2-3"
+        );
+    }
 }
