@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -25,16 +24,6 @@ import llm_app  # noqa: E402
 TEST_BUDGET_S = 240
 
 
-@pytest.fixture(autouse=True)
-def bounded():
-    def expired(*_):
-        raise TimeoutError(f"test exceeded {TEST_BUDGET_S} s")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(TEST_BUDGET_S)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture(scope="module")

@@ -1,45 +1,10 @@
 //! The `nrt` binary end to end: every subcommand on a real model, and the errors a user
 //! gets for bad input (exit status 2 and a message naming the culprit).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-/// A runtime directory of its own (`NRT_RUNTIME_DIR`), so parallel tests never contend for
-/// core ownership.
-fn private_runtime_dir() -> PathBuf {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("nrt-run")
-        .join(format!("{}-{n}", std::process::id()))
-}
-
-/// The `nrt` binary with `args`, a runtime directory of its own and no fault plan or
-/// implicit async from the environment.
-fn nrt_command(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt"));
-    c.args(args)
-        .env("NRT_RUNTIME_DIR", private_runtime_dir())
-        .env_remove("NRT_SIM_FAULTS")
-        .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS");
-    c
-}
-
-fn nrt(args: &[&str]) -> Output {
-    nrt_command(args).output().expect("run nrt")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = nrt(args);
-    assert!(
-        out.status.success(),
-        "nrt {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
+mod common;
+use common::{nrt, nrt_command, ok, s, scratch, write_npy_f32};
 
 /// Runs a command that must fail with exit status 2; returns its stderr.
 fn fails(args: &[&str]) -> String {
@@ -51,39 +16,6 @@ fn fails(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout)
     );
     String::from_utf8(out.stderr).expect("utf-8 errors")
-}
-
-/// A fresh scratch folder under the target directory.
-fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-/// Writes a float32 C-order `.npy` file by hand (the format's version 1.0 header).
-fn write_npy_f32(path: &Path, shape: &[usize], data: &[f32]) {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    // NumPy's own spelling: `(2,)` for one dimension, `(3, 2)` for more.
-    let tuple = match dims.len() {
-        1 => format!("({},)", dims[0]),
-        _ => format!("({})", dims.join(", ")),
-    };
-    let mut header =
-        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}").into_bytes();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(b' ');
-    }
-    header.push(b'\n');
-    let mut f = b"\x93NUMPY\x01\x00".to_vec();
-    f.extend((header.len() as u16).to_le_bytes());
-    f.extend(header);
-    f.extend(data.iter().flat_map(|x| x.to_le_bytes()));
-    std::fs::write(path, f).expect("write .npy");
 }
 
 /// A tensor's `ValueInfoProto`: element type `elem_type`, dimensions as given (`-1` kept as

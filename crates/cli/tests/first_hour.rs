@@ -2,42 +2,11 @@
 //! fix, and `nrt --help` lists every environment variable the code reads.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn nrt_command(args: &[&str]) -> Command {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let run_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join("nrt-run-first-hour")
-        .join(format!("{}-{n}", std::process::id()));
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nrt"));
-    c.args(args)
-        .env("NRT_RUNTIME_DIR", run_dir)
-        .env_remove("NRT_SIM_FAULTS")
-        .env_remove("NEURON_LOGICAL_NC_CONFIG")
-        .env_remove("NEURON_RT_VISIBLE_CORES")
-        .env_remove("NEURON_RT_NUM_CORES")
-        .env_remove("NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS");
-    c
-}
+mod common;
+use common::{nrt, ok, s, scratch};
 
-fn nrt(args: &[&str]) -> Output {
-    nrt_command(args).output().expect("run nrt")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = nrt(args);
-    assert!(
-        out.status.success(),
-        "nrt {args:?} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
-
-/// Runs a command that must fail with exit status 2; returns (stdout, stderr).
 fn fails(args: &[&str]) -> (String, String) {
     let out = nrt(args);
     let (o, e) = (
@@ -48,36 +17,11 @@ fn fails(args: &[&str]) -> (String, String) {
     (o, e)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-/// Writes a float32 C-order `.npy` file (format 1.0 header).
+/// Writes a float32 `.npy` of `shape` with values 0, 0.01, 0.02, ...
 fn write_npy_f32(path: &Path, shape: &[usize]) {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let tuple = match dims.len() {
-        1 => format!("({},)", dims[0]),
-        _ => format!("({})", dims.join(", ")),
-    };
-    let mut header =
-        format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple}, }}").into_bytes();
-    while !(10 + header.len() + 1).is_multiple_of(64) {
-        header.push(b' ');
-    }
-    header.push(b'\n');
-    let mut f = b"\x93NUMPY\x01\x00".to_vec();
-    f.extend((header.len() as u16).to_le_bytes());
-    f.extend(header);
     let n: usize = shape.iter().product();
-    f.extend((0..n).flat_map(|i| (i as f32 * 0.01).to_le_bytes()));
-    std::fs::write(path, f).expect("write .npy");
+    let data: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+    common::write_npy_f32(path, shape, &data);
 }
 
 /// The `mlp` sample (input `X`, f32 [1, 512]) as ONNX and compiled.
