@@ -190,6 +190,12 @@ class LLM:
             raise failure[0]
 
 
+# How long AsyncLLMEngine.generate waits between polls of a request with no news: doubling
+# from the first to the second (a decode step takes tens of ms on this host).
+_POLL_MIN_S = 0.0005
+_POLL_MAX_S = 0.008
+
+
 class AsyncLLMEngine:
     """Serving from Python (vLLM's ``AsyncLLMEngine`` shape): the same continuously batched
     engine as ``nrt llm serve``, on its own thread. ``path``: a model directory or a ``.gguf``
@@ -229,14 +235,20 @@ class AsyncLLMEngine:
         req = self._s.submit(ids, *LLM._args(p))
         if request_id is not None:
             self._requests[request_id] = req.id
-        loop = asyncio.get_running_loop()
         text, toks, lps = "", [], []
         finished = False
+        # Polled from the event loop without blocking it: no executor thread per request (a
+        # few threads would serialize many streams); the pause between empty polls grows to
+        # a few ms, well below a decode step.
+        pause = _POLL_MIN_S
         try:
             while True:
-                ev = await loop.run_in_executor(None, req.next, 0.25)
+                ev = req.next(0.0)
                 if ev is None:
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, _POLL_MAX_S)
                     continue
+                pause = _POLL_MIN_S
                 kind, piece, new_ids, new_lps, reason = ev
                 if kind == "delta":
                     text += piece
