@@ -2,8 +2,9 @@
 
 Ray finds a node's Neuron cores in `NeuronAcceleratorManager.get_current_node_num_accelerators`
 (ray/_private/accelerators/neuron.py): it runs `/opt/aws/neuron/bin/neuron-ls --json-output`
-and sums `nc_count`. Nothing is installed at that system path: the test redirects only that
-one command to `nrt ls --json-output` and lets Ray's code do its own parsing. Run by
+and sums `nc_count`. Nothing is installed at that system path: the test makes the tools'
+links with `nrt install-tools DIR` and redirects only that one command to `DIR/neuron-ls` (the
+`nrt` binary answering to its name), letting Ray's code do its own parsing. Run by
 scripts/test.sh beside the Ray Serve test (skipped with NRT_SKIP_RAY=1).
 """
 
@@ -27,10 +28,14 @@ NEURON_LS = "/opt/aws/neuron/bin/neuron-ls"
 
 
 @pytest.fixture
-def nrt_as_neuron_ls(monkeypatch):
-    """Makes Ray's call of neuron-ls run `nrt ls` with the given environment."""
+def nrt_as_neuron_ls(monkeypatch, tmp_path):
+    """Makes Ray's call of neuron-ls run the `neuron-ls` link of `nrt install-tools` with the
+    given environment."""
     if not Path(NRT).exists():
         pytest.fail(f"{NRT} is missing: cargo build --release -p nrt-cli (or set NRT_CLI)")
+    subprocess.run([NRT, "install-tools", str(tmp_path)], check=True, capture_output=True)
+    link = tmp_path / "neuron-ls"
+    assert link.is_symlink()
     env = {}
     real_run = subprocess.run
     real_isdir = os.path.isdir
@@ -39,7 +44,7 @@ def nrt_as_neuron_ls(monkeypatch):
     def run(args, *a, **kw):
         if isinstance(args, (list, tuple)) and args and args[0] == NEURON_LS:
             calls.append(list(args))
-            return real_run([NRT, "ls", *args[1:]], *a, env={**os.environ, **env}, **kw)
+            return real_run([str(link), *args[1:]], *a, env={**os.environ, **env}, **kw)
         return real_run(args, *a, **kw)
 
     def isdir(p):
