@@ -521,7 +521,7 @@ impl Scheduler {
                 budget = budget.saturating_sub(job.prompt.len());
                 admitted += 1;
                 let slot = free.pop().expect("a free slot below the width");
-                let admitted = Instant::now();
+                let admitted_at = Instant::now();
                 let mut seq = Sequence::new(&tokenizer, &job.prompt, &job.params, slot);
                 let r = self
                     .runner
@@ -531,7 +531,11 @@ impl Scheduler {
                     m.prefills += 1;
                     m.prompt_tokens += job.prompt.len() as u64;
                 });
-                let mut run = Running { job, seq, admitted };
+                let mut run = Running {
+                    job,
+                    seq,
+                    admitted: admitted_at,
+                };
                 match r {
                     Err(e) => {
                         free.push(slot);
