@@ -514,10 +514,6 @@ impl Scheduler {
                 }
                 let job = waiting.pop_front().expect("front exists");
                 self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                if job.cancelled {
-                    self.end(job, None);
-                    continue;
-                }
                 budget = budget.saturating_sub(job.prompt.len());
                 admitted += 1;
                 let slot = free.pop().expect("a free slot below the width");
@@ -649,8 +645,11 @@ impl Scheduler {
                     cancelled: false,
                 }),
                 Command::Cancel(id) => {
-                    for j in waiting.iter_mut().filter(|j| j.id == id) {
-                        j.cancelled = true;
+                    // Waiting: ended at once (its place in the queue is free again).
+                    if let Some(k) = waiting.iter().position(|j| j.id == id) {
+                        let j = waiting.remove(k).expect("a position found");
+                        self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                        self.end(j, None);
                     }
                     for r in running.iter_mut().filter(|r| r.job.id == id) {
                         r.job.cancelled = true;

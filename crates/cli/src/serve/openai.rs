@@ -554,3 +554,103 @@ pub fn usage_chunk(h: &Header<'_>, u: Value) -> Value {
     c["choices"] = json!([]);
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nrt_llm::testing::TinyLlama;
+
+    fn with_model(f: impl FnOnce(&ModelView<'_>)) {
+        let g = nrt_llm::Gguf::parse(&TinyLlama::default().to_gguf()).unwrap();
+        let tok = Tokenizer::from_gguf(&g).unwrap();
+        let template = nrt_llm::ChatTemplate::from_gguf(&g, &tok).unwrap();
+        f(&ModelView {
+            name: "tiny",
+            tokenizer: &tok,
+            template: template.as_ref(),
+            max_model_len: 32,
+            vocab_size: 300,
+        });
+    }
+
+    fn parse_ok(route: Route, body: Value, m: &ModelView<'_>) -> Parsed {
+        parse(route, body.to_string().as_bytes(), m, || 7).unwrap()
+    }
+
+    fn parse_err(route: Route, body: &[u8], m: &ModelView<'_>) -> ApiError {
+        parse(route, body, m, || 7).unwrap_err()
+    }
+
+    #[test]
+    fn defaults_are_openais_and_prompts_come_in_every_form() {
+        with_model(|m| {
+            let p = parse_ok(Route::Completions, json!({"prompt": [5, 6, 7]}), m);
+            assert_eq!(p.prompt, [5, 6, 7]);
+            assert_eq!(p.params.max_tokens, 16, "OpenAI's default for completions");
+            assert_eq!(p.params.sampling.temperature, 1.0);
+            assert_eq!(p.params.sampling.seed, 7, "a fresh seed when none is given");
+            assert!(!p.stream && !p.logprobs && !p.params.ignore_eos);
+            let q = parse_ok(Route::Completions, json!({"prompt": [[5, 6, 7]]}), m);
+            assert_eq!(q.prompt, p.prompt);
+            let t = parse_ok(
+                Route::Completions,
+                json!({"prompt": "ab", "model": "tiny", "max_tokens": 3, "temperature": 0,
+                       "top_k": -1, "seed": 9, "stop": "x", "stream": true, "logprobs": 0,
+                       "stream_options": {"include_usage": true}, "user": "ignored"}),
+                m,
+            );
+            assert!(!t.prompt.is_empty() && t.stream && t.include_usage && t.logprobs);
+            assert_eq!(t.params.stop, ["x"]);
+            assert_eq!((t.params.sampling.top_k, t.params.sampling.seed), (0, 9));
+            // Chat: the template applied; max_tokens defaults to the room left.
+            let c = parse_ok(
+                Route::Chat,
+                json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]}),
+                m,
+            );
+            assert_eq!(c.params.max_tokens, 32 - c.prompt.len());
+        });
+    }
+
+    #[test]
+    fn each_bad_value_is_named_with_its_status() {
+        with_model(|m| {
+            let cases: [(&[u8], u16, &str); 12] = [
+                (b"{", 400, "not valid JSON"),
+                (b"\"text\"", 400, "JSON object"),
+                (br#"{"prompt": "a", "model": "big"}"#, 404, "does not exist"),
+                (br#"{"prompt": {}}"#, 400, "one prompt"),
+                (br#"{"prompt": [1, 300]}"#, 400, "vocabulary size 300"),
+                (br#"{"prompt": []}"#, 400, "prompt is empty"),
+                (br#"{"prompt": "a", "max_tokens": 0}"#, 400, "at least 1"),
+                (
+                    br#"{"prompt": "a", "max_tokens": 40}"#,
+                    400,
+                    "maximum context length is 32",
+                ),
+                (br#"{"prompt": "a", "top_p": 1.5}"#, 400, "top_p"),
+                (br#"{"prompt": "a", "top_k": -2}"#, 400, "top_k"),
+                (br#"{"prompt": "a", "logprobs": 3}"#, 400, "logprobs 0"),
+                (br#"{"prompt": "a", "stream": "yes"}"#, 400, "true or false"),
+            ];
+            for (body, status, says) in cases {
+                let e = parse_err(Route::Completions, body, m);
+                assert_eq!(e.status, status, "{}: {e:?}", String::from_utf8_lossy(body));
+                assert!(
+                    e.message.contains(says),
+                    "{}: {e:?}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+            let e = parse_err(Route::Chat, br#"{"messages": [{"content": "x"}]}"#, m);
+            assert_eq!(e.param.as_deref(), Some("messages[0]"));
+            let many: Vec<String> = (0..17).map(|i| i.to_string()).collect();
+            let body = json!({"prompt": "a", "stop": many}).to_string();
+            assert!(
+                parse_err(Route::Completions, body.as_bytes(), m)
+                    .message
+                    .contains("at most 16")
+            );
+        });
+    }
+}
