@@ -370,7 +370,8 @@ impl Runner {
     /// fatal fault takes executions again; the weights, the cache and the loaded programs
     /// stay.
     pub fn reset(&mut self) -> Result<(), Error> {
-        let vnc = u32::try_from(self.vnc).unwrap_or(0);
+        let vnc = u32::try_from(self.vnc)
+            .map_err(|_| rt_err("resetting", format!("logical core {}", self.vnc)))?;
         self.rt
             .reset_vnc(vnc)
             .map_err(|e| rt_err(&format!("resetting logical core {vnc}"), e))

@@ -286,13 +286,13 @@ async fn generate(State(app): State<Arc<App>>, route: Route, b: Body) -> Respons
         Ok(b) => b,
         Err(e) => return error(&e),
     };
-    let p = match openai::parse(route, &body, &app.view(), || app.next()) {
+    let mut p = match openai::parse(route, &body, &app.view(), || app.next()) {
         Ok(p) => p,
         Err(e) => return error(&e),
     };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let request = Request {
-        prompt: p.prompt.clone(),
+        prompt: std::mem::take(&mut p.prompt),
         params: p.params.clone(),
         sink: Box::new(move |e| tx.send(e).is_ok()),
     };

@@ -426,11 +426,6 @@ pub struct Header<'a> {
     pub route: Route,
 }
 
-/// OpenAI's `finish_reason` (`abort` when the server stopped the request).
-pub fn finish_reason(f: FinishReason) -> &'static str {
-    f.as_str()
-}
-
 /// The usage object.
 pub fn usage(prompt: usize, completion: usize) -> Value {
     json!({
@@ -487,13 +482,13 @@ pub fn response(h: &Header<'_>, g: &Generation, lp: Option<Value>) -> Value {
             "index": 0,
             "text": g.text,
             "logprobs": lp,
-            "finish_reason": finish_reason(g.finish_reason),
+            "finish_reason": g.finish_reason.as_str(),
         }),
         Route::Chat => json!({
             "index": 0,
             "message": {"role": "assistant", "content": g.text},
             "logprobs": lp,
-            "finish_reason": finish_reason(g.finish_reason),
+            "finish_reason": g.finish_reason.as_str(),
         }),
     };
     json!({
@@ -518,7 +513,7 @@ pub fn chunk(
     usage: Option<Value>,
 ) -> Value {
     let text = d.map(|d| d.text.as_str()).unwrap_or("");
-    let reason = finish.map(finish_reason);
+    let reason = finish.map(FinishReason::as_str);
     let choice = match h.route {
         Route::Completions => json!({
             "index": 0, "text": text, "logprobs": lp, "finish_reason": reason,
