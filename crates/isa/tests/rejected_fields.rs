@@ -623,3 +623,97 @@ fn sample_operands_are_checked() {
     let e = Instruction::decode(&v).unwrap_err().to_string();
     assert!(e.contains("reserved"), "{e}");
 }
+
+/// NCM 1.11: a block-quantized product and gather round-trip; a bad format, a K that is
+/// not whole blocks, a row length other than K/32 blocks, rows closer than a row apart and
+/// a wrong element type are each rejected, naming the field.
+#[test]
+fn block_quant_operands_are_checked() {
+    let f = op::BlockFormat::Q4_1;
+    let rb = f.row_bytes(64).unwrap(); // 2 blocks of 20 bytes
+    assert_eq!(rb, 40);
+    let good = op::MatMulBlockQuant {
+        a: ap_of(DType::F32, [1, 1, 3, 64], 0),
+        w: ap_of(DType::U8, [1, 1, 5, rb], 4096),
+        c: ap_of(DType::F32, [1, 1, 3, 5], 8192),
+        format: f,
+    };
+    let bytes = |o: op::MatMulBlockQuant| {
+        let mut v = Vec::new();
+        Instruction::new(Op::MatMulBlockQuant(o)).encode(&mut v);
+        v
+    };
+    let v = bytes(good);
+    assert_eq!(v[0], nrt_isa::opcode::MATMUL_BLOCK_QUANT);
+    assert_eq!(v.len(), nrt_isa::HEADER_SIZE + 3 * nrt_isa::AP_SIZE + 8);
+    let (back, _) = Instruction::decode(&v).unwrap();
+    assert_eq!(back.op, Op::MatMulBlockQuant(good));
+    assert!(back.op.runs_on(Engine::Pe));
+    let refused = |o: op::MatMulBlockQuant| Instruction::decode(&bytes(o)).unwrap_err().to_string();
+    let e = refused(op::MatMulBlockQuant {
+        format: op::BlockFormat::Q8_0,
+        ..good
+    });
+    assert!(e.contains("w.shape"), "{e}");
+    let e = refused(op::MatMulBlockQuant {
+        a: ap_of(DType::F32, [1, 1, 3, 48], 0),
+        ..good
+    });
+    assert!(e.contains("w.shape"), "{e}");
+    let e = refused(op::MatMulBlockQuant {
+        c: ap_of(DType::F32, [1, 1, 3, 4], 8192),
+        ..good
+    });
+    assert!(e.contains("c.shape"), "{e}");
+    let e = refused(op::MatMulBlockQuant {
+        w: ap_of(DType::I8, [1, 1, 5, rb], 4096),
+        ..good
+    });
+    assert!(e.contains("w.dtype"), "{e}");
+    let mut close = good;
+    close.w.stride[2] = rb as i32 - 1;
+    assert!(refused(close).contains("w.stride"));
+    let mut v = bytes(good);
+    let at = nrt_isa::HEADER_SIZE + 3 * nrt_isa::AP_SIZE;
+    v[at] = 7; // not a ggml block type the device reads
+    let e = Instruction::decode(&v).unwrap_err().to_string();
+    assert!(e.contains("format"), "{e}");
+    let mut v = bytes(good);
+    v[at + 1] = 1;
+    let e = Instruction::decode(&v).unwrap_err().to_string();
+    assert!(e.contains("reserved"), "{e}");
+
+    let gather = op::GatherBlockQuant {
+        table: ap_of(DType::U8, [1, 1, 100, rb], 0),
+        indices: ap_of(DType::I64, [1, 1, 4, 1], 8192),
+        output: ap_of(DType::F32, [1, 1, 4, 64], 16384),
+        format: f,
+    };
+    let gbytes = |o: op::GatherBlockQuant| {
+        let mut v = Vec::new();
+        Instruction::new(Op::GatherBlockQuant(o)).encode(&mut v);
+        v
+    };
+    let v = gbytes(gather);
+    assert_eq!(v[0], nrt_isa::opcode::GATHER_BLOCK_QUANT);
+    let (back, _) = Instruction::decode(&v).unwrap();
+    assert_eq!(back.op, Op::GatherBlockQuant(gather));
+    assert!(back.op.runs_on(Engine::Pool));
+    let grefused =
+        |o: op::GatherBlockQuant| Instruction::decode(&gbytes(o)).unwrap_err().to_string();
+    let e = grefused(op::GatherBlockQuant {
+        indices: ap_of(DType::I64, [1, 1, 3, 1], 8192),
+        ..gather
+    });
+    assert!(e.contains("indices.shape"), "{e}");
+    let e = grefused(op::GatherBlockQuant {
+        indices: ap_of(DType::I32, [1, 1, 4, 1], 8192),
+        ..gather
+    });
+    assert!(e.contains("indices.dtype"), "{e}");
+    let e = grefused(op::GatherBlockQuant {
+        output: ap_of(DType::F32, [1, 1, 4, 96], 16384),
+        ..gather
+    });
+    assert!(e.contains("table.shape"), "{e}");
+}

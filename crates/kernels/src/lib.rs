@@ -47,6 +47,7 @@
 
 pub mod act;
 pub mod binary;
+pub mod blockq;
 pub mod conv;
 pub mod copy;
 pub mod cpu;

@@ -59,7 +59,7 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   (range, scale, zero point and the u8 tensor) in one instruction.
 /// - 1.9: the `RmsNorm` instruction (POOL, `0x5F`): `x / √(mean(x²) + eps) · gamma` over
 ///   the last dimension, the normalization of decoder LLMs.
-pub const VERSION_MINOR: u16 = 10;
+pub const VERSION_MINOR: u16 = 11;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

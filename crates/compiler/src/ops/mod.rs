@@ -17,6 +17,7 @@ macro_rules! lower {
 
 mod attention;
 mod bitwise;
+mod blockq;
 mod composite;
 mod constant;
 mod control;
@@ -260,6 +261,7 @@ pub(crate) fn registry() -> &'static Registry {
         rnn::register(&mut r);
         roi::register(&mut r);
         sample::register(&mut r);
+        blockq::register(&mut r);
         spectral::register(&mut r);
         unary::register(&mut r);
         r

@@ -9,6 +9,7 @@ use crate::ap::{AP_SIZE, AccessPattern};
 use crate::codec::*;
 use crate::error::{DecodeError, Reason};
 use crate::instr::{HEADER_SIZE, Role};
+use crate::op::pe::check_block_rows;
 use crate::op::*;
 use nrt_hal::DType;
 
@@ -651,5 +652,72 @@ impl Unit for DeformIm2col {
             f(2, "mask", Role::Read, x);
         }
         f(3, "cols", Role::Write, cols);
+    });
+}
+
+/// POOL: rows of a block-quantized table widened to f32 (NCM 1.11) — an embedding lookup
+/// whose table stays in its [`BlockFormat`] (a decoder LLM's `token_embd`, which its tied
+/// LM head reads through [`super::Op::MatMulBlockQuant`]). Row `r` of `output` is row
+/// `indices[r]` of `table` (a negative index counts from the end, as ONNX Gather); an
+/// index outside `[−V, V)` is a device error (`NRT_EXEC_OOB`) and nothing is written.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GatherBlockQuant {
+    /// `[1, 1, V, K/32 · block_bytes]` u8, strides `[any, any, ≥ row bytes, 1]`.
+    pub table: AccessPattern,
+    /// `[d0, d1, d2, 1]` i64.
+    pub indices: AccessPattern,
+    /// `[d0, d1, d2, K]` f32.
+    pub output: AccessPattern,
+    /// How `table` is stored.
+    pub format: BlockFormat,
+}
+
+impl Unit for GatherBlockQuant {
+    fn encode(&self, w: &mut W<'_>) {
+        w.ap(&self.table);
+        w.ap(&self.indices);
+        w.ap(&self.output);
+        w.u8(self.format as u8);
+        w.zeros(7);
+    }
+
+    fn decode(r: &mut R<'_>) -> Result<Self, DecodeError> {
+        let table = r.ap("table")?;
+        let indices = r.ap("indices")?;
+        let output = r.ap("output")?;
+        let format = r.enum_u8("format", BlockFormat::from_u8)?;
+        r.zeros(7, "reserved")?;
+        let k = output.shape[3];
+        check_block_rows(
+            &table,
+            ("table.dtype", "table.shape", "table.stride"),
+            format,
+            k,
+        )
+        .map_err(|e| e.shifted(HEADER_SIZE))?;
+        let at = HEADER_SIZE + AP_SIZE;
+        require_dtype(&indices, "indices.dtype", &[DType::I64]).map_err(|e| e.shifted(at))?;
+        let mut rows = output.shape;
+        rows[3] = 1;
+        same_shape("indices.shape", &rows, &indices).map_err(|e| e.shifted(at))?;
+        require_dtype(&output, "output.dtype", &[DType::F32])
+            .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+        Ok(Self {
+            table,
+            indices,
+            output,
+            format,
+        })
+    }
+
+    operands!(|f| Self {
+        table,
+        indices,
+        output,
+        ..
+    } => {
+        f(0, "table", Role::Read, table);
+        f(1, "indices", Role::Read, indices);
+        f(2, "output", Role::Write, output);
     });
 }

@@ -26,7 +26,7 @@ pub use act::ActFunc;
 pub use dve::BinaryOp;
 pub use dynamic::{ShapeTemplate, nms_flags};
 pub use gather::{ROI_MAX_GRID, ScatterReduce, roi_flags};
-pub use pe::{Epilogue, matmul_flags, qmatmul_layout};
+pub use pe::{BlockFormat, Epilogue, matmul_flags, qmatmul_layout};
 pub use pool::{CoordMode, NearestMode, PoolOp, ReduceOp, ResizeMode};
 
 use crate::ap::{AP_SIZE, AccessPattern};
@@ -185,6 +185,13 @@ macro_rules! instruction_table {
                 /// [`super::Op::MatMulInteger`] with a `scale` (f32 results, NCM 1.7).
                 MATMUL_INTEGER_SCALED = 0x25, HEADER_SIZE + 6 * AP_SIZE + 8;
             }
+            /// PE: `C = A·Wᵀ` with `W` block-quantized (NCM 1.11: ggml's Q4_0, Q4_1, Q8_0 blocks
+            /// as a GGUF file stores them), A rounded to 8-bit blocks on the fly, integer
+            /// products per block accumulated in f32.
+            pe::MatMulBlockQuant on Engine::Pe => {
+                /// [`super::Op::MatMulBlockQuant`] (NCM 1.11).
+                MATMUL_BLOCK_QUANT = 0x26, HEADER_SIZE + 3 * AP_SIZE + 8;
+            }
             /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
             pe::Conv on Engine::Pe => {
                 /// [`super::Op::Conv`].
@@ -296,6 +303,12 @@ macro_rules! instruction_table {
             gather::Sample on Engine::Pool => {
                 /// [`super::Op::Sample`] (NCM 1.10).
                 SAMPLE = 0x60, HEADER_SIZE + 8 * AP_SIZE + 8;
+            }
+            /// POOL: rows of a block-quantized table widened to f32 (NCM 1.11): an embedding
+            /// lookup whose table stays in its `BlockFormat`.
+            gather::GatherBlockQuant on Engine::Pool => {
+                /// [`super::Op::GatherBlockQuant`] (NCM 1.11).
+                GATHER_BLOCK_QUANT = 0x61, HEADER_SIZE + 3 * AP_SIZE + 8;
             }
             /// POOL: region-of-interest align (ONNX RoiAlign; NCM 1.4): for each region `r` (its `rois` row
             /// `[x1, y1, x2, y2]` times `spatial_scale`, minus ½ with [`roi_flags::HALF_PIXEL`]) and each

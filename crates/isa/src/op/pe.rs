@@ -783,3 +783,148 @@ impl Unit for Conv {
         }
     });
 }
+
+wire_enum! {
+    /// A block-quantized weight format (NCM 1.11): ggml's blocks of 32 weights, each with its
+    /// scale (and min), stored as in a GGUF file — the wire byte is ggml's type id. A row of
+    /// `K` weights is `K/32` blocks; [`BlockFormat::block_bytes`] each.
+    ///
+    /// | format | block | bytes | value of weight `i` |
+    /// |---|---|---|---|
+    /// | `Q4_0` | f16 `d`, 16 bytes of nibbles | 18 | `d·(q − 8)` |
+    /// | `Q4_1` | f16 `d`, f16 `m`, 16 bytes of nibbles | 20 | `d·q + m` |
+    /// | `Q8_0` | f16 `d`, 32 × i8 | 34 | `d·q` |
+    ///
+    /// Nibbles: byte `j` (0..16) holds weight `j` in its low four bits and weight `j + 16`
+    /// in its high four bits.
+    BlockFormat {
+        /// 4-bit, symmetric (ggml `Q4_0`).
+        Q4_0 = 2,
+        /// 4-bit with a per-block minimum (ggml `Q4_1`).
+        Q4_1 = 3,
+        /// 8-bit, symmetric (ggml `Q8_0`).
+        Q8_0 = 8,
+    }
+}
+
+impl BlockFormat {
+    /// Weights per block.
+    pub const BLOCK: u32 = 32;
+
+    /// Bytes per block.
+    pub const fn block_bytes(self) -> u32 {
+        match self {
+            BlockFormat::Q4_0 => 18,
+            BlockFormat::Q4_1 => 20,
+            BlockFormat::Q8_0 => 34,
+        }
+    }
+
+    /// Bytes of a row of `k` weights; `None` when `k` is not a positive multiple of 32.
+    pub const fn row_bytes(self, k: u32) -> Option<u32> {
+        if k == 0 || !k.is_multiple_of(Self::BLOCK) {
+            return None;
+        }
+        (k / Self::BLOCK).checked_mul(self.block_bytes())
+    }
+
+    /// ggml's name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BlockFormat::Q4_0 => "Q4_0",
+            BlockFormat::Q4_1 => "Q4_1",
+            BlockFormat::Q8_0 => "Q8_0",
+        }
+    }
+
+    /// The format of a ggml name (`Q4_1`), if it is one.
+    pub fn from_name(s: &str) -> Option<BlockFormat> {
+        Self::ALL.iter().copied().find(|f| f.name() == s)
+    }
+}
+
+/// The field names of a block-quantized matrix operand, for error messages.
+pub(crate) type BlockRowFields = (&'static str, &'static str, &'static str);
+
+/// Checks a block-quantized matrix operand of rows of `k` weights in `format`: u8
+/// `[1, 1, rows, row_bytes]`, strides `[any, any, ≥ row_bytes, 1]`. `fields`: the operand's
+/// `dtype`, `shape` and `stride` names.
+pub(crate) fn check_block_rows(
+    w: &AccessPattern,
+    (f_dtype, f_shape, f_stride): BlockRowFields,
+    format: BlockFormat,
+    k: u32,
+) -> Result<(), DecodeError> {
+    require_dtype(w, f_dtype, &[DType::U8])?;
+    let rb = format
+        .row_bytes(k)
+        .ok_or_else(|| DecodeError::field(f_shape, Reason::OutOfRange(k as u64)).at(16 + 12))?;
+    dim_eq(f_shape, 0, 1, w.shape[0])?;
+    dim_eq(f_shape, 1, 1, w.shape[1])?;
+    dim_eq(f_shape, 3, rb, w.shape[3])?;
+    let d = if w.stride[3] != 1 {
+        3
+    } else if w.shape[2] > 1 && (w.stride[2] as i64) < rb as i64 {
+        2
+    } else {
+        return Ok(());
+    };
+    Err(DecodeError::field(f_stride, Reason::OutOfRange(w.stride[d] as u64)).at(32 + 4 * d))
+}
+
+/// PE: a product with block-quantized weights (NCM 1.11), `C = A·Wᵀ`: `A` f32
+/// `[b1, b2, M, K]`, `W` the `N` rows of `K` weights of a linear layer in a
+/// [`BlockFormat`] (as a GGUF file stores them, never widened to f32: the kernel decodes each
+/// block in registers), `C` f32 `[b1, b2, M, N]`. The device rounds each row of A to 8-bit
+/// blocks of 32 with their own scale (llama.cpp's `Q8` activations) and multiplies in
+/// integers, block by block, accumulating in f32.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MatMulBlockQuant {
+    /// `[b1, b2, M, K]` f32, `K` a multiple of 32.
+    pub a: AccessPattern,
+    /// `[1, 1, N, K/32 · block_bytes]` u8, strides `[any, any, ≥ row bytes, 1]` (shared by
+    /// every batch).
+    pub w: AccessPattern,
+    /// `[b1, b2, M, N]` f32.
+    pub c: AccessPattern,
+    /// How `w` is stored.
+    pub format: BlockFormat,
+}
+
+impl Unit for MatMulBlockQuant {
+    fn encode(&self, w: &mut W<'_>) {
+        w.ap(&self.a);
+        w.ap(&self.w);
+        w.ap(&self.c);
+        w.u8(self.format as u8);
+        w.zeros(7);
+    }
+
+    fn decode(r: &mut R<'_>) -> Result<Self, DecodeError> {
+        let a = r.ap("a")?;
+        let w_ = r.ap("w")?;
+        let c = r.ap("c")?;
+        let format = r.enum_u8("format", BlockFormat::from_u8)?;
+        r.zeros(7, "reserved")?;
+        require_dtype(&a, "a.dtype", &[DType::F32]).map_err(|e| e.shifted(HEADER_SIZE))?;
+        require_dtype(&c, "c.dtype", &[DType::F32])
+            .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+        let [b1, b2, m, k] = a.shape;
+        check_block_rows(&w_, ("w.dtype", "w.shape", "w.stride"), format, k)
+            .map_err(|e| e.shifted(HEADER_SIZE + AP_SIZE))?;
+        same_shape("c.shape", &[b1, b2, m, w_.shape[2]], &c)
+            .map_err(|e| e.shifted(HEADER_SIZE + 2 * AP_SIZE))?;
+        Ok(Self {
+            a,
+            w: w_,
+            c,
+            format,
+        })
+    }
+
+    operands!(|f| Self { a, w, c, .. } => {
+        f(0, "a", Role::Read, a);
+        f(1, "w", Role::Read, w);
+        f(2, "c", Role::Write, c);
+    });
+}
