@@ -1,4 +1,5 @@
-//! `nrt llm build | generate`: decoder LLMs (crate `nrt-llm`) from the command line.
+//! `nrt llm build | generate | chat | bench | reference | quality | serve`: decoder LLMs
+//! (crate `nrt-llm`) from the command line.
 
 use crate::session::{self, Res};
 use clap::{Args, Subcommand};
@@ -36,6 +37,9 @@ pub enum LlmCommand {
     /// (the same programs as ONNX, weights read from the directory's weights.bin) that
     /// `scripts/llm_reference.py` runs with ONNX Runtime to compare.
     Reference(ReferenceArgs),
+    /// What compressed weights cost: the perplexity of a fixed text (default: the Gettysburg
+    /// Address) and, with `--against` another build (f32), the top-1 agreement per step.
+    Quality(crate::llm_quality::QualityArgs),
     /// Serves a model directory over the OpenAI API (`/v1/completions`,
     /// `/v1/chat/completions`, streaming with `"stream": true`), continuously batched;
     /// `/metrics` with vLLM's metric names, `/health`, `/v1/models`.
@@ -168,6 +172,7 @@ pub fn main(a: &LlmArgs) -> Res<()> {
         LlmCommand::Chat(c) => chat(c),
         LlmCommand::Bench(b) => bench(b),
         LlmCommand::Reference(r) => reference(r),
+        LlmCommand::Quality(q) => crate::llm_quality::quality(q),
         LlmCommand::Serve(s) => crate::serve::serve(s),
     }
 }
@@ -191,7 +196,7 @@ fn build(a: &BuildArgs) -> Res<()> {
     let m = nrt_llm::build::build(&a.src, &a.out, &o, &mut |p| match p {
         Progress::Start { total } => {
             bar.set_length(total as u64);
-            bar.set_message("dequantizing the weights");
+            bar.set_message("writing the weights");
         }
         Progress::Step(s) => {
             bar.inc(1);
@@ -244,7 +249,7 @@ fn generate_cmd(a: &GenerateArgs) -> Res<()> {
     if a.max_tokens == 0 {
         return Err("--max-tokens 0: ask for at least one token".into());
     }
-    let (_dev, rt) = session::runtime(None)?;
+    let (_dev, rt) = session::runtime_for_llm(&a.dir)?;
     let mut r = Runner::load(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
     let text = if a.chat {
         let t = r.template.as_ref().ok_or_else(|| {
@@ -310,7 +315,7 @@ fn generate_cmd(a: &GenerateArgs) -> Res<()> {
 fn bench(a: &BenchArgs) -> Res<()> {
     use nrt_llm::runner::{DecodeRow, Sampling};
     use std::time::Instant;
-    let (_dev, rt) = session::runtime(None)?;
+    let (_dev, rt) = session::runtime_for_llm(&a.dir)?;
     let mut r = Runner::load(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
     let max = r.max_model_len();
     if a.prompt_len == 0 || a.prompt_len > r.max_prompt() || a.prompt_len >= max {
@@ -433,7 +438,7 @@ fn bench(a: &BenchArgs) -> Res<()> {
 
 fn reference(a: &ReferenceArgs) -> Res<()> {
     use nrt_llm::runner::{DecodeRow, Sampling};
-    let (_dev, rt) = session::runtime(None)?;
+    let (_dev, rt) = session::runtime_for_llm(&a.dir)?;
     let mut r = Runner::load_logits(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&a.out).map_err(|e| format!("{}: {e}", a.out.display()))?;
     let err = |e: nrt_llm::Error| e.to_string();
@@ -518,7 +523,7 @@ fn chat(a: &ChatArgs) -> Res<()> {
         seed: a.seed,
     };
     sampling.check().map_err(|e| e.to_string())?;
-    let (_dev, rt) = session::runtime(None)?;
+    let (_dev, rt) = session::runtime_for_llm(&a.dir)?;
     let mut r = Runner::load(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
     if r.template.is_none() {
         return Err(format!(

@@ -9,6 +9,7 @@ mod environment;
 mod hostview;
 mod http;
 mod llm;
+mod llm_quality;
 mod npy;
 mod procfs;
 mod samples;

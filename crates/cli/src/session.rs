@@ -39,9 +39,22 @@ pub fn runtime(config: Option<RuntimeConfig>) -> Res<(Arc<SoftDevice>, Runtime)>
 /// runtime needs the variable, and a value set there is kept, so a mismatch still fails
 /// with its error).
 pub fn runtime_for(ncm: &[u8]) -> Res<(Arc<SoftDevice>, Runtime)> {
+    runtime_spanning(nrt_model::CompiledModel::core_count(ncm).ok())
+}
+
+/// The runtime to run an LLM model directory on: as [`runtime_for`], the logical core
+/// spanning the cores its programs were built for (`nrt llm build --cores 2`).
+pub fn runtime_for_llm(dir: &std::path::Path) -> Res<(Arc<SoftDevice>, Runtime)> {
+    let cores = nrt_llm::build::Manifest::read(dir).ok().map(|m| m.cores);
+    runtime_spanning(cores)
+}
+
+/// [`runtime`] with the environment's configuration, the logical core widened to `cores`
+/// unless `NEURON_LOGICAL_NC_CONFIG` says otherwise.
+fn runtime_spanning(cores: Option<u32>) -> Res<(Arc<SoftDevice>, Runtime)> {
     let mut cfg = RuntimeConfig::from_env().map_err(|e| e.to_string())?;
     if std::env::var_os("NEURON_LOGICAL_NC_CONFIG").is_none()
-        && let Ok(cores) = nrt_model::CompiledModel::core_count(ncm)
+        && let Some(cores) = cores
         && (cores as usize) <= nrt_runtime::MAX_LOCKSTEP_CORES
     {
         cfg.logical_nc = cfg.logical_nc.max(cores);

@@ -16,7 +16,7 @@
 
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::graph::{self, Head, ProgramShape, WeightSource};
-use crate::{Error, LlamaConfig, LlamaTensors, Tokenizer};
+use crate::{Error, GgmlType, LlamaConfig, LlamaTensors, Tokenizer};
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
 use std::path::{Path, PathBuf};
@@ -112,6 +112,53 @@ pub struct WeightEntry {
     pub offset: u64,
     /// Bytes.
     pub bytes: u64,
+    /// How it is stored: `F32`, or ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`: rows of `cols/32`
+    /// blocks, read in place by the device kernels). Absent in manifests before block
+    /// storage: `F32`.
+    #[serde(default = "f32_name", rename = "type")]
+    pub ggml_type: String,
+}
+
+fn f32_name() -> String {
+    "F32".into()
+}
+
+impl WeightEntry {
+    /// The stored type; `None` for a name that is not `F32` or a block type the device
+    /// reads.
+    pub fn stored_type(&self) -> Option<GgmlType> {
+        match self.ggml_type.as_str() {
+            "F32" => Some(GgmlType::F32),
+            "Q4_0" => Some(GgmlType::Q4_0),
+            "Q4_1" => Some(GgmlType::Q4_1),
+            "Q8_0" => Some(GgmlType::Q8_0),
+            _ => None,
+        }
+    }
+
+    /// The bytes its shape takes in its stored type (`None`: not a known type, or a row
+    /// that is not whole blocks, or overflow).
+    pub fn expected_bytes(&self) -> Option<u64> {
+        let ty = self.stored_type()?;
+        let (&cols, rows) = self.shape.split_last()?;
+        let rows = rows
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64))?;
+        ty.row_bytes(cols as u64)?.checked_mul(rows)
+    }
+}
+
+impl WeightsInfo {
+    /// The weights stored in ggml blocks, by name (what the programs read them as).
+    pub fn blocks(&self) -> graph::BlockWeights {
+        self.tensors
+            .iter()
+            .filter_map(|w| match w.stored_type() {
+                Some(GgmlType::F32) | None => None,
+                Some(t) => Some((w.name.clone(), t)),
+            })
+            .collect()
+    }
 }
 
 /// The weights of a directory.
@@ -321,12 +368,14 @@ impl Manifest {
             }
         }
         for w in &self.weights.tensors {
-            let n = w
-                .shape
-                .iter()
-                .try_fold(4u64, |a, &d| a.checked_mul(d as u64));
+            if w.stored_type().is_none() {
+                return Err(bad(&format!(
+                    "weight '{}' has type '{}' (F32, Q4_0, Q4_1 or Q8_0 are read)",
+                    w.name, w.ggml_type
+                )));
+            }
             let end = w.offset.checked_add(w.bytes);
-            if n != Some(w.bytes) || end.is_none_or(|e| e > self.weights.bytes) {
+            if w.expected_bytes() != Some(w.bytes) || end.is_none_or(|e| e > self.weights.bytes) {
                 return Err(bad(&format!("weight '{}' is out of range", w.name)));
             }
         }
@@ -454,12 +503,12 @@ pub fn build(
             src.display()
         )));
     }
-    if o.weights != WeightFormat::F32 {
-        return Err(Error::Unsupported(format!(
-            "--weights {}: the device kernels for compressed weights are not built yet \
-             (f32 only)",
-            o.weights.name()
-        )));
+    if o.weights == WeightFormat::Bf16 {
+        return Err(Error::Unsupported(
+            "--weights bf16: the device kernels for bf16 weights in bound tensors are not \
+             built yet (f32, int8 or q4)"
+                .into(),
+        ));
     }
     if !(1..=2).contains(&o.cores) {
         return Err(Error::Unsupported(format!("--cores {}: 1 or 2", o.cores)));
@@ -524,12 +573,14 @@ pub fn build(
     let _ = std::fs::remove_dir_all(&stage);
     std::fs::create_dir_all(&stage).map_err(|e| io(&stage, e))?;
     let result = (|| -> Result<Manifest, Error> {
-        let weights = write_weights(&file, &c, &stage.join("weights.bin"))?;
+        let weights = write_weights(&file, &c, o.weights, &stage.join("weights.bin"))?;
         progress(Progress::Step(format!(
-            "weights.bin: {} tensors, {:.1} MB f32",
+            "weights.bin: {} tensors, {:.1} MB {}",
             weights.tensors.len(),
-            weights.bytes as f64 / 1e6
+            weights.bytes as f64 / 1e6,
+            o.weights.name()
         )));
+        let blocks = weights.blocks();
         let mut programs = Vec::new();
         let mut opts = graph::compile_options(&c, o.cores);
         let shapes = context
@@ -548,7 +599,12 @@ pub fn build(
             } else {
                 format!("decode-{b}.ncm")
             };
-            let m = graph::decoder_graph(&c, &shape, Head::Sample, &WeightSource::Inputs);
+            let m = graph::decoder_graph(
+                &c,
+                &shape,
+                Head::Sample,
+                &WeightSource::Inputs(blocks.clone()),
+            );
             opts.name = Some(format!(
                 "{}-{}",
                 leaf.to_string_lossy(),
@@ -644,8 +700,32 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Dequantizes every weight to f32 into `path`, in [`graph::weights`] order.
-fn write_weights(file: &GgufFile, c: &LlamaConfig, path: &Path) -> Result<WeightsInfo, Error> {
+/// How weight `name` (GGUF type `src`, `cols` per row, `rank` dimensions) is stored in
+/// `format`: f32, or ggml blocks the device multiplies in place. `--weights q4` keeps a
+/// matrix already in `Q4_0`, `Q4_1` or `Q8_0` as the file has it (no re-quantization:
+/// llama.cpp's Q4_1 files hold the embedding in Q8_0) and quantizes any other to `Q4_1`;
+/// `--weights int8` keeps `Q8_0` and quantizes any other to it. Vectors (the norms) and rows
+/// that are not whole blocks stay f32.
+pub fn stored_type(format: WeightFormat, src: GgmlType, rank: usize, cols: usize) -> GgmlType {
+    if rank < 2 || cols == 0 || !cols.is_multiple_of(32) {
+        return GgmlType::F32;
+    }
+    match (format, src) {
+        (WeightFormat::Q4, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) => src,
+        (WeightFormat::Q4, _) => GgmlType::Q4_1,
+        (WeightFormat::Int8, _) => GgmlType::Q8_0,
+        (WeightFormat::F32 | WeightFormat::Bf16, _) => GgmlType::F32,
+    }
+}
+
+/// Writes every weight into `path` in [`graph::weights`] order, each in its
+/// [`stored_type`].
+fn write_weights(
+    file: &GgufFile,
+    c: &LlamaConfig,
+    format: WeightFormat,
+    path: &Path,
+) -> Result<WeightsInfo, Error> {
     use std::io::Write;
     let io = |e: std::io::Error| Error::Unsupported(format!("{}: {e}", path.display()));
     let f = std::fs::File::create(path).map_err(io)?;
@@ -653,26 +733,45 @@ fn write_weights(file: &GgufFile, c: &LlamaConfig, path: &Path) -> Result<Weight
     let mut at = 0u64;
     let mut entries = Vec::new();
     for (name, shape) in graph::weights(c) {
-        let data = file.tensor_f32(&name)?;
+        let (info, raw) = file
+            .tensor(&name)
+            .ok_or_else(|| Error::Unsupported(format!("{name}: not in the file")))?;
+        let cols = shape.last().copied().unwrap_or(0);
+        let ty = stored_type(format, info.ggml_type, shape.len(), cols);
         let pad = at.next_multiple_of(WEIGHT_ALIGN) - at;
         w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
         at += pad;
-        let bytes = data.len() as u64 * 4;
-        for chunk in data.chunks(1 << 16) {
-            let b: Vec<u8> = chunk.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let bytes = if ty == info.ggml_type && ty != GgmlType::F32 {
+            w.write_all(raw).map_err(io)?;
+            raw.len() as u64
+        } else {
+            let data = file.tensor_f32(&name)?;
+            let block = |q: Option<Vec<u8>>| {
+                q.ok_or_else(|| Error::Tensor {
+                    name: name.clone(),
+                    why: format!("rows of {cols} are not whole blocks of 32"),
+                })
+            };
+            let b = match ty {
+                GgmlType::Q4_1 => block(crate::quant::quantize_q4_1(&data))?,
+                GgmlType::Q8_0 => block(crate::quant::quantize_q8_0(&data))?,
+                _ => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            };
             w.write_all(&b).map_err(io)?;
-        }
+            b.len() as u64
+        };
         entries.push(WeightEntry {
             name,
             shape,
             offset: at,
             bytes,
+            ggml_type: ty.name().into(),
         });
         at += bytes;
     }
     w.flush().map_err(io)?;
     Ok(WeightsInfo {
-        dtype: WeightFormat::F32,
+        dtype: format,
         file: "weights.bin".into(),
         bytes: at,
         tensors: entries,
@@ -694,6 +793,15 @@ fn write_tokenizer(file: &GgufFile, path: &Path) -> Result<(), Error> {
 /// (ONNX external data, no copy), for ONNX Runtime to run beside the device. Returns its
 /// path (`DIR/reference-<program>.onnx`).
 pub fn export_reference(dir: &Path, m: &Manifest, p: &ProgramInfo) -> Result<PathBuf, Error> {
+    if let Some(w) = m.weights.tensors.iter().find(|w| w.ggml_type != "F32") {
+        return Err(Error::Unsupported(format!(
+            "{}: '{}' is stored as {}; the ONNX Runtime reference reads f32 weights \
+             (build with --weights f32 to compare)",
+            dir.display(),
+            w.name,
+            w.ggml_type
+        )));
+    }
     let c = m.llama_config();
     let shape = m.program_shape(p);
     let offsets = m.weights.tensors.iter().map(|w| w.offset).collect();

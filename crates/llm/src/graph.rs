@@ -29,6 +29,7 @@
 //! stale rows of an earlier sequence and the rows padding wrote are never attended.
 
 use crate::LlamaConfig;
+use crate::quant::GgmlType;
 use nrt_compiler::onnx::{
     AttributeProto, Dimension, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
     TensorShapeProto, TypeProto, TypeProtoTensor, ValueInfoProto, attribute_type, data_type,
@@ -49,11 +50,16 @@ pub enum Head {
     Logits,
 }
 
+/// The weights stored in ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`) rather than f32, by name.
+pub type BlockWeights = std::collections::BTreeMap<String, GgmlType>;
+
 /// How the weights enter the graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WeightSource {
-    /// Graph inputs the caller binds (the device programs: one copy shared by all).
-    Inputs,
+    /// Graph inputs the caller binds (the device programs: one copy shared by all): f32,
+    /// or, for those named here, u8 `[rows, row bytes]` of ggml blocks read by the
+    /// `ai.nrt` `MatMulBlockQuant` / `GatherBlockQuant` operators (never widened in memory).
+    Inputs(BlockWeights),
     /// Initializers whose data lives in an external file at the given offsets (the reference
     /// graph ONNX Runtime loads): `(file name, offset of each weight in WEIGHT order)`.
     External(String, Vec<u64>),
@@ -169,9 +175,17 @@ pub fn decoder_graph(
     }
     let ws = weights(c);
     match source {
-        WeightSource::Inputs => {
+        WeightSource::Inputs(blocks) => {
             for (n, shape) in &ws {
-                g.input(n, data_type::FLOAT, &to_i64(shape));
+                match blocks.get(n) {
+                    Some(&ty) => {
+                        let (rows, k) = (shape[0] as u64, shape[shape.len() - 1] as u64);
+                        let rb = ty.row_bytes(k).unwrap_or(0) as i64;
+                        g.input(n, data_type::UINT8, &[rows as i64, rb]);
+                        g.blocks.insert(n.clone(), (ty, k as i64));
+                    }
+                    None => g.input(n, data_type::FLOAT, &to_i64(shape)),
+                }
             }
         }
         WeightSource::External(file, offsets) => {
@@ -223,7 +237,7 @@ pub fn decoder_graph(
     let cache_idx = g.op("Concat", &[&slot_col, &pos_col], &[int("axis", 2)]);
     g.konst_f32("attn.scale", &[], &[1.0 / (hd as f32).sqrt()]);
 
-    let mut x = g.op("Gather", &["token_embd.weight", "input_ids"], &[]);
+    let mut x = g.gather_rows("token_embd.weight", "input_ids");
     for layer in 0..c.n_layer {
         let w = |s: &str| format!("blk.{layer}.{s}.weight");
         let [pk, pv, ok, ov] = cache_names(layer);
@@ -291,8 +305,13 @@ pub fn decoder_graph(
     let v = c.vocab_size as i64;
     match head {
         Head::Logits => {
-            let lt = g.op("Transpose", &[lm], &[ints("perm", &[1, 0])]);
-            g.node("MatMul", &[&xn, &lt], "logits", &[]);
+            if g.blocks.contains_key(lm) {
+                let lg = g.linear(&xn, lm);
+                g.node("Identity", &[&lg], "logits", &[]);
+            } else {
+                let lt = g.op("Transpose", &[lm], &[ints("perm", &[1, 0])]);
+                g.node("MatMul", &[&xn, &lt], "logits", &[]);
+            }
             g.output("logits", data_type::FLOAT, &[b, v]);
         }
         Head::Sample => {
@@ -333,7 +352,7 @@ pub fn decoder_graph(
         domain: String::new(),
         version: 23,
     }];
-    if head == Head::Sample {
+    if head == Head::Sample || !g.blocks.is_empty() {
         opset_import.push(OperatorSetIdProto {
             domain: SAMPLE_DOMAIN.into(),
             version: 1,
@@ -378,6 +397,15 @@ fn ints(name: &str, v: &[i64]) -> AttributeProto {
     }
 }
 
+fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_type::STRING,
+        s: v.as_bytes().to_vec(),
+        ..Default::default()
+    }
+}
+
 fn float(name: &str, f: f32) -> AttributeProto {
     AttributeProto {
         name: name.into(),
@@ -392,6 +420,8 @@ fn float(name: &str, f: f32) -> AttributeProto {
 struct G {
     graph: GraphProto,
     next: usize,
+    /// The weights in ggml blocks: their type and weights per row.
+    blocks: std::collections::BTreeMap<String, (GgmlType, i64)>,
 }
 
 impl G {
@@ -469,10 +499,28 @@ impl G {
         self.op("Reshape", &[x, &s], &[])
     }
 
-    /// `x · Wᵀ` with `W` in GGUF's `[out, in]` layout.
+    /// `x · Wᵀ` with `W` in GGUF's `[out, in]` layout (f32, or ggml blocks).
     fn linear(&mut self, x: &str, w: &str) -> String {
+        if let Some(&(ty, k)) = self.blocks.get(w) {
+            return self.block_op("MatMulBlockQuant", &[x, w], ty, k);
+        }
         let wt = self.op("Transpose", &[w], &[ints("perm", &[1, 0])]);
         self.op("MatMul", &[x, &wt], &[])
+    }
+
+    /// Rows `ids` of the table `w` (an embedding lookup), as f32.
+    fn gather_rows(&mut self, w: &str, ids: &str) -> String {
+        if let Some(&(ty, k)) = self.blocks.get(w) {
+            return self.block_op("GatherBlockQuant", &[w, ids], ty, k);
+        }
+        self.op("Gather", &[w, ids], &[])
+    }
+
+    /// An `ai.nrt` block-quantized operator over weights of type `ty`, `k` per row.
+    fn block_op(&mut self, op: &str, inputs: &[&str], ty: GgmlType, k: i64) -> String {
+        let out = self.op(op, inputs, &[string("format", ty.name()), int("K", k)]);
+        self.graph.node.last_mut().expect("just pushed").domain = SAMPLE_DOMAIN.into();
+        out
     }
 
     /// RoPE on adjacent pairs: `x` viewed as `pairs` (`[..., heads, half, 2]`), rotated by the

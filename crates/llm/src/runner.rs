@@ -205,8 +205,7 @@ impl Runner {
         }
         let mut views = Vec::with_capacity(expect.len());
         for w in &manifest.weights.tensors {
-            let want = w.shape.iter().product::<usize>() as u64 * 4;
-            if w.bytes != want {
+            if w.expected_bytes() != Some(w.bytes) {
                 return Err(Error::Tensor {
                     name: w.name.clone(),
                     why: format!("{} bytes in the manifest for shape {:?}", w.bytes, w.shape),
@@ -649,7 +648,12 @@ pub struct DecodeStep {
 /// A program of the directory compiled with the logits head.
 fn logits_program(m: &Manifest, p: &ProgramInfo) -> Result<Vec<u8>, Error> {
     let c = m.llama_config();
-    let g = graph::decoder_graph(&c, &m.program_shape(p), Head::Logits, &WeightSource::Inputs);
+    let g = graph::decoder_graph(
+        &c,
+        &m.program_shape(p),
+        Head::Logits,
+        &WeightSource::Inputs(m.weights.blocks()),
+    );
     let opts = graph::compile_options(&c, m.cores);
     let compiled = nrt_compiler::compile(&nrt_compiler::onnx::encode_model(&g), None, &opts)
         .map_err(|e| Error::Unsupported(format!("compiling the logits head of {}: {e}", p.file)))?;

@@ -5,7 +5,7 @@
 //! prompt padded into a larger bucket, and sequences decoded together, give exactly what
 //! they give alone.
 
-use nrt_llm::build::{BuildOptions, build};
+use nrt_llm::build::{BuildOptions, WeightFormat, build};
 use nrt_llm::generate::{FinishReason, GenerateParams, generate};
 use nrt_llm::runner::{DecodeRow, Runner, Sampling};
 use nrt_llm::testing::TinyLlama;
@@ -545,4 +545,115 @@ fn continuous_batching_gives_each_request_what_it_gives_alone() {
         steps < decoded,
         "{steps} decode steps for {decoded} decoded tokens"
     );
+}
+
+/// `--weights q4` keeps the file's Q4_1 matrices and Q8_0 embedding as they are, `int8`
+/// stores every matrix as Q8_0; the device reads them in place (`MatMulBlockQuant`,
+/// `GatherBlockQuant`). The logits stay within the 8-bit activations' rounding of the f64
+/// reference over the file's weights (int8: plus the re-quantization of the Q4_1
+/// matrices), and greedy decoding picks the reference's tokens.
+#[test]
+fn block_weights_are_read_in_place_and_follow_the_reference() {
+    for (name, format, types) in [
+        ("q4", WeightFormat::Q4, ["Q8_0", "Q4_1"]),
+        ("int8", WeightFormat::Int8, ["Q8_0", "Q8_0"]),
+    ] {
+        let o = BuildOptions {
+            weights: format,
+            ..options()
+        };
+        let (src, dir) = built(&format!("blocks-{name}"), &o);
+        let m = nrt_llm::build::Manifest::read(&dir).unwrap();
+        let ty = |n: &str| {
+            m.weights
+                .tensors
+                .iter()
+                .find(|w| w.name == n)
+                .unwrap()
+                .ggml_type
+                .clone()
+        };
+        assert_eq!(m.weights.dtype, format);
+        assert_eq!(ty("token_embd.weight"), types[0], "{name}");
+        assert_eq!(ty("blk.0.ffn_down.weight"), types[1], "{name}");
+        assert_eq!(ty("blk.0.attn_norm.weight"), "F32", "{name}");
+        let f32_bytes: u64 = m
+            .weights
+            .tensors
+            .iter()
+            .map(|w| w.shape.iter().product::<usize>() as u64 * 4)
+            .sum();
+        assert!(
+            m.weights.bytes * 3 < f32_bytes,
+            "{name}: {} bytes",
+            m.weights.bytes
+        );
+
+        let reference = Reference::new(&src);
+        let rt = runtime();
+        let mut r = Runner::load_logits(&rt, &dir, 0).unwrap();
+        let vocab = reference.c.vocab_size;
+        for (i, p) in PROMPTS.iter().enumerate() {
+            r.prefill(i % r.slots(), p, &Sampling::greedy()).unwrap();
+            let got = &r.last_logits().unwrap()[..vocab];
+            let want = reference.logits(p);
+            let scale = want.iter().fold(1.0f64, |a, v| a.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(&want)
+                .fold(0.0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
+            let tol = if format == WeightFormat::Q4 {
+                0.02
+            } else {
+                0.05
+            };
+            assert!(
+                err <= tol * scale,
+                "{name} prompt {i}: max error {err} of {scale}"
+            );
+        }
+        drop(r);
+        let mut r = Runner::load(&rt, &dir, 0).unwrap();
+        for (i, p) in PROMPTS.iter().enumerate() {
+            let want = reference.greedy(p, 8);
+            let slot = i % r.slots();
+            let got = device_greedy(&mut r, slot, p, 8);
+            assert_eq!(got, want, "{name} prompt {i}");
+        }
+    }
+}
+
+/// A model built for two cores (`--cores 2`: each product's weight rows split between them)
+/// decodes exactly what the one-core build decodes, with f32 and with block weights.
+#[test]
+fn two_core_builds_decode_what_one_core_decodes() {
+    let dev = Arc::new(nrt_sim::SoftDevice::new(nrt_sim::SimConfig::default()).unwrap());
+    let rt2 = Runtime::init(
+        dev,
+        RuntimeConfig {
+            logical_nc: 2,
+            ..RuntimeConfig::default()
+        },
+    )
+    .unwrap();
+    let rt1 = runtime();
+    for format in [WeightFormat::F32, WeightFormat::Q4] {
+        let one = BuildOptions {
+            weights: format,
+            ..options()
+        };
+        let two = BuildOptions {
+            cores: 2,
+            ..one.clone()
+        };
+        let (_, d1) = built(&format!("cores1-{}", format.name()), &one);
+        let (_, d2) = built(&format!("cores2-{}", format.name()), &two);
+        let mut r1 = Runner::load(&rt1, &d1, 0).unwrap();
+        let mut r2 = Runner::load(&rt2, &d2, 0).unwrap();
+        for (i, p) in PROMPTS.iter().enumerate() {
+            let a = device_greedy(&mut r1, i % 2, p, 8);
+            let b = device_greedy(&mut r2, i % 2, p, 8);
+            assert_eq!(a, b, "{} prompt {i}", format.name());
+        }
+    }
 }

@@ -110,7 +110,7 @@ fn now_secs() -> u64 {
 
 /// Runs `nrt llm serve` until SIGTERM or Ctrl-C.
 pub fn serve(a: &ServeArgs) -> Res<()> {
-    let (_dev, rt) = session::runtime(None)?;
+    let (_dev, rt) = session::runtime_for_llm(&a.dir)?;
     let mut runner = Runner::load(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
     let template = runner.template.take();
     let tokenizer = runner.tokenizer.clone();
