@@ -683,6 +683,26 @@ fn block_quant_operands_are_checked() {
     let e = Instruction::decode(&v).unwrap_err().to_string();
     assert!(e.contains("reserved"), "{e}");
 
+    // Interleaved rows: a multiple of 8, exactly a row length apart.
+    let x8 = op::MatMulBlockQuant {
+        w: ap_of(DType::U8, [1, 1, 16, rb], 4096),
+        c: ap_of(DType::F32, [1, 1, 3, 16], 8192),
+        format: op::BlockFormat::Q4_1x8,
+        ..good
+    };
+    assert_eq!(
+        Instruction::decode(&bytes(x8)).unwrap().0.op,
+        Op::MatMulBlockQuant(x8)
+    );
+    let e = refused(op::MatMulBlockQuant {
+        format: op::BlockFormat::Q4_1x8,
+        ..good
+    });
+    assert!(e.contains("w.shape"), "{e}");
+    let mut wide = x8;
+    wide.w.stride[2] = rb as i32 + 4;
+    assert!(refused(wide).contains("w.stride"));
+
     let gather = op::GatherBlockQuant {
         table: ap_of(DType::U8, [1, 1, 100, rb], 0),
         indices: ap_of(DType::I64, [1, 1, 4, 1], 8192),

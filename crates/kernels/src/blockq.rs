@@ -81,10 +81,11 @@ fn hsum8(a: [f32; 8]) -> f32 {
 /// weight `i` is `d·q[i] + off·…` where the offset term per activation block is `off·s`.
 #[inline(always)]
 fn decode_block(f: BlockFormat, blk: &[u8]) -> ([i32; QK], f32, f32) {
+    let f = f.base();
     let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
     let mut q = [0i32; QK];
     match f {
-        BlockFormat::Q4_0 | BlockFormat::Q4_1 => {
+        BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q4_0x8 | BlockFormat::Q4_1x8 => {
             let nib = if f == BlockFormat::Q4_0 {
                 &blk[2..18]
             } else {
@@ -95,16 +96,16 @@ fn decode_block(f: BlockFormat, blk: &[u8]) -> ([i32; QK], f32, f32) {
                 q[j + 16] = (b >> 4) as i32;
             }
         }
-        BlockFormat::Q8_0 => {
+        BlockFormat::Q8_0 | BlockFormat::Q8_0x8 => {
             for (j, &b) in blk[2..34].iter().enumerate() {
                 q[j] = b as i8 as i32;
             }
         }
     }
     let off = match f {
-        BlockFormat::Q4_0 => -8.0 * d,
-        BlockFormat::Q4_1 => f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])),
-        BlockFormat::Q8_0 => 0.0,
+        BlockFormat::Q4_0 | BlockFormat::Q4_0x8 => -8.0 * d,
+        BlockFormat::Q4_1 | BlockFormat::Q4_1x8 => f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])),
+        BlockFormat::Q8_0 | BlockFormat::Q8_0x8 => 0.0,
     };
     (q, d, off)
 }
@@ -127,7 +128,7 @@ fn dot_rows_portable(f: BlockFormat, w: &[u8], x: &[&[QBlock]], out: &mut [f32])
                 for (acc, v) in lanes[r][chain].iter_mut().zip(l) {
                     *acc = sc.mul_add(v as f32, *acc);
                 }
-                if f != BlockFormat::Q8_0 {
+                if f.base() != BlockFormat::Q8_0 {
                     extra[r][chain] = off.mul_add(xb.s, extra[r][chain]);
                 }
             }
@@ -159,10 +160,10 @@ mod avx2 {
     /// many blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows(f: BlockFormat, w: &[u8], x: &[&[QBlock]], out: &mut [f32]) {
-        let code = match f {
+        let code = match f.base() {
             BlockFormat::Q4_0 => Q4_0,
             BlockFormat::Q4_1 => Q4_1,
-            BlockFormat::Q8_0 => Q8_0,
+            _ => Q8_0,
         };
         for (xs, os) in x.chunks(4).zip(out.chunks_mut(4)) {
             let p = |r: usize| xs[r.min(xs.len() - 1)].as_ptr();
@@ -280,6 +281,142 @@ mod avx2 {
             out[r] = _mm_cvtss_f32(s) + extra[r];
         }
     }
+
+    /// As [`super::dot_group_portable`], with AVX2: the same block of the 8 rows of an
+    /// interleaved group in two registers per pair of rows, the 8 rows' sums gathered into
+    /// one register by three horizontal adds.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and F16C; `group` holds 8 rows of `nb` blocks of `f` (an `x8`
+    /// format) and each `x[r]` at least `nb` blocks; `out` at least `x.len()` rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn dot_group(
+        f: BlockFormat,
+        group: &[u8],
+        nb: usize,
+        x: &[&[QBlock]],
+        out: &mut [[f32; 8]],
+    ) {
+        let code = match f.base() {
+            BlockFormat::Q4_0 => Q4_0,
+            BlockFormat::Q4_1 => Q4_1,
+            _ => Q8_0,
+        };
+        for (xs, os) in x.chunks(4).zip(out.chunks_mut(4)) {
+            let p = |r: usize| xs[r.min(xs.len() - 1)].as_ptr();
+            let g = group.as_ptr();
+            // SAFETY: the caller's guarantee, passed on; each call reads `xs.len()` rows.
+            unsafe {
+                match (code, xs.len()) {
+                    (Q4_0, 1) => group_tile::<Q4_0, 1>(g, nb, [p(0)], os),
+                    (Q4_1, 1) => group_tile::<Q4_1, 1>(g, nb, [p(0)], os),
+                    (_, 1) => group_tile::<Q8_0, 1>(g, nb, [p(0)], os),
+                    (Q4_0, 2) => group_tile::<Q4_0, 2>(g, nb, [p(0), p(1)], os),
+                    (Q4_1, 2) => group_tile::<Q4_1, 2>(g, nb, [p(0), p(1)], os),
+                    (_, 2) => group_tile::<Q8_0, 2>(g, nb, [p(0), p(1)], os),
+                    (Q4_0, 3) => group_tile::<Q4_0, 3>(g, nb, [p(0), p(1), p(2)], os),
+                    (Q4_1, 3) => group_tile::<Q4_1, 3>(g, nb, [p(0), p(1), p(2)], os),
+                    (_, 3) => group_tile::<Q8_0, 3>(g, nb, [p(0), p(1), p(2)], os),
+                    (Q4_0, _) => group_tile::<Q4_0, 4>(g, nb, [p(0), p(1), p(2), p(3)], os),
+                    (Q4_1, _) => group_tile::<Q4_1, 4>(g, nb, [p(0), p(1), p(2), p(3)], os),
+                    (_, _) => group_tile::<Q8_0, 4>(g, nb, [p(0), p(1), p(2), p(3)], os),
+                }
+            }
+        }
+    }
+
+    /// One interleaved group against `R` activation rows, the format fixed at compile time.
+    ///
+    /// # Safety
+    /// As [`dot_group`]; `out` holds at least `R` rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn group_tile<const F: u8, const R: usize>(
+        g: *const u8,
+        nb: usize,
+        x: [*const QBlock; R],
+        out: &mut [[f32; 8]],
+    ) {
+        let bb = match F {
+            Q4_0 => 18,
+            Q4_1 => 20,
+            _ => 34,
+        };
+        let ones = _mm256_set1_epi16(1);
+        let m4 = _mm256_set1_epi8(15);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut extra = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            // SAFETY: superblock `b` (8 blocks) lies inside the group, and each x row holds
+            // at least `nb` blocks (the caller's guarantee).
+            unsafe {
+                let sb = g.add(b * 8 * bb);
+                let dv = _mm256_cvtph_ps(_mm_loadu_si128(sb as *const __m128i));
+                let offv = match F {
+                    Q4_0 => _mm256_mul_ps(dv, _mm256_set1_ps(-8.0)),
+                    Q4_1 => _mm256_cvtph_ps(_mm_loadu_si128(sb.add(16) as *const __m128i)),
+                    _ => _mm256_setzero_ps(),
+                };
+                let q = sb.add(if F == Q4_1 { 32 } else { 16 });
+                // Per pair p of rows (p, p + 4): the two 256-bit operands of the product and
+                // (8-bit) their sign-moved magnitudes.
+                let mut wa = [_mm256_setzero_si256(); 4];
+                let mut wb = [_mm256_setzero_si256(); 4];
+                for p in 0..4 {
+                    if F == Q8_0 {
+                        wa[p] = _mm256_loadu_si256(q.add(64 * p) as *const __m256i);
+                        wb[p] = _mm256_loadu_si256(q.add(64 * p + 32) as *const __m256i);
+                    } else {
+                        let v = _mm256_loadu_si256(q.add(32 * p) as *const __m256i);
+                        wa[p] = _mm256_and_si256(v, m4);
+                        wb[p] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    }
+                }
+                for r in 0..R {
+                    let xb = &*x[r].add(b);
+                    let xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        xb.q.as_ptr() as *const __m128i
+                    ));
+                    let xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                        xb.q.as_ptr().add(16) as *const __m128i
+                    ));
+                    let mut s = [_mm256_setzero_si256(); 4];
+                    for p in 0..4 {
+                        s[p] = if F == Q8_0 {
+                            let a = _mm256_maddubs_epi16(
+                                _mm256_sign_epi8(wa[p], wa[p]),
+                                _mm256_sign_epi8(xl, wa[p]),
+                            );
+                            let c = _mm256_maddubs_epi16(
+                                _mm256_sign_epi8(wb[p], wb[p]),
+                                _mm256_sign_epi8(xh, wb[p]),
+                            );
+                            _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(c, ones))
+                        } else {
+                            // |each i16| ≤ 2·15·127, the sum of two ≤ 7620: no overflow.
+                            let a = _mm256_maddubs_epi16(wa[p], xl);
+                            let c = _mm256_maddubs_epi16(wb[p], xh);
+                            _mm256_madd_epi16(_mm256_add_epi16(a, c), ones)
+                        };
+                    }
+                    let tot = _mm256_hadd_epi32(
+                        _mm256_hadd_epi32(s[0], s[1]),
+                        _mm256_hadd_epi32(s[2], s[3]),
+                    );
+                    let sc = _mm256_mul_ps(dv, _mm256_set1_ps(xb.d));
+                    acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(tot), acc[r]);
+                    if F != Q8_0 {
+                        extra[r] = _mm256_fmadd_ps(offv, _mm256_set1_ps(xb.s), extra[r]);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            // SAFETY: `out[r]` is 8 f32.
+            unsafe {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_add_ps(acc[r], extra[r]));
+            }
+        }
+    }
 }
 
 /// Whether the AVX2 kernel runs here.
@@ -309,6 +446,67 @@ pub fn dot_rows(f: BlockFormat, w: &[u8], x: &[&[QBlock]], out: &mut [f32], avx2
     }
     let _ = avx2;
     dot_rows_portable(f, w, x, out)
+}
+
+/// The product of the 8 rows of an interleaved group (`x8` format, `nb` blocks per row) with
+/// activation rows: `out[r][i]` for weight row `i` — the portable kernel. Per weight row and
+/// activation row one accumulator, `fma(dw·dx, Σ qw·qx, acc)` block by block in order,
+/// and the offset terms (`fma(off, s, extra)`) apart; the result is `acc + extra`.
+fn dot_group_portable(
+    f: BlockFormat,
+    group: &[u8],
+    nb: usize,
+    x: &[&[QBlock]],
+    out: &mut [[f32; 8]],
+) {
+    let base = f.base();
+    let mut blk = [0u8; 34];
+    for (xr, o) in x.iter().zip(out.iter_mut()) {
+        let mut acc = [0f32; 8];
+        let mut extra = [0f32; 8];
+        for b in 0..nb {
+            let xb = &xr[b];
+            for i in 0..8 {
+                f.block_of_group(group, i, b, &mut blk);
+                let (q, d, off) = decode_block(base, &blk);
+                let isum: i32 = q.iter().zip(&xb.q).map(|(&w, &v)| w * v as i32).sum();
+                acc[i] = (d * xb.d).mul_add(isum as f32, acc[i]);
+                if base != BlockFormat::Q8_0 {
+                    extra[i] = off.mul_add(xb.s, extra[i]);
+                }
+            }
+        }
+        for i in 0..8 {
+            o[i] = acc[i] + extra[i];
+        }
+    }
+}
+
+/// `out[r][i]` = row `i` of the interleaved group `group` (an `x8` format, `nb` blocks per
+/// row) · `x[r]`: the AVX2 kernel where the CPU has it, else the portable one (the same
+/// bits).
+pub fn dot_group(
+    f: BlockFormat,
+    group: &[u8],
+    nb: usize,
+    x: &[&[QBlock]],
+    out: &mut [[f32; 8]],
+    avx2: bool,
+) {
+    assert!(
+        f.interleaved()
+            && group.len() >= 8 * nb * f.block_bytes() as usize
+            && x.iter().all(|r| r.len() >= nb)
+            && out.len() >= x.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if avx2 {
+        // SAFETY: `avx2` is only true where `use_avx2` said so; the sizes were checked just
+        // above.
+        return unsafe { avx2::dot_group(f, group, nb, x, out) };
+    }
+    let _ = avx2;
+    dot_group_portable(f, group, nb, x, out)
 }
 
 /// Decodes one row of `k` weights (`k/32` blocks) to f32.
@@ -364,6 +562,29 @@ impl Execute for op::MatMulBlockQuant {
                             &blocks[r * nb..(r + 1) * nb]
                         };
                         let xs = [pick(0), pick(1), pick(2), pick(3)];
+                        if self.format.interleaved() {
+                            // Interleaved: 8 weight rows (one group, 8 row lengths) at a time.
+                            let mut out8 = [[0f32; 8]; 4];
+                            for g in 0..n / 8 {
+                                // SAFETY: group `g` (rows 8g..8g+8, `8·rb` bytes, the decoder
+                                // checked N is a multiple of 8 and rows exactly `rb` apart)
+                                // lies inside device memory.
+                                let group = unsafe {
+                                    std::slice::from_raw_parts(
+                                        vw.at([0, 0, 8 * g, 0]) as *const u8,
+                                        8 * rb,
+                                    )
+                                };
+                                dot_group(self.format, group, nb, &xs[..rn], &mut out8, avx2);
+                                for (r, row) in out8[..rn].iter().enumerate() {
+                                    for (i, &v) in row.iter().enumerate() {
+                                        // SAFETY: (i0, i1, m0 + r0 + r, 8g + i) is inside C.
+                                        unsafe { vc.at([i0, i1, m0 + r0 + r, 8 * g + i]).write(v) };
+                                    }
+                                }
+                            }
+                            continue;
+                        }
                         for j in 0..n {
                             // SAFETY: row `j` of W lies inside device memory (the
                             // decoder's checks), `rb` bytes from its start.
@@ -440,6 +661,27 @@ impl Execute for op::GatherBlockQuant {
                     let src =
                         unsafe { std::slice::from_raw_parts(vt.at([0, 0, r, 0]) as *const u8, rb) };
                     let bb = self.format.block_bytes() as usize;
+                    if self.format.interleaved() {
+                        // SAFETY: the group of row `r` (8 rows, `8·rb` bytes; the decoder
+                        // checked V is a multiple of 8 and rows exactly `rb` apart) lies
+                        // inside device memory.
+                        let group = unsafe {
+                            std::slice::from_raw_parts(
+                                vt.at([0, 0, r / 8 * 8, 0]) as *const u8,
+                                8 * rb,
+                            )
+                        };
+                        let mut blk = [0u8; 34];
+                        for b_i in 0..rb / bb {
+                            self.format.block_of_group(group, r % 8, b_i, &mut blk);
+                            decode_row(self.format, &blk[..bb], &mut row);
+                            for (e, &x) in row.iter().enumerate() {
+                                // SAFETY: (a, b, c, b_i·32 + e) < K is inside the output.
+                                unsafe { vo.at([a, b, c, b_i * QK + e]).write(x) };
+                            }
+                        }
+                        continue;
+                    }
                     for (blk_i, blk) in src.chunks_exact(bb).enumerate() {
                         decode_row(self.format, blk, &mut row);
                         for (e, &x) in row.iter().enumerate() {
@@ -455,25 +697,25 @@ impl Execute for op::GatherBlockQuant {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::elem::f32_to_f16;
 
-    struct Rng(u64);
+    pub(crate) struct Rng(pub(crate) u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub(crate) fn next(&mut self) -> u64 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             self.0
         }
-        fn f(&mut self) -> f32 {
+        pub(crate) fn f(&mut self) -> f32 {
             (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
         }
     }
 
     /// A row of `nb` random blocks of `f`.
-    fn random_row(f: BlockFormat, nb: usize, rng: &mut Rng) -> Vec<u8> {
+    pub(crate) fn random_row(f: BlockFormat, nb: usize, rng: &mut Rng) -> Vec<u8> {
         let mut v = Vec::new();
         for _ in 0..nb {
             v.extend_from_slice(&f32_to_f16(rng.f() * 0.1).to_le_bytes());
@@ -538,7 +780,7 @@ mod tests {
     #[test]
     fn avx2_and_portable_products_agree_bit_for_bit_and_match_the_dequantized_sum() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        for f in BlockFormat::ALL.iter().copied() {
+        for f in [BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0] {
             for (nb, m) in [(1, 1), (3, 2), (18, 4), (18, 5), (48, 9)] {
                 let w = random_row(f, nb, &mut rng);
                 let xs: Vec<Vec<f32>> = (0..m)
@@ -585,6 +827,74 @@ mod tests {
 }
 
 #[cfg(test)]
+mod interleaved {
+    use super::tests::{Rng, random_row};
+    use super::*;
+
+    #[test]
+    fn x8_layout_round_trips_and_its_products_agree_bit_for_bit_and_with_the_rows() {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        for base in [BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0] {
+            let f = BlockFormat::with_interleave(base, true);
+            assert!(f.interleaved() && f.base() == base);
+            for (nb, m) in [(1, 1), (3, 2), (18, 4), (5, 6)] {
+                let k = (nb * QK) as u32;
+                let rows: Vec<Vec<u8>> = (0..16).map(|_| random_row(base, nb, &mut rng)).collect();
+                let plain: Vec<u8> = rows.concat();
+                let x8 = base.interleave(&plain, 16, k).unwrap();
+                assert_eq!(x8.len(), plain.len());
+                let rb = base.row_bytes(k).unwrap() as usize;
+                let bb = base.block_bytes() as usize;
+                let mut blk = [0u8; 34];
+                for (j, row) in rows.iter().enumerate() {
+                    for b in 0..nb {
+                        f.block_of_group(&x8[j / 8 * 8 * rb..], j % 8, b, &mut blk);
+                        assert_eq!(
+                            &blk[..bb],
+                            &row[b * bb..(b + 1) * bb],
+                            "{f:?} row {j} block {b}"
+                        );
+                    }
+                }
+                let qs: Vec<Vec<QBlock>> = (0..m)
+                    .map(|_| {
+                        let x: Vec<f32> = (0..nb * QK).map(|_| rng.f()).collect();
+                        let mut q = vec![QBlock::default(); nb];
+                        quantize_row(&x, &mut q);
+                        q
+                    })
+                    .collect();
+                let refs: Vec<&[QBlock]> = qs.iter().map(|q| q.as_slice()).collect();
+                for g in 0..2 {
+                    let group = &x8[g * 8 * rb..(g + 1) * 8 * rb];
+                    let mut port = vec![[0f32; 8]; m];
+                    dot_group(f, group, nb, &refs, &mut port, false);
+                    if use_avx2() {
+                        let mut vec = vec![[0f32; 8]; m];
+                        dot_group(f, group, nb, &refs, &mut vec, true);
+                        let bits = |v: &[[f32; 8]]| {
+                            v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>()
+                        };
+                        assert_eq!(bits(&port), bits(&vec), "{f:?} nb {nb} m {m}");
+                    }
+                    // The plain kernel on the same rows: the same integer sums, other f32
+                    // summation orders.
+                    for i in 0..8 {
+                        let mut plain_out = vec![0f32; m];
+                        dot_rows(base, &rows[8 * g + i], &refs, &mut plain_out, false);
+                        for r in 0..m {
+                            let (a, b) = (port[r][i], plain_out[r]);
+                            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{f:?}: {a} vs {b}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(BlockFormat::Q4_1.interleave(&[0; 20 * 4], 4, 32).is_none());
+    }
+}
+
+#[cfg(test)]
 mod speed {
     use super::*;
 
@@ -593,7 +903,7 @@ mod speed {
     #[test]
     #[ignore]
     fn ns_per_block() {
-        for f in BlockFormat::ALL.iter().copied() {
+        for f in [BlockFormat::Q4_0, BlockFormat::Q4_1, BlockFormat::Q8_0] {
             let (n, k) = (8192usize, 1536usize);
             let nb = k / QK;
             let rb = nb * f.block_bytes() as usize;
@@ -612,6 +922,19 @@ mod speed {
             let ns = t.elapsed().as_nanos() as f64 / (reps * n * nb) as f64;
             let gbs = (n * rb * reps) as f64 / t.elapsed().as_secs_f64() / 1e9;
             println!("{f:?}: {ns:.2} ns per block, {gbs:.1} GB/s of weights");
+            let f8 = BlockFormat::with_interleave(f, true);
+            let w8 = f.interleave(&w, n, k as u32).unwrap();
+            let mut out8 = [[0f32; 8]; 1];
+            let t = std::time::Instant::now();
+            for _ in 0..reps {
+                for g in 0..n / 8 {
+                    let grp = &w8[g * 8 * rb..(g + 1) * 8 * rb];
+                    dot_group(f8, grp, nb, &[&q], &mut out8, use_avx2());
+                }
+            }
+            let ns = t.elapsed().as_nanos() as f64 / (reps * n * nb) as f64;
+            let gbs = (n * rb * reps) as f64 / t.elapsed().as_secs_f64() / 1e9;
+            println!("{f8:?}: {ns:.2} ns per block, {gbs:.1} GB/s of weights");
         }
     }
 }

@@ -117,6 +117,11 @@ pub struct WeightEntry {
     /// storage: `F32`.
     #[serde(default = "f32_name", rename = "type")]
     pub ggml_type: String,
+    /// Block types: groups of 8 rows interleaved (the `x8` layout of
+    /// `nrt_isa::op::BlockFormat`: the same blocks, 8 rows' in one register), so the
+    /// device's product computes 8 rows at once. Absent: false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interleaved: bool,
 }
 
 fn f32_name() -> String {
@@ -155,7 +160,7 @@ impl WeightsInfo {
             .iter()
             .filter_map(|w| match w.stored_type() {
                 Some(GgmlType::F32) | None => None,
-                Some(t) => Some((w.name.clone(), t)),
+                Some(t) => Some((w.name.clone(), (t, w.interleaved))),
             })
             .collect()
     }
@@ -372,6 +377,13 @@ impl Manifest {
                 return Err(bad(&format!(
                     "weight '{}' has type '{}' (F32, Q4_0, Q4_1 or Q8_0 are read)",
                     w.name, w.ggml_type
+                )));
+            }
+            let rows = w.shape.iter().rev().skip(1).product::<usize>();
+            if w.interleaved && (w.ggml_type == "F32" || !rows.is_multiple_of(8)) {
+                return Err(bad(&format!(
+                    "weight '{}' is marked interleaved but is not rows of blocks in groups of 8",
+                    w.name
                 )));
             }
             let end = w.offset.checked_add(w.bytes);
@@ -741,31 +753,38 @@ fn write_weights(
         let pad = at.next_multiple_of(WEIGHT_ALIGN) - at;
         w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
         at += pad;
-        let bytes = if ty == info.ggml_type && ty != GgmlType::F32 {
-            w.write_all(raw).map_err(io)?;
-            raw.len() as u64
+        let block = |q: Option<Vec<u8>>| {
+            q.ok_or_else(|| Error::Tensor {
+                name: name.clone(),
+                why: format!("rows of {cols} are not whole blocks of 32"),
+            })
+        };
+        let b = if ty == info.ggml_type && ty != GgmlType::F32 {
+            std::borrow::Cow::Borrowed(raw)
         } else {
             let data = file.tensor_f32(&name)?;
-            let block = |q: Option<Vec<u8>>| {
-                q.ok_or_else(|| Error::Tensor {
-                    name: name.clone(),
-                    why: format!("rows of {cols} are not whole blocks of 32"),
-                })
-            };
-            let b = match ty {
+            std::borrow::Cow::Owned(match ty {
                 GgmlType::Q4_1 => block(crate::quant::quantize_q4_1(&data))?,
                 GgmlType::Q8_0 => block(crate::quant::quantize_q8_0(&data))?,
                 _ => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            };
-            w.write_all(&b).map_err(io)?;
-            b.len() as u64
+            })
         };
+        // Block rows in groups of 8 are interleaved (the device's 8-row product).
+        let rows = shape.iter().rev().skip(1).product::<usize>();
+        let x8 = nrt_isa::op::BlockFormat::from_name(ty.name())
+            .filter(|_| rows.is_multiple_of(8))
+            .and_then(|f| f.interleave(&b, rows, u32::try_from(cols).ok()?));
+        let interleaved = x8.is_some();
+        let b = x8.map_or(b, std::borrow::Cow::Owned);
+        w.write_all(&b).map_err(io)?;
+        let bytes = b.len() as u64;
         entries.push(WeightEntry {
             name,
             shape,
             offset: at,
             bytes,
             ggml_type: ty.name().into(),
+            interleaved,
         });
         at += bytes;
     }

@@ -50,8 +50,10 @@ pub enum Head {
     Logits,
 }
 
-/// The weights stored in ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`) rather than f32, by name.
-pub type BlockWeights = std::collections::BTreeMap<String, GgmlType>;
+/// The weights stored in ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`) rather than f32, by name:
+/// the block type and whether groups of 8 rows are interleaved (the `x8` layout of
+/// `nrt_isa::op::BlockFormat`).
+pub type BlockWeights = std::collections::BTreeMap<String, (GgmlType, bool)>;
 
 /// How the weights enter the graph.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,11 +180,11 @@ pub fn decoder_graph(
         WeightSource::Inputs(blocks) => {
             for (n, shape) in &ws {
                 match blocks.get(n) {
-                    Some(&ty) => {
+                    Some(&(ty, x8)) => {
                         let (rows, k) = (shape[0] as u64, shape[shape.len() - 1] as u64);
                         let rb = ty.row_bytes(k).unwrap_or(0) as i64;
                         g.input(n, data_type::UINT8, &[rows as i64, rb]);
-                        g.blocks.insert(n.clone(), (ty, k as i64));
+                        g.blocks.insert(n.clone(), (ty, x8, k as i64));
                     }
                     None => g.input(n, data_type::FLOAT, &to_i64(shape)),
                 }
@@ -420,8 +422,8 @@ fn float(name: &str, f: f32) -> AttributeProto {
 struct G {
     graph: GraphProto,
     next: usize,
-    /// The weights in ggml blocks: their type and weights per row.
-    blocks: std::collections::BTreeMap<String, (GgmlType, i64)>,
+    /// The weights in ggml blocks: their type, whether interleaved, and weights per row.
+    blocks: std::collections::BTreeMap<String, (GgmlType, bool, i64)>,
 }
 
 impl G {
@@ -501,8 +503,8 @@ impl G {
 
     /// `x · Wᵀ` with `W` in GGUF's `[out, in]` layout (f32, or ggml blocks).
     fn linear(&mut self, x: &str, w: &str) -> String {
-        if let Some(&(ty, k)) = self.blocks.get(w) {
-            return self.block_op("MatMulBlockQuant", &[x, w], ty, k);
+        if let Some(&(ty, x8, k)) = self.blocks.get(w) {
+            return self.block_op("MatMulBlockQuant", &[x, w], ty, x8, k);
         }
         let wt = self.op("Transpose", &[w], &[ints("perm", &[1, 0])]);
         self.op("MatMul", &[x, &wt], &[])
@@ -510,15 +512,17 @@ impl G {
 
     /// Rows `ids` of the table `w` (an embedding lookup), as f32.
     fn gather_rows(&mut self, w: &str, ids: &str) -> String {
-        if let Some(&(ty, k)) = self.blocks.get(w) {
-            return self.block_op("GatherBlockQuant", &[w, ids], ty, k);
+        if let Some(&(ty, x8, k)) = self.blocks.get(w) {
+            return self.block_op("GatherBlockQuant", &[w, ids], ty, x8, k);
         }
         self.op("Gather", &[w, ids], &[])
     }
 
-    /// An `ai.nrt` block-quantized operator over weights of type `ty`, `k` per row.
-    fn block_op(&mut self, op: &str, inputs: &[&str], ty: GgmlType, k: i64) -> String {
-        let out = self.op(op, inputs, &[string("format", ty.name()), int("K", k)]);
+    /// An `ai.nrt` block-quantized operator over weights of type `ty` (`x8`: interleaved),
+    /// `k` per row.
+    fn block_op(&mut self, op: &str, inputs: &[&str], ty: GgmlType, x8: bool, k: i64) -> String {
+        let format = format!("{}{}", ty.name(), if x8 { "x8" } else { "" });
+        let out = self.op(op, inputs, &[string("format", &format), int("K", k)]);
         self.graph.node.last_mut().expect("just pushed").domain = SAMPLE_DOMAIN.into();
         out
     }

@@ -577,6 +577,10 @@ fn block_weights_are_read_in_place_and_follow_the_reference() {
         assert_eq!(ty("token_embd.weight"), types[0], "{name}");
         assert_eq!(ty("blk.0.ffn_down.weight"), types[1], "{name}");
         assert_eq!(ty("blk.0.attn_norm.weight"), "F32", "{name}");
+        // Rows in groups of 8 are interleaved for the 8-row product.
+        let w = |n: &str| m.weights.tensors.iter().find(|w| w.name == n).unwrap();
+        assert!(w("blk.0.ffn_down.weight").interleaved, "{name}");
+        assert!(!w("blk.0.attn_norm.weight").interleaved, "{name}");
         let f32_bytes: u64 = m
             .weights
             .tensors

@@ -4,7 +4,8 @@
 //!
 //! - `MatMulBlockQuant(A, W)`: `A` f32 `[..., K]`, `W` u8 `[N, K/32 · block bytes]` (the
 //!   `N` rows of the layer, each `K/32` blocks); attributes `format` (`"Q4_0"`, `"Q4_1"`,
-//!   `"Q8_0"`) and `K`. Output f32 `[..., N]` = `A·Wᵀ`, as the PE instruction
+//!   `"Q8_0"`, or the same with `x8`: groups of 8 rows interleaved, see
+//!   `nrt_isa::op::BlockFormat`) and `K`. Output f32 `[..., N]` = `A·Wᵀ`, as the PE instruction
 //!   `Op::MatMulBlockQuant` (A rounded to 8-bit blocks on the fly, as llama.cpp does); with
 //!   two cores each takes half of the N rows.
 //! - `GatherBlockQuant(W, indices)`: `W` u8 `[V, K/32 · block bytes]`, `indices` i64 (any
@@ -33,8 +34,11 @@ pub(super) fn register(r: &mut Registry) {
 /// The `format` and `K` attributes, and the row bytes they imply.
 fn format_and_k(c: &Ctx) -> Result<(BlockFormat, usize, usize)> {
     let name = c.n.attr_s("format", "")?;
-    let f = BlockFormat::from_name(&name)
-        .ok_or_else(|| c.bad_attr(format!("format '{name}'; expected one of Q4_0, Q4_1, Q8_0")))?;
+    let f = BlockFormat::from_name(&name).ok_or_else(|| {
+        c.bad_attr(format!(
+            "format '{name}'; expected one of Q4_0, Q4_1, Q8_0 (or Q4_0x8, Q4_1x8, Q8_0x8)"
+        ))
+    })?;
     let k = c.n.attr_i("K", 0)?;
     let rb = u32::try_from(k)
         .ok()
@@ -47,7 +51,13 @@ fn format_and_k(c: &Ctx) -> Result<(BlockFormat, usize, usize)> {
 fn table_rows(c: &Ctx, i: usize, f: BlockFormat, k: usize, rb: usize) -> Result<usize> {
     let w = c.input(i)?;
     match w.shape[..] {
-        [rows, bytes] if w.dtype == DType::U8 && bytes == rb => Ok(rows),
+        [rows, bytes]
+            if w.dtype == DType::U8
+                && bytes == rb
+                && (!f.interleaved() || rows.is_multiple_of(BlockFormat::GROUP as usize)) =>
+        {
+            Ok(rows)
+        }
         _ => Err(c.mismatch(format!(
             "weights are {} {:?}; {} rows of K = {k} take u8 [rows, {rb}]",
             w.dtype,
@@ -124,9 +134,12 @@ impl<'a> Lowerer<'a> {
         if m == 0 || nrows == 0 {
             return Ok(());
         }
-        // Two cores: each multiplies by half of the weight rows (columns of C).
-        let parts: &[(u8, usize, usize)] = if self.cores >= 2 && nrows >= 2 {
-            &[(0, 0, nrows / 2), (1, nrows / 2, nrows - nrows / 2)]
+        // Two cores: each multiplies by half of the weight rows (columns of C), split at a
+        // group of 8 for the interleaved formats.
+        let unit = if format.interleaved() { 8 } else { 1 };
+        let half = nrows / unit / 2 * unit;
+        let parts: &[(u8, usize, usize)] = if self.cores >= 2 && half > 0 {
+            &[(0, 0, half), (1, half, nrows - half)]
         } else {
             &[(0, 0, nrows)]
         };

@@ -797,6 +797,15 @@ wire_enum! {
     ///
     /// Nibbles: byte `j` (0..16) holds weight `j` in its low four bits and weight `j + 16`
     /// in its high four bits.
+    ///
+    /// The `x8` formats (wire byte `0x80 |` the ggml id) hold the same blocks of 8 rows
+    /// interleaved, so one 256-bit register holds the same block of several rows: rows
+    /// `8g..8g+8` are `K/32` *superblocks* of 8 blocks each (the group takes exactly 8 row
+    /// lengths, groups follow each other). A superblock is the 8 rows' `d` (f16, row order),
+    /// for `Q4_1` then their 8 `m`, then for `p` in 0..4 the quants of rows `p` and `p + 4`:
+    /// `Q4_*` 16 bytes of nibbles of row `p` then 16 of row `p + 4`; `Q8_0` row `p`'s quants
+    /// 0..16, row `p + 4`'s 0..16, row `p`'s 16..32, row `p + 4`'s 16..32. Only the layout
+    /// differs: every weight's value is the ggml block's.
     BlockFormat {
         /// 4-bit, symmetric (ggml `Q4_0`).
         Q4_0 = 2,
@@ -804,6 +813,12 @@ wire_enum! {
         Q4_1 = 3,
         /// 8-bit, symmetric (ggml `Q8_0`).
         Q8_0 = 8,
+        /// `Q4_0`, 8 rows interleaved.
+        Q4_0x8 = 0x82,
+        /// `Q4_1`, 8 rows interleaved.
+        Q4_1x8 = 0x83,
+        /// `Q8_0`, 8 rows interleaved.
+        Q8_0x8 = 0x88,
     }
 }
 
@@ -811,12 +826,41 @@ impl BlockFormat {
     /// Weights per block.
     pub const BLOCK: u32 = 32;
 
+    /// Rows an `x8` format interleaves.
+    pub const GROUP: u32 = 8;
+
+    /// The ggml block type (the `x8` formats: their rows' type).
+    pub const fn base(self) -> BlockFormat {
+        match self {
+            BlockFormat::Q4_0 | BlockFormat::Q4_0x8 => BlockFormat::Q4_0,
+            BlockFormat::Q4_1 | BlockFormat::Q4_1x8 => BlockFormat::Q4_1,
+            BlockFormat::Q8_0 | BlockFormat::Q8_0x8 => BlockFormat::Q8_0,
+        }
+    }
+
+    /// Whether rows come in interleaved groups of [`Self::GROUP`].
+    pub const fn interleaved(self) -> bool {
+        self as u8 & 0x80 != 0
+    }
+
+    /// The format with `base`'s blocks, interleaved or not.
+    pub const fn with_interleave(base: BlockFormat, interleaved: bool) -> BlockFormat {
+        match (base.base(), interleaved) {
+            (BlockFormat::Q4_0, false) => BlockFormat::Q4_0,
+            (BlockFormat::Q4_1, false) => BlockFormat::Q4_1,
+            (_, false) => BlockFormat::Q8_0,
+            (BlockFormat::Q4_0, true) => BlockFormat::Q4_0x8,
+            (BlockFormat::Q4_1, true) => BlockFormat::Q4_1x8,
+            (_, true) => BlockFormat::Q8_0x8,
+        }
+    }
+
     /// Bytes per block.
     pub const fn block_bytes(self) -> u32 {
-        match self {
+        match self.base() {
             BlockFormat::Q4_0 => 18,
             BlockFormat::Q4_1 => 20,
-            BlockFormat::Q8_0 => 34,
+            _ => 34,
         }
     }
 
@@ -828,18 +872,95 @@ impl BlockFormat {
         (k / Self::BLOCK).checked_mul(self.block_bytes())
     }
 
-    /// ggml's name.
+    /// The name: ggml's (`Q4_1`), `x8` appended for the interleaved formats.
     pub const fn name(self) -> &'static str {
         match self {
             BlockFormat::Q4_0 => "Q4_0",
             BlockFormat::Q4_1 => "Q4_1",
             BlockFormat::Q8_0 => "Q8_0",
+            BlockFormat::Q4_0x8 => "Q4_0x8",
+            BlockFormat::Q4_1x8 => "Q4_1x8",
+            BlockFormat::Q8_0x8 => "Q8_0x8",
         }
     }
 
-    /// The format of a ggml name (`Q4_1`), if it is one.
+    /// The format of a name (`Q4_1`, `Q4_1x8`), if it is one.
     pub fn from_name(s: &str) -> Option<BlockFormat> {
         Self::ALL.iter().copied().find(|f| f.name() == s)
+    }
+
+    /// Where the pieces of row `i` (0..8) of a superblock lie in an `x8` layout of this
+    /// format's blocks: `(d, m, quants)` byte offsets, `quants` one range per 16 bytes.
+    const fn superblock_offsets(self, i: usize) -> (usize, Option<usize>, [usize; 2]) {
+        let (p, h) = (i % 4, i / 4);
+        match self.base() {
+            BlockFormat::Q4_0 => (2 * i, None, [16 + 32 * p + 16 * h, 0]),
+            BlockFormat::Q4_1 => (2 * i, Some(16 + 2 * i), [32 + 32 * p + 16 * h, 0]),
+            _ => (
+                2 * i,
+                None,
+                [16 + 64 * p + 16 * h, 16 + 64 * p + 32 + 16 * h],
+            ),
+        }
+    }
+
+    /// Copies block `b` of row `i` (0..8) of the interleaved group `group` (8 rows of `nb`
+    /// blocks, this `x8` format) into `out` as a plain ggml block
+    /// ([`Self::block_bytes`] bytes). `group` must hold the 8 rows.
+    pub fn block_of_group(self, group: &[u8], i: usize, b: usize, out: &mut [u8]) {
+        let bb = self.block_bytes() as usize;
+        let sb = &group[b * 8 * bb..(b + 1) * 8 * bb];
+        let (d, m, q) = self.superblock_offsets(i);
+        out[..2].copy_from_slice(&sb[d..d + 2]);
+        match self.base() {
+            BlockFormat::Q4_0 => out[2..18].copy_from_slice(&sb[q[0]..q[0] + 16]),
+            BlockFormat::Q4_1 => {
+                let m = m.unwrap_or(0);
+                out[2..4].copy_from_slice(&sb[m..m + 2]);
+                out[4..20].copy_from_slice(&sb[q[0]..q[0] + 16]);
+            }
+            _ => {
+                out[2..18].copy_from_slice(&sb[q[0]..q[0] + 16]);
+                out[18..34].copy_from_slice(&sb[q[1]..q[1] + 16]);
+            }
+        }
+    }
+
+    /// `rows` rows of `k` weights in this format's plain ggml blocks, laid out as its `x8`
+    /// format (see the type's docs); `None` when `rows` is not a multiple of 8, `k` not whole
+    /// blocks, or `data` not `rows` rows.
+    pub fn interleave(self, data: &[u8], rows: usize, k: u32) -> Option<Vec<u8>> {
+        let rb = self.row_bytes(k)? as usize;
+        if !rows.is_multiple_of(8) || data.len() != rows.checked_mul(rb)? {
+            return None;
+        }
+        let bb = self.block_bytes() as usize;
+        let nb = rb / bb;
+        let mut out = vec![0u8; data.len()];
+        for g in 0..rows / 8 {
+            let dst = &mut out[g * 8 * rb..(g + 1) * 8 * rb];
+            for b in 0..nb {
+                let sb = &mut dst[b * 8 * bb..(b + 1) * 8 * bb];
+                for i in 0..8 {
+                    let blk = &data[(g * 8 + i) * rb + b * bb..][..bb];
+                    let (d, m, q) = self.superblock_offsets(i);
+                    sb[d..d + 2].copy_from_slice(&blk[..2]);
+                    match self.base() {
+                        BlockFormat::Q4_0 => sb[q[0]..q[0] + 16].copy_from_slice(&blk[2..18]),
+                        BlockFormat::Q4_1 => {
+                            let m = m.unwrap_or(0);
+                            sb[m..m + 2].copy_from_slice(&blk[2..4]);
+                            sb[q[0]..q[0] + 16].copy_from_slice(&blk[4..20]);
+                        }
+                        _ => {
+                            sb[q[0]..q[0] + 16].copy_from_slice(&blk[2..18]);
+                            sb[q[1]..q[1] + 16].copy_from_slice(&blk[18..34]);
+                        }
+                    }
+                }
+            }
+        }
+        Some(out)
     }
 }
 
@@ -847,7 +968,8 @@ impl BlockFormat {
 pub(crate) type BlockRowFields = (&'static str, &'static str, &'static str);
 
 /// Checks a block-quantized matrix operand of rows of `k` weights in `format`: u8
-/// `[1, 1, rows, row_bytes]`, strides `[any, any, ≥ row_bytes, 1]`. `fields`: the operand's
+/// `[1, 1, rows, row_bytes]`, strides `[any, any, ≥ row_bytes, 1]` (interleaved: rows a
+/// multiple of 8, stride exactly `row_bytes`). `fields`: the operand's
 /// `dtype`, `shape` and `stride` names.
 pub(crate) fn check_block_rows(
     w: &AccessPattern,
@@ -862,9 +984,18 @@ pub(crate) fn check_block_rows(
     dim_eq(f_shape, 0, 1, w.shape[0])?;
     dim_eq(f_shape, 1, 1, w.shape[1])?;
     dim_eq(f_shape, 3, rb, w.shape[3])?;
+    if format.interleaved() && !w.shape[2].is_multiple_of(BlockFormat::GROUP) {
+        return Err(DecodeError::field(f_shape, Reason::OutOfRange(w.shape[2] as u64)).at(16 + 8));
+    }
+    // Interleaved groups take exactly 8 row lengths: the rows are exactly a row apart.
+    let close = if format.interleaved() {
+        w.shape[2] > 1 && w.stride[2] as i64 != rb as i64
+    } else {
+        w.shape[2] > 1 && (w.stride[2] as i64) < rb as i64
+    };
     let d = if w.stride[3] != 1 {
         3
-    } else if w.shape[2] > 1 && (w.stride[2] as i64) < rb as i64 {
+    } else if close {
         2
     } else {
         return Ok(());
