@@ -152,6 +152,15 @@ mod avx2 {
     const Q4_1: u8 = 1;
     const Q8_0: u8 = 2;
 
+    /// The code of `f`'s block type.
+    fn code_of(f: BlockFormat) -> u8 {
+        match f.base() {
+            BlockFormat::Q4_0 => Q4_0,
+            BlockFormat::Q4_1 => Q4_1,
+            _ => Q8_0,
+        }
+    }
+
     /// As [`super::dot_rows_portable`], with AVX2 (`vpmaddubsw` on the unsigned 4-bit or
     /// sign-moved 8-bit weights).
     ///
@@ -160,11 +169,7 @@ mod avx2 {
     /// many blocks.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn dot_rows(f: BlockFormat, w: &[u8], x: &[&[QBlock]], out: &mut [f32]) {
-        let code = match f.base() {
-            BlockFormat::Q4_0 => Q4_0,
-            BlockFormat::Q4_1 => Q4_1,
-            _ => Q8_0,
-        };
+        let code = code_of(f);
         for (xs, os) in x.chunks(4).zip(out.chunks_mut(4)) {
             let p = |r: usize| xs[r.min(xs.len() - 1)].as_ptr();
             // SAFETY: the caller's guarantee, passed on; each tile reads `xs.len()` rows.
@@ -297,11 +302,7 @@ mod avx2 {
         x: &[&[QBlock]],
         out: &mut [[f32; 8]],
     ) {
-        let code = match f.base() {
-            BlockFormat::Q4_0 => Q4_0,
-            BlockFormat::Q4_1 => Q4_1,
-            _ => Q8_0,
-        };
+        let code = code_of(f);
         for (xs, os) in x.chunks(4).zip(out.chunks_mut(4)) {
             let p = |r: usize| xs[r.min(xs.len() - 1)].as_ptr();
             let g = group.as_ptr();
