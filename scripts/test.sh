@@ -201,6 +201,18 @@ if [ "${NRT_SKIP_LLM:-0}" != 1 ]; then
     --prompt "List three facts about the Moon, each in one sentence. First, say how far it is from the Earth. Then say how long its orbit takes." \
     --prompt "Once upon a time, in a small village at the edge of a great forest, there lived a young girl who loved to read books about faraway lands, dragons, knights and the stars above her little house."
   "$NRT_PYTHON" scripts/llm_reference.py "$llm/reference" --tol 1e-3
+  step "SmolLM2 with --weights q4 (the GGUF's blocks on the device, two cores): Paris, and its cost against f32"
+  "$nrt" llm build "$NRT_SMOLLM2_GGUF" -o "$llm/smollm2-q4" --weights q4 --tp 2 \
+    --context-buckets 32,64 --batch-buckets 1,4 --max-model-len 128
+  "$nrt" llm generate "$llm/smollm2-q4" --prompt "The capital of France is" --max-tokens 8 --json \
+    | grep -q Paris || { echo "q4 generate: no Paris" >&2; exit 1; }
+  "$nrt" llm quality "$llm/smollm2-q4" --against "$llm/smollm2" --tokens 96 --json \
+    | tee "$llm/quality.json" | "$NRT_PYTHON" -c '
+import json, sys
+q = json.load(sys.stdin)
+agree, ppl, ref = q["against"]["top1_agreement"], q["perplexity"], q["against"]["perplexity"]
+print(f"q4: perplexity {ppl:.3f} (f32 {ref:.3f}), top-1 agreement {agree:.1%}")
+assert agree >= 0.9 and abs(ppl / ref - 1) < 0.05, q'
   step "nrt llm serve: the openai client, 64 streaming clients, bad input, a flood, a fault, a drain"
   timeout 600 "$NRT_PYTHON" scripts/llm_serve_test.py "$nrt" "$llm/smollm2"
 fi
