@@ -379,8 +379,14 @@ impl Manifest {
                     w.name, w.ggml_type
                 )));
             }
-            let rows = w.shape.iter().rev().skip(1).product::<usize>();
-            if w.interleaved && (w.ggml_type == "F32" || !rows.is_multiple_of(8)) {
+            let rows = w
+                .shape
+                .iter()
+                .rev()
+                .skip(1)
+                .try_fold(1usize, |a, &d| a.checked_mul(d));
+            if w.interleaved && (w.ggml_type == "F32" || !rows.is_some_and(|r| r.is_multiple_of(8)))
+            {
                 return Err(bad(&format!(
                     "weight '{}' is marked interleaved but is not rows of blocks in groups of 8",
                     w.name

@@ -460,6 +460,21 @@ fn a_damaged_manifest_or_a_cache_too_large_for_the_device_is_a_clear_error() {
             Box::new(|m| m["programs"][0]["file"] = serde_json::json!("../../etc/passwd")),
             "out of range",
         ),
+        (
+            "type",
+            Box::new(|m| m["weights"]["tensors"][1]["type"] = serde_json::json!("Q5_K")),
+            "has type 'Q5_K'",
+        ),
+        (
+            "blocks of an f32 size",
+            Box::new(|m| m["weights"]["tensors"][2]["type"] = serde_json::json!("Q4_1")),
+            "out of range",
+        ),
+        (
+            "interleaved",
+            Box::new(|m| m["weights"]["tensors"][1]["interleaved"] = serde_json::json!(true)),
+            "interleaved",
+        ),
     ];
     for (what, edit, want) in edits {
         let mut bad = m.clone();
