@@ -13,8 +13,10 @@
 //! a block's accumulator receives `fma(dw·dx, Σ_{i=4u}^{4u+3} qw_i·qx_i, lane)` — which is
 //! what AVX2's `vpmaddubsw` + `vpmaddwd` + `vfmadd` compute. At the end the two are added
 //! lane by lane, the lanes summed in the order of a 256-bit horizontal add, and the offset
-//! terms (two chains likewise) added. The portable kernel
-//! spells out the same arithmetic, so the two agree exactly (tested).
+//! terms (two chains likewise) added. With rows interleaved in groups of 8 (the `x8`
+//! formats) each row has one accumulator, `fma(dw·dx, Σ qw·qx, acc)` block by block, and
+//! the result is `acc + extra`. The portable kernels spell out the same arithmetic, so they
+//! and the AVX2 ones (`blockq/avx2.rs`) agree exactly (tested).
 
 use crate::elem::f16_to_f32;
 use crate::strided::View;
@@ -84,28 +86,25 @@ fn decode_block(f: BlockFormat, blk: &[u8]) -> ([i32; QK], f32, f32) {
     let f = f.base();
     let d = f16_to_f32(u16::from_le_bytes([blk[0], blk[1]]));
     let mut q = [0i32; QK];
-    match f {
-        BlockFormat::Q4_0 | BlockFormat::Q4_1 | BlockFormat::Q4_0x8 | BlockFormat::Q4_1x8 => {
-            let nib = if f == BlockFormat::Q4_0 {
-                &blk[2..18]
-            } else {
-                &blk[4..20]
-            };
-            for (j, &b) in nib.iter().enumerate() {
-                q[j] = (b & 15) as i32;
-                q[j + 16] = (b >> 4) as i32;
-            }
+    if f == BlockFormat::Q8_0 {
+        for (j, &b) in blk[2..34].iter().enumerate() {
+            q[j] = b as i8 as i32;
         }
-        BlockFormat::Q8_0 | BlockFormat::Q8_0x8 => {
-            for (j, &b) in blk[2..34].iter().enumerate() {
-                q[j] = b as i8 as i32;
-            }
+    } else {
+        let nib = if f == BlockFormat::Q4_0 {
+            &blk[2..18]
+        } else {
+            &blk[4..20]
+        };
+        for (j, &b) in nib.iter().enumerate() {
+            q[j] = (b & 15) as i32;
+            q[j + 16] = (b >> 4) as i32;
         }
     }
     let off = match f {
-        BlockFormat::Q4_0 | BlockFormat::Q4_0x8 => -8.0 * d,
-        BlockFormat::Q4_1 | BlockFormat::Q4_1x8 => f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])),
-        BlockFormat::Q8_0 | BlockFormat::Q8_0x8 => 0.0,
+        BlockFormat::Q4_0 => -8.0 * d,
+        BlockFormat::Q4_1 => f16_to_f32(u16::from_le_bytes([blk[2], blk[3]])),
+        _ => 0.0,
     };
     (q, d, off)
 }
@@ -142,283 +141,7 @@ fn dot_rows_portable(f: BlockFormat, w: &[u8], x: &[&[QBlock]], out: &mut [f32])
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::QBlock;
-    use nrt_isa::op::BlockFormat;
-    use std::arch::x86_64::*;
-
-    /// Format codes of the monomorphized tile (const generics take integers).
-    const Q4_0: u8 = 0;
-    const Q4_1: u8 = 1;
-    const Q8_0: u8 = 2;
-
-    /// The code of `f`'s block type.
-    fn code_of(f: BlockFormat) -> u8 {
-        match f.base() {
-            BlockFormat::Q4_0 => Q4_0,
-            BlockFormat::Q4_1 => Q4_1,
-            _ => Q8_0,
-        }
-    }
-
-    /// As [`super::dot_rows_portable`], with AVX2 (`vpmaddubsw` on the unsigned 4-bit or
-    /// sign-moved 8-bit weights).
-    ///
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C; `w` holds whole blocks and each `x[m]` at least as
-    /// many blocks.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_rows(f: BlockFormat, w: &[u8], x: &[&[QBlock]], out: &mut [f32]) {
-        let code = code_of(f);
-        for (xs, os) in x.chunks(4).zip(out.chunks_mut(4)) {
-            let p = |r: usize| xs[r.min(xs.len() - 1)].as_ptr();
-            // SAFETY: the caller's guarantee, passed on; each tile reads `xs.len()` rows.
-            unsafe {
-                match (code, xs.len()) {
-                    (Q4_0, 1) => tile::<Q4_0, 1>(w, [p(0)], os),
-                    (Q4_1, 1) => tile::<Q4_1, 1>(w, [p(0)], os),
-                    (_, 1) => tile::<Q8_0, 1>(w, [p(0)], os),
-                    (Q4_0, 2) => tile::<Q4_0, 2>(w, [p(0), p(1)], os),
-                    (Q4_1, 2) => tile::<Q4_1, 2>(w, [p(0), p(1)], os),
-                    (_, 2) => tile::<Q8_0, 2>(w, [p(0), p(1)], os),
-                    (Q4_0, 3) => tile::<Q4_0, 3>(w, [p(0), p(1), p(2)], os),
-                    (Q4_1, 3) => tile::<Q4_1, 3>(w, [p(0), p(1), p(2)], os),
-                    (_, 3) => tile::<Q8_0, 3>(w, [p(0), p(1), p(2)], os),
-                    (Q4_0, _) => tile::<Q4_0, 4>(w, [p(0), p(1), p(2), p(3)], os),
-                    (Q4_1, _) => tile::<Q4_1, 4>(w, [p(0), p(1), p(2), p(3)], os),
-                    (_, _) => tile::<Q8_0, 4>(w, [p(0), p(1), p(2), p(3)], os),
-                }
-            }
-        }
-    }
-
-    /// f16 bits → f32 with F16C.
-    #[inline(always)]
-    unsafe fn half(p: *const u8) -> f32 {
-        // SAFETY: two readable bytes at `p` (the caller's); F16C is enabled by the caller.
-        unsafe {
-            let h = (p as *const u16).read_unaligned();
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
-        }
-    }
-
-    /// One weight row against `R` activation rows, the format `F` fixed at compile time so
-    /// the accumulators stay in registers.
-    ///
-    /// # Safety
-    /// As [`dot_rows`]; `out` holds at least `R` values.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn tile<const F: u8, const R: usize>(w: &[u8], x: [*const QBlock; R], out: &mut [f32]) {
-        let bb = match F {
-            Q4_0 => 18,
-            Q4_1 => 20,
-            _ => 34,
-        };
-        let nb = w.len() / bb;
-        let ones = _mm256_set1_epi16(1);
-        let m4 = _mm_set1_epi8(15);
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut acc2 = [_mm256_setzero_ps(); R];
-        let mut extra = [0f32; R];
-        let wp = w.as_ptr();
-        // One block into `acc` (two chains, even and odd blocks, so the FMA latency of one
-        // does not wait for the other).
-        let step = |b: usize, acc: &mut [__m256; R], extra: &mut [f32; R]| {
-            // SAFETY: block `b` lies inside `w` (`nb` whole blocks), and each x row holds at
-            // least `nb` blocks (the caller's guarantee).
-            unsafe {
-                let blk = wp.add(b * bb);
-                let d = half(blk);
-                let (wv, off) = if F == Q8_0 {
-                    (_mm256_loadu_si256(blk.add(2) as *const __m256i), 0.0f32)
-                } else {
-                    let (nib, off) = if F == Q4_0 {
-                        (blk.add(2), -8.0 * d)
-                    } else {
-                        (blk.add(4), half(blk.add(2)))
-                    };
-                    let raw = _mm_loadu_si128(nib as *const __m128i);
-                    let lo = _mm_and_si128(raw, m4);
-                    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
-                    (_mm256_set_m128i(hi, lo), off)
-                };
-                let wabs = if F == Q8_0 {
-                    _mm256_sign_epi8(wv, wv)
-                } else {
-                    wv
-                };
-                for r in 0..R {
-                    let xb = &*x[r].add(b);
-                    let xv = _mm256_loadu_si256(xb.q.as_ptr() as *const __m256i);
-                    let xv = if F == Q8_0 {
-                        _mm256_sign_epi8(xv, wv)
-                    } else {
-                        xv
-                    };
-                    let p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, xv), ones);
-                    acc[r] =
-                        _mm256_fmadd_ps(_mm256_set1_ps(d * xb.d), _mm256_cvtepi32_ps(p), acc[r]);
-                    if F != Q8_0 {
-                        extra[r] = off.mul_add(xb.s, extra[r]);
-                    }
-                }
-            }
-        };
-        let mut extra2 = [0f32; R];
-        let mut b = 0;
-        while b + 2 <= nb {
-            step(b, &mut acc, &mut extra);
-            step(b + 1, &mut acc2, &mut extra2);
-            b += 2;
-        }
-        if b < nb {
-            step(b, &mut acc, &mut extra);
-        }
-        for r in 0..R {
-            acc[r] = _mm256_add_ps(acc[r], acc2[r]);
-            extra[r] += extra2[r];
-        }
-        for r in 0..R {
-            let v = acc[r];
-            let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            let p = _mm_add_ps(q, _mm_movehl_ps(q, q));
-            let s = _mm_add_ss(p, _mm_shuffle_ps(p, p, 1));
-            out[r] = _mm_cvtss_f32(s) + extra[r];
-        }
-    }
-
-    /// As [`super::dot_group_portable`], with AVX2: the same block of the 8 rows of an
-    /// interleaved group in two registers per pair of rows, the 8 rows' sums gathered into
-    /// one register by three horizontal adds.
-    ///
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C; `group` holds 8 rows of `nb` blocks of `f` (an `x8`
-    /// format) and each `x[r]` at least `nb` blocks; `out` at least `x.len()` rows.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn dot_group(
-        f: BlockFormat,
-        group: &[u8],
-        nb: usize,
-        x: &[&[QBlock]],
-        out: &mut [[f32; 8]],
-    ) {
-        let code = code_of(f);
-        for (xs, os) in x.chunks(4).zip(out.chunks_mut(4)) {
-            let p = |r: usize| xs[r.min(xs.len() - 1)].as_ptr();
-            let g = group.as_ptr();
-            // SAFETY: the caller's guarantee, passed on; each call reads `xs.len()` rows.
-            unsafe {
-                match (code, xs.len()) {
-                    (Q4_0, 1) => group_tile::<Q4_0, 1>(g, nb, [p(0)], os),
-                    (Q4_1, 1) => group_tile::<Q4_1, 1>(g, nb, [p(0)], os),
-                    (_, 1) => group_tile::<Q8_0, 1>(g, nb, [p(0)], os),
-                    (Q4_0, 2) => group_tile::<Q4_0, 2>(g, nb, [p(0), p(1)], os),
-                    (Q4_1, 2) => group_tile::<Q4_1, 2>(g, nb, [p(0), p(1)], os),
-                    (_, 2) => group_tile::<Q8_0, 2>(g, nb, [p(0), p(1)], os),
-                    (Q4_0, 3) => group_tile::<Q4_0, 3>(g, nb, [p(0), p(1), p(2)], os),
-                    (Q4_1, 3) => group_tile::<Q4_1, 3>(g, nb, [p(0), p(1), p(2)], os),
-                    (_, 3) => group_tile::<Q8_0, 3>(g, nb, [p(0), p(1), p(2)], os),
-                    (Q4_0, _) => group_tile::<Q4_0, 4>(g, nb, [p(0), p(1), p(2), p(3)], os),
-                    (Q4_1, _) => group_tile::<Q4_1, 4>(g, nb, [p(0), p(1), p(2), p(3)], os),
-                    (_, _) => group_tile::<Q8_0, 4>(g, nb, [p(0), p(1), p(2), p(3)], os),
-                }
-            }
-        }
-    }
-
-    /// One interleaved group against `R` activation rows, the format fixed at compile time.
-    ///
-    /// # Safety
-    /// As [`dot_group`]; `out` holds at least `R` rows.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn group_tile<const F: u8, const R: usize>(
-        g: *const u8,
-        nb: usize,
-        x: [*const QBlock; R],
-        out: &mut [[f32; 8]],
-    ) {
-        let bb = match F {
-            Q4_0 => 18,
-            Q4_1 => 20,
-            _ => 34,
-        };
-        let ones = _mm256_set1_epi16(1);
-        let m4 = _mm256_set1_epi8(15);
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut extra = [_mm256_setzero_ps(); R];
-        for b in 0..nb {
-            // SAFETY: superblock `b` (8 blocks) lies inside the group, and each x row holds
-            // at least `nb` blocks (the caller's guarantee).
-            unsafe {
-                let sb = g.add(b * 8 * bb);
-                let dv = _mm256_cvtph_ps(_mm_loadu_si128(sb as *const __m128i));
-                let offv = match F {
-                    Q4_0 => _mm256_mul_ps(dv, _mm256_set1_ps(-8.0)),
-                    Q4_1 => _mm256_cvtph_ps(_mm_loadu_si128(sb.add(16) as *const __m128i)),
-                    _ => _mm256_setzero_ps(),
-                };
-                let q = sb.add(if F == Q4_1 { 32 } else { 16 });
-                // Per pair p of rows (p, p + 4): the two 256-bit operands of the product and
-                // (8-bit) their sign-moved magnitudes.
-                let mut wa = [_mm256_setzero_si256(); 4];
-                let mut wb = [_mm256_setzero_si256(); 4];
-                for p in 0..4 {
-                    if F == Q8_0 {
-                        wa[p] = _mm256_loadu_si256(q.add(64 * p) as *const __m256i);
-                        wb[p] = _mm256_loadu_si256(q.add(64 * p + 32) as *const __m256i);
-                    } else {
-                        let v = _mm256_loadu_si256(q.add(32 * p) as *const __m256i);
-                        wa[p] = _mm256_and_si256(v, m4);
-                        wb[p] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    }
-                }
-                for r in 0..R {
-                    let xb = &*x[r].add(b);
-                    let xl = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                        xb.q.as_ptr() as *const __m128i
-                    ));
-                    let xh = _mm256_broadcastsi128_si256(_mm_loadu_si128(
-                        xb.q.as_ptr().add(16) as *const __m128i
-                    ));
-                    let mut s = [_mm256_setzero_si256(); 4];
-                    for p in 0..4 {
-                        s[p] = if F == Q8_0 {
-                            let a = _mm256_maddubs_epi16(
-                                _mm256_sign_epi8(wa[p], wa[p]),
-                                _mm256_sign_epi8(xl, wa[p]),
-                            );
-                            let c = _mm256_maddubs_epi16(
-                                _mm256_sign_epi8(wb[p], wb[p]),
-                                _mm256_sign_epi8(xh, wb[p]),
-                            );
-                            _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(c, ones))
-                        } else {
-                            // |each i16| ≤ 2·15·127, the sum of two ≤ 7620: no overflow.
-                            let a = _mm256_maddubs_epi16(wa[p], xl);
-                            let c = _mm256_maddubs_epi16(wb[p], xh);
-                            _mm256_madd_epi16(_mm256_add_epi16(a, c), ones)
-                        };
-                    }
-                    let tot = _mm256_hadd_epi32(
-                        _mm256_hadd_epi32(s[0], s[1]),
-                        _mm256_hadd_epi32(s[2], s[3]),
-                    );
-                    let sc = _mm256_mul_ps(dv, _mm256_set1_ps(xb.d));
-                    acc[r] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(tot), acc[r]);
-                    if F != Q8_0 {
-                        extra[r] = _mm256_fmadd_ps(offv, _mm256_set1_ps(xb.s), extra[r]);
-                    }
-                }
-            }
-        }
-        for r in 0..R {
-            // SAFETY: `out[r]` is 8 f32.
-            unsafe {
-                _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_add_ps(acc[r], extra[r]));
-            }
-        }
-    }
-}
+mod avx2;
 
 /// Whether the AVX2 kernel runs here.
 fn use_avx2() -> bool {
@@ -563,7 +286,20 @@ impl Execute for op::MatMulBlockQuant {
                             &blocks[r * nb..(r + 1) * nb]
                         };
                         let xs = [pick(0), pick(1), pick(2), pick(3)];
-                        if self.format.interleaved() {
+                        if !self.format.interleaved() {
+                            for j in 0..n {
+                                // SAFETY: row `j` of W lies inside device memory (the
+                                // decoder's checks), `rb` bytes from its start.
+                                let wrow = unsafe {
+                                    std::slice::from_raw_parts(vw.at([0, 0, j, 0]) as *const u8, rb)
+                                };
+                                dot_rows(self.format, wrow, &xs[..rn], &mut out, avx2);
+                                for (r, &v) in out[..rn].iter().enumerate() {
+                                    // SAFETY: (i0, i1, m0 + r0 + r, j) is inside C.
+                                    unsafe { vc.at([i0, i1, m0 + r0 + r, j]).write(v) };
+                                }
+                            }
+                        } else {
                             // Interleaved: 8 weight rows (one group, 8 row lengths) at a time.
                             let mut out8 = [[0f32; 8]; 4];
                             for g in 0..n / 8 {
@@ -583,19 +319,6 @@ impl Execute for op::MatMulBlockQuant {
                                         unsafe { vc.at([i0, i1, m0 + r0 + r, 8 * g + i]).write(v) };
                                     }
                                 }
-                            }
-                            continue;
-                        }
-                        for j in 0..n {
-                            // SAFETY: row `j` of W lies inside device memory (the
-                            // decoder's checks), `rb` bytes from its start.
-                            let wrow = unsafe {
-                                std::slice::from_raw_parts(vw.at([0, 0, j, 0]) as *const u8, rb)
-                            };
-                            dot_rows(self.format, wrow, &xs[..rn], &mut out, avx2);
-                            for (r, &v) in out[..rn].iter().enumerate() {
-                                // SAFETY: (i0, i1, m0 + r0 + r, j) is inside C.
-                                unsafe { vc.at([i0, i1, m0 + r0 + r, j]).write(v) };
                             }
                         }
                     }
@@ -651,39 +374,38 @@ impl Execute for op::GatherBlockQuant {
                 }
             }
         }
+        let (interleaved, bb) = (
+            self.format.interleaved(),
+            self.format.block_bytes() as usize,
+        );
         let mut row = [0f32; QK];
+        let mut tmp = [0u8; 34];
         for a in 0..d0 {
             for b in 0..d1 {
                 for c in 0..d2 {
                     // SAFETY: as above; the index was checked to lie in [−V, V).
                     let i = unsafe { *vi.at([a, b, c, 0]) };
                     let r = if i < 0 { i + v as i64 } else { i } as usize;
-                    // SAFETY: row `r` of the table is inside device memory, `rb` bytes.
-                    let src =
-                        unsafe { std::slice::from_raw_parts(vt.at([0, 0, r, 0]) as *const u8, rb) };
-                    let bb = self.format.block_bytes() as usize;
-                    if self.format.interleaved() {
-                        // SAFETY: the group of row `r` (8 rows, `8·rb` bytes; the decoder
-                        // checked V is a multiple of 8 and rows exactly `rb` apart) lies
-                        // inside device memory.
-                        let group = unsafe {
-                            std::slice::from_raw_parts(
-                                vt.at([0, 0, r / 8 * 8, 0]) as *const u8,
-                                8 * rb,
-                            )
+                    // The bytes holding row `r`: the row itself, or (interleaved) its group
+                    // of 8 rows.
+                    let (first, len) = if interleaved {
+                        (r / 8 * 8, 8 * rb)
+                    } else {
+                        (r, rb)
+                    };
+                    // SAFETY: rows `first..` of the table lie inside device memory, `len`
+                    // bytes (the decoder checked the row layout; interleaved: V a multiple
+                    // of 8 and rows exactly `rb` apart).
+                    let src = unsafe {
+                        std::slice::from_raw_parts(vt.at([0, 0, first, 0]) as *const u8, len)
+                    };
+                    for blk_i in 0..rb / bb {
+                        let blk = if interleaved {
+                            self.format.block_of_group(src, r % 8, blk_i, &mut tmp);
+                            &tmp[..bb]
+                        } else {
+                            &src[blk_i * bb..(blk_i + 1) * bb]
                         };
-                        let mut blk = [0u8; 34];
-                        for b_i in 0..rb / bb {
-                            self.format.block_of_group(group, r % 8, b_i, &mut blk);
-                            decode_row(self.format, &blk[..bb], &mut row);
-                            for (e, &x) in row.iter().enumerate() {
-                                // SAFETY: (a, b, c, b_i·32 + e) < K is inside the output.
-                                unsafe { vo.at([a, b, c, b_i * QK + e]).write(x) };
-                            }
-                        }
-                        continue;
-                    }
-                    for (blk_i, blk) in src.chunks_exact(bb).enumerate() {
                         decode_row(self.format, blk, &mut row);
                         for (e, &x) in row.iter().enumerate() {
                             // SAFETY: (a, b, c, blk_i·32 + e) < K is inside the output.

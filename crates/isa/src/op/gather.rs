@@ -9,7 +9,7 @@ use crate::ap::{AP_SIZE, AccessPattern};
 use crate::codec::*;
 use crate::error::{DecodeError, Reason};
 use crate::instr::{HEADER_SIZE, Role};
-use crate::op::pe::check_block_rows;
+use crate::op::block_format::check_block_rows;
 use crate::op::*;
 use nrt_hal::DType;
 

@@ -14,6 +14,7 @@
 //! family file, and its kernel (`impl Execute` in `nrt-kernels`).
 
 pub mod act;
+pub mod block_format;
 pub mod control;
 pub mod dve;
 pub mod dynamic;
@@ -23,10 +24,11 @@ pub mod pool;
 pub mod sp;
 
 pub use act::ActFunc;
+pub use block_format::BlockFormat;
 pub use dve::BinaryOp;
 pub use dynamic::{ShapeTemplate, nms_flags};
 pub use gather::{ROI_MAX_GRID, ScatterReduce, roi_flags};
-pub use pe::{BlockFormat, Epilogue, matmul_flags, qmatmul_layout};
+pub use pe::{Epilogue, matmul_flags, qmatmul_layout};
 pub use pool::{CoordMode, NearestMode, PoolOp, ReduceOp, ResizeMode};
 
 use crate::ap::{AP_SIZE, AccessPattern};
