@@ -737,3 +737,105 @@ fn block_quant_operands_are_checked() {
     });
     assert!(e.contains("table.shape"), "{e}");
 }
+
+/// NCM 1.12: cached attention round-trips; wrong element types, caches that disagree, slots
+/// or positions of the wrong shape, a strided head dimension, a group of 0 or one that maps
+/// a head past the KV heads, a NaN scale and reserved bytes are each rejected, naming the
+/// field.
+#[test]
+fn cached_attention_operands_are_checked() {
+    let good = op::CachedAttention {
+        q: ap_of(DType::F32, [2, 1, 9, 64], 0),
+        k: ap_of(DType::F32, [3, 16, 3, 64], 8192),
+        v: ap_of(DType::F32, [3, 16, 3, 64], 65536),
+        slots: ap_of(DType::I64, [1, 1, 1, 2], 131072),
+        positions: ap_of(DType::I64, [1, 1, 2, 1], 131072 + 64),
+        out: ap_of(DType::F32, [2, 1, 9, 64], 140000),
+        scale: 0.125,
+        group: 3,
+        first_head: 0,
+    };
+    let bytes = |o: op::CachedAttention| {
+        let mut v = Vec::new();
+        Instruction::new(Op::CachedAttention(o)).encode(&mut v);
+        v
+    };
+    let v = bytes(good);
+    assert_eq!(v[0], nrt_isa::opcode::CACHED_ATTENTION);
+    assert_eq!(v.len(), nrt_isa::HEADER_SIZE + 6 * nrt_isa::AP_SIZE + 16);
+    let (back, _) = Instruction::decode(&v).unwrap();
+    assert_eq!(back.op, Op::CachedAttention(good));
+    assert!(back.op.runs_on(Engine::Pe));
+    let refused = |o: op::CachedAttention| Instruction::decode(&bytes(o)).unwrap_err().to_string();
+    let cases: Vec<(op::CachedAttention, &str)> = vec![
+        (
+            op::CachedAttention {
+                k: ap_of(DType::I32, [3, 16, 3, 64], 8192),
+                ..good
+            },
+            "k.dtype",
+        ),
+        (
+            op::CachedAttention {
+                v: ap_of(DType::F32, [3, 15, 3, 64], 65536),
+                ..good
+            },
+            "v.shape",
+        ),
+        (
+            op::CachedAttention {
+                k: ap_of(DType::F32, [3, 16, 3, 32], 8192),
+                v: ap_of(DType::F32, [3, 16, 3, 32], 65536),
+                ..good
+            },
+            "k.shape",
+        ),
+        (
+            op::CachedAttention {
+                slots: ap_of(DType::I64, [1, 1, 1, 3], 131072),
+                ..good
+            },
+            "slots.shape",
+        ),
+        (
+            op::CachedAttention {
+                positions: ap_of(DType::F32, [1, 1, 2, 1], 131072 + 64),
+                ..good
+            },
+            "positions.dtype",
+        ),
+        (
+            op::CachedAttention {
+                out: ap_of(DType::F32, [2, 1, 8, 64], 140000),
+                ..good
+            },
+            "out.shape",
+        ),
+        (op::CachedAttention { group: 0, ..good }, "group"),
+        (op::CachedAttention { group: 2, ..good }, "group"),
+        (
+            op::CachedAttention {
+                first_head: 1,
+                ..good
+            },
+            "group",
+        ),
+    ];
+    for (o, field) in cases {
+        let e = refused(o);
+        assert!(e.contains(field), "{field}: {e}");
+    }
+    let mut strided = good;
+    strided.k.stride[3] = 2;
+    assert!(refused(strided).contains("k.stride"));
+    let at = nrt_isa::HEADER_SIZE + 6 * nrt_isa::AP_SIZE;
+    let mut v = bytes(good);
+    v[at..at + 4].copy_from_slice(&f32::NAN.to_bits().to_le_bytes());
+    let e = Instruction::decode(&v).unwrap_err().to_string();
+    assert!(e.contains("scale"), "{e}");
+    let mut v = bytes(good);
+    let last = v.len() - 1;
+    v[last] = 1;
+    let e = Instruction::decode(&v).unwrap_err().to_string();
+    assert!(e.contains("reserved"), "{e}");
+}

@@ -25,6 +25,7 @@
 //! | [`roi`] | `RoiAlign` |
 //! | [`deform`] | `DeformIm2col` (the sampled columns of a deformable convolution) |
 //! | [`qmatmul`] | `MatMulInteger` (AVX-512 VNNI `vpdpbusd` when present, else portable) |
+//! | [`attention`] | `CachedAttention` (a decoder's attention over its KV cache, up to each query's position) |
 //! | [`quantize`] | `DynamicQuantize` (ONNX `DynamicQuantizeLinear`: range, scale and zero point, u8 output) |
 //!
 //! and the shared pieces: [`strided`] (views, dimension coalescing, the chunked elementwise
@@ -46,6 +47,7 @@
 //!   a thread's steady state), which grow to the largest need and stay.
 
 pub mod act;
+pub mod attention;
 pub mod binary;
 pub mod blockq;
 pub mod conv;

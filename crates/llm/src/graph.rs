@@ -24,9 +24,13 @@
 //! `logits` (f32 `[B, vocab]`, for the reference's comparison).
 //!
 //! Attention: RoPE on adjacent pairs (ggml's "normal" rotation, which the GGUF's permuted Q/K
-//! rows expect), grouped-query heads (query head `j` reads KV head `j / group`), scores over
-//! the whole cache row of the slot with positions after the query's masked — so padding,
-//! stale rows of an earlier sequence and the rows padding wrote are never attended.
+//! rows expect), grouped-query heads (query head `j` reads KV head `j / group`), each query
+//! attending its slot's positions up to its own — so padding, stale rows of an earlier
+//! sequence and the rows padding wrote are never attended. The device programs do it with
+//! one `ai.nrt` `CachedAttention` per layer, which reads only those rows (a decode step costs
+//! the sequence's length, not the cache's); the reference graph for ONNX Runtime
+//! ([`WeightSource::External`]) with standard operators: the slot's whole cache row gathered,
+//! the positions after the query's masked, softmax, the product with the values.
 
 use crate::LlamaConfig;
 use crate::quant::GgmlType;
@@ -224,20 +228,28 @@ pub fn decoder_graph(
     let cos = g.reshape(&cos, &[b, l, 1, half, 1]);
     let sin = g.op("Gather", &["rope.sin", "positions"], &[]);
     let sin = g.reshape(&sin, &[b, l, 1, half, 1]);
-    let key_pos: Vec<i64> = (0..t).collect();
-    g.konst_i64("mask.key_positions", &[t], &key_pos);
-    let qpos = g.reshape("positions", &[b, l, 1]);
-    let allowed = g.op("LessOrEqual", &["mask.key_positions", &qpos], &[]);
-    g.konst_f32("mask.zero", &[], &[0.0]);
-    g.konst_f32("mask.neg", &[], &[-1e9]);
-    let mask = g.op("Where", &[&allowed, "mask.zero", "mask.neg"], &[]);
-    let mask = g.reshape(&mask, &[b, 1, 1, l, t]);
+    // The device programs attend with `ai.nrt` `CachedAttention` (only the rows up to each
+    // query's position are read); the reference graph ONNX Runtime runs, with standard
+    // operators: the whole slot, the positions after the query's masked.
+    let fused = matches!(source, WeightSource::Inputs(_));
+    let mask = if fused {
+        String::new()
+    } else {
+        let key_pos: Vec<i64> = (0..t).collect();
+        g.konst_i64("mask.key_positions", &[t], &key_pos);
+        let qpos = g.reshape("positions", &[b, l, 1]);
+        let allowed = g.op("LessOrEqual", &["mask.key_positions", &qpos], &[]);
+        g.konst_f32("mask.zero", &[], &[0.0]);
+        g.konst_f32("mask.neg", &[], &[-1e9]);
+        let mask = g.op("Where", &[&allowed, "mask.zero", "mask.neg"], &[]);
+        g.konst_f32("attn.scale", &[], &[1.0 / (hd as f32).sqrt()]);
+        g.reshape(&mask, &[b, 1, 1, l, t])
+    };
     let slot_col = g.reshape("slots", &[b, 1, 1]);
     g.konst_i64("cache.index_shape", &[3], &[b, l, 1]);
     let slot_col = g.op("Expand", &[&slot_col, "cache.index_shape"], &[]);
     let pos_col = g.reshape("positions", &[b, l, 1]);
     let cache_idx = g.op("Concat", &[&slot_col, &pos_col], &[int("axis", 2)]);
-    g.konst_f32("attn.scale", &[], &[1.0 / (hd as f32).sqrt()]);
 
     let mut x = g.gather_rows("token_embd.weight", "input_ids");
     for layer in 0..c.n_layer {
@@ -256,23 +268,33 @@ pub fn decoder_graph(
         let v = g.reshape(&v, &[b, l, kvh, hd]);
         g.node("ScatterND", &[&pk, &cache_idx, &k], &ok, &[]);
         g.node("ScatterND", &[&pv, &cache_idx, &v], &ov, &[]);
-        let kb = g.op("Gather", &[&ok, "slots"], &[int("axis", 0)]); // [B, T, kvh, hd]
-        let vb = g.op("Gather", &[&ov, "slots"], &[int("axis", 0)]);
-        let kt = g.op("Transpose", &[&kb], &[ints("perm", &[0, 2, 3, 1])]); // [B, kvh, hd, T]
-        let vt = g.op("Transpose", &[&vb], &[ints("perm", &[0, 2, 1, 3])]); // [B, kvh, T, hd]
-        let qs = g.op("Mul", &[&q, "attn.scale"], &[]);
-        let q5 = g.reshape(&qs, &[b, l, kvh, group, hd]);
-        let q5 = g.op("Transpose", &[&q5], &[ints("perm", &[0, 2, 3, 1, 4])]); // [B, kvh, g, L, hd]
-        let q4 = g.reshape(&q5, &[b, kvh, group * l, hd]);
-        let scores = g.op("MatMul", &[&q4, &kt], &[]); // [B, kvh, g·L, T]
-        let scores = g.reshape(&scores, &[b, kvh, group, l, t]);
-        let scores = g.op("Add", &[&scores, &mask], &[]);
-        let p = g.op("Softmax", &[&scores], &[int("axis", -1)]);
-        let p = g.reshape(&p, &[b, kvh, group * l, t]);
-        let o = g.op("MatMul", &[&p, &vt], &[]); // [B, kvh, g·L, hd]
-        let o = g.reshape(&o, &[b, kvh, group, l, hd]);
-        let o = g.op("Transpose", &[&o], &[ints("perm", &[0, 3, 1, 2, 4])]); // [B, L, kvh, g, hd]
-        let o = g.reshape(&o, &[b, l, nh * hd]);
+        let o = if fused {
+            let o = g.op(
+                "CachedAttention",
+                &[&q, &ok, &ov, "slots", "positions"],
+                &[int("num_heads", nh), int("kv_num_heads", kvh)],
+            );
+            g.graph.node.last_mut().expect("just pushed").domain = SAMPLE_DOMAIN.into();
+            o
+        } else {
+            let kb = g.op("Gather", &[&ok, "slots"], &[int("axis", 0)]); // [B, T, kvh, hd]
+            let vb = g.op("Gather", &[&ov, "slots"], &[int("axis", 0)]);
+            let kt = g.op("Transpose", &[&kb], &[ints("perm", &[0, 2, 3, 1])]); // [B, kvh, hd, T]
+            let vt = g.op("Transpose", &[&vb], &[ints("perm", &[0, 2, 1, 3])]); // [B, kvh, T, hd]
+            let qs = g.op("Mul", &[&q, "attn.scale"], &[]);
+            let q5 = g.reshape(&qs, &[b, l, kvh, group, hd]);
+            let q5 = g.op("Transpose", &[&q5], &[ints("perm", &[0, 2, 3, 1, 4])]); // [B, kvh, g, L, hd]
+            let q4 = g.reshape(&q5, &[b, kvh, group * l, hd]);
+            let scores = g.op("MatMul", &[&q4, &kt], &[]); // [B, kvh, g·L, T]
+            let scores = g.reshape(&scores, &[b, kvh, group, l, t]);
+            let scores = g.op("Add", &[&scores, &mask], &[]);
+            let p = g.op("Softmax", &[&scores], &[int("axis", -1)]);
+            let p = g.reshape(&p, &[b, kvh, group * l, t]);
+            let o = g.op("MatMul", &[&p, &vt], &[]); // [B, kvh, g·L, hd]
+            let o = g.reshape(&o, &[b, kvh, group, l, hd]);
+            let o = g.op("Transpose", &[&o], &[ints("perm", &[0, 3, 1, 2, 4])]); // [B, L, kvh, g, hd]
+            g.reshape(&o, &[b, l, nh * hd])
+        };
         let attn = g.linear(&o, &w("attn_output"));
         x = g.op("Add", &[&x, &attn], &[]);
         let hn = g.op(

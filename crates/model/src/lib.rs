@@ -59,7 +59,13 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   (range, scale, zero point and the u8 tensor) in one instruction.
 /// - 1.9: the `RmsNorm` instruction (POOL, `0x5F`): `x / √(mean(x²) + eps) · gamma` over
 ///   the last dimension, the normalization of decoder LLMs.
-pub const VERSION_MINOR: u16 = 11;
+/// - 1.10: in-place state (an output's `in_place_of`: a decoder's KV cache) and the
+///   `Sample` instruction (POOL, `0x60`): one token per row of logits on the device.
+/// - 1.11: block-quantized weights: `MatMulBlockQuant` (PE, `0x26`) and `GatherBlockQuant`
+///   (POOL, `0x61`) read ggml's `Q4_0` / `Q4_1` / `Q8_0` blocks as a GGUF stores them.
+/// - 1.12: the `CachedAttention` instruction (PE, `0x27`): a decoder's attention over the
+///   KV-cache slot of each sequence, up to each query's position, in one instruction.
+pub const VERSION_MINOR: u16 = 12;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

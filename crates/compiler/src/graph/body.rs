@@ -55,13 +55,16 @@ pub(super) fn holds_subgraphs(op: &str) -> bool {
 
 /// Whether the compiler reads operators of domain `domain` as `op`: the default domain, and
 /// `FlexAttention` of `ai.onnx.preview` (opset 1), and the project's own `ai.nrt` operators
-/// (`Sample`, `MatMulBlockQuant`, `GatherBlockQuant`).
+/// (`Sample`, `MatMulBlockQuant`, `GatherBlockQuant`, `CachedAttention`).
 pub(crate) fn domain_supported(domain: &str, op: &str) -> bool {
     domain.is_empty()
         || domain == "ai.onnx"
         || (domain == "ai.onnx.preview" && op == "FlexAttention")
         || (domain == crate::ops::SAMPLE_DOMAIN
-            && matches!(op, "Sample" | "MatMulBlockQuant" | "GatherBlockQuant"))
+            && matches!(
+                op,
+                "Sample" | "MatMulBlockQuant" | "GatherBlockQuant" | "CachedAttention"
+            ))
 }
 
 /// Node `n` with, for an `If`, the outer values its branches read ([`captured`]) appended

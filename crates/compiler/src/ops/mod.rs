@@ -18,6 +18,7 @@ macro_rules! lower {
 mod attention;
 mod bitwise;
 mod blockq;
+mod cached_attention;
 mod composite;
 mod constant;
 mod control;
@@ -262,6 +263,7 @@ pub(crate) fn registry() -> &'static Registry {
         roi::register(&mut r);
         sample::register(&mut r);
         blockq::register(&mut r);
+        cached_attention::register(&mut r);
         spectral::register(&mut r);
         unary::register(&mut r);
         r

@@ -5,15 +5,16 @@
 //! of encoding, decoding and operands to the op's own code; `nrt-kernels` generates its
 //! dispatch from the same table.
 //!
-//! Each family file (`control`, `sp`, `pe`, `act`, `dve`, `pool`, `gather`, `dynamic`)
-//! holds its ops side by side: the fields (a struct, the payload of its [`Op`] variant),
-//! then one `impl Unit` with the encoding, the decoding with every check the decoder makes,
-//! and the operands with their roles.
+//! Each family file (`control`, `sp`, `pe`, `attention`, `act`, `dve`, `pool`, `gather`,
+//! `dynamic`) holds its ops side by side: the fields (a struct, the payload of its [`Op`]
+//! variant), then one `impl Unit` with the encoding, the decoding with every check the
+//! decoder makes, and the operands with their roles.
 //!
 //! Adding an instruction: one entry in the table, one struct (with its `impl Unit`) in its
 //! family file, and its kernel (`impl Execute` in `nrt-kernels`).
 
 pub mod act;
+pub mod attention;
 pub mod block_format;
 pub mod control;
 pub mod dve;
@@ -193,6 +194,14 @@ macro_rules! instruction_table {
             pe::MatMulBlockQuant on Engine::Pe => {
                 /// [`super::Op::MatMulBlockQuant`] (NCM 1.11).
                 MATMUL_BLOCK_QUANT = 0x26, HEADER_SIZE + 3 * AP_SIZE + 8;
+            }
+            /// PE: attention of each query over its sequence's KV-cache slot, positions up to its
+            /// own (NCM 1.12): scores, softmax and the weighted sum of values in one instruction,
+            /// grouped-query heads sharing their key/value rows — a decoder LLM's attention reading
+            /// only the rows its sequences hold.
+            attention::CachedAttention on Engine::Pe => {
+                /// [`super::Op::CachedAttention`] (NCM 1.12).
+                CACHED_ATTENTION = 0x27, HEADER_SIZE + 6 * AP_SIZE + 16;
             }
             /// PE: 2-D convolution, `out[n,o,y,x] = bias[o] + Σ in[n,c,·,·]·w[o,c,·,·]`.
             pe::Conv on Engine::Pe => {
