@@ -351,6 +351,12 @@ pub const KERNEL_COPY_LOOP_BYTES: (usize, usize) = (2048, 1 << 20);
 /// See docs/measurements.md#kernel_transpose_tile
 pub const KERNEL_TRANSPOSE_TILE: usize = 8;
 
+/// Superblocks (one block of each of 8 interleaved rows of a block-quantized matrix) ahead
+/// of the one in use that the AVX2 product asks the cache for: a decode step streams every
+/// weight once, and the hardware prefetcher alone leaves the loads waiting.
+/// See docs/measurements.md#blockq_prefetch_superblocks
+pub const BLOCKQ_PREFETCH_SUPERBLOCKS: usize = 12;
+
 /// Allocated bytes after every kernel scratch slice (`nrt_kernels::Workspace`), so a masked
 /// vector load at a slice's end never crosses into an unmapped page (a microcode assist).
 /// See docs/measurements.md#kernel_scratch_slack_bytes

@@ -4,6 +4,7 @@
 //! parent module does.
 
 use super::QBlock;
+use nrt_hal::tuning::BLOCKQ_PREFETCH_SUPERBLOCKS;
 use nrt_isa::op::BlockFormat;
 use std::arch::x86_64::*;
 
@@ -210,6 +211,12 @@ unsafe fn group_tile<const F: u8, const R: usize>(
         // at least `nb` blocks (the caller's guarantee).
         unsafe {
             let sb = g.add(b * 8 * bb);
+            // The weights stream once per token: ask for them a few superblocks ahead (a
+            // hint: an address past the table's end is never dereferenced).
+            let ahead = sb.wrapping_add(BLOCKQ_PREFETCH_SUPERBLOCKS * 8 * bb);
+            for line in (0..8 * bb).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+            }
             let dv = _mm256_cvtph_ps(_mm_loadu_si128(sb as *const __m128i));
             let offv = match F {
                 Q4_0 => _mm256_mul_ps(dv, _mm256_set1_ps(-8.0)),
