@@ -41,8 +41,21 @@ pub struct QBlock {
 // SAFETY: plain numbers (no padding: 32 + 4 + 4 bytes), every bit pattern valid, alignment 4.
 unsafe impl crate::Pod for QBlock {}
 
-/// Rounds `x` (a multiple of 32 values) into `out` (`x.len()/32` blocks).
+/// Rounds `x` (a multiple of 32 values) into `out` (`x.len()/32` blocks): AVX2 where the CPU
+/// has it, else [`quantize_row_portable`] — the same bits either way (tested).
 pub fn quantize_row(x: &[f32], out: &mut [QBlock]) {
+    #[cfg(target_arch = "x86_64")]
+    if use_avx2() {
+        // SAFETY: the CPU has AVX2 and FMA (checked at run time).
+        unsafe { avx2::quantize_row(x, out) };
+        return;
+    }
+    quantize_row_portable(x, out);
+}
+
+/// [`quantize_row`] in plain Rust: `d = max|x|/127`, `q = x·(1/d)` rounded half to even and
+/// saturated to i8 (NaN → 0), `s = d·Σq`.
+pub fn quantize_row_portable(x: &[f32], out: &mut [QBlock]) {
     for (xb, o) in x.chunks_exact(QK).zip(out.iter_mut()) {
         let amax = xb.iter().fold(0.0f32, |a, v| a.max(v.abs()));
         let d = amax / 127.0;
@@ -334,6 +347,12 @@ impl Execute for op::MatMulBlockQuant {
 /// # Safety
 /// The row lies inside device memory.
 unsafe fn quantize_strided(a: &View<f32>, [i0, i1, m]: [usize; 3], out: &mut [QBlock]) {
+    if a.stride[3] == 1 {
+        // SAFETY: the caller's guarantee: the row's `32·out.len()` elements, contiguous.
+        let row = unsafe { std::slice::from_raw_parts(a.at([i0, i1, m, 0]), QK * out.len()) };
+        quantize_row(row, out);
+        return;
+    }
     let mut buf = [0f32; QK];
     for (b, o) in out.iter_mut().enumerate() {
         for (i, v) in buf.iter_mut().enumerate() {
@@ -498,6 +517,46 @@ pub(super) mod tests {
         y[6] = f32::INFINITY;
         quantize_row(&y, &mut b);
         assert!(b[0].q.iter().all(|&q| q == 0));
+    }
+
+    /// The AVX2 quantizer gives the portable one's bits: random rows at many scales, exact
+    /// halves, NaN, infinities, zeros, subnormal blocks (whose 1/d overflows) and huge ones.
+    #[test]
+    fn avx2_and_portable_quantizers_agree_bit_for_bit() {
+        if !use_avx2() {
+            eprintln!("skipped: no AVX2 on this CPU");
+            return;
+        }
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        for e in [-140i32, -126, -20, -1, 0, 3, 20, 100, 127] {
+            let scale = 2f32.powi(e);
+            rows.push((0..64).map(|_| rng.f() * scale).collect());
+        }
+        rows.push((0..32).map(|i| i as f32 - 15.5).collect()); // every product a half
+        rows.push((0..32).map(|i| (i as f32 - 16.0) * 127.0 / 16.0).collect());
+        let mut special: Vec<f32> = (0..32).map(|_| rng.f()).collect();
+        special[3] = f32::NAN;
+        special[9] = f32::NEG_INFINITY;
+        rows.push(special.clone());
+        special[9] = 0.0;
+        rows.push(special);
+        rows.push(vec![0.0; 32]);
+        rows.push(vec![-0.0; 32]);
+        rows.push((0..32).map(|i| f32::from_bits(1 + i)).collect()); // subnormals
+        rows.push((0..32).map(|i| f32::MAX / (1 + i) as f32).collect());
+        for x in &rows {
+            let n = x.len() / QK;
+            let (mut a, mut b) = (vec![QBlock::default(); n], vec![QBlock::default(); n]);
+            quantize_row_portable(x, &mut a);
+            // SAFETY: checked above that the CPU has AVX2 and FMA.
+            unsafe { avx2::quantize_row(x, &mut b) };
+            for (a, b) in a.iter().zip(&b) {
+                assert_eq!(a.q, b.q, "{x:?}");
+                assert_eq!(a.d.to_bits(), b.d.to_bits(), "{x:?}");
+                assert_eq!(a.s.to_bits(), b.s.to_bits(), "{x:?}");
+            }
+        }
     }
 
     #[test]

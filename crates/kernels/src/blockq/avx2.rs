@@ -3,7 +3,7 @@
 //! accumulators stay in registers. Each computes exactly what its portable spelling in the
 //! parent module does.
 
-use super::QBlock;
+use super::{QBlock, QK};
 use nrt_hal::tuning::BLOCKQ_PREFETCH_SUPERBLOCKS;
 use nrt_isa::op::BlockFormat;
 use std::arch::x86_64::*;
@@ -28,6 +28,54 @@ fn code_of(f: BlockFormat) -> u8 {
 /// # Safety
 /// The CPU has AVX2, FMA and F16C; `w` holds whole blocks and each `x[m]` at least as
 /// many blocks.
+/// [`super::quantize_row`] with AVX2: the same bits as `quantize_row_portable` — the
+/// maximum is exact in any order, `vcvtps2dq` rounds half to even (the default MXCSR), NaN
+/// products are zeroed and the rest clamped to [−128, 127] first (Rust's saturating `as`).
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn quantize_row(x: &[f32], out: &mut [QBlock]) {
+    let sign = _mm256_set1_ps(-0.0);
+    let (lo, hi) = (_mm256_set1_ps(-128.0), _mm256_set1_ps(127.0));
+    // Byte groups of the two packs (values [0..4 of q0, q1, q2, q3 | 4..8 of each]) back
+    // in row order.
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (xb, o) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        // SAFETY: `xb` holds 32 f32, read as four vectors of 8; `o.q` takes 32 bytes.
+        unsafe {
+            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
+            let mut m = _mm256_setzero_ps();
+            for &v in &v {
+                // A NaN |v| is the first operand: maxps returns the second, the maximum so far.
+                m = _mm256_max_ps(_mm256_andnot_ps(sign, v), m);
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 1)));
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+            let q: [__m256i; 4] = std::array::from_fn(|i| {
+                let p = _mm256_mul_ps(v[i], id);
+                let p = _mm256_and_ps(p, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+                _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(p, lo), hi))
+            });
+            let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            let s2 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+            let sum = _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, 1)));
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            _mm256_storeu_si256(o.q.as_mut_ptr() as *mut __m256i, bytes);
+            o.d = d;
+            o.s = d * sum as f32;
+        }
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn dot_rows(f: BlockFormat, w: &[u8], x: &[&[QBlock]], out: &mut [f32]) {
     let code = code_of(f);
