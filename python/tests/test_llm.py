@@ -145,3 +145,14 @@ def test_async_engine_streams_what_generate_gives_and_cancels(llm):
     with pytest.raises(Exception, match="0 tokens"):
         asyncio.run(one([]))
     assert engine.shutdown(5.0) == 0
+
+
+def test_q4_weights_stay_in_their_blocks_and_answer_paris(llm):
+    """weights="q4": the GGUF's Q4_1/Q8_0 blocks kept on the device (a directory of its own in
+    the cache, ~5x smaller weights than f32), and the same answer."""
+    q4 = nrt.llm.LLM(smollm2(), weights="q4", **SMALL)
+    assert q4.path != llm.path
+    sizes = [(Path(p) / "weights.bin").stat().st_size for p in (llm.path, q4.path)]
+    assert sizes[1] * 4 < sizes[0], sizes
+    out = q4.generate("The capital of France is", nrt.llm.SamplingParams(max_tokens=6))
+    assert "Paris" in out[0].outputs[0].text, out[0].outputs[0].text
