@@ -147,3 +147,47 @@ fn strides(shape: &[usize]) -> Vec<i64> {
     }
     st
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eval::testing::{Arg, out_types, var};
+    use crate::ops::attention::a_int;
+    use nrt_hal::DType;
+
+    fn inputs(q: &[usize], cache: &[usize], slots: &[usize], pos: &[usize]) -> Vec<Option<Arg>> {
+        vec![
+            var(DType::F32, q),
+            var(DType::F32, cache),
+            var(DType::F32, cache),
+            var(DType::I64, slots),
+            var(DType::I64, pos),
+        ]
+    }
+
+    fn heads(h: i64, g: i64) -> Vec<crate::onnx::AttributeProto> {
+        vec![a_int("num_heads", h), a_int("kv_num_heads", g)]
+    }
+
+    /// The output has q's shape; bad head counts, caches of another geometry, slots or
+    /// positions of the wrong shape and wrong element types are refused, naming them.
+    #[test]
+    fn cached_attention_shapes_and_refusals() {
+        let good = inputs(&[2, 3, 576], &[5, 64, 3, 64], &[2], &[2, 3]);
+        let t = out_types("CachedAttention", 1, good.clone(), heads(9, 3), 1).unwrap();
+        assert_eq!(t, vec![(DType::F32, vec![2, 3, 576])]);
+        let refused = |ins: Vec<Option<Arg>>, h: i64, g: i64, what: &str| {
+            let e = out_types("CachedAttention", 1, ins, heads(h, g), 1).unwrap_err();
+            assert!(e.message.contains(what), "{what}: {e}");
+        };
+        refused(good.clone(), 9, 2, "kv_num_heads dividing num_heads");
+        refused(good.clone(), 0, 3, "num_heads = 0");
+        refused(good.clone(), 7, 7, "is not num_heads = 7 heads");
+        let bad_cache = inputs(&[2, 3, 576], &[5, 64, 3, 32], &[2], &[2, 3]);
+        refused(bad_cache, 9, 3, "[slots, positions, 3, 64] both expected");
+        let bad_rows = inputs(&[2, 3, 576], &[5, 64, 3, 64], &[3], &[2, 3]);
+        refused(bad_rows, 9, 3, "[2] and [2, 3] expected");
+        let mut bad_type = good;
+        bad_type[4] = var(DType::I32, &[2, 3]);
+        refused(bad_type, 9, 3, "input 4 of type i32; i64 expected");
+    }
+}
