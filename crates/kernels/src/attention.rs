@@ -3,21 +3,23 @@
 //!
 //! For each query row and each KV head: the key rows of the row's slot at positions
 //! `0..=p` are read once, each scored against every query head of the group that shares it
-//! (grouped-query attention), the scores turned into probabilities (max-subtracted softmax
-//! in a scratch row of `p + 1` floats, which stays in L1), then the value rows read once,
+//! (grouped-query attention), the scores turned into probabilities (the `Softmax`
+//! instruction's row kernel, `norm::softmax_row`, on a scratch row of `p + 1` floats, which
+//! stays in L1), then the value rows read once,
 //! each added into the group's outputs. Nothing past the query's position is read: a decode
 //! step costs the sequence's length, not the cache's.
 //!
-//! Head dimensions 32, 64 and 128 take a path with the size known at compile time: four key
-//! rows scored at once (four independent FMA chains, not one long one) and each head's
+//! Head dimensions 32, 64 and 128 take a path with the size known at compile time: eight key
+//! rows scored at once (eight independent FMA chains, not one long one) and each head's
 //! output summed in registers over the value rows; others a generic one.
 //!
 //! The query rows are copied into scratch and the outputs summed there, then written with
 //! a raw copy: no Rust reference to device memory is alive while an operand is written (the
 //! crate's aliasing convention).
 
+use crate::norm::softmax_row;
 use crate::strided::View;
-use crate::{DeviceMemory, Execute, KernelError, Workspace, vmath};
+use crate::{DeviceMemory, Execute, KernelError, Workspace};
 use nrt_isa::op;
 
 /// Lanes of the dot product's independent accumulators (one AVX2 register of f32).
@@ -48,39 +50,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline(always)]
 fn hsum([a0, a1, a2, a3, a4, a5, a6, a7]: [f32; LANES]) -> f32 {
     ((a0 + a4) + (a1 + a5)) + ((a2 + a6) + (a3 + a7))
-}
-
-/// Turns `row` into probabilities: `exp(x − max) / Σ` (each loop a vectorizable map or an
-/// 8-lane sum).
-fn softmax_in_place(row: &mut [f32]) {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let tail = chunks
-        .remainder()
-        .iter()
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
-    for c in chunks {
-        for l in 0..LANES {
-            lanes[l] = lanes[l].max(c[l]);
-        }
-    }
-    let max = lanes.into_iter().fold(tail, f32::max);
-    for x in row.iter_mut() {
-        *x = vmath::exp(*x - max);
-    }
-    let mut sums = [0f32; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().sum();
-    for c in chunks {
-        for l in 0..LANES {
-            sums[l] += c[l];
-        }
-    }
-    let inv = 1.0 / (hsum(sums) + tail);
-    for x in row.iter_mut() {
-        *x *= inv;
-    }
 }
 
 /// The query heads that share one KV head, over one sequence's cache rows `0..n`.
@@ -181,7 +150,7 @@ unsafe fn attend_any(g: &mut Group) {
         }
     }
     for i in 0..nh {
-        softmax_in_place(&mut g.scores[i * n..(i + 1) * n]);
+        softmax_row(&mut g.scores[i * n..(i + 1) * n], false);
     }
     g.out[..nh * d].fill(0.0);
     for p in 0..n {
@@ -227,7 +196,7 @@ unsafe fn attend_fixed<const D: usize>(g: &mut Group) {
             *s = dot(q, key) * g.scale;
             p += 1;
         }
-        softmax_in_place(scores);
+        softmax_row(scores, false);
         let mut acc = [0f32; D];
         for (p, &w) in scores.iter().enumerate() {
             // SAFETY: p < n, the caller's guarantee.

@@ -198,7 +198,7 @@ unsafe fn softmax_row_avx512(buf: &mut [f32], log: bool) {
 /// in one pass, then the scaling — three passes over the row (it was five: the subtraction
 /// and the exponentials each had their own).
 #[inline(always)]
-fn softmax_row(buf: &mut [f32], log: bool) {
+pub(crate) fn softmax_row(buf: &mut [f32], log: bool) {
     let m = max(buf);
     let mut lanes = [0.0f32; 16];
     if log {
