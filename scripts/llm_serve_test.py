@@ -120,6 +120,17 @@ def openai_client_checks(port, name):
     check(r.usage.completion_tokens == 8 and r.usage.prompt_tokens > 0, f"usage {r.usage}")
     check(r.choices[0].finish_reason == "length", "finish_reason length")
 
+    # Longer than the largest context bucket (64): prefilled in chunks.
+    long_prompt = ("Berlin is the capital of Germany. Madrid is the capital of Spain. "
+                   "Rome is the capital of Italy. Lisbon is the capital of Portugal. "
+                   "Vienna is the capital of Austria. Athens is the capital of Greece. "
+                   "Warsaw is the capital of Poland. Dublin is the capital of Ireland. "
+                   "Oslo is the capital of Norway. The capital of France is")
+    r = c.completions.create(model=name, prompt=long_prompt, max_tokens=4, temperature=0)
+    check(64 < r.usage.prompt_tokens < 120 and "Paris" in r.choices[0].text,
+          f"a {r.usage.prompt_tokens}-token prompt past the largest bucket (chunked prefill): "
+          f"{r.choices[0].text!r}")
+
     pieces = []
     last = None
     for chunk in c.completions.create(model=name, prompt=PROMPTS[0], max_tokens=8,

@@ -318,11 +318,12 @@ fn bench(a: &BenchArgs) -> Res<()> {
     let (_dev, rt) = session::runtime_for_llm(&a.dir)?;
     let mut r = Runner::load(&rt, &a.dir, 0).map_err(|e| e.to_string())?;
     let max = r.max_model_len();
-    if a.prompt_len == 0 || a.prompt_len > r.max_prompt() || a.prompt_len >= max {
+    if a.prompt_len == 0 || a.prompt_len > r.max_prompt() {
         return Err(format!(
-            "--prompt-len {}: between 1 and {} (the largest context bucket, below the max model length {max})",
+            "--prompt-len {}: between 1 and {} (below the max model length {max}; past the largest context bucket, {}, a prompt prefills in chunks)",
             a.prompt_len,
-            r.max_prompt().min(max - 1)
+            r.max_prompt(),
+            r.chunk_len()
         ));
     }
     let new_tokens = a.new_tokens.min(max - a.prompt_len);
@@ -356,10 +357,11 @@ fn bench(a: &BenchArgs) -> Res<()> {
         r.prefill(0, &prompt, &greedy).map_err(err)?;
     }
     let ttft = t0.elapsed().as_secs_f64() * 1e3 / 3.0;
-    let bucket = r.prefill_bucket(a.prompt_len).unwrap_or(0);
+    // A prompt past the largest context bucket prefills in chunks: the last one's bucket.
+    let chunks = r.prefill_chunks(a.prompt_len);
     let mut rows = vec![serde_json::json!({
         "phase": "prefill", "batch": 1, "prompt_len": a.prompt_len, "new_tokens": 0,
-        "bucket": bucket,
+        "bucket": chunks.last().copied().unwrap_or(0), "chunks": chunks.len(),
         "tokens_per_s": a.prompt_len as f64 / (ttft / 1e3), "ttft_ms": ttft, "tpot_ms": 0.0,
         "weights": weights, "bytes_per_token": wbytes / a.prompt_len as u64,
     })];

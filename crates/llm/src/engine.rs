@@ -8,7 +8,9 @@
 //! 2. admits waiting requests into free cache slots, prefilling each (one execution of the
 //!    smallest context bucket that holds it), up to [`EngineOptions::prefill_token_budget`]
 //!    prompt tokens per iteration so a burst of long prompts does not starve the running
-//!    sequences' decode (the first admission is always allowed);
+//!    sequences' decode (the first admission is always allowed); a prompt longer than the
+//!    largest context bucket prefills in chunks of it (chunked prefill), one budget's worth
+//!    per iteration, the running sequences' decode steps between its chunks;
 //! 3. runs one decode step over every running sequence — the smallest batch bucket that
 //!    holds them, padding rows masked — scheduled on the runtime's explicit async surface:
 //!    while the device computes, the thread hands the previous step's text to the clients,
@@ -45,8 +47,9 @@ pub struct EngineOptions {
     /// Requests that may wait for a slot; past it a submission is refused.
     pub max_queue: usize,
     /// Prompt tokens prefilled per iteration before the running sequences' next decode step
-    /// (at least one prompt is always admitted); 0: the largest context bucket, so one long
-    /// prompt, or several short ones, stall the running sequences for about one prefill.
+    /// (at least one prompt, or one chunk of a long one, always goes); 0: the largest
+    /// context bucket, so one chunk, or several short prompts, stall the running sequences
+    /// for about one prefill execution.
     pub prefill_token_budget: usize,
 }
 
@@ -232,7 +235,8 @@ impl Metrics {
 pub struct ModelLimits {
     /// The longest sequence (prompt and output).
     pub max_model_len: usize,
-    /// The longest prompt (the largest context bucket).
+    /// The longest prompt (one below the max model length; past the largest context bucket
+    /// it prefills in chunks).
     pub max_prompt: usize,
     /// Sequences decoded at once.
     pub width: usize,
@@ -306,7 +310,7 @@ impl Engine {
         }
         let mut opts = opts;
         if opts.prefill_token_budget == 0 {
-            opts.prefill_token_budget = runner.max_prompt().max(1);
+            opts.prefill_token_budget = runner.chunk_len().max(1);
         }
         let limits = ModelLimits {
             max_model_len: runner.max_model_len(),
@@ -435,7 +439,7 @@ impl Drop for Engine {
 
 /// The checks of a request that need no device: prompt length and sampling values.
 pub fn check_request(l: &ModelLimits, prompt: &[u32], p: &GenerateParams) -> Result<(), String> {
-    check_prompt(l.max_model_len, l.max_prompt, 0, prompt).map_err(|e| e.to_string())?;
+    check_prompt(l.max_model_len, 0, prompt).map_err(|e| e.to_string())?;
     p.sampling.check().map_err(|e| e.to_string())?;
     if p.max_tokens == 0 {
         return Err("max_tokens 0: ask for at least one token".into());
@@ -458,6 +462,13 @@ struct Running<'t> {
     seq: Sequence<'t>,
     /// When it left the queue (its prefill began).
     admitted: Instant,
+}
+
+/// A prompt longer than the largest context bucket between two of its chunks.
+struct Partial<'t> {
+    run: Running<'t>,
+    /// Its tokens in the cache.
+    done: usize,
 }
 
 /// The engine thread's state.
@@ -487,10 +498,12 @@ impl Scheduler {
         let mut free: Vec<usize> = (0..self.width).rev().collect();
         let mut waiting: VecDeque<Job> = VecDeque::new();
         let mut running: Vec<Running<'_>> = Vec::with_capacity(self.width);
+        // A prompt longer than the largest context bucket, part-way through its prefill.
+        let mut partial: Option<Partial<'_>> = None;
         let mut stop = false;
         while !stop {
             // 1. Commands: block only when there is nothing to do.
-            let idle = running.is_empty() && waiting.is_empty();
+            let idle = running.is_empty() && waiting.is_empty() && partial.is_none();
             let first = if idle {
                 match rx.recv_timeout(Duration::from_millis(200)) {
                     Ok(c) => Some(c),
@@ -500,43 +513,79 @@ impl Scheduler {
             } else {
                 None
             };
-            stop |= self.take_commands(first, &rx, &mut waiting, &mut running);
+            stop |= self.take_commands(first, &rx, &mut waiting, &mut running, &mut partial);
             if stop {
                 break;
             }
-            // 2. Admissions.
+            // 2. Prefills: the prompt in chunks first, then admissions, within the budget.
             let mut budget = self.opts.prefill_token_budget;
             let mut admitted = 0;
-            while running.len() < self.width {
-                let Some(front) = waiting.front() else { break };
-                if admitted > 0 && front.prompt.len() > budget {
-                    break;
-                }
-                let job = waiting.pop_front().expect("front exists");
-                self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
-                budget = budget.saturating_sub(job.prompt.len());
-                admitted += 1;
-                let slot = free.pop().expect("a free slot below the width");
-                let admitted_at = Instant::now();
-                let mut seq = Sequence::new(&tokenizer, &job.prompt, &job.params, slot);
-                let r = self
-                    .runner
-                    .prefill(slot, &job.prompt, &job.params.sampling)
-                    .and_then(|s| seq.accept(s, eos, max_len));
-                self.count(|m| {
-                    m.prefills += 1;
-                    m.prompt_tokens += job.prompt.len() as u64;
-                });
-                let mut run = Running {
-                    job,
-                    seq,
-                    admitted: admitted_at,
+            loop {
+                let mut p = match partial.take() {
+                    Some(p) => p,
+                    None => {
+                        if running.len() >= self.width {
+                            break;
+                        }
+                        let Some(front) = waiting.front() else { break };
+                        if admitted > 0 && front.prompt.len() > budget {
+                            break;
+                        }
+                        let job = waiting.pop_front().expect("front exists");
+                        self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
+                        admitted += 1;
+                        let slot = free.pop().expect("a free slot below the width");
+                        self.count(|m| {
+                            m.prefills += 1;
+                            m.prompt_tokens += job.prompt.len() as u64;
+                        });
+                        let seq = Sequence::new(&tokenizer, &job.prompt, &job.params, slot);
+                        Partial {
+                            run: Running {
+                                job,
+                                seq,
+                                admitted: Instant::now(),
+                            },
+                            done: 0,
+                        }
+                    }
                 };
-                match r {
+                let slot = p.run.seq.slot();
+                if p.run.job.cancelled {
+                    free.push(slot);
+                    self.finish(p.run, false);
+                    continue;
+                }
+                let r = self.runner.prefill_chunk(
+                    slot,
+                    &p.run.job.prompt,
+                    p.done,
+                    &p.run.job.params.sampling,
+                );
+                let c = match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        free.push(slot);
+                        self.fail(p.run.job, &e.to_string());
+                        self.recover();
+                        continue;
+                    }
+                };
+                budget = budget.saturating_sub(c.done - p.done);
+                let Some(s) = c.next else {
+                    // More chunks: the running sequences decode between them.
+                    p.done = c.done;
+                    partial = Some(p);
+                    if budget == 0 && !running.is_empty() {
+                        break;
+                    }
+                    continue;
+                };
+                let mut run = p.run;
+                match run.seq.accept(s, eos, max_len) {
                     Err(e) => {
                         free.push(slot);
                         self.fail(run.job, &e.to_string());
-                        self.recover();
                     }
                     Ok(done) => {
                         let ok = self.deliver(&mut run);
@@ -548,7 +597,7 @@ impl Scheduler {
                         }
                     }
                 }
-                self.gauges(&waiting, &running);
+                self.gauges(&waiting, &running, &partial);
             }
             if running.is_empty() {
                 continue;
@@ -557,8 +606,8 @@ impl Scheduler {
             let rows: Vec<DecodeRow> = running.iter().map(|r| r.seq.row()).collect();
             let step = self.runner.decode_begin(&rows);
             let before = Instant::now();
-            stop |= self.take_commands(None, &rx, &mut waiting, &mut running);
-            self.gauges(&waiting, &running);
+            stop |= self.take_commands(None, &rx, &mut waiting, &mut running, &mut partial);
+            self.gauges(&waiting, &running, &partial);
             let out: Result<Vec<Sampled>, Error> = step.and_then(|s| self.runner.decode_end(s));
             self.count(|m| m.decodes += 1);
             let out = match out {
@@ -570,7 +619,7 @@ impl Scheduler {
                         self.fail(r.job, &why);
                     }
                     self.recover();
-                    self.gauges(&waiting, &running);
+                    self.gauges(&waiting, &running, &partial);
                     continue;
                 }
             };
@@ -604,26 +653,27 @@ impl Scheduler {
                     m.itl.observe(d.as_secs_f64());
                 }
             });
-            self.gauges(&waiting, &running);
+            self.gauges(&waiting, &running, &partial);
         }
         // Stopped: what is left is cancelled.
-        for r in running.drain(..) {
+        for r in running.drain(..).chain(partial.take().map(|p| p.run)) {
             self.end(r.job, None);
         }
         for j in waiting.drain(..) {
             self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
             self.end(j, None);
         }
-        self.gauges(&waiting, &running);
+        self.gauges(&waiting, &running, &partial);
     }
 
     /// Takes every queued command (and `first`); whether the engine is told to stop.
-    fn take_commands(
+    fn take_commands<'t>(
         &mut self,
         first: Option<Command>,
         rx: &Receiver<Command>,
         waiting: &mut VecDeque<Job>,
-        running: &mut [Running<'_>],
+        running: &mut [Running<'t>],
+        partial: &mut Option<Partial<'t>>,
     ) -> bool {
         let mut next = first;
         loop {
@@ -651,7 +701,12 @@ impl Scheduler {
                         self.shared.waiting.fetch_sub(1, Ordering::AcqRel);
                         self.end(j, None);
                     }
-                    for r in running.iter_mut().filter(|r| r.job.id == id) {
+                    let prefilling = partial.as_mut().map(|p| &mut p.run);
+                    for r in running
+                        .iter_mut()
+                        .chain(prefilling)
+                        .filter(|r| r.job.id == id)
+                    {
                         r.job.cancelled = true;
                     }
                 }
@@ -723,12 +778,19 @@ impl Scheduler {
         let _ = job.sink.send(Event::Failed(why.to_string()));
     }
 
-    fn gauges(&self, waiting: &VecDeque<Job>, running: &[Running<'_>]) {
+    fn gauges(
+        &self,
+        waiting: &VecDeque<Job>,
+        running: &[Running<'_>],
+        partial: &Option<Partial<'_>>,
+    ) {
+        // A prompt part-way through its chunks runs (vLLM counts it so) and holds a slot.
+        let n = running.len() + usize::from(partial.is_some());
         self.count(|m| {
-            m.running = running.len();
+            m.running = n;
             m.waiting = self.shared.waiting.load(Ordering::Acquire) as usize;
             debug_assert!(waiting.len() <= m.waiting);
-            m.slots_used = running.len();
+            m.slots_used = n;
         });
     }
 

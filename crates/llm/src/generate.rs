@@ -296,23 +296,14 @@ impl<'t> Sequence<'t> {
     }
 }
 
-pub(crate) fn check_prompt(
-    max_len: usize,
-    max_prompt: usize,
-    i: usize,
-    prompt: &[u32],
-) -> Result<(), Error> {
+/// A prompt takes 1 to `max_len − 1` tokens (one longer than the largest context bucket
+/// prefills in chunks).
+pub(crate) fn check_prompt(max_len: usize, i: usize, prompt: &[u32]) -> Result<(), Error> {
     if prompt.is_empty() || prompt.len() >= max_len {
         return Err(Error::Unsupported(format!(
             "prompt {i}: {} tokens; a prompt needs 1 to {} (below the max model length {max_len})",
             prompt.len(),
             max_len - 1
-        )));
-    }
-    if prompt.len() > max_prompt {
-        return Err(Error::Unsupported(format!(
-            "prompt {i}: {} tokens is longer than the largest context bucket ({max_prompt} tokens)",
-            prompt.len(),
         )));
     }
     Ok(())
@@ -327,7 +318,7 @@ pub fn generate(
     p: &GenerateParams,
     on_text: &mut dyn FnMut(&str),
 ) -> Result<Generation, Error> {
-    check_prompt(r.max_model_len(), r.max_prompt(), 0, prompt)?;
+    check_prompt(r.max_model_len(), 0, prompt)?;
     let (eos, max_len) = (r.manifest.eos, r.max_model_len());
     let tokenizer = r.tokenizer.clone();
     let mut seq = Sequence::new(&tokenizer, prompt, p, slot);
@@ -362,7 +353,7 @@ pub fn generate_batch(
     on_text: &mut dyn FnMut(usize, &str),
 ) -> Result<Vec<Generation>, Error> {
     for (i, (prompt, p)) in requests.iter().enumerate() {
-        check_prompt(r.max_model_len(), r.max_prompt(), i, prompt)?;
+        check_prompt(r.max_model_len(), i, prompt)?;
         p.sampling.check()?;
     }
     let (eos, max_len) = (r.manifest.eos, r.max_model_len());

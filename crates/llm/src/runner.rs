@@ -98,6 +98,18 @@ pub struct Sampled {
     pub logprob: f32,
 }
 
+/// What one chunk of a prefill did ([`Runner::prefill_chunk`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PrefillChunk {
+    /// The prompt's tokens in the cache now.
+    pub done: usize,
+    /// The context bucket it ran in (the tokens computed, padding or recomputed ones
+    /// included).
+    pub bucket: usize,
+    /// The next token, when this was the prompt's last chunk.
+    pub next: Option<Sampled>,
+}
+
 /// A row of a decode step: its cache slot, its last token and that token's position.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DecodeRow {
@@ -355,8 +367,15 @@ impl Runner {
         self.manifest.max_model_len
     }
 
-    /// The longest prompt one prefill takes (the largest context bucket).
+    /// The longest prompt: one token below the max model length (a prompt longer than
+    /// the largest context bucket prefills in chunks).
     pub fn max_prompt(&self) -> usize {
+        self.max_model_len().saturating_sub(1)
+    }
+
+    /// The most tokens one prefill execution takes (the largest context bucket): a longer
+    /// prompt goes in chunks of it.
+    pub fn chunk_len(&self) -> usize {
         self.manifest.context_buckets.last().copied().unwrap_or(0)
     }
 
@@ -404,9 +423,46 @@ impl Runner {
             .map(|(i, _)| i)
     }
 
-    /// The bucket a prompt of `n` tokens prefills in, if any.
+    /// The bucket a prompt of `n` tokens prefills in at once, if any.
     pub fn prefill_bucket(&self, n: usize) -> Option<usize> {
         self.pick("prefill", n).map(|i| self.programs[i].info.seq)
+    }
+
+    /// The context bucket of each chunk a prompt of `n` tokens prefills in (one for a
+    /// prompt that fits the largest bucket; empty for an empty prompt).
+    pub fn prefill_chunks(&self, n: usize) -> Vec<usize> {
+        let mut v = Vec::new();
+        let mut done = 0;
+        while let Some((i, _, end)) = self.plan_chunk(n, done) {
+            v.push(self.programs[i].info.seq);
+            done = end;
+        }
+        v
+    }
+
+    /// The chunk of a prompt of `n` tokens after its first `done`: its program and the
+    /// prompt positions `start..end` it computes. Tokens beyond the largest context bucket
+    /// go in a chunk of that bucket; the last chunk takes the smallest bucket that holds the
+    /// rest and, when it is not the first, ends at the prompt's end — it recomputes up to
+    /// a bucket of tokens before `done` instead of padding past them, so no position beyond
+    /// the prompt is written and none reaches the max model length. The first chunk starts
+    /// at 0 (padded when the prompt is shorter than its bucket).
+    fn plan_chunk(&self, n: usize, done: usize) -> Option<(usize, usize, usize)> {
+        if done >= n {
+            return None;
+        }
+        let rest = n - done;
+        let last_chunk = rest <= self.chunk_len();
+        let i = self.pick("prefill", if last_chunk { rest } else { self.chunk_len() })?;
+        let l = self.programs[i].info.seq;
+        let start = if !last_chunk {
+            done
+        } else if n >= l {
+            done.min(n - l)
+        } else {
+            0
+        };
+        Some((i, start, (start + l).min(n)))
     }
 
     /// The bucket `n` rows decode in, if any.
@@ -517,16 +573,45 @@ impl Runner {
     }
 
     /// Prefills `tokens` into cache slot `slot` (positions 0..n); returns the next token,
-    /// chosen on the device as `sampling` says.
+    /// chosen on the device as `sampling` says. A prompt longer than the largest context
+    /// bucket goes in chunks ([`Runner::prefill_chunk`]), each attending what the ones
+    /// before it left in the cache.
     pub fn prefill(
         &mut self,
         slot: usize,
         tokens: &[u32],
         sampling: &Sampling,
     ) -> Result<Sampled, Error> {
+        let mut done = 0;
+        loop {
+            let c = self.prefill_chunk(slot, tokens, done, sampling)?;
+            if let Some(s) = c.next {
+                return Ok(s);
+            }
+            done = c.done;
+        }
+    }
+
+    /// Runs the next chunk of a prefill (the plan: [`Runner::prefill_chunks`]): the
+    /// prompt's first `done` tokens are in slot `slot`'s cache already. Only the last
+    /// chunk's token is returned.
+    pub fn prefill_chunk(
+        &mut self,
+        slot: usize,
+        tokens: &[u32],
+        done: usize,
+        sampling: &Sampling,
+    ) -> Result<PrefillChunk, Error> {
         let n = tokens.len();
         if n == 0 {
             return Err(Error::Unsupported("an empty prompt".into()));
+        }
+        if n >= self.max_model_len() {
+            return Err(Error::Unsupported(format!(
+                "a prompt of {n} tokens: a prompt needs 1 to {} tokens (below the max model length {})",
+                self.max_model_len() - 1,
+                self.max_model_len()
+            )));
         }
         if slot >= self.slots() {
             return Err(Error::Unsupported(format!(
@@ -534,26 +619,33 @@ impl Runner {
                 self.slots()
             )));
         }
-        let Some(i) = self.pick("prefill", n) else {
+        if done >= n {
             return Err(Error::Unsupported(format!(
-                "a prompt of {n} tokens is longer than the largest context bucket ({} tokens)",
-                self.max_prompt()
+                "a prefill of {n} tokens has none left after {done}"
             )));
+        }
+        let Some((i, start, end)) = self.plan_chunk(n, done) else {
+            return Err(Error::Unsupported("the model has no context bucket".into()));
         };
+        let l = self.programs[i].info.seq;
         let p = &self.programs[i];
-        let l = p.info.seq;
         let mut ids = vec![0i64; l];
-        for (d, &t) in ids.iter_mut().zip(tokens) {
+        for (d, &t) in ids.iter_mut().zip(&tokens[start..end]) {
             *d = t as i64;
         }
-        let pos: Vec<i64> = (0..l as i64).collect();
+        let pos: Vec<i64> = (start as i64..(start + l) as i64).collect();
         write_i64(&p.ids, &ids)?;
         write_i64(&p.positions, &pos)?;
         write_i64(&p.slots, &[slot as i64])?;
-        write_i64(&p.last, &[n as i64 - 1])?;
+        write_i64(&p.last, &[(end - 1 - start) as i64])?;
         self.write_sampling(i, std::slice::from_ref(sampling))?;
         self.counters.prefills += 1;
-        Ok(self.run(i)?[0])
+        let s = self.run(i)?[0];
+        Ok(PrefillChunk {
+            done: end,
+            bucket: l,
+            next: (end == n).then_some(s),
+        })
     }
 
     /// One decode step over `rows` (at most the largest batch bucket); returns each row's

@@ -214,6 +214,59 @@ fn a_padded_prompt_gives_what_an_exact_bucket_gives() {
 }
 
 #[test]
+fn a_prompt_longer_than_every_bucket_prefills_in_chunks() {
+    // Buckets 8 and 16 (max model length 32) against one bucket of 32 holding the prompt.
+    let (_, chunked) = built("chunked", &options());
+    let whole = BuildOptions {
+        context_buckets: Some(vec![32]),
+        ..options()
+    };
+    let (_, whole) = built("whole", &whole);
+    let rt = runtime();
+    let mut rc = Runner::load_logits(&rt, &chunked, 0).unwrap();
+    let mut rw = Runner::load_logits(&rt, &whole, 0).unwrap();
+    let prompt: Vec<u32> = (0..30).map(|k| 3 + (k * 53) % 250).collect();
+    // 30 = 16, then the last 16 again from position 14; 20 = 16, then 8 from position 12.
+    assert_eq!(rc.prefill_chunks(30), vec![16, 16]);
+    assert_eq!(rc.prefill_chunks(20), vec![16, 8]);
+    assert_eq!(rc.prefill_chunks(16), vec![16]);
+    assert_eq!(rw.prefill_chunks(30), vec![32]);
+    for n in [20, 30] {
+        let p = &prompt[..n];
+        let a = rc.prefill(1, p, &Sampling::greedy()).unwrap();
+        let la = rc.last_logits().unwrap();
+        let b = rw.prefill(1, p, &Sampling::greedy()).unwrap();
+        let lb = rw.last_logits().unwrap();
+        assert_eq!(a.token, b.token, "{n} tokens");
+        let scale = lb.iter().fold(1f32, |m, v| m.max(v.abs()));
+        let diff = la
+            .iter()
+            .zip(&lb)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(diff <= 1e-4 * scale, "{n} tokens: logits differ by {diff}");
+        // The cache the chunks left decodes as the whole prefill's does.
+        let steps = 32 - n;
+        assert_eq!(
+            device_greedy(&mut rc, 2, p, steps),
+            device_greedy(&mut rw, 2, p, steps),
+            "{n} tokens"
+        );
+    }
+    // Chunk by chunk, as the serving engine runs it: only the last chunk answers.
+    let p = &prompt[..30];
+    let c = rc.prefill_chunk(0, p, 0, &Sampling::greedy()).unwrap();
+    assert_eq!((c.done, c.bucket, c.next), (16, 16, None));
+    let c = rc.prefill_chunk(0, p, 16, &Sampling::greedy()).unwrap();
+    assert_eq!((c.done, c.bucket), (30, 16));
+    assert_eq!(
+        c.next.map(|s| s.token),
+        Some(rw.prefill(0, p, &Sampling::greedy()).unwrap().token)
+    );
+    let e = rc.prefill_chunk(0, p, 30, &Sampling::greedy()).unwrap_err();
+    assert!(e.to_string().contains("none left"), "{e}");
+}
+
+#[test]
 fn sequences_decoded_together_give_what_each_gives_alone() {
     let (_, dir) = built("batched", &options());
     let rt = runtime();
@@ -254,12 +307,18 @@ fn generation_stops_at_the_max_model_length_and_refuses_long_prompts() {
     let (_, dir) = built("limits", &options());
     let rt = runtime();
     let mut r = Runner::load(&rt, &dir, 0).unwrap();
-    let prompt: Vec<u32> = (10..40).collect(); // 30 tokens; max model length 32
+    let prompt: Vec<u32> = (10..42).collect(); // 32 tokens; max model length 32
     let e = r
         .prefill(0, &prompt, &Sampling::greedy())
         .unwrap_err()
         .to_string();
-    assert!(e.contains("30 tokens") && e.contains("16"), "{e}");
+    assert!(
+        e.contains("32 tokens") && e.contains("max model length 32"),
+        "{e}"
+    );
+    let p = GenerateParams::default();
+    let e = generate(&mut r, 0, &prompt, &p, &mut |_| {}).unwrap_err();
+    assert!(e.to_string().contains("32 tokens"), "{e}");
     let prompt: Vec<u32> = (10..24).collect(); // 14 tokens
     let p = GenerateParams {
         max_tokens: 100,

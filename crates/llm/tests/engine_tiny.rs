@@ -39,6 +39,11 @@ fn collect(rx: &mpsc::Receiver<Event>) -> (String, Vec<u32>, Generation) {
     }
 }
 
+/// A prompt of `n` tokens of the tiny vocabulary.
+fn long_prompt(n: u32) -> Vec<u32> {
+    (0..n).map(|k| 3 + (k * 37) % 250).collect()
+}
+
 fn params(max_tokens: usize, seed: u64, temperature: f32) -> GenerateParams {
     GenerateParams {
         max_tokens,
@@ -56,9 +61,15 @@ fn params(max_tokens: usize, seed: u64, temperature: f32) -> GenerateParams {
 fn concurrent_requests_give_what_each_gives_alone() {
     let (_, dir) = built("engine-alone", &options());
     let rt = runtime();
+    // Every fifth prompt is longer than the largest context bucket (16): it prefills in
+    // chunks while the others decode.
     let requests: Vec<(Vec<u32>, GenerateParams)> = (0..10)
         .map(|i| {
-            let p = PROMPTS[i % 3].to_vec();
+            let p = if i % 5 == 4 {
+                long_prompt(27)
+            } else {
+                PROMPTS[i % 3].to_vec()
+            };
             let t = if i % 2 == 0 { 0.0 } else { 20.0 };
             (p, params(3 + i, i as u64, t))
         })
@@ -209,9 +220,9 @@ fn a_full_queue_and_a_draining_engine_refuse_at_once() {
     assert!(matches!(engine.submit(r), Err(SubmitError::Invalid(w)) if w.contains("0 tokens")));
     let (r, _) = request(PROMPTS[0], params(2, 0, -1.0));
     assert!(matches!(engine.submit(r), Err(SubmitError::Invalid(w)) if w.contains("temperature")));
-    let (r, _) = request(&[7; 17], params(2, 0, 0.0));
+    let (r, _) = request(&[7; 32], params(2, 0, 0.0));
     assert!(
-        matches!(engine.submit(r), Err(SubmitError::Invalid(w)) if w.contains("context bucket"))
+        matches!(engine.submit(r), Err(SubmitError::Invalid(w)) if w.contains("max model length 32"))
     );
     let (r, _) = request(PROMPTS[0], params(0, 0, 0.0));
     assert!(matches!(engine.submit(r), Err(SubmitError::Invalid(w)) if w.contains("max_tokens")));
