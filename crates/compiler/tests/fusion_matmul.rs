@@ -446,3 +446,65 @@ fn recurrent_weights_are_packed_per_direction() {
     let (p, all) = packed(&ok(&rnn("GRU", 3, 128, 128)));
     assert_eq!(p, 2, "GRU packs W[d] only ({all} MatMuls)");
 }
+
+/// A weight bound as a bf16 or f16 input and widened by a `Cast` only to be a MatMul's B
+/// (`MatMul(X, Cast(Transpose(W)))`, how a decoder LLM's bf16 weights enter its programs):
+/// the product reads the half values in place — no DVE copy widens them, B is the input's
+/// own storage, K contiguous — on one core and split between two.
+#[test]
+fn a_half_weight_input_cast_for_a_matmul_is_read_in_place() {
+    use nrt_hal::DType;
+    for (elem, d) in [(dt::BFLOAT16, DType::Bf16), (dt::FLOAT16, DType::F16)] {
+        let m = model(
+            vec![
+                node("Transpose", &["W"], &["wt"], vec![a_ints("perm", &[1, 0])]),
+                node("Cast", &["wt"], &["w32"], vec![a_i("to", dt::FLOAT as i64)]),
+                node("MatMul", &["X", "w32"], &["Y"], vec![]),
+            ],
+            vec![],
+            vec![vi("X", dt::FLOAT, &[5, 64]), vi("W", elem, &[48, 64])],
+            vec![vi("Y", dt::FLOAT, &[5, 48])],
+            13,
+        );
+        for cores in [1u8, 2] {
+            let o = CompileOptions {
+                cores: u32::from(cores),
+                ..Default::default()
+            };
+            let c = compile(&m, None, &o).unwrap();
+            check_ordering(&c.model).unwrap();
+            let mut columns = 0;
+            for core in 0..cores {
+                for e in [Engine::Dve, Engine::Pool, Engine::Act] {
+                    let work: Vec<Op> = c.model.block(core, e).map_or(vec![], |b| {
+                        decode_block(&b.code, e)
+                            .unwrap()
+                            .into_iter()
+                            .map(|(_, i)| i.op)
+                            .filter(|o| !matches!(o, Op::End(_) | Op::Nop(_)))
+                            .collect()
+                    });
+                    assert!(
+                        work.is_empty(),
+                        "{d}, {cores} cores: nothing but the product on core {core}: {work:?}"
+                    );
+                }
+                let pe = c.model.block(core, Engine::Pe).expect("a PE block");
+                for (_, i) in decode_block(&pe.code, Engine::Pe).unwrap() {
+                    let (b, flags) = match i.op {
+                        Op::MatMul(op::MatMul { b, flags, .. }) => (b, flags),
+                        Op::End(_) | Op::Nop(_) => continue,
+                        o => panic!("{o:?}"),
+                    };
+                    assert_eq!(b.dtype, d);
+                    // bf16: A's f32 values unrounded, as ONNX's MatMul of the Cast defines.
+                    let f32_a = flags & nrt_isa::matmul_flags::F32_A != 0;
+                    assert_eq!(f32_a, d == DType::Bf16, "{flags:#x}");
+                    assert_eq!(b.stride[2], 1, "K contiguous: {b:?}");
+                    columns += b.shape[3];
+                }
+            }
+            assert_eq!(columns, 48, "{d}, {cores} cores: every column once");
+        }
+    }
+}

@@ -839,3 +839,44 @@ fn cached_attention_operands_are_checked() {
     let e = Instruction::decode(&v).unwrap_err().to_string();
     assert!(e.contains("reserved"), "{e}");
 }
+
+/// `F32_A` (NCM 1.13): A's f32 values multiply a bf16 B unrounded — only with an unpacked
+/// bf16 B; with an f32, f16 or packed B the flag is rejected, naming `flags`.
+#[test]
+fn f32_a_needs_an_unpacked_bf16_b() {
+    use nrt_isa::matmul_flags::{F32_A, PACKED_B, TRANSPOSE_B};
+    let (m, k, n) = (3u32, 64u32, 32u32);
+    let a = AccessPattern::dense(0, DType::F32, &[m, k]);
+    let c = AccessPattern::dense(4096, DType::F32, &[m, n]);
+    let enc = |b: AccessPattern, flags: u32| {
+        let mut bytes = Vec::new();
+        Instruction::new(Op::MatMul(op::MatMul {
+            a,
+            b,
+            c,
+            alpha: 1.0,
+            flags,
+            epilogue: nrt_isa::Epilogue::NONE,
+        }))
+        .encode(&mut bytes);
+        Instruction::decode(&bytes).map(|(i, _)| i)
+    };
+    let nk = |dtype| AccessPattern::dense(8192, dtype, &[n, k]);
+    assert!(enc(nk(DType::Bf16), TRANSPOSE_B | F32_A).is_ok());
+    assert!(enc(nk(DType::Bf16), TRANSPOSE_B).is_ok());
+    for d in [DType::F32, DType::F16] {
+        assert_eq!(
+            enc(nk(d), TRANSPOSE_B | F32_A).unwrap_err().field,
+            "flags",
+            "{d}"
+        );
+    }
+    let pairs = AccessPattern {
+        addr: 8192,
+        dtype: DType::Bf16,
+        shape: [1, 1, k / 2, 64],
+        stride: [0, (k / 2 * 64) as i32, 64, 1],
+    };
+    assert!(enc(pairs, PACKED_B).is_ok());
+    assert_eq!(enc(pairs, PACKED_B | F32_A).unwrap_err().field, "flags");
+}

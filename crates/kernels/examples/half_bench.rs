@@ -84,6 +84,7 @@ fn main() {
                 mc,
                 1.0,
                 false,
+                true,
                 &mut ws,
             )
             .unwrap()

@@ -303,7 +303,8 @@ pub unsafe fn matmul(
                             if k == 0 {
                                 gemm_auto(rb, n, k, off(ma), mb, off(mc), alpha, acc, ws)
                             } else {
-                                gemm_half(rb, n, k, off(ma), hb, off(mc), alpha, acc, ws)
+                                let round_a = flags & matmul_flags::F32_A == 0;
+                                gemm_half(rb, n, k, off(ma), hb, off(mc), alpha, acc, round_a, ws)
                             }
                         }
                     }

@@ -119,7 +119,9 @@ fn matmul_case_b(
             let bi = if tb { [b0, b1, j, p] } else { [b0, b1, p, j] };
             let bv = match bdt {
                 DType::Bf16 => {
-                    av = bf16_to_f32(f32_to_bf16(av));
+                    if flags & matmul_flags::F32_A == 0 {
+                        av = bf16_to_f32(f32_to_bf16(av));
+                    }
                     bf16_to_f32(m.get_raw(&b, bi) as u16)
                 }
                 DType::F16 => f16_to_f32(m.get_raw(&b, bi) as u16),
@@ -201,9 +203,10 @@ fn matmul_shapes_of_interest() {
 
 #[test]
 fn matmul_half_weights_bf16_and_f16() {
-    // B stored [N, K] (TRANSPOSE_B, K contiguous: the vectorized path when the CPU has it)
+    // B stored [N, K] (TRANSPOSE_B, K contiguous: the vectorized paths, AVX-512 or AVX2)
     // and [K, N] or random layouts (the widening fallback), with K tails of every length mod
-    // 32 and row/column blocks of 1–4, with and without an epilogue.
+    // 32, row/column blocks of 1–4 (AVX2: up to 8 columns), column panels, with and without
+    // an epilogue. `NRT_SIM_ISA=avx2` runs the AVX2 path on an AVX-512 host.
     for bdt in [DType::Bf16, DType::F16] {
         for (i, &(m_, k, n)) in [
             (1, 512, 64),
@@ -214,14 +217,27 @@ fn matmul_half_weights_bf16_and_f16() {
             (5, 95, 6),
             (64, 70, 33),
             (9, 1, 3),
+            // Column panels of B (`HALF_GEMM_PANEL_BYTES`): 32 columns of K = 2048 each.
+            (2, 2048, 70),
+            (1, 576, 300),
+            (7, 1030, 130),
         ]
         .iter()
         .enumerate()
         {
+            // bf16 also with `F32_A`: A's f32 values unrounded (the reference then does not
+            // round them either, and the tolerance is far below bf16's rounding).
+            let f32_a: &[u32] = if bdt == DType::Bf16 {
+                &[0, matmul_flags::F32_A]
+            } else {
+                &[0]
+            };
             for flags in 0..8 {
-                let seed = i as u64 * 131 + flags as u64;
-                let layouts = Some(seed.is_multiple_of(3));
-                matmul_case_b(m_, k, n, seed, flags, [1, 1], layouts, None, bdt);
+                for &x in f32_a {
+                    let seed = i as u64 * 131 + flags as u64;
+                    let layouts = Some(seed.is_multiple_of(3));
+                    matmul_case_b(m_, k, n, seed, flags | x, [1, 1], layouts, None, bdt);
+                }
             }
         }
         for seed in 0..8 {

@@ -65,7 +65,9 @@ pub const VERSION_MAJOR: u16 = 1;
 ///   (POOL, `0x61`) read ggml's `Q4_0` / `Q4_1` / `Q8_0` blocks as a GGUF stores them.
 /// - 1.12: the `CachedAttention` instruction (PE, `0x27`): a decoder's attention over the
 ///   KV-cache slot of each sequence, up to each query's position, in one instruction.
-pub const VERSION_MINOR: u16 = 12;
+/// - 1.13: `MatMul` flag `F32_A` (bit 4): a bf16 B multiplied with A's f32 values unrounded
+///   (a bf16 weight input read through ONNX's `Cast`, as a decoder LLM's bf16 weights are).
+pub const VERSION_MINOR: u16 = 13;
 /// Size of the file header.
 pub const HEADER_SIZE: usize = 64;
 /// Size of one section-table entry.

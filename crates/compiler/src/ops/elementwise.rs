@@ -353,10 +353,50 @@ fn fold_cast(c: &Ctx, outs: &[Out]) -> Result<Option<Vec<HostTensor>>> {
 }
 
 impl<'a> Lowerer<'a> {
-    /// Cast / CastLike: a converting copy on DVE.
+    /// Cast / CastLike: a converting copy on DVE — except a bf16 or f16 matrix widened
+    /// only to be a MatMul's B (a weight bound as a half-precision input, `MatMul(x,
+    /// Cast(W))`): the product reads the half values itself (the device's MatMul takes an
+    /// f32 A and a bf16/f16 B and widens B in registers), so no f32 copy of the weight is
+    /// made or stored.
     pub(crate) fn lower_cast(&mut self, at: At<'a>) -> Result<()> {
+        if let Some(src) = self.half_product_operand(at)? {
+            self.loc[at.o0] = Some(src);
+            self.owns[at.o0] = false;
+            return Ok(());
+        }
         let src = self.input_view(at.n, 0)?;
         self.copy_out(Engine::Dve, &src, at.o0)
+    }
+
+    /// The half-precision view a Cast's output may stand for, when the Cast widens a 2-D
+    /// bf16/f16 value to f32 for a MatMul that alone reads it, as its B, with an f32 A.
+    fn half_product_operand(&mut self, at: At<'a>) -> Result<Option<View>> {
+        let g = at.g;
+        let Some(x) = at.n.inputs.first().copied().flatten() else {
+            return Ok(None);
+        };
+        let (xv, ov) = (&g.values[x], &g.values[at.o0]);
+        if !matches!(xv.dtype, DType::Bf16 | DType::F16)
+            || ov.dtype != DType::F32
+            || xv.shape.len() != 2
+            || xv.konst.is_some()
+        {
+            return Ok(None);
+        }
+        let Some(j) = self.sole_consumer(at.o0) else {
+            return Ok(None);
+        };
+        let mm = &g.nodes[j];
+        let reads_as_b = mm.op == "MatMul"
+            && mm.inputs.len() == 2
+            && mm.inputs[1] == Some(at.o0)
+            && mm.inputs[0] != Some(at.o0)
+            && mm.inputs[0].is_some_and(|a| g.values[a].dtype == DType::F32);
+        if !reads_as_b {
+            return Ok(None);
+        }
+        let v = self.sview(x)?;
+        Ok((v.strides.iter().all(|&s| s >= 0)).then_some(v))
     }
 
     /// BitCast: a DVE copy into the output's buffer seen with the input's element type

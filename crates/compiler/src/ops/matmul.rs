@@ -627,6 +627,14 @@ impl<'a> Lowerer<'a> {
         if b.strides.iter().any(|&s| s < 0) {
             b = self.view(bv)?;
         }
+        // A bf16 input read through its `Cast` to f32 (`lower_cast`): the product of A's f32
+        // values with the widened weights, as ONNX defines it (auto-cast rounds A instead).
+        if b.dtype == DType::Bf16
+            && g.values[bv].dtype == DType::F32
+            && g.values[bv].konst.is_none()
+        {
+            flags |= matmul_flags::F32_A;
+        }
         let y = self.alloc_any(target)?;
         let mut ev = Vec::new();
         for &x in &addends {

@@ -28,10 +28,14 @@ pub mod matmul_flags {
     /// `[1, ceil(N/NR), ceil(K/2), 2·NR]`, strides `[any, ceil(K/2)·2·NR, 2·NR, 1]`. Not
     /// with `TRANSPOSE_B`.
     pub const PACKED_B: u32 = 8;
+    /// With a bf16 B (not packed): A's f32 values multiply the widened B as they are — the
+    /// products of ONNX's `MatMul(A, Cast(B))` — instead of A rounded to bf16 first (what
+    /// `vdpbf16ps` multiplies; the auto-cast product). NCM 1.13; only with a bf16 B.
+    pub const F32_A: u32 = 16;
     /// The panel widths a `PACKED_B` operand may have.
     pub const PANEL_WIDTHS: [u32; 3] = [16, 32, 64];
     /// Every defined bit.
-    pub const ALL: u32 = ACCUMULATE | TRANSPOSE_A | TRANSPOSE_B | PACKED_B;
+    pub const ALL: u32 = ACCUMULATE | TRANSPOSE_A | TRANSPOSE_B | PACKED_B | F32_A;
 
     /// Floats of a `k × n` B packed in panels of `nr` columns (`None` on overflow).
     pub fn packed_len(k: usize, n: usize, nr: usize) -> Option<usize> {
@@ -392,6 +396,11 @@ impl Unit for MatMul {
             &[DType::F32, DType::Bf16, DType::F16]
         };
         require_dtype(&b_, "b.dtype", b_types).map_err(|e| e.shifted(base + AP_SIZE))?;
+        if flags & matmul_flags::F32_A != 0 && (packed || b_.dtype != DType::Bf16) {
+            return Err(
+                DecodeError::field("flags", Reason::UnknownFlags(matmul_flags::F32_A)).at(flags_at),
+            );
+        }
         require_dtype(&c, "c.dtype", F32).map_err(|e| e.shifted(base + 2 * AP_SIZE))?;
         let (m, k) = if flags & matmul_flags::TRANSPOSE_A != 0 {
             (a.shape[3], a.shape[2])
