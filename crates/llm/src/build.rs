@@ -112,9 +112,9 @@ pub struct WeightEntry {
     pub offset: u64,
     /// Bytes.
     pub bytes: u64,
-    /// How it is stored: `F32`, or ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`: rows of `cols/32`
-    /// blocks, read in place by the device kernels). Absent in manifests before block
-    /// storage: `F32`.
+    /// How it is stored: `F32`, `BF16`, or ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`: rows of
+    /// `cols/32` blocks), each read in place by the device kernels. Absent in manifests
+    /// before block storage: `F32`.
     #[serde(default = "f32_name", rename = "type")]
     pub ggml_type: String,
     /// Block types: groups of 8 rows interleaved (the `x8` layout of
@@ -137,6 +137,7 @@ impl WeightEntry {
             "Q4_0" => Some(GgmlType::Q4_0),
             "Q4_1" => Some(GgmlType::Q4_1),
             "Q8_0" => Some(GgmlType::Q8_0),
+            "BF16" => Some(GgmlType::Bf16),
             _ => None,
         }
     }
@@ -375,7 +376,7 @@ impl Manifest {
         for w in &self.weights.tensors {
             if w.stored_type().is_none() {
                 return Err(bad(&format!(
-                    "weight '{}' has type '{}' (F32, Q4_0, Q4_1 or Q8_0 are read)",
+                    "weight '{}' has type '{}' (F32, BF16, Q4_0, Q4_1 or Q8_0 are read)",
                     w.name, w.ggml_type
                 )));
             }
@@ -385,8 +386,8 @@ impl Manifest {
                 .rev()
                 .skip(1)
                 .try_fold(1usize, |a, &d| a.checked_mul(d));
-            if w.interleaved && (w.ggml_type == "F32" || !rows.is_some_and(|r| r.is_multiple_of(8)))
-            {
+            let blocks = matches!(w.ggml_type.as_str(), "Q4_0" | "Q4_1" | "Q8_0");
+            if w.interleaved && (!blocks || !rows.is_some_and(|r| r.is_multiple_of(8))) {
                 return Err(bad(&format!(
                     "weight '{}' is marked interleaved but is not rows of blocks in groups of 8",
                     w.name
@@ -520,13 +521,6 @@ pub fn build(
             "{}: ONNX decoders (past_key_values/present) are not built yet; pass a .gguf",
             src.display()
         )));
-    }
-    if o.weights == WeightFormat::Bf16 {
-        return Err(Error::Unsupported(
-            "--weights bf16: the device kernels for bf16 weights in bound tensors are not \
-             built yet (f32, int8 or q4)"
-                .into(),
-        ));
     }
     if !(1..=2).contains(&o.cores) {
         return Err(Error::Unsupported(format!("--cores {}: 1 or 2", o.cores)));
@@ -722,8 +716,9 @@ fn hex(b: &[u8]) -> String {
 /// `format`: f32, or ggml blocks the device multiplies in place. `--weights q4` keeps a
 /// matrix already in `Q4_0`, `Q4_1` or `Q8_0` as the file has it (no re-quantization:
 /// llama.cpp's Q4_1 files hold the embedding in Q8_0) and quantizes any other to `Q4_1`;
-/// `--weights int8` keeps `Q8_0` and quantizes any other to it. Vectors (the norms) and rows
-/// that are not whole blocks stay f32.
+/// `--weights int8` keeps `Q8_0` and quantizes any other to it; `--weights bf16` rounds
+/// every matrix to bfloat16 (nearest, ties to even; a `BF16` tensor of the file is kept as
+/// it is). Vectors (the norms) and rows that are not whole blocks of 32 stay f32.
 pub fn stored_type(format: WeightFormat, src: GgmlType, rank: usize, cols: usize) -> GgmlType {
     if rank < 2 || cols == 0 || !cols.is_multiple_of(32) {
         return GgmlType::F32;
@@ -732,7 +727,8 @@ pub fn stored_type(format: WeightFormat, src: GgmlType, rank: usize, cols: usize
         (WeightFormat::Q4, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) => src,
         (WeightFormat::Q4, _) => GgmlType::Q4_1,
         (WeightFormat::Int8, _) => GgmlType::Q8_0,
-        (WeightFormat::F32 | WeightFormat::Bf16, _) => GgmlType::F32,
+        (WeightFormat::Bf16, _) => GgmlType::Bf16,
+        (WeightFormat::F32, _) => GgmlType::F32,
     }
 }
 
@@ -772,6 +768,10 @@ fn write_weights(
             std::borrow::Cow::Owned(match ty {
                 GgmlType::Q4_1 => block(crate::quant::quantize_q4_1(&data))?,
                 GgmlType::Q8_0 => block(crate::quant::quantize_q8_0(&data))?,
+                GgmlType::Bf16 => data
+                    .iter()
+                    .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+                    .collect(),
                 _ => data.iter().flat_map(|x| x.to_le_bytes()).collect(),
             })
         };

@@ -54,9 +54,9 @@ pub enum Head {
     Logits,
 }
 
-/// The weights stored in ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`) rather than f32, by name:
-/// the block type and whether groups of 8 rows are interleaved (the `x8` layout of
-/// `nrt_isa::op::BlockFormat`).
+/// The weights stored in ggml blocks (`Q4_0`, `Q4_1`, `Q8_0`) or bf16 rather than f32, by
+/// name: the type and whether groups of 8 rows are interleaved (the `x8` layout of
+/// `nrt_isa::op::BlockFormat`; never for bf16).
 pub type BlockWeights = std::collections::BTreeMap<String, (GgmlType, bool)>;
 
 /// How the weights enter the graph.
@@ -64,7 +64,8 @@ pub type BlockWeights = std::collections::BTreeMap<String, (GgmlType, bool)>;
 pub enum WeightSource {
     /// Graph inputs the caller binds (the device programs: one copy shared by all): f32,
     /// or, for those named here, u8 `[rows, row bytes]` of ggml blocks read by the
-    /// `ai.nrt` `MatMulBlockQuant` / `GatherBlockQuant` operators (never widened in memory).
+    /// `ai.nrt` `MatMulBlockQuant` / `GatherBlockQuant` operators, or bf16 `[rows, cols]`
+    /// read by MatMul through a `Cast` (never widened in memory).
     Inputs(BlockWeights),
     /// Initializers whose data lives in an external file at the given offsets (the reference
     /// graph ONNX Runtime loads): `(file name, offset of each weight in WEIGHT order)`.
@@ -184,6 +185,11 @@ pub fn decoder_graph(
         WeightSource::Inputs(blocks) => {
             for (n, shape) in &ws {
                 match blocks.get(n) {
+                    Some(&(GgmlType::Bf16, _)) => {
+                        g.input(n, data_type::BFLOAT16, &to_i64(shape));
+                        let k = shape[shape.len() - 1] as i64;
+                        g.blocks.insert(n.clone(), (GgmlType::Bf16, false, k));
+                    }
                     Some(&(ty, x8)) => {
                         let (rows, k) = (shape[0] as u64, shape[shape.len() - 1] as u64);
                         let rb = ty.row_bytes(k).unwrap_or(0) as i64;
@@ -523,21 +529,34 @@ impl G {
         self.op("Reshape", &[x, &s], &[])
     }
 
-    /// `x · Wᵀ` with `W` in GGUF's `[out, in]` layout (f32, or ggml blocks).
+    /// `x · Wᵀ` with `W` in GGUF's `[out, in]` layout (f32, bf16, or ggml blocks). A bf16 `W`
+    /// is widened by a `Cast` that the compiler folds into the product (the device's MatMul
+    /// reads the bf16 values in place: no f32 copy).
     fn linear(&mut self, x: &str, w: &str) -> String {
-        if let Some(&(ty, x8, k)) = self.blocks.get(w) {
-            return self.block_op("MatMulBlockQuant", &[x, w], ty, x8, k);
+        match self.blocks.get(w) {
+            Some(&(GgmlType::Bf16, _, _)) => {
+                let wt = self.op("Transpose", &[w], &[ints("perm", &[1, 0])]);
+                let wf = self.op("Cast", &[&wt], &[int("to", data_type::FLOAT as i64)]);
+                self.op("MatMul", &[x, &wf], &[])
+            }
+            Some(&(ty, x8, k)) => self.block_op("MatMulBlockQuant", &[x, w], ty, x8, k),
+            None => {
+                let wt = self.op("Transpose", &[w], &[ints("perm", &[1, 0])]);
+                self.op("MatMul", &[x, &wt], &[])
+            }
         }
-        let wt = self.op("Transpose", &[w], &[ints("perm", &[1, 0])]);
-        self.op("MatMul", &[x, &wt], &[])
     }
 
     /// Rows `ids` of the table `w` (an embedding lookup), as f32.
     fn gather_rows(&mut self, w: &str, ids: &str) -> String {
-        if let Some(&(ty, x8, k)) = self.blocks.get(w) {
-            return self.block_op("GatherBlockQuant", &[w, ids], ty, x8, k);
+        match self.blocks.get(w) {
+            Some(&(GgmlType::Bf16, _, _)) => {
+                let rows = self.op("Gather", &[w, ids], &[]);
+                self.op("Cast", &[&rows], &[int("to", data_type::FLOAT as i64)])
+            }
+            Some(&(ty, x8, k)) => self.block_op("GatherBlockQuant", &[w, ids], ty, x8, k),
+            None => self.op("Gather", &[w, ids], &[]),
         }
-        self.op("Gather", &[w, ids], &[])
     }
 
     /// An `ai.nrt` block-quantized operator over weights of type `ty` (`x8`: interleaved),

@@ -622,15 +622,17 @@ fn continuous_batching_gives_each_request_what_it_gives_alone() {
 }
 
 /// `--weights q4` keeps the file's Q4_1 matrices and Q8_0 embedding as they are, `int8`
-/// stores every matrix as Q8_0; the device reads them in place (`MatMulBlockQuant`,
-/// `GatherBlockQuant`). The logits stay within the 8-bit activations' rounding of the f64
-/// reference over the file's weights (int8: plus the re-quantization of the Q4_1
-/// matrices), and greedy decoding picks the reference's tokens.
+/// stores every matrix as Q8_0, `bf16` as bfloat16; the device reads them in place
+/// (`MatMulBlockQuant`, `GatherBlockQuant`; bf16: MatMul through a folded `Cast`). The
+/// logits stay within the 8-bit activations' rounding of the f64 reference over the file's
+/// weights (int8: plus the re-quantization of the Q4_1 matrices; bf16: the rounding of
+/// weights and activations to bf16), and greedy decoding picks the reference's tokens.
 #[test]
 fn block_weights_are_read_in_place_and_follow_the_reference() {
     for (name, format, types) in [
         ("q4", WeightFormat::Q4, ["Q8_0", "Q4_1"]),
         ("int8", WeightFormat::Int8, ["Q8_0", "Q8_0"]),
+        ("bf16", WeightFormat::Bf16, ["BF16", "BF16"]),
     ] {
         let o = BuildOptions {
             weights: format,
@@ -651,9 +653,11 @@ fn block_weights_are_read_in_place_and_follow_the_reference() {
         assert_eq!(ty("token_embd.weight"), types[0], "{name}");
         assert_eq!(ty("blk.0.ffn_down.weight"), types[1], "{name}");
         assert_eq!(ty("blk.0.attn_norm.weight"), "F32", "{name}");
-        // Rows in groups of 8 are interleaved for the 8-row product.
+        // Block rows in groups of 8 are interleaved for the 8-row product (bf16 rows are
+        // read as they are).
         let w = |n: &str| m.weights.tensors.iter().find(|w| w.name == n).unwrap();
-        assert!(w("blk.0.ffn_down.weight").interleaved, "{name}");
+        let blocks = format != WeightFormat::Bf16;
+        assert_eq!(w("blk.0.ffn_down.weight").interleaved, blocks, "{name}");
         assert!(!w("blk.0.attn_norm.weight").interleaved, "{name}");
         let f32_bytes: u64 = m
             .weights
@@ -661,9 +665,11 @@ fn block_weights_are_read_in_place_and_follow_the_reference() {
             .iter()
             .map(|w| w.shape.iter().product::<usize>() as u64 * 4)
             .sum();
+        // q4 and int8 under a third of f32's bytes; bf16 about half (the norms stay f32).
+        let (num, den) = if blocks { (3, 1) } else { (19, 10) };
         assert!(
-            m.weights.bytes * 3 < f32_bytes,
-            "{name}: {} bytes",
+            m.weights.bytes * num < f32_bytes * den,
+            "{name}: {} bytes of {f32_bytes}",
             m.weights.bytes
         );
 
@@ -680,10 +686,10 @@ fn block_weights_are_read_in_place_and_follow_the_reference() {
                 .iter()
                 .zip(&want)
                 .fold(0.0f64, |a, (g, w)| a.max((*g as f64 - w).abs()));
-            let tol = if format == WeightFormat::Q4 {
-                0.02
-            } else {
-                0.05
+            let tol = match format {
+                WeightFormat::Q4 => 0.02,
+                WeightFormat::Bf16 => 0.01,
+                _ => 0.05,
             };
             assert!(
                 err <= tol * scale,
@@ -702,7 +708,7 @@ fn block_weights_are_read_in_place_and_follow_the_reference() {
 }
 
 /// A model built for two cores (`--cores 2`: each product's weight rows split between them)
-/// decodes exactly what the one-core build decodes, with f32 and with block weights.
+/// decodes exactly what the one-core build decodes, with f32, block and bf16 weights.
 #[test]
 fn two_core_builds_decode_what_one_core_decodes() {
     let dev = Arc::new(nrt_sim::SoftDevice::new(nrt_sim::SimConfig::default()).unwrap());
@@ -715,7 +721,7 @@ fn two_core_builds_decode_what_one_core_decodes() {
     )
     .unwrap();
     let rt1 = runtime();
-    for format in [WeightFormat::F32, WeightFormat::Q4] {
+    for format in [WeightFormat::F32, WeightFormat::Q4, WeightFormat::Bf16] {
         let one = BuildOptions {
             weights: format,
             ..options()
