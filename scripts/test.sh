@@ -222,6 +222,13 @@ q = json.load(sys.stdin)
 agree, ppl, ref = q["against"]["top1_agreement"], q["perplexity"], q["against"]["perplexity"]
 print(f"q4: perplexity {ppl:.3f} (f32 {ref:.3f}), top-1 agreement {agree:.1%}")
 assert agree >= 0.9 and abs(ppl / ref - 1) < 0.05, q'
+  step "SmolLM2 with --weights bf16 (read in place, two cores) against ONNX Runtime on the same bf16 weights"
+  "$nrt" llm build "$NRT_SMOLLM2_GGUF" -o "$llm/smollm2-bf16" --weights bf16 --tp 2 \
+    --context-buckets 32,64 --batch-buckets 1,4 --max-model-len 128
+  "$nrt" llm reference "$llm/smollm2-bf16" -o "$llm/reference-bf16" --steps 16 \
+    --prompt "The capital of France is" \
+    --prompt "Write a short poem about the sea, the wind and the sky, in the style of an old sailor who has seen many storms"
+  "$NRT_PYTHON" scripts/llm_reference.py "$llm/reference-bf16" --tol 1e-3
   step "nrt llm serve: the openai client, 64 streaming clients, bad input, a flood, a fault, a drain"
   timeout 600 "$NRT_PYTHON" scripts/llm_serve_test.py "$nrt" "$llm/smollm2"
 fi

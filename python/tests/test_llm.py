@@ -156,3 +156,26 @@ def test_q4_weights_stay_in_their_blocks_and_answer_paris(llm):
     assert sizes[1] * 4 < sizes[0], sizes
     out = q4.generate("The capital of France is", nrt.llm.SamplingParams(max_tokens=6))
     assert "Paris" in out[0].outputs[0].text, out[0].outputs[0].text
+
+
+def test_bf16_weights_take_half_the_bytes_and_answer_paris(llm):
+    """weights="bf16": every matrix stored as bfloat16 and read in place by the device's
+    MatMul (half of f32's bytes), the same answer."""
+    bf = nrt.llm.LLM(smollm2(), weights="bf16", **SMALL)
+    assert bf.path != llm.path
+    sizes = [(Path(p) / "weights.bin").stat().st_size for p in (llm.path, bf.path)]
+    assert sizes[1] * 19 < sizes[0] * 10, sizes
+    out = bf.generate("The capital of France is", nrt.llm.SamplingParams(max_tokens=6))
+    assert "Paris" in out[0].outputs[0].text, out[0].outputs[0].text
+
+
+def test_a_prompt_longer_than_every_bucket_prefills_in_chunks(llm):
+    """A prompt past the largest context bucket (64) prefills in chunks and still answers."""
+    facts = " ".join(f"{c} is the capital of {k}." for c, k in [
+        ("Berlin", "Germany"), ("Madrid", "Spain"), ("Rome", "Italy"), ("Lisbon", "Portugal"),
+        ("Vienna", "Austria"), ("Athens", "Greece"), ("Warsaw", "Poland"),
+        ("Dublin", "Ireland"), ("Oslo", "Norway")])
+    prompt = facts + " The capital of France is"
+    out = llm.generate(prompt, nrt.llm.SamplingParams(max_tokens=4))[0]
+    assert 64 < len(out.prompt_token_ids) < SMALL["max_model_len"], len(out.prompt_token_ids)
+    assert "Paris" in out.outputs[0].text, out.outputs[0].text

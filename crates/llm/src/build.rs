@@ -815,13 +815,16 @@ fn write_tokenizer(file: &GgufFile, path: &Path) -> Result<(), Error> {
 
 /// Writes the reference graph of program `p` of the directory `dir`: the same decoder with
 /// the logits head and the weights as initializers whose data is `weights.bin` itself
-/// (ONNX external data, no copy), for ONNX Runtime to run beside the device. Returns its
+/// (ONNX external data, no copy; bf16 weights as `BFLOAT16` initializers widened by the same
+/// `Cast` the device programs have), for ONNX Runtime to run beside the device. Returns its
 /// path (`DIR/reference-<program>.onnx`).
 pub fn export_reference(dir: &Path, m: &Manifest, p: &ProgramInfo) -> Result<PathBuf, Error> {
-    if let Some(w) = m.weights.tensors.iter().find(|w| w.ggml_type != "F32") {
+    if let Some(w) =
+        (m.weights.tensors.iter()).find(|w| !matches!(w.ggml_type.as_str(), "F32" | "BF16"))
+    {
         return Err(Error::Unsupported(format!(
-            "{}: '{}' is stored as {}; the ONNX Runtime reference reads f32 weights \
-             (build with --weights f32 to compare)",
+            "{}: '{}' is stored as {}; the ONNX Runtime reference reads f32 or bf16 weights \
+             (build with --weights f32 or bf16 to compare)",
             dir.display(),
             w.name,
             w.ggml_type
@@ -834,7 +837,7 @@ pub fn export_reference(dir: &Path, m: &Manifest, p: &ProgramInfo) -> Result<Pat
         &c,
         &shape,
         Head::Logits,
-        &WeightSource::External(m.weights.file.clone(), offsets),
+        &WeightSource::External(m.weights.file.clone(), offsets, m.weights.blocks()),
     );
     let path = dir.join(format!(
         "reference-{}.onnx",

@@ -68,8 +68,10 @@ pub enum WeightSource {
     /// read by MatMul through a `Cast` (never widened in memory).
     Inputs(BlockWeights),
     /// Initializers whose data lives in an external file at the given offsets (the reference
-    /// graph ONNX Runtime loads): `(file name, offset of each weight in WEIGHT order)`.
-    External(String, Vec<u64>),
+    /// graph ONNX Runtime loads): `(file name, offset of each weight in WEIGHT order, the
+    /// weights stored as bf16)` — f32, or bf16 widened by a `Cast` as the device programs
+    /// read them (ggml blocks have no ONNX type).
+    External(String, Vec<u64>, BlockWeights),
 }
 
 /// One program's shape.
@@ -200,12 +202,20 @@ pub fn decoder_graph(
                 }
             }
         }
-        WeightSource::External(file, offsets) => {
+        WeightSource::External(file, offsets, halves) => {
             for ((n, shape), &off) in ws.iter().zip(offsets) {
-                let bytes = shape.iter().product::<usize>() as u64 * 4;
+                let bf16 = matches!(halves.get(n), Some(&(GgmlType::Bf16, _)));
+                let (ty, size) = if bf16 {
+                    let k = shape[shape.len() - 1] as i64;
+                    g.blocks.insert(n.clone(), (GgmlType::Bf16, false, k));
+                    (data_type::BFLOAT16, 2)
+                } else {
+                    (data_type::FLOAT, 4)
+                };
+                let bytes = shape.iter().product::<usize>() as u64 * size;
                 g.graph.initializer.push(TensorProto {
                     dims: to_i64(shape),
-                    data_type: data_type::FLOAT,
+                    data_type: ty,
                     name: n.clone(),
                     external_data: vec![
                         kv("location", file),

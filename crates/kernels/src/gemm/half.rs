@@ -109,7 +109,7 @@ pub unsafe fn gemm_half(
         return Ok(());
     }
     #[cfg(target_arch = "x86_64")]
-    if b.rs == 1 && avx2::available(b.kind) {
+    if b.rs == 1 && avx2::available() {
         // SAFETY: forwarded contract; the CPU features were just detected.
         unsafe { avx2::gemm(m, n, k, a, b, c, alpha, accumulate, round_a, ws) }?;
         return Ok(());
@@ -216,10 +216,10 @@ pub(crate) mod avx2 {
     use crate::Workspace;
     use core::arch::x86_64::*;
 
-    /// Whether the AVX2 path runs for `kind` on this machine.
-    pub(crate) fn available(kind: Half) -> bool {
-        crate::cpu::avx2_fma()
-            && (kind == Half::Bf16 || std::arch::is_x86_feature_detected!("f16c"))
+    /// Whether the AVX2 path runs on this machine (F16C for bf16 too: the kernels are
+    /// compiled with it, and every AVX2 CPU has it).
+    pub(crate) fn available() -> bool {
+        crate::cpu::avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
     }
 
     /// The sum of `v`'s 8 lanes.
@@ -381,7 +381,7 @@ pub(crate) mod avx2 {
     /// [`super::gemm_half`]'s.
     ///
     /// # Safety
-    /// As [`super::gemm_half`], with `b.rs == 1`; [`available`] for `b.kind`.
+    /// As [`super::gemm_half`], with `b.rs == 1`; [`available`].
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn gemm(
@@ -397,8 +397,8 @@ pub(crate) mod avx2 {
         ws: &mut Workspace,
     ) -> Result<(), KernelError> {
         // A's rows contiguous in the scratch: for bf16 B in `bf16_order` (rounded to bf16
-        // when `round_a`); for f16 B only when strided.
-        let (ap, lda) = if b.kind == Half::Bf16 || a.cs != 1 {
+        // when `round_a`); for f16 B only when strided (or walked backwards).
+        let (ap, lda) = if b.kind == Half::Bf16 || a.cs != 1 || a.rs < 0 {
             let buf = ws.f32(0, m.saturating_mul(k))?;
             for (i, row) in buf.chunks_exact_mut(k).enumerate() {
                 let src = a.ptr.wrapping_offset(i as isize * a.rs);
