@@ -251,6 +251,26 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out
 }
 
+/// A MatMul of `a`, `b`, `c` with `flags`, encoded and decoded again.
+fn matmul_round_trip(
+    a: AccessPattern,
+    b: AccessPattern,
+    c: AccessPattern,
+    flags: u32,
+) -> Result<Instruction, DecodeError> {
+    let mut bytes = Vec::new();
+    Instruction::new(Op::MatMul(op::MatMul {
+        a,
+        b,
+        c,
+        alpha: 1.0,
+        flags,
+        epilogue: nrt_isa::Epilogue::NONE,
+    }))
+    .encode(&mut bytes);
+    Instruction::decode(&bytes).map(|(i, _)| i)
+}
+
 /// A `PACKED_B` MatMul (NCM 1.3): B's panels `[1, ceil(N/NR), K, NR]`, strides
 /// `[_, K·NR, NR, 1]` (f32) or pairs of K (bf16), never transposed; anything else is
 /// rejected naming the field.
@@ -266,19 +286,7 @@ fn packed_b_layout_is_checked() {
         shape: [1, 2, k, 32],
         stride: [0, (k * 32) as i32, 32, 1],
     };
-    let enc = |b: AccessPattern, flags: u32| {
-        let mut bytes = Vec::new();
-        Instruction::new(Op::MatMul(op::MatMul {
-            a,
-            b,
-            c,
-            alpha: 1.0,
-            flags,
-            epilogue: nrt_isa::Epilogue::NONE,
-        }))
-        .encode(&mut bytes);
-        Instruction::decode(&bytes).map(|(i, _)| i)
-    };
+    let enc = |b: AccessPattern, flags: u32| matmul_round_trip(a, b, c, flags);
     assert!(enc(b, PACKED_B).is_ok());
     assert!(enc(b, PACKED_B | nrt_isa::matmul_flags::ACCUMULATE).is_ok());
     assert_eq!(enc(b, PACKED_B | TRANSPOSE_B).unwrap_err().field, "flags");
@@ -848,19 +856,7 @@ fn f32_a_needs_an_unpacked_bf16_b() {
     let (m, k, n) = (3u32, 64u32, 32u32);
     let a = AccessPattern::dense(0, DType::F32, &[m, k]);
     let c = AccessPattern::dense(4096, DType::F32, &[m, n]);
-    let enc = |b: AccessPattern, flags: u32| {
-        let mut bytes = Vec::new();
-        Instruction::new(Op::MatMul(op::MatMul {
-            a,
-            b,
-            c,
-            alpha: 1.0,
-            flags,
-            epilogue: nrt_isa::Epilogue::NONE,
-        }))
-        .encode(&mut bytes);
-        Instruction::decode(&bytes).map(|(i, _)| i)
-    };
+    let enc = |b: AccessPattern, flags: u32| matmul_round_trip(a, b, c, flags);
     let nk = |dtype| AccessPattern::dense(8192, dtype, &[n, k]);
     assert!(enc(nk(DType::Bf16), TRANSPOSE_B | F32_A).is_ok());
     assert!(enc(nk(DType::Bf16), TRANSPOSE_B).is_ok());
