@@ -9,7 +9,7 @@
 //! - **f16** with AVX-512F (`vcvtph2ps`, the 512-bit F16C): B's halves are widened in
 //!   registers and multiplied with A's f32 values (A is not rounded), same blocking.
 //! - **Without those** (AVX2, FMA, F16C: every x86-64-v3 CPU) both types are widened in
-//!   registers, 8 halves of a column at a time, and multiplied with A's f32 values by FMA
+//!   registers (bf16 16 of a column per load, f16 8) and multiplied with A's f32 values by FMA
 //!   (bf16: A rounded to bf16 first, as above, unless the product has `F32_A`): no f32 copy
 //!   of B is made (module `avx2`).
 //! - **`F32_A`** (`matmul_flags`, NCM 1.13: a bf16 weight read through ONNX's `Cast`): A's
@@ -199,11 +199,12 @@ pub(crate) unsafe fn store<const R: usize, const CN: usize>(
 /// The AVX2 path (every x86-64-v3 CPU: AVX2, FMA, F16C) for a B contiguous along K: a
 /// column's halves widened in registers (bf16: 16 at a time, zeros interleaved below them —
 /// exact — against A's rows reordered to match; f16: 8 at a time by `vcvtph2ps`), multiplied
-/// with A's f32 values by FMA. No f32 copy of B is
-/// made — what a decoder LLM's bf16 weights need on a CPU without AVX-512 BF16, where the
-/// portable path would widen the whole matrix per call. For bf16 B, A's rows are rounded to
-/// bf16 first (into the scratch), as `vdpbf16ps` and the portable path see them, so every
-/// path computes the same products (each exact in f32) and differs only in summation order.
+/// with A's f32 values by FMA. No f32 copy of B is made — what a decoder LLM's bf16 weights
+/// need on a CPU without AVX-512 BF16, where the portable path would widen the whole matrix
+/// per call. For bf16 B without `F32_A`, A's rows are rounded to bf16 first (into the
+/// scratch), as `vdpbf16ps` and the portable path see them, so every path computes the same
+/// products (each exact in f32) and differs only in summation order; with `F32_A` they are
+/// copied unrounded.
 /// Blocks of `R` rows × `CN` columns: 1×4, 2×4, 3×3, 4×2 (4–9 accumulators, the rest of the
 /// 16 registers for A and B; one row reads 4 columns, not 8: 8 short streams at once
 /// decoded SmolLM2's bf16 build at 41 tok/s, 4 at 44), over column panels of B that stay in
